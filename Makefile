@@ -1,0 +1,97 @@
+# dspark: plain Makefile. `make help` lists the targets.
+#   make            build ./dspark (optimised, with runtime-dispatched AVX2 kernels)
+#   make test       build and run the unit + golden test suite
+#   make test SAN=1 the same suite under AddressSanitizer + UBSan (build/san/)
+#   make bench      CPU benchmark against llama.cpp (see bench/README.md)
+#   make fuzz       build the libFuzzer targets (clang) and run each briefly
+
+CC      ?= cc
+SAN     ?= 0
+FUZZ_SECONDS ?= 30
+
+WARN    = -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g -pthread -MMD -MP $(WARN) -Isrc
+LIBS    = -lcjson -lpcre2-8 -lutf8proc -lm -pthread
+
+ifeq ($(SAN),1)
+  BUILD  = build/san
+  OPT    = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  LDSAN  = -fsanitize=address,undefined
+  BIN    = build/san/dspark
+else
+  BUILD  = build/rel
+  OPT    = -O2
+  LDSAN  =
+  BIN    = dspark
+endif
+
+CFLAGS  = $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
+SIMD_FLAGS = -mavx2 -mfma -mf16c
+
+LIB_SRC  = $(filter-out src/main.c,$(wildcard src/*.c))
+LIB_OBJ  = $(patsubst src/%.c,$(BUILD)/src/%.o,$(LIB_SRC))
+MAIN_OBJ = $(BUILD)/src/main.o
+TEST_SRC = $(wildcard tests/*.c)
+TEST_OBJ = $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRC))
+TEST_BIN = $(BUILD)/dspark-tests
+
+.PHONY: all test bench fuzz help clean test-assets
+
+all: $(BIN)
+
+$(BIN): $(LIB_OBJ) $(MAIN_OBJ)
+	$(CC) $(OPT) $(LDSAN) -o $@ $^ $(LIBS)
+
+$(TEST_BIN): $(LIB_OBJ) $(TEST_OBJ)
+	$(CC) $(OPT) $(LDSAN) -o $@ $^ $(LIBS)
+
+$(BUILD)/src/%_avx2.o: src/%_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SIMD_FLAGS) -c $< -o $@
+
+$(BUILD)/src/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/tests/%.o: tests/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@
+
+# The suite needs the real Qwen3/Llama-3 tokenizers; they are fetched once
+# into ~/.cache/dspark (outside the tree) unless already available.
+test-assets:
+	@scripts/fetch-test-assets
+
+test: $(TEST_BIN) $(BIN) test-assets
+	DSPARK_BIN=$(BIN) ASAN_OPTIONS=detect_leaks=1 $(TEST_BIN) $(T)
+
+bench: $(BIN)
+	bench/cpu-bench.sh
+
+FUZZ_TARGETS = $(patsubst fuzz/%.c,build/fuzz/%,$(wildcard fuzz/fuzz_*.c))
+FUZZ_LIB_SRC = $(filter-out src/main.c src/%_avx2.c,$(LIB_SRC))
+
+build/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC) src/*.h
+	@mkdir -p build/fuzz
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
+	  -DDS_NO_SIMD -o $@ $< $(FUZZ_LIB_SRC) $(LIBS)
+
+fuzz: $(FUZZ_TARGETS)
+	@for t in $(FUZZ_TARGETS); do \
+	  n=$$(basename $$t); mkdir -p build/fuzz/corpus-$$n; \
+	  echo "== $$n ($(FUZZ_SECONDS) s)"; \
+	  $$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build/fuzz/corpus-$$n fuzz/seeds/$$n || exit 1; \
+	done
+
+help:
+	@echo "make            build ./dspark"
+	@echo "make test       run the test suite (T=name filters tests)"
+	@echo "make test SAN=1 run the suite under ASan+UBSan"
+	@echo "make bench      CPU benchmark vs llama.cpp (LLAMA_BENCH=..., LLAMA_CPP=...)"
+	@echo "make fuzz       build and run libFuzzer targets (FUZZ_SECONDS=$(FUZZ_SECONDS))"
+	@echo "make clean      remove build outputs"
+
+clean:
+	rm -rf build dspark
+
+-include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# CPU benchmark: dspark vs llama.cpp's llama-bench on the same random
+# Qwen3-0.6B-shaped bf16 weights, prefill of 512 tokens (pp512) and decode
+# of 128 tokens (tg128), batch 1, in one run.
+#
+#   LLAMA_BENCH=/path/to/llama-bench LLAMA_CPP=/path/to/llama.cpp bench/cpu-bench.sh
+#
+# LLAMA_CPP is a llama.cpp source tree (its gguf-py package converts the
+# checkpoint to GGUF; needs Debian's python3-numpy). Without LLAMA_BENCH the
+# script measures dspark alone and says so. Options (environment):
+#   THREADS="2 1"   thread counts to measure      REPS=3   repetitions
+#   SHAPE=0.6b|1.7b checkpoint shape              OUT=bench/out  scratch dir
+set -euo pipefail
+cd "$(dirname "$0")/.."
+THREADS=${THREADS:-2}
+REPS=${REPS:-3}
+SHAPE=${SHAPE:-0.6b}
+OUT=${OUT:-bench/out}
+PY=${PYTHON:-/usr/bin/python3}
+mkdir -p "$OUT"
+MODEL="$OUT/qwen3-$SHAPE-random"
+TOKDIR=${TOKDIR:-}
+
+make -s dspark
+cc -O2 -o "$OUT/mkrandom" bench/mkrandom.c -lm
+[ -f "$MODEL/model.safetensors" ] || "$OUT/mkrandom" "$MODEL" "$SHAPE" 1234
+
+if [ -z "$TOKDIR" ]; then
+  scripts/fetch-test-assets >/dev/null
+  TOKDIR="$HOME/.cache/dspark/tokenizers/qwen3"
+fi
+
+have_llama=0
+if [ -n "${LLAMA_BENCH:-}" ] && [ -x "$LLAMA_BENCH" ]; then
+  if [ -z "${LLAMA_CPP:-}" ] || [ ! -d "$LLAMA_CPP/gguf-py" ]; then
+    echo "cpu-bench: LLAMA_CPP must point at a llama.cpp source tree (for gguf-py) to convert the weights" >&2
+    exit 1
+  fi
+  GGUF="$OUT/qwen3-$SHAPE-random-bf16.gguf"
+  [ -f "$GGUF" ] || PYTHONPATH="$LLAMA_CPP/gguf-py" "$PY" bench/hf_to_gguf.py "$MODEL" "$TOKDIR" "$GGUF"
+  have_llama=1
+else
+  echo "cpu-bench: LLAMA_BENCH not set or not executable: measuring dspark alone (no llama.cpp anchor)" >&2
+fi
+
+# 512 prompt ids for pp512 (fixed pseudo-random, inside the BPE vocabulary)
+PP_IDS=$(awk 'BEGIN{s=7; for(i=0;i<512;i++){s=(s*1103515245+12345)%2147483648; printf "%s%d", (i?",":""), 100+s%150000}}')
+
+stamp_field() { sed -n "s/.*$1 \([0-9.]*\) tok\/s.*/\1/p"; }
+mean() { awk '{s+=$1; n++} END{printf "%.2f", s/n}'; }
+
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cpus"
+echo "model: $MODEL ($(du -h "$MODEL/model.safetensors" | cut -f1) bf16)"
+echo
+printf "| engine | threads | pp512 tok/s | tg128 tok/s |\n|---|---:|---:|---:|\n"
+for t in $THREADS; do
+  pp=(); tg=()
+  for r in $(seq "$REPS"); do
+    pp+=("$(./dspark run --model "$MODEL" --prompt-ids "$PP_IDS" -n 1 -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field prefill)")
+    tg+=("$(./dspark run --model "$MODEL" --prompt-ids 151643 -n 129 --ignore-eos -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field decode)")
+  done
+  dpp=$(printf '%s\n' "${pp[@]}" | mean); dtg=$(printf '%s\n' "${tg[@]}" | mean)
+  printf "| dspark | %s | %s | %s |\n" "$t" "$dpp" "$dtg"
+  if [ $have_llama = 1 ]; then
+    js=$("$LLAMA_BENCH" -m "$GGUF" -t "$t" -p 512 -n 128 -r "$REPS" -o json 2>/dev/null)
+    lpp=$(echo "$js" | "$PY" -c 'import json,sys; print("%.2f" % [r["avg_ts"] for r in json.load(sys.stdin) if r["n_prompt"]>0][0])')
+    ltg=$(echo "$js" | "$PY" -c 'import json,sys; print("%.2f" % [r["avg_ts"] for r in json.load(sys.stdin) if r["n_gen"]>0][0])')
+    printf "| llama.cpp BF16 | %s | %s | %s |\n" "$t" "$lpp" "$ltg"
+    printf "| ratio dspark/llama.cpp | %s | %s | %s |\n" "$t" \
+      "$(awk -v a="$dpp" -v b="$lpp" 'BEGIN{printf "%.2f", a/b}')" "$(awk -v a="$dtg" -v b="$ltg" 'BEGIN{printf "%.2f", a/b}')"
+  fi
+done

@@ -1,0 +1,135 @@
+/* mkrandom: writes a random-weight checkpoint in Hugging Face layout
+ * (config.json, generation_config.json, model.safetensors in bf16) with the
+ * exact Qwen3-0.6B or Qwen3-1.7B shapes, for speed benchmarks only. Weights
+ * ~ N(0, 0.02), norms ~ 1 + N(0, 0.02), deterministic from the seed.
+ *   mkrandom OUT_DIR [0.6b|1.7b] [seed] */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static uint64_t rng = 1234;
+static double unif(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return ((rng >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+static float gauss(void) {
+    static int have;
+    static float next;
+    if (have) {
+        have = 0;
+        return next;
+    }
+    double r = sqrt(-2.0 * log(unif())), t = 6.283185307179586 * unif();
+    next = (float)(r * sin(t));
+    have = 1;
+    return (float)(r * cos(t));
+}
+static uint16_t bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+typedef struct {
+    char name[96];
+    long d0, d1; /* d1 = 0 for vectors */
+    int norm;
+} tdesc;
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: mkrandom OUT_DIR [0.6b|1.7b] [seed]\n");
+        return 1;
+    }
+    const char *dir = argv[1];
+    int big = argc > 2 && !strcmp(argv[2], "1.7b");
+    if (argc > 3) rng = strtoull(argv[3], NULL, 10) | 1;
+    long H = big ? 2048 : 1024, I = big ? 6144 : 3072, L = 28, NH = 16, NKV = 8, HD = 128, V = 151936;
+    mkdir(dir, 0755);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    fprintf(f,
+            "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",\"hidden_size\":%ld,"
+            "\"intermediate_size\":%ld,\"num_hidden_layers\":%ld,\"num_attention_heads\":%ld,"
+            "\"num_key_value_heads\":%ld,\"head_dim\":%ld,\"vocab_size\":%ld,\"max_position_embeddings\":40960,"
+            "\"rms_norm_eps\":1e-06,\"rope_theta\":1000000,\"tie_word_embeddings\":true,\"attention_bias\":false,"
+            "\"hidden_act\":\"silu\",\"torch_dtype\":\"bfloat16\",\"bos_token_id\":151643,\"eos_token_id\":151645}\n",
+            H, I, L, NH, NKV, HD, V);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    f = fopen(path, "w");
+    fprintf(f, "{\"bos_token_id\":151643,\"eos_token_id\":[151645,151643]}\n");
+    fclose(f);
+
+    int nt = 0;
+    tdesc *t = calloc((size_t)(3 + L * 11), sizeof *t);
+#define ADD(n0, a, b, nm) do { snprintf(t[nt].name, 96, "%s", n0); t[nt].d0 = a; t[nt].d1 = b; t[nt].norm = nm; nt++; } while (0)
+    ADD("model.embed_tokens.weight", V, H, 0);
+    ADD("model.norm.weight", H, 0, 1);
+    char nm[96];
+    for (long l = 0; l < L; l++) {
+#define LAY(s, a, b, n) do { snprintf(nm, 96, "model.layers.%ld.%s", l, s); ADD(nm, a, b, n); } while (0)
+        LAY("input_layernorm.weight", H, 0, 1);
+        LAY("post_attention_layernorm.weight", H, 0, 1);
+        LAY("self_attn.q_proj.weight", NH * HD, H, 0);
+        LAY("self_attn.k_proj.weight", NKV * HD, H, 0);
+        LAY("self_attn.v_proj.weight", NKV * HD, H, 0);
+        LAY("self_attn.o_proj.weight", H, NH * HD, 0);
+        LAY("self_attn.q_norm.weight", HD, 0, 1);
+        LAY("self_attn.k_norm.weight", HD, 0, 1);
+        LAY("mlp.gate_proj.weight", I, H, 0);
+        LAY("mlp.up_proj.weight", I, H, 0);
+        LAY("mlp.down_proj.weight", H, I, 0);
+    }
+    /* header */
+    size_t cap = 1 << 20, n = 0;
+    char *hdr = malloc(cap);
+    n += (size_t)snprintf(hdr + n, cap - n, "{\"__metadata__\":{\"format\":\"pt\"}");
+    size_t off = 0;
+    for (int i = 0; i < nt; i++) {
+        size_t bytes = (size_t)t[i].d0 * (size_t)(t[i].d1 ? t[i].d1 : 1) * 2;
+        if (t[i].d1)
+            n += (size_t)snprintf(hdr + n, cap - n, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%ld,%ld],\"data_offsets\":[%zu,%zu]}",
+                                  t[i].name, t[i].d0, t[i].d1, off, off + bytes);
+        else
+            n += (size_t)snprintf(hdr + n, cap - n, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%ld],\"data_offsets\":[%zu,%zu]}",
+                                  t[i].name, t[i].d0, off, off + bytes);
+        off += bytes;
+    }
+    n += (size_t)snprintf(hdr + n, cap - n, "}");
+    while (n % 8) hdr[n++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    uint64_t hl = n;
+    fwrite(&hl, 8, 1, f);
+    fwrite(hdr, 1, n, f);
+    uint16_t *buf = malloc(sizeof(uint16_t) * (1 << 20));
+    for (int i = 0; i < nt; i++) {
+        size_t cnt = (size_t)t[i].d0 * (size_t)(t[i].d1 ? t[i].d1 : 1);
+        while (cnt) {
+            size_t k = cnt < (1u << 20) ? cnt : (1u << 20);
+            for (size_t j = 0; j < k; j++) buf[j] = bf16((t[i].norm ? 1.0f : 0.0f) + 0.02f * gauss());
+            fwrite(buf, 2, k, f);
+            cnt -= k;
+        }
+    }
+    if (fclose(f) != 0) {
+        perror(path);
+        return 1;
+    }
+    printf("wrote %s (%zu bytes of weights, %d tensors)\n", dir, off, nt);
+    free(buf);
+    free(hdr);
+    free(t);
+    return 0;
+}

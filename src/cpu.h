@@ -1,0 +1,10 @@
+/* cpu: runtime CPU feature detection, so one binary runs everywhere and
+ * picks the AVX2+FMA+F16C kernels only where they exist. */
+#ifndef DS_CPU_H
+#define DS_CPU_H
+
+int cpu_has_avx2(void);   /* AVX2 and FMA and F16C, OS-enabled (XSAVE/YMM) */
+int cpu_count(void);      /* online logical CPUs */
+const char *cpu_name(void); /* brand string, or "unknown" */
+
+#endif

@@ -1,0 +1,385 @@
+/* model: weight binding and the forward pass. See model.h. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv.h"
+#include "ops.h"
+#include "safetensors.h"
+#include "util.h"
+
+typedef struct {
+    const tensor *wq, *wk, *wv, *wo;  /* [nh*hd][H], [nkv*hd][H] x2, [H][nh*hd] */
+    const tensor *wg, *wu, *wd;       /* [I][H], [I][H], [H][I] */
+    float *attn_norm, *mlp_norm;      /* [H] */
+    float *q_norm, *k_norm;           /* [hd] (qwen3) or NULL */
+    float *bq, *bk, *bv, *bo;         /* [nh*hd], [nkv*hd] x2, [H] or NULL */
+} layer_w;
+
+struct model {
+    model_config cfg;
+    st_set *st;
+    const tensor *embed;   /* [V][H] */
+    const tensor *lm_head; /* [V][H]; the embedding when tied */
+    float *final_norm;     /* [H] */
+    layer_w *layers;       /* [n_layers] */
+    float *inv_freq;       /* [hd/2] */
+    float *owned;          /* one block holding every f32 copy above */
+    size_t weight_bytes;
+};
+
+struct model_ctx {
+    const model *m;
+    kv_cache *kv;
+    tpool *tp;
+    int max_batch;
+    /* scratch, each sized for max_batch rows */
+    float *x, *xb;        /* [B][H] */
+    float *q, *att;       /* [B][nh*hd] */
+    float *k, *v;         /* [B][nkv*hd] */
+    float *gate, *up;     /* [B][I] */
+    int *pos;             /* [B] */
+};
+
+/* ---- loading ----------------------------------------------------------- */
+
+typedef struct {
+    const model_config *c;
+    const st_set *st;
+    char **names; /* every name the architecture expects (for the leftover check) */
+    int n_names, cap_names;
+    char *err;
+    size_t errlen;
+} binder;
+
+static void expect_name(binder *b, const char *name) {
+    if (b->n_names == b->cap_names) {
+        b->cap_names = b->cap_names ? 2 * b->cap_names : 64;
+        b->names = xrealloc(b->names, sizeof(char *) * (size_t)b->cap_names);
+    }
+    b->names[b->n_names++] = xstrdup(name);
+}
+
+/* Finds a tensor and checks its dtype and shape ([d0] or [d0][d1]). */
+static const tensor *bind(binder *b, const char *name, int64_t d0, int64_t d1) {
+    expect_name(b, name);
+    const tensor *t = st_set_find(b->st, name);
+    if (!t) {
+        ds_err(b->err, b->errlen, "missing tensor \"%s\" (required by %s config)", name,
+               config_arch_name(b->c->arch));
+        return NULL;
+    }
+    if (t->dtype != DT_F32 && t->dtype != DT_F16 && t->dtype != DT_BF16) {
+        ds_err(b->err, b->errlen, "%s: tensor \"%s\" has dtype %s; expected BF16, F16 or F32", t->file, name,
+               dtype_name(t->dtype));
+        return NULL;
+    }
+    int want_nd = d1 > 0 ? 2 : 1;
+    if (t->ndim != want_nd || t->shape[0] != d0 || (want_nd == 2 && t->shape[1] != d1)) {
+        char got[128] = "", want[64];
+        size_t o = 0;
+        for (int i = 0; i < t->ndim && o < sizeof got - 24; i++)
+            o += (size_t)snprintf(got + o, sizeof got - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        if (want_nd == 2) snprintf(want, sizeof want, "%lld, %lld", (long long)d0, (long long)d1);
+        else snprintf(want, sizeof want, "%lld", (long long)d0);
+        ds_err(b->err, b->errlen, "%s: tensor \"%s\" has shape [%s]; expected [%s]", t->file, name, got, want);
+        return NULL;
+    }
+    return t;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Tensors some exporters add that carry no weights we need. */
+static int ignorable(const char *name) {
+    size_t n = strlen(name);
+    const char *suf = "rotary_emb.inv_freq";
+    size_t s = strlen(suf);
+    return n >= s && strcmp(name + n - s, suf) == 0;
+}
+
+static float *take_f32(float **pool, const tensor *t) {
+    if (!t) return NULL;
+    float *p = *pool;
+    op_to_f32(p, t->data, t->dtype, tensor_numel(t));
+    *pool += tensor_numel(t);
+    return p;
+}
+
+int model_load(model **out, const char *dir, char *err, size_t errlen) {
+    *out = NULL;
+    model *m = xcalloc(1, sizeof *m);
+    if (config_load(&m->cfg, dir, err, errlen) != 0) goto fail;
+    if (st_set_open(&m->st, dir, err, errlen) != 0) goto fail;
+    const model_config *c = &m->cfg;
+    int64_t H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
+    int64_t QD = (int64_t)c->n_heads * hd, KD = (int64_t)c->n_kv_heads * hd;
+    binder b = {.c = c, .st = m->st, .err = err, .errlen = errlen};
+    char name[256];
+    int ok = 1;
+    const tensor *tn[4] = {0};
+
+    m->embed = bind(&b, "model.embed_tokens.weight", V, H);
+    ok = ok && m->embed;
+    tn[0] = ok ? bind(&b, "model.norm.weight", H, 0) : NULL;
+    ok = ok && tn[0];
+    if (ok && !c->tie_word_embeddings) {
+        m->lm_head = bind(&b, "lm_head.weight", V, H);
+        ok = m->lm_head != NULL;
+    } else if (ok) {
+        /* Tied: some exports still include a copy; accept it, use embed. */
+        if (st_set_find(m->st, "lm_head.weight")) bind(&b, "lm_head.weight", V, H);
+        m->lm_head = m->embed;
+    }
+    /* f32 copies of norms and biases live in one block */
+    size_t per_layer = (size_t)(2 * H + (c->qk_norm ? 2 * hd : 0) +
+                                (c->attention_bias ? QD + 2 * KD : 0) + (c->o_bias ? H : 0));
+    m->owned = xaligned(sizeof(float) * (per_layer * (size_t)c->n_layers + (size_t)H + (size_t)hd));
+    float *pool = m->owned;
+    if (ok) m->final_norm = take_f32(&pool, tn[0]);
+    m->layers = xcalloc((size_t)c->n_layers, sizeof(layer_w));
+    for (int l = 0; ok && l < c->n_layers; l++) {
+        layer_w *L = &m->layers[l];
+#define W(field, suffix, d0, d1)                                                   \
+    do {                                                                           \
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);              \
+        if (ok && !(L->field = bind(&b, name, d0, d1))) ok = 0;                    \
+    } while (0)
+#define F(field, suffix, d0)                                                       \
+    do {                                                                           \
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);              \
+        const tensor *t_ = ok ? bind(&b, name, d0, 0) : NULL;                      \
+        if (!t_) ok = 0;                                                           \
+        else L->field = take_f32(&pool, t_);                                       \
+    } while (0)
+        W(wq, "self_attn.q_proj.weight", QD, H);
+        W(wk, "self_attn.k_proj.weight", KD, H);
+        W(wv, "self_attn.v_proj.weight", KD, H);
+        W(wo, "self_attn.o_proj.weight", H, QD);
+        W(wg, "mlp.gate_proj.weight", I, H);
+        W(wu, "mlp.up_proj.weight", I, H);
+        W(wd, "mlp.down_proj.weight", H, I);
+        F(attn_norm, "input_layernorm.weight", H);
+        F(mlp_norm, "post_attention_layernorm.weight", H);
+        if (c->qk_norm) {
+            F(q_norm, "self_attn.q_norm.weight", hd);
+            F(k_norm, "self_attn.k_norm.weight", hd);
+        }
+        if (c->attention_bias) {
+            F(bq, "self_attn.q_proj.bias", QD);
+            F(bk, "self_attn.k_proj.bias", KD);
+            F(bv, "self_attn.v_proj.bias", KD);
+        }
+        if (c->o_bias) F(bo, "self_attn.o_proj.bias", H);
+#undef W
+#undef F
+    }
+    if (ok) {
+        /* Everything in the files must have been claimed. */
+        qsort(b.names, (size_t)b.n_names, sizeof(char *), cmp_str);
+        for (int i = 0; i < st_set_count(m->st); i++) {
+            const tensor *t = st_set_get(m->st, i);
+            const char *key = t->name;
+            if (ignorable(key)) continue;
+            if (!bsearch(&key, b.names, (size_t)b.n_names, sizeof(char *), cmp_str)) {
+                ds_err(err, errlen, "%s: unexpected tensor \"%s\" (not part of a %s model with this config)",
+                       t->file, t->name, config_arch_name(c->arch));
+                ok = 0;
+                break;
+            }
+        }
+    }
+    for (int i = 0; i < b.n_names; i++) free(b.names[i]);
+    free(b.names);
+    if (!ok) goto fail;
+
+    m->inv_freq = pool;
+    config_rope_inv_freq(c, m->inv_freq);
+    for (int i = 0; i < st_set_count(m->st); i++) {
+        const tensor *t = st_set_get(m->st, i);
+        if (t->ndim == 2 && t != m->embed) m->weight_bytes += t->nbytes;
+    }
+    /* The LM head streams per token; the embedding is only gathered. */
+    if (m->lm_head == m->embed) m->weight_bytes += m->embed->nbytes;
+    *out = m;
+    return 0;
+fail:
+    model_free(m);
+    return -1;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    st_set_close(m->st);
+    free(m->layers);
+    free(m->owned);
+    free(m);
+}
+
+const model_config *model_cfg(const model *m) { return &m->cfg; }
+size_t model_weight_bytes(const model *m) { return m->weight_bytes; }
+
+int model_default_context(const model *m) {
+    const model_config *c = &m->cfg;
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    double mem = (pages > 0 && psize > 0) ? (double)pages * (double)psize : 8e9;
+    double per = (double)kv_bytes_per_pos(c->n_layers, c->n_kv_heads, c->head_dim);
+    double fit = (mem * 0.5 - (double)m->weight_bytes) / per;
+    int n = c->max_position_embeddings;
+    if (fit < n) n = fit < 256 ? 256 : (int)fit;
+    return n;
+}
+
+/* ---- context ----------------------------------------------------------- */
+
+int mctx_create(model_ctx **out, const model *m, int n_ctx, int max_batch, tpool *tp, char *err,
+                size_t errlen) {
+    *out = NULL;
+    const model_config *c = &m->cfg;
+    if (n_ctx <= 0) n_ctx = model_default_context(m);
+    if (max_batch <= 0) max_batch = 64;
+    model_ctx *x = xcalloc(1, sizeof *x);
+    if (kv_create(&x->kv, c->n_layers, c->n_kv_heads, c->head_dim, n_ctx, err, errlen) != 0) {
+        free(x);
+        return -1;
+    }
+    size_t B = (size_t)max_batch, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t QD = (size_t)c->n_heads * (size_t)c->head_dim, KD = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    x->m = m;
+    x->tp = tp;
+    x->max_batch = max_batch;
+    x->x = xaligned(sizeof(float) * B * H);
+    x->xb = xaligned(sizeof(float) * B * H);
+    x->q = xaligned(sizeof(float) * B * QD);
+    x->att = xaligned(sizeof(float) * B * QD);
+    x->k = xaligned(sizeof(float) * B * KD);
+    x->v = xaligned(sizeof(float) * B * KD);
+    x->gate = xaligned(sizeof(float) * B * I);
+    x->up = xaligned(sizeof(float) * B * I);
+    x->pos = xmalloc(sizeof(int) * B);
+    *out = x;
+    return 0;
+}
+
+void mctx_free(model_ctx *x) {
+    if (!x) return;
+    kv_free(x->kv);
+    free(x->x);
+    free(x->xb);
+    free(x->q);
+    free(x->att);
+    free(x->k);
+    free(x->v);
+    free(x->gate);
+    free(x->up);
+    free(x->pos);
+    free(x);
+}
+
+int mctx_len(const model_ctx *x) { return kv_len(x->kv); }
+int mctx_capacity(const model_ctx *x) { return kv_capacity(x->kv); }
+void mctx_truncate(model_ctx *x, int len) { kv_truncate(x->kv, len); }
+
+/* ---- forward ------------------------------------------------------------ */
+
+static void tap_copy(const model_batch *b, const float *x, int layer, int row0, int M, int H) {
+    for (int t = 0; t < b->n_taps; t++) {
+        if (b->tap_layers[t] != layer) continue;
+        float *dst = b->taps + ((size_t)t * (size_t)b->n + (size_t)row0) * (size_t)H;
+        memcpy(dst, x, sizeof(float) * (size_t)M * (size_t)H);
+    }
+}
+
+/* One chunk of at most max_batch rows: rows [row0, row0+M) of the batch. */
+static void forward_chunk(model_ctx *x, const model_batch *b, int row0, int M, int *next_logit) {
+    const model *m = x->m;
+    const model_config *c = &m->cfg;
+    const int H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
+    const int nh = c->n_heads, nkv = c->n_kv_heads;
+    const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+    const int n_past = kv_len(x->kv);
+    tpool *tp = x->tp;
+
+    for (int i = 0; i < M; i++) x->pos[i] = b->pos ? b->pos[row0 + i] : n_past + i;
+    op_embed(x->x, m->embed, b->tokens + row0, M);
+    tap_copy(b, x->x, -1, row0, M, H);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_w *L = &m->layers[l];
+        /* attention block */
+        op_rmsnorm(x->xb, x->x, L->attn_norm, M, H, eps);
+        op_matmul(tp, x->q, x->xb, M, L->wq, L->bq);
+        op_matmul(tp, x->k, x->xb, M, L->wk, L->bk);
+        op_matmul(tp, x->v, x->xb, M, L->wv, L->bv);
+        if (L->q_norm) {
+            op_rmsnorm(x->q, x->q, L->q_norm, M * nh, hd, eps);
+            op_rmsnorm(x->k, x->k, L->k_norm, M * nkv, hd, eps);
+        }
+        op_rope(x->q, M, nh, hd, x->pos, m->inv_freq);
+        op_rope(x->k, M, nkv, hd, x->pos, m->inv_freq);
+        kv_store(x->kv, l, x->k, x->v, M);
+        op_attention(tp, x->att, x->q, M, nh, nkv, hd, kv_k(x->kv, l), kv_v(x->kv, l), kv_capacity(x->kv),
+                     n_past, scale);
+        op_matmul(tp, x->xb, x->att, M, L->wo, L->bo);
+        op_add(x->x, x->xb, M * H);
+        /* MLP block */
+        op_rmsnorm(x->xb, x->x, L->mlp_norm, M, H, eps);
+        op_matmul(tp, x->gate, x->xb, M, L->wg, NULL);
+        op_matmul(tp, x->up, x->xb, M, L->wu, NULL);
+        op_swiglu(x->gate, x->gate, x->up, M * I);
+        op_matmul(tp, x->xb, x->gate, M, L->wd, NULL);
+        op_add(x->x, x->xb, M * H);
+        tap_copy(b, x->x, l, row0, M, H);
+    }
+    kv_commit(x->kv, M);
+
+    /* logits for the requested rows of this chunk: gather, norm, LM head */
+    int n_sel = 0, first = *next_logit;
+    while (*next_logit < b->n_logits) {
+        int r = b->logit_rows ? b->logit_rows[*next_logit] : b->n - b->n_logits + *next_logit;
+        if (r >= row0 + M) break;
+        memcpy(x->xb + (size_t)n_sel * (size_t)H, x->x + (size_t)(r - row0) * (size_t)H, sizeof(float) * (size_t)H);
+        n_sel++;
+        (*next_logit)++;
+    }
+    if (n_sel) {
+        op_rmsnorm(x->xb, x->xb, m->final_norm, n_sel, H, eps);
+        op_matmul(tp, b->logits + (size_t)first * (size_t)c->vocab_size, x->xb, n_sel, m->lm_head, NULL);
+    }
+}
+
+int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) {
+    const model_config *c = &x->m->cfg;
+    if (b->n <= 0) return ds_err(err, errlen, "forward: empty batch");
+    if (b->n_logits < 0 || b->n_logits > b->n)
+        return ds_err(err, errlen, "forward: %d logit rows requested for a batch of %d", b->n_logits, b->n);
+    if (b->n_logits && !b->logits) return ds_err(err, errlen, "forward: no logits buffer");
+    if (kv_len(x->kv) + b->n > kv_capacity(x->kv))
+        return ds_err(err, errlen, "context window full: %d cached + %d new positions exceed the %d-position window",
+                      kv_len(x->kv), b->n, kv_capacity(x->kv));
+    for (int i = 0; i < b->n; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab_size)
+            return ds_err(err, errlen, "token id %d at row %d is outside the vocabulary (0..%d)", b->tokens[i], i,
+                          c->vocab_size - 1);
+        if (b->pos && b->pos[i] < 0) return ds_err(err, errlen, "negative position at row %d", i);
+    }
+    for (int i = 0; b->logit_rows && i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n || (i && b->logit_rows[i] <= b->logit_rows[i - 1]))
+            return ds_err(err, errlen, "forward: logit rows must be ascending indices into the batch");
+    for (int t = 0; t < b->n_taps; t++)
+        if (b->tap_layers[t] < -1 || b->tap_layers[t] >= c->n_layers)
+            return ds_err(err, errlen, "forward: tap layer %d outside -1..%d", b->tap_layers[t], c->n_layers - 1);
+    if (b->n_taps && !b->taps) return ds_err(err, errlen, "forward: no taps buffer");
+    int next_logit = 0;
+    for (int row0 = 0; row0 < b->n; row0 += x->max_batch) {
+        int M = b->n - row0 < x->max_batch ? b->n - row0 : x->max_batch;
+        forward_chunk(x, b, row0, M, &next_logit);
+    }
+    return 0;
+}

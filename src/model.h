@@ -1,0 +1,60 @@
+/* model: a decoder-only transformer (qwen3, qwen2, llama) bound to its
+ * mmapped safetensors weights, and the one forward pass every caller uses.
+ *
+ * model_load validates config.json against the weight files: every tensor
+ * the architecture needs must be present with the right shape and a float
+ * dtype, and no unexpected tensor may be left over. A model_ctx is one
+ * sequence: its KV cache plus all scratch, allocated at creation so the
+ * token loop never mallocs.
+ *
+ * model_forward processes a batch of rows (tokens at positions), appends
+ * them to the KV cache, returns logits for the rows asked for, and can copy
+ * out the residual stream after chosen decoder layers (drafters read those:
+ * tap layer l is HF's hidden_states[l+1]; l = -1 is the embedding output).
+ * Row i of a batch attends to everything already cached plus rows 0..i. */
+#ifndef DS_MODEL_H
+#define DS_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "threadpool.h"
+
+typedef struct model model;
+typedef struct model_ctx model_ctx;
+
+int model_load(model **out, const char *dir, char *err, size_t errlen);
+void model_free(model *m);
+const model_config *model_cfg(const model *m);
+/* Total bytes of weight data the forward pass streams per token. */
+size_t model_weight_bytes(const model *m);
+
+/* Context window used when the caller asks for 0: the model's maximum,
+ * capped so the KV cache fits in about half of the machine's memory. */
+int model_default_context(const model *m);
+
+/* n_ctx: KV capacity in positions (0 = model_default_context); max_batch:
+ * rows processed per internal chunk (longer batches are chunked). */
+int mctx_create(model_ctx **out, const model *m, int n_ctx, int max_batch, tpool *tp, char *err,
+                size_t errlen);
+void mctx_free(model_ctx *c);
+int mctx_len(const model_ctx *c);      /* positions in the KV cache */
+int mctx_capacity(const model_ctx *c);
+void mctx_truncate(model_ctx *c, int len); /* roll back to len positions */
+
+typedef struct {
+    int n;                 /* rows */
+    const int *tokens;     /* [n] token ids */
+    const int *pos;        /* [n] RoPE positions; NULL = cache length + i */
+    int n_logits;          /* rows whose logits are wanted */
+    const int *logit_rows; /* [n_logits] row indices, ascending; NULL = the last n_logits rows */
+    float *logits;         /* [n_logits][vocab] output */
+    int n_taps;            /* layers to tap (0 = none) */
+    const int *tap_layers; /* [n_taps] in -1 .. n_layers-1 */
+    float *taps;           /* [n_taps][n][hidden] output */
+} model_batch;
+
+int model_forward(model_ctx *c, const model_batch *b, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,38 @@
+/* safetensors: mmapped .safetensors files and sharded sets of them.
+ * The header is validated strictly: size limits, JSON shape, known
+ * dtypes, shapes matching byte lengths, offsets inside the data region,
+ * no overlapping tensors, file not truncated. Errors name the file and
+ * the tensor. */
+#ifndef DS_SAFETENSORS_H
+#define DS_SAFETENSORS_H
+
+#include <stddef.h>
+
+#include "tensor.h"
+
+#define ST_MAX_HEADER (100u << 20) /* refuse headers over 100 MiB */
+
+typedef struct st_file st_file;
+
+/* Parses a complete in-memory file image (header + data). name is used in
+ * messages and stored in each tensor's .file. The image must outlive the
+ * st_file. */
+int st_open_mem(st_file **out, const void *data, size_t size, const char *name, char *err, size_t errlen);
+/* mmaps path read-only and parses it. */
+int st_open(st_file **out, const char *path, char *err, size_t errlen);
+void st_close(st_file *f);
+int st_count(const st_file *f);
+const tensor *st_get(const st_file *f, int i);
+const tensor *st_find(const st_file *f, const char *name);
+
+/* A model's weights: dir/model.safetensors, or the shards listed in
+ * dir/model.safetensors.index.json (each tensor must be in the shard the
+ * index names; a tensor in two shards is an error). */
+typedef struct st_set st_set;
+int st_set_open(st_set **out, const char *dir, char *err, size_t errlen);
+void st_set_close(st_set *s);
+int st_set_count(const st_set *s);
+const tensor *st_set_get(const st_set *s, int i);
+const tensor *st_set_find(const st_set *s, const char *name);
+
+#endif

@@ -1,0 +1,64 @@
+/* tokenizer: Hugging Face tokenizer.json for byte-level BPE models
+ * (Qwen2/Qwen3, Llama 3, GPT-2 style): normalizer, Split pre-tokenizer
+ * regexes (PCRE2 with Unicode properties), ByteLevel, BPE merges by rank,
+ * added/special tokens matched before BPE, post-processor BOS/EOS.
+ * Encoding is thread-safe (no shared mutable state). Decoding streams:
+ * tok_stream never emits a partial UTF-8 sequence. */
+#ifndef DS_TOKENIZER_H
+#define DS_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tokenizer tokenizer;
+
+/* Loads dir/tokenizer.json (and dir/tokenizer_config.json if present).
+ * Unsupported components are refused with a message naming them. */
+int tok_load(tokenizer **out, const char *dir, char *err, size_t errlen);
+void tok_free(tokenizer *t);
+
+int tok_vocab_size(const tokenizer *t); /* 1 + the largest id */
+
+/* Encodes text (len bytes, UTF-8). add_special: add what the
+ * post-processor adds (e.g. Llama 3's <|begin_of_text|>), as HF's
+ * add_special_tokens=True. *ids is malloc'd; returns the count or -1. */
+int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special, int **ids, char *err,
+               size_t errlen);
+
+/* The raw bytes a token stands for (ByteLevel-decoded); NULL for an id
+ * out of range. Special tokens give their text. */
+const char *tok_token_bytes(const tokenizer *t, int id, size_t *len);
+
+/* The id of a token given by its vocabulary string (e.g. "<|im_end|>"),
+ * or -1. */
+int tok_token_id(const tokenizer *t, const char *token);
+
+/* 1 if id is an added token marked special (what skip_special drops). */
+int tok_is_special(const tokenizer *t, int id);
+
+/* bos_token / eos_token of tokenizer_config.json as ids, or -1 when the
+ * file, the entry or the token is absent. */
+int tok_bos_id(const tokenizer *t);
+int tok_eos_id(const tokenizer *t);
+
+/* Decodes ids to a malloc'd NUL-terminated string (invalid UTF-8 replaced
+ * by U+FFFD, as HF decode does). skip_special drops special tokens. */
+char *tok_decode(const tokenizer *t, const int *ids, int n, int skip_special, size_t *len);
+
+/* Streaming decode: feed ids one at a time; out receives only complete
+ * UTF-8 sequences (incomplete trailing bytes are held back). */
+typedef struct {
+    unsigned char pend[8];
+    int npend;
+} tok_stream;
+/* Appends the decodable text of id to out (cap bytes, NUL-terminated);
+ * returns bytes written. Unknown ids write nothing. cap must be at least
+ * tok_stream_cap(t) (invalid bytes grow 3x as U+FFFD); with less, output
+ * that does not fit is dropped (never a partial character). Concatenated
+ * chunks (plus the flush) equal tok_decode(..., skip_special=0). */
+size_t tok_stream_push(const tokenizer *t, tok_stream *s, int id, char *out, size_t cap);
+size_t tok_stream_cap(const tokenizer *t);
+/* Emits whatever is held back (invalid leftovers as U+FFFD). */
+size_t tok_stream_flush(tok_stream *s, char *out, size_t cap);
+
+#endif

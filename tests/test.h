@@ -1,0 +1,52 @@
+/* test: a minimal test harness. Each TEST registers itself before main
+ * runs; CHECK records a failure with file and line and carries on. The
+ * runner (tests/main.c) prints "N passed, N failed". */
+#ifndef DS_TEST_H
+#define DS_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+
+typedef void (*test_fn)(void);
+void test_register(const char *name, test_fn fn);
+void test_fail(const char *file, int line, const char *fmt, ...);
+/* Directory holding committed fixtures (tests/data). */
+const char *test_data_dir(void);
+/* Directory with real tokenizers (qwen3/, llama3/), or NULL with a
+ * message printed when they cannot be found. */
+const char *test_tokenizer_dir(void);
+/* A fresh scratch directory for this test process. */
+const char *test_tmp_dir(void);
+
+#define TEST(name)                                                         \
+    static void test_##name(void);                                         \
+    __attribute__((constructor)) static void test_reg_##name(void) {       \
+        test_register(#name, test_##name);                                 \
+    }                                                                      \
+    static void test_##name(void)
+
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (!(cond)) test_fail(__FILE__, __LINE__, "CHECK(%s)", #cond);    \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                               \
+    do {                                                                   \
+        if (!(cond)) test_fail(__FILE__, __LINE__, __VA_ARGS__);           \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                 \
+    do {                                                                   \
+        long long _a = (long long)(a), _b = (long long)(b);                \
+        if (_a != _b)                                                      \
+            test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b, _a, _b); \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                              \
+    do {                                                                   \
+        double _a = (double)(a), _b = (double)(b);                         \
+        if (!(fabs(_a - _b) <= (tol)))                                     \
+            test_fail(__FILE__, __LINE__, "%s ~= %s: %.9g vs %.9g (tol %g)", #a, #b, _a, _b, (double)(tol)); \
+    } while (0)
+
+#endif

@@ -1,0 +1,274 @@
+/* Golden forward tests: dspark's logits, greedy continuations and layer
+ * taps against transformers (fp32 from the same saved weights), for the
+ * checkpoints tools/gen_golden_models.py made under tests/data/models/.
+ * Also chunked prefill, KV truncation, scalar-vs-SIMD, and load errors. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "json.h"
+#include "model.h"
+#include "ops.h"
+#include "test.h"
+#include "util.h"
+
+static const char *MODELS[] = {"qwen3-bf16", "qwen3-f16-sharded", "qwen3-f32-untied",
+                               "qwen2-bf16-legacy", "llama3-bf16", "llama3-f16-legacy"};
+#define N_MODELS (int)(sizeof MODELS / sizeof MODELS[0])
+
+typedef struct {
+    char dir[512];
+    int n_prompt, n_tokens, vocab, hidden, n_taps;
+    int tokens[128], greedy_from;
+    int taps[8];
+    float *logits; /* [n_tokens][vocab] */
+    float *hidden_ref; /* [n_taps][n_tokens][hidden] or NULL */
+} golden;
+
+static float *read_f32(const char *path, size_t count) {
+    char err[256];
+    size_t len;
+    char *buf = ds_read_file(path, &len, err, sizeof err);
+    if (!buf) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return NULL;
+    }
+    if (len != count * sizeof(float)) {
+        test_fail(__FILE__, __LINE__, "%s: %zu bytes, expected %zu", path, len, count * sizeof(float));
+        free(buf);
+        return NULL;
+    }
+    return (float *)buf;
+}
+
+static int int_array(const cJSON *a, int *out, int cap) {
+    int n = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, a) {
+        if (n < cap) out[n] = v->valueint;
+        n++;
+    }
+    return n;
+}
+
+static int load_golden(golden *g, const char *name) {
+    memset(g, 0, sizeof *g);
+    snprintf(g->dir, sizeof g->dir, "%s/models/%s", test_data_dir(), name);
+    char path[600], err[256];
+    snprintf(path, sizeof path, "%s/golden.json", g->dir);
+    cJSON *j = json_parse_file(path, err, sizeof err);
+    if (!j) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return -1;
+    }
+    int prompt[128];
+    g->n_prompt = int_array(cJSON_GetObjectItem(j, "prompt"), prompt, 128);
+    g->n_tokens = int_array(cJSON_GetObjectItem(j, "tokens"), g->tokens, 128);
+    g->n_taps = int_array(cJSON_GetObjectItem(j, "taps"), g->taps, 8);
+    g->vocab = cJSON_GetObjectItem(j, "vocab")->valueint;
+    g->hidden = cJSON_GetObjectItem(j, "hidden")->valueint;
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s/logits.bin", g->dir);
+    g->logits = read_f32(path, (size_t)g->n_tokens * (size_t)g->vocab);
+    if (g->n_taps) {
+        snprintf(path, sizeof path, "%s/hidden.bin", g->dir);
+        g->hidden_ref = read_f32(path, (size_t)g->n_taps * (size_t)g->n_tokens * (size_t)g->hidden);
+    }
+    return g->logits ? 0 : -1;
+}
+
+static void free_golden(golden *g) {
+    free(g->logits);
+    free(g->hidden_ref);
+}
+
+/* max |a-b| / max |ref| over one row */
+static double rel_err(const float *a, const float *ref, int n) {
+    double md = 0, mr = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        md = d > md ? d : md;
+        mr = fabs(ref[i]) > mr ? fabs(ref[i]) : mr;
+    }
+    return mr > 0 ? md / mr : md;
+}
+
+/* Prefill the prompt (chunked by max_batch), compare all prompt rows, then
+ * greedy-decode with the KV cache and compare each step's logits and ids. */
+static void check_model(const char *name, int max_batch, tpool *tp) {
+    golden g;
+    if (load_golden(&g, name) != 0) return;
+    char err[1024];
+    model *m;
+    if (model_load(&m, g.dir, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s: %s", name, err);
+        free_golden(&g);
+        return;
+    }
+    CHECK_EQ_INT(model_cfg(m)->vocab_size, g.vocab);
+    model_ctx *c;
+    CHECK(mctx_create(&c, m, 256, max_batch, tp, err, sizeof err) == 0);
+    int V = g.vocab;
+    float *lg = xmalloc(sizeof(float) * (size_t)g.n_tokens * (size_t)V);
+    model_batch b = {.n = g.n_prompt, .tokens = g.tokens, .n_logits = g.n_prompt, .logits = lg};
+    CHECK(model_forward(c, &b, err, sizeof err) == 0);
+    double worst = 0;
+    for (int r = 0; r < g.n_prompt; r++) {
+        double e = rel_err(lg + (size_t)r * V, g.logits + (size_t)r * V, V);
+        worst = e > worst ? e : worst;
+    }
+    /* greedy with KV cache: the next id must be the golden one */
+    int ok_ids = 1;
+    float *row = lg + (size_t)(g.n_prompt - 1) * V;
+    for (int i = g.n_prompt; i < g.n_tokens; i++) {
+        int id = op_argmax(row, V);
+        if (id != g.tokens[i]) {
+            test_fail(__FILE__, __LINE__, "%s (batch %d): greedy step %d gave %d, transformers %d", name, max_batch,
+                      i - g.n_prompt, id, g.tokens[i]);
+            ok_ids = 0;
+            break;
+        }
+        float *next = lg + (size_t)i * V;
+        model_batch d = {.n = 1, .tokens = &g.tokens[i], .n_logits = 1, .logits = next};
+        if (i + 1 < g.n_tokens) {
+            CHECK(model_forward(c, &d, err, sizeof err) == 0);
+            double e = rel_err(next, g.logits + (size_t)i * V, V);
+            worst = e > worst ? e : worst;
+        }
+        row = next;
+    }
+    CHECK_MSG(worst <= 1e-3, "%s (batch %d): max|diff|/max|ref| = %.3g > 1e-3", name, max_batch, worst);
+    if (getenv("DSPARK_TEST_VERBOSE")) fprintf(stderr, "  %s batch %d: rel err %.3g\n", name, max_batch, worst);
+    (void)ok_ids;
+    free(lg);
+    mctx_free(c);
+    model_free(m);
+    free_golden(&g);
+}
+
+TEST(model_golden_all) {
+    for (int i = 0; i < N_MODELS; i++) check_model(MODELS[i], 64, NULL);
+}
+
+TEST(model_golden_chunked_threaded) {
+    tpool *tp = tp_create(3);
+    for (int i = 0; i < N_MODELS; i++) check_model(MODELS[i], 5, tp);
+    tp_free(tp);
+}
+
+TEST(model_golden_scalar) {
+    int prev = ops_use_simd(0);
+    check_model("qwen3-bf16", 7, NULL);
+    check_model("llama3-f16-legacy", 7, NULL);
+    ops_use_simd(prev);
+}
+
+/* Whole sequence in one batch, with taps; and truncation then refill. */
+TEST(model_taps_and_truncate) {
+    const char *names[] = {"qwen3-bf16", "llama3-bf16"};
+    for (int k = 0; k < 2; k++) {
+        golden g;
+        if (load_golden(&g, names[k]) != 0) return;
+        char err[1024];
+        model *m;
+        model_ctx *c;
+        if (model_load(&m, g.dir, err, sizeof err) != 0) {
+            test_fail(__FILE__, __LINE__, "%s", err);
+            free_golden(&g);
+            continue;
+        }
+        CHECK(mctx_create(&c, m, 128, 64, NULL, err, sizeof err) == 0);
+        int V = g.vocab, H = g.hidden, T = g.n_tokens;
+        float *lg = xmalloc(sizeof(float) * (size_t)T * V);
+        float *taps = xmalloc(sizeof(float) * (size_t)g.n_taps * T * H);
+        model_batch b = {.n = T, .tokens = g.tokens, .n_logits = T, .logits = lg,
+                         .n_taps = g.n_taps, .tap_layers = g.taps, .taps = taps};
+        CHECK(model_forward(c, &b, err, sizeof err) == 0);
+        CHECK_EQ_INT(mctx_len(c), T);
+        for (int r = 0; r < T; r++)
+            CHECK_MSG(rel_err(lg + (size_t)r * V, g.logits + (size_t)r * V, V) <= 1e-3, "%s row %d", names[k], r);
+        for (int t = 0; t < g.n_taps; t++)
+            for (int r = 0; r < T; r++) {
+                size_t o = ((size_t)t * T + r) * H;
+                CHECK_MSG(rel_err(taps + o, g.hidden_ref + o, H) <= 1e-3, "%s tap layer %d row %d", names[k],
+                          g.taps[t], r);
+            }
+        /* roll back to 15 positions and redo the rest: same logits */
+        mctx_truncate(c, 15);
+        CHECK_EQ_INT(mctx_len(c), 15);
+        int rows[3] = {0, 7, T - 16};
+        float *lg2 = xmalloc(sizeof(float) * 3 * (size_t)V);
+        model_batch r2 = {.n = T - 15, .tokens = g.tokens + 15, .n_logits = 3, .logit_rows = rows, .logits = lg2};
+        CHECK(model_forward(c, &r2, err, sizeof err) == 0);
+        for (int i = 0; i < 3; i++)
+            CHECK(rel_err(lg2 + (size_t)i * V, g.logits + (size_t)(15 + rows[i]) * V, V) <= 1e-3);
+        /* context full is an error, not a crash */
+        mctx_truncate(c, 0);
+        int many[200] = {0};
+        model_batch big = {.n = 200, .tokens = many};
+        CHECK(model_forward(c, &big, err, sizeof err) != 0);
+        CHECK(strstr(err, "context window full") != NULL);
+        int bad = V;
+        model_batch oob = {.n = 1, .tokens = &bad};
+        CHECK(model_forward(c, &oob, err, sizeof err) != 0);
+        CHECK(strstr(err, "outside the vocabulary") != NULL);
+        free(lg2);
+        free(taps);
+        free(lg);
+        mctx_free(c);
+        model_free(m);
+        free_golden(&g);
+    }
+}
+
+/* copies a fixture model into a scratch dir, with config.json edited */
+static void make_variant(const char *dst, const char *src_name, const char *key, const char *value) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && cp %s/models/%s/*.json %s/models/%s/*.safetensors %s/",
+             dst, dst, test_data_dir(), src_name, test_data_dir(), src_name, dst);
+    CHECK(system(cmd) == 0);
+    char path[600], err[256];
+    snprintf(path, sizeof path, "%s/config.json", dst);
+    size_t n;
+    char *text = ds_read_file(path, &n, err, sizeof err);
+    CHECK(text != NULL);
+    if (!text) return;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    cJSON_DeleteItemFromObject(j, key);
+    cJSON_AddItemToObject(j, key, cJSON_Parse(value));
+    char *out = cJSON_Print(j);
+    FILE *f = fopen(path, "w");
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    cJSON_Delete(j);
+}
+
+static void expect_load_error(const char *dir, const char *needle1, const char *needle2) {
+    model *m = NULL;
+    char err[1024] = "";
+    int r = model_load(&m, dir, err, sizeof err);
+    CHECK_MSG(r != 0, "load of %s should fail", dir);
+    CHECK_MSG(strstr(err, needle1) && (!needle2 || strstr(err, needle2)), "error \"%s\" lacks \"%s\"/\"%s\"", err,
+              needle1, needle2 ? needle2 : "");
+    model_free(m);
+}
+
+TEST(model_load_errors) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/variant", test_tmp_dir());
+    make_variant(dir, "qwen3-bf16", "num_hidden_layers", "2");
+    expect_load_error(dir, "unexpected tensor", "model.layers.2.");
+    make_variant(dir, "qwen3-bf16", "num_hidden_layers", "4");
+    expect_load_error(dir, "missing tensor", "model.layers.3.");
+    make_variant(dir, "qwen3-bf16", "intermediate_size", "128");
+    expect_load_error(dir, "mlp.gate_proj.weight", "shape");
+    make_variant(dir, "qwen3-bf16", "tie_word_embeddings", "false");
+    expect_load_error(dir, "missing tensor", "lm_head.weight");
+    make_variant(dir, "qwen3-bf16", "model_type", "\"gpt2\"");
+    expect_load_error(dir, "gpt2", NULL);
+    make_variant(dir, "qwen3-bf16", "attention_bias", "true");
+    expect_load_error(dir, "missing tensor", "q_proj.bias");
+    expect_load_error("/nonexistent-dir", "config.json", NULL);
+}
