@@ -21,12 +21,15 @@ int tok_vocab_size(const tokenizer *t); /* 1 + the largest id */
 
 /* Encodes text (len bytes, UTF-8). add_special: add what the
  * post-processor adds (e.g. Llama 3's <|begin_of_text|>), as HF's
- * add_special_tokens=True. *ids is malloc'd; returns the count or -1. */
+ * add_special_tokens=True. *ids is malloc'd (free it even for 0 ids);
+ * returns the count, or -1 with err filled (input that is not valid
+ * UTF-8 is refused). Thread-safe. */
 int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special, int **ids, char *err,
                size_t errlen);
 
-/* The raw bytes a token stands for (ByteLevel-decoded); NULL for an id
- * out of range. Special tokens give their text. */
+/* The raw bytes a token stands for (ByteLevel-decoded; NUL-terminated,
+ * but may hold partial UTF-8); NULL for an id out of range or unused.
+ * Special tokens give their text. */
 const char *tok_token_bytes(const tokenizer *t, int id, size_t *len);
 
 /* The id of a token given by its vocabulary string (e.g. "<|im_end|>"),
@@ -46,7 +49,9 @@ int tok_eos_id(const tokenizer *t);
 char *tok_decode(const tokenizer *t, const int *ids, int n, int skip_special, size_t *len);
 
 /* Streaming decode: feed ids one at a time; out receives only complete
- * UTF-8 sequences (incomplete trailing bytes are held back). */
+ * UTF-8 sequences (incomplete trailing bytes are held back). Start from
+ * a zeroed tok_stream. To skip special tokens, do not push the ids for
+ * which tok_is_special is true (the same as tok_decode's skip_special). */
 typedef struct {
     unsigned char pend[8];
     int npend;
@@ -58,7 +63,7 @@ typedef struct {
  * chunks (plus the flush) equal tok_decode(..., skip_special=0). */
 size_t tok_stream_push(const tokenizer *t, tok_stream *s, int id, char *out, size_t cap);
 size_t tok_stream_cap(const tokenizer *t);
-/* Emits whatever is held back (invalid leftovers as U+FFFD). */
+/* Emits whatever is held back (invalid leftovers as U+FFFD); cap >= 4. */
 size_t tok_stream_flush(tok_stream *s, char *out, size_t cap);
 
 #endif

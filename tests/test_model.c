@@ -237,6 +237,7 @@ static void make_variant(const char *dst, const char *src_name, const char *key,
     free(text);
     cJSON_DeleteItemFromObject(j, key);
     cJSON_AddItemToObject(j, key, cJSON_Parse(value));
+    cJSON_DeleteItemFromObject(j, "layer_types"); /* would contradict an edited layer count */
     char *out = cJSON_Print(j);
     FILE *f = fopen(path, "w");
     fputs(out, f);

@@ -1,0 +1,235 @@
+/* ops-bench: micro-benchmark of the CPU kernels on the Qwen3-0.6B shapes
+ * (hidden 1024, intermediate 3072, 16/8 heads of 128, vocab 151936, bf16).
+ *
+ *   M = 1 matmul: GB/s of weights streamed. Each matrix is cycled through
+ *     enough copies to exceed the L3, as in decode where every weight byte
+ *     comes from DRAM once per token.
+ *   M = 8, 16, 512 matmul: GFLOP/s (2*M*N*K / time).
+ *   "model": the 28 layers' 7 matmuls (+ the LM head for one row) with
+ *     distinct weights, i.e. the matmul part of one decode token or of a
+ *     512-token prefill, as tok/s.
+ *   attention (prefill 512, decode at 4k context) and the tp_run latency.
+ *
+ * Built by hand (not by make):
+ *   gcc -std=c11 -D_GNU_SOURCE -O2 -mavx2 -mfma -mf16c -c src/ops_avx2.c -o /tmp/ops_avx2.o -Isrc
+ *   gcc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc bench/ops-bench.c src/ops.c src/threadpool.c \
+ *       src/cpu.c src/util.c /tmp/ops_avx2.o -o /tmp/ops-bench -lm
+ *   /tmp/ops-bench [threads...]        (default: 1 2)
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "ops.h"
+#include "threadpool.h"
+#include "util.h"
+
+static uint64_t rs = 88172645463325252ULL;
+static uint32_t rnd(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (uint32_t)(rs >> 32);
+}
+static float frnd(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+
+static tensor make_bf16(int N, int K, float scale) {
+    tensor t;
+    memset(&t, 0, sizeof t);
+    size_t n = (size_t)N * K;
+    uint16_t *d = xaligned(n * 2);
+    /* random bits are cheap to make; scale them through a small table */
+    uint16_t tab[4096];
+    for (int i = 0; i < 4096; i++) tab[i] = ds_f32_to_bf16(frnd() * scale);
+    for (size_t i = 0; i < n; i++) d[i] = tab[rnd() & 4095];
+    t.name = "bench";
+    t.dtype = DT_BF16;
+    t.ndim = 2;
+    t.shape[0] = N;
+    t.shape[1] = K;
+    t.data = d;
+    t.nbytes = n * 2;
+    return t;
+}
+
+static float *make_x(size_t n) {
+    float *x = xaligned(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = frnd();
+    return x;
+}
+
+/* best-of-reps time of one op_matmul over copies cycled round-robin */
+static double time_matmul(tpool *tp, const tensor *ws, int ncopy, int M, const float *x, float *y, int reps) {
+    double best = 1e30;
+    op_matmul(tp, y, x, M, &ws[0], NULL); /* warm up code and scratch */
+    for (int r = 0; r < reps; r++) {
+        double t0 = ds_now();
+        int iters = ncopy;
+        for (int i = 0; i < iters; i++) op_matmul(tp, y, x, M, &ws[i % ncopy], NULL);
+        double dt = (ds_now() - t0) / iters;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
+/* STREAM-like read probe: each thread folds its part of a 512 MiB buffer
+ * with xor (which the compiler vectorises, unlike a float sum) */
+typedef struct {
+    const uint64_t *a;
+    size_t n;
+    uint64_t out[64];
+} rd_ctx;
+
+static void read_fn(void *p, int ith, int nth) {
+    rd_ctx *c = p;
+    size_t lo = c->n * (size_t)ith / (size_t)nth, hi = c->n * (size_t)(ith + 1) / (size_t)nth;
+    uint64_t acc[8] = {0};
+    for (size_t i = lo; i + 8 <= hi; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] ^= c->a[i + j];
+    c->out[ith * 8 % 64] = acc[0] ^ acc[1] ^ acc[2] ^ acc[3] ^ acc[4] ^ acc[5] ^ acc[6] ^ acc[7];
+}
+
+static double read_bw(tpool *tp) {
+    static uint64_t *buf;
+    size_t n = (512u << 20) / 8;
+    if (!buf) {
+        buf = xaligned(n * 8);
+        for (size_t i = 0; i < n; i++) buf[i] = i * 0x9e3779b97f4a7c15ULL;
+    }
+    rd_ctx c = {.a = buf, .n = n};
+    double best = 1e30;
+    for (int r = 0; r < 5; r++) {
+        double t0 = ds_now();
+        tp_run(tp, read_fn, &c);
+        double dt = ds_now() - t0;
+        if (dt < best) best = dt;
+    }
+    return (double)n * 8 / best / 1e9;
+}
+
+static void noop(void *ctx, int ith, int nth) {
+    (void)ctx;
+    (void)ith;
+    (void)nth;
+}
+
+int main(int argc, char **argv) {
+    int threads[8] = {1, 2}, nt = 2;
+    if (argc > 1) {
+        nt = 0;
+        for (int i = 1; i < argc && nt < 8; i++) threads[nt++] = atoi(argv[i]);
+    }
+    printf("cpu: %s, %d cpus, simd %s\n", cpu_name(), cpu_count(), ops_simd_active() ? "avx2" : "scalar");
+
+    const int H = 1024, I = 3072, V = 151936, L = 28, HQ = 2048, HKV = 1024;
+    /* single-matrix shapes, each cycled through enough copies to pass 256 MB */
+    struct { const char *name; int N, K; } sh[] = {{"up   3072x1024", I, H}, {"down 1024x3072", H, I}, {"head 151936x1024", V, H}};
+    tensor *copies[3];
+    int ncopies[3];
+    for (int s = 0; s < 3; s++) {
+        size_t bytes = (size_t)sh[s].N * sh[s].K * 2;
+        int n = (int)((256u << 20) / bytes) + 1;
+        ncopies[s] = n;
+        copies[s] = xmalloc(sizeof(tensor) * (size_t)n);
+        for (int i = 0; i < n; i++) copies[s][i] = make_bf16(sh[s].N, sh[s].K, 0.02f);
+    }
+    /* the model's own matrices, distinct per layer */
+    struct { int N, K; } lsh[7] = {{HQ, H}, {HKV, H}, {HKV, H}, {H, HQ}, {I, H}, {I, H}, {H, I}};
+    tensor *layers = xmalloc(sizeof(tensor) * L * 7);
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < 7; j++) layers[l * 7 + j] = make_bf16(lsh[j].N, lsh[j].K, 0.02f);
+    tensor head = copies[2][0];
+    size_t model_bytes = (size_t)V * H * 2;
+    for (int j = 0; j < 7; j++) model_bytes += (size_t)L * lsh[j].N * lsh[j].K * 2;
+
+    const int MP = 512;
+    float *x = make_x((size_t)MP * I), *y = xaligned((size_t)MP * I * sizeof(float));
+    float *yh = xaligned((size_t)V * sizeof(float));
+
+    for (int ti = 0; ti < nt; ti++) {
+        tpool *tp = tp_create(threads[ti]);
+        int n = tp_size(tp);
+        printf("\n== %d thread%s\n", n, n > 1 ? "s" : "");
+        /* dispatch latency */
+        {
+            int runs = 200000;
+            double t0 = ds_now();
+            for (int i = 0; i < runs; i++) tp_run(tp, noop, NULL);
+            printf("tp_run (empty)            %8.3f us\n", (ds_now() - t0) / runs * 1e6);
+        }
+        printf("read bandwidth (512 MiB)  %8.2f GB/s\n", read_bw(tp));
+        for (int s = 0; s < 3; s++) {
+            double t = time_matmul(tp, copies[s], ncopies[s], 1, x, s == 2 ? yh : y, s == 2 ? 5 : 3);
+            double gb = (double)sh[s].N * sh[s].K * 2 / t / 1e9;
+            printf("M=1   %-18s %8.3f ms  %6.2f GB/s\n", sh[s].name, t * 1e3, gb);
+        }
+        for (int s = 0; s < 2; s++) {
+            int Ms[] = {2, 4, 8, 16, 512};
+            for (int mi = 0; mi < 5; mi++) {
+                int M = Ms[mi];
+                int nc = M >= 64 ? 2 : ncopies[s];
+                double t = time_matmul(tp, copies[s], nc, M, x, y, M >= 64 ? 3 : 3);
+                double gf = 2.0 * M * sh[s].N * sh[s].K / t / 1e9;
+                printf("M=%-3d %-18s %8.3f ms  %6.1f GFLOP/s  %6.2f GB/s\n", M, sh[s].name, t * 1e3, gf,
+                       (double)sh[s].N * sh[s].K * 2 / t / 1e9);
+            }
+        }
+        /* model decode: every matrix once for one row, plus the LM head */
+        {
+            double best = 1e30;
+            for (int r = 0; r < 3; r++) {
+                double t0 = ds_now();
+                for (int l = 0; l < L; l++)
+                    for (int j = 0; j < 7; j++) op_matmul(tp, y, x, 1, &layers[l * 7 + j], NULL);
+                op_matmul(tp, yh, x, 1, &head, NULL);
+                double dt = ds_now() - t0;
+                if (dt < best) best = dt;
+            }
+            printf("model decode matmuls      %8.2f ms/token  %6.2f tok/s  %6.2f GB/s (%.3f GB/token)\n", best * 1e3,
+                   1 / best, model_bytes / best / 1e9, model_bytes / 1e9);
+        }
+        /* model prefill: 512 rows through every layer, LM head for the last row */
+        {
+            double t0 = ds_now();
+            for (int l = 0; l < L; l++)
+                for (int j = 0; j < 7; j++) op_matmul(tp, y, x, MP, &layers[l * 7 + j], NULL);
+            op_matmul(tp, yh, x, 1, &head, NULL);
+            double dt = ds_now() - t0;
+            double flop = 0;
+            for (int j = 0; j < 7; j++) flop += 2.0 * MP * L * lsh[j].N * lsh[j].K;
+            printf("model prefill-512 matmuls %8.1f ms  %6.1f tok/s  %6.1f GFLOP/s\n", dt * 1e3, MP / dt,
+                   flop / dt / 1e9);
+        }
+        /* attention, Qwen3-0.6B heads: prefill of 512 rows, and decode at 4k */
+        {
+            int nh = 16, nkv = 8, hd = 128, ctx = 4096 + 1;
+            float *q = make_x((size_t)MP * nh * hd), *k = make_x((size_t)nkv * ctx * hd), *v = make_x((size_t)nkv * ctx * hd);
+            float *o = xaligned((size_t)MP * nh * hd * sizeof(float));
+            for (size_t i = 0; i < (size_t)MP * nh * hd; i++) q[i] *= 0.3f;
+            double t0 = ds_now();
+            op_attention(tp, o, q, MP, nh, nkv, hd, k, v, ctx, 0, 1.0f / sqrtf(hd));
+            double dt = ds_now() - t0;
+            double flop = 4.0 * nh * hd * (MP * (MP + 1) / 2.0);
+            printf("attention prefill-512     %8.2f ms/layer  %6.1f GFLOP/s  (x28 = %.0f ms)\n", dt * 1e3,
+                   flop / dt / 1e9, dt * 28e3);
+            double best = 1e30;
+            for (int r = 0; r < 20; r++) {
+                t0 = ds_now();
+                op_attention(tp, o, q, 1, nh, nkv, hd, k, v, ctx, ctx - 1, 1.0f / sqrtf(hd));
+                dt = ds_now() - t0;
+                if (dt < best) best = dt;
+            }
+            printf("attention decode @4k      %8.3f ms/layer  %6.2f GB/s of KV\n", best * 1e3,
+                   2.0 * nkv * ctx * hd * 4 / best / 1e9);
+            free(q);
+            free(k);
+            free(v);
+            free(o);
+        }
+        tp_free(tp);
+    }
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* ops_internal: what ops.c (scalar paths, dispatch, threading) and
+ * ops_avx2.c (AVX2+FMA+F16C kernels) share. Not part of the public API;
+ * tests include it to reach the kernels directly.
+ *
+ * The SIMD matmul and attention kernels are written so that the value of
+ * one output does not depend on how the work was split: not on the thread
+ * count, not on M (a row computed in a batch of 512 equals the same row
+ * computed alone), not on which rows share a register block. Each matmul
+ * output is one 8-lane fp32 FMA chain over k = 0..K-1 in order (lane k%8),
+ * reduced by the fixed pairing of hsum4, plus the bias; each attention
+ * score is such a dot scaled, and each attention output element is one FMA
+ * chain over cache positions in order. This makes verify rows bit-equal to
+ * decode rows, which keeps speculative decoding exactly lossless. */
+#ifndef DS_OPS_INTERNAL_H
+#define DS_OPS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops.h"
+#include "util.h"
+
+#if !defined(DS_NO_SIMD) && (defined(__x86_64__) || defined(__i386__))
+#define DS_HAVE_AVX2_PATH 1
+#endif
+
+/* The calling thread's scratch buffer: 64-byte aligned, at least `bytes`,
+ * kept across calls and grown when needed (contents are not preserved on
+ * growth), freed when the thread exits. One buffer per thread: a kernel
+ * must request everything it needs in one call. */
+void *ops_scratch(size_t bytes);
+
+/* Matmul tiling shared by the dispatcher and the kernels. */
+#define OPS_NC 64   /* weight rows per work chunk in the blocked (M >= 2) path */
+#define OPS_KC 512  /* K tile of the blocked path (multiple of 8) */
+
+/* Rows per query block in attention so that one block holds about 8
+ * query vectors (block rows x heads per KV head). */
+static inline int ops_attn_qb(int ratio) {
+    int qb = 8 / (ratio > 0 ? ratio : 1);
+    return qb < 1 ? 1 : qb;
+}
+
+/* One attention work item: query rows [m0, m0+qb) of every query head that
+ * reads KV head g. */
+typedef struct {
+    float *out;
+    const float *q, *k, *v;
+    int M, n_heads, n_kv_heads, head_dim, kv_stride, n_past;
+    float scale;
+} attn_args;
+
+/* scalar kernels (ops.c) */
+void scalar_attn_task(const attn_args *a, int g, int m0, int qb);
+
+#ifdef DS_HAVE_AVX2_PATH
+/* y rows [n0, n1) of every output row (all M rows). M == 1 and M >= 2 take
+ * different loops with the same per-output arithmetic. */
+void avx2_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+                      const float *bias, int n0, int n1);
+/* head_dim must be a multiple of 8 */
+void avx2_attn_task(const attn_args *a, int g, int m0, int qb);
+void avx2_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps);
+void avx2_swiglu(float *y, const float *gate, const float *up, int n);
+void avx2_add(float *y, const float *x, int n);
+void avx2_to_f32(float *y, const void *x, ds_dtype dt, int64_t n);
+/* y[i] = exp(x[i]), relative error below 1e-6; exposed for tests */
+void avx2_exp(float *y, const float *x, int n);
+#endif
+
+#endif
