@@ -29,7 +29,7 @@ static int detect_avx2(void) {
     int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
     if (!(fma && osxsave && avx && f16c)) return 0;
     if ((read_xcr0() & 6) != 6) return 0; /* XMM and YMM state enabled by the OS */
-    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    if ((unsigned)__get_cpuid_max(0, NULL) < 7u) return 0;
     __cpuid_count(7, 0, a, b, c, d);
     return (b >> 5) & 1; /* AVX2 */
 }
@@ -71,7 +71,7 @@ const char *cpu_name(void) {
     memset(buf, 0, sizeof buf);
 #ifdef DS_X86
     unsigned regs[12];
-    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
         for (unsigned i = 0; i < 3; i++)
             __get_cpuid(0x80000002u + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2], &regs[4 * i + 3]);
         memcpy(buf, regs, 48);

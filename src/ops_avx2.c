@@ -5,14 +5,15 @@
  * Matmul (y = x W^T, W [N][K] in f32/f16/bf16) has two loops over one
  * register kernel, `kern`: a block of up to 3 x rows times 4 W rows whose
  * 12 accumulators are 8-lane fp32 partial dots, reduced at the end by
- * hsum4. M == 1 (decode) streams W in place, widening bf16 (a 16-bit
- * shift) or f16 (vcvtph2ps) in registers: that loop is bound by memory
- * bandwidth. M >= 2 (prefill, verify) works on a chunk of OPS_NC W rows:
- * per K tile it widens the chunk's tile to f32 once into per-thread
- * scratch and runs every x row over it, so each widened weight is reused
- * M times from L1/L2; the partial accumulators of all rows live in scratch
+ * hsum4. The direct loop (decode, verify, small prefill: while x fits in
+ * L2) streams W in place, widening bf16 (a 16-bit shift) or f16
+ * (vcvtph2ps) in registers, with software prefetch one block of rows
+ * ahead; at M == 1 it is bound by memory bandwidth. The blocked loop
+ * (large M) works on a chunk of OPS_NC W rows: per K tile it widens the
+ * chunk's tile to f32 once into per-thread scratch and runs every x row
+ * over it from L1/L2; the partial accumulators of all rows live in scratch
  * between K tiles, so the arithmetic of an output is the same as in the
- * M == 1 loop (see ops_internal.h on why that matters). */
+ * direct loop (see ops_internal.h on why that matters). */
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
@@ -63,11 +64,20 @@ AI float hsum1(__m256 a) { return _mm_cvtss_f32(hsum4(a, a, a, a)); }
 
 /* ---------------------------------------------------------------- matmul */
 
+/* Software prefetch when W streams from memory: while a block of 4 rows
+ * is consumed, the same position (less 256 bytes) of the next block's
+ * rows is requested, i.e. one block (4 K weights) ahead. The hardware
+ * prefetcher alone, with four interleaved row streams per thread, left
+ * 30-40 % of the bandwidth unused on a Zen 5 VM; so did prefetching
+ * within the current rows. */
+#define PF_ROWS 4
+#define PF_BYTES (-256)
+
 /* acc[i][j] = dot(xr[i][0..len), w row j [0..len)) for i < MR, j < NR,
  * continuing 8-lane accumulators from io (unless first) and either saving
  * them back to io (unless last) or reducing them into sums[i*4 + j].
  * w rows are ldw elements apart; io holds acc (i, j) at (i*ios + j)*8. */
-AI void kern(const int MR, const int NR, const ds_dtype dt, const float *const *xr, const void *w,
+AI void kern(const int MR, const int NR, const ds_dtype dt, const int pf, const float *const *xr, const void *w,
              size_t ldw, int len, float *io, size_t ios, int first, int last, float *sums) {
     __m256 acc[3][4];
     UNROLL
@@ -79,20 +89,23 @@ AI void kern(const int MR, const int NR, const ds_dtype dt, const float *const *
     const char *wb = (const char *)w;
     int k = 0;
     for (; k + 8 <= len; k += 8) {
-        __m256 wv[4];
-#ifdef PF
-        if (MR == 1 && dt != DT_F32 && (k & 31) == 0) {
+        if (pf && ((size_t)k * es) % 64 == 0) {
             UNROLL
-            for (int j = 0; j < NR; j++) _mm_prefetch(wb + ((size_t)j * ldw + (size_t)k) * es + PF, _MM_HINT_T0);
+            for (int j = 0; j < NR; j++) /* may point past W: integer arithmetic, prefetch never faults */
+                _mm_prefetch((const char *)((uintptr_t)wb + ((size_t)(j + PF_ROWS) * ldw + (size_t)k) * es + PF_BYTES),
+                             _MM_HINT_T0);
         }
-#endif
+        /* x rows in registers, one widened W vector at a time: 12
+         * accumulators + 3 x + 1 w fit the 16 ymm registers without a
+         * spill (which would put a store-forward into an FMA chain) */
+        __m256 xv[3];
         UNROLL
-        for (int j = 0; j < NR; j++) wv[j] = ld_w(wb + ((size_t)j * ldw + (size_t)k) * es, dt);
+        for (int i = 0; i < MR; i++) xv[i] = _mm256_loadu_ps(xr[i] + k);
         UNROLL
-        for (int i = 0; i < MR; i++) {
-            __m256 xv = _mm256_loadu_ps(xr[i] + k);
+        for (int j = 0; j < NR; j++) {
+            __m256 wv = ld_w(wb + ((size_t)j * ldw + (size_t)k) * es, dt);
             UNROLL
-            for (int j = 0; j < NR; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+            for (int i = 0; i < MR; i++) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
         }
     }
     if (k < len) {
@@ -124,34 +137,47 @@ AI void kern(const int MR, const int NR, const ds_dtype dt, const float *const *
 
 #define MR_MAX 3
 
+/* Rows in the next register block when `rem` rows are left: 3 at a time,
+ * but 4 as 2 + 2, so no lone row (a 1-row block does a third of the work
+ * of a 3-row block in about the same time) remains unless M itself is 1. */
+static inline int block_rows(int rem) { return rem == 4 ? 2 : rem < MR_MAX ? rem : MR_MAX; }
+
 /* kern specialised for the (mr, nr, dt) triples the loops use */
 #define KERN_ARGS xr, w, ldw, len, io, ios, first, last, sums
 #define KERN_PARAMS const float *const *xr, const void *w, size_t ldw, int len, float *io, size_t ios, \
                     int first, int last, float *sums
-#define DEF_KERN(name, dt)                                                  \
+#define DEF_KERN(name, dt, pf)                                              \
     static void name(int mr, int nr, KERN_PARAMS) {                         \
         if (nr == 4) {                                                      \
-            if (mr == 3) kern(3, 4, dt, KERN_ARGS);                         \
-            else if (mr == 2) kern(2, 4, dt, KERN_ARGS);                    \
-            else kern(1, 4, dt, KERN_ARGS);                                 \
+            if (mr == 3) kern(3, 4, dt, pf, KERN_ARGS);                     \
+            else if (mr == 2) kern(2, 4, dt, pf, KERN_ARGS);                \
+            else kern(1, 4, dt, pf, KERN_ARGS);                             \
         } else {                                                            \
-            if (mr == 3) kern(3, 1, dt, KERN_ARGS);                         \
-            else if (mr == 2) kern(2, 1, dt, KERN_ARGS);                    \
-            else kern(1, 1, dt, KERN_ARGS);                                 \
+            if (mr == 3) kern(3, 1, dt, pf, KERN_ARGS);                     \
+            else if (mr == 2) kern(2, 1, dt, pf, KERN_ARGS);                \
+            else kern(1, 1, dt, pf, KERN_ARGS);                             \
         }                                                                   \
     }
-DEF_KERN(kern_f32, DT_F32)
-DEF_KERN(kern_bf16, DT_BF16)
-DEF_KERN(kern_f16, DT_F16)
+/* on data in cache (packed tiles, the KV cache block) */
+DEF_KERN(kern_f32, DT_F32, 0)
+/* on weights streamed from memory, with software prefetch */
+DEF_KERN(kern_f32_mem, DT_F32, 1)
+DEF_KERN(kern_bf16, DT_BF16, 1)
+DEF_KERN(kern_f16, DT_F16, 1)
+/* the same rows again for the next x rows: they are in L1 now */
+DEF_KERN(kern_bf16_l1, DT_BF16, 0)
+DEF_KERN(kern_f16_l1, DT_F16, 0)
 
 typedef void (*kern_fn)(int mr, int nr, KERN_PARAMS);
 
-static kern_fn kern_for(ds_dtype dt) {
-    return dt == DT_F32 ? kern_f32 : dt == DT_BF16 ? kern_bf16 : kern_f16;
+/* kern for W streamed from memory (first pass) or already in L1 */
+static kern_fn kern_for(ds_dtype dt, int from_memory) {
+    if (dt == DT_F32) return from_memory ? kern_f32_mem : kern_f32;
+    if (dt == DT_BF16) return from_memory ? kern_bf16 : kern_bf16_l1;
+    return from_memory ? kern_f16 : kern_f16_l1;
 }
 
-/* Runs kernel blocks over rows n0..n1 (4 at a time, then singly) for x
- * rows m0..m0+mr; io/sums as in kern. */
+/* y[m0+i][n+j] = sums[i*4 + j] (+ bias[n+j]) for the mr x nr block */
 static void store_sums(float *y, int N, int m0, int mr, int n, int nr, const float *sums, const float *bias) {
     for (int i = 0; i < mr; i++) {
         float *yr = y + (size_t)(m0 + i) * N + n;
@@ -162,17 +188,17 @@ static void store_sums(float *y, int N, int m0, int mr, int n, int nr, const flo
 /* M rows of x against W rows [n0, n1) read in place (no scratch). */
 static void matmul_direct(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
                           const float *bias, int n0, int n1) {
-    kern_fn kf = kern_for(dt);
+    kern_fn kmem = kern_for(dt, 1), kl1 = kern_for(dt, 0);
     size_t es = dt == DT_F32 ? 4 : 2;
     float sums[MR_MAX * 4];
     const float *xr[MR_MAX];
     for (int n = n0; n < n1;) {
         int nr = n1 - n >= 4 ? 4 : 1;
         const void *w = (const char *)W + (size_t)n * K * es;
-        for (int m0 = 0; m0 < M; m0 += MR_MAX) {
-            int mr = M - m0 < MR_MAX ? M - m0 : MR_MAX;
+        for (int m0 = 0, mr; m0 < M; m0 += mr) {
+            mr = block_rows(M - m0);
             for (int i = 0; i < mr; i++) xr[i] = x + (size_t)(m0 + i) * K;
-            kf(mr, nr, xr, w, (size_t)K, K, NULL, 0, 1, 1, sums);
+            (m0 == 0 ? kmem : kl1)(mr, nr, xr, w, (size_t)K, K, NULL, 0, 1, 1, sums);
             store_sums(y, N, m0, mr, n, nr, sums, bias);
         }
         n += nr;
@@ -202,12 +228,16 @@ static void pack_tile(float *wf, const void *W, ds_dtype dt, int K, int n0, int 
             int rem = kc - k;
             _mm256_store_ps(dst + k, ld_w_tail(src + k * es, dt, rem, tail_mask(rem)));
         }
+        /* this row's next tile is needed after this tile's compute: fetch
+         * it now instead of stalling on 64 short streams then */
+        int next = K - (k0 + kc) < OPS_KC ? K - (k0 + kc) : OPS_KC;
+        for (size_t b = 0; b < (size_t)next * es; b += 64) _mm_prefetch(src + (size_t)kc * es + b, _MM_HINT_T0);
     }
 }
 
-/* x rows per L1 block in the blocked loop: the x tile (MB x OPS_KC f32)
- * stays in L1 while the W tile streams from L2. */
-#define MB 6
+/* register blocks of x rows per pass over the W tile in the blocked loop:
+ * their x tile (up to 6 x OPS_KC f32) stays in L1 while W streams from L2 */
+#define MB_BLOCKS 2
 
 static void matmul_blocked(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
                            const float *bias, int n0, int n1) {
@@ -223,13 +253,15 @@ static void matmul_blocked(float *y, const float *x, int M, int K, int N, const 
         int kc = K - k0 < OPS_KC ? K - k0 : OPS_KC;
         int first = k0 == 0, last = k0 + kc >= K;
         pack_tile(wf, W, dt, K, n0, nb, k0, kc);
-        for (int mb0 = 0; mb0 < M; mb0 += MB) {
-            int mb1 = mb0 + MB < M ? mb0 + MB : M;
+        for (int mb0 = 0, mb1; mb0 < M; mb0 = mb1) {
+            /* MB_BLOCKS register blocks of x rows share one pass over W */
+            mb1 = mb0;
+            for (int b = 0; b < MB_BLOCKS && mb1 < M; b++) mb1 += block_rows(M - mb1);
             for (int nl = 0; nl < nb;) {
                 int nr = nb - nl >= 4 ? 4 : 1;
                 const float *w = wf + (size_t)nl * OPS_KC;
-                for (int m0 = mb0; m0 < mb1; m0 += MR_MAX) {
-                    int mr = mb1 - m0 < MR_MAX ? mb1 - m0 : MR_MAX;
+                for (int m0 = mb0, mr; m0 < mb1; m0 += mr) {
+                    mr = block_rows(M - m0);
                     for (int i = 0; i < mr; i++) xr[i] = x + (size_t)(m0 + i) * K + k0;
                     float *io = multi ? iob + ((size_t)m0 * OPS_NC + nl) * 8 : NULL;
                     kern_f32(mr, nr, xr, w, OPS_KC, kc, io, OPS_NC, first, last, sums);
@@ -242,9 +274,20 @@ static void matmul_blocked(float *y, const float *x, int M, int K, int N, const 
     }
 }
 
+/* The direct loop (W widened in registers once per block of 3 x rows, no
+ * packing) is faster than the blocked one while all of x stays in L2, as
+ * it is reread for every 4 W rows: on a Zen 5 VM, 1.5-2x at M = 2-4,
+ * 15-25 % at 8-32, even at 48-96 with K = 1024, while at M = 512 the
+ * blocked loop is 10-40 % faster. 384 KB leaves room in Zen 3's 512 KB L2. */
+#define DIRECT_MAX_X_BYTES (384u << 10)
+
+static int use_direct(int M, int K) {
+    return M <= 8 || (size_t)M * (size_t)K * sizeof(float) <= DIRECT_MAX_X_BYTES;
+}
+
 void avx2_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
                       const float *bias, int n0, int n1) {
-    if (M <= 1) {
+    if (use_direct(M, K)) {
         matmul_direct(y, x, M, K, N, W, dt, bias, n0, n1);
         return;
     }
@@ -373,8 +416,8 @@ void avx2_attn_task(const attn_args *a, int g, int m0, int qb) {
     for (int t0 = 0; t0 < T;) {
         int nr = T - t0 >= 4 ? 4 : 1;
         const float *w = kh + (size_t)t0 * hd;
-        for (int i0 = 0; i0 < nq; i0 += MR_MAX) {
-            int mr = nq - i0 < MR_MAX ? nq - i0 : MR_MAX;
+        for (int i0 = 0, mr; i0 < nq; i0 += mr) {
+            mr = block_rows(nq - i0);
             kern_f32(mr, nr, qp + i0, w, (size_t)hd, hd, NULL, 0, 1, 1, sums);
             for (int i = 0; i < mr; i++)
                 for (int j = 0; j < nr; j++) S[(size_t)(i0 + i) * Tp + t0 + j] = sums[i * 4 + j] * a->scale;
@@ -419,8 +462,8 @@ void avx2_attn_task(const attn_args *a, int g, int m0, int qb) {
         int t1 = t0 + PV_TB < T ? t0 + PV_TB : T;
         for (int d0 = 0; d0 < hd;) {
             int dn = hd - d0 >= 32 ? 4 : 1;
-            for (int i0 = 0; i0 < nq; i0 += MR_MAX) {
-                int mr = nq - i0 < MR_MAX ? nq - i0 : MR_MAX;
+            for (int i0 = 0, mr; i0 < nq; i0 += mr) {
+                mr = block_rows(nq - i0);
                 pv_block(mr, dn, op + i0, pp + i0, vh, hd, t0, t1, d0, t0 == 0);
             }
             d0 += dn * 8;

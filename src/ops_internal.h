@@ -31,8 +31,8 @@
 void *ops_scratch(size_t bytes);
 
 /* Matmul tiling shared by the dispatcher and the kernels. */
-#define OPS_NC 64   /* weight rows per work chunk in the blocked (M >= 2) path */
-#define OPS_KC 512  /* K tile of the blocked path (multiple of 8) */
+#define OPS_NC 64   /* W rows per work chunk when M >= 2 (and per packed tile) */
+#define OPS_KC 512  /* K tile of the blocked loop (multiple of 8) */
 
 /* Rows per query block in attention so that one block holds about 8
  * query vectors (block rows x heads per KV head). */
@@ -54,8 +54,9 @@ typedef struct {
 void scalar_attn_task(const attn_args *a, int g, int m0, int qb);
 
 #ifdef DS_HAVE_AVX2_PATH
-/* y rows [n0, n1) of every output row (all M rows). M == 1 and M >= 2 take
- * different loops with the same per-output arithmetic. */
+/* Columns [n0, n1) of y (W rows n0..n1-1) for all M rows of x. Small M
+ * and large M take different loops with the same per-output arithmetic;
+ * the dispatcher hands out chunks of at most OPS_NC rows when M >= 2. */
 void avx2_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
                       const float *bias, int n0, int n1);
 /* head_dim must be a multiple of 8 */

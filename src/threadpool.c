@@ -38,6 +38,7 @@
  * serial gaps between ops of one token (and between tokens), short enough
  * that an idle server does not burn a core for long. */
 #define TP_SPIN_NS 2000000LL
+#define TP_YIELD_NS 50000LL
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -87,10 +88,12 @@ static void *worker_main(void *p) {
                 g = atomic_load_explicit(&tp->gen, memory_order_acquire);
                 if (g != seen) break;
                 if ((it & 63) == 0) {
-                    if (now_ns() - t0 > TP_SPIN_NS) break;
-                    /* with more threads than free cores, let the thread
-                     * that has work run; a no-op when no one is waiting */
-                    sched_yield();
+                    long long dt = now_ns() - t0;
+                    if (dt > TP_SPIN_NS) break;
+                    /* past the usual gap between two ops, let a thread that
+                     * has work run (more threads than free cores); not
+                     * sooner: the syscall delays our reaction to `gen` */
+                    if (dt > TP_YIELD_NS) sched_yield();
                 }
             }
         }
@@ -185,11 +188,15 @@ void tp_run(tpool *tp, tp_fn fn, void *ctx) {
     }
     fn(ctx, 0, tp->n);
     /* the workers run the same amount of work, so this wait is usually
-     * short; past a few microseconds a worker is probably waiting for a
-     * core (more threads than cores), so give ours away */
+     * short; a long one means a worker is waiting for a core (more threads
+     * than cores), so then give ours away */
+    long long t0 = 0;
     for (unsigned it = 1; atomic_load_explicit(&tp->pending, memory_order_acquire) != 0; it++) {
         cpu_relax();
-        if (it > 256) sched_yield();
+        if ((it & 63) == 0) {
+            if (!t0) t0 = now_ns();
+            else if (now_ns() - t0 > TP_YIELD_NS) sched_yield();
+        }
     }
 }
 
