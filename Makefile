@@ -63,7 +63,7 @@ test-assets:
 	@scripts/fetch-test-assets
 
 test: $(TEST_BIN) $(BIN) test-assets
-	DSPARK_BIN=$(BIN) ASAN_OPTIONS=detect_leaks=1 $(TEST_BIN) $(T)
+	DSPARK_BIN=$(abspath $(BIN)) ASAN_OPTIONS=detect_leaks=1 $(TEST_BIN) $(T)
 
 bench: $(BIN)
 	bench/cpu-bench.sh

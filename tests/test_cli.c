@@ -77,7 +77,7 @@ TEST(cli_logits_file) {
     snprintf(args, sizeof args, "logits --model %s --prompt-ids 331,155,390,253 --out %s", model_dir("qwen3-bf16"),
              path);
     CHECK_EQ_INT(run_cli(args, NULL, NULL), 0);
-    size_t n, nr;
+    size_t n = 0, nr = 0;
     float *got = (float *)ds_read_file(path, &n, e, sizeof e);
     char ref_path[700];
     snprintf(ref_path, sizeof ref_path, "%s/logits.bin", model_dir("qwen3-bf16"));
