@@ -170,7 +170,7 @@ static void engine_close(engine *e) {
 
 /* ---- commands ---------------------------------------------------------------- */
 
-static const char *RUN_HELP =
+static const char RUN_HELP[] =
     "usage: dspark run --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
     "Generates a completion of a raw prompt (no chat template) and streams it to stdout.\n"
     "  -m, --model DIR          Hugging Face checkpoint directory (config.json + safetensors)\n"
@@ -195,16 +195,8 @@ static int is_eos(const model_config *c, int id) {
     return 0;
 }
 
-static int cmd_run(int argc, char **argv) {
-    opts o;
-    parse_opts(&o, argc, argv, "run",
-               " --model -m --prompt -p --prompt-ids -n --n-predict --temp --top-k --top-p --min-p --seed --threads -t "
-               "--context-window -c --print-ids --ignore-eos ");
-    if (o.help) {
-        fputs(RUN_HELP, stdout);
-        return 0;
-    }
-    need_model(&o, "run");
+static int cmd_run(const opts *op) {
+    opts o = *op;
     if (o.prompt && o.prompt_ids) die("%s", "give either --prompt or --prompt-ids, not both");
     tokenizer *tok = load_tokenizer(o.model, o.prompt != NULL);
     int n_prompt;
@@ -269,19 +261,13 @@ static int cmd_run(int argc, char **argv) {
     return 0;
 }
 
-static const char *LOGITS_HELP =
+static const char LOGITS_HELP[] =
     "usage: dspark logits --model DIR --prompt-ids 1,2,3 --out FILE [--threads N]\n"
     "Writes float32 little-endian logits for every prompt position, row-major\n"
     "[positions x vocab]. Needs no tokenizer.\n";
 
-static int cmd_logits(int argc, char **argv) {
-    opts o;
-    parse_opts(&o, argc, argv, "logits", " --model -m --prompt-ids --out -o --threads -t --context-window -c ");
-    if (o.help) {
-        fputs(LOGITS_HELP, stdout);
-        return 0;
-    }
-    need_model(&o, "logits");
+static int cmd_logits(const opts *op) {
+    opts o = *op;
     if (!o.prompt_ids || !o.out) die("%s", "logits needs --prompt-ids and --out (see dspark logits --help)");
     int n;
     int *ids = prompt_tokens(&o, NULL, &n);
@@ -306,7 +292,7 @@ static int cmd_logits(int argc, char **argv) {
     return 0;
 }
 
-static const char *TOKENIZE_HELP =
+static const char TOKENIZE_HELP[] =
     "usage: dspark tokenize --model DIR [--file F | TEXT] [--jsonl] [--add-special]\n"
     "Prints the token ids of TEXT (or of file F) as a JSON array.\n"
     "  --jsonl        encode each line separately (without its newline), one array per line\n"
@@ -319,14 +305,8 @@ static void print_ids_json(const int *ids, int n) {
     printf("]\n");
 }
 
-static int cmd_tokenize(int argc, char **argv) {
-    opts o;
-    parse_opts(&o, argc, argv, "tokenize", " --model -m --file -f --jsonl --add-special ");
-    if (o.help) {
-        fputs(TOKENIZE_HELP, stdout);
-        return 0;
-    }
-    need_model(&o, "tokenize");
+static int cmd_tokenize(const opts *op) {
+    opts o = *op;
     if (!!o.file == !!o.text) die("%s", "tokenize needs exactly one of --file F or TEXT");
     tokenizer *tok = load_tokenizer(o.model, 1);
     char err[1024];
@@ -356,18 +336,12 @@ static int cmd_tokenize(int argc, char **argv) {
     return 0;
 }
 
-static const char *DETOKENIZE_HELP =
+static const char DETOKENIZE_HELP[] =
     "usage: dspark detokenize --model DIR 1,2,3 [--skip-special]\n"
     "Prints the text of the given token ids. Needs only the tokenizer files.\n";
 
-static int cmd_detokenize(int argc, char **argv) {
-    opts o;
-    parse_opts(&o, argc, argv, "detokenize", " --model -m --skip-special ");
-    if (o.help) {
-        fputs(DETOKENIZE_HELP, stdout);
-        return 0;
-    }
-    need_model(&o, "detokenize");
+static int cmd_detokenize(const opts *op) {
+    opts o = *op;
     if (!o.text) die("%s", "detokenize needs a comma-separated id list");
     tokenizer *tok = load_tokenizer(o.model, 1);
     char err[512];
@@ -389,7 +363,7 @@ static int cmd_detokenize(int argc, char **argv) {
     return 0;
 }
 
-static const char *MAIN_HELP =
+static const char MAIN_HELP[] =
     "dspark " DSPARK_VERSION " - LLM inference with lossless speculative decoding\n"
     "usage: dspark COMMAND [options]   (dspark COMMAND --help for details)\n"
     "commands:\n"
@@ -399,16 +373,40 @@ static const char *MAIN_HELP =
     "  detokenize  print the text of token ids\n"
     "  version     print version and CPU features\n";
 
+typedef struct {
+    const char *name;
+    int (*fn)(const opts *o);
+    const char *help;
+    const char *flags; /* accepted options, space-separated and padded */
+} command;
+
+static const command COMMANDS[] = {
+    {"run", cmd_run, RUN_HELP,
+     " --model -m --prompt -p --prompt-ids -n --n-predict --temp --top-k --top-p --min-p --seed --threads -t "
+     "--context-window -c --print-ids --ignore-eos "},
+    {"logits", cmd_logits, LOGITS_HELP, " --model -m --prompt-ids --out -o --threads -t --context-window -c "},
+    {"tokenize", cmd_tokenize, TOKENIZE_HELP, " --model -m --file -f --jsonl --add-special "},
+    {"detokenize", cmd_detokenize, DETOKENIZE_HELP, " --model -m --skip-special "},
+};
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(MAIN_HELP, stdout);
         return argc < 2 ? 1 : 0;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
-    if (!strcmp(cmd, "logits")) return cmd_logits(argc - 2, argv + 2);
-    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
-    if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++) {
+        const command *c = &COMMANDS[i];
+        if (strcmp(cmd, c->name)) continue;
+        opts o;
+        parse_opts(&o, argc - 2, argv + 2, c->name, c->flags);
+        if (o.help) {
+            fputs(c->help, stdout);
+            return 0;
+        }
+        need_model(&o, c->name);
+        return c->fn(&o);
+    }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("dspark %s\ncpu: %s, %d threads, avx2+fma+f16c: %s\n", DSPARK_VERSION, cpu_name(), cpu_count(),
                cpu_has_avx2() ? "yes" : "no");
