@@ -11,7 +11,7 @@ FUZZ_SECONDS ?= 30
 
 WARN    = -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g -pthread -MMD -MP $(WARN) -Isrc
-LIBS    = -lcjson -lpcre2-8 -lutf8proc -lm -pthread
+LIBS    = -lcjson -lpcre2-8 -lutf8proc -ledit -lm -pthread
 
 ifeq ($(SAN),1)
   BUILD  = build/san
@@ -49,6 +49,10 @@ $(BUILD)/src/%_avx2.o: src/%_avx2.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SIMD_FLAGS) -c $< -o $@
 
+$(BUILD)/src/%_avx512.o: src/%_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -c $< -o $@
+
 $(BUILD)/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -69,7 +73,7 @@ bench: $(BIN)
 	bench/cpu-bench.sh
 
 FUZZ_TARGETS = $(patsubst fuzz/%.c,build/fuzz/%,$(wildcard fuzz/fuzz_*.c))
-FUZZ_LIB_SRC = $(filter-out src/main.c src/%_avx2.c,$(LIB_SRC))
+FUZZ_LIB_SRC = $(filter-out src/main.c src/%_avx2.c src/%_avx512.c,$(LIB_SRC))
 
 build/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC) src/*.h
 	@mkdir -p build/fuzz

@@ -2,6 +2,7 @@
  * three instruction-set features (AVX2, FMA, F16C) and, just as important,
  * an OS that saves the YMM registers on context switch (OSXSAVE + XCR0
  * bits 1 and 2); a CPU can report AVX2 while the OS has it switched off.
+ * AVX-512 likewise needs XCR0 bits 5-7 (opmask, ZMM upper halves, ZMM16-31).
  * Results are computed once and cached in atomics, so any thread may call. */
 #include "cpu.h"
 
@@ -33,9 +34,33 @@ static int detect_avx2(void) {
     __cpuid_count(7, 0, a, b, c, d);
     return (b >> 5) & 1; /* AVX2 */
 }
+
+/* AVX-512 F, DQ, BW, VL, plus the OS saving opmask and all ZMM state
+ * (XCR0 bits 1, 2, 5, 6, 7) */
+static int detect_avx512(void) {
+    if (!detect_avx2()) return 0;
+    if ((read_xcr0() & 0xE6) != 0xE6) return 0;
+    unsigned a, b, c, d;
+    __cpuid_count(7, 0, a, b, c, d);
+    const unsigned need = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31); /* F, DQ, BW, VL */
+    return (b & need) == need;
+}
 #endif
 
-static atomic_int g_avx2 = -1;
+static atomic_int g_avx2 = -1, g_avx512 = -1;
+
+int cpu_has_avx512(void) {
+    int v = atomic_load_explicit(&g_avx512, memory_order_relaxed);
+    if (v < 0) {
+#ifdef DS_X86
+        v = detect_avx512();
+#else
+        v = 0;
+#endif
+        atomic_store_explicit(&g_avx512, v, memory_order_relaxed);
+    }
+    return v;
+}
 
 int cpu_has_avx2(void) {
     int v = atomic_load_explicit(&g_avx2, memory_order_relaxed);

@@ -4,6 +4,7 @@
 #define DS_CPU_H
 
 int cpu_has_avx2(void);   /* AVX2 and FMA and F16C, OS-enabled (XSAVE/YMM) */
+int cpu_has_avx512(void); /* AVX-512 F+BW+VL+DQ (and cpu_has_avx2), OS-enabled (opmask/ZMM state) */
 int cpu_count(void);      /* online logical CPUs */
 const char *cpu_name(void); /* brand string, or "unknown" */
 

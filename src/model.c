@@ -282,6 +282,7 @@ void mctx_free(model_ctx *x) {
     free(x);
 }
 
+const model *mctx_model(const model_ctx *x) { return x->m; }
 int mctx_len(const model_ctx *x) { return kv_len(x->kv); }
 int mctx_capacity(const model_ctx *x) { return kv_capacity(x->kv); }
 void mctx_truncate(model_ctx *x, int len) { kv_truncate(x->kv, len); }

@@ -39,6 +39,7 @@ int model_default_context(const model *m);
 int mctx_create(model_ctx **out, const model *m, int n_ctx, int max_batch, tpool *tp, char *err,
                 size_t errlen);
 void mctx_free(model_ctx *c);
+const model *mctx_model(const model_ctx *c);
 int mctx_len(const model_ctx *c);      /* positions in the KV cache */
 int mctx_capacity(const model_ctx *c);
 void mctx_truncate(model_ctx *c, int len); /* roll back to len positions */

@@ -1,6 +1,6 @@
 /* ops: the CPU backend's entry points (see ops.h). This file owns the
- * portable scalar kernels, the choice between them and the AVX2 kernels of
- * ops_avx2.c, the split of matmul and attention over the thread pool, and
+ * portable scalar kernels, the choice between them, the AVX2 kernels of
+ * ops_avx2.c and the AVX-512 matmul of ops_avx512.c, the split of matmul and attention over the thread pool, and
  * the per-thread scratch the kernels use.
  *
  * Threaded ops hand out work in chunks through an atomic counter rather
@@ -8,7 +8,7 @@
  * other, and a static split would make the fast thread wait. Chunks never
  * change results: each output is computed by the same code whichever
  * thread takes it (ops_internal.h). Built with -DDS_NO_SIMD (the fuzz
- * build), nothing here refers to the AVX2 kernels. */
+ * build), nothing here refers to the SIMD kernels. */
 #include "ops.h"
 
 #include <math.h>
@@ -24,30 +24,36 @@
 
 /* ------------------------------------------------------- kernel choice */
 
-#ifdef DS_HAVE_AVX2_PATH
-static atomic_int g_simd = -1; /* -1: not decided yet (CPU not probed) */
-#endif
+static atomic_int g_level = -1; /* -1: not decided yet (CPU not probed) */
 
-int ops_simd_active(void) {
+int ops_max_level(void) {
 #ifdef DS_HAVE_AVX2_PATH
-    int v = atomic_load_explicit(&g_simd, memory_order_relaxed);
+    if (cpu_has_avx512()) return 2;
+    if (cpu_has_avx2()) return 1;
+#endif
+    return 0;
+}
+
+int ops_level(void) {
+    int v = atomic_load_explicit(&g_level, memory_order_relaxed);
     if (v < 0) {
-        v = cpu_has_avx2();
-        atomic_store_explicit(&g_simd, v, memory_order_relaxed);
+        v = ops_max_level();
+        atomic_store_explicit(&g_level, v, memory_order_relaxed);
     }
     return v;
-#else
-    return 0;
-#endif
 }
+
+int ops_set_level(int level) {
+    int prev = ops_level(), mx = ops_max_level();
+    atomic_store_explicit(&g_level, level < 0 ? 0 : level > mx ? mx : level, memory_order_relaxed);
+    return prev;
+}
+
+int ops_simd_active(void) { return ops_level() > 0; }
 
 int ops_use_simd(int on) {
     int prev = ops_simd_active();
-#ifdef DS_HAVE_AVX2_PATH
-    atomic_store_explicit(&g_simd, on && cpu_has_avx2() ? 1 : 0, memory_order_relaxed);
-#else
-    (void)on;
-#endif
+    ops_set_level(on ? ops_max_level() : 0);
     return prev;
 }
 
@@ -140,7 +146,7 @@ typedef struct {
     const void *W;
     ds_dtype dt;
     const float *bias;
-    int simd;
+    int simd;     /* kernel level (ops_level) */
     int unit;     /* W rows per chunk */
     int n_chunks;
     atomic_int next; /* next chunk to hand out */
@@ -156,6 +162,10 @@ static void mm_worker(void *p, int ith, int nth) {
         int n0 = ci * c->unit;
         int n1 = n0 + c->unit < c->N ? n0 + c->unit : c->N;
 #ifdef DS_HAVE_AVX2_PATH
+        if (c->simd == 2) {
+            avx512_matmul_rows(c->y, c->x, c->M, c->K, c->N, c->W, c->dt, c->bias, n0, n1);
+            continue;
+        }
         if (c->simd) {
             avx2_matmul_rows(c->y, c->x, c->M, c->K, c->N, c->W, c->dt, c->bias, n0, n1);
             continue;
@@ -176,7 +186,7 @@ void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, cons
     if (M <= 0 || N <= 0) return;
     int nth = tp_size(tp);
     mm_ctx c = {.y = y, .x = x, .M = M, .K = K, .N = N, .W = W->data, .dt = W->dtype, .bias = bias,
-                .simd = ops_simd_active()};
+                .simd = ops_level()};
     if (M == 1) {
         /* bandwidth-bound: a few chunks per thread of at least 64 rows */
         int unit = (N + nth * 4 - 1) / (nth * 4);

@@ -205,6 +205,11 @@ static void matmul_direct(float *y, const float *x, int M, int K, int N, const v
     }
 }
 
+void avx2_matmul_direct(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+                        const float *bias, int n0, int n1) {
+    matmul_direct(y, x, M, K, N, W, dt, bias, n0, n1);
+}
+
 /* Widens W rows [n0, n0+nb), columns [k0, k0+kc) into wf[nb][OPS_KC]. */
 static void pack_tile(float *wf, const void *W, ds_dtype dt, int K, int n0, int nb, int k0, int kc) {
     size_t es = dt == DT_F32 ? 4 : 2;

@@ -1,5 +1,6 @@
 /* ops_internal: what ops.c (scalar paths, dispatch, threading) and
- * ops_avx2.c (AVX2+FMA+F16C kernels) share. Not part of the public API;
+ * ops_avx2.c (AVX2+FMA+F16C kernels) and ops_avx512.c (AVX-512 matmul)
+ * share. Not part of the public API;
  * tests include it to reach the kernels directly.
  *
  * The SIMD matmul and attention kernels are written so that the value of
@@ -7,7 +8,8 @@
  * count, not on M (a row computed in a batch of 512 equals the same row
  * computed alone), not on which rows share a register block. Each matmul
  * output is one 8-lane fp32 FMA chain over k = 0..K-1 in order (lane k%8),
- * reduced by the fixed pairing of hsum4, plus the bias; each attention
+ * reduced by the fixed pairing of hsum4, plus the bias (the AVX-512 matmul
+ * computes the very same chains, so levels 1 and 2 agree bit for bit); each attention
  * score is such a dot scaled, and each attention output element is one FMA
  * chain over cache positions in order. This makes verify rows bit-equal to
  * decode rows, which keeps speculative decoding exactly lossless. */
@@ -53,6 +55,14 @@ typedef struct {
 /* scalar kernels (ops.c) */
 void scalar_attn_task(const attn_args *a, int g, int m0, int qb);
 
+/* Kernel level: 0 scalar, 1 AVX2 (+FMA+F16C), 2 AVX-512 (F/BW/VL/DQ; the
+ * matmul runs ops_avx512.c, the other ops the AVX2 kernels). ops_set_level
+ * clamps to what this build and CPU have, returns the previous level;
+ * ops_level reports the current one. For tests comparing the paths. */
+int ops_set_level(int level);
+int ops_level(void);
+int ops_max_level(void);
+
 #ifdef DS_HAVE_AVX2_PATH
 /* Columns [n0, n1) of y (W rows n0..n1-1) for all M rows of x. Small M
  * and large M take different loops with the same per-output arithmetic;
@@ -67,6 +77,15 @@ void avx2_add(float *y, const float *x, int n);
 void avx2_to_f32(float *y, const void *x, ds_dtype dt, int64_t n);
 /* y[i] = exp(x[i]), relative error below 1e-6; exposed for tests */
 void avx2_exp(float *y, const float *x, int n);
+
+/* The AVX2 direct loop alone (W read in place, any M); the AVX-512
+ * matmul uses it for small M. */
+void avx2_matmul_direct(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+                        const float *bias, int n0, int n1);
+/* AVX-512 matmul (ops_avx512.c): the same contract as avx2_matmul_rows
+ * and bit for bit the same results (every output the same 8-lane chain). */
+void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+                        const float *bias, int n0, int n1);
 #endif
 
 #endif

@@ -82,12 +82,22 @@ static inline const pmap_slot *tk_pmap_get(const pmap *m, int a, int b) {
 
 /* ---- the tokenizer ---- */
 
-enum norm_kind { NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD };
-enum pre_kind { PRE_SPLIT, PRE_BYTELEVEL };
+enum norm_kind { NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD, NORM_REPLACE, NORM_PREPEND };
+enum pre_kind { PRE_SPLIT, PRE_BYTELEVEL, PRE_METASPACE };
 enum split_behavior { SPLIT_ISOLATED, SPLIT_REMOVED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS };
+enum prepend_scheme { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
+/* decoder steps; DEC_STRIP after a DEC_FUSE acts on the whole text */
+enum dec_kind { DEC_BYTELEVEL, DEC_REPLACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP, DEC_METASPACE };
 
 #define MAX_STEPS 16 /* normalizer / pre-tokenizer steps */
 #define TK_MAX_ID (1 << 24) /* ids beyond this are refused: tables are indexed by id */
+
+typedef struct { /* one normalizer step */
+    enum norm_kind kind;
+    char *pat, *with;   /* NORM_REPLACE: literal pattern (or NULL with re) and replacement; NORM_PREPEND: with */
+    size_t pat_len, with_len;
+    pcre2_code *re;     /* NORM_REPLACE with a Regex pattern */
+} norm_step;
 
 typedef struct { /* one pre-tokenizer step */
     enum pre_kind kind;
@@ -95,7 +105,19 @@ typedef struct { /* one pre-tokenizer step */
     int behavior;       /* PRE_SPLIT */
     int invert;         /* PRE_SPLIT */
     int add_prefix_space; /* PRE_BYTELEVEL */
+    char rep[8];        /* PRE_METASPACE: the replacement char as UTF-8 */
+    int rep_len, prepend, split;
 } pre_step;
+
+typedef struct { /* one decoder step */
+    enum dec_kind kind;
+    char *pat, *with;   /* DEC_REPLACE (literal) */
+    size_t pat_len, with_len;
+    int32_t content;    /* DEC_STRIP: the char stripped; DEC_METASPACE: the replacement */
+    int start, stop;    /* DEC_STRIP */
+    int prepend;        /* DEC_METASPACE: its prepend_scheme */
+    int after_fuse;     /* DEC_STRIP: acts on the fused text */
+} dec_step;
 
 typedef struct { /* an added token and its HF flags */
     int id;
@@ -106,18 +128,26 @@ typedef struct { /* an added token and its HF flags */
 struct tokenizer {
     /* normalizer */
     int n_norm;
-    enum norm_kind norm[MAX_STEPS];
+    norm_step norm[MAX_STEPS];
     /* pre-tokenizer */
     int n_pre;
     pre_step pre[MAX_STEPS];
     int byte_level; /* a ByteLevel pre-tokenizer maps bytes to the byte alphabet */
+    /* decoder */
+    int n_dec;
+    dec_step dec[MAX_STEPS];
+    int dec_bytelevel; /* the decoder is exactly ByteLevel (the fast path) */
+    int dec_fuse;      /* a Fuse step (or ByteLevel, which fuses) is present */
     /* BPE model */
     smap vocab;        /* model string -> id */
     pmap merges;       /* (id, id) -> (rank, merged id) */
     int byte_id[256];  /* byte-level: id of each byte's symbol, or -1 */
     char bl_utf8[256][2]; /* each byte's symbol as UTF-8 (1 or 2 bytes) */
     uint8_t bl_len[256];
-    int unk_id, fuse_unk, ignore_merges;
+    int16_t c2b[0x144];   /* byte-alphabet code point -> byte, or -1 */
+    int unk_id, fuse_unk, ignore_merges, byte_fallback;
+    int *bmp_id;       /* not byte-level: id of each BMP char as a one-char token, or -1 */
+    int fb_id[256];    /* byte_fallback: id of "<0xNN>", or -1 */
     /* added tokens */
     int n_added;
     added_tok *added;
@@ -129,6 +159,8 @@ struct tokenizer {
     /* decoding: the bytes each id stands for */
     int vocab_size;    /* 1 + the largest id */
     uint32_t *tb;      /* [vocab_size][2]: offset into tbytes, length */
+    uint32_t *tr;      /* [vocab_size][2]: the token's own string in traw (decoder input) */
+    sbuf traw;
     uint8_t *tflags;   /* [vocab_size]: TF_* bits */
     sbuf tbytes;       /* every token's bytes, each NUL-terminated */
     size_t max_tok_len;
@@ -137,6 +169,7 @@ struct tokenizer {
 
 #define TF_PRESENT 1 /* the id has a token */
 #define TF_SPECIAL 2 /* an added token marked special */
+#define TF_BYTE 4    /* a <0xNN> token the ByteFallback decoder turns into one byte */
 
 /* ---- helpers (tok_base.c; normalize in tok_encode.c) ---- */
 

@@ -36,6 +36,18 @@
 void tok_free(tokenizer *t) {
     if (!t) return;
     for (int i = 0; i < t->n_pre; i++) pcre2_code_free(t->pre[i].re);
+    for (int i = 0; i < t->n_norm; i++) {
+        pcre2_code_free(t->norm[i].re);
+        free(t->norm[i].pat);
+        free(t->norm[i].with);
+    }
+    for (int i = 0; i < t->n_dec; i++) {
+        free(t->dec[i].pat);
+        free(t->dec[i].with);
+    }
+    free(t->bmp_id);
+    free(t->tr);
+    free(t->traw.p);
     tk_smap_free(&t->vocab);
     free(t->merges.slots);
     free(t->added);
@@ -104,6 +116,40 @@ static pcre2_code *compile_regex(const char *pat, int literal, lctx *L, const ch
     return re;
 }
 
+/* A Replace/Split "pattern": {"String": literal} or {"Regex": regex}. */
+static int parse_pattern(const cJSON *o, const char **lit, const char **rx, lctx *L, const char *what) {
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(o, "pattern");
+    const cJSON *r = pat ? cJSON_GetObjectItemCaseSensitive(pat, "Regex") : NULL;
+    const cJSON *st = pat ? cJSON_GetObjectItemCaseSensitive(pat, "String") : NULL;
+    if (cJSON_IsString(r)) *rx = r->valuestring;
+    else if (cJSON_IsString(st)) *lit = st->valuestring;
+    else return ds_err(L->err, L->errlen, "%s: %s needs a \"pattern\" {\"Regex\"|\"String\"}", L->ctx, what);
+    return 0;
+}
+
+/* Metaspace's replacement char and prepend_scheme (or the older
+ * add_prefix_space), with HF's defaults. */
+static int parse_metaspace(const cJSON *o, char rep[8], int *rep_len, int *prepend, lctx *L, const char *what) {
+    const char *r = "\xe2\x96\x81", *scheme = NULL;
+    int aps = 1;
+    if (json_opt_str(o, "replacement", &r, L->ctx, L->err, L->errlen) < 0 ||
+        json_opt_str(o, "prepend_scheme", &scheme, L->ctx, L->err, L->errlen) < 0 ||
+        json_opt_bool(o, "add_prefix_space", &aps, L->ctx, L->err, L->errlen) < 0)
+        return -1;
+    size_t rl = strlen(r), adv = 0;
+    if (rl) tk_utf8_decode_at((const unsigned char *)r, rl, &adv);
+    if (!rl || rl > 4 || adv != rl)
+        return ds_err(L->err, L->errlen, "%s: %s replacement must be one character", L->ctx, what);
+    memcpy(rep, r, rl);
+    *rep_len = (int)rl;
+    if (!scheme) *prepend = aps ? PREPEND_ALWAYS : PREPEND_NEVER;
+    else if (!strcmp(scheme, "always")) *prepend = PREPEND_ALWAYS;
+    else if (!strcmp(scheme, "first")) *prepend = PREPEND_FIRST;
+    else if (!strcmp(scheme, "never")) *prepend = PREPEND_NEVER;
+    else return ds_err(L->err, L->errlen, "%s: unsupported %s prepend_scheme \"%s\"", L->ctx, what, scheme);
+    return 0;
+}
+
 static int parse_normalizer(tokenizer *t, const cJSON *n, lctx *L) {
     if (!n || cJSON_IsNull(n)) return 0;
     const char *ty = type_of(n);
@@ -118,14 +164,36 @@ static int parse_normalizer(tokenizer *t, const cJSON *n, lctx *L) {
         }
         return 0;
     }
-    enum norm_kind k;
-    if (!strcmp(ty, "NFC")) k = NORM_NFC;
-    else if (!strcmp(ty, "NFD")) k = NORM_NFD;
-    else if (!strcmp(ty, "NFKC")) k = NORM_NFKC;
-    else if (!strcmp(ty, "NFKD")) k = NORM_NFKD;
-    else return ds_err(L->err, L->errlen, "%s: unsupported normalizer type \"%s\"", L->ctx, ty);
     if (t->n_norm == MAX_STEPS) return ds_err(L->err, L->errlen, "%s: too many normalizers", L->ctx);
-    t->norm[t->n_norm++] = k;
+    norm_step *st = &t->norm[t->n_norm];
+    memset(st, 0, sizeof *st);
+    if (!strcmp(ty, "NFC")) st->kind = NORM_NFC;
+    else if (!strcmp(ty, "NFD")) st->kind = NORM_NFD;
+    else if (!strcmp(ty, "NFKC")) st->kind = NORM_NFKC;
+    else if (!strcmp(ty, "NFKD")) st->kind = NORM_NFKD;
+    else if (!strcmp(ty, "Replace")) {
+        st->kind = NORM_REPLACE;
+        const char *lit = NULL, *rx = NULL, *content;
+        if (parse_pattern(n, &lit, &rx, L, "normalizer Replace") ||
+            json_req_str(n, "content", &content, L->ctx, L->err, L->errlen) < 0)
+            return -1;
+        if (rx) {
+            st->re = compile_regex(rx, 0, L, "normalizer Replace");
+            if (!st->re) return -1;
+        } else {
+            st->pat = xstrdup(lit);
+            st->pat_len = strlen(lit);
+        }
+        st->with = xstrdup(content);
+        st->with_len = strlen(content);
+    } else if (!strcmp(ty, "Prepend")) {
+        st->kind = NORM_PREPEND;
+        const char *pre;
+        if (json_req_str(n, "prepend", &pre, L->ctx, L->err, L->errlen) < 0) return -1;
+        st->with = xstrdup(pre);
+        st->with_len = strlen(pre);
+    } else return ds_err(L->err, L->errlen, "%s: unsupported normalizer type \"%s\"", L->ctx, ty);
+    t->n_norm++;
     return 0;
 }
 
@@ -187,6 +255,15 @@ static int parse_pre_tokenizer(tokenizer *t, const cJSON *p, lctx *L) {
         s->behavior = SPLIT_ISOLATED;
         t->n_pre++;
         t->byte_level = 1;
+        return 0;
+    }
+    if (!strcmp(ty, "Metaspace")) {
+        s->kind = PRE_METASPACE;
+        s->split = 1;
+        if (parse_metaspace(p, s->rep, &s->rep_len, &s->prepend, L, "pre_tokenizer Metaspace") ||
+            json_opt_bool(p, "split", &s->split, L->ctx, L->err, L->errlen) < 0)
+            return -1;
+        t->n_pre++;
         return 0;
     }
     return ds_err(L->err, L->errlen, "%s: unsupported pre_tokenizer type \"%s\"", L->ctx, ty);
@@ -288,7 +365,7 @@ out:
     return rc;
 }
 
-static int parse_decoder(tokenizer *t, const cJSON *d, int *byte_level, lctx *L) {
+static int parse_decoder(tokenizer *t, const cJSON *d, lctx *L) {
     if (!d || cJSON_IsNull(d))
         return ds_err(L->err, L->errlen, "%s: a tokenizer without a decoder is not supported", L->ctx);
     const char *ty = type_of(d);
@@ -299,17 +376,66 @@ static int parse_decoder(tokenizer *t, const cJSON *d, int *byte_level, lctx *L)
             return ds_err(L->err, L->errlen, "%s: decoder Sequence without a \"decoders\" list", L->ctx);
         const cJSON *x;
         cJSON_ArrayForEach(x, arr) {
-            if (parse_decoder(t, x, byte_level, L)) return -1;
+            if (parse_decoder(t, x, L)) return -1;
         }
         return 0;
     }
+    if (t->n_dec == MAX_STEPS) return ds_err(L->err, L->errlen, "%s: too many decoders", L->ctx);
+    dec_step *st = &t->dec[t->n_dec];
+    memset(st, 0, sizeof *st);
+    /* After Fuse (or ByteLevel, which fuses) there is one token: only a
+     * Strip of the whole text is supported there. */
+    if (t->dec_fuse && strcmp(ty, "Strip") != 0 && strcmp(ty, "Fuse") != 0)
+        return ds_err(L->err, L->errlen, "%s: decoder \"%s\" after Fuse/ByteLevel is not supported", L->ctx, ty);
     if (!strcmp(ty, "ByteLevel")) {
-        *byte_level = 1;
-        return 0;
+        st->kind = DEC_BYTELEVEL;
+        t->dec_fuse = 1;
+    } else if (!strcmp(ty, "Fuse")) {
+        st->kind = DEC_FUSE;
+        t->dec_fuse = 1;
+    } else if (!strcmp(ty, "ByteFallback")) {
+        st->kind = DEC_BYTEFALLBACK;
+    } else if (!strcmp(ty, "Replace")) {
+        st->kind = DEC_REPLACE;
+        const char *lit = NULL, *rx = NULL, *content;
+        if (parse_pattern(d, &lit, &rx, L, "decoder Replace") ||
+            json_req_str(d, "content", &content, L->ctx, L->err, L->errlen) < 0)
+            return -1;
+        if (rx || !*lit)
+            return ds_err(L->err, L->errlen, "%s: decoder Replace supports a non-empty \"String\" pattern only",
+                          L->ctx);
+        st->pat = xstrdup(lit);
+        st->pat_len = strlen(lit);
+        st->with = xstrdup(content);
+        st->with_len = strlen(content);
+    } else if (!strcmp(ty, "Strip")) {
+        st->kind = DEC_STRIP;
+        const char *content;
+        int64_t a, b;
+        if (json_req_str(d, "content", &content, L->ctx, L->err, L->errlen) < 0 ||
+            json_req_int(d, "start", 0, 1 << 20, &a, L->ctx, L->err, L->errlen) < 0 ||
+            json_req_int(d, "stop", 0, 1 << 20, &b, L->ctx, L->err, L->errlen) < 0)
+            return -1;
+        size_t cl = strlen(content), adv = 0;
+        if (cl) st->content = tk_utf8_decode_at((const unsigned char *)content, cl, &adv);
+        if (!cl || adv != cl || st->content < 0)
+            return ds_err(L->err, L->errlen, "%s: decoder Strip content must be one character", L->ctx);
+        st->start = (int)a;
+        st->stop = (int)b;
+        st->after_fuse = t->dec_fuse;
+    } else if (!strcmp(ty, "Metaspace")) {
+        st->kind = DEC_METASPACE;
+        char rep[8];
+        int rl;
+        if (parse_metaspace(d, rep, &rl, &st->prepend, L, "decoder Metaspace")) return -1;
+        size_t adv;
+        st->content = tk_utf8_decode_at((const unsigned char *)rep, (size_t)rl, &adv);
+    } else {
+        return ds_err(L->err, L->errlen, "%s: unsupported decoder type \"%s\"", L->ctx, ty);
     }
-    return ds_err(L->err, L->errlen, "%s: unsupported decoder type \"%s\"", L->ctx, ty);
+    t->n_dec++;
+    return 0;
 }
-
 
 static int parse_bpe(tokenizer *t, const cJSON *m, lctx *L) {
     const char *ty = type_of(m);
@@ -325,9 +451,10 @@ static int parse_bpe(tokenizer *t, const cJSON *m, lctx *L) {
     double dropout = 0;
     if (json_opt_num(m, "dropout", &dropout, L->ctx, L->err, L->errlen) < 0) return -1;
     if (dropout != 0) return ds_err(L->err, L->errlen, "%s: BPE dropout is not supported", L->ctx);
-    int byte_fallback = 0;
-    if (json_opt_bool(m, "byte_fallback", &byte_fallback, L->ctx, L->err, L->errlen) < 0) return -1;
-    if (byte_fallback) return ds_err(L->err, L->errlen, "%s: BPE byte_fallback is not supported yet", L->ctx);
+    if (json_opt_bool(m, "byte_fallback", &t->byte_fallback, L->ctx, L->err, L->errlen) < 0) return -1;
+    if (t->byte_fallback && t->byte_level)
+        return ds_err(L->err, L->errlen, "%s: BPE byte_fallback with a ByteLevel pre_tokenizer is not supported",
+                      L->ctx);
     const char *sfx = NULL, *pfx = NULL;
     if (json_opt_str(m, "continuing_subword_prefix", &pfx, L->ctx, L->err, L->errlen) < 0 ||
         json_opt_str(m, "end_of_word_suffix", &sfx, L->ctx, L->err, L->errlen) < 0)
@@ -457,18 +584,127 @@ static int parse_added_tokens(tokenizer *t, const cJSON *arr, lctx *L) {
     return 0;
 }
 
-/* Bytes each id decodes to: the ByteLevel decoder maps every char of the
- * token back to its byte; a token with a char outside the byte alphabet
- * stays as its UTF-8 text (as HF's decoder does). */
+/* A <0xNN> token (the ByteFallback decoder's test): its byte, or -1. */
+static int fallback_byte(const char *s, size_t n) {
+    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        char ch = s[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* The decoder's per-token steps (those before Fuse) applied to one token
+ * string: what HF's decode_chain makes of it. first: the token is the
+ * first one decoded (Metaspace drops its replacement chars there).
+ * Appends to out; *byte gets the byte of a ByteFallback token, else -1. */
+static void token_text(const tokenizer *t, const char *s, size_t n, int first, sbuf *out, int *byte) {
+    const int16_t *c2b = t->c2b;
+    sbuf cur = {0}, nxt = {0};
+    tk_sbuf_add(&cur, s, n);
+    *byte = -1;
+    for (int k = 0; k < t->n_dec; k++) {
+        const dec_step *st = &t->dec[k];
+        if (st->kind == DEC_FUSE || (st->kind == DEC_STRIP && st->after_fuse)) break;
+        nxt.n = 0;
+        tk_sbuf_add(&nxt, "", 0);
+        size_t i = 0;
+        switch (st->kind) {
+        case DEC_BYTEFALLBACK: {
+            int b = fallback_byte(cur.p, cur.n);
+            if (b >= 0) {
+                char ch = (char)b;
+                *byte = b;
+                tk_sbuf_add(&nxt, &ch, 1);
+            } else {
+                tk_sbuf_add(&nxt, cur.p, cur.n);
+            }
+            break;
+        }
+        case DEC_BYTELEVEL: {
+            int ok = 1;
+            while (i < cur.n) {
+                size_t adv;
+                int32_t cp = tk_utf8_decode_at((const unsigned char *)cur.p + i, cur.n - i, &adv);
+                if (cp < 0 || cp >= 0x144 || c2b[cp] < 0) {
+                    ok = 0;
+                    break;
+                }
+                char ch = (char)c2b[cp];
+                tk_sbuf_add(&nxt, &ch, 1);
+                i += adv;
+            }
+            if (!ok) { /* a char outside the byte alphabet: the token stays as it is */
+                nxt.n = 0;
+                tk_sbuf_add(&nxt, cur.p, cur.n);
+            }
+            break;
+        }
+        case DEC_REPLACE: {
+            const char *p;
+            while (i < cur.n && (p = memmem(cur.p + i, cur.n - i, st->pat, st->pat_len))) {
+                tk_sbuf_add(&nxt, cur.p + i, (size_t)(p - cur.p) - i);
+                tk_sbuf_add(&nxt, st->with, st->with_len);
+                i = (size_t)(p - cur.p) + st->pat_len;
+            }
+            tk_sbuf_add(&nxt, cur.p + i, cur.n - i);
+            break;
+        }
+        case DEC_METASPACE:
+            while (i < cur.n) {
+                size_t adv;
+                int32_t cp = tk_utf8_decode_at((const unsigned char *)cur.p + i, cur.n - i, &adv);
+                if (cp == st->content) {
+                    if (!(first && st->prepend != PREPEND_NEVER)) tk_sbuf_add(&nxt, " ", 1);
+                } else {
+                    tk_sbuf_add(&nxt, cur.p + i, adv);
+                }
+                i += adv;
+            }
+            break;
+        case DEC_STRIP: { /* per token (no Fuse before it) */
+            size_t a = 0, e = cur.n;
+            for (int j = 0; j < st->start && a < e; j++) {
+                size_t adv;
+                if (tk_utf8_decode_at((const unsigned char *)cur.p + a, e - a, &adv) != st->content) break;
+                a += adv;
+            }
+            for (int j = 0; j < st->stop && e > a; j++) {
+                size_t q = e - 1;
+                while (q > a && ((unsigned char)cur.p[q] & 0xC0) == 0x80) q--;
+                size_t adv;
+                if (tk_utf8_decode_at((const unsigned char *)cur.p + q, e - q, &adv) != st->content) break;
+                e = q;
+            }
+            tk_sbuf_add(&nxt, cur.p + a, e - a);
+            break;
+        }
+        case DEC_FUSE: break;
+        }
+        sbuf tmp = cur;
+        cur = nxt;
+        nxt = tmp;
+    }
+    tk_sbuf_add(out, cur.p, cur.n);
+    free(cur.p);
+    free(nxt.p);
+}
+
+/* Each id's token string (traw: what the decoder chain starts from) and
+ * the bytes it decodes to in the middle of a text (tbytes: ByteLevel
+ * chars mapped back to bytes, ▁ to spaces, <0xNN> to its byte, ...). */
 static void build_token_bytes(tokenizer *t) {
-    uint32_t b2c[256];
-    int16_t c2b[0x144];
-    tk_bl_tables(b2c, c2b);
     size_t nv = (size_t)t->vocab_size;
     t->tb = xcalloc(nv * 2, sizeof *t->tb);
+    t->tr = xcalloc(nv * 2, sizeof *t->tr);
     t->tflags = xcalloc(nv, 1);
     sbuf *out = &t->tbytes;
     tk_sbuf_add(out, "", 0);
+    tk_sbuf_add(&t->traw, "", 0);
     for (int pass = 0; pass < 2; pass++) {
         /* vocab first, then added tokens so they take precedence for an id */
         size_t count = pass == 0 ? t->vocab.mask + 1 : (size_t)t->n_added;
@@ -487,28 +723,19 @@ static void build_token_bytes(tokenizer *t) {
                 n = t->added[i].len;
                 id = t->added[i].id;
             }
-            size_t o = out->n, k = 0;
-            int ok = 1;
-            while (k < n) {
-                size_t adv;
-                int32_t cp = tk_utf8_decode_at((const unsigned char *)s + k, n - k, &adv);
-                if (cp < 0 || cp >= 0x144 || c2b[cp] < 0) {
-                    ok = 0;
-                    break;
-                }
-                char byte = (char)c2b[cp];
-                tk_sbuf_add(out, &byte, 1);
-                k += adv;
-            }
-            if (!ok) {
-                out->n = o;
-                tk_sbuf_add(out, s, n);
-            }
+            size_t ro = tk_sbuf_add(&t->traw, s, n);
+            tk_sbuf_add(&t->traw, "\0", 1);
+            t->tr[2 * (size_t)id] = (uint32_t)ro;
+            t->tr[2 * (size_t)id + 1] = (uint32_t)n;
+            size_t o = out->n;
+            int byte;
+            token_text(t, t->traw.p + ro, n, 0, out, &byte);
             size_t len = out->n - o;
             t->tb[2 * (size_t)id] = (uint32_t)o;
             t->tb[2 * (size_t)id + 1] = (uint32_t)len;
             tk_sbuf_add(out, "\0", 1); /* keep each entry NUL-terminated */
-            t->tflags[id] = TF_PRESENT | (pass == 1 && t->added[i].special ? TF_SPECIAL : 0);
+            t->tflags[id] = (uint8_t)(TF_PRESENT | (pass == 1 && t->added[i].special ? TF_SPECIAL : 0) |
+                                      (byte >= 0 ? TF_BYTE : 0));
             if (len > t->max_tok_len) t->max_tok_len = len;
         }
     }
@@ -526,8 +753,32 @@ static int parse_config(tokenizer *t, const char *path, lctx *L) {
         if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
         if (cJSON_IsString(v)) *dst[k] = tok_token_id(t, v->valuestring);
     }
+    /* transformers' Llama and Gemma tokenizer classes rebuild the
+     * post-processor from add_bos_token/add_eos_token (defaults true,
+     * false) and the config's bos/eos; the other classes keep
+     * tokenizer.json's. */
+    static const char *rebuild[] = {"LlamaTokenizer", "LlamaTokenizerFast", "GemmaTokenizer",
+                                    "GemmaTokenizerFast", "CodeLlamaTokenizer", "CodeLlamaTokenizerFast"};
+    const char *cls = NULL;
+    int rc = json_opt_str(c, "tokenizer_class", &cls, L->ctx, L->err, L->errlen) < 0 ? -1 : 0;
+    int add_bos = 1, add_eos = 0;
+    if (!rc && (json_opt_bool(c, "add_bos_token", &add_bos, L->ctx, L->err, L->errlen) < 0 ||
+                json_opt_bool(c, "add_eos_token", &add_eos, L->ctx, L->err, L->errlen) < 0))
+        rc = -1;
+    for (size_t i = 0; !rc && cls && i < sizeof rebuild / sizeof *rebuild; i++) {
+        if (strcmp(cls, rebuild[i]) != 0) continue;
+        if ((add_bos && t->bos_id < 0) || (add_eos && t->eos_id < 0)) {
+            rc = ds_err(L->err, L->errlen, "%s: add_%s_token is set but %s_token is missing or unknown", L->ctx,
+                        add_bos && t->bos_id < 0 ? "bos" : "eos", add_bos && t->bos_id < 0 ? "bos" : "eos");
+            break;
+        }
+        t->prefix.n = t->suffix.n = 0;
+        if (add_bos) tk_ivec_push(&t->prefix, t->bos_id);
+        if (add_eos) tk_ivec_push(&t->suffix, t->eos_id);
+        break;
+    }
     cJSON_Delete(c);
-    return 0;
+    return rc;
 }
 
 int tok_load(tokenizer **out, const char *dir, char *err, size_t errlen) {
@@ -558,12 +809,8 @@ int tok_load(tokenizer **out, const char *dir, char *err, size_t errlen) {
     if (parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), &L) ||
         parse_pre_tokenizer(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), &L))
         goto done;
-    int dec_bl = 0;
-    if (parse_decoder(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), &dec_bl, &L)) goto done;
-    if (!t->byte_level || !dec_bl) {
-        ds_err(err, errlen, "%s: only byte-level BPE is supported (ByteLevel pre_tokenizer and decoder)", path);
-        goto done;
-    }
+    if (parse_decoder(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), &L)) goto done;
+    t->dec_bytelevel = t->n_dec == 1 && t->dec[0].kind == DEC_BYTELEVEL;
     if (parse_bpe(t, model, &L) || parse_added_tokens(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), &L))
         goto done;
     if (parse_post_processor(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), &L)) goto done;
@@ -584,16 +831,29 @@ int tok_load(tokenizer **out, const char *dir, char *err, size_t errlen) {
         ds_err(err, errlen, "%s: empty vocabulary", path);
         goto done;
     }
-    /* the symbol each byte starts as */
+    /* the symbol each byte (byte-level) or character starts as */
     uint32_t b2c[256];
-    int16_t c2b[0x144];
-    tk_bl_tables(b2c, c2b);
+    tk_bl_tables(b2c, t->c2b);
     for (int b = 0; b < 256; b++) {
         char u[4];
         size_t n = tk_utf8_encode(b2c[b], u);
         t->byte_id[b] = tk_smap_get(&t->vocab, u, n);
         memcpy(t->bl_utf8[b], u, n);
         t->bl_len[b] = (uint8_t)n;
+        char fb[8];
+        snprintf(fb, sizeof fb, "<0x%02X>", b); /* Rust's format!("<{b:#04X}>") */
+        t->fb_id[b] = t->byte_fallback ? tk_smap_get(&t->vocab, fb, 6) : -1;
+    }
+    if (!t->byte_level) {
+        t->bmp_id = xmalloc(0x10000 * sizeof *t->bmp_id);
+        for (int cp = 0; cp < 0x10000; cp++) t->bmp_id[cp] = -1;
+        for (size_t i = 0; i <= t->vocab.mask; i++) {
+            const smap_slot *sl = &t->vocab.slots[i];
+            if (sl->len == UINT32_MAX || sl->len > 3) continue;
+            size_t adv;
+            int32_t cp = tk_utf8_decode_at((const unsigned char *)t->vocab.keys.p + sl->off, sl->len, &adv);
+            if (cp >= 0 && cp < 0x10000 && adv == sl->len) t->bmp_id[cp] = sl->val;
+        }
     }
     build_token_bytes(t);
     lctx LC = {cpath, err, errlen};
@@ -708,21 +968,108 @@ static void lossy(obuf *o, const unsigned char *p, size_t n, unsigned char *pend
     }
 }
 
+static void out_repl(obuf *o, int k) {
+    for (int i = 0; i < k; i++) out_put(o, REPL, 3);
+}
+
+/* The index of the Strip step acting on the fused text, or -1. */
+static int fused_strip(const tokenizer *t) {
+    for (int k = 0; k < t->n_dec; k++)
+        if (t->dec[k].kind == DEC_STRIP && t->dec[k].after_fuse) return k;
+    return -1;
+}
+
+static int has_dec(const tokenizer *t, enum dec_kind kind) {
+    for (int k = 0; k < t->n_dec; k++)
+        if (t->dec[k].kind == kind) return 1;
+    return 0;
+}
+
+/* HF's decode: the tokens (special ones dropped if asked) go through the
+ * decoder chain and are joined. ByteLevel maps every token's chars back
+ * to bytes and decodes the lot lossily; ByteFallback turns each run of
+ * <0xNN> tokens into its text if valid UTF-8, else one U+FFFD per byte;
+ * Metaspace drops the replacement chars of the first token. */
 char *tok_decode(const tokenizer *t, const int *ids, int n, int skip_special, size_t *len) {
     sbuf raw = {0};
     tk_sbuf_add(&raw, "", 0);
+    int first = 1, meta = has_dec(t, DEC_METASPACE);
+    size_t run = 0; /* start of the current run of byte tokens in raw, or SIZE_MAX */
+    run = SIZE_MAX;
     for (int i = 0; i < n; i++) {
         size_t l;
         const char *b = tok_token_bytes(t, ids[i], &l);
         if (!b || (skip_special && tok_is_special(t, ids[i]))) continue;
-        tk_sbuf_add(&raw, b, l);
+        int is_byte = (t->tflags[ids[i]] & TF_BYTE) != 0;
+        if (!is_byte && run != SIZE_MAX) { /* a run of byte tokens ends */
+            if (tk_utf8_check(raw.p + run, raw.n - run) != raw.n - run) {
+                size_t nb = raw.n - run;
+                raw.n = run;
+                for (size_t k = 0; k < nb; k++) tk_sbuf_add(&raw, REPL, 3);
+            }
+            run = SIZE_MAX;
+        }
+        if (is_byte && run == SIZE_MAX) run = raw.n;
+        if (first && meta) {
+            int byte;
+            token_text(t, t->traw.p + t->tr[2 * (size_t)ids[i]], t->tr[2 * (size_t)ids[i] + 1], 1, &raw, &byte);
+        } else {
+            tk_sbuf_add(&raw, b, l);
+        }
+        first = 0;
+    }
+    if (run != SIZE_MAX && tk_utf8_check(raw.p + run, raw.n - run) != raw.n - run) {
+        size_t nb = raw.n - run;
+        raw.n = run;
+        for (size_t k = 0; k < nb; k++) tk_sbuf_add(&raw, REPL, 3);
     }
     obuf o = {xmalloc(raw.n * 3 + 1), 0, raw.n * 3 + 1, 0};
     lossy(&o, (const unsigned char *)raw.p, raw.n, NULL, NULL);
     o.p[o.n] = 0;
     free(raw.p);
+    int k = fused_strip(t);
+    if (k >= 0) { /* HF's Strip on the one fused token: up to start chars at the front, stop at the end */
+        const dec_step *st = &t->dec[k];
+        size_t a = 0, e = o.n;
+        for (int j = 0; j < st->start && a < e; j++) {
+            size_t adv;
+            if (tk_utf8_decode_at((const unsigned char *)o.p + a, e - a, &adv) != st->content) break;
+            a += adv;
+        }
+        for (int j = 0; j < st->stop && e > a; j++) {
+            size_t q = e - 1;
+            while (q > a && ((unsigned char)o.p[q] & 0xC0) == 0x80) q--;
+            size_t adv;
+            if (tk_utf8_decode_at((const unsigned char *)o.p + q, e - q, &adv) != st->content) break;
+            e = q;
+        }
+        memmove(o.p, o.p + a, e - a);
+        o.n = e - a;
+        o.p[o.n] = 0;
+    }
     if (len) *len = o.n;
     return o.p;
+}
+
+/* Drops the leading chars a fused Strip removes from the start of the
+ * stream's output (out[0..n)); returns the new length. */
+static size_t stream_strip(const tokenizer *t, tok_stream *s, char *out, size_t n) {
+    int k = fused_strip(t);
+    if (k < 0 || s->lead < 0) return n;
+    const dec_step *st = &t->dec[k];
+    size_t a = 0;
+    while (a < n) {
+        size_t adv;
+        if (s->lead >= st->start || tk_utf8_decode_at((const unsigned char *)out + a, n - a, &adv) != st->content) {
+            s->lead = -1;
+            break;
+        }
+        a += adv;
+        s->lead++;
+    }
+    memmove(out, out + a, n - a);
+    out[n - a] = 0;
+    return n - a;
 }
 
 size_t tok_stream_push(const tokenizer *t, tok_stream *s, int id, char *out, size_t cap) {
@@ -734,7 +1081,22 @@ size_t tok_stream_push(const tokenizer *t, tok_stream *s, int id, char *out, siz
         out[0] = 0;
         return 0;
     }
+    s->per_byte = has_dec(t, DEC_BYTEFALLBACK);
+    int is_byte = (t->tflags[id] & TF_BYTE) != 0;
+    sbuf first = {0};
+    if (s->ntok == 0 && has_dec(t, DEC_METASPACE)) { /* the first token decodes differently */
+        int byte;
+        tk_sbuf_add(&first, "", 0);
+        token_text(t, t->traw.p + t->tr[2 * (size_t)id], t->tr[2 * (size_t)id + 1], 1, &first, &byte);
+        p = (const unsigned char *)first.p;
+        n = first.n;
+    }
+    if (s->ntok < 2) s->ntok++;
     size_t i = 0;
+    if (s->per_byte && !is_byte && s->npend) { /* the byte run ends incomplete */
+        out_repl(&o, s->npend);
+        s->npend = 0;
+    }
     /* finish (or reject) the held-back sequence first */
     while (s->npend > 0 && i < n) {
         unsigned char lead = s->pend[0];
@@ -746,19 +1108,20 @@ size_t tok_stream_push(const tokenizer *t, tok_stream *s, int id, char *out, siz
                 s->npend = 0;
             }
         } else {
-            out_put(&o, REPL, 3);
+            out_repl(&o, s->per_byte ? s->npend : 1);
             s->npend = 0;
         }
     }
     if (i < n) lossy(&o, p + i, n - i, s->pend, &s->npend);
+    free(first.p);
     out[o.n] = 0;
-    return o.n;
+    return stream_strip(t, s, out, o.n);
 }
 
 size_t tok_stream_flush(tok_stream *s, char *out, size_t cap) {
     obuf o = {out, 0, cap, 0};
     if (!cap) return 0;
-    if (s->npend) out_put(&o, REPL, 3);
+    if (s->npend) out_repl(&o, s->per_byte ? s->npend : 1);
     s->npend = 0;
     out[o.n] = 0;
     return o.n;

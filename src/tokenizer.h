@@ -1,7 +1,11 @@
-/* tokenizer: Hugging Face tokenizer.json for byte-level BPE models
- * (Qwen2/Qwen3, Llama 3, GPT-2 style): normalizer, Split pre-tokenizer
- * regexes (PCRE2 with Unicode properties), ByteLevel, BPE merges by rank,
- * added/special tokens matched before BPE, post-processor BOS/EOS.
+/* tokenizer: Hugging Face tokenizer.json for BPE models, byte-level
+ * (Qwen2/Qwen3, Llama 3, GPT-2 style) and SentencePiece-style (Gemma 3,
+ * Llama 2, Mistral): normalizers (NFC.., Replace, Prepend), pre-tokenizers
+ * (Split regexes with PCRE2 Unicode properties, ByteLevel, Metaspace),
+ * BPE merges by rank with byte_fallback/unk, added/special tokens matched
+ * before BPE, post-processor BOS/EOS (or tokenizer_config.json's
+ * add_bos_token/add_eos_token for the Llama/Gemma classes), and the
+ * decoder chains (ByteLevel; Replace, ByteFallback, Fuse, Strip, Metaspace).
  * Encoding is thread-safe (no shared mutable state). Decoding streams:
  * tok_stream never emits a partial UTF-8 sequence. */
 #ifndef DS_TOKENIZER_H
@@ -55,15 +59,22 @@ char *tok_decode(const tokenizer *t, const int *ids, int n, int skip_special, si
 typedef struct {
     unsigned char pend[8];
     int npend;
+    int ntok; /* tokens pushed so far (saturates) */
+    int lead; /* leading chars a Strip decoder has dropped (or -1: done) */
+    int per_byte; /* set by push: invalid held bytes become one U+FFFD each */
 } tok_stream;
 /* Appends the decodable text of id to out (cap bytes, NUL-terminated);
  * returns bytes written. Unknown ids write nothing. cap must be at least
  * tok_stream_cap(t) (invalid bytes grow 3x as U+FFFD); with less, output
  * that does not fit is dropped (never a partial character). Concatenated
- * chunks (plus the flush) equal tok_decode(..., skip_special=0). */
+ * chunks (plus the flush) equal tok_decode(..., skip_special=0), with two
+ * exceptions: a ByteFallback decoder turns a run of <0xNN> tokens that is
+ * not valid UTF-8 into one U+FFFD per byte of the run, which a stream
+ * cannot do for characters it already emitted; and a Strip decoder's
+ * trailing strip (stop > 0) is not applied. */
 size_t tok_stream_push(const tokenizer *t, tok_stream *s, int id, char *out, size_t cap);
 size_t tok_stream_cap(const tokenizer *t);
-/* Emits whatever is held back (invalid leftovers as U+FFFD); cap >= 4. */
+/* Emits whatever is held back (invalid leftovers as U+FFFD); cap >= 16. */
 size_t tok_stream_flush(tok_stream *s, char *out, size_t cap);
 
 #endif

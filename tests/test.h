@@ -17,6 +17,11 @@ const char *test_data_dir(void);
 const char *test_tokenizer_dir(void);
 /* A fresh scratch directory for this test process. */
 const char *test_tmp_dir(void);
+/* Writes a tiny random-weight Qwen3 checkpoint (the real Qwen3 vocabulary
+ * size, 2 layers of width 32) with the real Qwen3 tokenizer files into dir,
+ * for tests of the text paths (tokenizer + template + model). Returns 0, or
+ * -1 when the real tokenizer is unavailable. */
+int test_write_tiny_qwen3(const char *dir);
 
 #define TEST(name)                                                         \
     static void test_##name(void);                                         \

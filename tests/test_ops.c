@@ -1,6 +1,6 @@
 /* Tests for the CPU ops: every kernel against a float64 reference on
- * random inputs, on both the scalar path and the SIMD path (when the CPU
- * has AVX2), with shapes at the edges of the vector and tile widths
+ * random inputs, on both the scalar path and the SIMD paths (AVX2, and
+ * for matmul also AVX-512, as the CPU allows), with shapes at the edges of the vector and tile widths
  * (M = 1,2,3,5,17; N and K not multiples of 4/8/16; K across several K
  * tiles; n_past > 0; GQA ratios 1, 2, 4). Also: threaded results equal
  * single-threaded ones bit for bit, and a row computed in a batch equals
@@ -95,6 +95,10 @@ static int have_simd(void) {
 /* the modes a kernel is checked in: scalar, and SIMD when available */
 static int n_modes(void) { return have_simd() ? 2 : 1; }
 
+/* matmul levels to check: scalar, AVX2, AVX-512, as this build and CPU allow */
+static int n_levels(void) { return ops_max_level() + 1; }
+static const char *level_str(int l) { return l == 0 ? "scalar" : l == 1 ? "avx2" : "avx512"; }
+
 static const char *dt_str(ds_dtype dt) { return dt == DT_F32 ? "f32" : dt == DT_BF16 ? "bf16" : "f16"; }
 
 /* -------------------------------------------------------------- matmul */
@@ -134,9 +138,9 @@ TEST(ops_matmul_vs_reference) {
     const int Ns[] = {1, 3, 7, 16, 67, 130};
     const int Ks[] = {1, 5, 8, 13, 64, 100, 515, 1030};
     const ds_dtype dts[] = {DT_F32, DT_F16, DT_BF16};
-    int prev = ops_use_simd(1);
-    for (int mode = 0; mode < n_modes(); mode++) {
-        ops_use_simd(mode);
+    int prev = ops_level();
+    for (int mode = 0; mode < n_levels(); mode++) {
+        ops_set_level(mode);
         for (size_t d = 0; d < 3; d++)
             for (size_t ik = 0; ik < sizeof Ks / sizeof Ks[0]; ik++)
                 for (size_t in = 0; in < sizeof Ns / sizeof Ns[0]; in++) {
@@ -150,7 +154,7 @@ TEST(ops_matmul_vs_reference) {
                         float *x = rand_vec((size_t)M * K, 1.0f);
                         float *y = malloc((size_t)M * N * sizeof(float));
                         char what[64];
-                        snprintf(what, sizeof what, "%s %s", mode ? "simd" : "scalar", dt_str(dts[d]));
+                        snprintf(what, sizeof what, "%s %s", level_str(mode), dt_str(dts[d]));
                         op_matmul(NULL, y, x, M, &w.t, NULL);
                         check_matmul_ref(y, x, &w, NULL, M, N, K, what);
                         op_matmul(NULL, y, x, M, &w.t, bias);
@@ -162,19 +166,20 @@ TEST(ops_matmul_vs_reference) {
                     free_w(&w);
                 }
     }
-    ops_use_simd(prev);
+    ops_set_level(prev);
 }
 
 /* scalar and SIMD agree to rounding; threads and batching change nothing
- * (in particular the SIMD direct and blocked loops agree bit for bit) */
+ * (in particular the SIMD direct and blocked loops agree bit for bit), and
+ * the AVX2 and AVX-512 levels agree bit for bit */
 TEST(ops_matmul_simd_scalar_threads_batch) {
     const ds_dtype dts[] = {DT_F32, DT_F16, DT_BF16};
     /* the last two are large enough in M*K for the SIMD path's blocked loop
      * (x beyond 384 KB), with several K tiles and a K tail */
     const int shapes[][3] = {{17, 130, 1030}, {5, 67, 515}, {3, 200, 64}, {2, 129, 1027}, {1, 300, 100},
-                             {40, 70, 520}, {97, 70, 1030}, {130, 37, 777}};
+                             {40, 70, 520}, {97, 70, 1030}, {130, 37, 777}, {23, 9, 1024}, {31, 131, 13}};
     tpool *tps[3] = {NULL, tp_create(2), tp_create(3)};
-    int prev = ops_use_simd(1);
+    int prev = ops_level();
     for (size_t d = 0; d < 3; d++) {
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
@@ -182,24 +187,24 @@ TEST(ops_matmul_simd_scalar_threads_batch) {
             float *bias = rand_vec((size_t)N, 1.0f);
             float *x = rand_vec((size_t)M * K, 2.0f);
             size_t ny = (size_t)M * N;
-            float *ys[2][3];
-            for (int mode = 0; mode < n_modes(); mode++) {
-                ops_use_simd(mode);
+            float *ys[3][3];
+            for (int mode = 0; mode < n_levels(); mode++) {
+                ops_set_level(mode);
                 for (int t = 0; t < 3; t++) {
                     ys[mode][t] = malloc(ny * sizeof(float));
                     op_matmul(tps[t], ys[mode][t], x, M, &w.t, bias);
                 }
-                check_matmul_ref(ys[mode][0], x, &w, bias, M, N, K, mode ? "simd" : "scalar");
+                check_matmul_ref(ys[mode][0], x, &w, bias, M, N, K, level_str(mode));
                 for (int t = 1; t < 3; t++)
                     CHECK_MSG(memcmp(ys[mode][0], ys[mode][t], ny * sizeof(float)) == 0,
-                              "%s %s M=%d N=%d K=%d: %d threads differ from 1", mode ? "simd" : "scalar",
+                              "%s %s M=%d N=%d K=%d: %d threads differ from 1", level_str(mode),
                               dt_str(dts[d]), M, N, K, tp_size(tps[t]));
                 /* each row alone equals the row computed in the batch */
                 float *y1 = malloc((size_t)N * sizeof(float));
                 for (int m = 0; m < M; m++) {
                     op_matmul(tps[1], y1, x + (size_t)m * K, 1, &w.t, bias);
                     CHECK_MSG(memcmp(y1, ys[mode][0] + (size_t)m * N, (size_t)N * sizeof(float)) == 0,
-                              "%s %s M=%d N=%d K=%d: row %d alone differs from the batch", mode ? "simd" : "scalar",
+                              "%s %s M=%d N=%d K=%d: row %d alone differs from the batch", level_str(mode),
                               dt_str(dts[d]), M, N, K, m);
                 }
                 /* and a batch of 2 rows from the middle */
@@ -211,7 +216,7 @@ TEST(ops_matmul_simd_scalar_threads_batch) {
                 }
                 free(y1);
             }
-            if (n_modes() == 2) {
+            if (n_levels() >= 2) {
                 int bad = 0;
                 for (size_t i = 0; i < ny; i++) {
                     double mag = 0;
@@ -223,14 +228,17 @@ TEST(ops_matmul_simd_scalar_threads_batch) {
                 CHECK_MSG(bad == 0, "%s M=%d N=%d K=%d: %d outputs differ between scalar and simd", dt_str(dts[d]), M,
                           N, K, bad);
             }
-            for (int mode = 0; mode < n_modes(); mode++)
+            if (n_levels() >= 3)
+                CHECK_MSG(memcmp(ys[1][0], ys[2][0], ny * sizeof(float)) == 0,
+                          "%s M=%d N=%d K=%d: avx2 and avx512 differ", dt_str(dts[d]), M, N, K);
+            for (int mode = 0; mode < n_levels(); mode++)
                 for (int t = 0; t < 3; t++) free(ys[mode][t]);
             free(x);
             free(bias);
             free_w(&w);
         }
     }
-    ops_use_simd(prev);
+    ops_set_level(prev);
     tp_free(tps[1]);
     tp_free(tps[2]);
 }
@@ -243,17 +251,17 @@ TEST(ops_matmul_verify_widths) {
     float *x = rand_vec((size_t)16 * K, 1.0f);
     float *y = malloc((size_t)16 * N * sizeof(float));
     float *y1 = malloc((size_t)N * sizeof(float));
-    int prev = ops_use_simd(1);
-    for (int mode = 0; mode < n_modes(); mode++) {
-        ops_use_simd(mode);
+    int prev = ops_level();
+    for (int mode = 0; mode < n_levels(); mode++) {
+        ops_set_level(mode);
         for (int M = 2; M <= 16; M++) {
             op_matmul(tp, y, x, M, &w.t, NULL);
-            check_matmul_ref(y, x, &w, NULL, M, N, K, mode ? "simd verify" : "scalar verify");
+            check_matmul_ref(y, x, &w, NULL, M, N, K, level_str(mode));
             op_matmul(NULL, y1, x + (size_t)(M - 1) * K, 1, &w.t, NULL);
             CHECK(memcmp(y1, y + (size_t)(M - 1) * N, (size_t)N * sizeof(float)) == 0);
         }
     }
-    ops_use_simd(prev);
+    ops_set_level(prev);
     free(x);
     free(y);
     free(y1);
@@ -563,4 +571,17 @@ TEST(ops_simd_switch) {
     CHECK_EQ_INT(ops_simd_active(), have_simd());
     ops_use_simd(prev);
     CHECK_EQ_INT(ops_simd_active(), prev);
+    /* levels clamp to what the CPU has */
+    int mx = ops_max_level(), pl = ops_set_level(99);
+    CHECK_EQ_INT(ops_level(), mx);
+    CHECK_EQ_INT(mx >= 1, have_simd());
+#ifdef DS_HAVE_AVX2_PATH
+    CHECK_EQ_INT(mx == 2, cpu_has_avx512());
+#endif
+    ops_set_level(0);
+    CHECK_EQ_INT(ops_simd_active(), 0);
+    ops_set_level(-3);
+    CHECK_EQ_INT(ops_level(), 0);
+    ops_set_level(pl);
+    CHECK_EQ_INT(ops_level(), pl);
 }

@@ -1,8 +1,9 @@
-/* Tokenizer tests: golden ids from the Hugging Face tokenizers library on
- * the real Qwen3 and Llama-3 tokenizer.json (tests/data/tok/, written by
- * tools/gen_tokenizer_golden.py), round-trip decoding, add_special,
- * streaming decode, malformed files, and the less common pipeline
- * options on a small synthetic byte-level tokenizer. */
+/* Tokenizer tests: golden ids and decodes from the Hugging Face tokenizers
+ * library on the real Qwen3, Llama-3, Gemma-3 and Llama-2 tokenizer.json
+ * (tests/data/tok/, written by tools/gen_tokenizer_golden.py; the files come
+ * from scripts/fetch-test-assets), add_special, streaming decode, malformed
+ * files, and the less common pipeline options on small synthetic
+ * byte-level and SentencePiece-style tokenizers. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,31 +17,36 @@
 /* ---------------------------------------------------------------- */
 /* helpers                                                            */
 
-static tokenizer *real_tok[2];
-static int real_tried[2];
+#define N_REAL 4
+enum { QWEN3, LLAMA3, GEMMA3, LLAMA2 };
+static const char *real_names[N_REAL] = {"qwen3", "llama3", "gemma3", "llama2"};
+static tokenizer *real_tok[N_REAL];
+static int real_tried[N_REAL], real_atexit;
 
 static void free_real(void) {
-    for (int i = 0; i < 2; i++) tok_free(real_tok[i]);
+    for (int i = 0; i < N_REAL; i++) tok_free(real_tok[i]);
 }
 
-/* The real tokenizer (0: qwen3, 1: llama3), loaded once per process;
- * records a failure when it cannot be had. */
+/* The real tokenizer (QWEN3, ...), loaded once per process; records a
+ * failure when it cannot be had (run scripts/fetch-test-assets). */
 static tokenizer *real(int which) {
-    static const char *names[2] = {"qwen3", "llama3"};
     if (!real_tried[which]) {
         real_tried[which] = 1;
-        if (!real_tried[1 - which]) atexit(free_real);
+        if (!real_atexit) atexit(free_real);
+        real_atexit = 1;
         const char *dir = test_tokenizer_dir();
         if (dir) {
             char path[4200], err[512];
-            snprintf(path, sizeof path, "%s/%s", dir, names[which]);
+            snprintf(path, sizeof path, "%s/%s", dir, real_names[which]);
             if (tok_load(&real_tok[which], path, err, sizeof err)) {
-                test_fail(__FILE__, __LINE__, "loading %s: %s", path, err);
+                test_fail(__FILE__, __LINE__, "loading %s: %s (run scripts/fetch-test-assets)", path, err);
                 real_tok[which] = NULL;
             }
         }
     }
-    if (!real_tok[which]) test_fail(__FILE__, __LINE__, "real %s tokenizer not available", names[which]);
+    if (!real_tok[which])
+        test_fail(__FILE__, __LINE__, "real %s tokenizer not available (run scripts/fetch-test-assets)",
+                  real_names[which]);
     return real_tok[which];
 }
 
@@ -99,9 +105,15 @@ typedef struct {
     int **ids; /* L lines */
     int *n;
     int nl;
+    char **dec, **dec_skip; /* D and K lines by corpus line (NULL: as the text / as dec) */
+    size_t *dec_n, *dec_skip_n;
     int *s_line, **s_ids, *s_n, ns, s_cap; /* S lines */
     int *w_ids, w_n;                         /* W line */
+    char *x;                                 /* X line (NULL: the W text) */
+    size_t x_n;
 } golden;
+
+#define W_LINES 150 /* tools/gen_tokenizer_golden.py */
 
 static int parse_list(const char *p, int **out) {
     char err[256];
@@ -113,7 +125,25 @@ static int parse_list(const char *p, int **out) {
     return ds_parse_ids(p + 1, out, err, sizeof err);
 }
 
-static int load_golden(golden *g, const char *name) {
+static char *parse_hex(const char *p, size_t *n) {
+    if (*p == ' ') p++;
+    size_t len = strlen(p);
+    if (len % 2) return NULL;
+    char *out = xmalloc(len / 2 + 1);
+    for (size_t i = 0; i < len / 2; i++) {
+        unsigned v;
+        if (sscanf(p + 2 * i, "%2x", &v) != 1) {
+            free(out);
+            return NULL;
+        }
+        out[i] = (char)v;
+    }
+    out[len / 2] = 0;
+    *n = len / 2;
+    return out;
+}
+
+static int load_golden(golden *g, const char *name, int nlines) {
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/tok/%s.golden", test_data_dir(), name);
     memset(g, 0, sizeof *g);
@@ -124,6 +154,10 @@ static int load_golden(golden *g, const char *name) {
         test_fail(__FILE__, __LINE__, "%s", err);
         return -1;
     }
+    g->dec = xcalloc((size_t)nlines, sizeof *g->dec);
+    g->dec_skip = xcalloc((size_t)nlines, sizeof *g->dec_skip);
+    g->dec_n = xcalloc((size_t)nlines, sizeof *g->dec_n);
+    g->dec_skip_n = xcalloc((size_t)nlines, sizeof *g->dec_skip_n);
     int cap = 0, rc = 0;
     char *save = NULL;
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -138,6 +172,20 @@ static int load_golden(golden *g, const char *name) {
             }
             g->ids[g->nl] = ids;
             g->n[g->nl++] = k;
+        } else if (line[0] == 'D' || line[0] == 'K') {
+            char *end;
+            long i = strtol(line + 2, &end, 10);
+            size_t n = 0;
+            char *d = parse_hex(end, &n);
+            if (d && i >= 0 && i < nlines) {
+                char **slot = line[0] == 'D' ? &g->dec[i] : &g->dec_skip[i];
+                free(*slot);
+                *slot = d;
+                (line[0] == 'D' ? g->dec_n : g->dec_skip_n)[i] = n;
+                k = 0;
+            } else {
+                free(d);
+            }
         } else if (line[0] == 'S') {
             char *end;
             if (g->ns == g->s_cap) {
@@ -155,6 +203,10 @@ static int load_golden(golden *g, const char *name) {
             k = parse_list(line + 1, &ids);
             g->w_ids = ids;
             g->w_n = k;
+        } else if (line[0] == 'X') {
+            free(g->x);
+            g->x = parse_hex(line + 1, &g->x_n);
+            k = g->x ? 0 : -1;
         }
         if (k < 0) {
             test_fail(__FILE__, __LINE__, "%s: bad line \"%.40s\"", path, line);
@@ -165,15 +217,24 @@ static int load_golden(golden *g, const char *name) {
     return rc;
 }
 
-static void free_golden(golden *g) {
+static void free_golden(golden *g, int nlines) {
     for (int i = 0; i < g->nl; i++) free(g->ids[i]);
     for (int i = 0; i < g->ns; i++) free(g->s_ids[i]);
+    for (int i = 0; i < nlines && g->dec; i++) {
+        free(g->dec[i]);
+        free(g->dec_skip[i]);
+    }
+    free(g->dec);
+    free(g->dec_skip);
+    free(g->dec_n);
+    free(g->dec_skip_n);
     free(g->ids);
     free(g->n);
     free(g->s_line);
     free(g->s_ids);
     free(g->s_n);
     free(g->w_ids);
+    free(g->x);
 }
 
 /* Compares ids; on mismatch reports where. Returns 1 when equal. */
@@ -186,31 +247,28 @@ static int same_ids(const char *what, int line, const int *got, int ng, const in
     return 0;
 }
 
-static char *nfc(const char *s, size_t n, size_t *out_len) {
-    utf8proc_uint8_t *d = NULL;
-    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &d,
-                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (r < 0) {
-        free(d);
-        return NULL;
-    }
-    *out_len = (size_t)r;
-    return (char *)d;
+static int same_text(const char *got, size_t ng, const char *want, size_t nw) {
+    return ng == nw && memcmp(got, want, ng) == 0;
 }
 
-/* Golden equality over every corpus line, the add_special lines and the
- * whole file, plus round-trip decoding of each. */
-static void check_golden(int which, const char *name, int nfc_norm) {
+/* Golden equality over every corpus line the golden covers (ids, decode
+ * with and without skip_special, streaming), the add_special lines and the
+ * first W_LINES lines as one text. min_lines: how many lines the golden
+ * must cover at least. */
+static void check_golden(int which, int min_lines) {
+    const char *name = real_names[which];
     tokenizer *t = real(which);
     corpus c;
     golden g;
     if (!t || load_corpus(&c)) return;
-    if (load_golden(&g, name)) {
+    if (load_golden(&g, name, c.n)) {
+        free_golden(&g, c.n);
         free_corpus(&c);
         return;
     }
-    CHECK_EQ_INT(g.nl, c.n);
-    int bad = 0;
+    CHECK_MSG(g.nl >= min_lines && g.nl <= c.n, "%s golden covers %d of %d corpus lines", name, g.nl, c.n);
+    CHECK(c.n >= 2000);
+    int bad = 0, bad_dec = 0;
     char err[256];
     for (int i = 0; i < c.n && i < g.nl; i++) {
         int *ids;
@@ -220,15 +278,23 @@ static void check_golden(int which, const char *name, int nfc_norm) {
         if (!same_ids(name, i, ids, n, g.ids[i], g.n[i])) {
             if (++bad < 4) fprintf(stderr, "    text: \"%.*s\"\n", (int)c.lens[i], c.lines[i]);
         }
-        size_t dl, el = c.lens[i];
+        size_t dl, sl;
         char *d = tok_decode(t, ids, n, 0, &dl);
-        char *exp = nfc_norm ? nfc(c.lines[i], c.lens[i], &el) : NULL;
-        const char *e = exp ? exp : c.lines[i];
-        CHECK_MSG(dl == el && memcmp(d, e, el) == 0, "%s line %d: round trip differs: \"%s\"", name, i, d);
-        free(exp);
+        char *ds = tok_decode(t, ids, n, 1, &sl);
+        const char *e = g.dec[i] ? g.dec[i] : c.lines[i];
+        size_t el = g.dec[i] ? g.dec_n[i] : c.lens[i];
+        const char *es = g.dec_skip[i] ? g.dec_skip[i] : e;
+        size_t esl = g.dec_skip[i] ? g.dec_skip_n[i] : el;
+        if (!same_text(d, dl, e, el) || !same_text(ds, sl, es, esl)) {
+            if (++bad_dec < 4)
+                test_fail(__FILE__, __LINE__, "%s line %d: decode \"%s\" / skip_special \"%s\", want \"%.*s\" / \"%.*s\"",
+                          name, i, d, ds, (int)el, e, (int)esl, es);
+        }
         free(d);
+        free(ds);
         free(ids);
     }
+    CHECK_MSG(bad_dec == 0, "%s: %d lines decode differently", name, bad_dec);
     CHECK(g.ns >= 4);
     for (int k = 0; k < g.ns; k++) {
         int i = g.s_line[k];
@@ -241,23 +307,24 @@ static void check_golden(int which, const char *name, int nfc_norm) {
         free(ids);
     }
     CHECK(g.w_n > 1000);
+    size_t wlen = (size_t)(c.lines[W_LINES] - c.text);
     int *ids;
-    int n = tok_encode(t, c.text, c.len, 0, &ids, err, sizeof err);
+    int n = tok_encode(t, c.text, wlen, 0, &ids, err, sizeof err);
     CHECK(n >= 0);
-    if (n >= 0) same_ids("whole corpus", 0, ids, n, g.w_ids, g.w_n);
-    size_t dl, el = c.len;
+    if (n >= 0) same_ids("first lines as one text", 0, ids, n, g.w_ids, g.w_n);
+    size_t dl;
     char *d = tok_decode(t, ids, n, 0, &dl);
-    char *exp = nfc_norm ? nfc(c.text, c.len, &el) : NULL;
-    CHECK_MSG(dl == el && memcmp(d, exp ? exp : c.text, el) == 0, "whole corpus round trip differs");
-    free(exp);
+    CHECK_MSG(g.x ? same_text(d, dl, g.x, g.x_n) : same_text(d, dl, c.text, wlen), "%s: W decode differs", name);
     free(d);
     free(ids);
-    free_golden(&g);
+    free_golden(&g, c.n);
     free_corpus(&c);
 }
 
-TEST(tok_golden_qwen3) { check_golden(0, "qwen3", 1); }
-TEST(tok_golden_llama3) { check_golden(1, "llama3", 0); }
+TEST(tok_golden_qwen3) { check_golden(QWEN3, 2000); }
+TEST(tok_golden_llama3) { check_golden(LLAMA3, 2000); }
+TEST(tok_golden_gemma3) { check_golden(GEMMA3, 2000); }
+TEST(tok_golden_llama2) { check_golden(LLAMA2, 800); }
 
 /* ---------------------------------------------------------------- */
 
@@ -269,7 +336,7 @@ static int encode_str(const tokenizer *t, const char *s, int add_special, int **
 }
 
 TEST(tok_empty_input) {
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < N_REAL; w++) {
         tokenizer *t = real(w);
         if (!t) return;
         int *ids = NULL;
@@ -412,7 +479,7 @@ static void check_stream(const tokenizer *t, const int *ids, int n, const char *
     char *chunk = xmalloc(cap);
     size_t acc_cap = 64, acc_n = 0;
     char *acc = xmalloc(acc_cap);
-    tok_stream s = {{0}, 0};
+    tok_stream s = {0};
     for (int i = 0; i <= n; i++) {
         size_t k = i < n ? tok_stream_push(t, &s, ids[i], chunk, cap) : tok_stream_flush(&s, chunk, cap);
         CHECK(k < cap && chunk[k] == 0);
@@ -449,14 +516,14 @@ TEST(tok_stream_never_splits_utf8) {
         "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𠜎𠜱 🏴󠁧󠁢󠁳󠁣󠁴󠁿",
         "<|im_start|>user\n🤖🤖<|im_end|>",
     };
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < N_REAL; w++) {
         tokenizer *t = real(w);
         if (!t) return;
         for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
             int *ids;
             int n = encode_str(t, texts[i], 0, &ids);
             char label[64];
-            snprintf(label, sizeof label, "%s text %zu", w ? "llama3" : "qwen3", i);
+            snprintf(label, sizeof label, "%s text %zu", real_names[w], i);
             if (n > 0) check_stream(t, ids, n, label);
             free(ids);
         }
@@ -494,7 +561,7 @@ TEST(tok_stream_never_splits_utf8) {
     int ids[2] = {byte_token(t, 0xe4), tok_token_id(t, "<|im_end|>")};
     check_stream(t, ids, 2, "held byte then special");
     /* a too small buffer drops what does not fit, never half a character */
-    tok_stream s = {{0}, 0};
+    tok_stream s = {0};
     char small[4];
     int sid = tok_token_id(t, "<|im_end|>");
     CHECK_EQ_INT(tok_stream_push(t, &s, sid, small, sizeof small), 0);
@@ -517,7 +584,7 @@ static void *thr_main(void *p) {
     for (int r = 0; r < 3; r++) {
         int *ids;
         char err[256];
-        int n = tok_encode(a->t, a->c->text, a->c->len, 0, &ids, err, sizeof err);
+        int n = tok_encode(a->t, a->c->text, (size_t)(a->c->lines[W_LINES] - a->c->text), 0, &ids, err, sizeof err);
         if (n != a->g->w_n || memcmp(ids, a->g->w_ids, (size_t)n * sizeof *ids)) a->ok = 0;
         free(ids);
     }
@@ -529,7 +596,8 @@ TEST(tok_encode_threads) {
     corpus c;
     golden g;
     if (!t || load_corpus(&c)) return;
-    if (load_golden(&g, "qwen3")) {
+    if (load_golden(&g, "qwen3", c.n)) {
+        free_golden(&g, c.n);
         free_corpus(&c);
         return;
     }
@@ -543,7 +611,7 @@ TEST(tok_encode_threads) {
         pthread_join(th[i], NULL);
         CHECK_MSG(args[i].ok, "thread %d got different ids", i);
     }
-    free_golden(&g);
+    free_golden(&g, c.n);
     free_corpus(&c);
 }
 
@@ -554,7 +622,7 @@ TEST(tok_long_runs) {
     size_t n = 100000;
     char *s = xmalloc(n + 8);
     char err[256];
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < N_REAL; w++) {
         tokenizer *t = real(w);
         if (!t) break;
         for (size_t u = 0; u < sizeof units / sizeof *units; u++) {
@@ -626,10 +694,41 @@ TEST(tok_malformed_files) {
                  "invalid JSON");
     expect_error("nomodel", "{\"version\":\"1.0\",\"added_tokens\":[]}", "missing \"model\"", NULL);
     expect_error("notobj", "[1,2,3]", "top level", NULL);
-    expect_error("metaspace",
-                 "{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\"},\"decoder\":" BL
+    expect_error("bertpre",
+                 "{\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"decoder\":" BL
                  ",\"model\":" MINI_MODEL "}",
-                 "tokenizer.json: unsupported pre_tokenizer type \"Metaspace\"", NULL);
+                 "tokenizer.json: unsupported pre_tokenizer type \"BertPreTokenizer\"", NULL);
+    expect_error("precompiled",
+                 "{\"normalizer\":{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"\"},\"decoder\":" BL
+                 ",\"model\":" MINI_MODEL "}",
+                 "unsupported normalizer type \"Precompiled\"", NULL);
+    expect_error("ctc", "{\"pre_tokenizer\":" BL ",\"decoder\":{\"type\":\"CTC\"},\"model\":" MINI_MODEL "}",
+                 "unsupported decoder type \"CTC\"", NULL);
+    expect_error("afterfuse",
+                 "{\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"Replace\","
+                 "\"pattern\":{\"String\":\"a\"},\"content\":\"b\"}]},\"model\":" MINI_MODEL "}",
+                 "decoder \"Replace\" after Fuse", NULL);
+    expect_error("regexdec",
+                 "{\"decoder\":{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"a+\"},\"content\":\"b\"},"
+                 "\"model\":" MINI_MODEL "}",
+                 "decoder Replace supports", NULL);
+    expect_error("scheme",
+                 "{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":"
+                 "\"sometimes\"},\"decoder\":" BL ",\"model\":" MINI_MODEL "}",
+                 "prepend_scheme \"sometimes\"", NULL);
+    expect_error("metarep",
+                 "{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"ab\"},\"decoder\":" BL
+                 ",\"model\":" MINI_MODEL "}",
+                 "replacement must be one character", NULL);
+    expect_error("fbbl",
+                 "{\"pre_tokenizer\":" BL ",\"decoder\":" BL
+                 ",\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"vocab\":{\"a\":0},\"merges\":[]}}",
+                 "byte_fallback with a ByteLevel pre_tokenizer", NULL);
+    expect_error("nodecoder", "{\"pre_tokenizer\":" BL ",\"model\":" MINI_MODEL "}", "without a decoder", NULL);
+    expect_error("replnorm",
+                 "{\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"}},\"decoder\":" BL
+                 ",\"model\":" MINI_MODEL "}",
+                 "missing \"content\"", NULL);
     expect_error("wordpiece",
                  "{\"pre_tokenizer\":" BL ",\"decoder\":" BL
                  ",\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}",
@@ -649,9 +748,6 @@ TEST(tok_malformed_files) {
                  "{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFC\"},{\"type\":\"Lowercase\"}]},"
                  "\"pre_tokenizer\":" BL ",\"decoder\":" BL ",\"model\":" MINI_MODEL "}",
                  "unsupported normalizer type \"Lowercase\"", NULL);
-    expect_error("decoder",
-                 "{\"pre_tokenizer\":" BL ",\"decoder\":{\"type\":\"Metaspace\"},\"model\":" MINI_MODEL "}",
-                 "unsupported decoder type \"Metaspace\"", NULL);
     expect_error("post",
                  "{\"pre_tokenizer\":" BL ",\"decoder\":" BL ",\"post_processor\":{\"type\":\"Fancy\"},\"model\":"
                  MINI_MODEL "}",
@@ -673,7 +769,6 @@ TEST(tok_malformed_files) {
                  "{\"pre_tokenizer\":" BL ",\"decoder\":" BL ",\"model\":" MINI_MODEL
                  ",\"added_tokens\":[{\"content\":\"<x>\"}]}",
                  "missing \"id\"", NULL);
-    expect_error("nobytelevel", "{\"decoder\":" BL ",\"model\":" MINI_MODEL "}", "byte-level", NULL);
 
     tokenizer *t = NULL;
     char err[512];
@@ -858,4 +953,216 @@ TEST(tok_synthetic_post_processors) {
                  ",\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<q>\"}},"
                  "{\"Sequence\":{\"id\":\"A\"}}],\"special_tokens\":{}}}",
                  "special token \"<q>\" is not defined", NULL);
+}
+
+/* ---------------------------------------------------------------- */
+/* a synthetic SentencePiece-style tokenizer                          */
+
+#define SP_DEC_GEMMA                                                                                          \
+    "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\\u2581\"},"        \
+    "\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"}]}"
+#define SP_DEC_LLAMA2                                                                                         \
+    "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\\u2581\"},"        \
+    "\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \"," \
+    "\"start\":1,\"stop\":0}]}"
+#define SP_NORM_GEMMA "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\\u2581\"}"
+#define SP_NORM_LLAMA2                                                                                        \
+    "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\\u2581\"}," SP_NORM_GEMMA "]}"
+
+enum { SP_UNK = 0, SP_BOS = 1, SP_EOS = 2, SP_B0 = 3, SP_META = 259, SP_A, SP_B, SP_MA, SP_AB, SP_MAB, SP_C, SP_BA };
+#define SP_BYTE(b) (SP_B0 + (b))
+
+/* Vocab: <unk> <s> </s>, <0x00>..<0xFF>, then ▁ a b ▁a ab ▁ab c ba;
+ * merges "a b", "▁ a", "▁a b", "▁ ab" in that order. model_opts are extra
+ * "key":value pairs for the model; config is tokenizer_config.json. */
+static tokenizer *synth_sp(const char *normalizer, const char *pre, const char *decoder, const char *model_opts,
+                           const char *config) {
+    char *vocab = xmalloc(20000);
+    int o = snprintf(vocab, 20000, "{\"<unk>\":0,\"<s>\":1,\"</s>\":2");
+    for (int b = 0; b < 256; b++) o += snprintf(vocab + o, (size_t)(20000 - o), ",\"<0x%02X>\":%d", b, SP_BYTE(b));
+    snprintf(vocab + o, (size_t)(20000 - o),
+             ",\"\\u2581\":%d,\"a\":%d,\"b\":%d,\"\\u2581a\":%d,\"ab\":%d,\"\\u2581ab\":%d,\"c\":%d,\"ba\":%d}", SP_META,
+             SP_A, SP_B, SP_MA, SP_AB, SP_MAB, SP_C, SP_BA);
+    size_t cap = 40000;
+    char *json = xmalloc(cap);
+    snprintf(json, cap,
+             "{\"normalizer\":%s,\"pre_tokenizer\":%s,\"decoder\":%s,\"added_tokens\":["
+             "{\"id\":0,\"content\":\"<unk>\",\"special\":true,\"normalized\":false},"
+             "{\"id\":1,\"content\":\"<s>\",\"special\":true,\"normalized\":false},"
+             "{\"id\":2,\"content\":\"</s>\",\"special\":true,\"normalized\":false}],"
+             "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\"}},"
+             "{\"Sequence\":{\"id\":\"A\"}}],\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[1]}}},"
+             "\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\"%s%s,\"vocab\":%s,\"merges\":[[\"a\",\"b\"],"
+             "[\"\\u2581\",\"a\"],[\"\\u2581a\",\"b\"],[\"\\u2581\",\"ab\"]]}}",
+             normalizer ? normalizer : "null", pre ? pre : "null", decoder, model_opts ? "," : "",
+             model_opts ? model_opts : "", vocab);
+    free(vocab);
+    static int seq;
+    char sub[64], dir[700], err[512];
+    snprintf(sub, sizeof sub, "synthsp%d", seq++);
+    snprintf(dir, sizeof dir, "%s/%s", test_tmp_dir(), sub);
+    if (config && write_file(dir, "tokenizer_config.json", config)) test_fail(__FILE__, __LINE__, "cannot write");
+    tokenizer *t = NULL;
+    if (load_text(sub, json, &t, err, sizeof err)) test_fail(__FILE__, __LINE__, "synthetic load: %s", err);
+    free(json);
+    return t;
+}
+
+static void expect_decode(const tokenizer *t, const int *ids, int n, int skip, const char *want, int line) {
+    size_t dl;
+    char *d = tok_decode(t, ids, n, skip, &dl);
+    if (strlen(want) != dl || memcmp(d, want, dl) != 0)
+        test_fail(__FILE__, line, "decode gave \"%s\", want \"%s\"", d, want);
+    free(d);
+}
+#define EXPECT_DECODE(t, skip, want, ...)                    \
+    do {                                                     \
+        static const int _i[] = {__VA_ARGS__};               \
+        expect_decode(t, _i, (int)(sizeof _i / sizeof *_i), skip, want, __LINE__); \
+    } while (0)
+
+TEST(tok_sp_gemma_style) {
+    tokenizer *t = synth_sp(SP_NORM_GEMMA, NULL, SP_DEC_GEMMA, "\"byte_fallback\":true,\"fuse_unk\":true", NULL);
+    if (!t) return;
+    EXPECT_IDS(t, "ab", 0, SP_AB);
+    EXPECT_IDS(t, " ab", 0, SP_MAB);
+    EXPECT_IDS(t, "bab", 0, SP_B, SP_AB);      /* "a b" outranks the unmerged "b a" */
+    EXPECT_IDS(t, "ab ab", 0, SP_AB, SP_MAB);  /* no pre-tokenizer: one word */
+    EXPECT_IDS(t, "\xc3\xa9", 0, SP_BYTE(0xC3), SP_BYTE(0xA9)); /* é by byte fallback */
+    EXPECT_IDS(t, "ab", 1, SP_BOS, SP_AB);
+    EXPECT_IDS(t, "<s>a</s>", 0, SP_BOS, SP_A, SP_EOS);
+    EXPECT_DECODE(t, 0, " ab\xc3\xa9", SP_MAB, SP_BYTE(0xC3), SP_BYTE(0xA9));
+    EXPECT_DECODE(t, 0, "<s>ab", SP_BOS, SP_AB);
+    EXPECT_DECODE(t, 1, "ab", SP_BOS, SP_AB);
+    /* an invalid byte run becomes one U+FFFD per byte (not per subpart) */
+    EXPECT_DECODE(t, 0, "\xef\xbf\xbd\xef\xbf\xbd" "a", SP_BYTE(0xC3), SP_BYTE(0x28), SP_A);
+    EXPECT_DECODE(t, 0, "\xef\xbf\xbd\xef\xbf\xbd", SP_BYTE(0xE4), SP_BYTE(0xBD));
+    EXPECT_DECODE(t, 0, "\xe4\xbd\xa0" "b", SP_BYTE(0xE4), SP_BYTE(0xBD), SP_BYTE(0xA0), SP_B);
+    size_t n;
+    const char *b = tok_token_bytes(t, SP_BYTE(0x41), &n);
+    CHECK(b && n == 1 && b[0] == 'A');
+    b = tok_token_bytes(t, SP_MAB, &n);
+    CHECK(b && n == 3 && !memcmp(b, " ab", 3));
+    int ids[] = {SP_MAB, SP_BYTE(0xE4), SP_BYTE(0xBD), SP_BYTE(0xA0), SP_A, SP_BYTE(0xF0), SP_BYTE(0x9F),
+                 SP_BYTE(0x99), SP_BYTE(0x82)};
+    check_stream(t, ids, 9, "gemma-style stream");
+    int inc[] = {SP_A, SP_BYTE(0xE4), SP_BYTE(0xBD), SP_B}; /* incomplete run, then a token */
+    check_stream(t, inc, 4, "gemma-style incomplete run");
+    int tail[] = {SP_A, SP_BYTE(0xE4), SP_BYTE(0xBD)}; /* incomplete at the end (flush) */
+    check_stream(t, tail, 3, "gemma-style incomplete tail");
+    tok_free(t);
+
+    /* no byte fallback: unknown chars become <unk>, fused or not */
+    if ((t = synth_sp(SP_NORM_GEMMA, NULL, SP_DEC_GEMMA, "\"fuse_unk\":true", NULL))) {
+        EXPECT_IDS(t, "a\xc3\xa9\xc3\xa9" "b", 0, SP_A, SP_UNK, SP_B);
+        tok_free(t);
+    }
+    if ((t = synth_sp(SP_NORM_GEMMA, NULL, SP_DEC_GEMMA, "\"fuse_unk\":false", NULL))) {
+        EXPECT_IDS(t, "a\xc3\xa9\xc3\xa9" "b", 0, SP_A, SP_UNK, SP_UNK, SP_B);
+        EXPECT_IDS(t, "ba", 0, SP_B, SP_A);
+        tok_free(t);
+    }
+    /* ignore_merges: a word in the vocab is taken whole */
+    if ((t = synth_sp(SP_NORM_GEMMA, NULL, SP_DEC_GEMMA, "\"ignore_merges\":true", NULL))) {
+        EXPECT_IDS(t, "ba", 0, SP_BA);
+        tok_free(t);
+    }
+}
+
+TEST(tok_sp_llama2_style) {
+    tokenizer *t = synth_sp(SP_NORM_LLAMA2, NULL, SP_DEC_LLAMA2, "\"byte_fallback\":true", NULL);
+    if (!t) return;
+    EXPECT_IDS(t, "ab", 0, SP_MAB);
+    EXPECT_IDS(t, "ab", 1, SP_BOS, SP_MAB);
+    EXPECT_IDS(t, "<s>ab", 0, SP_BOS, SP_MAB); /* each piece between added tokens gets the ▁ */
+    EXPECT_IDS(t, "", 0, -1);
+    EXPECT_DECODE(t, 0, "ab", SP_MAB);
+    EXPECT_DECODE(t, 0, "ab ab", SP_MAB, SP_MAB);
+    EXPECT_DECODE(t, 0, "<s> ab", SP_BOS, SP_MAB);
+    EXPECT_DECODE(t, 1, "ab", SP_BOS, SP_MAB);
+    EXPECT_DECODE(t, 0, " ab", SP_META, SP_META, SP_AB); /* Strip takes one space only */
+    int ids[] = {SP_MAB, SP_MAB, SP_BYTE(0xC3), SP_BYTE(0xA9)};
+    check_stream(t, ids, 4, "llama2-style stream");
+    int ids2[] = {SP_META, SP_META, SP_AB};
+    check_stream(t, ids2, 3, "llama2-style stream, leading spaces");
+    tok_free(t);
+
+    /* tokenizer_config.json of a Llama class rebuilds BOS/EOS */
+    t = synth_sp(SP_NORM_LLAMA2, NULL, SP_DEC_LLAMA2, NULL,
+                 "{\"tokenizer_class\":\"LlamaTokenizerFast\",\"bos_token\":\"<s>\",\"eos_token\":\"</s>\","
+                 "\"add_bos_token\":false,\"add_eos_token\":true}");
+    if (t) {
+        EXPECT_IDS(t, "ab", 1, SP_MAB, SP_EOS);
+        CHECK_EQ_INT(tok_bos_id(t), SP_BOS);
+        CHECK_EQ_INT(tok_eos_id(t), SP_EOS);
+        tok_free(t);
+    }
+    t = synth_sp(SP_NORM_LLAMA2, NULL, SP_DEC_LLAMA2, NULL,
+                 "{\"tokenizer_class\":\"GemmaTokenizer\",\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}");
+    if (t) {
+        EXPECT_IDS(t, "ab", 1, SP_BOS, SP_MAB); /* the defaults: BOS only */
+        tok_free(t);
+    }
+    /* other classes keep the post-processor of tokenizer.json */
+    t = synth_sp(SP_NORM_LLAMA2, NULL, SP_DEC_LLAMA2, NULL,
+                 "{\"tokenizer_class\":\"PreTrainedTokenizerFast\",\"add_bos_token\":false,\"add_eos_token\":true}");
+    if (t) {
+        EXPECT_IDS(t, "ab", 1, SP_BOS, SP_MAB);
+        tok_free(t);
+    }
+    /* add_bos_token without a usable bos_token is an error */
+    char dir[600], err[512];
+    snprintf(dir, sizeof dir, "%s/addbos", test_tmp_dir());
+    CHECK(write_file(dir, "tokenizer.json", "{\"decoder\":" SP_DEC_GEMMA ",\"model\":" MINI_MODEL "}") == 0);
+    CHECK(write_file(dir, "tokenizer_config.json",
+                     "{\"tokenizer_class\":\"LlamaTokenizerFast\",\"add_bos_token\":true,\"bos_token\":\"<nope>\"}") ==
+          0);
+    t = NULL;
+    CHECK(tok_load(&t, dir, err, sizeof err) == -1 && t == NULL);
+    CHECK_MSG(strstr(err, "add_bos_token"), "message \"%s\"", err);
+}
+
+TEST(tok_sp_metaspace) {
+    const char *dec = "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"always\",\"split\":true}";
+    const char *first = "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\",\"split\":true}";
+    const char *nosplit = "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"always\",\"split\":false}";
+    const char *never = "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"never\",\"split\":true}";
+    const char *legacy = "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"add_prefix_space\":false}";
+    tokenizer *t = synth_sp(NULL, dec, dec, "\"byte_fallback\":true", NULL);
+    if (t) {
+        EXPECT_IDS(t, "ab ab", 0, SP_MAB, SP_MAB);
+        EXPECT_IDS(t, "ab  b", 0, SP_MAB, SP_META, SP_META, SP_B); /* split: "▁ab" "▁" "▁b" */
+        EXPECT_IDS(t, "<s>ab", 0, SP_BOS, SP_MAB);
+        EXPECT_DECODE(t, 0, "ab ab", SP_MAB, SP_MAB);
+        EXPECT_DECODE(t, 0, " ab", SP_META, SP_META, SP_AB); /* only the first token loses its ▁ */
+        EXPECT_DECODE(t, 1, "ab ab", SP_BOS, SP_MAB, SP_MAB);
+        int ids[] = {SP_MAB, SP_MAB, SP_META};
+        check_stream(t, ids, 3, "metaspace stream");
+        tok_free(t);
+    }
+    if ((t = synth_sp(NULL, first, first, NULL, NULL))) {
+        EXPECT_IDS(t, "ab", 0, SP_MAB);
+        EXPECT_IDS(t, "<s>ab", 0, SP_BOS, SP_AB); /* not at the start of the input */
+        tok_free(t);
+    }
+    if ((t = synth_sp(NULL, nosplit, dec, NULL, NULL))) {
+        EXPECT_IDS(t, "bab", 0, SP_META, SP_B, SP_AB);
+        EXPECT_IDS(t, "a b", 0, SP_MA, SP_META, SP_B);
+        tok_free(t);
+    }
+    if ((t = synth_sp(NULL, never, never, NULL, NULL))) {
+        EXPECT_IDS(t, "ab b", 0, SP_AB, SP_META, SP_B);
+        EXPECT_DECODE(t, 0, " ab", SP_META, SP_AB);
+        tok_free(t);
+    }
+    if ((t = synth_sp(NULL, legacy, legacy, NULL, NULL))) {
+        EXPECT_IDS(t, "ab", 0, SP_AB);
+        tok_free(t);
+    }
+    /* a Regex Replace normalizer */
+    if ((t = synth_sp("{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"c+\"},\"content\":\"b\"}", NULL, SP_DEC_GEMMA,
+                      NULL, NULL))) {
+        EXPECT_IDS(t, "accc", 0, SP_AB);
+        tok_free(t);
+    }
 }

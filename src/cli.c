@@ -1,0 +1,216 @@
+/* cli: see cli.h. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "ops.h"
+#include "util.h"
+
+void cli_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "dspark: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static int parse_int(const char *flag, const char *v, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi)
+        cli_die("%s expects an integer in [%ld, %ld], got \"%s\"", flag, lo, hi, v);
+    return (int)x;
+}
+
+static float parse_float(const char *flag, const char *v) {
+    char *end;
+    errno = 0;
+    float x = strtof(v, &end);
+    if (!*v || *end || errno || !isfinite(x)) cli_die("%s expects a number, got \"%s\"", flag, v);
+    return x;
+}
+
+void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allowed) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = -1; /* command default */
+    o->top_p = 1.0f;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char key[64];
+        if (a[0] != '-' || !a[1]) {
+            if (!o->text) {
+                o->text = a;
+                continue;
+            }
+            cli_die("%s: unexpected argument \"%s\" (see dspark %s --help)", cmd, a, cmd);
+        }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            o->help = 1;
+            continue;
+        }
+        snprintf(key, sizeof key, " %s ", a);
+        if (!strstr(allowed, key)) cli_die("%s: unknown option \"%s\" (see dspark %s --help)", cmd, a, cmd);
+        int *flag = !strcmp(a, "--print-ids")             ? &o->print_ids
+                    : !strcmp(a, "--jsonl")               ? &o->jsonl
+                    : !strcmp(a, "--add-special")         ? &o->add_special
+                    : !strcmp(a, "--ignore-eos")          ? &o->ignore_eos
+                    : !strcmp(a, "--skip-special")        ? &o->skip_special
+                    : !strcmp(a, "--chat")                ? &o->chat
+                    : !strcmp(a, "--no-generation-prompt") ? &o->no_gen_prompt
+                    : !strcmp(a, "--no-thinking")         ? &o->no_thinking
+                                                          : NULL;
+        if (flag) {
+            *flag = 1;
+            continue;
+        }
+        if (!v) cli_die("%s: %s needs a value", cmd, a);
+        i++;
+        if (!strcmp(a, "--model") || !strcmp(a, "-m")) o->model = v;
+        else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) o->prompt = v;
+        else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
+        else if (!strcmp(a, "--out") || !strcmp(a, "-o")) o->out = v;
+        else if (!strcmp(a, "--file") || !strcmp(a, "-f")) o->file = v;
+        else if (!strcmp(a, "--messages")) o->messages = v;
+        else if (!strcmp(a, "--tools")) o->tools = v;
+        else if (!strcmp(a, "--system")) o->system = v;
+        else if (!strcmp(a, "--var")) {
+            if (!strchr(v, '=')) cli_die("--var expects KEY=VALUE, got \"%s\"", v);
+            if (o->n_vars == CLI_MAX_VARS) cli_die("too many --var options (at most %d)", CLI_MAX_VARS);
+            o->vars[o->n_vars++] = v;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) o->n_predict = parse_int(a, v, 0, 1 << 30);
+        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) o->threads = parse_int(a, v, 1, 1024);
+        else if (!strcmp(a, "--context-window") || !strcmp(a, "-c")) o->ctx = parse_int(a, v, 1, 1 << 30);
+        else if (!strcmp(a, "--top-k")) o->top_k = parse_int(a, v, 0, 1 << 30);
+        else if (!strcmp(a, "--temp")) o->temp = parse_float(a, v);
+        else if (!strcmp(a, "--top-p")) o->top_p = parse_float(a, v);
+        else if (!strcmp(a, "--min-p")) o->min_p = parse_float(a, v);
+        else if (!strcmp(a, "--seed")) o->seed = (unsigned long long)parse_int(a, v, 0, 0x7fffffff);
+        else cli_die("%s: option \"%s\" is not handled", cmd, a);
+    }
+}
+
+tokenizer *cli_tokenizer(const char *dir, int required) {
+    char path[4096], err[512];
+    if (ds_path_join(path, sizeof path, dir, "tokenizer.json") != 0) cli_die("model path too long");
+    if (!ds_file_exists(path)) {
+        if (required) cli_die("%s has no tokenizer.json (use --prompt-ids to pass token ids)", dir);
+        return NULL;
+    }
+    tokenizer *t;
+    if (tok_load(&t, dir, err, sizeof err) != 0) cli_die("%s", err);
+    return t;
+}
+
+void cli_engine_open(cli_engine *e, const opts *o) {
+    char err[1024];
+    if (model_load(&e->m, o->model, err, sizeof err) != 0) cli_die("%s", err);
+    e->tp = tp_create(o->threads);
+}
+
+void cli_engine_close(cli_engine *e) {
+    tp_free(e->tp);
+    model_free(e->m);
+}
+
+sampler *cli_sampler(const opts *o, int vocab) {
+    char err[512];
+    sampler_params sp = {.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p, .min_p = o->min_p,
+                         .seed = o->seed};
+    sampler *s;
+    if (sampler_create(&s, &sp, vocab, err, sizeof err) != 0) cli_die("%s", err);
+    return s;
+}
+
+int cli_stop_ids(const model *m, const tokenizer *tok, int *ids) {
+    const model_config *c = model_cfg(m);
+    int n = 0;
+    for (int i = 0; i < c->n_eos && n < 31; i++) ids[n++] = c->eos_token_ids[i];
+    int te = tok ? tok_eos_id(tok) : -1;
+    int dup = 0;
+    for (int i = 0; i < n; i++) dup |= ids[i] == te;
+    if (te >= 0 && !dup) ids[n++] = te;
+    return n;
+}
+
+cJSON *cli_template_vars(const opts *o) {
+    cJSON *v = cJSON_CreateObject();
+    if (o->no_thinking) cJSON_AddBoolToObject(v, "enable_thinking", 0);
+    for (int i = 0; i < o->n_vars; i++) {
+        const char *eq = strchr(o->vars[i], '=');
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - o->vars[i]), o->vars[i]);
+        cJSON *val = cJSON_Parse(eq + 1);
+        if (!val) val = cJSON_CreateString(eq + 1);
+        cJSON_DeleteItemFromObjectCaseSensitive(v, key);
+        cJSON_AddItemToObject(v, key, val);
+    }
+    return v;
+}
+
+int cli_generate(seq *s, sampler *smp, const tokenizer *tok, const int *prompt, int n_prompt, int max_new,
+                 const int *stop, int n_stop, int ignore_eos, int stream, int *out_ids,
+                 volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen) {
+    memset(st, 0, sizeof *st);
+    int vocab = model_cfg(seq_model(s))->vocab_size;
+    float *logits = xmalloc(sizeof(float) * (size_t)vocab);
+    if (!tok) stream = 0;
+    size_t cap = tok ? tok_stream_cap(tok) : 0;
+    char *buf = xmalloc(cap + 1);
+    tok_stream ts = {0};
+    int rc = 0;
+    double t0 = ds_now();
+    st->n_prompt = n_prompt;
+    st->n_prefilled = seq_prefill(s, prompt, n_prompt, logits, err, errlen);
+    double t1 = ds_now();
+    st->t_prefill = t1 - t0;
+    if (st->n_prefilled < 0) {
+        rc = -1;
+        goto done;
+    }
+    while (st->n_gen < max_new && !(cancel && *cancel)) {
+        int id = sampler_sample(smp, logits);
+        if (out_ids) out_ids[st->n_gen] = id;
+        st->n_gen++;
+        int is_stop = 0;
+        for (int i = 0; i < n_stop; i++) is_stop |= stop[i] == id;
+        if (is_stop && !ignore_eos) {
+            st->stopped_by_eos = 1;
+            /* the stop token is part of the sequence (its KV is computed on
+               the next turn, when the template re-renders it) */
+            break;
+        }
+        if (tok && stream) {
+            size_t k = tok_stream_push(tok, &ts, id, buf, cap + 1);
+            fwrite(buf, 1, k, stdout);
+            fflush(stdout);
+        }
+        if (st->n_gen == max_new || seq_len(s) + 1 >= seq_capacity(s)) break;
+        if (seq_step(s, id, logits, err, errlen) != 0) {
+            rc = -1;
+            break;
+        }
+    }
+    if (tok && stream) {
+        size_t k = tok_stream_flush(&ts, buf, cap + 1);
+        fwrite(buf, 1, k, stdout);
+        fflush(stdout);
+    }
+    st->cancelled = cancel && *cancel;
+    st->t_decode = ds_now() - t1;
+    st->logits_hash = ds_fnv1a(DS_FNV_SEED, logits, sizeof(float) * (size_t)vocab);
+done:
+    free(buf);
+    free(logits);
+    return rc;
+}

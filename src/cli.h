@@ -1,0 +1,76 @@
+/* cli: what the dspark commands share: flag parsing into one opts struct,
+ * fatal-error helpers (only command code prints and exits), loading a
+ * model with its thread pool, the stop-token set, and the streaming
+ * generation loop used by `run` and `chat`. */
+#ifndef DS_CLI_H
+#define DS_CLI_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "sampler.h"
+#include "seq.h"
+#include "threadpool.h"
+#include "tokenizer.h"
+
+#define CLI_MAX_VARS 32
+
+typedef struct {
+    const char *model, *prompt, *prompt_ids, *out, *file, *text, *messages, *tools, *system;
+    int n_predict, threads, ctx, top_k, print_ids, jsonl, add_special, ignore_eos, help, skip_special;
+    int chat, no_gen_prompt, no_thinking;
+    float temp, top_p, min_p;
+    unsigned long long seed;
+    int n_vars;
+    const char *vars[CLI_MAX_VARS]; /* "key=value" */
+} opts;
+
+void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* allowed: the flags the command accepts, space-separated and padded. */
+void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allowed);
+
+/* NULL when DIR has no tokenizer.json and it is not required. */
+tokenizer *cli_tokenizer(const char *dir, int required);
+
+typedef struct {
+    model *m;
+    tpool *tp;
+} cli_engine;
+void cli_engine_open(cli_engine *e, const opts *o);
+void cli_engine_close(cli_engine *e);
+sampler *cli_sampler(const opts *o, int vocab);
+
+/* End-of-sequence ids: generation_config/config eos ids plus the
+ * tokenizer's eos token. Returns the count written to ids (cap 32). */
+int cli_stop_ids(const model *m, const tokenizer *tok, int *ids);
+
+/* The keyword variables for a chat template: --var k=v (v parsed as JSON
+ * when it is valid JSON, else taken as a string) and --no-thinking
+ * (enable_thinking=false). Returns a cJSON object (caller frees). */
+struct cJSON *cli_template_vars(const opts *o);
+
+typedef struct {
+    int n_prompt, n_prefilled, n_gen, stopped_by_eos, cancelled;
+    double t_prefill, t_decode;
+    uint64_t logits_hash;
+} gen_stats;
+
+/* Prefills prompt into s (reusing the cached prefix), then samples up to
+ * max_new tokens until a stop id, the window is full, or *cancel becomes
+ * non-zero; streams the text to stdout when stream is set and collects the
+ * ids (stop id included) into out_ids[max_new] when given. Generated ids
+ * are appended to s. Returns 0, or -1 with err filled. */
+int cli_generate(seq *s, sampler *smp, const tokenizer *tok, const int *prompt, int n_prompt, int max_new,
+                 const int *stop, int n_stop, int ignore_eos, int stream, int *out_ids,
+                 volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen);
+
+int cmd_run(const opts *o);
+int cmd_logits(const opts *o);
+int cmd_tokenize(const opts *o);
+int cmd_detokenize(const opts *o);
+int cmd_template(const opts *o);
+int cmd_chat(const opts *o);
+extern const char RUN_HELP[], LOGITS_HELP[], TOKENIZE_HELP[], DETOKENIZE_HELP[], TEMPLATE_HELP[], CHAT_HELP[];
+
+#endif

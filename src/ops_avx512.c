@@ -1,0 +1,248 @@
+/* ops_avx512: the AVX-512 matmul behind ops.h. Compiled with -mavx512f
+ * -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c (the Makefile does that for
+ * *_avx512.c) and called by ops.c only after cpu_has_avx512() said yes;
+ * the other ops stay on the AVX2 kernels, which such CPUs also run.
+ *
+ * It computes exactly what the AVX2 matmul computes, bit for bit: each
+ * output is one 8-lane fp32 FMA chain over k in order (lane k % 8), the
+ * K tail zero-padded, reduced by hsum4's fixed pairing, plus the bias. A
+ * 512-bit register simply holds the 8-lane accumulators of two W rows
+ * side by side (x broadcast to both halves), so the AVX2 and AVX-512
+ * levels agree with each other as well as across M and thread counts.
+ *
+ * Small M (decode, verify) is bound by memory bandwidth and runs the AVX2
+ * direct loop (avx2_matmul_direct), which already reads as fast as this
+ * machine streams. Large M (prefill) runs the blocked loop here: per chunk
+ * of OPS_NC W rows and K tile of OPS_KC columns, the tile is widened once
+ * into f32 scratch with rows interleaved in pairs (8 values of row 2p,
+ * then 8 of row 2p+1, per 8 columns), and a 6 x-row by 8 W-row register
+ * block (24 zmm accumulators; Zen 4/5 and Intel cores have two 512-bit
+ * FMA pipes) runs over it from L1/L2, the accumulators carried in scratch
+ * between K tiles. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "ops_internal.h"
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+/* 8 weights at p widened to f32 (rem < 8: the first rem, zeros after,
+ * nothing read past them) */
+AI __m256 ld8(const void *p, ds_dtype dt, int rem) {
+    if (dt == DT_F32) {
+        if (rem >= 8) return _mm256_loadu_ps((const float *)p);
+        return _mm256_maskz_loadu_ps((__mmask8)((1u << rem) - 1u), (const float *)p);
+    }
+    __m128i h = rem >= 8 ? _mm_loadu_si128((const __m128i *)p)
+                         : _mm_maskz_loadu_epi16((__mmask8)((1u << rem) - 1u), p);
+    if (dt == DT_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+/* 16 weights at p widened to f32 (the bf16/f16 bulk of pack_tile) */
+AI __m512 ld16(const void *p, ds_dtype dt) {
+    if (dt == DT_F32) return _mm512_loadu_ps((const float *)p);
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    if (dt == DT_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* the AVX2 path's hsum4: [sum(a), sum(b), sum(c), sum(d)], each lane
+ * reduced as ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) */
+AI __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 t0 = _mm256_hadd_ps(a, b), t1 = _mm256_hadd_ps(c, d);
+    __m256 t2 = _mm256_hadd_ps(t0, t1);
+    return _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps(t2, 1));
+}
+
+/* ------------------------------------------------------------ blocked loop */
+
+#define MR 6 /* x rows per register block */
+#define NP 4 /* W row pairs per register block */
+#define PAIR_LD (2 * OPS_KC) /* floats per packed row pair */
+
+/* acc[i][p] (8 lanes of W row 2p, then 8 of row 2p+1) over columns
+ * [0, len) of the tile: x rows xr[i], packed pairs at w + p*PAIR_LD.
+ * Accumulators continue from io (unless first) and go back to io (unless
+ * last) or are reduced into sums[i*8 + r]; io holds pair p of row i at
+ * (i*ios + 2p)*8. */
+AI void kern(const int mr, const int np, const float *const *xr, const float *w, int len, float *io, size_t ios,
+             int first, int last, float *sums) {
+    __m512 acc[MR][NP];
+    UNROLL
+    for (int i = 0; i < mr; i++)
+        UNROLL
+        for (int p = 0; p < np; p++)
+            acc[i][p] = first ? _mm512_setzero_ps() : _mm512_load_ps(io + (i * ios + 2 * (size_t)p) * 8);
+    int k = 0;
+    for (; k + 8 <= len; k += 8) {
+        __m512 wv[NP];
+        UNROLL
+        for (int p = 0; p < np; p++) wv[p] = _mm512_load_ps(w + (size_t)p * PAIR_LD + 2 * k);
+        UNROLL
+        for (int i = 0; i < mr; i++) {
+            __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(xr[i] + k));
+            UNROLL
+            for (int p = 0; p < np; p++) acc[i][p] = _mm512_fmadd_ps(xv, wv[p], acc[i][p]);
+        }
+    }
+    if (k < len) { /* K tail: x masked to zeros, the tile is zero-padded */
+        __mmask8 m = (__mmask8)((1u << (len - k)) - 1u);
+        UNROLL
+        for (int i = 0; i < mr; i++) {
+            __m512 xv = _mm512_broadcast_f32x8(_mm256_maskz_loadu_ps(m, xr[i] + k));
+            UNROLL
+            for (int p = 0; p < np; p++)
+                acc[i][p] = _mm512_fmadd_ps(xv, _mm512_load_ps(w + (size_t)p * PAIR_LD + 2 * k), acc[i][p]);
+        }
+    }
+    if (last) {
+        UNROLL
+        for (int i = 0; i < mr; i++)
+            UNROLL
+            for (int p = 0; p < np; p += 2) {
+                __m512 a = acc[i][p], b = acc[i][p + 1 < np ? p + 1 : p];
+                __m128 s = hsum4(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1), _mm512_castps512_ps256(b),
+                                 _mm512_extractf32x8_ps(b, 1));
+                _mm_storeu_ps(sums + i * 8 + 2 * p, s);
+            }
+    } else {
+        UNROLL
+        for (int i = 0; i < mr; i++)
+            UNROLL
+            for (int p = 0; p < np; p++) _mm512_store_ps(io + (i * ios + 2 * (size_t)p) * 8, acc[i][p]);
+    }
+}
+
+#define KPARAMS const float *const *xr, const float *w, int len, float *io, size_t ios, int first, int last, \
+                float *sums
+#define KARGS xr, w, len, io, ios, first, last, sums
+
+#define KROW(np)                                                            \
+    switch (mr) {                                                           \
+    case 6: kern(6, np, KARGS); break;                                      \
+    case 5: kern(5, np, KARGS); break;                                      \
+    case 4: kern(4, np, KARGS); break;                                      \
+    case 3: kern(3, np, KARGS); break;                                      \
+    case 2: kern(2, np, KARGS); break;                                      \
+    default: kern(1, np, KARGS); break;                                     \
+    }
+
+static void kern_any(int mr, int np, KPARAMS) {
+    switch (np) {
+    case 4: KROW(4) break;
+    case 3: KROW(3) break;
+    case 2: KROW(2) break;
+    default: KROW(1) break;
+    }
+}
+
+/* y[m0+i][n+j] = sums[i*8 + j] (+ bias[n+j]) for the mr x nr block */
+static void store_sums(float *y, int N, int m0, int mr, int n, int nr, const float *sums, const float *bias) {
+    for (int i = 0; i < mr; i++) {
+        float *yr = y + (size_t)(m0 + i) * N + n;
+        for (int j = 0; j < nr; j++) yr[j] = bias ? sums[i * 8 + j] + bias[n + j] : sums[i * 8 + j];
+    }
+}
+
+/* W rows [n0, n0+nb), columns [k0, k0+kc) widened into pairs: pair p at
+ * wf + p*PAIR_LD holds, per 8 columns, 8 values of row 2p then 8 of row
+ * 2p+1; a missing last row and the columns past kc (up to a multiple of
+ * 8) are zeros. */
+static void pack_tile(float *wf, const void *W, ds_dtype dt, int K, int n0, int nb, int k0, int kc) {
+    size_t es = dt == DT_F32 ? 4 : 2;
+    for (int r = 0; r < nb + (nb & 1); r++) {
+        float *dst = wf + (size_t)(r >> 1) * PAIR_LD + (r & 1) * 8;
+        if (r >= nb) {
+            for (int k = 0; k < kc; k += 8) _mm256_store_ps(dst + 2 * k, _mm256_setzero_ps());
+            continue;
+        }
+        const char *src = (const char *)W + ((size_t)(n0 + r) * K + k0) * es;
+        int k = 0;
+        for (; k + 16 <= kc; k += 16) {
+            __m512 v = ld16(src + (size_t)k * es, dt);
+            _mm256_store_ps(dst + 2 * k, _mm512_castps512_ps256(v));
+            _mm256_store_ps(dst + 2 * k + 16, _mm512_extractf32x8_ps(v, 1));
+        }
+        for (; k < kc; k += 8) _mm256_store_ps(dst + 2 * k, ld8(src + (size_t)k * es, dt, kc - k));
+        /* this row's next tile is needed after this tile's compute: fetch
+         * it now instead of stalling on 64 short streams then */
+        int next = K - (k0 + kc) < OPS_KC ? K - (k0 + kc) : OPS_KC;
+        for (size_t b = 0; b < (size_t)next * es; b += 64) _mm_prefetch(src + (size_t)kc * es + b, _MM_HINT_T0);
+    }
+}
+
+/* rows of the next register block: MR at a time, but never a lone row
+ * left behind when it can be avoided */
+static inline int block_rows(int rem) {
+    if (rem <= MR) return rem;
+    if (rem == MR + 1) return (rem + 1) / 2;
+    return MR;
+}
+
+/* register blocks of x rows per pass over the W tile: their x tile (up
+ * to 12 x OPS_KC f32) stays in L1 while W streams from L2 */
+#define MB_BLOCKS 2
+
+static void matmul_blocked(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+                           const float *bias, int n0, int n1) {
+    int nb = n1 - n0; /* <= OPS_NC */
+    int multi = K > OPS_KC;
+    size_t wf_floats = (size_t)(OPS_NC / 2) * PAIR_LD;
+    size_t io_floats = multi ? (size_t)M * OPS_NC * 8 : 0;
+    float *wf = ops_scratch((wf_floats + io_floats) * sizeof(float));
+    float *iob = wf + wf_floats;
+    float sums[MR * 8];
+    const float *xr[MR];
+    for (int k0 = 0; k0 < K; k0 += OPS_KC) {
+        int kc = K - k0 < OPS_KC ? K - k0 : OPS_KC;
+        int first = k0 == 0, last = k0 + kc >= K;
+        pack_tile(wf, W, dt, K, n0, nb, k0, kc);
+        for (int mb0 = 0, mb1; mb0 < M; mb0 = mb1) {
+            mb1 = mb0;
+            for (int b = 0; b < MB_BLOCKS && mb1 < M; b++) mb1 += block_rows(M - mb1);
+            for (int nl = 0; nl < nb;) {
+                int nr = nb - nl >= 2 * NP ? 2 * NP : nb - nl;
+                int np = (nr + 1) / 2;
+                const float *w = wf + (size_t)(nl / 2) * PAIR_LD;
+                for (int m0 = mb0, mr; m0 < mb1; m0 += mr) {
+                    mr = block_rows(M - m0);
+                    for (int i = 0; i < mr; i++) xr[i] = x + (size_t)(m0 + i) * K + k0;
+                    float *io = multi ? iob + ((size_t)m0 * OPS_NC + nl) * 8 : NULL;
+                    kern_any(mr, np, xr, w, kc, io, OPS_NC, first, last, sums);
+                    if (last) store_sums(y, N, m0, mr, n0 + nl, nr, sums, bias);
+                }
+                nl += nr;
+            }
+        }
+    }
+}
+
+/* The direct loop (W widened in registers, read once from memory) wins
+ * while M is small; from a few rows up the 512-bit blocked loop is
+ * faster, even while x still fits in L2. */
+#ifndef DIRECT_MAX_M
+#define DIRECT_MAX_M 16
+#endif
+
+void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+                        const float *bias, int n0, int n1) {
+    if (K < 1 || M <= DIRECT_MAX_M) {
+        avx2_matmul_direct(y, x, M, K, N, W, dt, bias, n0, n1);
+        return;
+    }
+    for (int n = n0; n < n1; n += OPS_NC) {
+        int e = n + OPS_NC < n1 ? n + OPS_NC : n1;
+        matmul_blocked(y, x, M, K, N, W, dt, bias, n, e);
+    }
+}
+
+#else
+/* Built without AVX-512 (the fuzz build leaves this file out; anything
+ * else that compiles it plainly gets an empty unit). */
+typedef int ops_avx512_empty_unit;
+#endif

@@ -1,0 +1,70 @@
+/* seq: see seq.h. */
+#include "seq.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+struct seq {
+    model_ctx *ctx;
+    int *toks; /* [capacity] ids in the KV cache, in order */
+    int n;
+};
+
+int seq_create(seq **out, const model *m, int n_ctx, int max_batch, tpool *tp, char *err, size_t errlen) {
+    *out = NULL;
+    seq *s = xcalloc(1, sizeof *s);
+    if (mctx_create(&s->ctx, m, n_ctx, max_batch, tp, err, errlen) != 0) {
+        free(s);
+        return -1;
+    }
+    s->toks = xmalloc(sizeof(int) * (size_t)mctx_capacity(s->ctx));
+    *out = s;
+    return 0;
+}
+
+void seq_free(seq *s) {
+    if (!s) return;
+    mctx_free(s->ctx);
+    free(s->toks);
+    free(s);
+}
+
+const model *seq_model(const seq *s) { return mctx_model(s->ctx); }
+int seq_len(const seq *s) { return s->n; }
+int seq_capacity(const seq *s) { return mctx_capacity(s->ctx); }
+const int *seq_tokens(const seq *s) { return s->toks; }
+
+void seq_reset(seq *s) {
+    s->n = 0;
+    mctx_truncate(s->ctx, 0);
+}
+
+int seq_prefill(seq *s, const int *prompt, int n, float *logits, char *err, size_t errlen) {
+    if (n <= 0) return ds_err(err, errlen, "empty prompt");
+    if (n > mctx_capacity(s->ctx))
+        return ds_err(err, errlen, "prompt of %d tokens does not fit the %d-token context window", n,
+                      mctx_capacity(s->ctx));
+    int keep = 0;
+    while (keep < s->n && keep < n - 1 && s->toks[keep] == prompt[keep]) keep++;
+    mctx_truncate(s->ctx, keep);
+    s->n = keep;
+    model_batch b = {.n = n - keep, .tokens = prompt + keep, .n_logits = 1, .logits = logits};
+    if (model_forward(s->ctx, &b, err, errlen) != 0) {
+        seq_reset(s);
+        return -1;
+    }
+    memcpy(s->toks + keep, prompt + keep, sizeof(int) * (size_t)(n - keep));
+    s->n = n;
+    return n - keep;
+}
+
+int seq_step(seq *s, int id, float *logits, char *err, size_t errlen) {
+    if (s->n >= mctx_capacity(s->ctx))
+        return ds_err(err, errlen, "context window full (%d tokens)", mctx_capacity(s->ctx));
+    model_batch b = {.n = 1, .tokens = &id, .n_logits = 1, .logits = logits};
+    if (model_forward(s->ctx, &b, err, errlen) != 0) return -1;
+    s->toks[s->n++] = id;
+    return 0;
+}

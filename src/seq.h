@@ -1,0 +1,33 @@
+/* seq: one token sequence and its KV cache: a model_ctx plus the ids that
+ * are in it. seq_prefill makes the cache hold a new prompt by keeping the
+ * longest common prefix with what is cached and computing only the rest,
+ * so a multi-turn chat prefills only the new turn. */
+#ifndef DS_SEQ_H
+#define DS_SEQ_H
+
+#include <stddef.h>
+
+#include "model.h"
+
+typedef struct seq seq;
+
+/* n_ctx 0 = the model's default window; max_batch rows per forward chunk. */
+int seq_create(seq **out, const model *m, int n_ctx, int max_batch, tpool *tp, char *err, size_t errlen);
+void seq_free(seq *s);
+const model *seq_model(const seq *s);
+int seq_len(const seq *s);
+int seq_capacity(const seq *s);
+const int *seq_tokens(const seq *s);
+void seq_reset(seq *s);
+
+/* Makes the sequence exactly prompt[0..n): keeps the common prefix (always
+ * recomputing at least the last row, whose logits are needed), prefills the
+ * rest, writes the last row's logits to logits[vocab]. Returns the number of
+ * rows computed, or -1 (err filled; the sequence is then empty). */
+int seq_prefill(seq *s, const int *prompt, int n, float *logits, char *err, size_t errlen);
+
+/* Appends id and computes its logits. 0 on success, -1 on error (e.g. the
+ * context window is full). */
+int seq_step(seq *s, int id, float *logits, char *err, size_t errlen);
+
+#endif
