@@ -145,11 +145,7 @@ static jv py_split(jv s, jv sep, int64_t maxsplit, int reverse) {
                 while (i < n && starts_at_ws(p, n, i, &k)) i += k;
                 if (i >= n) break;
                 if (maxsplit >= 0 && splits >= maxsplit) {
-                    /* rest, with trailing whitespace stripped */
-                    jv rest = jv_str(p + i, n - i);
-                    jv t = py_strip(rest, jv_none(), 0, 1);
-                    jv_unref(rest);
-                    jv_list_push(out, t);
+                    jv_list_push(out, jv_str(p + i, n - i)); /* the rest keeps its trailing whitespace */
                     break;
                 }
                 size_t st = i;
@@ -173,10 +169,7 @@ static jv py_split(jv s, jv sep, int64_t maxsplit, int reverse) {
                 }
                 if (e == 0) break;
                 if (maxsplit >= 0 && splits >= maxsplit) {
-                    jv rest = jv_str(p, e);
-                    jv t = py_strip(rest, jv_none(), 1, 0);
-                    jv_unref(rest);
-                    jv_list_push(tmp, t);
+                    jv_list_push(tmp, jv_str(p, e)); /* the rest keeps its leading whitespace */
                     break;
                 }
                 size_t st = e;
@@ -1280,6 +1273,10 @@ int jj_filter(jctx *c, const jnode *at, const char *name, jv v, jv *args, size_t
         *out = jbuf_to_str(&b);
         return 0;
     }
+    static const char *unsupported[] = {"batch", "center", "filesizeformat", "forceescape", "format", "groupby",
+                                        "pprint", "random", "slice", "striptags", "urlencode", "urlize", "wordwrap",
+                                        "xmlattr", NULL};
+    if (find_name(unsupported, name)) return FAIL("the '%s' filter is not supported", name);
     return FAIL("TemplateAssertionError: No filter named '%s'.", name);
 }
 

@@ -6,6 +6,7 @@
  * and \r\n / \r in data become \n. */
 #include "jinja_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,8 +248,11 @@ static int lex_tag(lexer *L, int is_block, size_t open_pos) {
                 for (; q < i && tn < sizeof tmp - 1; q++)
                     if (p[q] != '_') tmp[tn++] = p[q];
                 tmp[tn] = 0;
+                errno = 0;
+                long long iv = strtoll(tmp, NULL, base);
+                if (errno == ERANGE) return lex_fail(L, L->pos, "integer literal out of range");
                 jtok *k = push(L, JT_INT, L->pos);
-                k->i = strtoll(tmp, NULL, base);
+                k->i = iv;
                 L->pos += i;
             }
             continue;

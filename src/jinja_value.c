@@ -399,6 +399,7 @@ void jv_repr(jbuf *b, jv v) {
         }
         jbuf_putc(b, '}');
         return;
+    case JV_UNDEF: jbuf_puts(b, "Undefined"); return;
     default: jv_to_str(b, v); return;
     }
 }
