@@ -12,9 +12,16 @@
  *
  * Built by hand (not by make):
  *   gcc -std=c11 -D_GNU_SOURCE -O2 -mavx2 -mfma -mf16c -c src/ops_avx2.c -o /tmp/ops_avx2.o -Isrc
+ *   gcc -std=c11 -D_GNU_SOURCE -O2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c \
+ *       -c src/ops_avx512.c -o /tmp/ops_avx512.o -Isrc
  *   gcc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc bench/ops-bench.c src/ops.c src/threadpool.c \
- *       src/cpu.c src/util.c /tmp/ops_avx2.o -o /tmp/ops-bench -lm
+ *       src/cpu.c src/util.c /tmp/ops_avx2.o /tmp/ops_avx512.o -o /tmp/ops-bench -lm
  *   /tmp/ops-bench [threads...]        (default: 1 2)
+ * Environment: OPS_BENCH_LEVEL=0/1/2 (scalar/AVX2/AVX-512), OPS_BENCH_M1=1
+ * (decode only), OPS_BENCH_REPS=n (decode tokens timed), OPS_BENCH_FILE=
+ * model.safetensors (model loops read a file mapping, as the engine does)
+ * with OPS_BENCH_FILE_MODE=1 (MADV_HUGEPAGE) / 2 (copied to anonymous
+ * memory) / 3 (copied, MADV_HUGEPAGE).
  */
 #include <math.h>
 #include <stdint.h>

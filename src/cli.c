@@ -69,6 +69,7 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
                     : !strcmp(a, "--chat")                ? &o->chat
                     : !strcmp(a, "--no-generation-prompt") ? &o->no_gen_prompt
                     : !strcmp(a, "--no-thinking")         ? &o->no_thinking
+                    : !strcmp(a, "--mmap")                ? &o->use_mmap
                                                           : NULL;
         if (flag) {
             *flag = 1;
@@ -114,7 +115,8 @@ tokenizer *cli_tokenizer(const char *dir, int required) {
 
 void cli_engine_open(cli_engine *e, const opts *o) {
     char err[1024];
-    if (model_load(&e->m, o->model, err, sizeof err) != 0) cli_die("%s", err);
+    model_load_opts lo = {.use_mmap = o->use_mmap};
+    if (model_load(&e->m, o->model, &lo, err, sizeof err) != 0) cli_die("%s", err);
     e->tp = tp_create(o->threads);
 }
 

@@ -19,7 +19,7 @@
 typedef struct {
     const char *model, *prompt, *prompt_ids, *out, *file, *text, *messages, *tools, *system;
     int n_predict, threads, ctx, top_k, print_ids, jsonl, add_special, ignore_eos, help, skip_special;
-    int chat, no_gen_prompt, no_thinking;
+    int chat, no_gen_prompt, no_thinking, use_mmap;
     float temp, top_p, min_p;
     unsigned long long seed;
     int n_vars;

@@ -28,7 +28,7 @@ const char CHAT_HELP[] =
     "      --var KEY=VALUE      a template variable (VALUE as JSON, else a string)\n"
     "  -n N                     at most N tokens per answer (default 4096)\n"
     "      --temp T --top-k K --top-p P --min-p P --seed S   sampling (default greedy)\n"
-    "  -t, --threads N  -c, --context-window N\n"
+    "  -t, --threads N  -c, --context-window N  --mmap (map weights instead of reading them)\n"
     "Commands at the prompt:\n"
     "  /reset          forget the conversation (keeps the system message)\n"
     "  /system TEXT    set the system message and start over\n"

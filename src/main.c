@@ -21,7 +21,7 @@ static const char MAIN_HELP[] =
     "  template    print the prompt a chat template renders for a conversation\n"
     "  version     print version and CPU features\n";
 
-#define SAMPLING " --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
+#define SAMPLING " --mmap --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
 #define TEMPLATE_VARS " --var --no-thinking --system "
 
 typedef struct {
@@ -35,7 +35,7 @@ static const command COMMANDS[] = {
     {"run", cmd_run, RUN_HELP,
      " --model -m --prompt -p --prompt-ids --print-ids --ignore-eos --chat" SAMPLING TEMPLATE_VARS},
     {"chat", cmd_chat, CHAT_HELP, " --model -m" SAMPLING TEMPLATE_VARS},
-    {"logits", cmd_logits, LOGITS_HELP, " --model -m --prompt-ids --out -o --threads -t --context-window -c "},
+    {"logits", cmd_logits, LOGITS_HELP, " --model -m --prompt-ids --out -o --threads -t --context-window -c --mmap "},
     {"tokenize", cmd_tokenize, TOKENIZE_HELP, " --model -m --file -f --jsonl --add-special "},
     {"detokenize", cmd_detokenize, DETOKENIZE_HELP, " --model -m --skip-special "},
     {"template", cmd_template, TEMPLATE_HELP,

@@ -112,11 +112,12 @@ static float *take_f32(float **pool, const tensor *t) {
     return p;
 }
 
-int model_load(model **out, const char *dir, char *err, size_t errlen) {
+int model_load(model **out, const char *dir, const model_load_opts *opt, char *err, size_t errlen) {
     *out = NULL;
     model *m = xcalloc(1, sizeof *m);
     if (config_load(&m->cfg, dir, err, errlen) != 0) goto fail;
-    if (st_set_open(&m->st, dir, err, errlen) != 0) goto fail;
+    st_load mode = opt && opt->use_mmap ? ST_LOAD_MMAP : ST_LOAD_READ;
+    if (st_set_open_mode(&m->st, dir, mode, err, errlen) != 0) goto fail;
     const model_config *c = &m->cfg;
     int64_t H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
     int64_t QD = (int64_t)c->n_heads * hd, KD = (int64_t)c->n_kv_heads * hd;

@@ -24,7 +24,12 @@
 typedef struct model model;
 typedef struct model_ctx model_ctx;
 
-int model_load(model **out, const char *dir, char *err, size_t errlen);
+typedef struct {
+    int use_mmap; /* map the weight files instead of reading them into memory */
+} model_load_opts;
+
+/* opt may be NULL (defaults: weights read into anonymous memory). */
+int model_load(model **out, const char *dir, const model_load_opts *opt, char *err, size_t errlen);
 void model_free(model *m);
 const model_config *model_cfg(const model *m);
 /* Total bytes of weight data the forward pass streams per token. */

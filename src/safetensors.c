@@ -297,7 +297,35 @@ int st_open_mem(st_file **out, const void *data, size_t size, const char *name, 
     return 0;
 }
 
-int st_open(st_file **out, const char *path, char *err, size_t errlen) {
+/* Reads the whole file into anonymous memory (huge pages where the kernel
+ * gives them). On some machines (VMs in particular) streaming weights from
+ * a file mapping is much slower than from anonymous memory. */
+static void *read_into_memory(int fd, size_t size, const char *path, char *err, size_t errlen) {
+    void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        ds_err(err, errlen, "%s: cannot allocate %.1f MiB to load it (try --mmap)", path, (double)size / 1048576.0);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(mem, size, MADV_HUGEPAGE);
+#endif
+    size_t done = 0;
+    while (done < size) {
+        size_t want = size - done < ((size_t)1 << 30) ? size - done : ((size_t)1 << 30);
+        ssize_t r = pread(fd, (char *)mem + done, want, (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            ds_err(err, errlen, "%s: read failed at byte %zu: %s", path, done, r < 0 ? strerror(errno) : "unexpected end");
+            munmap(mem, size);
+            return NULL;
+        }
+        done += (size_t)r;
+    }
+    mprotect(mem, size, PROT_READ);
+    return mem;
+}
+
+int st_open_mode(st_file **out, const char *path, st_load mode, char *err, size_t errlen) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ds_err(err, errlen, "%s: %s", path, strerror(errno));
@@ -317,10 +345,17 @@ int st_open(st_file **out, const char *path, char *err, size_t errlen) {
         return ds_err(err, errlen, "%s: file is %zu bytes, too short for a safetensors header (truncated?)", path,
                       size);
     }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) return ds_err(err, errlen, "%s: mmap failed: %s", path, strerror(e));
+    void *map;
+    if (mode == ST_LOAD_READ) {
+        map = read_into_memory(fd, size, path, err, errlen);
+        close(fd);
+        if (!map) return -1;
+    } else {
+        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        int e = errno;
+        close(fd);
+        if (map == MAP_FAILED) return ds_err(err, errlen, "%s: mmap failed: %s", path, strerror(e));
+    }
 
     st_file *f = xcalloc(1, sizeof *f);
     f->name = xstrdup(path);
@@ -333,6 +368,10 @@ int st_open(st_file **out, const char *path, char *err, size_t errlen) {
     }
     *out = f;
     return 0;
+}
+
+int st_open(st_file **out, const char *path, char *err, size_t errlen) {
+    return st_open_mode(out, path, ST_LOAD_MMAP, err, errlen);
 }
 
 void st_close(st_file *f) { file_free_parts(f); }
@@ -402,7 +441,7 @@ static int bad_shard_name(const char *s) {
     return !*s || strchr(s, '/') || strchr(s, '\\') || strstr(s, "..");
 }
 
-static int open_sharded(st_set *s, const char *dir, const char *ipath, char *err, size_t errlen) {
+static int open_sharded(st_set *s, const char *dir, const char *ipath, st_load mode, char *err, size_t errlen) {
     cJSON *root = json_parse_file(ipath, err, errlen);
     if (!root) return -1;
     int rc = 0;
@@ -473,7 +512,7 @@ static int open_sharded(st_set *s, const char *dir, const char *ipath, char *err
                         path);
             goto done;
         }
-        if ((rc = st_open(&s->shards[i], path, err, errlen)) != 0) goto done;
+        if ((rc = st_open_mode(&s->shards[i], path, mode, err, errlen)) != 0) goto done;
         s->n_shards++;
     }
     /* every listed tensor is in its shard ... */
@@ -508,7 +547,7 @@ done:
     return rc;
 }
 
-int st_set_open(st_set **out, const char *dir, char *err, size_t errlen) {
+int st_set_open_mode(st_set **out, const char *dir, st_load mode, char *err, size_t errlen) {
     *out = NULL;
     char ipath[4096], spath[4096];
     if (ds_path_join(ipath, sizeof ipath, dir, "model.safetensors.index.json") != 0 ||
@@ -517,10 +556,10 @@ int st_set_open(st_set **out, const char *dir, char *err, size_t errlen) {
     st_set *s = xcalloc(1, sizeof *s);
     int rc;
     if (ds_file_exists(ipath)) {
-        rc = open_sharded(s, dir, ipath, err, errlen);
+        rc = open_sharded(s, dir, ipath, mode, err, errlen);
     } else if (ds_file_exists(spath)) {
         s->shards = xcalloc(1, sizeof(st_file *));
-        rc = st_open(&s->shards[0], spath, err, errlen);
+        rc = st_open_mode(&s->shards[0], spath, mode, err, errlen);
         if (rc == 0) {
             s->n_shards = 1;
             rc = set_index_tensors(s, spath, err, errlen);
@@ -546,4 +585,8 @@ const tensor *st_set_get(const st_set *s, int i) {
 const tensor *st_set_find(const st_set *s, const char *name) {
     if (!s) return NULL;
     return find_sorted(s->sorted, s->n, name);
+}
+
+int st_set_open(st_set **out, const char *dir, char *err, size_t errlen) {
+    return st_set_open_mode(out, dir, ST_LOAD_MMAP, err, errlen);
 }

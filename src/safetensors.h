@@ -14,11 +14,18 @@
 
 typedef struct st_file st_file;
 
+/* How a file's bytes are made available: mapped from the page cache, or
+ * read into anonymous memory (costs the read at load, but on some machines
+ * weights stream much faster from anonymous memory). */
+typedef enum { ST_LOAD_MMAP = 0, ST_LOAD_READ } st_load;
+
 /* Parses a complete in-memory file image (header + data). name is used in
  * messages and stored in each tensor's .file. The image must outlive the
  * st_file. */
 int st_open_mem(st_file **out, const void *data, size_t size, const char *name, char *err, size_t errlen);
-/* mmaps path read-only and parses it. */
+/* Opens path (mapped or read, per mode) and parses it. */
+int st_open_mode(st_file **out, const char *path, st_load mode, char *err, size_t errlen);
+/* st_open_mode with ST_LOAD_MMAP. */
 int st_open(st_file **out, const char *path, char *err, size_t errlen);
 void st_close(st_file *f);
 int st_count(const st_file *f);
@@ -29,6 +36,8 @@ const tensor *st_find(const st_file *f, const char *name);
  * dir/model.safetensors.index.json (each tensor must be in the shard the
  * index names; a tensor in two shards is an error). */
 typedef struct st_set st_set;
+int st_set_open_mode(st_set **out, const char *dir, st_load mode, char *err, size_t errlen);
+/* st_set_open_mode with ST_LOAD_MMAP. */
 int st_set_open(st_set **out, const char *dir, char *err, size_t errlen);
 void st_set_close(st_set *s);
 int st_set_count(const st_set *s);

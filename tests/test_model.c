@@ -100,7 +100,7 @@ static void check_model(const char *name, int max_batch, tpool *tp) {
     if (load_golden(&g, name) != 0) return;
     char err[1024];
     model *m;
-    if (model_load(&m, g.dir, err, sizeof err) != 0) {
+    if (model_load(&m, g.dir, NULL, err, sizeof err) != 0) {
         test_fail(__FILE__, __LINE__, "%s: %s", name, err);
         free_golden(&g);
         return;
@@ -172,7 +172,8 @@ TEST(model_taps_and_truncate) {
         char err[1024];
         model *m;
         model_ctx *c;
-        if (model_load(&m, g.dir, err, sizeof err) != 0) {
+        model_load_opts lo = {.use_mmap = k == 1}; /* both ways of loading weights */
+        if (model_load(&m, g.dir, &lo, err, sizeof err) != 0) {
             test_fail(__FILE__, __LINE__, "%s", err);
             free_golden(&g);
             continue;
@@ -249,7 +250,7 @@ static void make_variant(const char *dst, const char *src_name, const char *key,
 static void expect_load_error(const char *dir, const char *needle1, const char *needle2) {
     model *m = NULL;
     char err[1024] = "";
-    int r = model_load(&m, dir, err, sizeof err);
+    int r = model_load(&m, dir, NULL, err, sizeof err);
     CHECK_MSG(r != 0, "load of %s should fail", dir);
     CHECK_MSG(strstr(err, needle1) && (!needle2 || strstr(err, needle2)), "error \"%s\" lacks \"%s\"/\"%s\"", err,
               needle1, needle2 ? needle2 : "");
