@@ -13,7 +13,7 @@
 # The Python side runs when `import tokenizers` works (else it says so); the
 # ids-fnv column (FNV-1a of the ids as int32) must match between the two.
 # Options (environment): REPS=5, TOKDIR=~/.cache/dspark/tokenizers,
-# NAMES="qwen3 llama3 gemma3 llama2", PYTHON=python3.
+# NAMES="qwen3 llama3 gemma3 llama2", PYTHON=python3, TOKBENCH=prebuilt binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-5}
@@ -51,9 +51,12 @@ print("tok-bench: wrote %s (%d bytes, %d sources)" % (sys.argv[1], len(b), len(t
 PYEOF
 fi
 
-mkdir -p build
-cc -std=c11 -D_GNU_SOURCE -O2 -Isrc -o build/tok-bench bench/tok-bench.c src/util.c src/json.c src/tokenizer.c \
-  src/tok_*.c -lcjson -lpcre2-8 -lutf8proc -lm -pthread
+BIN=${TOKBENCH:-build/tok-bench} # TOKBENCH: a prebuilt tok-bench (skips the build)
+if [ -z "${TOKBENCH:-}" ]; then
+  mkdir -p build
+  cc -std=c11 -D_GNU_SOURCE -O2 -Isrc -o build/tok-bench bench/tok-bench.c src/util.c src/json.c src/tokenizer.c \
+    src/tok_*.c -lcjson -lpcre2-8 -lutf8proc -lm -pthread
+fi
 
 have_hf=1
 "$PY" -c 'import tokenizers' 2>/dev/null || have_hf=0
@@ -61,7 +64,7 @@ have_hf=1
 for n in $NAMES; do
   d="$TOKDIR/$n"
   [ -f "$d/tokenizer.json" ] || { echo "tok-bench: $d/tokenizer.json missing (scripts/fetch-test-assets)"; exit 1; }
-  build/tok-bench "$d" "$TEXT" "$REPS"
+  "$BIN" "$d" "$TEXT" "$REPS"
   if [ $have_hf = 1 ]; then
     "$PY" - "$d" "$TEXT" "$REPS" "$n" <<'PYEOF'
 import struct, sys, time

@@ -27,4 +27,14 @@ void jinja_free(jinja_template *t);
 int jinja_render(const jinja_template *t, const cJSON *vars, char **out, size_t *out_len, char *err,
                  size_t errlen);
 
+/* cJSON keeps no int/float distinction, but Python does (json.loads("3.0")
+ * is 3.0, and templates print it so). jinja_json_mark_floats flags, in a
+ * tree just parsed from json_text, the numbers written with a fraction or an
+ * exponent (JINJA_CJSON_FLOAT in ->type; cJSON_Duplicate keeps it), and
+ * rendering takes those as floats. Unflagged integral numbers are ints. */
+#define JINJA_CJSON_FLOAT (1 << 12)
+void jinja_json_mark_floats(cJSON *root, const char *json_text);
+/* cJSON_Parse followed by jinja_json_mark_floats. */
+cJSON *jinja_json_parse(const char *json_text);
+
 #endif

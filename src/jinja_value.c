@@ -537,8 +537,10 @@ jv jv_from_cjson(const cJSON *j) {
     if (cJSON_IsNumber(j)) {
         double d = j->valuedouble;
         /* cJSON keeps no int/float distinction: integral values within
-         * int64 are taken as ints, which is what JSON producers mean. */
-        if (isfinite(d) && d == floor(d) && fabs(d) < 9.2e18) return jv_int((int64_t)d);
+         * int64 are taken as ints unless jinja_json_mark_floats saw a
+         * fraction or exponent in the source text. */
+        if (!(j->type & JINJA_CJSON_FLOAT) && isfinite(d) && d == floor(d) && fabs(d) < 9.2e18)
+            return jv_int((int64_t)d);
         return jv_float(d);
     }
     if (cJSON_IsString(j)) return jv_cstr(j->valuestring ? j->valuestring : "");
@@ -553,4 +555,41 @@ jv jv_from_cjson(const cJSON *j) {
         return d;
     }
     return jv_none();
+}
+
+/* Number literals appear in the text in the same order as a pre-order walk
+ * of the tree meets number nodes (cJSON keeps members in document order). */
+static void mark_floats(cJSON *j, const char **p) {
+    for (; j; j = j->next) {
+        if (cJSON_IsNumber(j)) {
+            const char *s = *p;
+            for (;;) { /* the next number literal outside strings */
+                while (*s && *s != '"' && *s != '-' && (*s < '0' || *s > '9')) s++;
+                if (*s != '"') break;
+                for (s++; *s && *s != '"'; s++)
+                    if (*s == '\\' && s[1]) s++;
+                if (*s) s++;
+            }
+            int is_float = 0;
+            while (*s == '-' || *s == '+' || *s == '.' || *s == 'e' || *s == 'E' || (*s >= '0' && *s <= '9')) {
+                if (*s == '.' || *s == 'e' || *s == 'E') is_float = 1;
+                s++;
+            }
+            if (is_float) j->type |= JINJA_CJSON_FLOAT;
+            *p = s;
+        }
+        if (j->child) mark_floats(j->child, p);
+    }
+}
+
+void jinja_json_mark_floats(cJSON *root, const char *json_text) {
+    if (!root || !json_text) return;
+    const char *p = json_text;
+    mark_floats(root, &p);
+}
+
+cJSON *jinja_json_parse(const char *json_text) {
+    cJSON *j = cJSON_Parse(json_text);
+    jinja_json_mark_floats(j, json_text);
+    return j;
 }

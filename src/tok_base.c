@@ -234,6 +234,16 @@ void tk_pmap_init(pmap *m, size_t expect) {
     m->mask = cap - 1;
 }
 
+/* Doubles the table (the caller keeps the load under 1/2). */
+void tk_pmap_grow(pmap *m) {
+    pmap_slot *old = m->slots;
+    size_t ocap = m->mask + 1;
+    tk_pmap_init(m, ocap);
+    for (size_t i = 0; i < ocap; i++)
+        if (old[i].key != UINT64_MAX) tk_pmap_put(m, (int)(old[i].key >> 32), (int)(uint32_t)old[i].key, old[i].rank, old[i].id);
+    free(old);
+}
+
 void tk_pmap_put(pmap *m, int a, int b, uint32_t rank, int id) {
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     size_t i = (size_t)tk_hash_u64(key) & m->mask;

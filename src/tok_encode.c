@@ -256,14 +256,14 @@ static int init_chars(enc_ctx *c, const char *w, size_t n) {
 /* BPE over one pre-tokenized word. Merges the lowest-ranked adjacent pair
  * first, leftmost on ties, exactly as HF's Word::merge_all: a priority
  * queue over (rank, position), O(n log n) in the word length. */
-static void bpe_merge(enc_ctx *c, const char *w, size_t n) {
+static void bpe_merge(enc_ctx *c, const char *w, size_t n, int whole_word) {
     const tokenizer *t = c->t;
     if (!n) return;
     if (t->byte_level && n == 1 && t->byte_id[(unsigned char)w[0]] >= 0) {
         tk_ivec_push(&c->out, t->byte_id[(unsigned char)w[0]]);
         return;
     }
-    if (t->ignore_merges) { /* a whole word already in the vocab is kept as is */
+    if (t->ignore_merges && whole_word) { /* a whole word already in the vocab is kept as is */
         int id;
         if (t->byte_level) {
             c->word.n = 0;
@@ -322,9 +322,10 @@ static void bpe_merge(enc_ctx *c, const char *w, size_t n) {
 #define WC_MAX_WORD 256
 #define WC_MAX_ENTRIES 65536
 
-static void bpe_word(enc_ctx *c, const char *w, size_t n) {
+/* BPE through the word cache. */
+static void bpe_cached(enc_ctx *c, const char *w, size_t n, int whole_word) {
     if (n < WC_MIN_WORD || n > WC_MAX_WORD) {
-        bpe_merge(c, w, n);
+        bpe_merge(c, w, n, whole_word);
         return;
     }
     if (!c->wc.slots) tk_smap_init(&c->wc, 1024);
@@ -334,13 +335,54 @@ static void bpe_word(enc_ctx *c, const char *w, size_t n) {
         return;
     }
     size_t first = c->out.n;
-    bpe_merge(c, w, n);
+    bpe_merge(c, w, n, whole_word);
     if (c->wc.count < WC_MAX_ENTRIES) {
         at = (int)c->wc_ids.n;
         tk_ivec_push(&c->wc_ids, (int)(c->out.n - first));
         for (size_t i = first; i < c->out.n; i++) tk_ivec_push(&c->wc_ids, c->out.v[i]);
         tk_smap_put(&c->wc, w, n, at);
     }
+}
+
+/* A SentencePiece-style word is often a whole line or text (no
+ * pre-tokenizer splits it). No merge joins two adjacent in-vocab chars x,
+ * y unless some merge (a, b) has a ending in x and b starting with y, so
+ * the word is cut at every other such boundary and the chunks (which
+ * repeat, like words) go through the cache: the same ids, much faster. */
+static void sp_word(enc_ctx *c, const char *w, size_t n) {
+    const tokenizer *t = c->t;
+    if (t->ignore_merges) { /* HF looks the whole word up first */
+        int id = tk_smap_get(&t->vocab, w, n);
+        if (id >= 0) {
+            tk_ivec_push(&c->out, id);
+            return;
+        }
+    }
+    if (t->no_split) {
+        bpe_cached(c, w, n, 0);
+        return;
+    }
+    size_t start = 0, i = 0;
+    int32_t prev = -1;
+    int prev_in = 0;
+    while (i < n) {
+        size_t adv;
+        int32_t cp = tk_utf8_decode_at((const unsigned char *)w + i, n - i, &adv);
+        int in = cp >= 0 && (cp < 0x10000 ? t->bmp_id[cp] >= 0 : tk_smap_get(&t->vocab, w + i, adv) >= 0);
+        if (i > start && prev_in && in && !(t->cross.slots && tk_pmap_get(&t->cross, prev, cp))) {
+            bpe_cached(c, w + start, i - start, 0);
+            start = i;
+        }
+        prev = cp;
+        prev_in = in;
+        i += adv;
+    }
+    bpe_cached(c, w + start, n - start, 0);
+}
+
+static void bpe_word(enc_ctx *c, const char *w, size_t n) {
+    if (!c->t->byte_level) sp_word(c, w, n);
+    else bpe_cached(c, w, n, 1);
 }
 
 /* Finds regex matches in s[0..n) as HF's Pattern::find_matches does:

@@ -147,6 +147,11 @@ struct tokenizer {
     int16_t c2b[0x144];   /* byte-alphabet code point -> byte, or -1 */
     int unk_id, fuse_unk, ignore_merges, byte_fallback;
     int *bmp_id;       /* not byte-level: id of each BMP char as a one-char token, or -1 */
+    pmap cross;        /* not byte-level: (last char of a, first char of b) of every merge (a, b):
+                        * the only adjacent chars a merge can join, so a word splits safely
+                        * between any other two in-vocab chars */
+    size_t cross_n;
+    int no_split;      /* the vocab maps two strings to one id: never split words */
     int fb_id[256];    /* byte_fallback: id of "<0xNN>", or -1 */
     /* added tokens */
     int n_added;
@@ -187,6 +192,7 @@ void tk_smap_put(smap *m, const char *k, size_t n, int32_t val);
 int tk_smap_get(const smap *m, const char *k, size_t n);
 void tk_pmap_init(pmap *m, size_t expect);
 void tk_pmap_put(pmap *m, int a, int b, uint32_t rank, int id);
+void tk_pmap_grow(pmap *m);
 void tk_bl_tables(uint32_t b2c[256], int16_t c2b[0x144]);
 void tk_trie_add(trie *tr, const char *s, size_t n, int tok);
 int tk_trie_longest(const trie *tr, const char *s, size_t n, size_t *mlen);

@@ -1,21 +1,28 @@
 /* tokenizer: loads a Hugging Face tokenizer.json and encodes/decodes the
- * way the `tokenizers` library does, for byte-level BPE models (Qwen2/3,
- * Llama 3, GPT-2 style).
+ * way the `tokenizers` library does, for BPE models: byte-level (Qwen2/3,
+ * Llama 3, GPT-2 style) and SentencePiece-style (Gemma 3, Llama 2,
+ * Mistral: ▁ for spaces, <0xNN> byte fallback).
  *
  * Encoding follows HF's pipeline step by step, because exact id equality
  * with HF is the contract:
  *   1. added tokens with normalized=false are cut out of the raw text
  *      (leftmost-longest, honouring lstrip/rstrip/single_word);
- *   2. each remaining piece is normalized (NFC, ...), then added tokens
- *      with normalized=true are cut out of the normalized text;
- *   3. pre-tokenizers (Split regex, ByteLevel) cut pieces into words;
+ *   2. each remaining piece is normalized (NFC.., Replace, Prepend), then
+ *      added tokens with normalized=true are cut out of the normalized text;
+ *   3. pre-tokenizers (Split regex, ByteLevel, Metaspace) cut pieces into
+ *      words;
  *   4. each word is BPE-merged by rank (ids, not strings: the merge table
- *      maps an id pair to (rank, merged id));
- *   5. the post-processor's prefix/suffix is added when asked.
- * Every component is a small tagged step parsed in one place (parse_*),
- * so new kinds (SentencePiece-style Replace/Prepend, Metaspace, ...) slot in
- * beside the existing ones. Anything not understood is refused at load,
- * naming the component: silently mis-tokenizing would be worse.
+ *      maps an id pair to (rank, merged id)); SentencePiece-style words
+ *      start as characters, unknown ones as <0xNN> tokens or unk;
+ *   5. the post-processor's prefix/suffix is added when asked (or, for the
+ *      Llama/Gemma tokenizer classes, tokenizer_config.json's
+ *      add_bos_token/add_eos_token, as transformers does).
+ * Decoding runs HF's decoder chain: per-token steps (ByteLevel, Replace,
+ * ByteFallback, Metaspace, Strip) precomputed per id, then the joins
+ * (Fuse, a ByteFallback run of bytes, a Strip of the fused text).
+ * Every component is a small tagged step parsed in one place (parse_*).
+ * Anything not understood is refused at load, naming the component:
+ * silently mis-tokenizing would be worse.
  *
  * The loaded tokenizer is immutable; all scratch lives in a per-call
  * context, so tok_encode may run on many threads at once.
@@ -50,6 +57,7 @@ void tok_free(tokenizer *t) {
     free(t->traw.p);
     tk_smap_free(&t->vocab);
     free(t->merges.slots);
+    free(t->cross.slots);
     free(t->added);
     tk_smap_free(&t->added_map);
     free(t->trie_raw.n);
@@ -142,11 +150,15 @@ static int parse_metaspace(const cJSON *o, char rep[8], int *rep_len, int *prepe
         return ds_err(L->err, L->errlen, "%s: %s replacement must be one character", L->ctx, what);
     memcpy(rep, r, rl);
     *rep_len = (int)rl;
-    if (!scheme) *prepend = aps ? PREPEND_ALWAYS : PREPEND_NEVER;
-    else if (!strcmp(scheme, "always")) *prepend = PREPEND_ALWAYS;
+    /* as HF's deserializer: prepend_scheme defaults to "always", and
+     * add_prefix_space=false must come with "never" */
+    if (!scheme || !strcmp(scheme, "always")) *prepend = PREPEND_ALWAYS;
     else if (!strcmp(scheme, "first")) *prepend = PREPEND_FIRST;
     else if (!strcmp(scheme, "never")) *prepend = PREPEND_NEVER;
     else return ds_err(L->err, L->errlen, "%s: unsupported %s prepend_scheme \"%s\"", L->ctx, what, scheme);
+    if (!aps && *prepend != PREPEND_NEVER)
+        return ds_err(L->err, L->errlen, "%s: %s add_prefix_space does not match declared prepend_scheme", L->ctx,
+                      what);
     return 0;
 }
 
@@ -531,6 +543,16 @@ static int parse_bpe(tokenizer *t, const cJSON *m, lctx *L) {
             return -1;
         }
         tk_pmap_put(&t->merges, ia, ib, rank, ic);
+        if (!t->byte_level) {
+            if (!t->cross.slots) tk_pmap_init(&t->cross, 1 << 12);
+            size_t adv;
+            int32_t x = tk_last_char(a, la), y = tk_utf8_decode_at((const unsigned char *)b, lb, &adv);
+            if (x >= 0 && y >= 0 && !tk_pmap_get(&t->cross, x, y)) {
+                if ((t->cross_n + 1) * 2 > t->cross.mask + 1) tk_pmap_grow(&t->cross);
+                tk_pmap_put(&t->cross, x, y, 0, 0);
+                t->cross_n++;
+            }
+        }
         rank++;
     }
     free(buf);
@@ -741,11 +763,10 @@ static void build_token_bytes(tokenizer *t) {
     }
 }
 
-static int parse_config(tokenizer *t, const char *path, lctx *L) {
+/* tokenizer_config.json (c may be NULL: no file). */
+static int parse_config(tokenizer *t, const cJSON *c, lctx *L) {
     t->bos_id = t->eos_id = -1;
-    if (!ds_file_exists(path)) return 0;
-    cJSON *c = json_parse_file(path, L->err, L->errlen);
-    if (!c) return -1;
+    if (!c) return 0;
     const char *keys[2] = {"bos_token", "eos_token"};
     int *dst[2] = {&t->bos_id, &t->eos_id};
     for (int k = 0; k < 2; k++) {
@@ -777,19 +798,15 @@ static int parse_config(tokenizer *t, const char *path, lctx *L) {
         if (add_eos) tk_ivec_push(&t->suffix, t->eos_id);
         break;
     }
-    cJSON_Delete(c);
     return rc;
 }
 
-int tok_load(tokenizer **out, const char *dir, char *err, size_t errlen) {
-    *out = NULL;
-    char path[4096], cpath[4096];
-    if (ds_path_join(path, sizeof path, dir, "tokenizer.json") ||
-        ds_path_join(cpath, sizeof cpath, dir, "tokenizer_config.json"))
-        return ds_err(err, errlen, "%s: path too long", dir);
+/* Builds the tokenizer from parsed tokenizer.json (root) and
+ * tokenizer_config.json (config, or NULL); path and cpath name them in
+ * messages. */
+static int load_parsed(tokenizer **out, const cJSON *root, const char *path, const cJSON *config, const char *cpath,
+                       char *err, size_t errlen) {
     lctx L = {path, err, errlen};
-    cJSON *root = json_parse_file(path, err, errlen);
-    if (!root) return -1;
     tokenizer *t = xcalloc(1, sizeof *t);
     int rc = -1;
     if (!cJSON_IsObject(root)) {
@@ -845,6 +862,15 @@ int tok_load(tokenizer **out, const char *dir, char *err, size_t errlen) {
         t->fb_id[b] = t->byte_fallback ? tk_smap_get(&t->vocab, fb, 6) : -1;
     }
     if (!t->byte_level) {
+        /* two vocab strings with one id would let a merge join chars that
+         * the cross table does not name: no splitting of words then */
+        uint8_t *seen = xcalloc((size_t)t->vocab_size, 1);
+        for (size_t i = 0; i <= t->vocab.mask; i++) {
+            const smap_slot *sl = &t->vocab.slots[i];
+            if (sl->len == UINT32_MAX) continue;
+            if (seen[sl->val]++) t->no_split = 1;
+        }
+        free(seen);
         t->bmp_id = xmalloc(0x10000 * sizeof *t->bmp_id);
         for (int cp = 0; cp < 0x10000; cp++) t->bmp_id[cp] = -1;
         for (size_t i = 0; i <= t->vocab.mask; i++) {
@@ -857,16 +883,50 @@ int tok_load(tokenizer **out, const char *dir, char *err, size_t errlen) {
     }
     build_token_bytes(t);
     lctx LC = {cpath, err, errlen};
-    if (parse_config(t, cpath, &LC)) goto done;
+    if (parse_config(t, config, &LC)) goto done;
     rc = 0;
 done:
-    cJSON_Delete(root);
     if (rc) {
         tok_free(t);
         return -1;
     }
     *out = t;
     return 0;
+}
+
+int tok_load(tokenizer **out, const char *dir, char *err, size_t errlen) {
+    *out = NULL;
+    char path[4096], cpath[4096];
+    if (ds_path_join(path, sizeof path, dir, "tokenizer.json") ||
+        ds_path_join(cpath, sizeof cpath, dir, "tokenizer_config.json"))
+        return ds_err(err, errlen, "%s: path too long", dir);
+    cJSON *root = json_parse_file(path, err, errlen);
+    if (!root) return -1;
+    cJSON *config = NULL;
+    if (ds_file_exists(cpath) && !(config = json_parse_file(cpath, err, errlen))) {
+        cJSON_Delete(root);
+        return -1;
+    }
+    int rc = load_parsed(out, root, path, config, cpath, err, errlen);
+    cJSON_Delete(root);
+    cJSON_Delete(config);
+    return rc;
+}
+
+int tok_load_buf(tokenizer **out, const char *json, size_t len, const char *config, size_t config_len, char *err,
+                 size_t errlen) {
+    *out = NULL;
+    cJSON *root = json_parse(json, len, "tokenizer.json", err, errlen);
+    if (!root) return -1;
+    cJSON *c = NULL;
+    if (config && !(c = json_parse(config, config_len, "tokenizer_config.json", err, errlen))) {
+        cJSON_Delete(root);
+        return -1;
+    }
+    int rc = load_parsed(out, root, "tokenizer.json", c, "tokenizer_config.json", err, errlen);
+    cJSON_Delete(root);
+    cJSON_Delete(c);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- */

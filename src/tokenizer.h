@@ -19,6 +19,10 @@ typedef struct tokenizer tokenizer;
 /* Loads dir/tokenizer.json (and dir/tokenizer_config.json if present).
  * Unsupported components are refused with a message naming them. */
 int tok_load(tokenizer **out, const char *dir, char *err, size_t errlen);
+/* The same from memory: tokenizer.json text (len bytes) and optionally
+ * tokenizer_config.json text (config NULL: none). */
+int tok_load_buf(tokenizer **out, const char *json, size_t len, const char *config, size_t config_len, char *err,
+                 size_t errlen);
 void tok_free(tokenizer *t);
 
 int tok_vocab_size(const tokenizer *t); /* 1 + the largest id */
@@ -31,9 +35,10 @@ int tok_vocab_size(const tokenizer *t); /* 1 + the largest id */
 int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special, int **ids, char *err,
                size_t errlen);
 
-/* The raw bytes a token stands for (ByteLevel-decoded; NUL-terminated,
- * but may hold partial UTF-8); NULL for an id out of range or unused.
- * Special tokens give their text. */
+/* The raw bytes a token stands for in the middle of a text (through the
+ * decoder's per-token steps: ByteLevel chars mapped back to bytes, ▁ to a
+ * space, <0xNN> to its byte; NUL-terminated, but may hold partial UTF-8);
+ * NULL for an id out of range or unused. Special tokens give their text. */
 const char *tok_token_bytes(const tokenizer *t, int id, size_t *len);
 
 /* The id of a token given by its vocabulary string (e.g. "<|im_end|>"),
@@ -48,8 +53,10 @@ int tok_is_special(const tokenizer *t, int id);
 int tok_bos_id(const tokenizer *t);
 int tok_eos_id(const tokenizer *t);
 
-/* Decodes ids to a malloc'd NUL-terminated string (invalid UTF-8 replaced
- * by U+FFFD, as HF decode does). skip_special drops special tokens. */
+/* Decodes ids to a malloc'd NUL-terminated string, exactly as HF's
+ * decode (the decoder chain; invalid UTF-8 becomes U+FFFD the way HF's
+ * ByteLevel/ByteFallback decoders do it). skip_special drops special
+ * tokens. */
 char *tok_decode(const tokenizer *t, const int *ids, int n, int skip_special, size_t *len);
 
 /* Streaming decode: feed ids one at a time; out receives only complete

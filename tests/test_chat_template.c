@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "chat_template.h"
+#include "jinja.h"
 #include "test.h"
 #include "util.h"
 
@@ -15,6 +17,37 @@ static void write_file(const char *path, const char *text) {
     if (!f) return;
     fputs(text, f);
     fclose(f);
+}
+
+/* The generator renders strftime_now(fmt) as "@@strftime_now(FMT)@@" so the
+ * fixtures do not depend on the day; put in today's local date as ours does. */
+static char *subst_now(const char *want) {
+    const char *tag = "@@strftime_now(";
+    size_t cap = strlen(want) + 1, n = 0;
+    char *o = xmalloc(cap);
+    const char *p = want, *q;
+    while ((q = strstr(p, tag)) != NULL) {
+        const char *fe = strstr(q + strlen(tag), ")@@");
+        if (!fe) break;
+        char fmt[64], val[128];
+        size_t fl = (size_t)(fe - q) - strlen(tag);
+        if (fl >= sizeof fmt) break;
+        memcpy(fmt, q + strlen(tag), fl);
+        fmt[fl] = 0;
+        time_t now = time(NULL);
+        struct tm tmv;
+        localtime_r(&now, &tmv);
+        size_t vl = strftime(val, sizeof val, fmt, &tmv);
+        cap += vl;
+        o = xrealloc(o, cap);
+        memcpy(o + n, p, (size_t)(q - p));
+        n += (size_t)(q - p);
+        memcpy(o + n, val, vl);
+        n += vl;
+        p = fe + 3;
+    }
+    strcpy(o + n, p);
+    return o;
 }
 
 /* Returns the number of cases that matched; *total gets the count. */
@@ -37,7 +70,7 @@ static int run_family(const char *family, int *total) {
     for (char *lc = cases ? strtok_r(cases, "\n", &sc) : NULL, *le = exp ? strtok_r(exp, "\n", &se) : NULL; lc && le;
          lc = strtok_r(NULL, "\n", &sc), le = strtok_r(NULL, "\n", &se)) {
         (*total)++;
-        cJSON *c = cJSON_Parse(lc), *e = cJSON_Parse(le);
+        cJSON *c = jinja_json_parse(lc), *e = cJSON_Parse(le);
         CHECK_MSG(c && e, "%s case %d: bad fixture line", family, *total);
         if (!c || !e) { cJSON_Delete(c); cJSON_Delete(e); continue; }
         const cJSON *tools = cJSON_GetObjectItemCaseSensitive(c, "tools");
@@ -52,13 +85,15 @@ static int run_family(const char *family, int *total) {
         const cJSON *eerr = cJSON_GetObjectItemCaseSensitive(e, "error");
         const cJSON *etype = cJSON_GetObjectItemCaseSensitive(e, "type");
         if (cJSON_IsString(text)) {
+            char *want = subst_now(text->valuestring);
             if (r != 0) test_fail(__FILE__, __LINE__, "%s case %d: render failed: %s", family, *total, err);
-            else if (olen != strlen(text->valuestring) || memcmp(out, text->valuestring, olen) != 0) {
+            else if (olen != strlen(want) || memcmp(out, want, olen) != 0) {
                 size_t i = 0;
-                while (i < olen && text->valuestring[i] && out[i] == text->valuestring[i]) i++;
+                while (i < olen && want[i] && out[i] == want[i]) i++;
                 test_fail(__FILE__, __LINE__, "%s case %d: differs at byte %zu: got \"%.60s\" want \"%.60s\"", family,
-                          *total, i, out + i, text->valuestring + i);
+                          *total, i, out + i, want + i);
             } else ok++;
+            free(want);
         } else {
             /* Jinja2 raised: we must fail too, and raise_exception's message must come through */
             if (r == 0) test_fail(__FILE__, __LINE__, "%s case %d: rendered but Jinja2 raised %s", family, *total,
@@ -92,6 +127,12 @@ TEST(chat_template_llama3_1_golden) { family_test("llama3_1"); }
 TEST(chat_template_gemma3_golden) { family_test("gemma3"); }
 TEST(chat_template_deepseek_v3_golden) { family_test("deepseek_v3"); }
 TEST(chat_template_qwen2_5_golden) { family_test("qwen2_5"); }
+TEST(chat_template_llama3_2_golden) { family_test("llama3_2"); }
+TEST(chat_template_mistral_nemo_golden) { family_test("mistral_nemo"); }
+TEST(chat_template_qwen3_coder_golden) { family_test("qwen3_coder"); }
+TEST(chat_template_gpt_oss_golden) { family_test("gpt_oss"); }
+TEST(chat_template_granite4_golden) { family_test("granite4"); }
+TEST(chat_template_phi3_5_golden) { family_test("phi3_5"); }
 
 TEST(chat_template_real_tokenizer_dirs) {
     const char *td = test_tokenizer_dir();

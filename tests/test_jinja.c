@@ -258,3 +258,27 @@ TEST(jinja_render_is_reentrant) {
     cJSON_Delete(vars);
     jinja_free(t);
 }
+
+TEST(jinja_json_floats_stay_floats) {
+    /* Python: json.loads gives 3.0 a float and 3 an int, and templates print them apart */
+    const char *json = "{\"a\": 3.0, \"s\": \"-1.5 \\\" 2e3\", \"b\": [1, -2E0, 1.5e9, {\"c\": 0, \"d\": 7e-1}], \"e\": 4}";
+    cJSON *vars = jinja_json_parse(json);
+    CHECK(vars != NULL);
+    const char *tpl = "{{ a }} {{ b }} {{ e }} {{ b|tojson }} {{ a|string }} {{ a is float }}";
+    jinja_template *t = NULL;
+    char err[256], *out = NULL;
+    CHECK(jinja_parse(&t, tpl, strlen(tpl), "t", err, sizeof err) == 0);
+    CHECK(jinja_render(t, vars, &out, NULL, err, sizeof err) == 0);
+    CHECK_MSG(out && !strcmp(out, "3.0 [1, -2.0, 1500000000.0, {'c': 0, 'd': 0.7}] 4 [1, -2.0, 1500000000.0, {\"c\": 0, \"d\": 0.7}] 3.0 True"),
+              "got %s", out ? out : err);
+    free(out);
+    /* the flag survives cJSON_Duplicate (chat_template_render copies its inputs) */
+    cJSON *dup = cJSON_Duplicate(vars, 1);
+    out = NULL;
+    CHECK(jinja_render(t, dup, &out, NULL, err, sizeof err) == 0);
+    CHECK(out && !strncmp(out, "3.0 [1, -2.0,", 13));
+    free(out);
+    cJSON_Delete(dup);
+    cJSON_Delete(vars);
+    jinja_free(t);
+}

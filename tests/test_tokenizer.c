@@ -247,12 +247,14 @@ static int same_ids(const char *what, int line, const int *got, int ng, const in
     return 0;
 }
 
+static void check_stream(const tokenizer *t, const int *ids, int n, const char *label);
+
 static int same_text(const char *got, size_t ng, const char *want, size_t nw) {
     return ng == nw && memcmp(got, want, ng) == 0;
 }
 
 /* Golden equality over every corpus line the golden covers (ids, decode
- * with and without skip_special, streaming), the add_special lines and the
+ * with and without skip_special, streamed decode), the add_special lines and the
  * first W_LINES lines as one text. min_lines: how many lines the golden
  * must cover at least. */
 static void check_golden(int which, int min_lines) {
@@ -292,6 +294,9 @@ static void check_golden(int which, int min_lines) {
         }
         free(d);
         free(ds);
+        char label[64];
+        snprintf(label, sizeof label, "%s line %d", name, i);
+        check_stream(t, ids, n, label); /* streamed, it must equal the decode */
         free(ids);
     }
     CHECK_MSG(bad_dec == 0, "%s: %d lines decode differently", name, bad_dec);
@@ -1127,7 +1132,7 @@ TEST(tok_sp_metaspace) {
     const char *first = "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\",\"split\":true}";
     const char *nosplit = "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"always\",\"split\":false}";
     const char *never = "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"never\",\"split\":true}";
-    const char *legacy = "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"add_prefix_space\":false}";
+    const char *legacy = "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"add_prefix_space\":true}";
     tokenizer *t = synth_sp(NULL, dec, dec, "\"byte_fallback\":true", NULL);
     if (t) {
         EXPECT_IDS(t, "ab ab", 0, SP_MAB, SP_MAB);
@@ -1155,10 +1160,15 @@ TEST(tok_sp_metaspace) {
         EXPECT_DECODE(t, 0, " ab", SP_META, SP_AB);
         tok_free(t);
     }
-    if ((t = synth_sp(NULL, legacy, legacy, NULL, NULL))) {
-        EXPECT_IDS(t, "ab", 0, SP_AB);
+    if ((t = synth_sp(NULL, legacy, legacy, NULL, NULL))) { /* the older add_prefix_space=true: "always" */
+        EXPECT_IDS(t, "ab", 0, SP_MAB);
         tok_free(t);
     }
+    /* as HF: add_prefix_space=false needs prepend_scheme "never" */
+    expect_error("apsfalse",
+                 "{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"add_prefix_space\":false},\"decoder\":" BL
+                 ",\"model\":" MINI_MODEL "}",
+                 "add_prefix_space does not match declared prepend_scheme", NULL);
     /* a Regex Replace normalizer */
     if ((t = synth_sp("{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"c+\"},\"content\":\"b\"}", NULL, SP_DEC_GEMMA,
                       NULL, NULL))) {
