@@ -10,9 +10,14 @@
 # script measures dspark alone and says so. Options (environment):
 #   THREADS="2 1"   thread counts to measure      REPS=3   repetitions
 #   SHAPE=0.6b|1.7b checkpoint shape              OUT=bench/out  scratch dir
+#   LOADS="read mmap" weight loading: read into memory (dspark's default,
+#                   llama-bench --load-mode none) and/or file mapping (dspark
+#                   --mmap, llama-bench --load-mode mmap). On some VMs
+#                   streaming from a file mapping is much slower and noisier.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${THREADS:-2}
+LOADS=${LOADS:-read mmap}
 REPS=${REPS:-3}
 SHAPE=${SHAPE:-0.6b}
 OUT=${OUT:-bench/out}
@@ -52,21 +57,28 @@ mean() { awk '{s+=$1; n++} END{printf "%.2f", s/n}'; }
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cpus"
 echo "model: $MODEL ($(du -h "$MODEL/model.safetensors" | cut -f1) bf16)"
 echo
-printf "| engine | threads | pp512 tok/s | tg128 tok/s |\n|---|---:|---:|---:|\n"
-for t in $THREADS; do
-  pp=(); tg=()
-  for r in $(seq "$REPS"); do
-    pp+=("$(./dspark run --model "$MODEL" --prompt-ids "$PP_IDS" -n 1 -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field prefill)")
-    tg+=("$(./dspark run --model "$MODEL" --prompt-ids 151643 -n 129 --ignore-eos -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field decode)")
+printf "| engine | weights | threads | pp512 tok/s | tg128 tok/s |\n|---|---|---:|---:|---:|\n"
+for load in $LOADS; do
+  case $load in
+    read) dflag=""; lmode=none ;;
+    mmap) dflag="--mmap"; lmode=mmap ;;
+    *) echo "cpu-bench: unknown load mode $load (read or mmap)" >&2; exit 1 ;;
+  esac
+  for t in $THREADS; do
+    pp=(); tg=()
+    for r in $(seq "$REPS"); do
+      pp+=("$(./dspark run --model "$MODEL" --prompt-ids "$PP_IDS" -n 1 -t "$t" -c 1024 --print-ids $dflag 2>&1 >/dev/null | stamp_field prefill)")
+      tg+=("$(./dspark run --model "$MODEL" --prompt-ids 151643 -n 129 --ignore-eos -t "$t" -c 1024 --print-ids $dflag 2>&1 >/dev/null | stamp_field decode)")
+    done
+    dpp=$(printf '%s\n' "${pp[@]}" | mean); dtg=$(printf '%s\n' "${tg[@]}" | mean)
+    printf "| dspark | %s | %s | %s | %s |\n" "$load" "$t" "$dpp" "$dtg"
+    if [ $have_llama = 1 ]; then
+      js=$("$LLAMA_BENCH" -m "$GGUF" -t "$t" -p 512 -n 128 -r "$REPS" --load-mode "$lmode" -o json 2>/dev/null)
+      lpp=$(echo "$js" | "$PY" -c 'import json,sys; print("%.2f" % [r["avg_ts"] for r in json.load(sys.stdin) if r["n_prompt"]>0][0])')
+      ltg=$(echo "$js" | "$PY" -c 'import json,sys; print("%.2f" % [r["avg_ts"] for r in json.load(sys.stdin) if r["n_gen"]>0][0])')
+      printf "| llama.cpp BF16 | %s | %s | %s | %s |\n" "$load" "$t" "$lpp" "$ltg"
+      printf "| **ratio** | %s | %s | **%s** | **%s** |\n" "$load" "$t" \
+        "$(awk -v a="$dpp" -v b="$lpp" 'BEGIN{printf "%.2f", a/b}')" "$(awk -v a="$dtg" -v b="$ltg" 'BEGIN{printf "%.2f", a/b}')"
+    fi
   done
-  dpp=$(printf '%s\n' "${pp[@]}" | mean); dtg=$(printf '%s\n' "${tg[@]}" | mean)
-  printf "| dspark | %s | %s | %s |\n" "$t" "$dpp" "$dtg"
-  if [ $have_llama = 1 ]; then
-    js=$("$LLAMA_BENCH" -m "$GGUF" -t "$t" -p 512 -n 128 -r "$REPS" -o json 2>/dev/null)
-    lpp=$(echo "$js" | "$PY" -c 'import json,sys; print("%.2f" % [r["avg_ts"] for r in json.load(sys.stdin) if r["n_prompt"]>0][0])')
-    ltg=$(echo "$js" | "$PY" -c 'import json,sys; print("%.2f" % [r["avg_ts"] for r in json.load(sys.stdin) if r["n_gen"]>0][0])')
-    printf "| llama.cpp BF16 | %s | %s | %s |\n" "$t" "$lpp" "$ltg"
-    printf "| ratio dspark/llama.cpp | %s | %s | %s |\n" "$t" \
-      "$(awk -v a="$dpp" -v b="$lpp" 'BEGIN{printf "%.2f", a/b}')" "$(awk -v a="$dtg" -v b="$ltg" 'BEGIN{printf "%.2f", a/b}')"
-  fi
 done
