@@ -15,6 +15,7 @@
 
 #include "chat_template.h"
 #include "cli.h"
+#include "jinja.h"
 #include "json.h"
 #include "util.h"
 
@@ -97,7 +98,12 @@ static int save_convo(const convo *c, const char *path, char *err, size_t errlen
 }
 
 static int load_convo(convo *c, const char *path, char *err, size_t errlen) {
-    cJSON *root = json_parse_file(path, err, errlen);
+    size_t n;
+    char *text = ds_read_file(path, &n, err, errlen);
+    if (!text) return -1;
+    cJSON *root = json_parse(text, n, path, err, errlen);
+    if (root) jinja_json_mark_floats(root, text); /* 3.0 stays a float for the template */
+    free(text);
     if (!root) return -1;
     cJSON *msgs = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "messages") : root;
     if (!cJSON_IsArray(msgs)) {

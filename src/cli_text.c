@@ -8,6 +8,7 @@
 
 #include "chat_template.h"
 #include "cli.h"
+#include "jinja.h"
 #include "json.h"
 #include "util.h"
 
@@ -87,13 +88,26 @@ const char TEMPLATE_HELP[] =
     "\"messages\" and optionally \"tools\"). VALUE is parsed as JSON when it is valid JSON\n"
     "(true, 3, \"x\"), else taken as a string. Needs only the tokenizer/template files.\n";
 
+/* Parses a JSON file for a template: numbers written as 3.0 stay floats,
+ * as Python's json.loads keeps them (templates print them so). */
+static cJSON *template_json(const char *path) {
+    char err[1024];
+    size_t n;
+    char *text = ds_read_file(path, &n, err, sizeof err);
+    if (!text) cli_die("%s", err);
+    cJSON *root = json_parse(text, n, path, err, sizeof err);
+    if (!root) cli_die("%s", err);
+    jinja_json_mark_floats(root, text);
+    free(text);
+    return root;
+}
+
 int cmd_template(const opts *o) {
     if (!o->messages) cli_die("template needs --messages FILE.json (see dspark template --help)");
     char err[1024];
     chat_template *ct;
     if (chat_template_load(&ct, o->model, err, sizeof err) != 0) cli_die("%s", err);
-    cJSON *root = json_parse_file(o->messages, err, sizeof err);
-    if (!root) cli_die("%s", err);
+    cJSON *root = template_json(o->messages);
     cJSON *msgs = root, *tools = NULL, *tools_root = NULL;
     if (cJSON_IsObject(root)) {
         msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
@@ -101,8 +115,7 @@ int cmd_template(const opts *o) {
     }
     if (!cJSON_IsArray(msgs)) cli_die("%s: expected a JSON array of messages (or {\"messages\": [...]})", o->messages);
     if (o->tools) {
-        tools_root = json_parse_file(o->tools, err, sizeof err);
-        if (!tools_root) cli_die("%s", err);
+        tools_root = template_json(o->tools);
         if (!cJSON_IsArray(tools_root)) cli_die("%s: expected a JSON array of tools", o->tools);
         tools = tools_root;
     }

@@ -97,3 +97,20 @@ TEST(chat_interactive_piped) {
               p1, r1, p2, r2);
     free(out);
 }
+
+TEST(chat_template_command_keeps_floats) {
+    /* Python's json.loads keeps 3.0 a float and the template prints it so */
+    char f[700], cmd[4096], *out = NULL;
+    snprintf(f, sizeof f, "%s/floats.json", test_tmp_dir());
+    FILE *fp = fopen(f, "w");
+    fputs("[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"type\":"
+          "\"function\",\"function\":{\"name\":\"f\",\"arguments\":{\"a\":3.0,\"b\":2,\"c\":1e3}}}]}]",
+          fp);
+    fclose(fp);
+    snprintf(cmd, sizeof cmd, "%s template --model %s/templates/qwen3 --messages %s --no-generation-prompt", bin(),
+             test_data_dir(), f);
+    CHECK_EQ_INT(sh(cmd, &out), 0);
+    CHECK_MSG(out && strstr(out, "{\"name\": \"f\", \"arguments\": {\"a\": 3.0, \"b\": 2, \"c\": 1000.0}}"), "got %s",
+              out ? out : "");
+    free(out);
+}
