@@ -6,6 +6,19 @@
  * that mutate a list or dict are refused. */
 #include "jinja_internal.h"
 
+/* The (key, value) tuples of a dict or namespace, in insertion order. */
+static jv dict_items(jv d) {
+    jv l = jv_list(d.u.d->n);
+    for (size_t i = 0; i < d.u.d->n; i++) {
+        jv p = jv_list(2);
+        p.u.l->tuple = 1;
+        jv_list_push(p, jv_ref(d.u.d->k[i]));
+        jv_list_push(p, jv_ref(d.u.d->v[i]));
+        jv_list_push(l, p);
+    }
+    return l;
+}
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -557,18 +570,13 @@ int jj_call_method(jctx *c, const jnode *at, jfunc *fn, jv *args, size_t nargs, 
     }
     if (self.t == JV_DICT) {
         if (!strcmp(m, "items") || !strcmp(m, "keys") || !strcmp(m, "values")) {
-            jv l = jv_list(self.u.d->n);
-            for (size_t i = 0; i < self.u.d->n; i++) {
-                if (m[0] == 'k') jv_list_push(l, jv_ref(self.u.d->k[i]));
-                else if (m[0] == 'v') jv_list_push(l, jv_ref(self.u.d->v[i]));
-                else {
-                    jv p = jv_list(2);
-                    p.u.l->tuple = 1;
-                    jv_list_push(p, jv_ref(self.u.d->k[i]));
-                    jv_list_push(p, jv_ref(self.u.d->v[i]));
-                    jv_list_push(l, p);
-                }
+            if (m[0] != 'k' && m[0] != 'v') {
+                *out = dict_items(self);
+                return 0;
             }
+            jv l = jv_list(self.u.d->n);
+            for (size_t i = 0; i < self.u.d->n; i++)
+                jv_list_push(l, jv_ref(m[0] == 'k' ? self.u.d->k[i] : self.u.d->v[i]));
             *out = l;
             return 0;
         }
@@ -1020,15 +1028,7 @@ int jj_filter(jctx *c, const jnode *at, const char *name, jv v, jv *args, size_t
     if (!strcmp(name, "items")) {
         if (v.t == JV_UNDEF) { *out = jv_list(0); return 0; }
         if (v.t != JV_DICT && v.t != JV_NS) return FAIL("TypeError: Can only get item pairs from a mapping.");
-        jv l = jv_list(v.u.d->n);
-        for (size_t i = 0; i < v.u.d->n; i++) {
-            jv p = jv_list(2);
-            p.u.l->tuple = 1;
-            jv_list_push(p, jv_ref(v.u.d->k[i]));
-            jv_list_push(p, jv_ref(v.u.d->v[i]));
-            jv_list_push(l, p);
-        }
-        *out = l;
+        *out = dict_items(v);
         return 0;
     }
     if (!strcmp(name, "dictsort")) {

@@ -171,32 +171,22 @@ static jnode *parse_condexpr(parser *P) {
 static jnode *parse_expr(parser *P) { return parse_condexpr(P); }
 
 static jnode *parse_not(parser *P);
-static jnode *parse_and(parser *P) {
-    jnode *l = parse_not(P);
-    while (l && is_name(cur(P), "and")) {
+/* A left-associative chain "sub KEYWORD sub KEYWORD ..." of node kind. */
+static jnode *parse_chain(parser *P, const char *keyword, jnode *(*sub)(parser *), jnode_kind kind) {
+    jnode *l = sub(P);
+    while (l && is_name(cur(P), keyword)) {
         jtok *at = cur(P);
         adv(P);
-        jnode *r = parse_not(P);
+        jnode *r = sub(P);
         if (!r) { jj_free_node(l); return NULL; }
-        jnode *n = mk(P, JN_AND, at);
+        jnode *n = mk(P, kind, at);
         n->a = l; n->b = r;
         l = n;
     }
     return l;
 }
-static jnode *parse_or(parser *P) {
-    jnode *l = parse_and(P);
-    while (l && is_name(cur(P), "or")) {
-        jtok *at = cur(P);
-        adv(P);
-        jnode *r = parse_and(P);
-        if (!r) { jj_free_node(l); return NULL; }
-        jnode *n = mk(P, JN_OR, at);
-        n->a = l; n->b = r;
-        l = n;
-    }
-    return l;
-}
+static jnode *parse_and(parser *P) { return parse_chain(P, "and", parse_not, JN_AND); }
+static jnode *parse_or(parser *P) { return parse_chain(P, "or", parse_and, JN_OR); }
 static jnode *parse_compare(parser *P);
 static jnode *parse_not(parser *P) {
     if (is_name(cur(P), "not")) {
