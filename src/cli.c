@@ -85,6 +85,8 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--messages")) o->messages = v;
         else if (!strcmp(a, "--tools")) o->tools = v;
         else if (!strcmp(a, "--system")) o->system = v;
+        else if (!strcmp(a, "--mode")) o->mode = v;
+        else if (!strcmp(a, "--max-draft")) o->max_draft = parse_int(a, v, 1, SPEC_MAX_DRAFT);
         else if (!strcmp(a, "--var")) {
             if (!strchr(v, '=')) cli_die("--var expects KEY=VALUE, got \"%s\"", v);
             if (o->n_vars == CLI_MAX_VARS) cli_die("too many --var options (at most %d)", CLI_MAX_VARS);
@@ -213,6 +215,56 @@ int cli_generate(seq *s, sampler *smp, const tokenizer *tok, const int *prompt, 
     st->logits_hash = ds_fnv1a(DS_FNV_SEED, logits, sizeof(float) * (size_t)vocab);
 done:
     free(buf);
+    free(logits);
+    return rc;
+}
+
+typedef struct {
+    const tokenizer *tok;
+    tok_stream ts;
+    char *buf;
+    size_t cap;
+} stream_ctx;
+
+static void stream_emit(void *ctx, int id) {
+    stream_ctx *c = ctx;
+    size_t k = tok_stream_push(c->tok, &c->ts, id, c->buf, c->cap + 1);
+    fwrite(c->buf, 1, k, stdout);
+    fflush(stdout);
+}
+
+int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tokenizer *tok, const int *prompt,
+                      int n_prompt, int max_new, const int *stop, int n_stop, int ignore_eos, int stream,
+                      int *out_ids, volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen) {
+    memset(st, 0, sizeof *st);
+    int vocab = model_cfg(seq_model(s))->vocab_size;
+    float *logits = xmalloc(sizeof(float) * (size_t)vocab);
+    if (!tok) stream = 0;
+    stream_ctx sc = {.tok = tok, .cap = tok ? tok_stream_cap(tok) : 0};
+    sc.buf = xmalloc(sc.cap + 1);
+    spec_opts so = {.max_new = max_new, .max_draft = max_draft, .stop = stop, .n_stop = n_stop,
+                    .ignore_eos = ignore_eos, .cancel = cancel, .emit = stream ? stream_emit : NULL,
+                    .emit_ctx = &sc};
+    spec_stats ss;
+    int rc = spec_generate(s, smp, d, prompt, n_prompt, &so, out_ids, logits, &ss, err, errlen);
+    if (stream) {
+        size_t k = tok_stream_flush(&sc.ts, sc.buf, sc.cap + 1);
+        fwrite(sc.buf, 1, k, stdout);
+        fflush(stdout);
+    }
+    st->n_prompt = n_prompt;
+    st->n_prefilled = ss.n_prefilled;
+    st->n_gen = ss.n_gen;
+    st->stopped_by_eos = ss.stopped_by_eos;
+    st->cancelled = ss.cancelled;
+    st->t_prefill = ss.t_prefill;
+    st->t_decode = ss.t_decode;
+    st->n_rounds = ss.n_rounds;
+    st->n_round_tok = ss.n_round_tok;
+    st->n_drafted = ss.n_drafted;
+    st->n_accepted = ss.n_accepted;
+    if (rc == 0) st->logits_hash = ds_fnv1a(DS_FNV_SEED, logits, sizeof(float) * (size_t)vocab);
+    free(sc.buf);
     free(logits);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include "model.h"
 #include "sampler.h"
 #include "seq.h"
+#include "spec.h"
 #include "threadpool.h"
 #include "tokenizer.h"
 
@@ -18,6 +19,8 @@
 
 typedef struct {
     const char *model, *prompt, *prompt_ids, *out, *file, *text, *messages, *tools, *system;
+    const char *mode; /* run --mode (NULL = baseline) */
+    int max_draft;    /* run --max-draft (0 = default) */
     int n_predict, threads, ctx, top_k, print_ids, jsonl, add_special, ignore_eos, help, skip_special;
     int chat, no_gen_prompt, no_thinking, use_mmap;
     float temp, top_p, min_p;
@@ -54,6 +57,8 @@ typedef struct {
     int n_prompt, n_prefilled, n_gen, stopped_by_eos, cancelled;
     double t_prefill, t_decode;
     uint64_t logits_hash;
+    int n_rounds, n_round_tok; /* speculative: verify rounds, tokens they emitted */
+    long n_drafted, n_accepted;
 } gen_stats;
 
 /* Prefills prompt into s (reusing the cached prefix), then samples up to
@@ -64,6 +69,13 @@ typedef struct {
 int cli_generate(seq *s, sampler *smp, const tokenizer *tok, const int *prompt, int n_prompt, int max_new,
                  const int *stop, int n_stop, int ignore_eos, int stream, int *out_ids,
                  volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen);
+
+/* cli_generate with speculative decoding: drafter d proposes up to
+ * max_draft tokens a round (spec.h); the output is the same as
+ * cli_generate's for greedy, and the same distribution when sampling. */
+int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tokenizer *tok, const int *prompt,
+                      int n_prompt, int max_new, const int *stop, int n_stop, int ignore_eos, int stream,
+                      int *out_ids, volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen);
 
 int cmd_run(const opts *o);
 int cmd_logits(const opts *o);

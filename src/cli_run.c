@@ -9,6 +9,7 @@
 
 #include "chat_template.h"
 #include "cli.h"
+#include "lookup.h"
 #include "util.h"
 
 const char RUN_HELP[] =
@@ -34,8 +35,13 @@ const char RUN_HELP[] =
     "                           (starts faster, uses less memory; decode can be slower)\n"
     "      --print-ids          print generated token ids, comma-separated, instead of text\n"
     "      --ignore-eos         keep generating past end-of-sequence tokens\n"
+    "      --mode M             decoding: baseline (default) or lookup (prompt-lookup\n"
+    "                           speculative decoding; lossless). dspark, dflash and auto\n"
+    "                           are not built yet.\n"
+    "      --max-draft N        lookup: draft tokens per verify round (1..64, default 8)\n"
     "A stamp line goes to stderr: prompt tokens, prefill tok/s, generated tokens,\n"
-    "decode tok/s and an FNV-1a hash of the last logits row.\n";
+    "decode tok/s, tokens per verify round (speculative modes) and an FNV-1a hash\n"
+    "of the last logits row.\n";
 
 /* The prompt's ids: --prompt-ids, the raw --prompt (with the tokenizer's
  * special tokens, as HF's tokenizer(text) adds them), or --chat. */
@@ -81,7 +87,22 @@ static int *prompt_ids(const opts *o, const tokenizer *tok, int *n) {
     return ids;
 }
 
+enum { MODE_BASELINE, MODE_LOOKUP };
+
+static int parse_mode(const opts *o) {
+    const char *m = o->mode ? o->mode : "baseline";
+    if (!strcmp(m, "baseline")) {
+        if (o->max_draft) cli_die("--max-draft needs a speculative --mode (lookup)");
+        return MODE_BASELINE;
+    }
+    if (!strcmp(m, "lookup")) return MODE_LOOKUP;
+    if (!strcmp(m, "dspark") || !strcmp(m, "dflash") || !strcmp(m, "auto"))
+        cli_die("--mode %s is not built yet (available: baseline, lookup)", m);
+    cli_die("--mode expects baseline or lookup, got \"%s\"", m);
+}
+
 int cmd_run(const opts *o) {
+    int mode = parse_mode(o);
     if (o->prompt && o->prompt_ids) cli_die("give either --prompt or --prompt-ids, not both");
     if (o->chat && !o->prompt) cli_die("--chat needs --prompt TEXT");
     tokenizer *tok = cli_tokenizer(o->model, o->prompt != NULL);
@@ -102,17 +123,30 @@ int cmd_run(const opts *o) {
     int n_stop = cli_stop_ids(e.m, tok, stop);
     int *gen = (o->print_ids || !tok) ? xmalloc(sizeof(int) * (size_t)(n_predict + 1)) : NULL;
     gen_stats st;
-    if (cli_generate(s, smp, tok, prompt, n_prompt, n_predict, stop, n_stop, o->ignore_eos, !gen, gen, NULL, &st, err,
-                     sizeof err) != 0)
-        cli_die("%s", err);
+    lookup *lk = NULL;
+    int r;
+    if (mode == MODE_LOOKUP) {
+        lk = lookup_create(3, 1);
+        drafter d = lookup_drafter(lk);
+        r = cli_generate_spec(s, smp, &d, o->max_draft ? o->max_draft : 8, tok, prompt, n_prompt, n_predict, stop,
+                              n_stop, o->ignore_eos, !gen, gen, NULL, &st, err, sizeof err);
+    } else {
+        r = cli_generate(s, smp, tok, prompt, n_prompt, n_predict, stop, n_stop, o->ignore_eos, !gen, gen, NULL, &st,
+                         err, sizeof err);
+    }
+    if (r != 0) cli_die("%s", err);
+    lookup_free(lk);
     if (gen)
         for (int i = 0; i < st.n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
     printf("\n");
     fflush(stdout);
     int n_dec = st.n_gen > 1 ? st.n_gen - 1 : 0; /* forward passes after the prefill */
-    fprintf(stderr, "stamp: prompt %d tok, prefill %.2f tok/s, generated %d tok, decode %.2f tok/s, threads %d, "
+    char spec[64] = "";
+    if (mode == MODE_LOOKUP)
+        snprintf(spec, sizeof spec, ", tokens/round %.2f", st.n_rounds ? (double)st.n_round_tok / st.n_rounds : 0.0);
+    fprintf(stderr, "stamp: prompt %d tok, prefill %.2f tok/s, generated %d tok, decode %.2f tok/s%s, threads %d, "
                     "logits fnv1a %016llx\n",
-            n_prompt, n_prompt / st.t_prefill, st.n_gen, n_dec > 0 ? n_dec / st.t_decode : 0.0, tp_size(e.tp),
+            n_prompt, n_prompt / st.t_prefill, st.n_gen, n_dec > 0 ? n_dec / st.t_decode : 0.0, spec, tp_size(e.tp),
             (unsigned long long)st.logits_hash);
     free(gen);
     free(prompt);

@@ -68,3 +68,24 @@ int seq_step(seq *s, int id, float *logits, char *err, size_t errlen) {
     s->toks[s->n++] = id;
     return 0;
 }
+
+int seq_append(seq *s, const int *ids, int n, int n_logits, float *logits, char *err, size_t errlen) {
+    if (n <= 0 || n_logits < 0 || n_logits > n) return ds_err(err, errlen, "seq_append: bad row counts");
+    if (s->n + n > mctx_capacity(s->ctx))
+        return ds_err(err, errlen, "context window full (%d tokens)", mctx_capacity(s->ctx));
+    model_batch b = {.n = n, .tokens = ids, .n_logits = n_logits, .logits = logits};
+    if (model_forward(s->ctx, &b, err, errlen) != 0) {
+        mctx_truncate(s->ctx, s->n);
+        return -1;
+    }
+    memcpy(s->toks + s->n, ids, sizeof(int) * (size_t)n);
+    s->n += n;
+    return 0;
+}
+
+void seq_truncate(seq *s, int len) {
+    if (len < 0) len = 0;
+    if (len >= s->n) return;
+    s->n = len;
+    mctx_truncate(s->ctx, len);
+}

@@ -30,4 +30,12 @@ int seq_prefill(seq *s, const int *prompt, int n, float *logits, char *err, size
  * context window is full). */
 int seq_step(seq *s, int id, float *logits, char *err, size_t errlen);
 
+/* Appends ids[0..n) in one forward and writes the logits of the last
+ * n_logits rows to logits[n_logits][vocab] (a speculative verify wants
+ * all n). 0, or -1 (err filled; the sequence is unchanged). */
+int seq_append(seq *s, const int *ids, int n, int n_logits, float *logits, char *err, size_t errlen);
+
+/* Rolls back to the first len ids (len <= seq_len). */
+void seq_truncate(seq *s, int len);
+
 #endif

@@ -153,3 +153,47 @@ TEST(cli_errors_and_help) {
         free(out);
     }
 }
+
+TEST(cli_run_lookup_equals_baseline) {
+    /* a repetitive prompt, so lookup drafts and some drafts are accepted */
+    const char *modes[] = {"", "--mode lookup", "--mode lookup --max-draft 3", "--mode lookup --max-draft 16"};
+    const char *models[] = {"qwen3-bf16", "llama3-bf16"};
+    for (int mi = 0; mi < 2; mi++) {
+        char *base = NULL;
+        for (int i = 0; i < 4; i++) {
+            char args[2048], *out = NULL, *err = NULL;
+            snprintf(args, sizeof args, "run --model %s --prompt-ids 5,5,5,5,5,5 -n 150 --print-ids -t 2 %s",
+                     model_dir(models[mi]), modes[i]);
+            CHECK_EQ_INT(run_cli(args, &out, &err), 0);
+            if (i == 0) {
+                base = out;
+                CHECK_MSG(err && !strstr(err, "tokens/round"), "%s", err);
+            } else {
+                CHECK_MSG(out && base && !strcmp(out, base), "%s: %s vs %s", modes[i], out, base);
+                CHECK_MSG(err && strstr(err, "tokens/round "), "%s", err);
+                free(out);
+            }
+            free(err);
+        }
+        free(base);
+    }
+    char args[2048], *err = NULL;
+    const char *later[] = {"dspark", "dflash", "auto"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode %s", model_dir("qwen3-bf16"), later[i]);
+        CHECK(run_cli(args, NULL, &err) != 0);
+        CHECK_MSG(err && strstr(err, "not built yet"), "%s", err);
+        free(err);
+    }
+    snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode bogus", model_dir("qwen3-bf16"));
+    CHECK(run_cli(args, NULL, &err) != 0);
+    CHECK_MSG(err && strstr(err, "bogus"), "%s", err);
+    free(err);
+    snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --max-draft 4", model_dir("qwen3-bf16"));
+    CHECK(run_cli(args, NULL, &err) != 0);
+    CHECK_MSG(err && strstr(err, "--max-draft"), "%s", err);
+    free(err);
+    snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode lookup --max-draft 0", model_dir("qwen3-bf16"));
+    CHECK(run_cli(args, NULL, &err) != 0);
+    free(err);
+}

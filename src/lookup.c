@@ -1,0 +1,125 @@
+/* lookup: see lookup.h. */
+#include "lookup.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+typedef struct {
+    uint64_t key; /* 0 = empty */
+    int pos;      /* index of the id after the n-gram's most recent occurrence */
+} slot;
+
+struct lookup {
+    int nmax, nmin;
+    int *ids;
+    int n, cap;
+    slot *tab;
+    size_t tcap, used; /* tcap a power of two */
+};
+
+static uint64_t ngram_key(const int *ids, int n) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        h ^= (uint64_t)(uint32_t)ids[i];
+        h *= 0xff51afd7ed558ccdULL;
+        h ^= h >> 33;
+    }
+    return h ? h : 1;
+}
+
+static slot *find(lookup *l, uint64_t key) {
+    size_t m = l->tcap - 1;
+    for (size_t i = (size_t)key & m;; i = (i + 1) & m)
+        if (l->tab[i].key == key || l->tab[i].key == 0) return &l->tab[i];
+}
+
+static void grow(lookup *l) {
+    slot *old = l->tab;
+    size_t oc = l->tcap;
+    l->tcap = oc ? oc * 2 : 1024;
+    l->tab = xcalloc(l->tcap, sizeof(slot));
+    for (size_t i = 0; i < oc; i++)
+        if (old[i].key) *find(l, old[i].key) = old[i];
+    free(old);
+}
+
+lookup *lookup_create(int ngram_max, int ngram_min) {
+    lookup *l = xcalloc(1, sizeof *l);
+    if (ngram_max > LOOKUP_MAX_NGRAM) ngram_max = LOOKUP_MAX_NGRAM;
+    if (ngram_max < 1) ngram_max = 1;
+    if (ngram_min < 1) ngram_min = 1;
+    if (ngram_min > ngram_max) ngram_min = ngram_max;
+    l->nmax = ngram_max;
+    l->nmin = ngram_min;
+    grow(l);
+    return l;
+}
+
+void lookup_free(lookup *l) {
+    if (!l) return;
+    free(l->ids);
+    free(l->tab);
+    free(l);
+}
+
+int lookup_len(const lookup *l) { return l->n; }
+
+void lookup_reset(lookup *l, const int *ids, int n) {
+    l->n = 0;
+    memset(l->tab, 0, l->tcap * sizeof(slot));
+    l->used = 0;
+    lookup_push(l, ids, n);
+}
+
+void lookup_push(lookup *l, const int *ids, int n) {
+    for (int j = 0; j < n; j++) {
+        if (l->n == l->cap) {
+            l->cap = l->cap ? l->cap * 2 : 256;
+            l->ids = xrealloc(l->ids, sizeof(int) * (size_t)l->cap);
+        }
+        int i = l->n;
+        l->ids[l->n++] = ids[j];
+        /* the n-grams ending just before i now have a follower: ids[i] */
+        for (int g = l->nmin; g <= l->nmax && g <= i; g++) {
+            if ((l->used + 1) * 2 > l->tcap) grow(l);
+            slot *s = find(l, ngram_key(l->ids + i - g, g));
+            if (!s->key) {
+                s->key = ngram_key(l->ids + i - g, g);
+                l->used++;
+            }
+            s->pos = i;
+        }
+    }
+}
+
+int lookup_propose(lookup *l, int k, int *out, int *n_used) {
+    if (n_used) *n_used = 0;
+    for (int g = l->nmax; g >= l->nmin; g--) {
+        if (g > l->n) continue;
+        const int *suf = l->ids + l->n - g;
+        slot *s = find(l, ngram_key(suf, g));
+        if (!s->key) continue;
+        int e = s->pos; /* ids[e-g..e) is the occurrence, e < n */
+        if (memcmp(l->ids + e - g, suf, sizeof(int) * (size_t)g) != 0) continue; /* hash collision */
+        int m = l->n - e < k ? l->n - e : k;
+        memcpy(out, l->ids + e, sizeof(int) * (size_t)m);
+        if (n_used) *n_used = g;
+        return m;
+    }
+    return 0;
+}
+
+static void d_reset(void *self, const int *ids, int n) { lookup_reset(self, ids, n); }
+static int d_propose(void *self, int k, int *draft, float *q) {
+    (void)q;
+    return lookup_propose(self, k, draft, NULL);
+}
+static void d_commit(void *self, const int *ids, int n) { lookup_push(self, ids, n); }
+
+drafter lookup_drafter(lookup *l) {
+    drafter d = {.self = l, .deterministic = 1, .reset = d_reset, .propose = d_propose, .commit = d_commit};
+    return d;
+}

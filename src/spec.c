@@ -1,0 +1,159 @@
+/* spec: see spec.h. */
+#include "spec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "util.h"
+
+/* A draw from w[0..V) (non-negative, summing to mass > 0). */
+static int draw(sampler *smp, const float *w, int V, double mass) {
+    double u = sampler_uniform(smp) * mass, cum = 0;
+    int last = -1;
+    for (int i = 0; i < V; i++) {
+        if (w[i] <= 0.0f) continue;
+        cum += w[i];
+        last = i;
+        if (u < cum) return i;
+    }
+    return last;
+}
+
+int spec_accept(sampler *smp, const float *logits, int vocab, const int *draft, const float *q, int k, float *p,
+                float *r, int *y) {
+    if (sampler_is_greedy(smp)) {
+        int a = 0;
+        while (a < k && op_argmax(logits + (size_t)a * vocab, vocab) == draft[a]) a++;
+        *y = op_argmax(logits + (size_t)a * vocab, vocab);
+        return a;
+    }
+    for (int j = 0; j < k; j++) {
+        const float *row = logits + (size_t)j * vocab;
+        const float *qj = q ? q + (size_t)j * vocab : NULL;
+        int d = draft[j];
+        sampler_probs(smp, row, p);
+        double qd = qj ? qj[d] : 1.0;
+        if (qd < 1e-8) qd = 1e-8;
+        double u = sampler_uniform(smp);
+        if (u < (double)p[d] / qd) continue; /* accepted: u < min(1, p/q) */
+        /* rejected: y ~ normalize(max(0, p - q)) */
+        double mass = 0;
+        for (int i = 0; i < vocab; i++) {
+            float qi = qj ? qj[i] : (i == d ? 1.0f : 0.0f);
+            float v = p[i] - qi;
+            r[i] = v > 0.0f ? v : 0.0f;
+            mass += r[i];
+        }
+        if (mass <= 1e-8) {
+            memcpy(r, p, sizeof(float) * (size_t)vocab);
+            mass = 0;
+            for (int i = 0; i < vocab; i++) mass += r[i];
+        }
+        *y = draw(smp, r, vocab, mass);
+        return j;
+    }
+    *y = sampler_sample(smp, logits + (size_t)k * vocab);
+    return k;
+}
+
+typedef struct {
+    const spec_opts *o;
+    spec_stats *st;
+    int *out_ids;
+    int n_prompt, cap;
+} gen_state;
+
+/* Records an emitted id; 1 when generation stops after it (the checks and
+   their order are those of the baseline loop in cli_generate). */
+static int push(gen_state *g, int id) {
+    const spec_opts *o = g->o;
+    if (g->out_ids) g->out_ids[g->st->n_gen] = id;
+    g->st->n_gen++;
+    int is_stop = 0;
+    for (int i = 0; i < o->n_stop; i++) is_stop |= o->stop[i] == id;
+    if (is_stop && !o->ignore_eos) {
+        g->st->stopped_by_eos = 1;
+        return 1;
+    }
+    if (o->emit) o->emit(o->emit_ctx, id);
+    /* baseline: stop when n_gen == max_new or seq_len + 1 >= capacity,
+       with seq_len = n_prompt + n_gen - 1 at that point */
+    return g->st->n_gen == o->max_new || g->n_prompt + g->st->n_gen >= g->cap;
+}
+
+int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_prompt, const spec_opts *o,
+                  int *out_ids, float *last_logits, spec_stats *st, char *err, size_t errlen) {
+    memset(st, 0, sizeof *st);
+    const int V = model_cfg(seq_model(s))->vocab_size;
+    int K = d ? o->max_draft : 0;
+    if (K < 0) K = 0;
+    if (K > SPEC_MAX_DRAFT) K = SPEC_MAX_DRAFT;
+    float *logits = xmalloc(sizeof(float) * (size_t)(K + 1) * (size_t)V);
+    float *q = (d && !d->deterministic && K > 0) ? xmalloc(sizeof(float) * (size_t)K * (size_t)V) : NULL;
+    float *p = xmalloc(sizeof(float) * (size_t)V), *r = xmalloc(sizeof(float) * (size_t)V);
+    int rows[SPEC_MAX_DRAFT + 1], tok[SPEC_MAX_DRAFT + 1];
+    gen_state g = {.o = o, .st = st, .out_ids = out_ids, .n_prompt = n_prompt, .cap = seq_capacity(s)};
+    int rc = 0, last_row = 0;
+    double t0 = ds_now();
+    st->n_prefilled = seq_prefill(s, prompt, n_prompt, logits, err, errlen);
+    double t1 = ds_now();
+    st->t_prefill = t1 - t0;
+    if (st->n_prefilled < 0) {
+        rc = -1;
+        goto done;
+    }
+    if (d) d->reset(d->self, prompt, n_prompt);
+    if (o->max_new <= 0 || (o->cancel && *o->cancel)) goto finish;
+    int anchor = sampler_sample(smp, logits);
+    int stop = push(&g, anchor);
+    if (d) d->commit(d->self, &anchor, 1);
+    while (!stop) {
+        if (o->cancel && *o->cancel) break;
+        int L = seq_len(s); /* = n_prompt + n_gen - 1: the anchor is not in the cache */
+        int k = K;
+        if (k > o->max_new - st->n_gen - 1) k = o->max_new - st->n_gen - 1;
+        if (k > g.cap - L - 2) k = g.cap - L - 2;
+        int nd = 0;
+        if (k > 0) {
+            nd = d->propose(d->self, k, rows + 1, q);
+            if (nd < 0) nd = 0;
+            if (nd > k) nd = k;
+        }
+        rows[0] = anchor;
+        if (seq_append(s, rows, nd + 1, nd + 1, logits, err, errlen) != 0) {
+            rc = -1;
+            break;
+        }
+        int y;
+        int a = spec_accept(smp, logits, V, rows + 1, d && !d->deterministic ? q : NULL, nd, p, r, &y);
+        st->n_rounds++;
+        st->n_drafted += nd;
+        st->n_accepted += a;
+        memcpy(tok, rows + 1, sizeof(int) * (size_t)a);
+        tok[a] = y;
+        int ne = 0;
+        for (int i = 0; i <= a && !stop; i++) {
+            if (o->cancel && *o->cancel) break;
+            stop = push(&g, tok[i]);
+            last_row = i;
+            ne++;
+        }
+        st->n_round_tok += ne;
+        /* keep the anchor and the emitted ids but the last (the next anchor) */
+        seq_truncate(s, L + (ne ? ne : 1));
+        if (ne == 0) break; /* cancelled */
+        if (d) d->commit(d->self, tok, ne);
+        anchor = tok[ne - 1];
+    }
+finish:
+    if (last_logits) memcpy(last_logits, logits + (size_t)last_row * V, sizeof(float) * (size_t)V);
+    st->cancelled = o->cancel && *o->cancel;
+    st->t_decode = ds_now() - t1;
+done:
+    free(logits);
+    free(q);
+    free(p);
+    free(r);
+    return rc;
+}

@@ -1,0 +1,80 @@
+/* spec: the speculative verify loop shared by every drafter.
+ *
+ * One round: the drafter proposes up to k tokens; the target runs one
+ * forward over [anchor, d1..dk] (the anchor is the last emitted token, not
+ * yet in the KV cache) with logits for all k+1 rows; the accept rule keeps a
+ * prefix d1..da and adds one target token y (a correction, or a bonus when
+ * all k are accepted); the KV cache is truncated to the committed length
+ * (anchor + a drafts; y becomes the next anchor) and the drafter is told
+ * what was committed.
+ *
+ * Accept rule (lossless): greedy accepts the longest prefix equal to the
+ * target's argmax (op_argmax, as the baseline sampler), then the argmax.
+ * Sampling accepts d with probability min(1, p(d)/q(d)) where p is the
+ * sampler's filtered distribution (sampler_probs) and q the draft's; on
+ * rejection y ~ normalize(max(0, p - q)); when all are accepted y ~ p.
+ * A deterministic drafter (lookup) has q one-hot at its draft.
+ *
+ * Stop conditions (stop ids, the token budget, a full window, cancel) are
+ * applied token by token inside an accepted block, exactly where the
+ * baseline loop would stop, so greedy output equals baseline output. */
+#ifndef DS_SPEC_H
+#define DS_SPEC_H
+
+#include <signal.h>
+#include <stddef.h>
+
+#include "sampler.h"
+#include "seq.h"
+
+#define SPEC_MAX_DRAFT 64
+
+typedef struct {
+    void *self;
+    /* 1: proposals are deterministic (q one-hot at the draft); propose
+       never writes q. 0: propose writes q[i][vocab] when q is not NULL. */
+    int deterministic;
+    /* Starts a new sequence whose context is ids[0..n) (the prompt). */
+    void (*reset)(void *self, const int *ids, int n);
+    /* Proposes up to k tokens continuing the context into draft[k];
+       returns how many (0..k). */
+    int (*propose)(void *self, int k, int *draft, float *q);
+    /* The context grew by ids[0..n) (emitted tokens, in order). */
+    void (*commit)(void *self, const int *ids, int n);
+} drafter;
+
+typedef struct {
+    int max_new;                  /* tokens to generate at most */
+    int max_draft;                /* k: drafts per round (0..SPEC_MAX_DRAFT) */
+    const int *stop;              /* stop ids */
+    int n_stop, ignore_eos;
+    volatile sig_atomic_t *cancel; /* may be NULL */
+    void (*emit)(void *ctx, int id); /* each emitted id except a stop id; may be NULL */
+    void *emit_ctx;
+} spec_opts;
+
+typedef struct {
+    int n_prefilled, n_gen, stopped_by_eos, cancelled;
+    int n_rounds;   /* verify forwards */
+    int n_round_tok; /* tokens emitted by verify rounds (the first token comes from the prefill) */
+    long n_drafted, n_accepted;
+    double t_prefill, t_decode;
+} spec_stats;
+
+/* Prefills prompt into s (prefix reuse as seq_prefill), then generates with
+ * drafter d (NULL: no drafts, one row per round). Ids (a stop id included)
+ * go to out_ids[max_new] when given; the logits row the last id was drawn
+ * from to last_logits[vocab] when given. Afterwards s holds the prompt and
+ * every emitted id except the last (as the baseline loop leaves it).
+ * Returns 0, or -1 with err filled. */
+int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_prompt, const spec_opts *o,
+                  int *out_ids, float *last_logits, spec_stats *st, char *err, size_t errlen);
+
+/* The accept rule over k drafts: logits[k+1][vocab] from the verify
+ * forward, q[k][vocab] the draft distributions (NULL: one-hot at each
+ * draft). Returns the accepted count a and the extra token in *y. p and r
+ * are scratch [vocab]. */
+int spec_accept(sampler *smp, const float *logits, int vocab, const int *draft, const float *q, int k, float *p,
+                float *r, int *y);
+
+#endif

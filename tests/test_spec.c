@@ -1,0 +1,526 @@
+/* Speculative decoding tests: the verify loop (spec.c) against the
+ * baseline generation loop on the golden checkpoints (greedy output must be
+ * identical, stop conditions included), KV consistency after partial
+ * acceptance, the accept rule with hand-made distributions, the sampled
+ * output distribution, and the lookup drafter's index. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "json.h"
+#include "lookup.h"
+#include "ops.h"
+#include "spec.h"
+#include "test.h"
+#include "util.h"
+
+static uint32_t lcg(uint32_t *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+/* ---- an oracle drafter: proposes a known continuation with errors ---- */
+
+typedef struct {
+    const int *ref; /* prompt + expected output */
+    int n_ref, pos, round, vocab, every;
+} oracle;
+
+static void or_reset(void *self, const int *ids, int n) {
+    oracle *o = self;
+    o->pos = n;
+    o->round = 0;
+}
+static int or_propose(void *self, int k, int *draft, float *q) {
+    oracle *o = self;
+    o->round++;
+    for (int i = 0; i < k; i++) {
+        int t = o->pos + i < o->n_ref ? o->ref[o->pos + i] : 1;
+        if ((o->round * 7 + i) % o->every == o->every - 1) t = (t + 1) % o->vocab; /* a wrong draft */
+        draft[i] = t;
+    }
+    return k;
+}
+static void or_commit(void *self, const int *ids, int n) { ((oracle *)self)->pos += n; }
+
+/* ---- golden model harness ---- */
+
+typedef struct {
+    model *m;
+    tpool *tp;
+    int vocab, n_stop, stop[8];
+    int golden_prompt[64], n_golden;
+} tmodel;
+
+static int open_model(tmodel *t, const char *name) {
+    char dir[600], err[512], path[700];
+    memset(t, 0, sizeof *t);
+    snprintf(dir, sizeof dir, "%s/models/%s", test_data_dir(), name);
+    if (model_load(&t->m, dir, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return -1;
+    }
+    t->tp = tp_create(2);
+    const model_config *c = model_cfg(t->m);
+    t->vocab = c->vocab_size;
+    for (int i = 0; i < c->n_eos && i < 8; i++) t->stop[t->n_stop++] = c->eos_token_ids[i];
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    cJSON *j = json_parse_file(path, err, sizeof err);
+    const cJSON *v;
+    if (j)
+        cJSON_ArrayForEach(v, cJSON_GetObjectItem(j, "prompt")) if (t->n_golden < 64) t->golden_prompt[t->n_golden++] =
+            v->valueint;
+    cJSON_Delete(j);
+    return 0;
+}
+
+static void close_model(tmodel *t) {
+    tp_free(t->tp);
+    model_free(t->m);
+}
+
+static sampler *greedy_sampler(int vocab) {
+    sampler_params sp = {.temperature = 0, .top_p = 1};
+    sampler *s;
+    char err[256];
+    sampler_create(&s, &sp, vocab, err, sizeof err);
+    return s;
+}
+
+typedef struct {
+    int n_ctx, max_new, n_stop, ignore_eos;
+    const int *stop;
+} gen_cfg;
+
+/* baseline greedy via cli_generate; returns n_gen (-1 on error) */
+static int run_baseline(tmodel *t, const gen_cfg *g, const int *prompt, int n, int *out) {
+    seq *s;
+    char err[512];
+    if (seq_create(&s, t->m, g->n_ctx, 64, t->tp, err, sizeof err) != 0) return -1;
+    sampler *smp = greedy_sampler(t->vocab);
+    gen_stats st;
+    int rc = cli_generate(s, smp, NULL, prompt, n, g->max_new, g->stop, g->n_stop, g->ignore_eos, 0, out, NULL, &st,
+                          err, sizeof err);
+    if (rc != 0) test_fail(__FILE__, __LINE__, "%s", err);
+    sampler_free(smp);
+    seq_free(s);
+    return rc ? -1 : st.n_gen;
+}
+
+/* speculative greedy; checks the cache afterwards holds prompt + out[0..n-1);
+   returns n_gen, accepted count into *acc */
+static int run_spec(tmodel *t, const gen_cfg *g, drafter *d, int k, const int *prompt, int n, int *out, long *acc) {
+    seq *s;
+    char err[512];
+    if (seq_create(&s, t->m, g->n_ctx, 64, t->tp, err, sizeof err) != 0) return -1;
+    sampler *smp = greedy_sampler(t->vocab);
+    spec_opts so = {.max_new = g->max_new, .max_draft = k, .stop = g->stop, .n_stop = g->n_stop,
+                    .ignore_eos = g->ignore_eos};
+    spec_stats st;
+    int rc = spec_generate(s, smp, d, prompt, n, &so, out, NULL, &st, err, sizeof err);
+    if (rc != 0) test_fail(__FILE__, __LINE__, "%s", err);
+    if (rc == 0 && st.n_gen > 0) {
+        CHECK_EQ_INT(seq_len(s), n + st.n_gen - 1);
+        CHECK(!memcmp(seq_tokens(s), prompt, sizeof(int) * (size_t)n));
+        CHECK(!memcmp(seq_tokens(s) + n, out, sizeof(int) * (size_t)(st.n_gen - 1)));
+    }
+    if (acc) *acc = st.n_accepted;
+    sampler_free(smp);
+    seq_free(s);
+    return rc ? -1 : st.n_gen;
+}
+
+#define N_RAND 16
+#define N_REP 6
+
+static int make_prompt(int i, int vocab, int *p) {
+    static const int rep[N_REP][12] = {{1, 2, 3}, {5, 5, 5, 5, 5, 5}, {7, 8, 9, 7, 8, 9, 7, 8, 9},
+                                       {40, 41, 40, 41, 40, 41, 40, 41}, {100, 200, 300, 100, 200, 300, 100},
+                                       {3, 1, 4, 1, 5, 9, 2, 6, 3, 1, 4, 1}};
+    static const int rep_n[N_REP] = {3, 6, 9, 8, 7, 12};
+    if (i < N_REP) {
+        memcpy(p, rep[i], sizeof(int) * (size_t)rep_n[i]);
+        return rep_n[i];
+    }
+    uint32_t s = 12345u + (uint32_t)i * 7919u;
+    int n = 2 + (int)(lcg(&s) % 24);
+    for (int j = 0; j < n; j++) p[j] = (int)(lcg(&s) % (uint32_t)vocab);
+    return n;
+}
+
+static void lossless_model(const char *name) {
+    tmodel t;
+    if (open_model(&t, name) != 0) return;
+    int base[256], got[256], prompt[64];
+    lookup *lk = lookup_create(3, 1);
+    long rep_acc = 0;
+    int n_prompts = N_REP + N_RAND + 1, mismatches = 0;
+    for (int pi = 0; pi < n_prompts; pi++) {
+        int n;
+        if (pi == n_prompts - 1) {
+            n = t.n_golden;
+            memcpy(prompt, t.golden_prompt, sizeof(int) * (size_t)n);
+        } else {
+            n = make_prompt(pi, t.vocab, prompt);
+        }
+        /* configurations: real eos ids; eos ignored; a stop id from the
+           middle of the output; a small window */
+        for (int cfg = 0; cfg < 4; cfg++) {
+            gen_cfg g = {.n_ctx = 512, .max_new = 96, .stop = t.stop, .n_stop = t.n_stop};
+            int stop1;
+            if (cfg == 1) g.ignore_eos = 1;
+            if (cfg == 2) {
+                gen_cfg g0 = g;
+                g0.ignore_eos = 1;
+                int nb = run_baseline(&t, &g0, prompt, n, base);
+                if (nb < 40) continue;
+                stop1 = base[10 + pi % 25];
+                g.stop = &stop1;
+                g.n_stop = 1;
+            }
+            if (cfg == 3) {
+                g.n_ctx = n + 20 + pi % 7;
+                g.ignore_eos = 1;
+            }
+            int nb = run_baseline(&t, &g, prompt, n, base);
+            if (nb < 0) break;
+            for (int k = 1; k <= 16; k++) {
+                if (cfg >= 2 && k != 1 && k != 2 && k != 5 && k != 16) continue;
+                for (int which = 0; which < 2; which++) {
+                    long acc = 0;
+                    int ng;
+                    if (which == 0) {
+                        drafter d = lookup_drafter(lk);
+                        ng = run_spec(&t, &g, &d, k, prompt, n, got, &acc);
+                        if (pi < N_REP && cfg == 1) rep_acc += acc;
+                    } else {
+                        int ref[600];
+                        memcpy(ref, prompt, sizeof(int) * (size_t)n);
+                        memcpy(ref + n, base, sizeof(int) * (size_t)nb);
+                        oracle o = {.ref = ref, .n_ref = n + nb, .vocab = t.vocab, .every = 2 + (k + pi) % 6};
+                        drafter d = {.self = &o, .deterministic = 1, .reset = or_reset, .propose = or_propose,
+                                     .commit = or_commit};
+                        ng = run_spec(&t, &g, &d, k, prompt, n, got, &acc);
+                        if (nb > 4 && k > 1) CHECK_MSG(acc > 0, "%s oracle accepted nothing", name);
+                    }
+                    if (ng != nb || memcmp(got, base, sizeof(int) * (size_t)nb)) {
+                        if (mismatches++ < 5)
+                            test_fail(__FILE__, __LINE__, "%s prompt %d cfg %d k %d drafter %d: %d vs %d tokens",
+                                      name, pi, cfg, k, which, ng, nb);
+                    }
+                }
+            }
+        }
+    }
+    CHECK_MSG(rep_acc > 0, "%s: lookup accepted nothing on repetitive prompts", name);
+    CHECK_EQ_INT(mismatches, 0);
+    lookup_free(lk);
+    close_model(&t);
+}
+
+TEST(spec_lossless_greedy_qwen3) { lossless_model("qwen3-bf16"); }
+TEST(spec_lossless_greedy_llama3) { lossless_model("llama3-bf16"); }
+
+TEST(spec_kv_consistent_after_partial_accept) {
+    tmodel t;
+    if (open_model(&t, "qwen3-bf16") != 0) return;
+    int prompt[64], base[128], got[128];
+    int n = make_prompt(N_REP + 3, t.vocab, prompt);
+    gen_cfg g = {.n_ctx = 256, .max_new = 40, .ignore_eos = 1};
+    int nb = run_baseline(&t, &g, prompt, n, base);
+    int ref[200];
+    memcpy(ref, prompt, sizeof(int) * (size_t)n);
+    memcpy(ref + n, base, sizeof(int) * (size_t)nb);
+    oracle o = {.ref = ref, .n_ref = n + nb, .vocab = t.vocab, .every = 3};
+    drafter d = {.self = &o, .deterministic = 1, .reset = or_reset, .propose = or_propose, .commit = or_commit};
+    seq *s;
+    char err[512];
+    CHECK(seq_create(&s, t.m, 256, 64, t.tp, err, sizeof err) == 0);
+    sampler *smp = greedy_sampler(t.vocab);
+    spec_opts so = {.max_new = 40, .max_draft = 6, .ignore_eos = 1};
+    spec_stats st;
+    float *last = xmalloc(sizeof(float) * (size_t)t.vocab), *a = xmalloc(sizeof(float) * (size_t)t.vocab);
+    CHECK(spec_generate(s, smp, &d, prompt, n, &so, got, last, &st, err, sizeof err) == 0);
+    CHECK(st.n_accepted > 0 && st.n_accepted < st.n_drafted);
+    CHECK_EQ_INT(st.n_gen, nb);
+    /* the next forward over the speculative cache equals a plain forward */
+    CHECK(seq_step(s, got[st.n_gen - 1], a, err, sizeof err) == 0);
+    model_ctx *c;
+    CHECK(mctx_create(&c, t.m, 256, 64, t.tp, err, sizeof err) == 0);
+    int total = n + st.n_gen;
+    float *all = xmalloc(sizeof(float) * (size_t)t.vocab * 2);
+    model_batch b = {.n = total, .tokens = ref, .n_logits = 2, .logits = all};
+    CHECK(model_forward(c, &b, err, sizeof err) == 0);
+    double md = 0, mr = 0, ml = 0;
+    for (int i = 0; i < t.vocab; i++) {
+        md = fmax(md, fabs(a[i] - all[t.vocab + i]));
+        mr = fmax(mr, fabs(all[t.vocab + i]));
+        ml = fmax(ml, fabs(last[i] - all[i])); /* the row the last id was drawn from */
+    }
+    CHECK_MSG(md <= 1e-3 * mr && ml <= 1e-3 * mr, "diff %g / %g (last row %g)", md, mr, ml);
+    free(all);
+    free(a);
+    free(last);
+    mctx_free(c);
+    sampler_free(smp);
+    seq_free(s);
+    close_model(&t);
+}
+
+/* ---- the accept rule with hand-made distributions ---- */
+
+static sampler *mk_sampler(float temp, int top_k, float top_p, uint64_t seed, int vocab) {
+    sampler_params sp = {.temperature = temp, .top_k = top_k, .top_p = top_p, .seed = seed};
+    sampler *s;
+    char err[256];
+    if (sampler_create(&s, &sp, vocab, err, sizeof err) != 0) return NULL;
+    return s;
+}
+
+static void set_logp(float *row, const double *p, int V) {
+    for (int i = 0; i < V; i++) row[i] = p[i] > 0 ? (float)log(p[i]) : -1e30f;
+}
+
+/* |observed count - n*pr| within 5 sigma (plus a little slack) */
+static void check_freq(const long *cnt, long n, const double *pr, int V, const char *what) {
+    for (int i = 0; i < V; i++) {
+        double e = n * pr[i], sd = sqrt(n * pr[i] * (1 - pr[i]));
+        CHECK_MSG(fabs(cnt[i] - e) <= 5 * sd + 2, "%s: token %d seen %ld, expected %.1f", what, i, cnt[i], e);
+    }
+}
+
+TEST(spec_accept_greedy) {
+    enum { V = 8 };
+    float logits[4 * V] = {0};
+    logits[0 * V + 3] = 5; /* argmax row 0: 3 */
+    logits[1 * V + 6] = 5; /* row 1: 6 */
+    logits[2 * V + 1] = 5; /* row 2: 1 */
+    logits[3 * V + 4] = 5; /* row 3: 4 */
+    sampler *s = mk_sampler(0, 0, 1, 0, V);
+    float p[V], r[V];
+    int y;
+    int d1[3] = {3, 6, 2};
+    CHECK_EQ_INT(spec_accept(s, logits, V, d1, NULL, 3, p, r, &y), 2);
+    CHECK_EQ_INT(y, 1);
+    int d2[3] = {3, 6, 1};
+    CHECK_EQ_INT(spec_accept(s, logits, V, d2, NULL, 3, p, r, &y), 3);
+    CHECK_EQ_INT(y, 4); /* bonus */
+    int d3[3] = {0, 6, 1};
+    CHECK_EQ_INT(spec_accept(s, logits, V, d3, NULL, 3, p, r, &y), 0);
+    CHECK_EQ_INT(y, 3);
+    CHECK_EQ_INT(spec_accept(s, logits, V, d3, NULL, 0, p, r, &y), 0);
+    CHECK_EQ_INT(y, 3);
+    /* ties: the smaller index, as op_argmax */
+    logits[0 * V + 5] = 5;
+    CHECK_EQ_INT(op_argmax(logits, V), 3);
+    CHECK_EQ_INT(spec_accept(s, logits, V, d1, NULL, 1, p, r, &y), 1);
+    sampler_free(s);
+}
+
+/* one draft d against row 0 (target p0, filtered by the sampler) with draft
+   distribution q (NULL: one-hot); checks the acceptance rate and the
+   distribution of y on rejection and of the bonus on acceptance */
+static void accept_case(const double *p0, const double *p1, const double *qd, int d, int top_k, float top_p,
+                        const char *what) {
+    enum { V = 6 };
+    const long N = 60000;
+    float logits[2 * V], fp[V], r[V], q[V];
+    set_logp(logits, p0, V);
+    set_logp(logits + V, p1, V);
+    sampler *s = mk_sampler(1.0f, top_k, top_p, 42, V);
+    double pf[V], p1f[V], qq[V];
+    sampler_probs(s, logits, fp);
+    for (int i = 0; i < V; i++) pf[i] = fp[i];
+    sampler_probs(s, logits + V, fp);
+    for (int i = 0; i < V; i++) p1f[i] = fp[i];
+    for (int i = 0; i < V; i++) {
+        qq[i] = qd ? qd[i] : (i == d);
+        q[i] = (float)qq[i];
+    }
+    long acc = 0, rej[V] = {0}, bon[V] = {0};
+    for (long t = 0; t < N; t++) {
+        int y;
+        int a = spec_accept(s, logits, V, &d, qd ? q : NULL, 1, fp, r, &y);
+        if (a) {
+            acc++;
+            bon[y]++;
+        } else {
+            rej[y]++;
+        }
+    }
+    double pa = fmin(1.0, pf[d] / fmax(qq[d], 1e-8));
+    CHECK_MSG(fabs(acc - N * pa) <= 5 * sqrt(N * pa * (1 - pa)) + 2, "%s: accepted %ld of %ld, expected p %.4f", what,
+              acc, N, pa);
+    double res[V], z = 0;
+    for (int i = 0; i < V; i++) z += res[i] = fmax(0, pf[i] - qq[i]);
+    for (int i = 0; i < V; i++) res[i] = z > 1e-8 ? res[i] / z : pf[i];
+    if (N - acc > 0) check_freq(rej, N - acc, res, V, what);
+    if (acc > 0) check_freq(bon, acc, p1f, V, what);
+    sampler_free(s);
+}
+
+TEST(spec_accept_sampling_rule) {
+    const double p0[6] = {0.4, 0.25, 0.15, 0.1, 0.06, 0.04};
+    const double p1[6] = {0.05, 0.05, 0.3, 0.3, 0.2, 0.1};
+    const double qbad[6] = {0.02, 0.08, 0.1, 0.5, 0.2, 0.1};
+    /* one-hot drafts: accept with p(d); residual = p without d */
+    accept_case(p0, p1, NULL, 0, 0, 1.0f, "one-hot d=0");
+    accept_case(p0, p1, NULL, 3, 0, 1.0f, "one-hot d=3");
+    /* a draft distribution: min(1, p/q); residual max(0, p - q) */
+    accept_case(p0, p1, qbad, 3, 0, 1.0f, "q d=3");
+    accept_case(p0, p1, qbad, 0, 0, 1.0f, "q d=0 (p > q: always accepted)");
+    /* filtered targets: top-k 2 and top-p 0.7 (a draft outside is never accepted) */
+    accept_case(p0, p1, qbad, 1, 2, 1.0f, "top-k 2, d=1");
+    accept_case(p0, p1, NULL, 2, 2, 1.0f, "top-k 2, d=2 outside");
+    accept_case(p0, p1, qbad, 2, 0, 0.7f, "top-p 0.7, d=2");
+    accept_case(p0, p1, NULL, 4, 0, 0.7f, "top-p 0.7, d=4 outside");
+}
+
+/* The first emitted token of a round, with drafts drawn from a deliberately
+   bad q, has the target's filtered distribution. */
+TEST(spec_sampling_distribution) {
+    enum { V = 8 };
+    const double p0[V] = {0.3, 0.2, 0.15, 0.12, 0.1, 0.07, 0.04, 0.02};
+    const double qd[V] = {0.01, 0.01, 0.02, 0.06, 0.1, 0.2, 0.3, 0.3};
+    float logits[3 * V], q[2 * V], fp[V], r[V];
+    set_logp(logits, p0, V);
+    set_logp(logits + V, p0, V);
+    set_logp(logits + 2 * V, p0, V);
+    for (int j = 0; j < 2; j++)
+        for (int i = 0; i < V; i++) q[j * V + i] = (float)qd[i];
+    const struct { int top_k; float top_p; } cfg[3] = {{0, 1.0f}, {5, 1.0f}, {0, 0.8f}};
+    for (int c = 0; c < 3; c++) {
+        sampler *s = mk_sampler(0.7f, cfg[c].top_k, cfg[c].top_p, 1000 + (uint64_t)c, V);
+        sampler_probs(s, logits, fp);
+        double pt[V];
+        for (int i = 0; i < V; i++) pt[i] = fp[i];
+        long cnt[V] = {0}, cnt2[V] = {0}, n2 = 0;
+        const long N = 200000;
+        uint32_t rs = 99u + (uint32_t)c;
+        for (long t = 0; t < N; t++) {
+            int d[2];
+            for (int j = 0; j < 2; j++) {
+                double u = (lcg(&rs) & 0xffffff) / 16777216.0, cum = 0;
+                d[j] = V - 1;
+                for (int i = 0; i < V; i++) {
+                    cum += qd[i];
+                    if (u < cum) {
+                        d[j] = i;
+                        break;
+                    }
+                }
+            }
+            int y;
+            int a = spec_accept(s, logits, V, d, q, 2, fp, r, &y);
+            cnt[a > 0 ? d[0] : y]++;
+            if (a > 0) {
+                cnt2[a > 1 ? d[1] : y]++;
+                n2++;
+            }
+        }
+        check_freq(cnt, N, pt, V, "first token");
+        check_freq(cnt2, n2, pt, V, "second token given the first was accepted");
+        sampler_free(s);
+    }
+}
+
+/* ---- the lookup index ---- */
+
+static int brute_propose(const int *ids, int n, int nmax, int nmin, int k, int *out) {
+    for (int g = nmax; g >= nmin; g--) {
+        if (g > n) continue;
+        for (int e = n - 1; e >= g; e--) {
+            if (memcmp(ids + e - g, ids + n - g, sizeof(int) * (size_t)g)) continue;
+            int m = n - e < k ? n - e : k;
+            memcpy(out, ids + e, sizeof(int) * (size_t)m);
+            return m;
+        }
+    }
+    return 0;
+}
+
+TEST(spec_lookup_index) {
+    lookup *l = lookup_create(3, 1);
+    int out[16], used;
+    int a[] = {1, 2, 3, 4, 5, 1, 2, 3};
+    lookup_reset(l, a, 8);
+    CHECK_EQ_INT(lookup_len(l), 8);
+    /* after "1 2 3" at 0..2 came 4,5,1,2,3: capped by k=4 */
+    int m = lookup_propose(l, 4, out, &used);
+    CHECK_EQ_INT(used, 3);
+    CHECK_EQ_INT(m, 4);
+    CHECK(out[0] == 4 && out[1] == 5 && out[2] == 1 && out[3] == 2);
+    /* most recent occurrence wins */
+    int b[] = {7, 1, 7, 2, 7};
+    lookup_reset(l, b, 5);
+    m = lookup_propose(l, 8, out, &used);
+    CHECK_EQ_INT(used, 1);
+    CHECK(m == 2 && out[0] == 2 && out[1] == 7);
+    /* longer n-gram beats a more recent shorter one */
+    int c[] = {5, 6, 9, 0, 6, 8, 5, 6};
+    lookup_reset(l, c, 8);
+    m = lookup_propose(l, 1, out, &used);
+    CHECK(used == 2 && m == 1 && out[0] == 9);
+    /* no match */
+    int e[] = {1, 2, 3};
+    lookup_reset(l, e, 3);
+    CHECK_EQ_INT(lookup_propose(l, 4, out, &used), 0);
+    CHECK_EQ_INT(used, 0);
+    lookup_free(l);
+    /* incremental pushes vs a brute-force scan, small alphabet, long context */
+    for (int cfg = 0; cfg < 3; cfg++) {
+        int nmax = 1 + cfg * 2, nmin = cfg == 2 ? 2 : 1;
+        l = lookup_create(nmax, nmin);
+        int *ids = xmalloc(sizeof(int) * 5000);
+        uint32_t s = 7u + (uint32_t)cfg;
+        int n = 0;
+        for (int i = 0; i < 10; i++) ids[n++] = (int)(lcg(&s) % 6);
+        lookup_reset(l, ids, n);
+        int bad = 0;
+        while (n < 5000) {
+            int k = 1 + (int)(lcg(&s) % 16), want[16];
+            int m1 = lookup_propose(l, k, out, NULL), m2 = brute_propose(ids, n, nmax, nmin, k, want);
+            if (m1 != m2 || memcmp(out, want, sizeof(int) * (size_t)m1)) bad++;
+            int add = 1 + (int)(lcg(&s) % 5);
+            if (n + add > 5000) add = 5000 - n;
+            for (int i = 0; i < add; i++) ids[n + i] = (int)(lcg(&s) % 6);
+            lookup_push(l, ids + n, add);
+            n += add;
+        }
+        CHECK_EQ_INT(bad, 0);
+        CHECK_EQ_INT(lookup_len(l), 5000);
+        free(ids);
+        lookup_free(l);
+    }
+}
+
+/* sampled speculative generation end to end: runs, keeps the cache
+   bookkeeping, and is reproducible for a seed */
+TEST(spec_sampled_generate) {
+    tmodel t;
+    if (open_model(&t, "qwen3-bf16") != 0) return;
+    int prompt[] = {5, 5, 5, 5, 5, 5}, out[2][120];
+    lookup *lk = lookup_create(3, 1);
+    for (int rep = 0; rep < 2; rep++) {
+        seq *s;
+        char err[512];
+        CHECK(seq_create(&s, t.m, 256, 64, t.tp, err, sizeof err) == 0);
+        sampler *smp = mk_sampler(0.8f, 40, 0.95f, 7, t.vocab);
+        drafter d = lookup_drafter(lk);
+        spec_opts so = {.max_new = 120, .max_draft = 8, .stop = t.stop, .n_stop = t.n_stop};
+        spec_stats st;
+        memset(out[rep], 0, sizeof out[rep]);
+        CHECK(spec_generate(s, smp, &d, prompt, 6, &so, out[rep], NULL, &st, err, sizeof err) == 0);
+        CHECK(st.n_gen >= 1 && st.n_gen <= 120);
+        CHECK_EQ_INT(seq_len(s), 6 + st.n_gen - 1);
+        CHECK(!memcmp(seq_tokens(s) + 6, out[rep], sizeof(int) * (size_t)(st.n_gen - 1)));
+        for (int i = 0; i < st.n_gen; i++) CHECK(out[rep][i] >= 0 && out[rep][i] < t.vocab);
+        sampler_free(smp);
+        seq_free(s);
+    }
+    CHECK(!memcmp(out[0], out[1], sizeof out[0]));
+    lookup_free(lk);
+    close_model(&t);
+}
