@@ -268,3 +268,15 @@ int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tok
     free(logits);
     return rc;
 }
+
+int cli_mode(const opts *o) {
+    const char *m = o->mode ? o->mode : "baseline";
+    if (!strcmp(m, "baseline")) {
+        if (o->max_draft) cli_die("--max-draft needs a speculative --mode (lookup)");
+        return CLI_MODE_BASELINE;
+    }
+    if (!strcmp(m, "lookup")) return CLI_MODE_LOOKUP;
+    if (!strcmp(m, "dspark") || !strcmp(m, "dflash") || !strcmp(m, "auto"))
+        cli_die("--mode %s is not built yet (available: baseline, lookup)", m);
+    cli_die("--mode expects baseline or lookup, got \"%s\"", m);
+}

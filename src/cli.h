@@ -77,6 +77,11 @@ int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tok
                       int n_prompt, int max_new, const int *stop, int n_stop, int ignore_eos, int stream,
                       int *out_ids, volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen);
 
+/* Decoding mode from --mode (and --max-draft): dies on an unknown mode or
+ * one not built yet. */
+enum { CLI_MODE_BASELINE, CLI_MODE_LOOKUP };
+int cli_mode(const opts *o);
+
 int cmd_run(const opts *o);
 int cmd_logits(const opts *o);
 int cmd_tokenize(const opts *o);

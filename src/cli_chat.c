@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "jinja.h"
 #include "json.h"
+#include "lookup.h"
 #include "util.h"
 
 const char CHAT_HELP[] =
@@ -28,6 +29,9 @@ const char CHAT_HELP[] =
     "      --no-thinking        enable_thinking=false for the template\n"
     "      --var KEY=VALUE      a template variable (VALUE as JSON, else a string)\n"
     "  -n N                     at most N tokens per answer (default 4096)\n"
+    "      --mode M             baseline (default) or lookup (prompt-lookup speculative\n"
+    "                           decoding: same output, faster on repetitive text)\n"
+    "      --max-draft N        lookup: draft tokens per verify round (default 8)\n"
     "      --temp T --top-k K --top-p P --min-p P --seed S   sampling (default greedy)\n"
     "  -t, --threads N  -c, --context-window N  --mmap (map weights instead of reading them)\n"
     "Commands at the prompt:\n"
@@ -126,6 +130,7 @@ static int load_convo(convo *c, const char *path, char *err, size_t errlen) {
 
 int cmd_chat(const opts *o) {
     char err[1024];
+    int mode = cli_mode(o);
     tokenizer *tok = cli_tokenizer(o->model, 1);
     chat_template *ct;
     int r = chat_template_load(&ct, o->model, err, sizeof err);
@@ -143,6 +148,9 @@ int cmd_chat(const opts *o) {
     convo c = {.system = o->system ? xstrdup(o->system) : NULL};
     convo_reset(&c);
     gen_stats last = {0};
+    lookup *lk = mode == CLI_MODE_LOOKUP ? lookup_create(3, 1) : NULL;
+    drafter d;
+    if (lk) d = lookup_drafter(lk);
     int tty = isatty(0);
     struct sigaction sa = {0};
     sa.sa_handler = on_sigint;
@@ -180,6 +188,7 @@ int cmd_chat(const opts *o) {
                        seq_len(s), seq_capacity(s), last.n_prompt, last.n_prompt - last.n_prefilled,
                        last.n_prefilled, last.t_prefill > 0 ? last.n_prefilled / last.t_prefill : 0.0, last.n_gen,
                        n_dec && last.t_decode > 0 ? n_dec / last.t_decode : 0.0);
+                if (last.n_rounds) printf("speculative: %.2f tokens per verify round\n", (double)last.n_round_tok / last.n_rounds);
             } else if (!strcmp(line, "/help")) {
                 fputs(CHAT_HELP + (strstr(CHAT_HELP, "Commands") - CHAT_HELP), stdout);
             } else {
@@ -203,8 +212,13 @@ int cmd_chat(const opts *o) {
             n = tok_encode(tok, text, len, 0, &ids, err, sizeof err);
             free(text);
         }
-        if (n <= 0 || cli_generate(s, smp, tok, ids, n, max_new, stop, n_stop, 0, 1, gen, &g_cancel, &last, err,
-                                   sizeof err) != 0) {
+        int rc = -1;
+        if (n > 0)
+            rc = lk ? cli_generate_spec(s, smp, &d, o->max_draft ? o->max_draft : 8, tok, ids, n, max_new, stop,
+                                       n_stop, 0, 1, gen, &g_cancel, &last, err, sizeof err)
+                   : cli_generate(s, smp, tok, ids, n, max_new, stop, n_stop, 0, 1, gen, &g_cancel, &last, err,
+                                  sizeof err);
+        if (rc != 0) {
             printf("error: %s\n", n == 0 ? "the conversation renders to no tokens" : err);
             /* drop the turn that failed so the user can go on */
             cJSON_DeleteItemFromArray(c.messages, cJSON_GetArraySize(c.messages) - 1);
@@ -225,6 +239,7 @@ int cmd_chat(const opts *o) {
     free(c.system);
     cJSON_Delete(vars);
     free(gen);
+    lookup_free(lk);
     seq_free(s);
     sampler_free(smp);
     cli_engine_close(&e);

@@ -87,22 +87,8 @@ static int *prompt_ids(const opts *o, const tokenizer *tok, int *n) {
     return ids;
 }
 
-enum { MODE_BASELINE, MODE_LOOKUP };
-
-static int parse_mode(const opts *o) {
-    const char *m = o->mode ? o->mode : "baseline";
-    if (!strcmp(m, "baseline")) {
-        if (o->max_draft) cli_die("--max-draft needs a speculative --mode (lookup)");
-        return MODE_BASELINE;
-    }
-    if (!strcmp(m, "lookup")) return MODE_LOOKUP;
-    if (!strcmp(m, "dspark") || !strcmp(m, "dflash") || !strcmp(m, "auto"))
-        cli_die("--mode %s is not built yet (available: baseline, lookup)", m);
-    cli_die("--mode expects baseline or lookup, got \"%s\"", m);
-}
-
 int cmd_run(const opts *o) {
-    int mode = parse_mode(o);
+    int mode = cli_mode(o);
     if (o->prompt && o->prompt_ids) cli_die("give either --prompt or --prompt-ids, not both");
     if (o->chat && !o->prompt) cli_die("--chat needs --prompt TEXT");
     tokenizer *tok = cli_tokenizer(o->model, o->prompt != NULL);
@@ -125,7 +111,7 @@ int cmd_run(const opts *o) {
     gen_stats st;
     lookup *lk = NULL;
     int r;
-    if (mode == MODE_LOOKUP) {
+    if (mode == CLI_MODE_LOOKUP) {
         lk = lookup_create(3, 1);
         drafter d = lookup_drafter(lk);
         r = cli_generate_spec(s, smp, &d, o->max_draft ? o->max_draft : 8, tok, prompt, n_prompt, n_predict, stop,
@@ -142,7 +128,7 @@ int cmd_run(const opts *o) {
     fflush(stdout);
     int n_dec = st.n_gen > 1 ? st.n_gen - 1 : 0; /* forward passes after the prefill */
     char spec[64] = "";
-    if (mode == MODE_LOOKUP)
+    if (mode == CLI_MODE_LOOKUP)
         snprintf(spec, sizeof spec, ", tokens/round %.2f", st.n_rounds ? (double)st.n_round_tok / st.n_rounds : 0.0);
     fprintf(stderr, "stamp: prompt %d tok, prefill %.2f tok/s, generated %d tok, decode %.2f tok/s%s, threads %d, "
                     "logits fnv1a %016llx\n",

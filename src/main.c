@@ -34,7 +34,7 @@ typedef struct {
 static const command COMMANDS[] = {
     {"run", cmd_run, RUN_HELP,
      " --model -m --prompt -p --prompt-ids --print-ids --ignore-eos --chat --mode --max-draft" SAMPLING TEMPLATE_VARS},
-    {"chat", cmd_chat, CHAT_HELP, " --model -m" SAMPLING TEMPLATE_VARS},
+    {"chat", cmd_chat, CHAT_HELP, " --model -m --mode --max-draft" SAMPLING TEMPLATE_VARS},
     {"logits", cmd_logits, LOGITS_HELP, " --model -m --prompt-ids --out -o --threads -t --context-window -c --mmap "},
     {"tokenize", cmd_tokenize, TOKENIZE_HELP, " --model -m --file -f --jsonl --add-special "},
     {"detokenize", cmd_detokenize, DETOKENIZE_HELP, " --model -m --skip-special "},

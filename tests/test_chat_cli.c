@@ -114,3 +114,23 @@ TEST(chat_template_command_keeps_floats) {
               out ? out : "");
     free(out);
 }
+
+TEST(chat_lookup_mode_same_answers) {
+    /* the lookup drafter must not change what chat answers (greedy) */
+    const char *d = tiny();
+    if (!d) return;
+    char cmd[4096], *base = NULL, *spec = NULL;
+    const char *in = "printf 'Say the alphabet twice\\nAgain please\\n/exit\\n'";
+    snprintf(cmd, sizeof cmd, "%s | %s chat --model %s -n 40 -t 1 --no-thinking", in, bin(), d);
+    CHECK_EQ_INT(sh(cmd, &base), 0);
+    snprintf(cmd, sizeof cmd, "%s | %s chat --model %s -n 40 -t 1 --no-thinking --mode lookup --max-draft 4", in,
+             bin(), d);
+    CHECK_EQ_INT(sh(cmd, &spec), 0);
+    CHECK_MSG(base && spec && !strcmp(base, spec), "baseline:\n%s\nlookup:\n%s", base ? base : "", spec ? spec : "");
+    free(base);
+    free(spec);
+    snprintf(cmd, sizeof cmd, "%s | %s chat --model %s --mode dflash", in, bin(), d);
+    CHECK(sh(cmd, &spec) != 0);
+    CHECK(spec && strstr(spec, "not built yet"));
+    free(spec);
+}
