@@ -162,63 +162,6 @@ cJSON *cli_template_vars(const opts *o) {
     return v;
 }
 
-int cli_generate(seq *s, sampler *smp, const tokenizer *tok, const int *prompt, int n_prompt, int max_new,
-                 const int *stop, int n_stop, int ignore_eos, int stream, int *out_ids,
-                 volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen) {
-    memset(st, 0, sizeof *st);
-    int vocab = model_cfg(seq_model(s))->vocab_size;
-    float *logits = xmalloc(sizeof(float) * (size_t)vocab);
-    if (!tok) stream = 0;
-    size_t cap = tok ? tok_stream_cap(tok) : 0;
-    char *buf = xmalloc(cap + 1);
-    tok_stream ts = {0};
-    int rc = 0;
-    double t0 = ds_now();
-    st->n_prompt = n_prompt;
-    st->n_prefilled = seq_prefill(s, prompt, n_prompt, logits, err, errlen);
-    double t1 = ds_now();
-    st->t_prefill = t1 - t0;
-    if (st->n_prefilled < 0) {
-        rc = -1;
-        goto done;
-    }
-    while (st->n_gen < max_new && !(cancel && *cancel)) {
-        int id = sampler_sample(smp, logits);
-        if (out_ids) out_ids[st->n_gen] = id;
-        st->n_gen++;
-        int is_stop = 0;
-        for (int i = 0; i < n_stop; i++) is_stop |= stop[i] == id;
-        if (is_stop && !ignore_eos) {
-            st->stopped_by_eos = 1;
-            /* the stop token is part of the sequence (its KV is computed on
-               the next turn, when the template re-renders it) */
-            break;
-        }
-        if (tok && stream) {
-            size_t k = tok_stream_push(tok, &ts, id, buf, cap + 1);
-            fwrite(buf, 1, k, stdout);
-            fflush(stdout);
-        }
-        if (st->n_gen == max_new || seq_len(s) + 1 >= seq_capacity(s)) break;
-        if (seq_step(s, id, logits, err, errlen) != 0) {
-            rc = -1;
-            break;
-        }
-    }
-    if (tok && stream) {
-        size_t k = tok_stream_flush(&ts, buf, cap + 1);
-        fwrite(buf, 1, k, stdout);
-        fflush(stdout);
-    }
-    st->cancelled = cancel && *cancel;
-    st->t_decode = ds_now() - t1;
-    st->logits_hash = ds_fnv1a(DS_FNV_SEED, logits, sizeof(float) * (size_t)vocab);
-done:
-    free(buf);
-    free(logits);
-    return rc;
-}
-
 typedef struct {
     const tokenizer *tok;
     tok_stream ts;
@@ -267,6 +210,14 @@ int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tok
     free(sc.buf);
     free(logits);
     return rc;
+}
+
+int cli_generate(seq *s, sampler *smp, const tokenizer *tok, const int *prompt, int n_prompt, int max_new,
+                 const int *stop, int n_stop, int ignore_eos, int stream, int *out_ids,
+                 volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen) {
+    /* baseline decoding is the verify loop without a drafter: one row a round */
+    return cli_generate_spec(s, smp, NULL, 0, tok, prompt, n_prompt, max_new, stop, n_stop, ignore_eos, stream,
+                             out_ids, cancel, st, err, errlen);
 }
 
 int cli_mode(const opts *o) {

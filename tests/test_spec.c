@@ -94,19 +94,27 @@ typedef struct {
     const int *stop;
 } gen_cfg;
 
-/* baseline greedy via cli_generate; returns n_gen (-1 on error) */
+/* baseline greedy, written out here as the plain reference loop (one row a
+   step, argmax, the stop rules of baseline decoding); returns n_gen (-1 on
+   error) */
 static int run_baseline(tmodel *t, const gen_cfg *g, const int *prompt, int n, int *out) {
     seq *s;
     char err[512];
     if (seq_create(&s, t->m, g->n_ctx, 64, t->tp, err, sizeof err) != 0) return -1;
-    sampler *smp = greedy_sampler(t->vocab);
-    gen_stats st;
-    int rc = cli_generate(s, smp, NULL, prompt, n, g->max_new, g->stop, g->n_stop, g->ignore_eos, 0, out, NULL, &st,
-                          err, sizeof err);
+    float *logits = xmalloc(sizeof(float) * (size_t)t->vocab);
+    int n_gen = 0, rc = seq_prefill(s, prompt, n, logits, err, sizeof err) < 0 ? -1 : 0;
+    while (rc == 0 && n_gen < g->max_new) {
+        int id = op_argmax(logits, t->vocab), is_stop = 0;
+        out[n_gen++] = id;
+        for (int i = 0; i < g->n_stop; i++) is_stop |= g->stop[i] == id;
+        if (is_stop && !g->ignore_eos) break;
+        if (n_gen == g->max_new || seq_len(s) + 1 >= seq_capacity(s)) break;
+        rc = seq_step(s, id, logits, err, sizeof err);
+    }
     if (rc != 0) test_fail(__FILE__, __LINE__, "%s", err);
-    sampler_free(smp);
+    free(logits);
     seq_free(s);
-    return rc ? -1 : st.n_gen;
+    return rc ? -1 : n_gen;
 }
 
 /* speculative greedy; checks the cache afterwards holds prompt + out[0..n-1);
