@@ -61,11 +61,12 @@ typedef struct {
     long n_drafted, n_accepted;
 } gen_stats;
 
-/* Prefills prompt into s (reusing the cached prefix), then samples up to
- * max_new tokens until a stop id, the window is full, or *cancel becomes
- * non-zero; streams the text to stdout when stream is set and collects the
- * ids (stop id included) into out_ids[max_new] when given. Generated ids
- * are appended to s. Returns 0, or -1 with err filled. */
+/* Baseline decoding: prefills prompt into s (reusing the cached prefix),
+ * then samples up to max_new tokens until a stop id, the window is full, or
+ * *cancel becomes non-zero; streams the text to stdout when stream is set
+ * and collects the ids (stop id included) into out_ids[max_new] when given.
+ * Generated ids are appended to s. Returns 0, or -1 with err filled. It is
+ * cli_generate_spec without a drafter. */
 int cli_generate(seq *s, sampler *smp, const tokenizer *tok, const int *prompt, int n_prompt, int max_new,
                  const int *stop, int n_stop, int ignore_eos, int stream, int *out_ids,
                  volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen);
