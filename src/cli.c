@@ -206,6 +206,7 @@ int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tok
     st->n_round_tok = ss.n_round_tok;
     st->n_drafted = ss.n_drafted;
     st->n_accepted = ss.n_accepted;
+    memcpy(st->accept_hist, ss.accept_hist, sizeof st->accept_hist);
     if (rc == 0) st->logits_hash = ds_fnv1a(DS_FNV_SEED, logits, sizeof(float) * (size_t)vocab);
     free(sc.buf);
     free(logits);

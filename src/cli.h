@@ -59,6 +59,7 @@ typedef struct {
     uint64_t logits_hash;
     int n_rounds, n_round_tok; /* speculative: verify rounds, tokens they emitted */
     long n_drafted, n_accepted;
+    int accept_hist[SPEC_MAX_DRAFT + 1]; /* speculative rounds by drafts accepted */
 } gen_stats;
 
 /* Baseline decoding: prefills prompt into s (reusing the cached prefix),

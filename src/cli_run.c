@@ -127,9 +127,14 @@ int cmd_run(const opts *o) {
     printf("\n");
     fflush(stdout);
     int n_dec = st.n_gen > 1 ? st.n_gen - 1 : 0; /* forward passes after the prefill */
-    char spec[64] = "";
-    if (mode == CLI_MODE_LOOKUP)
-        snprintf(spec, sizeof spec, ", tokens/round %.2f", st.n_rounds ? (double)st.n_round_tok / st.n_rounds : 0.0);
+    char spec[1024] = "";
+    if (mode == CLI_MODE_LOOKUP) {
+        /* tokens per verify round, and how many rounds accepted 0, 1, ... drafts */
+        size_t o2 = (size_t)snprintf(spec, sizeof spec, ", tokens/round %.2f, accepted drafts per round",
+                                     st.n_rounds ? (double)st.n_round_tok / st.n_rounds : 0.0);
+        for (int a = 0; a <= SPEC_MAX_DRAFT && o2 < sizeof spec - 16; a++)
+            if (st.accept_hist[a]) o2 += (size_t)snprintf(spec + o2, sizeof spec - o2, " %d:%d", a, st.accept_hist[a]);
+    }
     fprintf(stderr, "stamp: prompt %d tok, prefill %.2f tok/s, generated %d tok, decode %.2f tok/s%s, threads %d, "
                     "logits fnv1a %016llx\n",
             n_prompt, n_prompt / st.t_prefill, st.n_gen, n_dec > 0 ? n_dec / st.t_decode : 0.0, spec, tp_size(e.tp),

@@ -130,6 +130,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         st->n_rounds++;
         st->n_drafted += nd;
         st->n_accepted += a;
+        st->accept_hist[a]++;
         memcpy(tok, rows + 1, sizeof(int) * (size_t)a);
         tok[a] = y;
         int ne = 0;

@@ -58,6 +58,7 @@ typedef struct {
     int n_rounds;   /* verify forwards */
     int n_round_tok; /* tokens emitted by verify rounds (the first token comes from the prefill) */
     long n_drafted, n_accepted;
+    int accept_hist[SPEC_MAX_DRAFT + 1]; /* rounds by number of drafts accepted */
     double t_prefill, t_decode;
 } spec_stats;
 
