@@ -61,8 +61,8 @@ int main(int argc, char **argv) {
         return c->fn(&o);
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("dspark %s\ncpu: %s, %d threads, avx2+fma+f16c: %s\n", DSPARK_VERSION, cpu_name(), cpu_count(),
-               cpu_has_avx2() ? "yes" : "no");
+        printf("dspark %s\ncpu: %s, %d threads, avx2+fma+f16c: %s, avx512: %s\n", DSPARK_VERSION, cpu_name(),
+               cpu_count(), cpu_has_avx2() ? "yes" : "no", cpu_has_avx512() ? "yes" : "no");
         return 0;
     }
     fprintf(stderr, "dspark: unknown command \"%s\"\n%s", cmd, MAIN_HELP);
