@@ -145,6 +145,15 @@ static int starts_at_ws(const char *p, size_t n, size_t i, size_t *k) {
 }
 
 /* str.split / str.rsplit */
+/* The code point that ends at byte e of p (e > 0): its value into *cp, its
+ * start as the return value. */
+static size_t cp_before(const char *p, size_t e, uint32_t *cp) {
+    size_t i = e - 1;
+    while (i > 0 && ((unsigned char)p[i] & 0xc0) == 0x80) i--;
+    ju_decode(p, e, i, cp);
+    return i;
+}
+
 static jv py_split(jv s, jv sep, int64_t maxsplit, int reverse) {
     jv out = jv_list(0);
     const char *p = S(s);
@@ -173,10 +182,8 @@ static jv py_split(jv s, jv sep, int64_t maxsplit, int reverse) {
             int64_t splits = 0;
             for (;;) {
                 while (e > 0) {
-                    size_t i = e - 1;
-                    while (i > 0 && ((unsigned char)p[i] & 0xc0) == 0x80) i--;
                     uint32_t cp;
-                    ju_decode(p, e, i, &cp);
+                    size_t i = cp_before(p, e, &cp);
                     if (!ju_isspace(cp)) break;
                     e = i;
                 }
@@ -187,10 +194,8 @@ static jv py_split(jv s, jv sep, int64_t maxsplit, int reverse) {
                 }
                 size_t st = e;
                 while (st > 0) {
-                    size_t i = st - 1;
-                    while (i > 0 && ((unsigned char)p[i] & 0xc0) == 0x80) i--;
                     uint32_t cp;
-                    ju_decode(p, st, i, &cp);
+                    size_t i = cp_before(p, st, &cp);
                     if (ju_isspace(cp)) break;
                     st = i;
                 }

@@ -745,19 +745,26 @@ static int parse_signature(parser *P, jnode *n) {
     return 1;
 }
 
-static jnode *parse_macro(parser *P, jtok *at) {
-    jnode *n = mk(P, JN_MACRO, at);
-    if (cur(P)->t != JT_NAME) { jj_free_node(n); return unexpected(P, "a macro name"); }
-    n->name = xstrdup(cur(P)->s);
-    adv(P);
-    if (!parse_signature(P, n) || !expect_block_end(P)) { jj_free_node(n); return NULL; }
-    const char *ends[] = {"endmacro"};
+/* The body of a macro or call block, up to its end tag, into n->b. A body
+ * is a new function scope: break/continue there do not reach an enclosing
+ * loop. Frees n on error. */
+static jnode *parse_callable_body(parser *P, jnode *n, const char *end_tag) {
+    const char *ends[] = {end_tag};
     int which, saved = P->in_loop;
     P->in_loop = 0;
     n->b = parse_body(P, ends, 1, &which);
     P->in_loop = saved;
     if (!n->b) { jj_free_node(n); return NULL; }
     return n;
+}
+
+static jnode *parse_macro(parser *P, jtok *at) {
+    jnode *n = mk(P, JN_MACRO, at);
+    if (cur(P)->t != JT_NAME) { jj_free_node(n); return unexpected(P, "a macro name"); }
+    n->name = xstrdup(cur(P)->s);
+    adv(P);
+    if (!parse_signature(P, n) || !expect_block_end(P)) { jj_free_node(n); return NULL; }
+    return parse_callable_body(P, n, "endmacro");
 }
 
 static jnode *parse_callblock(parser *P, jtok *at) {
@@ -767,13 +774,7 @@ static jnode *parse_callblock(parser *P, jtok *at) {
     if (!n->a) { jj_free_node(n); return NULL; }
     if (n->a->k != JN_CALL) { jj_free_node(n); return pfail(P, at, "expected call"); }
     if (!expect_block_end(P)) { jj_free_node(n); return NULL; }
-    const char *ends[] = {"endcall"};
-    int which, saved = P->in_loop;
-    P->in_loop = 0;
-    n->b = parse_body(P, ends, 1, &which);
-    P->in_loop = saved;
-    if (!n->b) { jj_free_node(n); return NULL; }
-    return n;
+    return parse_callable_body(P, n, "endcall");
 }
 
 static jnode *parse_filterblock(parser *P, jtok *at) {
