@@ -103,6 +103,7 @@ static const struct { const char *tpl, *want; } kCases[] = {
     {"{{ msgs[0].items()|list }}", "[('role', 'system'), ('content', 'System prompt here')]"},
     {"{% for k, v in msgs[0]|dictsort %}{{k}}:{{v}} {% endfor %}", "content:System prompt here role:system "},
     {"{{ 'a b'.split(' ') }}{{ ''.split(',') }}{{ ''.split() }}{{ '  a  b  '.split(None, 1) }}{{ 'a,b,c'.rsplit(',', maxsplit=1) }}", "['a', 'b'][''][]['a', 'b  ']['a,b', 'c']"},
+    {"{{ '  a b  c '.rsplit(None, 1) }}{{ ' x y '.rsplit() }}{{ 'é a  ü '.rsplit(maxsplit=1) }}", "['  a b', 'c']['x', 'y']['é a', 'ü']"},
     {"{{ 'Hello World'|wordcount }}{{ 'hello-world foo(bar)'|title }}", "2Hello-World Foo(Bar)"},
     {"{{ x.c }}{{ x['c'] }}{{ x.z|length }}{{ x.a[2]['\303\251'] }}", "TrueTrue0\303\274\"\n\t"},
     {"{{ [1, 2, 3]|join }}{{ ['a', none]|join('-') }}", "123a-None"},
