@@ -178,8 +178,8 @@ static void stream_emit(void *ctx, int id) {
 
 int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tokenizer *tok, const int *prompt,
                       int n_prompt, int max_new, const int *stop, int n_stop, int ignore_eos, int stream,
-                      int *out_ids, volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen) {
-    memset(st, 0, sizeof *st);
+                      int *out_ids, volatile sig_atomic_t *cancel, spec_stats *st, uint64_t *logits_hash, char *err,
+                      size_t errlen) {
     int vocab = model_cfg(seq_model(s))->vocab_size;
     float *logits = xmalloc(sizeof(float) * (size_t)vocab);
     if (!tok) stream = 0;
@@ -188,26 +188,13 @@ int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tok
     spec_opts so = {.max_new = max_new, .max_draft = max_draft, .stop = stop, .n_stop = n_stop,
                     .ignore_eos = ignore_eos, .cancel = cancel, .emit = stream ? stream_emit : NULL,
                     .emit_ctx = &sc};
-    spec_stats ss;
-    int rc = spec_generate(s, smp, d, prompt, n_prompt, &so, out_ids, logits, &ss, err, errlen);
+    int rc = spec_generate(s, smp, d, prompt, n_prompt, &so, out_ids, logits, st, err, errlen);
     if (stream) {
         size_t k = tok_stream_flush(&sc.ts, sc.buf, sc.cap + 1);
         fwrite(sc.buf, 1, k, stdout);
         fflush(stdout);
     }
-    st->n_prompt = n_prompt;
-    st->n_prefilled = ss.n_prefilled;
-    st->n_gen = ss.n_gen;
-    st->stopped_by_eos = ss.stopped_by_eos;
-    st->cancelled = ss.cancelled;
-    st->t_prefill = ss.t_prefill;
-    st->t_decode = ss.t_decode;
-    st->n_rounds = ss.n_rounds;
-    st->n_round_tok = ss.n_round_tok;
-    st->n_drafted = ss.n_drafted;
-    st->n_accepted = ss.n_accepted;
-    memcpy(st->accept_hist, ss.accept_hist, sizeof st->accept_hist);
-    if (rc == 0) st->logits_hash = ds_fnv1a(DS_FNV_SEED, logits, sizeof(float) * (size_t)vocab);
+    if (logits_hash) *logits_hash = rc == 0 ? ds_fnv1a(DS_FNV_SEED, logits, sizeof(float) * (size_t)vocab) : 0;
     free(sc.buf);
     free(logits);
     return rc;
@@ -215,10 +202,11 @@ int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tok
 
 int cli_generate(seq *s, sampler *smp, const tokenizer *tok, const int *prompt, int n_prompt, int max_new,
                  const int *stop, int n_stop, int ignore_eos, int stream, int *out_ids,
-                 volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen) {
+                 volatile sig_atomic_t *cancel, spec_stats *st, uint64_t *logits_hash, char *err,
+                 size_t errlen) {
     /* baseline decoding is the verify loop without a drafter: one row a round */
     return cli_generate_spec(s, smp, NULL, 0, tok, prompt, n_prompt, max_new, stop, n_stop, ignore_eos, stream,
-                             out_ids, cancel, st, err, errlen);
+                             out_ids, cancel, st, logits_hash, err, errlen);
 }
 
 int cli_mode(const opts *o) {

@@ -53,31 +53,26 @@ int cli_stop_ids(const model *m, const tokenizer *tok, int *ids);
  * (enable_thinking=false). Returns a cJSON object (caller frees). */
 struct cJSON *cli_template_vars(const opts *o);
 
-typedef struct {
-    int n_prompt, n_prefilled, n_gen, stopped_by_eos, cancelled;
-    double t_prefill, t_decode;
-    uint64_t logits_hash;
-    int n_rounds, n_round_tok; /* speculative: verify rounds, tokens they emitted */
-    long n_drafted, n_accepted;
-    int accept_hist[SPEC_MAX_DRAFT + 1]; /* speculative rounds by drafts accepted */
-} gen_stats;
 
 /* Baseline decoding: prefills prompt into s (reusing the cached prefix),
  * then samples up to max_new tokens until a stop id, the window is full, or
  * *cancel becomes non-zero; streams the text to stdout when stream is set
  * and collects the ids (stop id included) into out_ids[max_new] when given.
- * Generated ids are appended to s. Returns 0, or -1 with err filled. It is
- * cli_generate_spec without a drafter. */
+ * Generated ids are appended to s; st gets the counts and times, and
+ * logits_hash (may be NULL) an FNV-1a hash of the last logits row. Returns 0,
+ * or -1 with err filled. It is cli_generate_spec without a drafter. */
 int cli_generate(seq *s, sampler *smp, const tokenizer *tok, const int *prompt, int n_prompt, int max_new,
                  const int *stop, int n_stop, int ignore_eos, int stream, int *out_ids,
-                 volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen);
+                 volatile sig_atomic_t *cancel, spec_stats *st, uint64_t *logits_hash, char *err,
+                 size_t errlen);
 
 /* cli_generate with speculative decoding: drafter d proposes up to
  * max_draft tokens a round (spec.h); the output is the same as
  * cli_generate's for greedy, and the same distribution when sampling. */
 int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tokenizer *tok, const int *prompt,
                       int n_prompt, int max_new, const int *stop, int n_stop, int ignore_eos, int stream,
-                      int *out_ids, volatile sig_atomic_t *cancel, gen_stats *st, char *err, size_t errlen);
+                      int *out_ids, volatile sig_atomic_t *cancel, spec_stats *st, uint64_t *logits_hash, char *err,
+                      size_t errlen);
 
 /* Decoding mode from --mode (and --max-draft): dies on an unknown mode or
  * one not built yet. */

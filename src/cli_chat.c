@@ -147,7 +147,8 @@ int cmd_chat(const opts *o) {
     cJSON *vars = cli_template_vars(o);
     convo c = {.system = o->system ? xstrdup(o->system) : NULL};
     convo_reset(&c);
-    gen_stats last = {0};
+    spec_stats last = {0};
+    int last_prompt = 0; /* tokens of the last turn's rendered conversation */
     lookup *lk = mode == CLI_MODE_LOOKUP ? lookup_create(3, 1) : NULL;
     drafter d;
     if (lk) d = lookup_drafter(lk);
@@ -185,7 +186,7 @@ int cmd_chat(const opts *o) {
                 int n_dec = last.n_gen > 1 ? last.n_gen - 1 : 0;
                 printf("context %d / %d tokens; last turn: prompt %d tokens (%d reused from the cache, %d "
                        "prefilled at %.2f tok/s), generated %d at %.2f tok/s\n",
-                       seq_len(s), seq_capacity(s), last.n_prompt, last.n_prompt - last.n_prefilled,
+                       seq_len(s), seq_capacity(s), last_prompt, last_prompt - last.n_prefilled,
                        last.n_prefilled, last.t_prefill > 0 ? last.n_prefilled / last.t_prefill : 0.0, last.n_gen,
                        n_dec && last.t_decode > 0 ? n_dec / last.t_decode : 0.0);
                 if (last.n_rounds) printf("speculative: %.2f tokens per verify round\n", (double)last.n_round_tok / last.n_rounds);
@@ -213,10 +214,11 @@ int cmd_chat(const opts *o) {
             free(text);
         }
         int rc = -1;
+        last_prompt = n;
         if (n > 0)
             rc = lk ? cli_generate_spec(s, smp, &d, o->max_draft ? o->max_draft : 8, tok, ids, n, max_new, stop,
-                                       n_stop, 0, 1, gen, &g_cancel, &last, err, sizeof err)
-                   : cli_generate(s, smp, tok, ids, n, max_new, stop, n_stop, 0, 1, gen, &g_cancel, &last, err,
+                                       n_stop, 0, 1, gen, &g_cancel, &last, NULL, err, sizeof err)
+                   : cli_generate(s, smp, tok, ids, n, max_new, stop, n_stop, 0, 1, gen, &g_cancel, &last, NULL, err,
                                   sizeof err);
         if (rc != 0) {
             printf("error: %s\n", n == 0 ? "the conversation renders to no tokens" : err);

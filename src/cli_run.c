@@ -108,17 +108,18 @@ int cmd_run(const opts *o) {
     int stop[32];
     int n_stop = cli_stop_ids(e.m, tok, stop);
     int *gen = (o->print_ids || !tok) ? xmalloc(sizeof(int) * (size_t)(n_predict + 1)) : NULL;
-    gen_stats st;
+    spec_stats st;
+    uint64_t hash;
     lookup *lk = NULL;
     int r;
     if (mode == CLI_MODE_LOOKUP) {
         lk = lookup_create(3, 1);
         drafter d = lookup_drafter(lk);
         r = cli_generate_spec(s, smp, &d, o->max_draft ? o->max_draft : 8, tok, prompt, n_prompt, n_predict, stop,
-                              n_stop, o->ignore_eos, !gen, gen, NULL, &st, err, sizeof err);
+                              n_stop, o->ignore_eos, !gen, gen, NULL, &st, &hash, err, sizeof err);
     } else {
         r = cli_generate(s, smp, tok, prompt, n_prompt, n_predict, stop, n_stop, o->ignore_eos, !gen, gen, NULL, &st,
-                         err, sizeof err);
+                         &hash, err, sizeof err);
     }
     if (r != 0) cli_die("%s", err);
     lookup_free(lk);
@@ -138,7 +139,7 @@ int cmd_run(const opts *o) {
     fprintf(stderr, "stamp: prompt %d tok, prefill %.2f tok/s, generated %d tok, decode %.2f tok/s%s, threads %d, "
                     "logits fnv1a %016llx\n",
             n_prompt, n_prompt / st.t_prefill, st.n_gen, n_dec > 0 ? n_dec / st.t_decode : 0.0, spec, tp_size(e.tp),
-            (unsigned long long)st.logits_hash);
+            (unsigned long long)hash);
     free(gen);
     free(prompt);
     seq_free(s);

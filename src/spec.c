@@ -64,8 +64,10 @@ typedef struct {
     int n_prompt, cap;
 } gen_state;
 
-/* Records an emitted id; 1 when generation stops after it (the checks and
-   their order are those of the baseline loop in cli_generate). */
+/* Records an emitted id; 1 when generation stops after it: a stop id (not
+   emitted as text), the token limit, or a full context window, checked in
+   that order after every token, so a stop inside an accepted block cuts
+   the output where one-token-at-a-time decoding would. */
 static int push(gen_state *g, int id) {
     const spec_opts *o = g->o;
     if (g->out_ids) g->out_ids[g->st->n_gen] = id;
