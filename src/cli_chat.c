@@ -189,7 +189,7 @@ int cmd_chat(const opts *o) {
                        seq_len(s), seq_capacity(s), last_prompt, last_prompt - last.n_prefilled,
                        last.n_prefilled, last.t_prefill > 0 ? last.n_prefilled / last.t_prefill : 0.0, last.n_gen,
                        n_dec && last.t_decode > 0 ? n_dec / last.t_decode : 0.0);
-                if (last.n_rounds) printf("speculative: %.2f tokens per verify round\n", (double)last.n_round_tok / last.n_rounds);
+                if (lk && last.n_rounds) printf("speculative: %.2f tokens per verify round\n", (double)last.n_round_tok / last.n_rounds);
             } else if (!strcmp(line, "/help")) {
                 fputs(CHAT_HELP + (strstr(CHAT_HELP, "Commands") - CHAT_HELP), stdout);
             } else {

@@ -87,6 +87,7 @@ TEST(chat_interactive_piped) {
     CHECK(out && strstr(out, "(loaded 4 messages"));
     CHECK(out && strstr(out, "(conversation cleared)"));
     CHECK(out && strstr(out, "unknown command /bogus"));
+    CHECK(out && !strstr(out, "speculative:")); /* baseline mode reports no verify rounds */
     /* the second turn reuses the first turn's tokens from the KV cache */
     const char *s1 = out ? strstr(out, "last turn: prompt ") : NULL;
     const char *s2 = s1 ? strstr(s1 + 1, "last turn: prompt ") : NULL;
