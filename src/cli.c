@@ -86,7 +86,14 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--tools")) o->tools = v;
         else if (!strcmp(a, "--system")) o->system = v;
         else if (!strcmp(a, "--mode")) o->mode = v;
-        else if (!strcmp(a, "--max-draft")) o->max_draft = parse_int(a, v, 1, SPEC_MAX_DRAFT);
+        else if (!strcmp(a, "--drafter")) o->drafter = v;
+        else if (!strcmp(a, "--max-draft")) {
+            if (!strcmp(v, "auto")) o->max_draft_auto = 1;
+            else o->max_draft = parse_int(a, v, 1, SPEC_MAX_DRAFT);
+        } else if (!strcmp(a, "--confidence-threshold")) {
+            o->conf_threshold = parse_float(a, v);
+            o->has_conf = 1;
+        }
         else if (!strcmp(a, "--var")) {
             if (!strchr(v, '=')) cli_die("--var expects KEY=VALUE, got \"%s\"", v);
             if (o->n_vars == CLI_MAX_VARS) cli_die("too many --var options (at most %d)", CLI_MAX_VARS);
@@ -176,19 +183,19 @@ static void stream_emit(void *ctx, int id) {
     fflush(stdout);
 }
 
-int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tokenizer *tok, const int *prompt,
-                      int n_prompt, int max_new, const int *stop, int n_stop, int ignore_eos, int stream,
-                      int *out_ids, volatile sig_atomic_t *cancel, spec_stats *st, uint64_t *logits_hash, char *err,
-                      size_t errlen) {
+int cli_generate(seq *s, sampler *smp, cli_spec *sp, const tokenizer *tok, const int *prompt, int n_prompt,
+                 int max_new, const int *stop, int n_stop, int ignore_eos, int stream, int *out_ids,
+                 volatile sig_atomic_t *cancel, spec_stats *st, uint64_t *logits_hash, char *err, size_t errlen) {
     int vocab = model_cfg(seq_model(s))->vocab_size;
     float *logits = xmalloc(sizeof(float) * (size_t)vocab);
     if (!tok) stream = 0;
     stream_ctx sc = {.tok = tok, .cap = tok ? tok_stream_cap(tok) : 0};
     sc.buf = xmalloc(sc.cap + 1);
-    spec_opts so = {.max_new = max_new, .max_draft = max_draft, .stop = stop, .n_stop = n_stop,
+    spec_opts so = {.max_new = max_new, .stop = stop, .n_stop = n_stop,
                     .ignore_eos = ignore_eos, .cancel = cancel, .emit = stream ? stream_emit : NULL,
                     .emit_ctx = &sc};
-    int rc = spec_generate(s, smp, d, prompt, n_prompt, &so, out_ids, logits, st, err, errlen);
+    cli_spec_apply(sp, &so);
+    int rc = spec_generate(s, smp, cli_spec_drafter(sp), prompt, n_prompt, &so, out_ids, logits, st, err, errlen);
     if (stream) {
         size_t k = tok_stream_flush(&sc.ts, sc.buf, sc.cap + 1);
         fwrite(sc.buf, 1, k, stdout);
@@ -200,23 +207,3 @@ int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tok
     return rc;
 }
 
-int cli_generate(seq *s, sampler *smp, const tokenizer *tok, const int *prompt, int n_prompt, int max_new,
-                 const int *stop, int n_stop, int ignore_eos, int stream, int *out_ids,
-                 volatile sig_atomic_t *cancel, spec_stats *st, uint64_t *logits_hash, char *err,
-                 size_t errlen) {
-    /* baseline decoding is the verify loop without a drafter: one row a round */
-    return cli_generate_spec(s, smp, NULL, 0, tok, prompt, n_prompt, max_new, stop, n_stop, ignore_eos, stream,
-                             out_ids, cancel, st, logits_hash, err, errlen);
-}
-
-int cli_mode(const opts *o) {
-    const char *m = o->mode ? o->mode : "baseline";
-    if (!strcmp(m, "baseline")) {
-        if (o->max_draft) cli_die("--max-draft needs a speculative --mode (lookup)");
-        return CLI_MODE_BASELINE;
-    }
-    if (!strcmp(m, "lookup")) return CLI_MODE_LOOKUP;
-    if (!strcmp(m, "dspark") || !strcmp(m, "dflash") || !strcmp(m, "auto"))
-        cli_die("--mode %s is not built yet (available: baseline, lookup)", m);
-    cli_die("--mode expects baseline or lookup, got \"%s\"", m);
-}

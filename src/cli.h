@@ -8,6 +8,9 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "calib.h"
+#include "drafter.h"
+#include "lookup.h"
 #include "model.h"
 #include "sampler.h"
 #include "seq.h"
@@ -19,8 +22,12 @@
 
 typedef struct {
     const char *model, *prompt, *prompt_ids, *out, *file, *text, *messages, *tools, *system;
-    const char *mode; /* run --mode (NULL = baseline) */
-    int max_draft;    /* run --max-draft (0 = default) */
+    const char *mode;    /* --mode (NULL = baseline) */
+    const char *drafter; /* --drafter DIR */
+    int max_draft;       /* --max-draft N (0 = not pinned) */
+    int max_draft_auto;  /* --max-draft auto */
+    int has_conf;        /* --confidence-threshold given */
+    float conf_threshold;
     int n_predict, threads, ctx, top_k, print_ids, jsonl, add_special, ignore_eos, help, skip_special;
     int chat, no_gen_prompt, no_thinking, use_mmap;
     float temp, top_p, min_p;
@@ -54,30 +61,50 @@ int cli_stop_ids(const model *m, const tokenizer *tok, int *ids);
 struct cJSON *cli_template_vars(const opts *o);
 
 
-/* Baseline decoding: prefills prompt into s (reusing the cached prefix),
- * then samples up to max_new tokens until a stop id, the window is full, or
- * *cancel becomes non-zero; streams the text to stdout when stream is set
- * and collects the ids (stop id included) into out_ids[max_new] when given.
- * Generated ids are appended to s; st gets the counts and times, and
- * logits_hash (may be NULL) an FNV-1a hash of the last logits row. Returns 0,
- * or -1 with err filled. It is cli_generate_spec without a drafter. */
-int cli_generate(seq *s, sampler *smp, const tokenizer *tok, const int *prompt, int n_prompt, int max_new,
-                 const int *stop, int n_stop, int ignore_eos, int stream, int *out_ids,
-                 volatile sig_atomic_t *cancel, spec_stats *st, uint64_t *logits_hash, char *err,
-                 size_t errlen);
+/* Speculative decoding as the command line asked for it (cli_spec.c). */
+enum { CLI_MODE_BASELINE, CLI_MODE_LOOKUP, CLI_MODE_DSPARK, CLI_MODE_DFLASH, CLI_MODE_AUTO };
+const char *cli_mode_name(int mode);
 
-/* cli_generate with speculative decoding: drafter d proposes up to
- * max_draft tokens a round (spec.h); the output is the same as
- * cli_generate's for greedy, and the same distribution when sampling. */
-int cli_generate_spec(seq *s, sampler *smp, drafter *d, int max_draft, const tokenizer *tok, const int *prompt,
-                      int n_prompt, int max_new, const int *stop, int n_stop, int ignore_eos, int stream,
-                      int *out_ids, volatile sig_atomic_t *cancel, spec_stats *st, uint64_t *logits_hash, char *err,
-                      size_t errlen);
+typedef struct {
+    int mode;                /* resolved: never CLI_MODE_AUTO after cli_spec_open */
+    char drafter_dir[4096];  /* neural modes */
+    lookup *lk;
+    dmodel *dm;
+    dstate *ds;
+    drafter d;
+    int block_cap;           /* most drafts one round can carry */
+    int max_draft;           /* the cap (the ceiling when adaptive) */
+    const char *cap_source;  /* "pinned", "calibrated", "fallback" or "auto" */
+    calib_costs costs;
+    int have_costs;
+    calib_ctl ctl;
+    int adaptive;
+} cli_spec;
 
-/* Decoding mode from --mode (and --max-draft): dies on an unknown mode or
- * one not built yet. */
-enum { CLI_MODE_BASELINE, CLI_MODE_LOOKUP };
-int cli_mode(const opts *o);
+/* Resolves mode (NULL: o->mode, default baseline) with o's --drafter,
+ * --max-draft and --confidence-threshold for the target in e whose
+ * sequence is s (calibration measures on it and leaves it empty); dies
+ * with a clear message on a bad combination or a missing drafter. */
+void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engine *e, seq *s, sampler *smp);
+void cli_spec_close(cli_spec *sp);
+drafter *cli_spec_drafter(cli_spec *sp); /* NULL for baseline (sp may be NULL) */
+/* Sets so's cap (and the adaptive controller) from sp. */
+void cli_spec_apply(cli_spec *sp, spec_opts *so);
+/* ", mode M, cap C (source), tokens/round T, accepted drafts per round a:n ..." */
+void cli_spec_describe(const cli_spec *sp, const spec_stats *st, char *out, size_t n);
+
+/* Prefills prompt into s (reusing the cached prefix), then generates up to
+ * max_new tokens with sp's drafter (sp NULL or baseline: one token a round)
+ * until a stop id, the window is full, or *cancel becomes non-zero; streams
+ * the text to stdout when stream is set and collects the ids (stop id
+ * included) into out_ids[max_new] when given. Generated ids are appended
+ * to s; st gets the counts and times, and logits_hash (may be NULL) an
+ * FNV-1a hash of the last logits row. Greedy output is the same in every
+ * mode; sampled output has the same distribution. Returns 0, or -1 with err
+ * filled. */
+int cli_generate(seq *s, sampler *smp, cli_spec *sp, const tokenizer *tok, const int *prompt, int n_prompt,
+                 int max_new, const int *stop, int n_stop, int ignore_eos, int stream, int *out_ids,
+                 volatile sig_atomic_t *cancel, spec_stats *st, uint64_t *logits_hash, char *err, size_t errlen);
 
 int cmd_run(const opts *o);
 int cmd_logits(const opts *o);

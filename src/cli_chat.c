@@ -17,7 +17,6 @@
 #include "cli.h"
 #include "jinja.h"
 #include "json.h"
-#include "lookup.h"
 #include "util.h"
 
 const char CHAT_HELP[] =
@@ -29,9 +28,11 @@ const char CHAT_HELP[] =
     "      --no-thinking        enable_thinking=false for the template\n"
     "      --var KEY=VALUE      a template variable (VALUE as JSON, else a string)\n"
     "  -n N                     at most N tokens per answer (default 4096)\n"
-    "      --mode M             baseline (default) or lookup (prompt-lookup speculative\n"
-    "                           decoding: same output, faster on repetitive text)\n"
-    "      --max-draft N        lookup: draft tokens per verify round (default 8)\n"
+    "      --mode M             auto, dspark, dflash, lookup or baseline (default); every\n"
+    "                           mode gives the same answers (see dspark run --help)\n"
+    "      --drafter DIR        DSpark or DFlash drafter checkpoint for the model\n"
+    "      --max-draft N|auto   drafts per verify round (default: calibrated)\n"
+    "      --confidence-threshold C   DSpark: end blocks at confidence below C\n"
     "      --temp T --top-k K --top-p P --min-p P --seed S   sampling (default greedy)\n"
     "  -t, --threads N  -c, --context-window N  --mmap (map weights instead of reading them)\n"
     "Commands at the prompt:\n"
@@ -130,7 +131,6 @@ static int load_convo(convo *c, const char *path, char *err, size_t errlen) {
 
 int cmd_chat(const opts *o) {
     char err[1024];
-    int mode = cli_mode(o);
     tokenizer *tok = cli_tokenizer(o->model, 1);
     chat_template *ct;
     int r = chat_template_load(&ct, o->model, err, sizeof err);
@@ -149,9 +149,8 @@ int cmd_chat(const opts *o) {
     convo_reset(&c);
     spec_stats last = {0};
     int last_prompt = 0; /* tokens of the last turn's rendered conversation */
-    lookup *lk = mode == CLI_MODE_LOOKUP ? lookup_create(3, 1) : NULL;
-    drafter d;
-    if (lk) d = lookup_drafter(lk);
+    cli_spec sp;
+    cli_spec_open(&sp, o, NULL, &e, s, smp);
     int tty = isatty(0);
     struct sigaction sa = {0};
     sa.sa_handler = on_sigint;
@@ -189,7 +188,11 @@ int cmd_chat(const opts *o) {
                        seq_len(s), seq_capacity(s), last_prompt, last_prompt - last.n_prefilled,
                        last.n_prefilled, last.t_prefill > 0 ? last.n_prefilled / last.t_prefill : 0.0, last.n_gen,
                        n_dec && last.t_decode > 0 ? n_dec / last.t_decode : 0.0);
-                if (lk && last.n_rounds) printf("speculative: %.2f tokens per verify round\n", (double)last.n_round_tok / last.n_rounds);
+                if (sp.mode != CLI_MODE_BASELINE && last.n_rounds) {
+                    char desc[1024];
+                    cli_spec_describe(&sp, &last, desc, sizeof desc);
+                    printf("speculative%s\n", desc);
+                }
             } else if (!strcmp(line, "/help")) {
                 fputs(CHAT_HELP + (strstr(CHAT_HELP, "Commands") - CHAT_HELP), stdout);
             } else {
@@ -216,10 +219,8 @@ int cmd_chat(const opts *o) {
         int rc = -1;
         last_prompt = n;
         if (n > 0)
-            rc = lk ? cli_generate_spec(s, smp, &d, o->max_draft ? o->max_draft : 8, tok, ids, n, max_new, stop,
-                                       n_stop, 0, 1, gen, &g_cancel, &last, NULL, err, sizeof err)
-                   : cli_generate(s, smp, tok, ids, n, max_new, stop, n_stop, 0, 1, gen, &g_cancel, &last, NULL, err,
-                                  sizeof err);
+            rc = cli_generate(s, smp, &sp, tok, ids, n, max_new, stop, n_stop, 0, 1, gen, &g_cancel, &last, NULL, err,
+                              sizeof err);
         if (rc != 0) {
             printf("error: %s\n", n == 0 ? "the conversation renders to no tokens" : err);
             /* drop the turn that failed so the user can go on */
@@ -241,7 +242,7 @@ int cmd_chat(const opts *o) {
     free(c.system);
     cJSON_Delete(vars);
     free(gen);
-    lookup_free(lk);
+    cli_spec_close(&sp);
     seq_free(s);
     sampler_free(smp);
     cli_engine_close(&e);

@@ -9,7 +9,6 @@
 
 #include "chat_template.h"
 #include "cli.h"
-#include "lookup.h"
 #include "util.h"
 
 const char RUN_HELP[] =
@@ -35,13 +34,20 @@ const char RUN_HELP[] =
     "                           (starts faster, uses less memory; decode can be slower)\n"
     "      --print-ids          print generated token ids, comma-separated, instead of text\n"
     "      --ignore-eos         keep generating past end-of-sequence tokens\n"
-    "      --mode M             decoding: baseline (default) or lookup (prompt-lookup\n"
-    "                           speculative decoding; lossless). dspark, dflash and auto\n"
-    "                           are not built yet.\n"
-    "      --max-draft N        lookup: draft tokens per verify round (1..64, default 8)\n"
+    "      --mode M             decoding (all lossless): auto (the target's DSpark/DFlash\n"
+    "                           drafter if one is given or installed, else lookup),\n"
+    "                           dspark, dflash, lookup (n-gram prompt lookup, any model)\n"
+    "                           or baseline (default: one token per forward)\n"
+    "      --drafter DIR        the DSpark or DFlash drafter checkpoint for the target\n"
+    "      --max-draft N|auto   drafts per verify round: N pins it; auto adapts it every\n"
+    "                           round from the acceptance seen (and parks drafting while it\n"
+    "                           loses); default: calibrated once per machine and model\n"
+    "      --confidence-threshold C\n"
+    "                           DSpark: end a block at the first draft whose confidence\n"
+    "                           is below C (0..1)\n"
     "A stamp line goes to stderr: prompt tokens, prefill tok/s, generated tokens,\n"
-    "decode tok/s, tokens per verify round (speculative modes) and an FNV-1a hash\n"
-    "of the last logits row.\n";
+    "decode tok/s, the mode with its draft cap, tokens per verify round and how many\n"
+    "rounds accepted 0, 1, 2, ... drafts, and an FNV-1a hash of the last logits row.\n";
 
 /* The prompt's ids: --prompt-ids, the raw --prompt (with the tokenizer's
  * special tokens, as HF's tokenizer(text) adds them), or --chat. */
@@ -88,7 +94,6 @@ static int *prompt_ids(const opts *o, const tokenizer *tok, int *n) {
 }
 
 int cmd_run(const opts *o) {
-    int mode = cli_mode(o);
     if (o->prompt && o->prompt_ids) cli_die("give either --prompt or --prompt-ids, not both");
     if (o->chat && !o->prompt) cli_die("--chat needs --prompt TEXT");
     tokenizer *tok = cli_tokenizer(o->model, o->prompt != NULL);
@@ -110,38 +115,25 @@ int cmd_run(const opts *o) {
     int *gen = (o->print_ids || !tok) ? xmalloc(sizeof(int) * (size_t)(n_predict + 1)) : NULL;
     spec_stats st;
     uint64_t hash;
-    lookup *lk = NULL;
-    int r;
-    if (mode == CLI_MODE_LOOKUP) {
-        lk = lookup_create(3, 1);
-        drafter d = lookup_drafter(lk);
-        r = cli_generate_spec(s, smp, &d, o->max_draft ? o->max_draft : 8, tok, prompt, n_prompt, n_predict, stop,
-                              n_stop, o->ignore_eos, !gen, gen, NULL, &st, &hash, err, sizeof err);
-    } else {
-        r = cli_generate(s, smp, tok, prompt, n_prompt, n_predict, stop, n_stop, o->ignore_eos, !gen, gen, NULL, &st,
-                         &hash, err, sizeof err);
-    }
-    if (r != 0) cli_die("%s", err);
-    lookup_free(lk);
+    cli_spec sp;
+    cli_spec_open(&sp, o, NULL, &e, s, smp);
+    if (cli_generate(s, smp, &sp, tok, prompt, n_prompt, n_predict, stop, n_stop, o->ignore_eos, !gen, gen, NULL, &st,
+                     &hash, err, sizeof err) != 0)
+        cli_die("%s", err);
     if (gen)
         for (int i = 0; i < st.n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
     printf("\n");
     fflush(stdout);
     int n_dec = st.n_gen > 1 ? st.n_gen - 1 : 0; /* forward passes after the prefill */
-    char spec[1024] = "";
-    if (mode == CLI_MODE_LOOKUP) {
-        /* tokens per verify round, and how many rounds accepted 0, 1, ... drafts */
-        size_t o2 = (size_t)snprintf(spec, sizeof spec, ", tokens/round %.2f, accepted drafts per round",
-                                     st.n_rounds ? (double)st.n_round_tok / st.n_rounds : 0.0);
-        for (int a = 0; a <= SPEC_MAX_DRAFT && o2 < sizeof spec - 16; a++)
-            if (st.accept_hist[a]) o2 += (size_t)snprintf(spec + o2, sizeof spec - o2, " %d:%d", a, st.accept_hist[a]);
-    }
+    char spec[1024];
+    cli_spec_describe(&sp, &st, spec, sizeof spec);
     fprintf(stderr, "stamp: prompt %d tok, prefill %.2f tok/s, generated %d tok, decode %.2f tok/s%s, threads %d, "
                     "logits fnv1a %016llx\n",
             n_prompt, n_prompt / st.t_prefill, st.n_gen, n_dec > 0 ? n_dec / st.t_decode : 0.0, spec, tp_size(e.tp),
             (unsigned long long)hash);
     free(gen);
     free(prompt);
+    cli_spec_close(&sp);
     seq_free(s);
     sampler_free(smp);
     cli_engine_close(&e);

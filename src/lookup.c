@@ -112,7 +112,10 @@ int lookup_propose(lookup *l, int k, int *out, int *n_used) {
     return 0;
 }
 
-static void d_reset(void *self, const int *ids, int n) { lookup_reset(self, ids, n); }
+static int d_reset(void *self, const int *ids, int n) {
+    lookup_reset(self, ids, n);
+    return n;
+}
 static int d_propose(void *self, int k, int *draft, float *q) {
     (void)q;
     return lookup_propose(self, k, draft, NULL);

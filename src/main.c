@@ -22,6 +22,7 @@ static const char MAIN_HELP[] =
     "  version     print version and CPU features\n";
 
 #define SAMPLING " --mmap --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
+#define SPEC " --mode --drafter --max-draft --confidence-threshold "
 #define TEMPLATE_VARS " --var --no-thinking --system "
 
 typedef struct {
@@ -33,8 +34,8 @@ typedef struct {
 
 static const command COMMANDS[] = {
     {"run", cmd_run, RUN_HELP,
-     " --model -m --prompt -p --prompt-ids --print-ids --ignore-eos --chat --mode --max-draft" SAMPLING TEMPLATE_VARS},
-    {"chat", cmd_chat, CHAT_HELP, " --model -m --mode --max-draft" SAMPLING TEMPLATE_VARS},
+     " --model -m --prompt -p --prompt-ids --print-ids --ignore-eos --chat" SPEC SAMPLING TEMPLATE_VARS},
+    {"chat", cmd_chat, CHAT_HELP, " --model -m" SPEC SAMPLING TEMPLATE_VARS},
     {"logits", cmd_logits, LOGITS_HELP, " --model -m --prompt-ids --out -o --threads -t --context-window -c --mmap "},
     {"tokenize", cmd_tokenize, TOKENIZE_HELP, " --model -m --file -f --jsonl --add-special "},
     {"detokenize", cmd_detokenize, DETOKENIZE_HELP, " --model -m --skip-special "},

@@ -10,6 +10,7 @@
 #include "kv.h"
 #include "ops.h"
 #include "safetensors.h"
+#include "wbind.h"
 #include "util.h"
 
 typedef struct {
@@ -47,71 +48,6 @@ struct model_ctx {
 
 /* ---- loading ----------------------------------------------------------- */
 
-typedef struct {
-    const model_config *c;
-    const st_set *st;
-    char **names; /* every name the architecture expects (for the leftover check) */
-    int n_names, cap_names;
-    char *err;
-    size_t errlen;
-} binder;
-
-static void expect_name(binder *b, const char *name) {
-    if (b->n_names == b->cap_names) {
-        b->cap_names = b->cap_names ? 2 * b->cap_names : 64;
-        b->names = xrealloc(b->names, sizeof(char *) * (size_t)b->cap_names);
-    }
-    b->names[b->n_names++] = xstrdup(name);
-}
-
-/* Finds a tensor and checks its dtype and shape ([d0] or [d0][d1]). */
-static const tensor *bind(binder *b, const char *name, int64_t d0, int64_t d1) {
-    expect_name(b, name);
-    const tensor *t = st_set_find(b->st, name);
-    if (!t) {
-        ds_err(b->err, b->errlen, "missing tensor \"%s\" (required by %s config)", name,
-               config_arch_name(b->c->arch));
-        return NULL;
-    }
-    if (t->dtype != DT_F32 && t->dtype != DT_F16 && t->dtype != DT_BF16) {
-        ds_err(b->err, b->errlen, "%s: tensor \"%s\" has dtype %s; expected BF16, F16 or F32", t->file, name,
-               dtype_name(t->dtype));
-        return NULL;
-    }
-    int want_nd = d1 > 0 ? 2 : 1;
-    if (t->ndim != want_nd || t->shape[0] != d0 || (want_nd == 2 && t->shape[1] != d1)) {
-        char got[128] = "", want[64];
-        size_t o = 0;
-        for (int i = 0; i < t->ndim && o < sizeof got - 24; i++)
-            o += (size_t)snprintf(got + o, sizeof got - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-        if (want_nd == 2) snprintf(want, sizeof want, "%lld, %lld", (long long)d0, (long long)d1);
-        else snprintf(want, sizeof want, "%lld", (long long)d0);
-        ds_err(b->err, b->errlen, "%s: tensor \"%s\" has shape [%s]; expected [%s]", t->file, name, got, want);
-        return NULL;
-    }
-    return t;
-}
-
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Tensors some exporters add that carry no weights we need. */
-static int ignorable(const char *name) {
-    size_t n = strlen(name);
-    const char *suf = "rotary_emb.inv_freq";
-    size_t s = strlen(suf);
-    return n >= s && strcmp(name + n - s, suf) == 0;
-}
-
-static float *take_f32(float **pool, const tensor *t) {
-    if (!t) return NULL;
-    float *p = *pool;
-    op_to_f32(p, t->data, t->dtype, tensor_numel(t));
-    *pool += tensor_numel(t);
-    return p;
-}
-
 int model_load(model **out, const char *dir, const model_load_opts *opt, char *err, size_t errlen) {
     *out = NULL;
     model *m = xcalloc(1, sizeof *m);
@@ -121,21 +57,24 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
     const model_config *c = &m->cfg;
     int64_t H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
     int64_t QD = (int64_t)c->n_heads * hd, KD = (int64_t)c->n_kv_heads * hd;
-    binder b = {.c = c, .st = m->st, .err = err, .errlen = errlen};
+    char what[64];
+    snprintf(what, sizeof what, "%s model", config_arch_name(c->arch));
+    wbind b;
+    wbind_init(&b, m->st, what, err, errlen);
     char name[256];
     int ok = 1;
     const tensor *tn[4] = {0};
 
-    m->embed = bind(&b, "model.embed_tokens.weight", V, H);
+    m->embed = wbind_get(&b, "model.embed_tokens.weight", V, H);
     ok = ok && m->embed;
-    tn[0] = ok ? bind(&b, "model.norm.weight", H, 0) : NULL;
+    tn[0] = ok ? wbind_get(&b, "model.norm.weight", H, 0) : NULL;
     ok = ok && tn[0];
     if (ok && !c->tie_word_embeddings) {
-        m->lm_head = bind(&b, "lm_head.weight", V, H);
+        m->lm_head = wbind_get(&b, "lm_head.weight", V, H);
         ok = m->lm_head != NULL;
     } else if (ok) {
         /* Tied: some exports still include a copy; accept it, use embed. */
-        if (st_set_find(m->st, "lm_head.weight")) bind(&b, "lm_head.weight", V, H);
+        if (st_set_find(m->st, "lm_head.weight")) wbind_get(&b, "lm_head.weight", V, H);
         m->lm_head = m->embed;
     }
     /* f32 copies of norms and biases live in one block */
@@ -143,21 +82,21 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
                                 (c->attention_bias ? QD + 2 * KD : 0) + (c->o_bias ? H : 0));
     m->owned = xaligned(sizeof(float) * (per_layer * (size_t)c->n_layers + (size_t)H + (size_t)hd));
     float *pool = m->owned;
-    if (ok) m->final_norm = take_f32(&pool, tn[0]);
+    if (ok) m->final_norm = wbind_f32(&pool, tn[0]);
     m->layers = xcalloc((size_t)c->n_layers, sizeof(layer_w));
     for (int l = 0; ok && l < c->n_layers; l++) {
         layer_w *L = &m->layers[l];
 #define W(field, suffix, d0, d1)                                                   \
     do {                                                                           \
         snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);              \
-        if (ok && !(L->field = bind(&b, name, d0, d1))) ok = 0;                    \
+        if (ok && !(L->field = wbind_get(&b, name, d0, d1))) ok = 0;                    \
     } while (0)
 #define F(field, suffix, d0)                                                       \
     do {                                                                           \
         snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);              \
-        const tensor *t_ = ok ? bind(&b, name, d0, 0) : NULL;                      \
+        const tensor *t_ = ok ? wbind_get(&b, name, d0, 0) : NULL;                      \
         if (!t_) ok = 0;                                                           \
-        else L->field = take_f32(&pool, t_);                                       \
+        else L->field = wbind_f32(&pool, t_);                                       \
     } while (0)
         W(wq, "self_attn.q_proj.weight", QD, H);
         W(wk, "self_attn.k_proj.weight", KD, H);
@@ -181,23 +120,8 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
 #undef W
 #undef F
     }
-    if (ok) {
-        /* Everything in the files must have been claimed. */
-        qsort(b.names, (size_t)b.n_names, sizeof(char *), cmp_str);
-        for (int i = 0; i < st_set_count(m->st); i++) {
-            const tensor *t = st_set_get(m->st, i);
-            const char *key = t->name;
-            if (ignorable(key)) continue;
-            if (!bsearch(&key, b.names, (size_t)b.n_names, sizeof(char *), cmp_str)) {
-                ds_err(err, errlen, "%s: unexpected tensor \"%s\" (not part of a %s model with this config)",
-                       t->file, t->name, config_arch_name(c->arch));
-                ok = 0;
-                break;
-            }
-        }
-    }
-    for (int i = 0; i < b.n_names; i++) free(b.names[i]);
-    free(b.names);
+    if (ok && wbind_check_leftovers(&b) != 0) ok = 0;
+    wbind_done(&b);
     if (!ok) goto fail;
 
     m->inv_freq = pool;
@@ -225,6 +149,8 @@ void model_free(model *m) {
 
 const model_config *model_cfg(const model *m) { return &m->cfg; }
 size_t model_weight_bytes(const model *m) { return m->weight_bytes; }
+const tensor *model_embed(const model *m) { return m->embed; }
+const tensor *model_lm_head(const model *m) { return m->lm_head; }
 
 int model_default_context(const model *m) {
     const model_config *c = &m->cfg;

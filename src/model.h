@@ -32,6 +32,10 @@ typedef struct {
 int model_load(model **out, const char *dir, const model_load_opts *opt, char *err, size_t errlen);
 void model_free(model *m);
 const model_config *model_cfg(const model *m);
+/* The token embedding [vocab][hidden] and the LM head [vocab][hidden] (the
+ * same tensor when tied); drafters that borrow them bind these. */
+const tensor *model_embed(const model *m);
+const tensor *model_lm_head(const model *m);
 /* Total bytes of weight data the forward pass streams per token. */
 size_t model_weight_bytes(const model *m);
 

@@ -70,10 +70,16 @@ int seq_step(seq *s, int id, float *logits, char *err, size_t errlen) {
 }
 
 int seq_append(seq *s, const int *ids, int n, int n_logits, float *logits, char *err, size_t errlen) {
+    return seq_append_taps(s, ids, n, n_logits, logits, 0, NULL, NULL, err, errlen);
+}
+
+int seq_append_taps(seq *s, const int *ids, int n, int n_logits, float *logits, int n_taps, const int *tap_layers,
+                    float *taps, char *err, size_t errlen) {
     if (n <= 0 || n_logits < 0 || n_logits > n) return ds_err(err, errlen, "seq_append: bad row counts");
     if (s->n + n > mctx_capacity(s->ctx))
         return ds_err(err, errlen, "context window full (%d tokens)", mctx_capacity(s->ctx));
-    model_batch b = {.n = n, .tokens = ids, .n_logits = n_logits, .logits = logits};
+    model_batch b = {.n = n, .tokens = ids, .n_logits = n_logits, .logits = logits, .n_taps = n_taps,
+                     .tap_layers = tap_layers, .taps = taps};
     if (model_forward(s->ctx, &b, err, errlen) != 0) {
         mctx_truncate(s->ctx, s->n);
         return -1;

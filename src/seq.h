@@ -35,6 +35,12 @@ int seq_step(seq *s, int id, float *logits, char *err, size_t errlen);
  * all n). 0, or -1 (err filled; the sequence is unchanged). */
 int seq_append(seq *s, const int *ids, int n, int n_logits, float *logits, char *err, size_t errlen);
 
+/* seq_append that also copies out the residual stream after the n_taps
+ * decoder layers tap_layers (model_batch's taps: [n_taps][n][hidden]);
+ * drafters read the target's features this way. */
+int seq_append_taps(seq *s, const int *ids, int n, int n_logits, float *logits, int n_taps, const int *tap_layers,
+                    float *taps, char *err, size_t errlen);
+
 /* Rolls back to the first len ids (len <= seq_len). */
 void seq_truncate(seq *s, int len);
 

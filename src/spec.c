@@ -7,6 +7,9 @@
 #include "ops.h"
 #include "util.h"
 
+/* prompt rows per forward while prefilling for a feature-reading drafter */
+#define PREFILL_CHUNK 128
+
 /* A draw from w[0..V) (non-negative, summing to mass > 0). */
 static int draw(sampler *smp, const float *w, int V, double mass) {
     double u = sampler_uniform(smp) * mass, cum = 0;
@@ -84,6 +87,39 @@ static int push(gen_state *g, int id) {
     return g->st->n_gen == o->max_new || g->n_prompt + g->st->n_gen >= g->cap;
 }
 
+/* Prefill for a drafter that reads target features: the cached prefix is
+   kept only as far as the drafter still holds features for it, and the rest
+   runs in chunks whose layer taps go to the drafter as they are computed
+   (so features never need a whole-prompt buffer). Returns rows computed or
+   -1. */
+static int prefill_features(seq *s, drafter *d, const int *prompt, int n, float *logits, float *taps,
+                            spec_stats *st, char *err, size_t errlen) {
+    if (n <= 0) return ds_err(err, errlen, "empty prompt");
+    if (n > seq_capacity(s))
+        return ds_err(err, errlen, "prompt of %d tokens does not fit the %d-token context window", n,
+                      seq_capacity(s));
+    int keep = 0;
+    const int *have = seq_tokens(s);
+    while (keep < seq_len(s) && keep < n - 1 && have[keep] == prompt[keep]) keep++;
+    double td = ds_now();
+    int dk = d->reset(d->self, prompt, n);
+    st->t_draft += ds_now() - td;
+    if (dk < keep) keep = dk < 0 ? 0 : dk;
+    seq_truncate(s, keep);
+    for (int pos = keep; pos < n; pos += PREFILL_CHUNK) {
+        int m = n - pos < PREFILL_CHUNK ? n - pos : PREFILL_CHUNK;
+        int last = pos + m == n;
+        if (seq_append_taps(s, prompt + pos, m, last, logits, d->n_taps, d->tap_layers, taps, err, errlen) != 0) {
+            seq_reset(s);
+            return -1;
+        }
+        td = ds_now();
+        d->features(d->self, pos, m, taps, m, 0);
+        st->t_draft += ds_now() - td;
+    }
+    return n - keep;
+}
+
 int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_prompt, const spec_opts *o,
                   int *out_ids, float *last_logits, spec_stats *st, char *err, size_t errlen) {
     memset(st, 0, sizeof *st);
@@ -97,15 +133,20 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     int rows[SPEC_MAX_DRAFT + 1], tok[SPEC_MAX_DRAFT + 1];
     gen_state g = {.o = o, .st = st, .out_ids = out_ids, .n_prompt = n_prompt, .cap = seq_capacity(s)};
     int rc = 0, last_row = 0;
+    const int nt = d ? d->n_taps : 0, H = model_cfg(seq_model(s))->hidden_size;
+    float *taps = nt ? xmalloc(sizeof(float) * (size_t)nt * (size_t)(K + 1 > PREFILL_CHUNK ? K + 1 : PREFILL_CHUNK) *
+                               (size_t)H)
+                     : NULL;
     double t0 = ds_now();
-    st->n_prefilled = seq_prefill(s, prompt, n_prompt, logits, err, errlen);
+    if (nt) st->n_prefilled = prefill_features(s, d, prompt, n_prompt, logits, taps, st, err, errlen);
+    else st->n_prefilled = seq_prefill(s, prompt, n_prompt, logits, err, errlen);
     double t1 = ds_now();
     st->t_prefill = t1 - t0;
     if (st->n_prefilled < 0) {
         rc = -1;
         goto done;
     }
-    if (d) d->reset(d->self, prompt, n_prompt);
+    if (d && !nt) d->reset(d->self, prompt, n_prompt);
     if (o->max_new <= 0 || (o->cancel && *o->cancel)) goto finish;
     int anchor = sampler_sample(smp, logits);
     int stop = push(&g, anchor);
@@ -114,21 +155,28 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         if (o->cancel && *o->cancel) break;
         int L = seq_len(s); /* = n_prompt + n_gen - 1: the anchor is not in the cache */
         int k = K;
+        if (k > 0 && o->next_cap) {
+            int c = o->next_cap(o->ctl);
+            k = c < 0 ? 0 : c < K ? c : K;
+        }
         if (k > o->max_new - st->n_gen - 1) k = o->max_new - st->n_gen - 1;
         if (k > g.cap - L - 2) k = g.cap - L - 2;
         int nd = 0;
         if (k > 0) {
+            double td = ds_now();
             nd = d->propose(d->self, k, rows + 1, q);
+            st->t_draft += ds_now() - td;
             if (nd < 0) nd = 0;
             if (nd > k) nd = k;
         }
         rows[0] = anchor;
-        if (seq_append(s, rows, nd + 1, nd + 1, logits, err, errlen) != 0) {
+        if (seq_append_taps(s, rows, nd + 1, nd + 1, logits, nt, nt ? d->tap_layers : NULL, taps, err, errlen) != 0) {
             rc = -1;
             break;
         }
         int y;
         int a = spec_accept(smp, logits, V, rows + 1, d && !d->deterministic ? q : NULL, nd, p, r, &y);
+        if (k > 0 && o->observe) o->observe(o->ctl, nd, a);
         st->n_rounds++;
         st->n_drafted += nd;
         st->n_accepted += a;
@@ -146,7 +194,13 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         /* keep the anchor and the emitted ids but the last (the next anchor) */
         seq_truncate(s, L + (ne ? ne : 1));
         if (ne == 0) break; /* cancelled */
-        if (d) d->commit(d->self, tok, ne);
+        if (d) {
+            double td = ds_now();
+            /* the rows kept in the target cache: the anchor and ne-1 drafts */
+            if (nt) d->features(d->self, L, ne, taps, nd + 1, 0);
+            d->commit(d->self, tok, ne);
+            st->t_draft += ds_now() - td;
+        }
         anchor = tok[ne - 1];
     }
 finish:
@@ -154,6 +208,7 @@ finish:
     st->cancelled = o->cancel && *o->cancel;
     st->t_decode = ds_now() - t1;
 done:
+    free(taps);
     free(logits);
     free(q);
     free(p);

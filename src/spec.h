@@ -34,13 +34,25 @@ typedef struct {
     /* 1: proposals are deterministic (q one-hot at the draft); propose
        never writes q. 0: propose writes q[i][vocab] when q is not NULL. */
     int deterministic;
-    /* Starts a new sequence whose context is ids[0..n) (the prompt). */
-    void (*reset)(void *self, const int *ids, int n);
+    /* Target layers whose outputs (model_batch taps) the drafter reads as
+       context features; 0 for drafters that read only tokens. */
+    int n_taps;
+    const int *tap_layers;
+    /* Starts a sequence whose context is ids[0..n) (the prompt). Returns
+       how many leading positions of it the drafter still holds features
+       for (prefix reuse across chat turns); the loop then feeds features
+       from there on. Drafters without features return n. */
+    int (*reset)(void *self, const int *ids, int n);
     /* Proposes up to k tokens continuing the context into draft[k];
        returns how many (0..k). */
     int (*propose)(void *self, int k, int *draft, float *q);
     /* The context grew by ids[0..n) (emitted tokens, in order). */
     void (*commit)(void *self, const int *ids, int n);
+    /* Target features of positions pos0 .. pos0+n-1: row i is
+       taps[t][row0 + i][hidden] for each tap t, with `rows` rows per tap
+       (the model_batch taps layout). Features the drafter held at positions
+       >= pos0 are dropped first. NULL when n_taps is 0. */
+    void (*features)(void *self, int pos0, int n, const float *taps, int rows, int row0);
 } drafter;
 
 typedef struct {
@@ -51,6 +63,12 @@ typedef struct {
     volatile sig_atomic_t *cancel; /* may be NULL */
     void (*emit)(void *ctx, int id); /* each emitted id except a stop id; may be NULL */
     void *emit_ctx;
+    /* Adaptive cap (may be NULL): next_cap gives the cap for the coming
+       round (0..max_draft; 0 = a plain one-row step), observe is told how
+       many drafts were verified and accepted. */
+    int (*next_cap)(void *ctl);
+    void (*observe)(void *ctl, int proposed, int accepted);
+    void *ctl;
 } spec_opts;
 
 typedef struct {
@@ -60,6 +78,7 @@ typedef struct {
     long n_drafted, n_accepted;
     int accept_hist[SPEC_MAX_DRAFT + 1]; /* rounds by number of drafts accepted */
     double t_prefill, t_decode;
+    double t_draft; /* of t_decode: time inside the drafter (propose + features) */
 } spec_stats;
 
 /* Prefills prompt into s (prefix reuse as seq_prefill), then generates with

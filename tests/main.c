@@ -79,6 +79,9 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
+    /* calibration (and any other cache) goes to the scratch directory, never
+       to the user's ~/.cache, also for the dspark processes tests start */
+    setenv("DSPARK_CACHE_DIR", test_tmp_dir(), 1);
     /* run in name order so output is stable regardless of link order */
     qsort(tests, (size_t)n_tests, sizeof tests[0], cmp);
     int passed = 0, failed = 0;

@@ -178,13 +178,19 @@ TEST(cli_run_lookup_equals_baseline) {
         free(base);
     }
     char args[2048], *err = NULL;
-    const char *later[] = {"dspark", "dflash", "auto"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode %s", model_dir("qwen3-bf16"), later[i]);
+    /* a target without a registered drafter: the neural modes need --drafter */
+    const char *neural[] = {"dspark", "dflash"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode %s", model_dir("qwen3-bf16"), neural[i]);
         CHECK(run_cli(args, NULL, &err) != 0);
-        CHECK_MSG(err && strstr(err, "not built yet"), "%s", err);
+        CHECK_MSG(err && strstr(err, "needs --drafter DIR"), "%s", err);
         free(err);
     }
+    /* auto without a drafter is lookup */
+    snprintf(args, sizeof args, "run --model %s --prompt-ids 5,5,5,5 -n 20 --mode auto", model_dir("qwen3-bf16"));
+    CHECK_EQ_INT(run_cli(args, NULL, &err), 0);
+    CHECK_MSG(err && strstr(err, "mode lookup, cap "), "%s", err);
+    free(err);
     snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode bogus", model_dir("qwen3-bf16"));
     CHECK(run_cli(args, NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "bogus"), "%s", err);
@@ -193,7 +199,73 @@ TEST(cli_run_lookup_equals_baseline) {
     CHECK(run_cli(args, NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "--max-draft"), "%s", err);
     free(err);
+    snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode lookup --confidence-threshold 0.5",
+             model_dir("qwen3-bf16"));
+    CHECK(run_cli(args, NULL, &err) != 0);
+    CHECK_MSG(err && strstr(err, "confidence"), "%s", err);
+    free(err);
     snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode lookup --max-draft 0", model_dir("qwen3-bf16"));
     CHECK(run_cli(args, NULL, &err) != 0);
+    free(err);
+}
+
+/* every neural mode gives the baseline's greedy output, with pinned,
+   calibrated and adaptive caps; mismatched drafters are refused */
+TEST(cli_run_drafter_modes_equal_baseline) {
+    char tgt[700], dd[700];
+    snprintf(tgt, sizeof tgt, "%s/drafters/target", test_data_dir());
+    snprintf(dd, sizeof dd, "%s/drafters", test_data_dir());
+    const char *modes[] = {"",
+                           "--mode dspark --drafter %s/dspark",
+                           "--mode dspark --drafter %s/dspark --max-draft 3",
+                           "--mode dspark --drafter %s/dspark --max-draft auto",
+                           "--mode dspark --drafter %s/dspark --confidence-threshold 0.2 --max-draft 7",
+                           "--mode dflash --drafter %s/dflash --max-draft 15",
+                           "--mode dflash --drafter %s/dflash",
+                           "--mode dflash --drafter %s/dspark-r0 --max-draft 16",
+                           "--mode auto --drafter %s/dflash --max-draft auto",
+                           "--mode lookup --max-draft auto"};
+    char *base = NULL;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        char mode[1024], args[2048], *out = NULL, *err = NULL;
+        snprintf(mode, sizeof mode, modes[i], dd);
+        snprintf(args, sizeof args, "run --model %s --prompt-ids 376,280,119,187,320 -n 60 --print-ids -t 2 %s", tgt,
+                 mode);
+        CHECK_EQ_INT(run_cli(args, &out, &err), 0);
+        if (i == 0) {
+            base = out;
+        } else {
+            CHECK_MSG(out && base && !strcmp(out, base), "%s: %s vs %s", mode, out, base);
+            CHECK_MSG(err && strstr(err, "tokens/round ") && strstr(err, "cap "), "%s", err);
+            free(out);
+        }
+        if (i == 1) CHECK_MSG(err && strstr(err, "mode dspark, cap ") && strstr(err, "(calibrated)"), "%s", err);
+        if (i == 3 || i == 8) CHECK_MSG(err && strstr(err, "(auto)"), "%s", err);
+        if (i == 8) CHECK_MSG(err && strstr(err, "mode dflash"), "%s", err);
+        free(err);
+    }
+    free(base);
+    const char *bad[][2] = {
+        {"--mode dspark --drafter %s/dflash", "use --mode dflash"},
+        {"--mode dflash --drafter %s/dspark", "use --mode dspark"},
+        {"--mode dflash --drafter %s/dspark-r0 --confidence-threshold 0.5", "no confidence head"},
+        {"--mode dspark --drafter %s/nonexistent", "nonexistent"},
+        {"--mode lookup --drafter %s/dspark", "no --drafter"},
+        {"--drafter %s/dspark", "speculative --mode"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char mode[1024], args[2048], *err = NULL;
+        snprintf(mode, sizeof mode, bad[i][0], dd);
+        snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 %s", tgt, mode);
+        CHECK(run_cli(args, NULL, &err) != 0);
+        CHECK_MSG(err && strstr(err, bad[i][1]), "%s: %s", mode, err ? err : "");
+        free(err);
+    }
+    /* a drafter paired with the wrong target */
+    char args[2048], *err = NULL;
+    snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode dspark --drafter %s/dspark",
+             model_dir("qwen3-bf16"), dd);
+    CHECK(run_cli(args, NULL, &err) != 0);
+    CHECK_MSG(err && strstr(err, "6-layer target"), "%s", err ? err : "");
     free(err);
 }

@@ -28,10 +28,11 @@ typedef struct {
     int n_ref, pos, round, vocab, every;
 } oracle;
 
-static void or_reset(void *self, const int *ids, int n) {
+static int or_reset(void *self, const int *ids, int n) {
     oracle *o = self;
     o->pos = n;
     o->round = 0;
+    return n;
 }
 static int or_propose(void *self, int k, int *draft, float *q) {
     oracle *o = self;

@@ -1,0 +1,230 @@
+/* cli_spec: turning --mode / --drafter / --max-draft / --confidence-threshold
+ * into a drafter and a draft cap for `run`, `chat` and `bench`.
+ *
+ * Modes: baseline (no drafter), lookup (n-gram), dspark and dflash (a
+ * neural drafter from --drafter DIR or, for a registered target, a local
+ * copy of its published drafter), auto (the given or registered drafter,
+ * DSpark preferred, else lookup).
+ *
+ * Caps: --max-draft N pins the cap. Otherwise the pair is calibrated once
+ * (the target's verify cost per width and the drafter's round cost, cached
+ * in calibration.json, see calib.h) and the cap is the one with the best
+ * expected speed under the default acceptance prior (at least 1);
+ * --max-draft auto starts there and adapts every round (calib_ctl). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "registry.h"
+#include "util.h"
+
+static int mode_of(const char *m) {
+    if (!strcmp(m, "baseline")) return CLI_MODE_BASELINE;
+    if (!strcmp(m, "lookup")) return CLI_MODE_LOOKUP;
+    if (!strcmp(m, "dspark")) return CLI_MODE_DSPARK;
+    if (!strcmp(m, "dflash")) return CLI_MODE_DFLASH;
+    if (!strcmp(m, "auto")) return CLI_MODE_AUTO;
+    cli_die("--mode expects auto, dspark, dflash, lookup or baseline, got \"%s\"", m);
+}
+
+const char *cli_mode_name(int mode) {
+    static const char *names[] = {"baseline", "lookup", "dspark", "dflash", "auto"};
+    return mode >= 0 && mode <= CLI_MODE_AUTO ? names[mode] : "?";
+}
+
+/* The drafter directory for a neural mode: --drafter, else the registry's
+   local copy; NULL when there is none (want: the repo field). */
+static const char *find_drafter(const opts *o, const model *m, int want_dspark, char *buf, size_t n,
+                                const char **repo) {
+    *repo = NULL;
+    if (o->drafter) return o->drafter;
+    const registry_entry *r = registry_match(model_cfg(m));
+    if (!r) return NULL;
+    *repo = want_dspark ? r->dspark : r->dflash;
+    if (*repo && registry_find_local(*repo, o->model, buf, n)) return buf;
+    return NULL;
+}
+
+static void open_neural(cli_spec *sp, const opts *o, const cli_engine *e, seq *s, sampler *smp, const char *dir) {
+    char err[1024];
+    model_load_opts lo = {.use_mmap = o->use_mmap};
+    if (dmodel_load(&sp->dm, dir, e->m, &lo, err, sizeof err) != 0) cli_die("%s", err);
+    const drafter_config *c = dmodel_cfg(sp->dm);
+    if (sp->mode == CLI_MODE_DSPARK && c->kind != DRAFTER_DSPARK)
+        cli_die("--mode dspark: %s is a z-lab DFlash drafter (use --mode dflash)", dir);
+    if (sp->mode == CLI_MODE_DFLASH && c->kind == DRAFTER_DSPARK && c->markov_rank > 0)
+        cli_die("--mode dflash: %s is a DSpark drafter with a Markov head (use --mode dspark)", dir);
+    if (sp->mode == CLI_MODE_AUTO) sp->mode = c->kind == DRAFTER_DSPARK ? CLI_MODE_DSPARK : CLI_MODE_DFLASH;
+    if (o->has_conf && !c->confidence)
+        cli_die("--confidence-threshold: the drafter in %s has no confidence head", dir);
+    if (dstate_create(&sp->ds, sp->dm, seq_capacity(s), e->tp, smp, err, sizeof err) != 0) cli_die("%s", err);
+    dstate_set_confidence_threshold(sp->ds, o->conf_threshold);
+    sp->d = dstate_drafter(sp->ds);
+    snprintf(sp->drafter_dir, sizeof sp->drafter_dir, "%s", dir);
+    /* DSpark drafts positions s+1..s+B, DFlash s+1..s+B-1 */
+    sp->block_cap = c->kind == DRAFTER_DSPARK ? c->block_size : c->block_size - 1;
+}
+
+/* Median seconds of a drafter round on a dummy context (features zero). */
+static double measure_drafter(cli_spec *sp, int ctx_len) {
+    const drafter_config *c = dmodel_cfg(sp->dm);
+    int H = c->base.hidden_size;
+    int *ids = xcalloc((size_t)ctx_len + 1, sizeof(int));
+    for (int i = 0; i <= ctx_len; i++) ids[i] = (i * 7919) % c->base.vocab_size;
+    float *taps = xcalloc((size_t)c->n_taps * (size_t)ctx_len * (size_t)H, sizeof(float));
+    drafter *d = &sp->d;
+    d->reset(d->self, ids, ctx_len + 1);
+    d->features(d->self, 0, ctx_len, taps, ctx_len, 0);
+    int draft[DRAFTER_MAX_BLOCK];
+    double t[6];
+    for (int r = 0; r < 6; r++) {
+        double t0 = ds_now();
+        d->propose(d->self, sp->block_cap, draft, NULL);
+        t[r] = ds_now() - t0;
+    }
+    d->reset(d->self, ids, 0);
+    free(ids);
+    free(taps);
+    /* median of the 5 after the warm-up */
+    for (int i = 1; i < 6; i++)
+        for (int j = i + 1; j < 6; j++)
+            if (t[j] < t[i]) {
+                double x = t[i];
+                t[i] = t[j];
+                t[j] = x;
+            }
+    return t[3];
+}
+
+static void calibrate(cli_spec *sp, const opts *o, const cli_engine *e, seq *s) {
+    char path[4096], key[CALIB_KEY_MAX], warn[1024] = "", err[1024], mid[PATH_MAX + 64], did[PATH_MAX + 16];
+    const model_config *c = model_cfg(e->m);
+    char *rp = realpath(o->model, NULL);
+    snprintf(mid, sizeof mid, "%s|%zu", rp ? rp : o->model, model_weight_bytes(e->m));
+    free(rp);
+    if (sp->dm) {
+        rp = realpath(sp->drafter_dir, NULL);
+        snprintf(did, sizeof did, "%s:%s", dmodel_kind_name(sp->dm), rp ? rp : sp->drafter_dir);
+        free(rp);
+    } else {
+        snprintf(did, sizeof did, "%s", cli_mode_name(sp->mode));
+    }
+    calib_key(key, sizeof key, "cpu", mid, did, dtype_name(model_embed(e->m)->dtype), tp_size(e->tp));
+    int have_path = calib_default_path(path, sizeof path) == 0;
+    int n_w = sp->block_cap + 1 < CALIB_MAX_W ? sp->block_cap + 1 : CALIB_MAX_W;
+    int r = have_path ? calib_load(path, key, &sp->costs, warn, sizeof warn) : 0;
+    if (r < 0) fprintf(stderr, "dspark: warning: %s\n", warn);
+    if (r == 1 && sp->costs.n_w >= n_w) {
+        sp->have_costs = 1;
+        return;
+    }
+    int ctx = CALIB_DEFAULT_CTX;
+    if (ctx + n_w + 8 > seq_capacity(s)) ctx = seq_capacity(s) - n_w - 8;
+    if (ctx < 1) return; /* window too small to measure: keep the fallback cap */
+    fprintf(stderr, "dspark: calibrating %s on this machine (once; cached in %s)\n", cli_mode_name(sp->mode),
+            have_path ? path : "memory only");
+    if (calib_measure_verify(s, n_w, ctx, CALIB_DEFAULT_REPS, &sp->costs, err, sizeof err) != 0) {
+        fprintf(stderr, "dspark: warning: calibration failed (%s); using cap %d\n", err, sp->max_draft);
+        return;
+    }
+    (void)c;
+    if (sp->dm) sp->costs.draft_s = measure_drafter(sp, ctx);
+    sp->have_costs = 1;
+    if (have_path && calib_store(path, key, &sp->costs, err, sizeof err) != 0)
+        fprintf(stderr, "dspark: warning: cannot save calibration: %s\n", err);
+}
+
+void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engine *e, seq *s, sampler *smp) {
+    memset(sp, 0, sizeof *sp);
+    sp->mode = mode_of(mode ? mode : o->mode ? o->mode : "baseline");
+    if (sp->mode == CLI_MODE_BASELINE) {
+        if (o->max_draft || o->max_draft_auto || o->drafter || o->has_conf)
+            cli_die("--max-draft, --drafter and --confidence-threshold need a speculative --mode");
+        return;
+    }
+    if (sp->mode == CLI_MODE_LOOKUP && o->drafter) cli_die("--mode lookup uses no --drafter");
+    if (o->has_conf && (o->conf_threshold < 0 || o->conf_threshold > 1))
+        cli_die("--confidence-threshold expects a number in [0, 1]");
+    char buf[4096];
+    const char *repo = NULL, *dir = NULL;
+    if (sp->mode == CLI_MODE_DSPARK || sp->mode == CLI_MODE_DFLASH) {
+        dir = find_drafter(o, e->m, sp->mode == CLI_MODE_DSPARK, buf, sizeof buf, &repo);
+        if (!dir) {
+            char hint[4096];
+            if (!repo)
+                cli_die("--mode %s needs --drafter DIR (no published %s drafter is registered for this target)",
+                        cli_mode_name(sp->mode), cli_mode_name(sp->mode));
+            registry_search_hint(repo, hint, sizeof hint);
+            cli_die("--mode %s: the drafter %s is not on this machine: %s", cli_mode_name(sp->mode), repo, hint);
+        }
+    } else if (sp->mode == CLI_MODE_AUTO) {
+        dir = find_drafter(o, e->m, 1, buf, sizeof buf, &repo);
+        if (!dir && !o->drafter) dir = find_drafter(o, e->m, 0, buf, sizeof buf, &repo);
+        if (!dir) sp->mode = CLI_MODE_LOOKUP;
+    }
+    if (sp->mode == CLI_MODE_LOOKUP) {
+        if (o->has_conf) cli_die("--confidence-threshold needs a DSpark drafter");
+        sp->lk = lookup_create(3, 1);
+        sp->d = lookup_drafter(sp->lk);
+        sp->block_cap = 15;
+    } else {
+        open_neural(sp, o, e, s, smp, dir);
+    }
+    if (o->max_draft) {
+        sp->max_draft = o->max_draft;
+        sp->cap_source = "pinned";
+        return;
+    }
+    sp->max_draft = sp->mode == CLI_MODE_LOOKUP ? 6 : sp->mode == CLI_MODE_DSPARK ? 2 : sp->block_cap;
+    sp->cap_source = "fallback";
+    calibrate(sp, o, e, s);
+    if (sp->have_costs) {
+        double alpha[CALIB_MAX_K];
+        calib_prior(alpha, sp->block_cap, CALIB_PRIOR_A1, CALIB_PRIOR_DECAY);
+        int k = calib_best_cap(&sp->costs, alpha, sp->block_cap, NULL);
+        sp->max_draft = k < 1 ? 1 : k;
+        sp->cap_source = "calibrated";
+    }
+    if (o->max_draft_auto) {
+        calib_ctl_init(&sp->ctl, sp->have_costs ? &sp->costs : NULL, sp->block_cap);
+        sp->adaptive = 1;
+        sp->max_draft = sp->block_cap;
+        sp->cap_source = "auto";
+    }
+}
+
+void cli_spec_close(cli_spec *sp) {
+    lookup_free(sp->lk);
+    dstate_free(sp->ds);
+    dmodel_free(sp->dm);
+    memset(sp, 0, sizeof *sp);
+}
+
+drafter *cli_spec_drafter(cli_spec *sp) { return sp && sp->mode != CLI_MODE_BASELINE ? &sp->d : NULL; }
+
+static int ctl_next(void *c) { return calib_ctl_next(c); }
+static void ctl_observe(void *c, int proposed, int accepted) { calib_ctl_observe(c, proposed, accepted); }
+
+void cli_spec_apply(cli_spec *sp, spec_opts *so) {
+    if (!sp || sp->mode == CLI_MODE_BASELINE) return;
+    so->max_draft = sp->max_draft;
+    if (sp->adaptive) {
+        so->next_cap = ctl_next;
+        so->observe = ctl_observe;
+        so->ctl = &sp->ctl;
+    }
+}
+
+void cli_spec_describe(const cli_spec *sp, const spec_stats *st, char *out, size_t n) {
+    if (!sp || sp->mode == CLI_MODE_BASELINE) {
+        snprintf(out, n, ", mode baseline");
+        return;
+    }
+    size_t o = (size_t)snprintf(out, n, ", mode %s, cap %d (%s), tokens/round %.2f, accepted drafts per round",
+                                cli_mode_name(sp->mode), sp->max_draft, sp->cap_source,
+                                st->n_rounds ? (double)st->n_round_tok / st->n_rounds : 0.0);
+    for (int a = 0; a <= SPEC_MAX_DRAFT && o + 16 < n; a++)
+        if (st->accept_hist[a]) o += (size_t)snprintf(out + o, n - o, " %d:%d", a, st->accept_hist[a]);
+}

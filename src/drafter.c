@@ -1,0 +1,276 @@
+/* drafter: one sequence's drafter state and the drafter forward pass. See
+ * drafter.h (and drafter_load.c for loading). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "drafter_internal.h"
+#include "kv.h"
+#include "ops.h"
+#include "util.h"
+
+#define CTX_CHUNK 64 /* context rows ingested per forward */
+
+struct dstate {
+    const dmodel *dm;
+    tpool *tp;
+    sampler *smp;
+    float conf_th;
+    kv_cache *kv; /* context K/V at committed positions; a block's rows sit past kv_len, never committed */
+    int *ids;     /* the committed context: prompt + emitted ids; the last one is the anchor */
+    int n_ids, cap_ids;
+    int broken; /* features arrived out of order: propose nothing until the next reset */
+    /* scratch */
+    float *x, *xb, *q, *att, *k, *v, *gate, *up, *feat, *g, *cin, *e, *bias, *base, *zl;
+    int *pos;
+    float conf[DRAFTER_MAX_BLOCK];
+    int n_last, n_conf, n_lastctx;
+};
+
+int dstate_create(dstate **out, const dmodel *dm, int n_ctx, tpool *tp, sampler *smp, char *err, size_t errlen) {
+    *out = NULL;
+    const drafter_config *c = &dm->cfg;
+    const model_config *b = &c->base;
+    dstate *s = xcalloc(1, sizeof *s);
+    const int B = c->block_size;
+    if (kv_create(&s->kv, b->n_layers, b->n_kv_heads, b->head_dim, n_ctx + B, err, errlen) != 0) {
+        free(s);
+        return -1;
+    }
+    size_t H = (size_t)b->hidden_size, I = (size_t)b->intermediate_size, V = (size_t)b->vocab_size;
+    size_t QD = (size_t)b->n_heads * (size_t)b->head_dim, KD = (size_t)b->n_kv_heads * (size_t)b->head_dim;
+    size_t R = (size_t)c->markov_rank, rows = (size_t)(B > CTX_CHUNK ? B : CTX_CHUNK);
+    s->dm = dm;
+    s->tp = tp;
+    s->smp = smp;
+    s->x = xaligned(sizeof(float) * (size_t)B * H);
+    s->xb = xaligned(sizeof(float) * (size_t)B * H);
+    s->q = xaligned(sizeof(float) * (size_t)B * QD);
+    s->att = xaligned(sizeof(float) * (size_t)B * QD);
+    s->k = xaligned(sizeof(float) * rows * KD);
+    s->v = xaligned(sizeof(float) * rows * KD);
+    s->gate = xaligned(sizeof(float) * (size_t)B * I);
+    s->up = xaligned(sizeof(float) * (size_t)B * I);
+    s->feat = xaligned(sizeof(float) * (size_t)CTX_CHUNK * (size_t)c->n_taps * H);
+    s->g = xaligned(sizeof(float) * (size_t)CTX_CHUNK * H);
+    s->cin = xaligned(sizeof(float) * (H + R + 1));
+    s->e = xaligned(sizeof(float) * (R + 1));
+    s->bias = xaligned(sizeof(float) * V);
+    s->base = xaligned(sizeof(float) * (size_t)B * V);
+    s->zl = xaligned(sizeof(float) * (size_t)B * V);
+    s->pos = xmalloc(sizeof(int) * rows);
+    *out = s;
+    return 0;
+}
+
+void dstate_free(dstate *s) {
+    if (!s) return;
+    kv_free(s->kv);
+    float *bufs[] = {s->x, s->xb, s->q, s->att, s->k, s->v, s->gate, s->up, s->feat,
+                     s->g, s->cin, s->e, s->bias, s->base, s->zl};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(s->pos);
+    free(s->ids);
+    free(s);
+}
+
+void dstate_set_confidence_threshold(dstate *s, float c) { s->conf_th = c; }
+int dstate_ctx_len(const dstate *s) { return kv_len(s->kv); }
+
+int dstate_last(const dstate *s, const float **base, const float **markov, const float **conf) {
+    const dmodel *dm = s->dm;
+    if (base) *base = s->base;
+    if (markov) *markov = dm->cfg.kind == DRAFTER_DSPARK && dm->w2 ? s->zl : NULL;
+    if (conf) *conf = dm->conf_w ? s->conf : NULL;
+    return s->n_last;
+}
+
+const float *dstate_last_ctx(const dstate *s, int *n) {
+    if (n) *n = s->n_lastctx;
+    return s->g;
+}
+
+/* ---- context ------------------------------------------------------------ */
+
+static void ids_push(dstate *s, const int *ids, int n) {
+    if (s->n_ids + n > s->cap_ids) {
+        s->cap_ids = (s->n_ids + n) * 2 + 64;
+        s->ids = xrealloc(s->ids, sizeof(int) * (size_t)s->cap_ids);
+    }
+    memcpy(s->ids + s->n_ids, ids, sizeof(int) * (size_t)n);
+    s->n_ids += n;
+}
+
+static int d_reset(void *self, const int *ids, int n) {
+    dstate *s = self;
+    int keep = 0, have = kv_len(s->kv);
+    while (keep < have && keep < n && keep < s->n_ids && s->ids[keep] == ids[keep]) keep++;
+    kv_truncate(s->kv, keep);
+    s->n_ids = 0;
+    ids_push(s, ids, n);
+    s->broken = 0;
+    return keep;
+}
+
+static void d_commit(void *self, const int *ids, int n) { ids_push(self, ids, n); }
+
+/* Context K/V for m rows at positions pos0..: C = RMSNorm(fc . F,
+   hidden_norm); per layer RoPE(k_norm(k_proj C)) and v_proj C. */
+static void ingest(dstate *s, int pos0, int m, const float *taps, int rows, int row0) {
+    const dmodel *dm = s->dm;
+    const drafter_config *c = &dm->cfg;
+    const model_config *b = &c->base;
+    const int H = b->hidden_size, nkv = b->n_kv_heads, hd = b->head_dim, nt = c->n_taps;
+    for (int i = 0; i < m; i++)
+        for (int t = 0; t < nt; t++)
+            memcpy(s->feat + ((size_t)i * nt + t) * H, taps + ((size_t)t * rows + (size_t)(row0 + i)) * H,
+                   sizeof(float) * (size_t)H);
+    op_matmul(s->tp, s->g, s->feat, m, dm->fc, NULL);
+    op_rmsnorm(s->g, s->g, dm->hidden_norm, m, H, b->rms_norm_eps);
+    for (int i = 0; i < m; i++) s->pos[i] = pos0 + i;
+    for (int l = 0; l < b->n_layers; l++) {
+        const dlayer *L = &dm->layers[l];
+        op_matmul(s->tp, s->k, s->g, m, L->wk, NULL);
+        op_rmsnorm(s->k, s->k, L->k_norm, m * nkv, hd, b->rms_norm_eps);
+        op_rope(s->k, m, nkv, hd, s->pos, dm->inv_freq);
+        op_matmul(s->tp, s->v, s->g, m, L->wv, NULL);
+        kv_store(s->kv, l, s->k, s->v, m);
+    }
+    kv_commit(s->kv, m);
+    s->n_lastctx = m;
+}
+
+static void d_features(void *self, int pos0, int n, const float *taps, int rows, int row0) {
+    dstate *s = self;
+    if (s->broken) return;
+    /* context must stay contiguous from position 0 and leave room for a block */
+    if (pos0 > kv_len(s->kv) || pos0 + n + s->dm->cfg.block_size > kv_capacity(s->kv)) {
+        s->broken = 1;
+        return;
+    }
+    kv_truncate(s->kv, pos0);
+    for (int i = 0; i < n; i += CTX_CHUNK) {
+        int m = n - i < CTX_CHUNK ? n - i : CTX_CHUNK;
+        ingest(s, pos0 + i, m, taps, rows, row0 + i);
+    }
+}
+
+/* ---- the block ------------------------------------------------------------ */
+
+/* Runs [anchor, mask x (B-1)] at positions s.. through the layers; leaves
+   h = RMSNorm(X, norm) in s->xb [B][H]. */
+static void block_forward(dstate *s, int anchor, int spos) {
+    const dmodel *dm = s->dm;
+    const drafter_config *c = &dm->cfg;
+    const model_config *b = &c->base;
+    const int B = c->block_size, H = b->hidden_size, I = b->intermediate_size, hd = b->head_dim;
+    const int nh = b->n_heads, nkv = b->n_kv_heads, QD = nh * hd;
+    const float eps = b->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+    int tok[DRAFTER_MAX_BLOCK];
+    for (int i = 0; i < B; i++) {
+        tok[i] = i ? c->mask_token_id : anchor;
+        s->pos[i] = spos + i;
+    }
+    op_embed(s->x, dm->embed, tok, B);
+    for (int l = 0; l < b->n_layers; l++) {
+        const dlayer *L = &dm->layers[l];
+        op_rmsnorm(s->xb, s->x, L->attn_norm, B, H, eps);
+        op_matmul(s->tp, s->q, s->xb, B, L->wq, NULL);
+        op_matmul(s->tp, s->k, s->xb, B, L->wk, NULL);
+        op_matmul(s->tp, s->v, s->xb, B, L->wv, NULL);
+        op_rmsnorm(s->q, s->q, L->q_norm, B * nh, hd, eps);
+        op_rmsnorm(s->k, s->k, L->k_norm, B * nkv, hd, eps);
+        op_rope(s->q, B, nh, hd, s->pos, dm->inv_freq);
+        op_rope(s->k, B, nkv, hd, s->pos, dm->inv_freq);
+        /* the block's rows go right after the context, uncommitted */
+        kv_store(s->kv, l, s->k, s->v, B);
+        /* no mask: every block row sees the context and the whole block */
+        for (int i = 0; i < B; i++)
+            op_attention(s->tp, s->att + (size_t)i * QD, s->q + (size_t)i * QD, 1, nh, nkv, hd, kv_k(s->kv, l),
+                         kv_v(s->kv, l), kv_capacity(s->kv), spos + B - 1, scale);
+        op_matmul(s->tp, s->xb, s->att, B, L->wo, NULL);
+        op_add(s->x, s->xb, B * H);
+        op_rmsnorm(s->xb, s->x, L->mlp_norm, B, H, eps);
+        op_matmul(s->tp, s->gate, s->xb, B, L->wg, NULL);
+        op_matmul(s->tp, s->up, s->xb, B, L->wu, NULL);
+        op_swiglu(s->gate, s->gate, s->up, B * I);
+        op_matmul(s->tp, s->xb, s->gate, B, L->wd, NULL);
+        op_add(s->x, s->xb, B * H);
+    }
+    op_rmsnorm(s->xb, s->x, dm->final_norm, B, H, eps);
+}
+
+static int draw(sampler *smp, const float *p, int V) {
+    double u = sampler_uniform(smp), cum = 0;
+    int last = 0;
+    for (int i = 0; i < V; i++) {
+        if (p[i] <= 0.0f) continue;
+        cum += p[i];
+        last = i;
+        if (u < cum) return i;
+    }
+    return last;
+}
+
+static int d_propose(void *self, int k, int *draft, float *q) {
+    dstate *s = self;
+    const dmodel *dm = s->dm;
+    const drafter_config *c = &dm->cfg;
+    const int B = c->block_size, H = c->base.hidden_size, V = c->base.vocab_size, R = c->markov_rank;
+    s->n_last = s->n_conf = 0;
+    int spos = s->n_ids - 1;
+    if (s->broken || spos < 0 || kv_len(s->kv) != spos || spos + B > kv_capacity(s->kv) || k <= 0) return 0;
+    block_forward(s, s->ids[spos], spos);
+    if (c->kind == DRAFTER_DFLASH) {
+        /* mask row j (1..B-1) drafts the token at position s+j */
+        int n = k < B - 1 ? k : B - 1;
+        op_matmul(s->tp, s->base, s->xb + (size_t)H, n, dm->lm_head, NULL);
+        for (int j = 0; j < n; j++) draft[j] = op_argmax(s->base + (size_t)j * V, V);
+        s->n_last = n;
+        return n;
+    }
+    /* DSpark: row j drafts position s+j+1, left to right */
+    int n = k < B ? k : B;
+    op_matmul(s->tp, s->base, s->xb, n, dm->lm_head, NULL);
+    s->n_last = n;
+    int greedy = sampler_is_greedy(s->smp), prev = s->ids[spos];
+    for (int j = 0; j < n; j++) {
+        if (R > 0) op_embed(s->e, dm->w1, &prev, 1);
+        if (dm->conf_w) {
+            float logit;
+            memcpy(s->cin, s->xb + (size_t)j * H, sizeof(float) * (size_t)H);
+            if (c->confidence_with_markov) memcpy(s->cin + H, s->e, sizeof(float) * (size_t)R);
+            op_matmul(NULL, &logit, s->cin, 1, dm->conf_w, &dm->conf_b);
+            s->conf[j] = 1.0f / (1.0f + expf(-logit));
+            s->n_conf = j + 1;
+            if (s->conf[j] < s->conf_th) return j;
+        }
+        float *z = s->zl + (size_t)j * V;
+        memcpy(z, s->base + (size_t)j * V, sizeof(float) * (size_t)V);
+        if (R > 0) {
+            op_matmul(s->tp, s->bias, s->e, 1, dm->w2, NULL);
+            op_add(z, s->bias, V);
+        }
+        if (greedy || !q) {
+            draft[j] = op_argmax(z, V);
+        } else {
+            sampler_probs(s->smp, z, q + (size_t)j * V);
+            draft[j] = draw(s->smp, q + (size_t)j * V, V);
+        }
+        prev = draft[j];
+    }
+    return n;
+}
+
+drafter dstate_drafter(dstate *s) {
+    const drafter_config *c = &s->dm->cfg;
+    drafter d = {.self = s,
+                 .deterministic = c->kind == DRAFTER_DFLASH,
+                 .n_taps = c->n_taps,
+                 .tap_layers = c->tap_layers,
+                 .reset = d_reset,
+                 .propose = d_propose,
+                 .commit = d_commit,
+                 .features = d_features};
+    return d;
+}

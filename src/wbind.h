@@ -1,0 +1,34 @@
+/* wbind: binding the tensors of a loaded safetensors set to a network's
+ * weights, with the checks every loader needs: each tensor the network
+ * expects must exist with a float dtype (F32, F16, BF16) and the expected
+ * shape, and afterwards nothing may be left over (a tensor nobody claimed
+ * means the file is not the network the config says). Shared by the target
+ * model and the drafters so both refuse bad files with the same messages. */
+#ifndef DS_WBIND_H
+#define DS_WBIND_H
+
+#include <stddef.h>
+
+#include "safetensors.h"
+
+typedef struct {
+    const st_set *st;
+    const char *what; /* names the network in errors, e.g. "qwen3" or "DSpark drafter" */
+    char **names;     /* every name claimed so far */
+    int n_names, cap_names;
+    char *err;
+    size_t errlen;
+} wbind;
+
+void wbind_init(wbind *b, const st_set *st, const char *what, char *err, size_t errlen);
+void wbind_done(wbind *b); /* frees the claimed-name list */
+/* Finds and claims a tensor, checking dtype and shape ([d0] when d1 == 0,
+ * else [d0][d1]). NULL with err filled when missing or wrong. */
+const tensor *wbind_get(wbind *b, const char *name, int64_t d0, int64_t d1);
+/* 0 when every tensor in the set was claimed (rotary_emb.inv_freq buffers
+ * are ignored), else -1 naming the first stray tensor. */
+int wbind_check_leftovers(wbind *b);
+/* Widens a claimed tensor into f32 at *pool and advances the pool. */
+float *wbind_f32(float **pool, const tensor *t);
+
+#endif

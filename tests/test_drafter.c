@@ -1,0 +1,490 @@
+/* Drafter tests: the DFlash, DSpark and DSpark markov_rank-0 forward passes
+ * against the PyTorch reference (tools/gen_golden_drafters.py, fixtures in
+ * tests/data/drafters), the drafter cache bookkeeping (a drafter fed
+ * round by round must equal one fed everything at once), the confidence
+ * cut, embedding aliasing, loader refusals, and lossless greedy decoding
+ * with every drafter through the spec loop. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "drafter.h"
+#include "json.h"
+#include "ops.h"
+#include "spec.h"
+#include "test.h"
+#include "util.h"
+
+typedef struct {
+    model *m;
+    tpool *tp;
+    int V, H;
+} target;
+
+static int open_target(target *t, const char *name) {
+    char dir[600], err[512];
+    memset(t, 0, sizeof *t);
+    snprintf(dir, sizeof dir, "%s/%s", test_data_dir(), name);
+    if (model_load(&t->m, dir, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return -1;
+    }
+    t->tp = tp_create(2);
+    t->V = model_cfg(t->m)->vocab_size;
+    t->H = model_cfg(t->m)->hidden_size;
+    return 0;
+}
+
+static void close_target(target *t) {
+    tp_free(t->tp);
+    model_free(t->m);
+}
+
+static dmodel *open_drafter(const target *t, const char *name, char *err, size_t errlen) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/drafters/%s", test_data_dir(), name);
+    dmodel *dm = NULL;
+    if (dmodel_load(&dm, dir, t->m, NULL, err, errlen) != 0) return NULL;
+    return dm;
+}
+
+static sampler *greedy(int V) {
+    sampler_params sp = {.temperature = 0, .top_p = 1};
+    sampler *s;
+    char err[256];
+    sampler_create(&s, &sp, V, err, sizeof err);
+    return s;
+}
+
+static float *read_f32(const char *dir, const char *file, size_t n) {
+    char path[700], err[256];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    size_t len;
+    char *b = ds_read_file(path, &len, err, sizeof err);
+    if (!b || len != n * sizeof(float)) {
+        test_fail(__FILE__, __LINE__, "%s: %s (%zu bytes, want %zu)", path, b ? "wrong size" : err, len,
+                  n * sizeof(float));
+        free(b);
+        return NULL;
+    }
+    float *f = xmalloc(len);
+    memcpy(f, b, len);
+    free(b);
+    return f;
+}
+
+static int ints(const cJSON *a, int *out, int cap) {
+    int n = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, a) if (n < cap) out[n++] = v->valueint;
+    return n;
+}
+
+/* max |a - b| / max |b| over n values */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > md) md = d;
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+#define TOL 2e-5
+
+/* Feeds the target features of rows ids[0..n) at positions pos.. to d
+   through a verify-style forward on s. Returns the argmax of the last row. */
+static int feed(seq *s, drafter *d, const int *ids, int n, int V, int H) {
+    char err[512];
+    float *logits = xmalloc(sizeof(float) * (size_t)n * (size_t)V);
+    float *taps = xmalloc(sizeof(float) * (size_t)d->n_taps * (size_t)n * (size_t)H);
+    int pos = seq_len(s);
+    int rc = seq_append_taps(s, ids, n, n, logits, d->n_taps, d->tap_layers, taps, err, sizeof err);
+    if (rc != 0) test_fail(__FILE__, __LINE__, "%s", err);
+    d->features(d->self, pos, n, taps, n, 0);
+    int y = op_argmax(logits + (size_t)(n - 1) * V, V);
+    free(logits);
+    free(taps);
+    return y;
+}
+
+static void golden(const char *name) {
+    target t;
+    if (open_target(&t, "drafters/target") != 0) return;
+    char err[1024], dir[600], path[700];
+    dmodel *dm = open_drafter(&t, name, err, sizeof err);
+    CHECK_MSG(dm, "%s", err);
+    snprintf(dir, sizeof dir, "%s/drafters/%s", test_data_dir(), name);
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    cJSON *g = json_parse_file(path, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    if (!dm || !g) goto out0;
+    const drafter_config *c = dmodel_cfg(dm);
+    const int V = t.V, H = t.H, B = c->block_size, dspark = c->kind == DRAFTER_DSPARK;
+    const int rows = dspark ? B : B - 1;
+    CHECK_EQ_INT(cJSON_GetObjectItem(g, "block_size")->valueint, B);
+    const cJSON *rounds = cJSON_GetObjectItem(g, "rounds");
+    const int R = cJSON_GetArraySize(rounds);
+    float *gl = read_f32(dir, "logits.bin", (size_t)R * rows * V);
+    float *gz = dspark && c->markov_rank ? read_f32(dir, "zlogits.bin", (size_t)R * rows * V) : NULL;
+    float *gctx = read_f32(dir, "ctx.bin", (size_t)cJSON_GetObjectItem(g, "ctx_rows")->valueint * H);
+    sampler *smp = greedy(V);
+    seq *s;
+    dstate *ds;
+    CHECK(seq_create(&s, t.m, 128, 64, t.tp, err, sizeof err) == 0);
+    CHECK(dstate_create(&ds, dm, 128, t.tp, smp, err, sizeof err) == 0);
+    drafter d = dstate_drafter(ds);
+    int prompt[64], np = ints(cJSON_GetObjectItem(g, "prompt"), prompt, 64);
+    CHECK_EQ_INT(d.reset(d.self, prompt, np), 0);
+    int anchor = feed(s, &d, prompt, np, V, H);
+    /* the prompt's context features */
+    int nc;
+    const float *ctx = dstate_last_ctx(ds, &nc);
+    CHECK_EQ_INT(nc, np);
+    if (gctx) CHECK_MSG(rel_err(ctx, gctx, (size_t)np * H) < TOL, "%s: context features differ", name);
+    d.commit(d.self, &anchor, 1);
+    for (int r = 0; r < R && gl; r++) {
+        const cJSON *gr = cJSON_GetArrayItem(rounds, r);
+        int gseq[128], gd[64], gcm[64];
+        int ns = ints(cJSON_GetObjectItem(gr, "seq"), gseq, 128);
+        int nd = ints(cJSON_GetObjectItem(gr, "drafts"), gd, 64);
+        int ncm = ints(cJSON_GetObjectItem(gr, "commit"), gcm, 64);
+        int a = cJSON_GetObjectItem(gr, "accept")->valueint;
+        CHECK_EQ_INT(cJSON_GetObjectItem(gr, "anchor_pos")->valueint, seq_len(s));
+        CHECK_EQ_INT(gseq[ns - 1], anchor);
+        CHECK_EQ_INT(dstate_ctx_len(ds), seq_len(s));
+        int draft[64];
+        if (dspark && c->confidence && r == 0) {
+            /* the confidence cut: the first position below the threshold */
+            const cJSON *gc = cJSON_GetObjectItem(gr, "confidence");
+            float th = 0.3f;
+            int want = 0;
+            while (want < B && cJSON_GetArrayItem(gc, want)->valuedouble >= th) want++;
+            dstate_set_confidence_threshold(ds, th);
+            CHECK_EQ_INT(d.propose(d.self, B, draft, NULL), want);
+            CHECK(!memcmp(draft, gd, sizeof(int) * (size_t)want));
+            dstate_set_confidence_threshold(ds, 0);
+        }
+        int k = d.propose(d.self, 64, draft, NULL);
+        CHECK_EQ_INT(k, rows);
+        CHECK_EQ_INT(nd, rows);
+        CHECK_MSG(!memcmp(draft, gd, sizeof(int) * (size_t)rows), "%s round %d: drafts differ", name, r);
+        const float *base, *mk, *conf;
+        CHECK_EQ_INT(dstate_last(ds, &base, &mk, &conf), rows);
+        double e = rel_err(base, gl + (size_t)r * rows * V, (size_t)rows * V);
+        CHECK_MSG(e < TOL, "%s round %d: logits rel err %.3g", name, r, e);
+        if (gz) {
+            e = rel_err(mk, gz + (size_t)r * rows * V, (size_t)rows * V);
+            CHECK_MSG(e < TOL, "%s round %d: Markov logits rel err %.3g", name, r, e);
+        }
+        const cJSON *gc = cJSON_GetObjectItem(gr, "confidence");
+        CHECK_EQ_INT(conf != NULL, cJSON_GetArraySize(gc) > 0);
+        for (int j = 0; conf && j < cJSON_GetArraySize(gc); j++)
+            CHECK_NEAR(conf[j], cJSON_GetArrayItem(gc, j)->valuedouble, 2e-5);
+        /* commit a drafts (prescribed, whatever the target thinks) and the
+           target's next token, as a verify would */
+        int rowsv[64];
+        rowsv[0] = anchor;
+        memcpy(rowsv + 1, draft, sizeof(int) * (size_t)a);
+        int y = feed(s, &d, rowsv, a + 1, V, H);
+        CHECK_EQ_INT(ncm, a + 1);
+        CHECK_EQ_INT(y, gcm[a]);
+        d.commit(d.self, gcm, ncm);
+        anchor = gcm[a];
+    }
+    dstate_free(ds);
+    seq_free(s);
+    sampler_free(smp);
+    free(gl);
+    free(gz);
+    free(gctx);
+out0:
+    cJSON_Delete(g);
+    dmodel_free(dm);
+    close_target(&t);
+}
+
+TEST(drafter_golden_dflash) { golden("dflash"); }
+TEST(drafter_golden_dspark) { golden("dspark"); }
+TEST(drafter_golden_dspark_markov_rank0) { golden("dspark-r0"); }
+
+TEST(drafter_config_and_aliasing) {
+    target t;
+    if (open_target(&t, "drafters/target") != 0) return;
+    char err[1024];
+    dmodel *dm = open_drafter(&t, "dspark", err, sizeof err);
+    CHECK_MSG(dm, "%s", err);
+    int ae, ah;
+    if (dm) {
+        const drafter_config *c = dmodel_cfg(dm);
+        CHECK_EQ_INT(c->kind, DRAFTER_DSPARK);
+        CHECK_EQ_INT(c->block_size, 7);
+        CHECK_EQ_INT(c->mask_token_id, 500);
+        CHECK_EQ_INT(c->n_taps, 3);
+        CHECK_EQ_INT(c->tap_layers[2], 4);
+        CHECK_EQ_INT(c->markov_rank, 16);
+        CHECK(c->confidence && c->confidence_with_markov);
+        /* the copies equal the target's tied embedding */
+        CHECK_EQ_INT(dmodel_aliased(dm, &ae, &ah), 1);
+        CHECK(!strcmp(dmodel_kind_name(dm), "dspark"));
+    }
+    dmodel_free(dm);
+    dm = open_drafter(&t, "dspark-r0", err, sizeof err);
+    CHECK_MSG(dm, "%s", err);
+    if (dm) {
+        CHECK_EQ_INT(dmodel_aliased(dm, &ae, &ah), 0);
+        CHECK(!ae && !ah);
+        CHECK(!strcmp(dmodel_kind_name(dm), "dspark-r0"));
+    }
+    dmodel_free(dm);
+    dm = open_drafter(&t, "dflash", err, sizeof err);
+    CHECK_MSG(dm, "%s", err);
+    if (dm) {
+        CHECK_EQ_INT(dmodel_cfg(dm)->block_size, 16);
+        CHECK_EQ_INT(dmodel_cfg(dm)->kind, DRAFTER_DFLASH);
+        CHECK(!strcmp(dmodel_kind_name(dm), "dflash"));
+    }
+    dmodel_free(dm);
+    close_target(&t);
+
+    /* the published fallback for missing target_layer_ids */
+    drafter_config c;
+    const char *cfg = "{\"architectures\":[\"DFlashDraftModel\"],\"model_type\":\"qwen3\",\"vocab_size\":1000,"
+                      "\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":5,"
+                      "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":512,"
+                      "\"block_size\":16,\"num_target_layers\":36,\"dflash_config\":{\"mask_token_id\":999}}";
+    CHECK_MSG(drafter_config_parse(&c, cfg, strlen(cfg), "cfg", err, sizeof err) == 0, "%s", err);
+    int want[5] = {1, 9, 17, 25, 33};
+    CHECK_EQ_INT(c.n_taps, 5);
+    for (int i = 0; i < 5; i++) CHECK_EQ_INT(c.tap_layers[i], want[i]);
+    CHECK_EQ_INT(c.mask_token_id, 999);
+}
+
+/* Writes dir/config.json = the drafter's config with `from` replaced by
+   `to`, and links its weights (or those of weights_from). */
+static void variant(const char *out, const char *src, const char *weights_from, const char *from, const char *to) {
+    char p[800], err[256];
+    mkdir(out, 0755);
+    snprintf(p, sizeof p, "%s/drafters/%s/config.json", test_data_dir(), src);
+    size_t n;
+    char *t = ds_read_file(p, &n, err, sizeof err);
+    if (!t) return;
+    char *hit = from ? strstr(t, from) : NULL;
+    if (from && !hit) test_fail(__FILE__, __LINE__, "variant: \"%s\" not in %s", from, p);
+    snprintf(p, sizeof p, "%s/config.json", out);
+    FILE *f = fopen(p, "w");
+    if (hit) fprintf(f, "%.*s%s%s", (int)(hit - t), t, to, hit + strlen(from));
+    else fputs(t, f);
+    fclose(f);
+    free(t);
+    char dst[800];
+    snprintf(p, sizeof p, "%s/drafters/%s/model.safetensors", test_data_dir(), weights_from ? weights_from : src);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", out);
+    unlink(dst);
+    char *abs = realpath(p, NULL);
+    if (!abs || symlink(abs, dst) != 0) test_fail(__FILE__, __LINE__, "symlink %s", dst);
+    free(abs);
+}
+
+TEST(drafter_load_errors) {
+    target t, other;
+    if (open_target(&t, "drafters/target") != 0) return;
+    if (open_target(&other, "models/qwen3-bf16") != 0) return;
+    static const struct {
+        const char *src, *weights, *from, *to, *want;
+        int other_target;
+    } cases[] = {
+        {"dspark", "dflash", NULL, NULL, "missing tensor \"embed_tokens.weight\"", 0},
+        {"dflash", "dspark", NULL, NULL, "unexpected tensor", 0},
+        {"dspark", NULL, "\"markov_rank\": 16", "\"markov_rank\": 8", "markov_head.markov_w1.weight", 0},
+        {"dspark", NULL, "\"markov_head_type\": \"vanilla\"", "\"markov_head_type\": \"rnn\"", "rnn", 0},
+        {"dspark", NULL, "\"mask_token_id\": 500", "\"mask_token_id\": 600", "mask_token_id", 0},
+        {"dspark", NULL, "\"num_target_layers\": 6", "\"num_target_layers\": 8", "8-layer target", 0},
+        {"dspark", NULL, "\"Qwen3DSparkModel\"", "\"Qwen3ForCausalLM\"", "not a drafter", 0},
+        {"dflash", NULL, "\"use_sliding_window\": false", "\"use_sliding_window\": true", "sliding", 0},
+        {"dflash", NULL, "\"mask_token_id\": 500", "\"mask_token_id\": 500, \"causal\": true", "causal", 0},
+        {"dspark", NULL, NULL, NULL, "6-layer target", 1},
+        {"dspark", NULL, "\"num_target_layers\": 6,", "", "below the target's last layer", 1},
+        {"dspark", NULL, "\"block_size\": 7", "\"block_size\": 700", "block_size", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[600], err[1024] = "";
+        snprintf(dir, sizeof dir, "%s/drafter-bad-%zu", test_tmp_dir(), i);
+        variant(dir, cases[i].src, cases[i].weights, cases[i].from, cases[i].to);
+        dmodel *dm = NULL;
+        int rc = dmodel_load(&dm, dir, cases[i].other_target ? other.m : t.m, NULL, err, sizeof err);
+        CHECK_MSG(rc != 0 && !dm, "case %zu loaded", i);
+        CHECK_MSG(strstr(err, cases[i].want), "case %zu: want \"%s\" in: %s", i, cases[i].want, err);
+        dmodel_free(dm);
+    }
+    close_target(&other);
+    close_target(&t);
+}
+
+/* ---- lossless through the spec loop ---- */
+
+/* A drafter that runs the neural drafter every round (so its cache
+   bookkeeping is exercised with real acceptances) but proposes the known
+   greedy continuation with periodic errors: random drafters are almost
+   never accepted on their own. */
+typedef struct {
+    drafter inner;
+    const int *ref;
+    int n_ref, pos, round, vocab, every;
+} steer;
+
+static int st_reset(void *self, const int *ids, int n) {
+    steer *s = self;
+    s->pos = n;
+    s->round = 0;
+    return s->inner.reset(s->inner.self, ids, n);
+}
+static int st_propose(void *self, int k, int *draft, float *q) {
+    steer *s = self;
+    int got = s->inner.propose(s->inner.self, k, draft, q);
+    s->round++;
+    for (int i = 0; i < got; i++) {
+        int t = s->pos + i < s->n_ref ? s->ref[s->pos + i] : 1;
+        if ((s->round * 5 + i) % s->every == s->every - 1) t = (t + 3) % s->vocab;
+        draft[i] = t;
+    }
+    return got;
+}
+static void st_commit(void *self, const int *ids, int n) {
+    steer *s = self;
+    s->pos += n;
+    s->inner.commit(s->inner.self, ids, n);
+}
+static void st_features(void *self, int pos0, int n, const float *taps, int rows, int row0) {
+    steer *s = self;
+    s->inner.features(s->inner.self, pos0, n, taps, rows, row0);
+}
+
+static int gen(const target *t, drafter *d, int k, const int *prompt, int n, int max_new, int *out, spec_stats *st) {
+    seq *s;
+    char err[512];
+    if (seq_create(&s, t->m, 200, 64, t->tp, err, sizeof err) != 0) return -1;
+    sampler *smp = greedy(t->V);
+    int stop[2] = {7, 9};
+    spec_opts so = {.max_new = max_new, .max_draft = k, .stop = stop, .n_stop = 2};
+    int rc = spec_generate(s, smp, d, prompt, n, &so, out, NULL, st, err, sizeof err);
+    if (rc != 0) test_fail(__FILE__, __LINE__, "%s", err);
+    sampler_free(smp);
+    seq_free(s);
+    return rc ? -1 : st->n_gen;
+}
+
+TEST(drafter_lossless_greedy) {
+    target t;
+    if (open_target(&t, "drafters/target") != 0) return;
+    const char *names[] = {"dspark", "dflash", "dspark-r0"};
+    char err[1024];
+    sampler *smp = greedy(t.V);
+    int mismatches = 0;
+    for (int di = 0; di < 3; di++) {
+        dmodel *dm = open_drafter(&t, names[di], err, sizeof err);
+        CHECK_MSG(dm, "%s", err);
+        if (!dm) continue;
+        dstate *ds;
+        CHECK(dstate_create(&ds, dm, 200, t.tp, smp, err, sizeof err) == 0);
+        long accepted = 0;
+        for (int pi = 0; pi < 20; pi++) {
+            int prompt[32], n = 3 + pi % 11;
+            uint32_t r = 777u + (uint32_t)pi * 31u;
+            for (int i = 0; i < n; i++) {
+                r = r * 1664525u + 1013904223u;
+                prompt[i] = 10 + (int)((r >> 8) % 480);
+            }
+            int base[64], got[64];
+            spec_stats st;
+            int nb = gen(&t, NULL, 0, prompt, n, 40, base, &st);
+            for (int k = 1; k <= 16; k++) {
+                drafter d = dstate_drafter(ds);
+                int ng = gen(&t, &d, k, prompt, n, 40, got, &st);
+                if (ng != nb || memcmp(got, base, sizeof(int) * (size_t)nb))
+                    if (mismatches++ < 5) test_fail(__FILE__, __LINE__, "%s prompt %d k %d", names[di], pi, k);
+                /* steered: real acceptances through the same drafter state */
+                int ref[128];
+                memcpy(ref, prompt, sizeof(int) * (size_t)n);
+                memcpy(ref + n, base, sizeof(int) * (size_t)nb);
+                steer sv = {.inner = dstate_drafter(ds), .ref = ref, .n_ref = n + nb, .vocab = t.V,
+                            .every = 2 + (k + pi) % 5};
+                drafter sd = {.self = &sv, .deterministic = 1, .n_taps = sv.inner.n_taps,
+                              .tap_layers = sv.inner.tap_layers, .reset = st_reset, .propose = st_propose,
+                              .commit = st_commit, .features = st_features};
+                ng = gen(&t, &sd, k, prompt, n, 40, got, &st);
+                accepted += st.n_accepted;
+                if (ng != nb || memcmp(got, base, sizeof(int) * (size_t)nb))
+                    if (mismatches++ < 5)
+                        test_fail(__FILE__, __LINE__, "%s steered prompt %d k %d", names[di], pi, k);
+                /* the drafter's context is exactly the committed positions */
+                CHECK_EQ_INT(dstate_ctx_len(ds), n + ng - 1);
+            }
+        }
+        CHECK_MSG(accepted > 100, "%s: steered drafts were hardly accepted (%ld)", names[di], accepted);
+        dstate_free(ds);
+        dmodel_free(dm);
+    }
+    CHECK_EQ_INT(mismatches, 0);
+    sampler_free(smp);
+    close_target(&t);
+}
+
+/* After rounds with partial acceptance, the drafter's cache equals that of
+   a drafter fed the same committed sequence in one go: the next proposal
+   (drafts and logits) is identical. */
+TEST(drafter_cache_incremental_equals_fresh) {
+    target t;
+    if (open_target(&t, "drafters/target") != 0) return;
+    char err[1024];
+    sampler *smp = greedy(t.V);
+    const char *names[] = {"dspark", "dflash"};
+    for (int di = 0; di < 2; di++) {
+        dmodel *dm = open_drafter(&t, names[di], err, sizeof err);
+        CHECK_MSG(dm, "%s", err);
+        if (!dm) continue;
+        dstate *a, *b;
+        CHECK(dstate_create(&a, dm, 200, t.tp, smp, err, sizeof err) == 0);
+        CHECK(dstate_create(&b, dm, 200, t.tp, smp, err, sizeof err) == 0);
+        int prompt[12] = {11, 22, 33, 44, 55, 66, 77, 88, 99, 111, 122, 133}, base[64];
+        spec_stats st;
+        int nb = gen(&t, NULL, 0, prompt, 12, 30, base, &st);
+        int ref[64];
+        memcpy(ref, prompt, sizeof prompt);
+        memcpy(ref + 12, base, sizeof(int) * (size_t)nb);
+        steer sv = {.inner = dstate_drafter(a), .ref = ref, .n_ref = 12 + nb, .vocab = t.V, .every = 3};
+        drafter sd = {.self = &sv, .deterministic = 1, .n_taps = sv.inner.n_taps, .tap_layers = sv.inner.tap_layers,
+                      .reset = st_reset, .propose = st_propose, .commit = st_commit, .features = st_features};
+        int got[64];
+        int ng = gen(&t, &sd, 5, prompt, 12, 30, got, &st);
+        CHECK(st.n_accepted > 3);
+        /* fresh: the committed sequence (prompt + all but the last emitted
+           id) in one prefill, then the last id as the anchor */
+        int total = 12 + ng - 1;
+        seq *s;
+        CHECK(seq_create(&s, t.m, 200, 64, t.tp, err, sizeof err) == 0);
+        drafter db = dstate_drafter(b);
+        db.reset(db.self, ref, total);
+        feed(s, &db, ref, total, t.V, t.H);
+        db.commit(db.self, &ref[total], 1);
+        int da[64], dbb[64];
+        int ka = sv.inner.propose(sv.inner.self, 16, da, NULL), kb = db.propose(db.self, 16, dbb, NULL);
+        CHECK_EQ_INT(ka, kb);
+        CHECK(ka > 0 && !memcmp(da, dbb, sizeof(int) * (size_t)ka));
+        const float *la, *lb;
+        int ra = dstate_last(a, &la, NULL, NULL), rb = dstate_last(b, &lb, NULL, NULL);
+        CHECK_EQ_INT(ra, rb);
+        CHECK_MSG(rel_err(la, lb, (size_t)ra * t.V) < 1e-5, "%s: incremental and fresh drafter logits differ",
+                  names[di]);
+        seq_free(s);
+        dstate_free(a);
+        dstate_free(b);
+        dmodel_free(dm);
+    }
+    sampler_free(smp);
+    close_target(&t);
+}
