@@ -87,6 +87,9 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--system")) o->system = v;
         else if (!strcmp(a, "--mode")) o->mode = v;
         else if (!strcmp(a, "--drafter")) o->drafter = v;
+        else if (!strcmp(a, "--modes")) o->modes = v;
+        else if (!strcmp(a, "--json")) o->json = v;
+        else if (!strcmp(a, "--trials")) o->trials = parse_int(a, v, 1, 100);
         else if (!strcmp(a, "--max-draft")) {
             if (!strcmp(v, "auto")) o->max_draft_auto = 1;
             else o->max_draft = parse_int(a, v, 1, SPEC_MAX_DRAFT);

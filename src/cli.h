@@ -30,6 +30,8 @@ typedef struct {
     float conf_threshold;
     int n_predict, threads, ctx, top_k, print_ids, jsonl, add_special, ignore_eos, help, skip_special;
     int chat, no_gen_prompt, no_thinking, use_mmap;
+    const char *modes, *json; /* bench: --modes LIST, --json FILE */
+    int trials;               /* bench: --trials N (0 = default) */
     float temp, top_p, min_p;
     unsigned long long seed;
     int n_vars;
@@ -112,6 +114,8 @@ int cmd_tokenize(const opts *o);
 int cmd_detokenize(const opts *o);
 int cmd_template(const opts *o);
 int cmd_chat(const opts *o);
-extern const char RUN_HELP[], LOGITS_HELP[], TOKENIZE_HELP[], DETOKENIZE_HELP[], TEMPLATE_HELP[], CHAT_HELP[];
+int cmd_bench(const opts *o);
+extern const char RUN_HELP[], LOGITS_HELP[], TOKENIZE_HELP[], DETOKENIZE_HELP[], TEMPLATE_HELP[], CHAT_HELP[],
+    BENCH_HELP[];
 
 #endif

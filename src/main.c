@@ -19,6 +19,7 @@ static const char MAIN_HELP[] =
     "  tokenize    print token ids of a text\n"
     "  detokenize  print the text of token ids\n"
     "  template    print the prompt a chat template renders for a conversation\n"
+    "  bench       decode speed of each decoding mode on fixed prompts, and a lossless check\n"
     "  version     print version and CPU features\n";
 
 #define SAMPLING " --mmap --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
@@ -41,6 +42,9 @@ static const command COMMANDS[] = {
     {"detokenize", cmd_detokenize, DETOKENIZE_HELP, " --model -m --skip-special "},
     {"template", cmd_template, TEMPLATE_HELP,
      " --model -m --messages --tools --no-generation-prompt" TEMPLATE_VARS},
+    {"bench", cmd_bench, BENCH_HELP,
+     " --model -m --drafter --modes --trials --json --prompt-ids --max-draft --confidence-threshold"
+     " --threads -t --context-window -c -n --n-predict --mmap "},
 };
 
 int main(int argc, char **argv) {

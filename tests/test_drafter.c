@@ -488,3 +488,162 @@ TEST(drafter_cache_incremental_equals_fresh) {
     sampler_free(smp);
     close_target(&t);
 }
+
+/* A sampling drafter whose q overlaps the target's p without equalling it,
+   so that drafts are often accepted and rejections exercise the residual
+   max(0, p - q): it runs the neural drafter (its state and q, or its
+   one-hot argmax for DFlash), then draws each draft from
+   q = (p' + q_drafter) / 2, with p' the target's distribution at a lower
+   temperature (computed on its own target context). q is exactly the
+   distribution each draft was drawn from. */
+typedef struct {
+    drafter inner;
+    seq *ws;
+    sampler *sharp;
+    int *ids, n, V;
+    float *qi, *lg;
+    uint32_t rng;
+} mixer;
+
+static int mx_reset(void *self, const int *ids, int n) {
+    mixer *m = self;
+    memcpy(m->ids, ids, sizeof(int) * (size_t)n);
+    m->n = n;
+    return m->inner.reset(m->inner.self, ids, n);
+}
+static void mx_commit(void *self, const int *ids, int n) {
+    mixer *m = self;
+    memcpy(m->ids + m->n, ids, sizeof(int) * (size_t)n);
+    m->n += n;
+    m->inner.commit(m->inner.self, ids, n);
+}
+static void mx_features(void *self, int pos0, int n, const float *taps, int rows, int row0) {
+    mixer *m = self;
+    m->inner.features(m->inner.self, pos0, n, taps, rows, row0);
+}
+static int mx_propose(void *self, int k, int *draft, float *q) {
+    mixer *m = self;
+    char err[256];
+    int got = m->inner.propose(m->inner.self, k, draft, m->inner.deterministic ? NULL : m->qi);
+    if (seq_prefill(m->ws, m->ids, m->n, m->lg, err, sizeof err) < 0) return 0;
+    for (int j = 0; j < got; j++) {
+        float *qj = q + (size_t)j * m->V;
+        sampler_probs(m->sharp, m->lg, qj);
+        for (int i = 0; i < m->V; i++) {
+            float qd = m->inner.deterministic ? (i == draft[j] ? 1.0f : 0.0f) : m->qi[(size_t)j * m->V + i];
+            qj[i] = 0.5f * qj[i] + 0.5f * qd;
+        }
+        m->rng = m->rng * 1664525u + 1013904223u;
+        double u = (m->rng >> 8) / 16777216.0, cum = 0;
+        int pick = -1;
+        for (int i = 0; i < m->V && pick < 0; i++) {
+            cum += qj[i];
+            if (u < cum && qj[i] > 0) pick = i;
+        }
+        for (int i = m->V - 1; pick < 0 && i >= 0; i--)
+            if (qj[i] > 0) pick = i;
+        draft[j] = pick;
+        if (j + 1 < got && seq_step(m->ws, pick, m->lg, err, sizeof err) != 0) return j + 1;
+    }
+    return got;
+}
+
+/* Sampled speculative decoding keeps the target's distribution: the joint
+   distribution of the 1st (from the prefill) and 2nd (from a verify round)
+   generated tokens (top-k 4 keeps the cells few) over many seeds equals
+   baseline's, with DSpark (its sampled drafts and q) and DFlash (one-hot
+   argmax drafts) inside a mixer whose q is deliberately unlike p (half a
+   sharper target distribution, half the random drafter's), so that about
+   half the drafts are accepted and the rest resample from max(0, p - q).
+   Two-sample chi-square test; with the residual replaced by p it fails. */
+TEST(drafter_sampling_distribution) {
+    target t;
+    if (open_target(&t, "drafters/target") != 0) return;
+    char err[1024];
+    enum { N = 2500, MAXC = 4096 };
+    const int prompt[6] = {376, 280, 119, 187, 320, 332};
+    const char *names[] = {NULL, "dspark", "dflash"};
+    static long cnt[3][MAXC];
+    int n_keys = 0; /* cells: (t2 * V + t3) */
+    static int cell_key[MAXC];
+    long accepted[3] = {0};
+    memset(cnt, 0, sizeof cnt);
+    float *qi = xmalloc(sizeof(float) * 8 * (size_t)t.V), *lg = xmalloc(sizeof(float) * (size_t)t.V);
+    for (int mi = 0; mi < 3; mi++) {
+        dmodel *dm = NULL;
+        dstate *ds = NULL;
+        seq *s, *ws = NULL;
+        sampler *smp, *sharp;
+        sampler_params sp = {.temperature = 0.9f, .top_k = 4, .top_p = 1, .seed = 1};
+        sampler_params sps = {.temperature = 0.4f, .top_k = 4, .top_p = 1, .seed = 1};
+        CHECK(sampler_create(&smp, &sp, t.V, err, sizeof err) == 0);
+        CHECK(sampler_create(&sharp, &sps, t.V, err, sizeof err) == 0);
+        if (names[mi]) {
+            dm = open_drafter(&t, names[mi], err, sizeof err);
+            CHECK_MSG(dm, "%s", err);
+            if (!dm) continue;
+            CHECK(seq_create(&ws, t.m, 64, 64, t.tp, err, sizeof err) == 0);
+        }
+        CHECK(seq_create(&s, t.m, 64, 64, t.tp, err, sizeof err) == 0);
+        int ctx_ids[64];
+        for (int i = 0; i < N; i++) {
+            sampler_free(smp);
+            sp.seed = 1000003ull * (uint64_t)(i + 1) + (uint64_t)mi * 7;
+            sampler_create(&smp, &sp, t.V, err, sizeof err);
+            drafter d;
+            mixer mx;
+            if (dm) {
+                dstate_free(ds); /* a fresh state bound to this seed's sampler */
+                dstate_create(&ds, dm, 64, t.tp, smp, err, sizeof err);
+                mx = (mixer){.inner = dstate_drafter(ds), .ws = ws, .sharp = sharp, .ids = ctx_ids, .V = t.V, .qi = qi,
+                             .lg = lg, .rng = 12345u + (uint32_t)i * 2654435761u};
+                d = (drafter){.self = &mx, .deterministic = 0, .n_taps = mx.inner.n_taps,
+                              .tap_layers = mx.inner.tap_layers, .reset = mx_reset, .propose = mx_propose,
+                              .commit = mx_commit, .features = mx_features};
+            }
+            spec_opts so = {.max_new = 3, .max_draft = 3, .ignore_eos = 1};
+            spec_stats st;
+            int out[4];
+            if (spec_generate(s, smp, dm ? &d : NULL, prompt, 6, &so, out, NULL, &st, err, sizeof err) != 0) {
+                test_fail(__FILE__, __LINE__, "%s", err);
+                break;
+            }
+            accepted[mi] += st.n_accepted;
+            int key = out[0] * t.V + out[1], c = -1;
+            for (int j = 0; j < n_keys; j++)
+                if (cell_key[j] == key) c = j;
+            if (c < 0 && n_keys < MAXC) {
+                c = n_keys++;
+                cell_key[c] = key;
+            }
+            if (c >= 0) cnt[mi][c]++;
+        }
+        seq_free(s);
+        seq_free(ws);
+        dstate_free(ds);
+        dmodel_free(dm);
+        sampler_free(smp);
+        sampler_free(sharp);
+    }
+    free(qi);
+    free(lg);
+    for (int mi = 1; mi < 3; mi++) {
+        double chi = 0;
+        int df = -1;
+        for (int c = 0; c < n_keys; c++) {
+            double a = (double)cnt[0][c], b = (double)cnt[mi][c];
+            if (a + b == 0) continue;
+            chi += (a - b) * (a - b) / (a + b);
+            df++;
+        }
+        /* about p < 1e-6 for chi-square with df degrees of freedom */
+        double lim = df + 7.0 * sqrt(2.0 * df) + 15.0;
+
+        CHECK_MSG(accepted[mi] > N / 4, "%s: only %ld drafts accepted", names[mi], accepted[mi]);
+        CHECK_MSG(chi < lim, "%s: chi-square %.1f with %d cells exceeds %.1f", names[mi], chi, df + 1, lim);
+        if (getenv("DSPARK_TEST_VERBOSE"))
+            fprintf(stderr, "  %s: chi2 %.1f df %d (limit %.1f), accepted drafts %ld\n", names[mi], chi, df, lim,
+                    accepted[mi]);
+    }
+    close_target(&t);
+}
