@@ -2,7 +2,13 @@
  * (config.json, generation_config.json, model.safetensors in bf16) with the
  * exact Qwen3-0.6B or Qwen3-1.7B shapes, for speed benchmarks only. Weights
  * ~ N(0, 0.02), norms ~ 1 + N(0, 0.02), deterministic from the seed.
- *   mkrandom OUT_DIR [0.6b|1.7b] [seed] */
+ *   mkrandom OUT_DIR [0.6b|1.7b] [seed]
+ * Or a drafter in the published layouts for such a target (5 layers of the
+ * target's width, taps [1, 7, 13, 19, 25] by the published fallback):
+ *   mkrandom OUT_DIR dspark-0.6b|dflash-0.6b|dspark-1.7b|dflash-1.7b [target seed]
+ * DSpark's embed_tokens and lm_head copies are drawn with the target's seed,
+ * so they are byte-identical to the target's tied embedding (and get
+ * aliased), as in the published checkpoints. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,9 +53,17 @@ int main(int argc, char **argv) {
         return 1;
     }
     const char *dir = argv[1];
-    int big = argc > 2 && !strcmp(argv[2], "1.7b");
-    if (argc > 3) rng = strtoull(argv[3], NULL, 10) | 1;
+    const char *shape = argc > 2 ? argv[2] : "0.6b";
+    int big = strstr(shape, "1.7b") != NULL;
+    int dspark = !strncmp(shape, "dspark", 6), dflash = !strncmp(shape, "dflash", 6);
+    uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 10) | 1 : 1234;
+    rng = seed;
     long H = big ? 2048 : 1024, I = big ? 6144 : 3072, L = 28, NH = 16, NKV = 8, HD = 128, V = 151936;
+    const char *pre = "model.";
+    if (dspark || dflash) {
+        L = 5;
+        pre = "";
+    }
     mkdir(dir, 0755);
     char path[1024];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -58,8 +72,17 @@ int main(int argc, char **argv) {
         perror(path);
         return 1;
     }
+    if (dspark || dflash)
+        fprintf(f, "{\"architectures\":[\"%s\"],\"block_size\":%d,%s\"num_target_layers\":28,",
+                dspark ? "Qwen3DSparkModel" : "DFlashDraftModel", dspark ? 7 : 16,
+                dspark ? "\"mask_token_id\":151669,\"target_layer_ids\":[1,7,13,19,25],\"markov_rank\":256,"
+                         "\"markov_head_type\":\"vanilla\",\"enable_confidence_head\":true,"
+                         "\"confidence_head_with_markov\":true,"
+                       : "\"dflash_config\":{\"mask_token_id\":151669,\"target_layer_ids\":[1,7,13,19,25]},");
+    else
+        fprintf(f, "{\"architectures\":[\"Qwen3ForCausalLM\"],");
     fprintf(f,
-            "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",\"hidden_size\":%ld,"
+            "\"model_type\":\"qwen3\",\"hidden_size\":%ld,"
             "\"intermediate_size\":%ld,\"num_hidden_layers\":%ld,\"num_attention_heads\":%ld,"
             "\"num_key_value_heads\":%ld,\"head_dim\":%ld,\"vocab_size\":%ld,\"max_position_embeddings\":40960,"
             "\"rms_norm_eps\":1e-06,\"rope_theta\":1000000,\"tie_word_embeddings\":true,\"attention_bias\":false,"
@@ -72,13 +95,27 @@ int main(int argc, char **argv) {
     fclose(f);
 
     int nt = 0;
-    tdesc *t = calloc((size_t)(3 + L * 11), sizeof *t);
+    tdesc *t = calloc((size_t)(16 + L * 11), sizeof *t);
 #define ADD(n0, a, b, nm) do { snprintf(t[nt].name, 96, "%s", n0); t[nt].d0 = a; t[nt].d1 = b; t[nt].norm = nm; nt++; } while (0)
-    ADD("model.embed_tokens.weight", V, H, 0);
-    ADD("model.norm.weight", H, 0, 1);
+    /* norm 2: drawn from the target's seed (the DSpark copies of its embedding) */
+    if (!dflash) ADD(dspark ? "embed_tokens.weight" : "model.embed_tokens.weight", V, H, dspark ? 2 : 0);
+    if (dspark) {
+        ADD("lm_head.weight", V, H, 2);
+        ADD("markov_head.markov_w1.weight", V, 256, 0);
+        ADD("markov_head.markov_w2.weight", V, 256, 0);
+        ADD("confidence_head.proj.weight", 1, H + 256, 0);
+        ADD("confidence_head.proj.bias", 1, 0, 0);
+    }
+    if (dspark || dflash) {
+        ADD("fc.weight", H, 5 * H, 0);
+        ADD("hidden_norm.weight", H, 0, 1);
+        ADD("norm.weight", H, 0, 1);
+    } else {
+        ADD("model.norm.weight", H, 0, 1);
+    }
     char nm[96];
     for (long l = 0; l < L; l++) {
-#define LAY(s, a, b, n) do { snprintf(nm, 96, "model.layers.%ld.%s", l, s); ADD(nm, a, b, n); } while (0)
+#define LAY(s, a, b, n) do { snprintf(nm, 96, "%slayers.%ld.%s", pre, l, s); ADD(nm, a, b, n); } while (0)
         LAY("input_layernorm.weight", H, 0, 1);
         LAY("post_attention_layernorm.weight", H, 0, 1);
         LAY("self_attn.q_proj.weight", NH * HD, H, 0);
@@ -114,11 +151,13 @@ int main(int argc, char **argv) {
     fwrite(&hl, 8, 1, f);
     fwrite(hdr, 1, n, f);
     uint16_t *buf = malloc(sizeof(uint16_t) * (1 << 20));
+    uint64_t own = seed * 2654435761u | 1;
     for (int i = 0; i < nt; i++) {
         size_t cnt = (size_t)t[i].d0 * (size_t)(t[i].d1 ? t[i].d1 : 1);
+        if (dspark) rng = t[i].norm == 2 ? seed : own++; /* copies replay the target's first draws */
         while (cnt) {
             size_t k = cnt < (1u << 20) ? cnt : (1u << 20);
-            for (size_t j = 0; j < k; j++) buf[j] = bf16((t[i].norm ? 1.0f : 0.0f) + 0.02f * gauss());
+            for (size_t j = 0; j < k; j++) buf[j] = bf16((t[i].norm == 1 ? 1.0f : 0.0f) + 0.02f * gauss());
             fwrite(buf, 2, k, f);
             cnt -= k;
         }

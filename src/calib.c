@@ -37,7 +37,7 @@ static int time_ok(double t, int zero_ok) {
 }
 
 int calib_costs_valid(const calib_costs *c) {
-    if (!c || c->n_w < 1 || c->n_w > CALIB_MAX_W || !time_ok(c->draft_s, 1)) return 0;
+    if (!c || c->n_w < 1 || c->n_w > CALIB_MAX_W || !time_ok(c->draft_s, 1) || !time_ok(c->draft_tok_s, 1)) return 0;
     for (int w = 1; w <= c->n_w; w++)
         if (!time_ok(c->verify_s[w], 0)) return 0;
     return 1;
@@ -93,6 +93,7 @@ int calib_measure_verify(seq *s, int n_w, int ctx_len, int reps, calib_costs *ou
         out->verify_s[w] = reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
     }
     out->draft_s = 0;
+    out->draft_tok_s = 0;
     rc = 0;
 done:
     seq_reset(s);
@@ -239,6 +240,14 @@ static int parse_entry(const cJSON *e, calib_costs *c, double *created, char *wh
     if (!cJSON_IsNumber(d) || !time_ok(d->valuedouble, 1))
         return ds_err(why, whylen, "\"draft_s\" is not a time in [0, %g] seconds", CALIB_MAX_SECONDS);
     c->draft_s = d->valuedouble;
+    /* optional (older entries lack it): drafter seconds per drafted token */
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "draft_tok_s");
+    c->draft_tok_s = 0;
+    if (dt) {
+        if (!cJSON_IsNumber(dt) || !time_ok(dt->valuedouble, 1))
+            return ds_err(why, whylen, "\"draft_tok_s\" is not a time in [0, %g] seconds", CALIB_MAX_SECONDS);
+        c->draft_tok_s = dt->valuedouble;
+    }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "created");
     double tc = 0;
     if (t) {
@@ -354,6 +363,7 @@ static cJSON *entry_json(const calib_costs *c, double created) {
     for (int w = 1; w <= c->n_w; w++) cJSON_AddItemToArray(arr, exact_number(c->verify_s[w]));
     cJSON_AddItemToObject(e, "verify_s", arr);
     cJSON_AddItemToObject(e, "draft_s", exact_number(c->draft_s));
+    cJSON_AddItemToObject(e, "draft_tok_s", exact_number(c->draft_tok_s));
     cJSON_AddItemToObject(e, "created", exact_number(created));
     return e;
 }
@@ -508,7 +518,7 @@ int calib_best_cap(const calib_costs *c, const double *alpha, int max_k, double 
         a = a != a ? 0 : a < 0 ? 0 : a > 1 ? 1 : a;
         prod *= a;
         e += prod;
-        double r = e / (c->draft_s + calib_verify_time(c, k + 1));
+        double r = e / (c->draft_s + c->draft_tok_s * k + calib_verify_time(c, k + 1));
         if (r > best * (1 + 1e-12)) { /* a tie within rounding goes to the smaller cap */
             best = r;
             best_k = k;

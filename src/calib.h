@@ -13,8 +13,8 @@
  *     given per-position acceptance probabilities (calib_best_cap);
  *   - adapts that cap while generating (calib_ctl, for `--max-draft auto`).
  *
- * Model of a round with cap k: the drafter proposes k tokens (draft_s
- * seconds, 0 when k = 0), the target verifies k + 1 rows (verify_s[k+1]).
+ * Model of a round with cap k: the drafter proposes k tokens (draft_s +
+ * k * draft_tok_s seconds, 0 when k = 0), the target verifies k + 1 rows (verify_s[k+1]).
  * With alpha_i the probability that draft i is accepted given drafts
  * 1..i-1 were, the round emits E(k) = 1 + sum_{j=1..k} prod_{i=1..j}
  * alpha_i tokens (the accepted drafts plus the target's correction or
@@ -24,7 +24,8 @@
  * w * t(1) (no batching benefit assumed).
  *
  * Cache file (see calib_default_path):
- *   {"version": 1, "entries": {"<key>": {"verify_s": [t1, .., tn], "draft_s": x, "created": unix_time}}}
+ *   {"version": 1, "entries": {"<key>": {"verify_s": [t1, .., tn], "draft_s": x, "draft_tok_s": y, "created": unix_time}}}
+ * (draft_tok_s is optional on reading: 0 when absent).
  * Numbers are written with enough digits to read back bit-exact. A file
  * that does not parse or does not have this shape is reported once and
  * replaced by the next store; the newest CALIB_MAX_ENTRIES entries are
@@ -57,7 +58,8 @@
 typedef struct {
     int n_w;                          /* widths measured: 1..n_w */
     double verify_s[CALIB_MAX_W + 1]; /* [w]: seconds for a w-row target forward (index 0 unused) */
-    double draft_s;                   /* seconds per drafter round (0: free, e.g. n-gram lookup) */
+    double draft_s;                   /* seconds per drafter round, fixed part (0: free, e.g. n-gram lookup) */
+    double draft_tok_s;               /* + seconds per drafted token (LM head rows, DSpark's Markov steps) */
 } calib_costs;
 
 /* ---- measurement ---- */

@@ -67,35 +67,47 @@ static void open_neural(cli_spec *sp, const opts *o, const cli_engine *e, seq *s
     sp->block_cap = c->kind == DRAFTER_DSPARK ? c->block_size : c->block_size - 1;
 }
 
-/* Median seconds of a drafter round on a dummy context (features zero). */
-static double measure_drafter(cli_spec *sp, int ctx_len) {
-    const drafter_config *c = dmodel_cfg(sp->dm);
-    int H = c->base.hidden_size;
-    int *ids = xcalloc((size_t)ctx_len + 1, sizeof(int));
-    for (int i = 0; i <= ctx_len; i++) ids[i] = (i * 7919) % c->base.vocab_size;
-    float *taps = xcalloc((size_t)c->n_taps * (size_t)ctx_len * (size_t)H, sizeof(float));
-    drafter *d = &sp->d;
-    d->reset(d->self, ids, ctx_len + 1);
-    d->features(d->self, 0, ctx_len, taps, ctx_len, 0);
-    int draft[DRAFTER_MAX_BLOCK];
-    double t[6];
-    for (int r = 0; r < 6; r++) {
-        double t0 = ds_now();
-        d->propose(d->self, sp->block_cap, draft, NULL);
-        t[r] = ds_now() - t0;
-    }
-    d->reset(d->self, ids, 0);
-    free(ids);
-    free(taps);
-    /* median of the 5 after the warm-up */
-    for (int i = 1; i < 6; i++)
-        for (int j = i + 1; j < 6; j++)
+static double median5(double *t) {
+    for (int i = 0; i < 5; i++)
+        for (int j = i + 1; j < 5; j++)
             if (t[j] < t[i]) {
                 double x = t[i];
                 t[i] = t[j];
                 t[j] = x;
             }
-    return t[3];
+    return t[2];
+}
+
+/* A drafter round's cost on a dummy context (features zero), as a fixed
+   part (the block forward) plus a part per drafted token (LM head rows and
+   DSpark's Markov steps): medians of 5 rounds at cap 1 and at the full
+   block, after a warm-up. */
+static void measure_drafter(cli_spec *sp, int ctx_len, calib_costs *c) {
+    const drafter_config *dc = dmodel_cfg(sp->dm);
+    int H = dc->base.hidden_size, B = sp->block_cap;
+    int *ids = xcalloc((size_t)ctx_len + 1, sizeof(int));
+    for (int i = 0; i <= ctx_len; i++) ids[i] = (i * 7919) % dc->base.vocab_size;
+    float *taps = xcalloc((size_t)dc->n_taps * (size_t)ctx_len * (size_t)H, sizeof(float));
+    drafter *d = &sp->d;
+    d->reset(d->self, ids, ctx_len + 1);
+    d->features(d->self, 0, ctx_len, taps, ctx_len, 0);
+    int draft[DRAFTER_MAX_BLOCK];
+    double t1[5], tb[5];
+    d->propose(d->self, B, draft, NULL);
+    for (int r = 0; r < 5; r++) {
+        double t0 = ds_now();
+        d->propose(d->self, 1, draft, NULL);
+        t1[r] = ds_now() - t0;
+        t0 = ds_now();
+        d->propose(d->self, B, draft, NULL);
+        tb[r] = ds_now() - t0;
+    }
+    d->reset(d->self, ids, 0);
+    free(ids);
+    free(taps);
+    double a = median5(t1), b = median5(tb);
+    c->draft_tok_s = B > 1 && b > a ? (b - a) / (B - 1) : 0;
+    c->draft_s = a - c->draft_tok_s > 0 ? a - c->draft_tok_s : 0;
 }
 
 static void calibrate(cli_spec *sp, const opts *o, const cli_engine *e, seq *s) {
@@ -130,7 +142,7 @@ static void calibrate(cli_spec *sp, const opts *o, const cli_engine *e, seq *s) 
         return;
     }
     (void)c;
-    if (sp->dm) sp->costs.draft_s = measure_drafter(sp, ctx);
+    if (sp->dm) measure_drafter(sp, ctx, &sp->costs);
     sp->have_costs = 1;
     if (have_path && calib_store(path, key, &sp->costs, err, sizeof err) != 0)
         fprintf(stderr, "dspark: warning: cannot save calibration: %s\n", err);

@@ -45,7 +45,7 @@ static calib_costs cpu_curve(double t1, double draft_s) {
 }
 
 static int same_costs(const calib_costs *a, const calib_costs *b) {
-    if (a->n_w != b->n_w || a->draft_s != b->draft_s) return 0;
+    if (a->n_w != b->n_w || a->draft_s != b->draft_s || a->draft_tok_s != b->draft_tok_s) return 0;
     for (int w = 1; w <= a->n_w; w++)
         if (a->verify_s[w] != b->verify_s[w]) return 0;
     return 1;
@@ -147,7 +147,7 @@ TEST(calib_store_load_roundtrip) {
     char dir[512], path[600], err[512], warn[1024];
     tmp_path(dir, sizeof dir, "rt/a/b"); /* parents do not exist yet */
     snprintf(path, sizeof path, "%s/calibration.json", dir);
-    calib_costs a = cpu_curve(0.0123456789, 0), b = {.n_w = 3, .draft_s = 1.0 / 3};
+    calib_costs a = cpu_curve(0.0123456789, 0), b = {.n_w = 3, .draft_s = 1.0 / 3, .draft_tok_s = 0.1 / 3};
     a.verify_s[5] = 0.1; /* values with no short exact decimal form */
     a.verify_s[7] = 1.0 / 7;
     b.verify_s[1] = 5e-7;
@@ -382,6 +382,12 @@ TEST(calib_best_cap) {
     CHECK_EQ_INT(calib_best_cap(&cpu, alpha, 15, NULL), 2);
     cpu.draft_s = 0.08;
     CHECK_EQ_INT(calib_best_cap(&cpu, alpha, 15, NULL), 0);
+    /* a cost per drafted token instead: 0.25 forward per draft gives k=1: 1.6 / 1.28 = 1.25, k=2:
+       1.942 / 1.67 = 1.163, k=3: 2.127 / 2.25 = 0.945, so k = 1 */
+    cpu.draft_s = 0;
+    cpu.draft_tok_s = 0.25 * 0.08;
+    CHECK_EQ_INT(calib_best_cap(&cpu, alpha, 15, NULL), 1);
+    cpu.draft_tok_s = 0;
     cpu.draft_s = 10.0;
     calib_prior(alpha, CALIB_MAX_K, 1.0, 1.0);
     CHECK_EQ_INT(calib_best_cap(&cpu, alpha, 15, NULL), 0);
