@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "calib.h"
 #include "test.h"
 #include "util.h"
 
@@ -267,5 +268,31 @@ TEST(cli_run_drafter_modes_equal_baseline) {
              model_dir("qwen3-bf16"), dd);
     CHECK(run_cli(args, NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "6-layer target"), "%s", err ? err : "");
+    free(err);
+}
+
+/* a corrupt calibration cache is reported, ignored and rewritten */
+TEST(cli_calibration_cache_corrupt_rewritten) {
+    char path[700], args[2048], *err = NULL;
+    snprintf(path, sizeof path, "%s/calibration.json", getenv("DSPARK_CACHE_DIR"));
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("{\"version\": 1, \"entries\": {\"x\": {\"verify_s\": [0.1, \"oops\"]", f);
+    fclose(f);
+    snprintf(args, sizeof args, "run --model %s/drafters/target --prompt-ids 5,6,7 -n 8 --mode dspark --drafter "
+                                "%s/drafters/dspark",
+             test_data_dir(), test_data_dir());
+    CHECK_EQ_INT(run_cli(args, NULL, &err), 0);
+    CHECK_MSG(err && strstr(err, "corrupt") && strstr(err, "calibrating"), "%s", err ? err : "");
+    free(err);
+    char warn[1024];
+    calib_costs c;
+    char key[CALIB_KEY_MAX];
+    calib_key(key, sizeof key, "cpu", "none", "none", "bf16", 1);
+    CHECK_EQ_INT(calib_load(path, key, &c, warn, sizeof warn), 0); /* valid file now, other key */
+    /* the second run finds its entry: no calibration */
+    CHECK_EQ_INT(run_cli(args, NULL, &err), 0);
+    CHECK_MSG(err && !strstr(err, "calibrating") && strstr(err, "(calibrated)"), "%s", err ? err : "");
     free(err);
 }
