@@ -647,3 +647,51 @@ TEST(drafter_sampling_distribution) {
     }
     close_target(&t);
 }
+
+/* A second turn whose prompt extends the first reuses both caches (only the
+   new rows are prefilled, the drafter keeps its context) and generates
+   exactly what a fresh sequence and drafter generate. */
+TEST(drafter_prefix_reuse_across_turns) {
+    target t;
+    if (open_target(&t, "drafters/target") != 0) return;
+    char err[1024];
+    sampler *smp = greedy(t.V);
+    dmodel *dm = open_drafter(&t, "dspark", err, sizeof err);
+    CHECK_MSG(dm, "%s", err);
+    if (!dm) goto out;
+    dstate *ds, *fresh;
+    seq *s, *s2;
+    CHECK(dstate_create(&ds, dm, 200, t.tp, smp, err, sizeof err) == 0);
+    CHECK(dstate_create(&fresh, dm, 200, t.tp, smp, err, sizeof err) == 0);
+    CHECK(seq_create(&s, t.m, 200, 64, t.tp, err, sizeof err) == 0);
+    CHECK(seq_create(&s2, t.m, 200, 64, t.tp, err, sizeof err) == 0);
+    int stop[2] = {7, 9};
+    spec_opts so = {.max_new = 20, .max_draft = 4, .stop = stop, .n_stop = 2};
+    spec_stats st;
+    int p1[8] = {101, 102, 103, 104, 105, 106, 107, 108}, out1[32], out2[32], out3[32], p2[64];
+    drafter d = dstate_drafter(ds);
+    CHECK(spec_generate(s, smp, &d, p1, 8, &so, out1, NULL, &st, err, sizeof err) == 0);
+    int n2 = 8;
+    memcpy(p2, p1, sizeof p1);
+    memcpy(p2 + n2, out1, sizeof(int) * (size_t)st.n_gen);
+    n2 += st.n_gen;
+    p2[n2++] = 250;
+    p2[n2++] = 251;
+    CHECK(spec_generate(s, smp, &d, p2, n2, &so, out2, NULL, &st, err, sizeof err) == 0);
+    /* cached: everything but the first turn's last id; new: that id and two more */
+    CHECK_EQ_INT(st.n_prefilled, 3);
+    int ng2 = st.n_gen;
+    drafter df = dstate_drafter(fresh);
+    CHECK(spec_generate(s2, smp, &df, p2, n2, &so, out3, NULL, &st, err, sizeof err) == 0);
+    CHECK_EQ_INT(st.n_prefilled, n2);
+    CHECK_EQ_INT(st.n_gen, ng2);
+    CHECK(!memcmp(out2, out3, sizeof(int) * (size_t)ng2));
+    seq_free(s);
+    seq_free(s2);
+    dstate_free(ds);
+    dstate_free(fresh);
+    dmodel_free(dm);
+out:
+    sampler_free(smp);
+    close_target(&t);
+}
