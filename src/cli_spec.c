@@ -173,8 +173,17 @@ void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engi
         }
     } else if (sp->mode == CLI_MODE_AUTO) {
         dir = find_drafter(o, e->m, 1, buf, sizeof buf, &repo);
+        const char *ds_repo = repo;
         if (!dir && !o->drafter) dir = find_drafter(o, e->m, 0, buf, sizeof buf, &repo);
-        if (!dir) sp->mode = CLI_MODE_LOOKUP;
+        if (!dir) {
+            sp->mode = CLI_MODE_LOOKUP;
+            if (ds_repo) {
+                char hint[4096];
+                registry_search_hint(ds_repo, hint, sizeof hint);
+                fprintf(stderr, "dspark: note: --mode auto uses lookup: this target's drafter %s is not on this "
+                                "machine (%s)\n", ds_repo, hint);
+            }
+        }
     }
     if (sp->mode == CLI_MODE_LOOKUP) {
         if (o->has_conf) cli_die("--confidence-threshold needs a DSpark drafter");
