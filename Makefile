@@ -1,5 +1,6 @@
 # dspark: plain Makefile. `make help` lists the targets.
 #   make            build ./dspark (optimised, with runtime-dispatched AVX2 kernels)
+#   make demo       deps + build + the bundled model in baseline and speculative modes
 #   make test       build and run the unit + golden test suite
 #   make test SAN=1 the same suite under AddressSanitizer + UBSan (build/san/)
 #   make bench      CPU benchmark against llama.cpp (see bench/README.md)
@@ -35,7 +36,7 @@ TEST_SRC = $(wildcard tests/*.c)
 TEST_OBJ = $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRC))
 TEST_BIN = $(BUILD)/dspark-tests
 
-.PHONY: all test bench fuzz help clean test-assets
+.PHONY: all test bench fuzz help clean test-assets demo
 
 all: $(BIN)
 
@@ -72,6 +73,13 @@ test: $(TEST_BIN) $(BIN) test-assets
 bench: $(BIN)
 	bench/cpu-bench.sh
 
+# The README's first command: dependencies, build, the bundled model in
+# baseline and speculative modes (identity check, tokens per round, speedup).
+demo:
+	scripts/install-deps
+	$(MAKE) all
+	scripts/demo
+
 FUZZ_TARGETS = $(patsubst fuzz/%.c,build/fuzz/%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_LIB_SRC = $(filter-out src/main.c src/%_avx2.c src/%_avx512.c,$(LIB_SRC))
 
@@ -89,6 +97,7 @@ fuzz: $(FUZZ_TARGETS)
 
 help:
 	@echo "make            build ./dspark"
+	@echo "make demo       install deps, build, run the bundled model in every mode"
 	@echo "make test       run the test suite (T=name filters tests)"
 	@echo "make test SAN=1 run the suite under ASan+UBSan"
 	@echo "make bench      CPU benchmark vs llama.cpp (LLAMA_BENCH=..., LLAMA_CPP=...)"

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "cpu.h"
+#include "registry.h"
 
 #define DSPARK_VERSION "0.1.0"
 
@@ -62,7 +63,14 @@ int main(int argc, char **argv) {
             fputs(c->help, stdout);
             return 0;
         }
-        if (!o.model) cli_die("%s: --model DIR is required (see dspark %s --help)", c->name, c->name);
+        static char def[4096];
+        if (!o.model) {
+            if (!registry_default_model(def, sizeof def))
+                cli_die("%s: --model DIR is required: the bundled model %s was not found beside the dspark binary "
+                        "(models/%s) and DSPARK_MODEL is not set",
+                        c->name, DSPARK_DEFAULT_MODEL, DSPARK_DEFAULT_MODEL);
+            o.model = def;
+        }
         return c->fn(&o);
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

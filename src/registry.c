@@ -6,24 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util.h"
-
-static const struct {
-    registry_entry e;
-    int hidden, layers;
-} ENTRIES[] = {
-    {{"Qwen3-4B", "deepseek-ai/dspark_qwen3_4b_block7", "z-lab/Qwen3-4B-DFlash-b16"}, 2560, 36},
-    {{"Qwen3-8B", "deepseek-ai/dspark_qwen3_8b_block7", "z-lab/Qwen3-8B-DFlash-b16"}, 4096, 36},
-    {{"Qwen3-14B", "deepseek-ai/dspark_qwen3_14b_block7", NULL}, 5120, 40},
-};
-
-const registry_entry *registry_match(const model_config *c) {
-    if (c->arch != ARCH_QWEN3 || c->vocab_size != 151936 || fabs(c->rope_theta - 1e6) > 1.0) return NULL;
-    for (size_t i = 0; i < sizeof ENTRIES / sizeof ENTRIES[0]; i++)
-        if (c->hidden_size == ENTRIES[i].hidden && c->n_layers == ENTRIES[i].layers) return &ENTRIES[i].e;
-    return NULL;
-}
 
 static int has_config(const char *dir) {
     char p[4096];
@@ -34,6 +19,50 @@ static int try_dir(const char *dir, char *out, size_t n) {
     if (!has_config(dir)) return 0;
     snprintf(out, n, "%s", dir);
     return 1;
+}
+
+static const struct {
+    registry_entry e;
+    int vocab, hidden, layers;
+} ENTRIES[] = {
+    {{"Qwen3-4B", "deepseek-ai/dspark_qwen3_4b_block7", "z-lab/Qwen3-4B-DFlash-b16"}, 151936, 2560, 36},
+    {{"Qwen3-8B", "deepseek-ai/dspark_qwen3_8b_block7", "z-lab/Qwen3-8B-DFlash-b16"}, 151936, 4096, 36},
+    {{"Qwen3-14B", "deepseek-ai/dspark_qwen3_14b_block7", NULL}, 151936, 5120, 40},
+    /* the bundled default (models/): its drafters sit beside it */
+    {{DSPARK_DEFAULT_MODEL, "dspark/" DSPARK_DEFAULT_MODEL "-dspark", "dspark/" DSPARK_DEFAULT_MODEL "-dflash"},
+     6144, 256, 6},
+};
+
+const registry_entry *registry_match(const model_config *c) {
+    if (c->arch != ARCH_QWEN3 || fabs(c->rope_theta - 1e6) > 1.0) return NULL;
+    for (size_t i = 0; i < sizeof ENTRIES / sizeof ENTRIES[0]; i++)
+        if (c->vocab_size == ENTRIES[i].vocab && c->hidden_size == ENTRIES[i].hidden &&
+            c->n_layers == ENTRIES[i].layers)
+            return &ENTRIES[i].e;
+    return NULL;
+}
+
+int registry_default_model(char *out, size_t n) {
+    const char *env = getenv("DSPARK_MODEL");
+    if (env && *env) {
+        snprintf(out, n, "%s", env);
+        return 1;
+    }
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return 0;
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return 0;
+    *slash = 0;
+    /* the source tree (binary at the root), then an installed prefix */
+    const char *rel[] = {"models", "../share/dspark/models", "../models"};
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        char dir[4600];
+        snprintf(dir, sizeof dir, "%s/%s/%s", exe, rel[i], DSPARK_DEFAULT_MODEL);
+        if (try_dir(dir, out, n)) return 1;
+    }
+    return 0;
 }
 
 static const char *base_name(const char *repo) {

@@ -35,6 +35,23 @@ TEST(registry_match_by_shape) {
     qwen3(&c, 2560, 36, 1e6);
     c.arch = ARCH_LLAMA;
     CHECK(registry_match(&c) == NULL);
+    /* the bundled model: its drafters are looked up beside it */
+    qwen3(&c, 256, 6, 1e6);
+    c.vocab_size = 6144;
+    e = registry_match(&c);
+    CHECK(e && !strcmp(e->target, DSPARK_DEFAULT_MODEL) && strstr(e->dspark, DSPARK_DEFAULT_MODEL "-dspark") &&
+          strstr(e->dflash, DSPARK_DEFAULT_MODEL "-dflash"));
+}
+
+TEST(registry_default_model_env) {
+    char out[1024];
+    char *saved = getenv("DSPARK_MODEL") ? strdup(getenv("DSPARK_MODEL")) : NULL;
+    setenv("DSPARK_MODEL", "/some/where/model", 1);
+    CHECK_EQ_INT(registry_default_model(out, sizeof out), 1);
+    CHECK(!strcmp(out, "/some/where/model"));
+    if (saved) setenv("DSPARK_MODEL", saved, 1);
+    else unsetenv("DSPARK_MODEL");
+    free(saved);
 }
 
 static void mkdirs(const char *path) {
