@@ -14,6 +14,7 @@
 #include "drafter.h"
 #include "json.h"
 #include "ops.h"
+#include "registry.h"
 #include "spec.h"
 #include "test.h"
 #include "util.h"
@@ -112,13 +113,15 @@ static int feed(seq *s, drafter *d, const int *ids, int n, int V, int H) {
     return y;
 }
 
-static void golden(const char *name) {
+/* tdir: the target (relative to tests/data); ddir: the drafter; dir: its
+   golden files. */
+static void golden_dirs(const char *name, const char *tdir, const char *ddir, const char *dir) {
     target t;
-    if (open_target(&t, "drafters/target") != 0) return;
-    char err[1024], dir[600], path[700];
-    dmodel *dm = open_drafter(&t, name, err, sizeof err);
+    if (open_target(&t, tdir) != 0) return;
+    char err[1024], path[700];
+    dmodel *dm = NULL;
+    if (dmodel_load(&dm, ddir, t.m, NULL, err, sizeof err) != 0) dm = NULL;
     CHECK_MSG(dm, "%s", err);
-    snprintf(dir, sizeof dir, "%s/drafters/%s", test_data_dir(), name);
     snprintf(path, sizeof path, "%s/golden.json", dir);
     cJSON *g = json_parse_file(path, err, sizeof err);
     CHECK_MSG(g, "%s", err);
@@ -208,9 +211,25 @@ out0:
     close_target(&t);
 }
 
+static void golden(const char *name) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/drafters/%s", test_data_dir(), name);
+    golden_dirs(name, "drafters/target", dir, dir);
+}
+
+/* the bundled model's trained drafters (tools/gen_bundled_golden.py) */
+static void golden_bundled(const char *kind) {
+    char ddir[600], gdir[600];
+    snprintf(ddir, sizeof ddir, "%s/../../models/%s-%s", test_data_dir(), DSPARK_DEFAULT_MODEL, kind);
+    snprintf(gdir, sizeof gdir, "%s/bundled/%s", test_data_dir(), kind);
+    golden_dirs(kind, "../../models/" DSPARK_DEFAULT_MODEL, ddir, gdir);
+}
+
 TEST(drafter_golden_dflash) { golden("dflash"); }
 TEST(drafter_golden_dspark) { golden("dspark"); }
 TEST(drafter_golden_dspark_markov_rank0) { golden("dspark-r0"); }
+TEST(drafter_golden_bundled_dflash) { golden_bundled("dflash"); }
+TEST(drafter_golden_bundled_dspark) { golden_bundled("dspark"); }
 
 TEST(drafter_config_and_aliasing) {
     target t;

@@ -1,6 +1,7 @@
 /* Golden forward tests: dspark's logits, greedy continuations and layer
  * taps against transformers (fp32 from the same saved weights), for the
- * checkpoints tools/gen_golden_models.py made under tests/data/models/.
+ * checkpoints tools/gen_golden_models.py made under tests/data/models/ and
+ * for the bundled model (tools/gen_bundled_golden.py).
  * Also chunked prefill, KV truncation, scalar-vs-SIMD, and load errors. */
 #include <stdlib.h>
 #include <string.h>
@@ -9,15 +10,17 @@
 #include "json.h"
 #include "model.h"
 #include "ops.h"
+#include "registry.h"
 #include "test.h"
 #include "util.h"
 
-static const char *MODELS[] = {"qwen3-bf16", "qwen3-f16-sharded", "qwen3-f32-untied",
-                               "qwen2-bf16-legacy", "llama3-bf16", "llama3-f16-legacy"};
+static const char *MODELS[] = {"qwen3-bf16",  "qwen3-f16-sharded", "qwen3-f32-untied", "qwen2-bf16-legacy",
+                               "llama3-bf16", "llama3-f16-legacy", "bundled"};
 #define N_MODELS (int)(sizeof MODELS / sizeof MODELS[0])
 
 typedef struct {
-    char dir[512];
+    char dir[512];       /* the checkpoint */
+    char gold_dir[512];  /* golden.json, logits.bin, hidden.bin */
     int n_prompt, n_tokens, vocab, hidden, n_taps;
     int tokens[128], greedy_from;
     int taps[8];
@@ -51,11 +54,20 @@ static int int_array(const cJSON *a, int *out, int cap) {
     return n;
 }
 
+/* "bundled": the default model in models/ with its goldens in
+   tests/data/bundled/target (tools/gen_bundled_golden.py); else a golden
+   checkpoint under tests/data/models/ holding both. */
 static int load_golden(golden *g, const char *name) {
     memset(g, 0, sizeof *g);
-    snprintf(g->dir, sizeof g->dir, "%s/models/%s", test_data_dir(), name);
+    if (!strcmp(name, "bundled")) {
+        snprintf(g->dir, sizeof g->dir, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
+        snprintf(g->gold_dir, sizeof g->gold_dir, "%s/bundled/target", test_data_dir());
+    } else {
+        snprintf(g->dir, sizeof g->dir, "%s/models/%s", test_data_dir(), name);
+        snprintf(g->gold_dir, sizeof g->gold_dir, "%s", g->dir);
+    }
     char path[600], err[256];
-    snprintf(path, sizeof path, "%s/golden.json", g->dir);
+    snprintf(path, sizeof path, "%s/golden.json", g->gold_dir);
     cJSON *j = json_parse_file(path, err, sizeof err);
     if (!j) {
         test_fail(__FILE__, __LINE__, "%s", err);
@@ -68,10 +80,10 @@ static int load_golden(golden *g, const char *name) {
     g->vocab = cJSON_GetObjectItem(j, "vocab")->valueint;
     g->hidden = cJSON_GetObjectItem(j, "hidden")->valueint;
     cJSON_Delete(j);
-    snprintf(path, sizeof path, "%s/logits.bin", g->dir);
+    snprintf(path, sizeof path, "%s/logits.bin", g->gold_dir);
     g->logits = read_f32(path, (size_t)g->n_tokens * (size_t)g->vocab);
     if (g->n_taps) {
-        snprintf(path, sizeof path, "%s/hidden.bin", g->dir);
+        snprintf(path, sizeof path, "%s/hidden.bin", g->gold_dir);
         g->hidden_ref = read_f32(path, (size_t)g->n_taps * (size_t)g->n_tokens * (size_t)g->hidden);
     }
     return g->logits ? 0 : -1;
@@ -165,8 +177,8 @@ TEST(model_golden_scalar) {
 
 /* Whole sequence in one batch, with taps; and truncation then refill. */
 TEST(model_taps_and_truncate) {
-    const char *names[] = {"qwen3-bf16", "llama3-bf16"};
-    for (int k = 0; k < 2; k++) {
+    const char *names[] = {"qwen3-bf16", "llama3-bf16", "bundled"};
+    for (int k = 0; k < 3; k++) {
         golden g;
         if (load_golden(&g, names[k]) != 0) return;
         char err[1024];
