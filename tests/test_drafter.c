@@ -13,10 +13,12 @@
 
 #include "drafter.h"
 #include "json.h"
+#include "lookup.h"
 #include "ops.h"
 #include "registry.h"
 #include "spec.h"
 #include "test.h"
+#include "tokenizer.h"
 #include "util.h"
 
 typedef struct {
@@ -386,7 +388,7 @@ static void st_features(void *self, int pos0, int n, const float *taps, int rows
 static int gen(const target *t, drafter *d, int k, const int *prompt, int n, int max_new, int *out, spec_stats *st) {
     seq *s;
     char err[512];
-    if (seq_create(&s, t->m, 200, 64, t->tp, err, sizeof err) != 0) return -1;
+    if (seq_create(&s, t->m, 512, 64, t->tp, err, sizeof err) != 0) return -1;
     sampler *smp = greedy(t->V);
     int stop[2] = {7, 9};
     spec_opts so = {.max_new = max_new, .max_draft = k, .stop = stop, .n_stop = 2};
@@ -712,5 +714,89 @@ TEST(drafter_prefix_reuse_across_turns) {
     dmodel_free(dm);
 out:
     sampler_free(smp);
+    close_target(&t);
+}
+
+/* The bundled model: every mode gives baseline's greedy output on 20
+   held-out code prompts (windows of this repository's own Python tools,
+   which the training corpus cannot contain), with the trained drafters,
+   whose drafts are often accepted. */
+TEST(drafter_bundled_lossless) {
+    target t;
+    if (open_target(&t, "../../models/" DSPARK_DEFAULT_MODEL) != 0) return;
+    char err[1024], tdir[600], ddir[2][700];
+    snprintf(tdir, sizeof tdir, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
+    tokenizer *tok = NULL;
+    CHECK_MSG(tok_load(&tok, tdir, err, sizeof err) == 0, "%s", err);
+    const char *kinds[2] = {"dspark", "dflash"};
+    dmodel *dm[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        snprintf(ddir[i], sizeof ddir[i], "%s-%s", tdir, kinds[i]);
+        CHECK_MSG(dmodel_load(&dm[i], ddir[i], t.m, NULL, err, sizeof err) == 0, "%s", err);
+    }
+    const char *files[] = {"tools/gen_golden_drafters.py", "tools/gen_golden_models.py", "tools/train/drafters.py",
+                           "tools/train/target.py"};
+    sampler *smp = greedy(t.V);
+    long drafted = 0, accepted = 0;
+    int n_prompts = 0, mismatches = 0;
+    for (int fi = 0; fi < 4 && tok && dm[0] && dm[1]; fi++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/../../%s", test_data_dir(), files[fi]);
+        size_t len;
+        char *src = ds_read_file(path, &len, err, sizeof err);
+        CHECK_MSG(src, "%s", err);
+        if (!src) continue;
+        for (int w = 0; w < 5; w++) {
+            /* a window of about 600 bytes starting at a line boundary */
+            size_t at = len / 6 * (size_t)(w + 1);
+            while (at < len && src[at] != '\n') at++;
+            size_t n = len - at < 600 ? len - at : 600;
+            int *ids = NULL;
+            int np = tok_encode(tok, src + at, n, 0, &ids, err, sizeof err);
+            if (np < 8) {
+                free(ids);
+                continue;
+            }
+            n_prompts++;
+            int base[64], got[64];
+            spec_stats st;
+            int nb = gen(&t, NULL, 0, ids, np, 48, base, &st);
+            static const struct { int kind, k; } runs[] = {{0, 1}, {0, 3}, {0, 7}, {1, 1}, {1, 4}, {1, 15}, {2, 4}};
+            for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+                dstate *ds = NULL;
+                lookup *lk = NULL;
+                drafter d;
+                if (runs[r].kind < 2) {
+                    dstate_create(&ds, dm[runs[r].kind], 512, t.tp, smp, err, sizeof err);
+                    d = dstate_drafter(ds);
+                } else {
+                    lk = lookup_create(3, 1);
+                    d = lookup_drafter(lk);
+                }
+                int ng = gen(&t, &d, runs[r].k, ids, np, 48, got, &st);
+                if (runs[r].kind == 0 && runs[r].k == 7) {
+                    drafted += st.n_drafted;
+                    accepted += st.n_accepted;
+                }
+                if (ng != nb || memcmp(got, base, sizeof(int) * (size_t)nb))
+                    if (mismatches++ < 5)
+                        test_fail(__FILE__, __LINE__, "%s window %d: mode %d cap %d differs from baseline", files[fi],
+                                  w, runs[r].kind, runs[r].k);
+                dstate_free(ds);
+                lookup_free(lk);
+            }
+            free(ids);
+        }
+        free(src);
+    }
+    CHECK_EQ_INT(mismatches, 0);
+    CHECK_MSG(n_prompts >= 20, "only %d prompts", n_prompts);
+    /* a trained drafter is accepted far more often than a random one (a
+       loose floor, not a speed claim) */
+    CHECK_MSG(accepted * 10 > drafted, "DSpark accepted %ld of %ld drafts", accepted, drafted);
+    if (getenv("DSPARK_TEST_VERBOSE")) fprintf(stderr, "  DSpark cap 7: %ld of %ld drafts accepted\n", accepted, drafted);
+    sampler_free(smp);
+    for (int i = 0; i < 2; i++) dmodel_free(dm[i]);
+    tok_free(tok);
     close_target(&t);
 }
