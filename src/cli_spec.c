@@ -243,9 +243,11 @@ void cli_spec_describe(const cli_spec *sp, const spec_stats *st, char *out, size
         snprintf(out, n, ", mode baseline");
         return;
     }
-    size_t o = (size_t)snprintf(out, n, ", mode %s, cap %d (%s), tokens/round %.2f, accepted drafts per round",
+    size_t o = (size_t)snprintf(out, n, ", mode %s, cap %d (%s), tokens/round %.2f, drafter %.0f%% of decode time, "
+                                "accepted drafts per round",
                                 cli_mode_name(sp->mode), sp->max_draft, sp->cap_source,
-                                st->n_rounds ? (double)st->n_round_tok / st->n_rounds : 0.0);
+                                st->n_rounds ? (double)st->n_round_tok / st->n_rounds : 0.0,
+                                st->t_decode > 0 ? 100.0 * st->t_draft / st->t_decode : 0.0);
     for (int a = 0; a <= SPEC_MAX_DRAFT && o + 16 < n; a++)
         if (st->accept_hist[a]) o += (size_t)snprintf(out + o, n - o, " %d:%d", a, st->accept_hist[a]);
 }
