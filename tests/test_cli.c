@@ -123,8 +123,13 @@ TEST(cli_tokenize_detokenize) {
 
 TEST(cli_errors_and_help) {
     char *err = NULL, args[1024];
+    /* no --model: the bundled model, or $DSPARK_MODEL */
+    CHECK_EQ_INT(run_cli("run --prompt-ids 1,2 -n 4", NULL, &err), 0);
+    free(err);
+    setenv("DSPARK_MODEL", "/nonexistent-default", 1);
     CHECK(run_cli("run --prompt-ids 1,2", NULL, &err) != 0);
-    CHECK_MSG(err && strstr(err, "--model"), "%s", err);
+    CHECK_MSG(err && strstr(err, "/nonexistent-default"), "%s", err);
+    unsetenv("DSPARK_MODEL");
     free(err);
     CHECK(run_cli("run --model /nonexistent --prompt-ids 1,2", NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "/nonexistent"), "%s", err);
