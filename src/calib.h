@@ -45,7 +45,7 @@
 #define CALIB_MAX_SECONDS 1e4  /* cached times above this are treated as corruption */
 #define CALIB_KEY_MAX 1024     /* a buffer of this size holds any key calib_key builds */
 
-/* calib_measure_verify defaults: 3 repetitions (median) of each width over
+/* calib_measure_verify defaults: 3 repetitions (the fastest) of each width over
  * a 128-token context. The measurement costs the prefill of ctx_len tokens
  * plus about (reps + 0.1) * sum_{w=1..n_w} t(w): on the CPU curve of
  * docs/BENCHMARKS.md (t(w)/t(1) = 1.00 1.03 1.17 1.50 ... 4.23 for w = 1..16)
@@ -68,7 +68,8 @@ typedef struct {
  * ctx_len tokens (ids (i * 7919) % vocab), runs one warm-up n_w-row forward,
  * then `reps` passes over w = 1..n_w (interleaved, so slow drift affects all
  * widths alike) of seq_append(w rows, w logits rows) + seq_truncate back to
- * ctx_len, and stores the median per width in out->verify_s (draft_s = 0).
+ * ctx_len, and stores the fastest per width in out->verify_s (draft_s = 0;
+ * the minimum, because interference from other processes only adds time).
  * Requires 1 <= n_w <= CALIB_MAX_W, 1 <= reps <= 1000, ctx_len >= 1 and
  * ctx_len + n_w <= seq_capacity(s). s is empty afterwards, also on error.
  * Returns 0, or -1 with err filled. */
