@@ -55,8 +55,9 @@ int registry_default_model(char *out, size_t n) {
     char *slash = strrchr(exe, '/');
     if (!slash) return 0;
     *slash = 0;
-    /* the source tree (binary at the root), then an installed prefix */
-    const char *rel[] = {"models", "../share/dspark/models", "../models"};
+    /* the source tree (binary at the root, or a build/<kind>/ binary), then
+       an installed prefix */
+    const char *rel[] = {"models", "../../models", "../share/dspark/models", "../models"};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         char dir[4600];
         snprintf(dir, sizeof dir, "%s/%s/%s", exe, rel[i], DSPARK_DEFAULT_MODEL);

@@ -34,7 +34,8 @@ int registry_find_local(const char *repo, const char *model_dir, char *out, size
 
 /* The model used when no --model is given: $DSPARK_MODEL, else the bundled
  * DSPARK_DEFAULT_MODEL under models/ beside the dspark binary (the source
- * tree), ../share/dspark/models/ or ../models/. 1 with the directory in out,
+ * tree; ../../models/ for a build/<kind>/ binary), ../share/dspark/models/
+ * or ../models/. 1 with the directory in out,
  * or 0. */
 int registry_default_model(char *out, size_t n);
 
