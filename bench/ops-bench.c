@@ -18,7 +18,10 @@
  *       src/cpu.c src/util.c /tmp/ops_avx2.o /tmp/ops_avx512.o -o /tmp/ops-bench -lm
  *   /tmp/ops-bench [threads...]        (default: 1 2)
  * Environment: OPS_BENCH_LEVEL=0/1/2 (scalar/AVX2/AVX-512), OPS_BENCH_M1=1
- * (decode only), OPS_BENCH_REPS=n (decode tokens timed), OPS_BENCH_FILE=
+ * (decode only), OPS_BENCH_VERIFY=1 (also the matmuls of a verify forward:
+ * the model's matrices and the LM head for M rows, M = 1..32, or the widths
+ * listed, e.g. OPS_BENCH_VERIFY=1,8,16, up to 128), OPS_BENCH_REPS=n
+ * (decode tokens / verify forwards timed), OPS_BENCH_FILE=
  * model.safetensors (model loops read a file mapping, as the engine does)
  * with OPS_BENCH_FILE_MODE=1 (MADV_HUGEPAGE) / 2 (copied to anonymous
  * memory) / 3 (copied, MADV_HUGEPAGE).
@@ -204,6 +207,7 @@ int main(int argc, char **argv) {
     const int MP = 512;
     float *x = make_x((size_t)MP * I), *y = xaligned((size_t)MP * I * sizeof(float));
     float *yh = xaligned((size_t)V * sizeof(float));
+    float *yv = getenv("OPS_BENCH_VERIFY") ? xaligned((size_t)128 * V * sizeof(float)) : NULL;
 
     for (int ti = 0; ti < nt; ti++) {
         tpool *tp = tp_create(threads[ti]);
@@ -240,6 +244,40 @@ int main(int argc, char **argv) {
             }
             printf("model decode matmuls      %8.2f ms/token  %6.2f tok/s  %6.2f GB/s (%.3f GB/token), mean %.2f tok/s\n",
                    best * 1e3, 1 / best, model_bytes / best / 1e9, model_bytes / 1e9, reps / total);
+        }
+        /* model verify: every matrix once for M rows, the LM head for all
+         * M rows too (a speculative verify forward); times relative to the
+         * first width */
+        if (getenv("OPS_BENCH_VERIFY")) {
+            int Ms[32] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 17, 20, 24, 32}, nM = 14;
+            const char *ml = getenv("OPS_BENCH_VERIFY");
+            if (strchr(ml, ',')) {
+                nM = 0;
+                for (const char *q = ml; *q && nM < 32; q = strchr(q, ',') ? strchr(q, ',') + 1 : "") {
+                    int v = atoi(q);
+                    if (v >= 1 && v <= 128) Ms[nM++] = v;
+                }
+            }
+            double t1 = 0;
+            int reps = getenv("OPS_BENCH_REPS") ? atoi(getenv("OPS_BENCH_REPS")) : 3;
+            for (int mi = 0; mi < nM; mi++) {
+                int M = Ms[mi];
+                double best = 1e30;
+                for (int r = 0; r < reps + 1; r++) {
+                    double t0 = ds_now();
+                    for (int l = 0; l < L; l++)
+                        for (int j = 0; j < 7; j++) op_matmul(tp, y, x, M, &layers[l * 7 + j], NULL);
+                    op_matmul(tp, yv, x, M, &head, NULL);
+                    double dt = ds_now() - t0;
+                    if (r > 0 && dt < best) best = dt;
+                }
+                if (mi == 0) t1 = best;
+                double fl = 0;
+                for (int j = 0; j < 7; j++) fl += 2.0 * M * L * lsh[j].N * lsh[j].K;
+                fl += 2.0 * M * V * H;
+                printf("model verify M=%-3d        %8.2f ms  ratio %5.2f  %6.1f GFLOP/s\n", M, best * 1e3, best / t1,
+                       fl / best / 1e9);
+            }
         }
         if (getenv("OPS_BENCH_M1")) { /* quick mode for tuning the decode kernel */
             tp_free(tp);

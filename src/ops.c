@@ -147,6 +147,7 @@ typedef struct {
     ds_dtype dt;
     const float *bias;
     int simd;     /* kernel level (ops_level) */
+    float *xp;    /* x packed for avx512_matmul_pairs, or NULL */
     int unit;     /* W rows per chunk */
     int n_chunks;
     atomic_int next; /* next chunk to hand out */
@@ -162,6 +163,10 @@ static void mm_worker(void *p, int ith, int nth) {
         int n0 = ci * c->unit;
         int n1 = n0 + c->unit < c->N ? n0 + c->unit : c->N;
 #ifdef DS_HAVE_AVX2_PATH
+        if (c->xp) {
+            avx512_matmul_pairs(c->y, c->xp, c->M, c->K, c->N, c->W, c->dt, c->bias, n0, n1);
+            continue;
+        }
         if (c->simd == 2) {
             avx512_matmul_rows(c->y, c->x, c->M, c->K, c->N, c->W, c->dt, c->bias, n0, n1);
             continue;
@@ -187,8 +192,17 @@ void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, cons
     int nth = tp_size(tp);
     mm_ctx c = {.y = y, .x = x, .M = M, .K = K, .N = N, .W = W->data, .dt = W->dtype, .bias = bias,
                 .simd = ops_level()};
-    if (M == 1) {
-        /* bandwidth-bound: a few chunks per thread of at least 64 rows */
+#ifdef DS_HAVE_AVX2_PATH
+    if (c.simd == 2 && M >= 2 && M <= OPS_PAIRS_MAX_M && K >= 1) {
+        /* x packed once, then read by every thread: it lives in this
+         * thread's scratch, which avx512_matmul_pairs leaves alone */
+        c.xp = ops_scratch(avx512_pairs_floats(M, K) * sizeof(float));
+        avx512_pack_pairs(c.xp, x, M, K);
+    }
+#endif
+    if (M == 1 || c.xp) {
+        /* W streamed from memory once: a few chunks per thread of at least
+         * 64 rows (long streams; the kernels prefetch within a chunk) */
         int unit = (N + nth * 4 - 1) / (nth * 4);
         unit = (unit + 15) & ~15;
         c.unit = unit < 64 ? 64 : unit;

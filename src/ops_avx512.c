@@ -10,15 +10,17 @@
  * side by side (x broadcast to both halves), so the AVX2 and AVX-512
  * levels agree with each other as well as across M and thread counts.
  *
- * Small M (decode, verify) is bound by memory bandwidth and runs the AVX2
- * direct loop (avx2_matmul_direct), which already reads as fast as this
- * machine streams. Large M (prefill) runs the blocked loop here: per chunk
- * of OPS_NC W rows and K tile of OPS_KC columns, the tile is widened once
- * into f32 scratch with rows interleaved in pairs (8 values of row 2p,
- * then 8 of row 2p+1, per 8 columns), and a 6 x-row by 8 W-row register
- * block (24 zmm accumulators; Zen 4/5 and Intel cores have two 512-bit
- * FMA pipes) runs over it from L1/L2, the accumulators carried in scratch
- * between K tiles. */
+ * M == 1 (decode) is bound by memory bandwidth and runs the AVX2 direct
+ * loop (avx2_matmul_direct), which already reads as fast as this machine
+ * streams. Small M (verify, short prefill chunks: 2 <= M <= OPS_PAIRS_MAX_M)
+ * runs the pairs loop here (see "small M" below): W still streamed once,
+ * each 8 weights widened once per up to 12 x rows. Large M (prefill) runs
+ * the blocked loop: per chunk of OPS_NC W rows and K tile of OPS_KC
+ * columns, the tile is widened once into f32 scratch with rows interleaved
+ * in pairs (8 values of row 2p, then 8 of row 2p+1, per 8 columns), and a
+ * 6 x-row by 8 W-row register block (24 zmm accumulators; Zen 4/5 and
+ * Intel cores have two 512-bit FMA pipes) runs over it from L1/L2, the
+ * accumulators carried in scratch between K tiles. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__FMA__) && defined(__F16C__)
 
@@ -222,17 +224,204 @@ static void matmul_blocked(float *y, const float *x, int M, int K, int N, const 
     }
 }
 
-/* The direct loop (W widened in registers, read once from memory) wins
- * while M is small; from a few rows up the 512-bit blocked loop is
- * faster, even while x still fits in L2. */
-#ifndef DIRECT_MAX_M
-#define DIRECT_MAX_M 16
-#endif
+/* ------------------------------------------------------------ small M */
 
+/* Small M (verify widths, 2 <= M <= OPS_PAIRS_MAX_M): W read in place,
+ * x packed in pairs. A 512-bit accumulator holds the 8-lane chains of two
+ * x rows against one W row, row 2p in the low half and row 2p+1 in the
+ * high half: the x pair is packed side by side, and 8 weights are widened
+ * and broadcast to both halves by one vpermw (from a 128-bit broadcast
+ * load). A register block is up to PMP pairs by PNR W rows (24
+ * accumulators), so each widening feeds up to 2 * PMP rows, where the AVX2
+ * direct loop widened every weight once per 3 x rows. (On a Zen 5 VM a
+ * step of an mp-pair block takes roughly (4 mp + 4) / 2 cycles from L1, as
+ * if each shuffle took an FMA slot: 86 % of peak at mp = 6.) While
+ * M fits one block, W is read once, from memory, with software prefetch of
+ * the next block's rows; beyond, the pairs are split into passes over the
+ * same PNR W rows, which the later passes find in L1. (Saving the widened
+ * weights for the later passes was no faster.) Odd M leaves half of the
+ * last pair unused. */
+#define PMP 6 /* x row pairs per register block */
+#define PNR 4 /* W rows per register block */
+
+size_t avx512_pairs_floats(int M, int K) { return (size_t)((M + 1) / 2) * (size_t)((K + 7) / 8) * 16; }
+
+/* x rows packed in pairs: 8 columns b of pair p at xp + (p*KB + b)*16, 8
+ * of row 2p then 8 of row 2p+1; zeros past K and for a missing row 2p+1 */
+void avx512_pack_pairs(float *xp, const float *x, int M, int K) {
+    const int KB = (K + 7) / 8;
+    for (int p = 0; p < (M + 1) / 2; p++) {
+        const float *r0 = x + (size_t)(2 * p) * K, *r1 = 2 * p + 1 < M ? r0 + K : NULL;
+        float *d = xp + (size_t)p * KB * 16;
+        int b = 0;
+        for (; 8 * b + 8 <= K; b++) {
+            _mm256_store_ps(d + 16 * b, _mm256_loadu_ps(r0 + 8 * b));
+            _mm256_store_ps(d + 16 * b + 8, r1 ? _mm256_loadu_ps(r1 + 8 * b) : _mm256_setzero_ps());
+        }
+        if (b < KB) {
+            __mmask8 m = (__mmask8)((1u << (K - 8 * b)) - 1u);
+            _mm256_store_ps(d + 16 * b, _mm256_maskz_loadu_ps(m, r0 + 8 * b));
+            _mm256_store_ps(d + 16 * b + 8, r1 ? _mm256_maskz_loadu_ps(m, r1 + 8 * b) : _mm256_setzero_ps());
+        }
+    }
+}
+
+/* vpermw indices (with a zero mask on the even words) turning 8 bf16 into
+ * [w0..w7, w0..w7] as f32: word 2i+1 takes word i % 8, the high half of
+ * dword i; the low halves are zeros */
+AI __m512i bf16_bcast_idx(void) {
+    return _mm512_set_epi16(7, 0, 6, 0, 5, 0, 4, 0, 3, 0, 2, 0, 1, 0, 0, 0, 7, 0, 6, 0, 5, 0, 4, 0, 3, 0, 2, 0, 1, 0,
+                            0, 0);
+}
+
+/* 8 weights at p widened to f32 in both 256-bit halves (rem < 8: the first
+ * rem, zeros after, nothing read past them) */
+AI __m512 ld8x2(const void *p, ds_dtype dt, int rem, __m512i idx) {
+    if (dt == DT_F32) return _mm512_broadcast_f32x8(ld8(p, dt, rem));
+    __m128i h = rem >= 8 ? _mm_loadu_si128((const __m128i *)p)
+                         : _mm_maskz_loadu_epi16((__mmask8)((1u << rem) - 1u), p);
+    if (dt == DT_BF16)
+        return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaau, idx, _mm512_broadcast_i32x4(h)));
+    return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(h));
+}
+
+/* Software prefetch while W streams from memory: for every 64 bytes of a
+ * row, the same position (less 256 bytes) of the row PNR further on, i.e.
+ * one block ahead, as the AVX2 direct loop does (prefetching further ahead,
+ * or into L2 only, measured no better). */
+#define PF_BYTES (-256)
+
+/* acc[i][j] += x pair i (8 columns b) * W row j (8 weights at column 8b,
+ * rem of them) broadcast to both halves */
+AI void pairs_step(const int mp, const int nr, const ds_dtype dt, __m512 acc[PMP][PNR], const float *xp, size_t xps,
+                   const char *w, size_t ldw, int b, int rem, __m512i idx) {
+    const size_t es = dt == DT_F32 ? 4 : 2;
+    __m512 xv[PMP];
+    UNROLL
+    for (int i = 0; i < mp; i++) xv[i] = _mm512_load_ps(xp + i * xps + (size_t)b * 16);
+    UNROLL
+    for (int j = 0; j < nr; j++) {
+        __m512 wv = ld8x2(w + j * ldw + (size_t)b * 8 * es, dt, rem, idx);
+        UNROLL
+        for (int i = 0; i < mp; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+}
+
+/* The mp x nr block (nr <= PNR): y[2i + h][j] (+ bias[j]) = dot(x row 2i+h,
+ * W row j) for the rows 2i+h < mrows, x from packed pairs xp (xps floats
+ * apart), W rows at w (ldw bytes apart). Each output is the 8-lane chain
+ * over k in order, lane k % 8, reduced by hsum4, as everywhere else. */
+AI void kern_pairs(const int mp, const int nr, const ds_dtype dt, const float *xp, size_t xps, const char *w,
+                   size_t ldw, int K, float *y, size_t N, int mrows, const float *bias, int pf) {
+    __m512 acc[PMP][PNR];
+    UNROLL
+    for (int i = 0; i < mp; i++)
+        UNROLL
+        for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_ps();
+    const __m512i idx = bf16_bcast_idx();
+    const size_t es = dt == DT_F32 ? 4 : 2;
+    const int U = 64 / (8 * (int)es); /* steps per 64 bytes of a W row */
+    int b = 0;
+    for (; 8 * b + 8 <= K; b++) {
+        /* for every 64 bytes of the rows, their line one block ahead, all
+         * at once (better than one row per step, by 10-15 % at M = 8);
+         * pf: W is streamed from memory (the first pass over the pairs) */
+        if (pf && b % U == 0) {
+            UNROLL
+            for (int j = 0; j < nr; j++) /* may point past W: integer arithmetic, prefetch never faults */
+                _mm_prefetch((const char *)((uintptr_t)w + (size_t)(j + PNR) * ldw + (size_t)b * 8 * es + PF_BYTES),
+                             _MM_HINT_T0);
+        }
+        pairs_step(mp, nr, dt, acc, xp, xps, w, ldw, b, 8, idx);
+    }
+    /* K tail: weights masked to zeros, x packed with zeros */
+    if (8 * b < K) pairs_step(mp, nr, dt, acc, xp, xps, w, ldw, b, K - 8 * b, idx);
+    /* per pair: hsum4 of the low halves gives row 2i against W rows 0..3,
+     * of the high halves row 2i+1 */
+    const __mmask8 jm = (__mmask8)((1u << nr) - 1u);
+    const __m128 bv = bias ? (nr == 4 ? _mm_loadu_ps(bias) : _mm_maskz_loadu_ps(jm, bias)) : _mm_setzero_ps();
+    UNROLL
+    for (int i = 0; i < mp; i++) {
+        __m512 a0 = acc[i][0], a1 = acc[i][nr > 1 ? 1 : 0], a2 = acc[i][nr > 2 ? 2 : 0], a3 = acc[i][nr > 3 ? 3 : 0];
+        __m128 lo = hsum4(_mm512_castps512_ps256(a0), _mm512_castps512_ps256(a1), _mm512_castps512_ps256(a2),
+                          _mm512_castps512_ps256(a3));
+        __m128 hi = hsum4(_mm512_extractf32x8_ps(a0, 1), _mm512_extractf32x8_ps(a1, 1), _mm512_extractf32x8_ps(a2, 1),
+                          _mm512_extractf32x8_ps(a3, 1));
+        if (bias) {
+            lo = _mm_add_ps(lo, bv);
+            hi = _mm_add_ps(hi, bv);
+        }
+        float *y0 = y + (size_t)(2 * i) * N;
+        if (nr == 4) {
+            if (2 * i < mrows) _mm_storeu_ps(y0, lo);
+            if (2 * i + 1 < mrows) _mm_storeu_ps(y0 + N, hi);
+        } else {
+            if (2 * i < mrows) _mm_mask_storeu_ps(y0, jm, lo);
+            if (2 * i + 1 < mrows) _mm_mask_storeu_ps(y0 + N, jm, hi);
+        }
+    }
+}
+
+#define PPARAMS const float *xp, size_t xps, const char *w, size_t ldw, int K, float *y, size_t N, int mrows, \
+                const float *bias, int pf
+#define PARGS xp, xps, w, ldw, K, y, N, mrows, bias, pf
+
+#define PROW(nr, dt)                                                        \
+    switch (mp) {                                                           \
+    case 6: kern_pairs(6, nr, dt, PARGS); break;                            \
+    case 5: kern_pairs(5, nr, dt, PARGS); break;                            \
+    case 4: kern_pairs(4, nr, dt, PARGS); break;                            \
+    case 3: kern_pairs(3, nr, dt, PARGS); break;                            \
+    case 2: kern_pairs(2, nr, dt, PARGS); break;                            \
+    default: kern_pairs(1, nr, dt, PARGS); break;                           \
+    }
+/* kern_pairs specialised: blocks of PNR W rows, and the last 1..PNR-1
+ * rows of a range one at a time */
+#define DEF_PKERN(name, dt)                                                 \
+    static void name(int mp, int nr, PPARAMS) {                             \
+        if (nr == PNR) PROW(PNR, dt)                                        \
+        else PROW(1, dt)                                                    \
+    }
+DEF_PKERN(pkern_bf16, DT_BF16)
+DEF_PKERN(pkern_f16, DT_F16)
+DEF_PKERN(pkern_f32, DT_F32)
+
+void avx512_matmul_pairs(float *y, const float *xp, int M, int K, int N, const void *W, ds_dtype dt,
+                         const float *bias, int n0, int n1) {
+    void (*kf)(int, int, PPARAMS) = dt == DT_BF16 ? pkern_bf16 : dt == DT_F16 ? pkern_f16 : pkern_f32;
+    const int P = (M + 1) / 2;
+    const size_t xps = (size_t)((K + 7) / 8) * 16, es = dt == DT_F32 ? 4 : 2, ldw = (size_t)K * es;
+    /* passes over the pairs: as few as PMP allows, as even as possible;
+     * the later passes find the block's W rows in L1 */
+    const int passes = (P + PMP - 1) / PMP;
+    for (int n = n0; n < n1;) {
+        int nr = n1 - n >= PNR ? PNR : 1;
+        const char *w = (const char *)W + (size_t)n * ldw;
+        const float *bn = bias ? bias + n : NULL;
+        for (int q = 0, p0 = 0; q < passes; q++) {
+            int mp = (P - p0) / (passes - q);
+            int m0 = 2 * p0, mrows = 2 * mp < M - m0 ? 2 * mp : M - m0;
+            kf(mp, nr, xp + (size_t)p0 * xps, xps, w, ldw, K, y + (size_t)m0 * N + n, (size_t)N, mrows, bn, q == 0);
+            p0 += mp;
+        }
+        n += nr;
+    }
+}
+
+/* M == 1 (decode) runs the AVX2 direct loop, which already reads as fast
+ * as this machine streams; 2 <= M <= OPS_PAIRS_MAX_M the pairs loop (the
+ * dispatcher packs x once and calls avx512_matmul_pairs itself); larger M
+ * the blocked loop. */
 void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
                         const float *bias, int n0, int n1) {
-    if (K < 1 || M <= DIRECT_MAX_M) {
+    if (K < 1 || M == 1) {
         avx2_matmul_direct(y, x, M, K, N, W, dt, bias, n0, n1);
+        return;
+    }
+    if (M <= OPS_PAIRS_MAX_M) {
+        float *xp = ops_scratch(avx512_pairs_floats(M, K) * sizeof(float));
+        avx512_pack_pairs(xp, x, M, K);
+        avx512_matmul_pairs(y, xp, M, K, N, W, dt, bias, n0, n1);
         return;
     }
     for (int n = n0; n < n1; n += OPS_NC) {

@@ -35,6 +35,13 @@ void *ops_scratch(size_t bytes);
 /* Matmul tiling shared by the dispatcher and the kernels. */
 #define OPS_NC 64   /* W rows per work chunk when M >= 2 (and per packed tile) */
 #define OPS_KC 512  /* K tile of the blocked loop (multiple of 8) */
+/* Up to this M the AVX-512 matmul streams W in place (the pairs loop of
+ * ops_avx512.c; beyond, the blocked loop): the dispatcher packs x for it
+ * and hands out chunks sized as for M == 1. On a Zen 5 VM the pairs loop
+ * is ahead of the blocked one up to M = 48-64. */
+#ifndef OPS_PAIRS_MAX_M
+#define OPS_PAIRS_MAX_M 48
+#endif
 
 /* Rows per query block in attention so that one block holds about 8
  * query vectors (block rows x heads per KV head). */
@@ -79,13 +86,22 @@ void avx2_to_f32(float *y, const void *x, ds_dtype dt, int64_t n);
 void avx2_exp(float *y, const float *x, int n);
 
 /* The AVX2 direct loop alone (W read in place, any M); the AVX-512
- * matmul uses it for small M. */
+ * matmul uses it for M == 1. */
 void avx2_matmul_direct(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
                         const float *bias, int n0, int n1);
 /* AVX-512 matmul (ops_avx512.c): the same contract as avx2_matmul_rows
  * and bit for bit the same results (every output the same 8-lane chain). */
 void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
                         const float *bias, int n0, int n1);
+/* Its small-M loop (2 <= M <= OPS_PAIRS_MAX_M) in two parts, so that the
+ * dispatcher packs x once per op_matmul rather than once per chunk:
+ * avx512_pack_pairs writes x (M rows of K) to xp, avx512_pairs_floats(M, K)
+ * floats, 64-byte aligned, and avx512_matmul_pairs computes W rows
+ * [n0, n1) from it (without ops_scratch). */
+size_t avx512_pairs_floats(int M, int K);
+void avx512_pack_pairs(float *xp, const float *x, int M, int K);
+void avx512_matmul_pairs(float *y, const float *xp, int M, int K, int N, const void *W, ds_dtype dt,
+                         const float *bias, int n0, int n1);
 #endif
 
 #endif

@@ -269,6 +269,66 @@ TEST(ops_matmul_verify_widths) {
     tp_free(tp);
 }
 
+/* Every width the SIMD levels handle differently (M = 1 the decode loop;
+ * the AVX-512 pairs loop up to OPS_PAIRS_MAX_M in one or several passes,
+ * odd M with half a pair unused; the blocked loop beyond), every dtype,
+ * with N not a multiple of the 4-row blocks and K tails of every length,
+ * 1 and 2 threads: each row equals the row computed alone (M = 1), bit for
+ * bit, and the AVX2 and AVX-512 levels agree bit for bit. */
+TEST(ops_matmul_widths_bit_identical) {
+    const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 33, 48, 49, 64};
+    const int shapes[][2] = {{37, 1030}, {67, 515}, {20, 13}, {131, 64}, {9, 1}, {6, 1023}}; /* N, K */
+    const ds_dtype dts[] = {DT_BF16, DT_F16, DT_F32};
+    const int nM = (int)(sizeof Ms / sizeof Ms[0]), Mmax = 64;
+    tpool *tp = tp_create(2);
+    int prev = ops_level();
+    for (size_t d = 0; d < 3; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int N = shapes[s][0], K = shapes[s][1];
+            wmat w = make_w(dts[d], N, K, 0.5f);
+            float *bias = rand_vec((size_t)N, 1.0f);
+            float *x = rand_vec((size_t)Mmax * K, 2.0f);
+            float *y = malloc((size_t)Mmax * N * sizeof(float)), *yt = malloc((size_t)Mmax * N * sizeof(float));
+            float *yl = malloc((size_t)Mmax * N * sizeof(float)), *y1 = malloc((size_t)N * sizeof(float));
+            for (int mi = 0; mi < nM; mi++) {
+                int M = Ms[mi];
+                const float *b = mi % 2 ? bias : NULL;
+                size_t ny = (size_t)M * N;
+                /* the highest level: 1 and 2 threads, and each row alone */
+                ops_set_level(2);
+                int top = ops_level();
+                op_matmul(NULL, y, x, M, &w.t, b);
+                op_matmul(tp, yt, x, M, &w.t, b);
+                CHECK_MSG(memcmp(y, yt, ny * sizeof(float)) == 0, "%s level %d M=%d N=%d K=%d: 2 threads differ",
+                          dt_str(dts[d]), top, M, N, K);
+                int rows_ok = 1;
+                for (int m = 0; m < M; m++) {
+                    op_matmul(m % 2 ? tp : NULL, y1, x + (size_t)m * K, 1, &w.t, b);
+                    rows_ok &= memcmp(y1, y + (size_t)m * N, (size_t)N * sizeof(float)) == 0;
+                }
+                CHECK_MSG(rows_ok, "%s level %d M=%d N=%d K=%d: a row differs from the row alone", dt_str(dts[d]),
+                          top, M, N, K);
+                if (M == 2 || M == 7 || M == 16 || M == 33) check_matmul_ref(y, x, &w, b, M, N, K, level_str(top));
+                /* the AVX2 level computes the very same outputs */
+                if (top == 2) {
+                    ops_set_level(1);
+                    op_matmul(tp, yl, x, M, &w.t, b);
+                    CHECK_MSG(memcmp(y, yl, ny * sizeof(float)) == 0, "%s M=%d N=%d K=%d: avx2 and avx512 differ",
+                              dt_str(dts[d]), M, N, K);
+                }
+            }
+            free(x);
+            free(y);
+            free(yt);
+            free(yl);
+            free(y1);
+            free(bias);
+            free_w(&w);
+        }
+    ops_set_level(prev);
+    tp_free(tp);
+}
+
 /* ----------------------------------------------------------- attention */
 
 static void attn_ref(double *out, const float *q, int M, int nh, int nkv, int hd, const float *k, const float *v,
