@@ -9,8 +9,9 @@
  * Caps: --max-draft N pins the cap. Otherwise the pair is calibrated once
  * (the target's verify cost per width and the drafter's round cost, cached
  * in calibration.json, see calib.h) and the cap is the one with the best
- * expected speed under the default acceptance prior (at least 1);
- * --max-draft auto starts there and adapts every round (calib_ctl). */
+ * expected speed under the default acceptance prior; when that is 0
+ * (drafting loses at the prior), the adaptive cap takes over, so observed
+ * acceptance decides. --max-draft auto adapts every round (calib_ctl). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,14 +201,18 @@ void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engi
         double alpha[CALIB_MAX_K];
         calib_prior(alpha, sp->block_cap, CALIB_PRIOR_A1, CALIB_PRIOR_DECAY);
         int k = calib_best_cap(&sp->costs, alpha, sp->block_cap, NULL);
-        sp->max_draft = k < 1 ? 1 : k;
+        sp->max_draft = k;
         sp->cap_source = "calibrated";
     }
-    if (o->max_draft_auto) {
+    /* When drafting does not pay at the prior acceptance on this machine,
+       only observed acceptance can say otherwise: the adaptive cap starts
+       parked, probes, and drafts only while drafting wins. */
+    int losing = sp->have_costs && sp->max_draft == 0;
+    if (o->max_draft_auto || losing) {
         calib_ctl_init(&sp->ctl, sp->have_costs ? &sp->costs : NULL, sp->block_cap);
         sp->adaptive = 1;
         sp->max_draft = sp->block_cap;
-        sp->cap_source = "auto";
+        sp->cap_source = o->max_draft_auto ? "auto" : "calibrated 0: auto";
     }
 }
 

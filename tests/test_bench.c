@@ -87,7 +87,7 @@ TEST(bench_drafter_table_and_json) {
     CHECK_MSG(out && strstr(out, "| ids-mixed  | baseline | -") && strstr(out, "| baseline | -               |"
                                                                                "           1.00x | yes"),
               "%s", out ? out : "");
-    CHECK_MSG(out && strstr(out, "| dspark   | ") && strstr(out, "(calibrated)"), "%s", out ? out : "");
+    CHECK_MSG(out && strstr(out, "| dspark   | ") && strstr(out, "(calibrated"), "%s", out ? out : "");
     free(out);
     free(err);
 
@@ -123,7 +123,7 @@ TEST(bench_drafter_table_and_json) {
         } else {
             CHECK(cJSON_GetObjectItem(r, "cap")->valuedouble >= 1);
             const char *src = cJSON_GetStringValue(cJSON_GetObjectItem(r, "cap_source"));
-            CHECK_MSG(src && !strcmp(src, "calibrated"), "cap_source %s", src ? src : "");
+            CHECK_MSG(src && !strncmp(src, "calibrated", 10), "cap_source %s", src ? src : "");
             CHECK(cJSON_GetObjectItem(r, "speedup")->valuedouble > 0);
             CHECK(cJSON_GetObjectItem(r, "tokens_per_round")->valuedouble >= 1);
         }
