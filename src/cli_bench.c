@@ -26,8 +26,9 @@
 
 const char BENCH_HELP[] =
     "usage: dspark bench --model DIR [--drafter DIR] [--modes M1,M2,...] [options]\n"
-    "Measures greedy decode speed of each mode on three built-in prompts (chat, code,\n"
-    "math; rendered through the chat template with enable_thinking=false) and checks\n"
+    "Measures greedy decode speed of each mode on four built-in prompts (chat, code,\n"
+    "math, rendered through the chat template with enable_thinking=false, and a raw\n"
+    "Python completion) and checks\n"
     "that every mode generates exactly the baseline's tokens. Prints a table: the\n"
     "median over trials of decode tok/s, prefill tok/s, tokens per verify round, draft\n"
     "acceptance, speedup over baseline and whether the output is identical; then the\n"
@@ -54,21 +55,31 @@ const char BENCH_HELP[] =
     "      --confidence-threshold C   DSpark: end blocks at confidence below C\n";
 
 #define BENCH_MAX_MODES 4 /* baseline, lookup, dspark, dflash */
-#define BENCH_MAX_PROMPTS 3
+#define BENCH_MAX_PROMPTS 4
+#define BENCH_SYNTH_PROMPTS 3
 
+/* raw: a completion of the text itself, never through the chat template */
 static const struct {
     const char *name, *text;
+    int raw;
 } PROMPTS[BENCH_MAX_PROMPTS] = {
     {"chat", "I'm planning a one-week trip to Japan in April with a friend. We like food, easy hikes and quiet "
              "towns more than big cities, and our budget is moderate. Could you suggest an itinerary, how to get "
-             "around, and a few things we should book in advance?"},
+             "around, and a few things we should book in advance?",
+     0},
     {"code", "Write a Python function merge_intervals(intervals) that takes a list of [start, end] pairs of "
              "integers, merges every pair of overlapping or touching intervals, and returns the merged intervals "
              "sorted by start. It must not modify its input. Include type hints, a docstring and a few doctest "
-             "examples, and state the time complexity."},
+             "examples, and state the time complexity.",
+     0},
     {"math", "A train leaves a station at 9:00 travelling at 80 km/h. A second train leaves the same station at "
              "10:30 on a parallel track in the same direction at 120 km/h. At what time does the second train "
-             "catch up with the first, and how far from the station are they then? Solve it step by step."},
+             "catch up with the first, and how far from the station are they then? Solve it step by step.",
+     0},
+    {"completion",
+     "import os\n\n\ndef find_files(root, suffix):\n    \"\"\"Return the paths of all files under root whose name "
+     "ends with suffix.\"\"\"\n    result = []\n    for dirpath, dirnames, filenames in os.walk(root):\n",
+     1},
 };
 
 typedef struct {
@@ -86,8 +97,8 @@ typedef struct {
 /* Synthetic prompts for a model without a tokenizer: fixed formulas of the
    vocabulary size V (so the same checkpoint always gets the same ids). */
 static int synthetic_prompts(bench_prompt *p, int V) {
-    static const char *names[BENCH_MAX_PROMPTS] = {"ids-mixed", "ids-repeat", "ids-stride"};
-    for (int k = 0; k < BENCH_MAX_PROMPTS; k++) {
+    static const char *names[BENCH_SYNTH_PROMPTS] = {"ids-mixed", "ids-repeat", "ids-stride"};
+    for (int k = 0; k < BENCH_SYNTH_PROMPTS; k++) {
         snprintf(p[k].name, sizeof p[k].name, "%s", names[k]);
         p[k].n = 32;
         p[k].ids = xmalloc(sizeof(int) * 32);
@@ -98,7 +109,7 @@ static int synthetic_prompts(bench_prompt *p, int V) {
             p[k].ids[i] = (int)x;
         }
     }
-    return BENCH_MAX_PROMPTS;
+    return BENCH_SYNTH_PROMPTS;
 }
 
 /* The built-in prompts through the chat template (enable_thinking=false),
@@ -107,7 +118,7 @@ static int text_prompts(bench_prompt *p, const opts *o, const tokenizer *tok, co
     char err[1024];
     for (int k = 0; k < BENCH_MAX_PROMPTS; k++) {
         snprintf(p[k].name, sizeof p[k].name, "%s", PROMPTS[k].name);
-        if (!tmpl) {
+        if (!tmpl || PROMPTS[k].raw) {
             p[k].n = tok_encode(tok, PROMPTS[k].text, strlen(PROMPTS[k].text), 1, &p[k].ids, err, sizeof err);
         } else {
             cJSON *msgs = cJSON_CreateArray(), *m = cJSON_CreateObject();
