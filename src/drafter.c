@@ -164,7 +164,7 @@ static void block_forward(dstate *s, int anchor, int spos) {
     const drafter_config *c = &dm->cfg;
     const model_config *b = &c->base;
     const int B = c->block_size, H = b->hidden_size, I = b->intermediate_size, hd = b->head_dim;
-    const int nh = b->n_heads, nkv = b->n_kv_heads, QD = nh * hd;
+    const int nh = b->n_heads, nkv = b->n_kv_heads;
     const float eps = b->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     int tok[DRAFTER_MAX_BLOCK];
     for (int i = 0; i < B; i++) {
@@ -185,9 +185,8 @@ static void block_forward(dstate *s, int anchor, int spos) {
         /* the block's rows go right after the context, uncommitted */
         kv_store(s->kv, l, s->k, s->v, B);
         /* no mask: every block row sees the context and the whole block */
-        for (int i = 0; i < B; i++)
-            op_attention(s->tp, s->att + (size_t)i * QD, s->q + (size_t)i * QD, 1, nh, nkv, hd, kv_k(s->kv, l),
-                         kv_v(s->kv, l), kv_capacity(s->kv), spos + B - 1, scale);
+        op_attention_block(s->tp, s->att, s->q, B, nh, nkv, hd, kv_k(s->kv, l), kv_v(s->kv, l), kv_capacity(s->kv),
+                           spos, scale);
         op_matmul(s->tp, s->xb, s->att, B, L->wo, NULL);
         op_add(s->x, s->xb, B * H);
         op_rmsnorm(s->xb, s->x, L->mlp_norm, B, H, eps);

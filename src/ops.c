@@ -220,13 +220,13 @@ void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, cons
 void scalar_attn_task(const attn_args *a, int g, int m0, int qb) {
     const int hd = a->head_dim, r = a->n_heads / a->n_kv_heads;
     int m1 = m0 + qb < a->M ? m0 + qb : a->M;
-    int T = a->n_past + m1;
+    int T = a->n_past + (a->full ? a->M : m1);
     float *s = ops_scratch(((size_t)T + (size_t)hd) * sizeof(float) + 64);
     float *o = s + T;
     const float *kh = a->k + (size_t)g * a->kv_stride * hd;
     const float *vh = a->v + (size_t)g * a->kv_stride * hd;
     for (int m = m0; m < m1; m++) {
-        int L = a->n_past + m + 1;
+        int L = a->full ? T : a->n_past + m + 1;
         for (int hh = 0; hh < r; hh++) {
             int h = g * r + hh;
             const float *q = a->q + ((size_t)m * a->n_heads + h) * hd;
@@ -279,13 +279,13 @@ static void at_worker(void *p, int ith, int nth) {
     }
 }
 
-void op_attention(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads,
-                  int head_dim, const float *k, const float *v, int kv_stride, int n_past, float scale) {
+static void attention(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
+                      const float *k, const float *v, int kv_stride, int n_past, float scale, int full) {
     if (M <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return;
     at_ctx c;
     c.a = (attn_args){.out = out, .q = q, .k = k, .v = v, .M = M, .n_heads = n_heads,
                       .n_kv_heads = n_kv_heads, .head_dim = head_dim, .kv_stride = kv_stride,
-                      .n_past = n_past, .scale = scale};
+                      .n_past = n_past, .full = full, .scale = scale};
     c.qb = ops_attn_qb(n_heads / n_kv_heads);
     c.n_kv = n_kv_heads;
     c.n_tasks = ((M + c.qb - 1) / c.qb) * n_kv_heads;
@@ -293,6 +293,16 @@ void op_attention(tpool *tp, float *out, const float *q, int M, int n_heads, int
     atomic_init(&c.next, 0);
     if (c.n_tasks == 1) tp = NULL;
     tp_run(tp, at_worker, &c);
+}
+
+void op_attention(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads,
+                  int head_dim, const float *k, const float *v, int kv_stride, int n_past, float scale) {
+    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, k, v, kv_stride, n_past, scale, 0);
+}
+
+void op_attention_block(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
+                        const float *k, const float *v, int kv_stride, int n_past, float scale) {
+    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, k, v, kv_stride, n_past, scale, 1);
 }
 
 /* --------------------------------------------------------- elementwise */

@@ -39,6 +39,13 @@ void op_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const f
 void op_attention(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads,
                   int head_dim, const float *k, const float *v, int kv_stride, int n_past, float scale);
 
+/* op_attention without the causal mask: every row attends to cache
+ * positions 0 .. n_past+M-1 (a drafter block that sees itself
+ * bidirectionally). Row m's result equals op_attention of that row alone
+ * with n_past + M - 1 positions before it. */
+void op_attention_block(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
+                        const float *k, const float *v, int kv_stride, int n_past, float scale);
+
 /* y[i] = silu(gate[i]) * up[i]; y may alias gate. */
 void op_swiglu(float *y, const float *gate, const float *up, int n);
 

@@ -396,7 +396,7 @@ void avx2_attn_task(const attn_args *a, int g, int m0, int qb) {
     const int hd = a->head_dim, r = a->n_heads / a->n_kv_heads;
     int m1 = m0 + qb < a->M ? m0 + qb : a->M;
     const int nq = (m1 - m0) * r;
-    const int T = a->n_past + m1; /* positions any query of the block sees */
+    const int T = a->n_past + (a->full ? a->M : m1); /* positions any query of the block sees */
     const size_t Tp = ((size_t)T + 7) & ~(size_t)7;
     /* scratch: S [nq][Tp], O [nq][hd], then pointer arrays */
     size_t bytes = (size_t)nq * (Tp + (size_t)hd) * sizeof(float) + (size_t)nq * 3 * sizeof(void *) +
@@ -433,7 +433,7 @@ void avx2_attn_task(const attn_args *a, int g, int m0, int qb) {
     /* softmax over t < L_i = n_past + m + 1; zeros beyond, up to Tp */
     for (int i = 0; i < nq; i++) {
         float *s = S + (size_t)i * Tp;
-        int L = a->n_past + m0 + i / r + 1;
+        int L = a->full ? T : a->n_past + m0 + i / r + 1;
         __m256 mx = _mm256_set1_ps(-INFINITY);
         int t = 0;
         for (; t + 8 <= L; t += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + t));

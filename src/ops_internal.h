@@ -56,6 +56,7 @@ typedef struct {
     float *out;
     const float *q, *k, *v;
     int M, n_heads, n_kv_heads, head_dim, kv_stride, n_past;
+    int full; /* 1: every row sees positions 0 .. n_past+M-1 (no causal mask) */
     float scale;
 } attn_args;
 

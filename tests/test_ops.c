@@ -645,3 +645,42 @@ TEST(ops_simd_switch) {
     ops_set_level(pl);
     CHECK_EQ_INT(ops_level(), pl);
 }
+
+/* the non-causal block attention: row m equals causal attention of that row
+   alone over all n_past + M positions, bit for bit, on every kernel level */
+TEST(ops_attention_block_rows) {
+    enum { NH = 8, NKV = 2, HD = 64, CAP = 96 };
+    uint32_t st = 4242;
+    float *k = xmalloc(sizeof(float) * NKV * CAP * HD), *v = xmalloc(sizeof(float) * NKV * CAP * HD);
+    float q[16 * NH * HD], out[16 * NH * HD], one[NH * HD];
+    for (int i = 0; i < NKV * CAP * HD; i++) {
+        st = st * 1664525u + 1013904223u;
+        k[i] = (float)((st >> 8) % 2001) / 1000.0f - 1.0f;
+        st = st * 1664525u + 1013904223u;
+        v[i] = (float)((st >> 8) % 2001) / 1000.0f - 1.0f;
+    }
+    for (int i = 0; i < 16 * NH * HD; i++) {
+        st = st * 1664525u + 1013904223u;
+        q[i] = (float)((st >> 8) % 2001) / 1000.0f - 1.0f;
+    }
+    tpool *tp = tp_create(2);
+    int prev = ops_use_simd(1);
+    for (int simd = 0; simd < 2; simd++) {
+        ops_use_simd(simd);
+        static const int Ms[] = {1, 7, 16}, pasts[] = {0, 5, 64};
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++) {
+                int M = Ms[a], np = pasts[b];
+                op_attention_block(tp, out, q, M, NH, NKV, HD, k, v, CAP, np, 0.125f);
+                for (int m = 0; m < M; m++) {
+                    op_attention(NULL, one, q + (size_t)m * NH * HD, 1, NH, NKV, HD, k, v, CAP, np + M - 1, 0.125f);
+                    CHECK_MSG(!memcmp(one, out + (size_t)m * NH * HD, sizeof one), "simd %d M %d past %d row %d",
+                              simd, M, np, m);
+                }
+            }
+    }
+    ops_use_simd(prev);
+    tp_free(tp);
+    free(k);
+    free(v);
+}
