@@ -105,7 +105,8 @@ int drafter_config_parse(drafter_config *c, const char *text, size_t n, const ch
     v = 0;
     if (json_opt_int(root, "num_target_layers", 1, 1024, &v, ctx, err, errlen) < 0) goto out;
     c->num_target_layers = (int)v;
-    int nt = int_list(src, "target_layer_ids", c->tap_layers, DRAFTER_MAX_TAPS, 0, 1023, ctx, err, errlen);
+    /* -1 taps the embedding output (HF hidden_states[0]) */
+    int nt = int_list(src, "target_layer_ids", c->tap_layers, DRAFTER_MAX_TAPS, -1, 1023, ctx, err, errlen);
     if (nt < 0) goto out;
     if (nt == 0) {
         /* the published fallback: spread the taps over the target's depth */
@@ -115,6 +116,11 @@ int drafter_config_parse(drafter_config *c, const char *text, size_t n, const ch
             goto out;
         }
         if (L > DRAFTER_MAX_TAPS) L = DRAFTER_MAX_TAPS;
+        if (L > 1 && N < 5) {
+            ds_err(err, errlen, "%s: no \"target_layer_ids\", and the published rule cannot spread %d taps over a "
+                                "%d-layer target; give them explicitly", ctx, L, N);
+            goto out;
+        }
         if (L == 1) c->tap_layers[nt++] = N / 2;
         else
             for (int i = 0; i < L; i++) c->tap_layers[nt++] = (int)lround(1.0 + (double)i * (N - 4) / (L - 1));

@@ -283,6 +283,12 @@ TEST(drafter_config_and_aliasing) {
     CHECK_EQ_INT(c.n_taps, 5);
     for (int i = 0; i < 5; i++) CHECK_EQ_INT(c.tap_layers[i], want[i]);
     CHECK_EQ_INT(c.mask_token_id, 999);
+    /* the rule cannot spread 5 taps over 3 layers: refused, not garbage */
+    char *bad = xstrdup(cfg), *at = strstr(bad, "\"num_target_layers\":36");
+    memcpy(at, "\"num_target_layers\":3 ", 22);
+    CHECK(drafter_config_parse(&c, bad, strlen(bad), "cfg", err, sizeof err) != 0);
+    CHECK_MSG(strstr(err, "give them explicitly"), "%s", err);
+    free(bad);
 }
 
 /* Writes dir/config.json = the drafter's config with `from` replaced by
