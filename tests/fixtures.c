@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "test.h"
 #include "util.h"
@@ -82,4 +83,22 @@ int test_write_tiny_qwen3(const char *dir) {
         }
     }
     return fclose(f) == 0 ? 0 : -1;
+}
+
+int test_run_cli(const char *args, char **out, char **errtxt) {
+    static int calls;
+    const char *b = getenv("DSPARK_BIN");
+    char cmd[8192], eo[600], oo[600];
+    snprintf(oo, sizeof oo, "%s/cli-%d.out", test_tmp_dir(), calls);
+    snprintf(eo, sizeof eo, "%s/cli-%d.err", test_tmp_dir(), calls++);
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s", b ? b : "./dspark", args, oo, eo);
+    int st = system(cmd);
+    char e[256];
+    size_t n;
+    char *o = ds_read_file(oo, &n, e, sizeof e), *r = ds_read_file(eo, &n, e, sizeof e);
+    if (out) *out = o;
+    else free(o);
+    if (errtxt) *errtxt = r;
+    else free(r);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

@@ -11,27 +11,6 @@
 #include "test.h"
 #include "util.h"
 
-static const char *bin(void) {
-    const char *b = getenv("DSPARK_BIN");
-    return b ? b : "./dspark";
-}
-
-/* Runs `dspark ARGS`, returns the exit code; stdout/stderr into buffers. */
-static int run_cli(const char *args, char **out, char **errtxt) {
-    char cmd[8192], eo[600], oo[600];
-    snprintf(oo, sizeof oo, "%s/bench.out", test_tmp_dir());
-    snprintf(eo, sizeof eo, "%s/bench.err", test_tmp_dir());
-    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s", bin(), args, oo, eo);
-    int st = system(cmd);
-    char e[256];
-    size_t n;
-    char *o = ds_read_file(oo, &n, e, sizeof e), *r = ds_read_file(eo, &n, e, sizeof e);
-    if (out) *out = o;
-    else free(o);
-    if (errtxt) *errtxt = r;
-    else free(r);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static const char *drafters(void) {
     static char d[600];
@@ -72,7 +51,7 @@ TEST(bench_drafter_table_and_json) {
     snprintf(json, sizeof json, "%s/bench.json", test_tmp_dir());
     snprintf(args, sizeof args, "bench --model %s/target --drafter %s/dspark --trials 2 -n 24 -t 2 --json %s",
              drafters(), drafters(), json);
-    CHECK_EQ_INT(run_cli(args, &out, &err), 0);
+    CHECK_EQ_INT(test_run_cli(args, &out, &err), 0);
     CHECK_MSG(out && strstr(out, "dspark bench: model ") && strstr(out, "trials 2") && strstr(out, "n 24") &&
                   strstr(out, "synthetic token ids") && strstr(out, "drafter ") && strstr(out, "cpu "),
               "header: %s", out ? out : "");
@@ -148,7 +127,7 @@ TEST(bench_modes_list) {
     /* baseline is added (and run first) when --modes leaves it out */
     snprintf(args, sizeof args, "bench --model %s/target --drafter %s/dflash --modes dflash --trials 1 -n 16 -t 2",
              drafters(), drafters());
-    CHECK_EQ_INT(run_cli(args, &out, &err), 0);
+    CHECK_EQ_INT(test_run_cli(args, &out, &err), 0);
     CHECK_MSG(out && count_rows(out, "ids-mixed", "baseline") == 1 && count_rows(out, "ids-stride", "dflash") == 1 &&
                   !strstr(out, "| lookup"),
               "%s\n%s", out ? out : "", err ? err : "");
@@ -160,7 +139,7 @@ TEST(bench_modes_list) {
     /* default modes with a DFlash drafter; --max-draft pins every cap */
     snprintf(args, sizeof args, "bench --model %s/target --drafter %s/dflash --trials 1 -n 16 -t 2 --max-draft 3",
              drafters(), drafters());
-    CHECK_EQ_INT(run_cli(args, &out, &err), 0);
+    CHECK_EQ_INT(test_run_cli(args, &out, &err), 0);
     CHECK_MSG(out && count_rows(out, "ids-repeat", "lookup") == 1 && count_rows(out, "ids-repeat", "dflash") == 1 &&
                   strstr(out, "3 (pinned)") && !strstr(out, "calibrated"),
               "%s\n%s", out ? out : "", err ? err : "");
@@ -170,7 +149,7 @@ TEST(bench_modes_list) {
     snprintf(args, sizeof args,
              "bench --model %s/target --modes baseline,lookup,auto --prompt-ids 5,6,7,5,6,7,5,6 --trials 3 -n 20 "
              "--max-draft auto", drafters());
-    CHECK_EQ_INT(run_cli(args, &out, &err), 0);
+    CHECK_EQ_INT(test_run_cli(args, &out, &err), 0);
     CHECK_MSG(out && count_rows(out, "custom", "baseline") == 1 && count_rows(out, "custom", "lookup") == 1 &&
                   !strstr(out, "ids-") && strstr(out, "(auto)") && strstr(out, "trials 3"),
               "%s\n%s", out ? out : "", err ? err : "");
@@ -186,7 +165,7 @@ TEST(bench_chat_template_prompts) {
     if (!made) return;
     char args[2048], *out = NULL, *err = NULL;
     snprintf(args, sizeof args, "bench --model %s --modes lookup --trials 1 -n 8 -t 2", dir);
-    CHECK_EQ_INT(run_cli(args, &out, &err), 0);
+    CHECK_EQ_INT(test_run_cli(args, &out, &err), 0);
     const char *prompts[] = {"chat", "code", "math"};
     for (int p = 0; p < 3; p++)
         CHECK_MSG(out && count_rows(out, prompts[p], "baseline") == 1 && count_rows(out, prompts[p], "lookup") == 1,
@@ -214,16 +193,16 @@ TEST(bench_errors) {
         char extra[1024], args[2048], *out = NULL, *err = NULL;
         snprintf(extra, sizeof extra, bad[i][0], drafters());
         snprintf(args, sizeof args, "bench --model %s/target -n 8 --trials 1 %s", drafters(), extra);
-        CHECK_MSG(run_cli(args, &out, &err) == 1, "%s: should fail", extra);
+        CHECK_MSG(test_run_cli(args, &out, &err) == 1, "%s: should fail", extra);
         CHECK_MSG(err && strstr(err, bad[i][1]), "%s: %s", extra, err ? err : "");
         free(out);
         free(err);
     }
     char *out = NULL;
-    CHECK_EQ_INT(run_cli("bench --help", &out, NULL), 0);
+    CHECK_EQ_INT(test_run_cli("bench --help", &out, NULL), 0);
     CHECK(out && strstr(out, "usage: dspark bench") && strstr(out, "--modes"));
     free(out);
-    CHECK_EQ_INT(run_cli("--help", &out, NULL), 0);
+    CHECK_EQ_INT(test_run_cli("--help", &out, NULL), 0);
     CHECK(out && strstr(out, "  bench "));
     free(out);
 }

@@ -9,27 +9,6 @@
 #include "test.h"
 #include "util.h"
 
-static const char *bin(void) {
-    const char *b = getenv("DSPARK_BIN");
-    return b ? b : "./dspark";
-}
-
-/* Runs `dspark ARGS`, returns the exit code; stdout/stderr into buffers. */
-static int run_cli(const char *args, char **out, char **errtxt) {
-    char cmd[8192], eo[600], oo[600];
-    snprintf(oo, sizeof oo, "%s/cli.out", test_tmp_dir());
-    snprintf(eo, sizeof eo, "%s/cli.err", test_tmp_dir());
-    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s", bin(), args, oo, eo);
-    int st = system(cmd);
-    char e[256];
-    size_t n;
-    char *o = ds_read_file(oo, &n, e, sizeof e), *r = ds_read_file(eo, &n, e, sizeof e);
-    if (out) *out = o;
-    else free(o);
-    if (errtxt) *errtxt = r;
-    else free(r);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static char *model_dir(const char *name) {
     static char d[600];
@@ -44,7 +23,7 @@ TEST(cli_run_greedy_ids_match_transformers) {
     char args[2048], *out = NULL, *err = NULL;
     snprintf(args, sizeof args, "run --model %s --prompt-ids %s -n 24 --temp 0 --print-ids --ignore-eos -t 2",
              model_dir("qwen3-bf16"), prompt);
-    CHECK_EQ_INT(run_cli(args, &out, &err), 0);
+    CHECK_EQ_INT(test_run_cli(args, &out, &err), 0);
     CHECK_MSG(out && !strncmp(out, want, strlen(want)) && out[strlen(want)] == '\n', "got %s", out ? out : "(null)");
     CHECK_MSG(err && strstr(err, "stamp: prompt 12 tok") && strstr(err, "generated 24 tok") &&
                   strstr(err, "decode") && strstr(err, "logits fnv1a"),
@@ -60,7 +39,7 @@ TEST(cli_run_stops_at_eos) {
     char args[2048], *out = NULL;
     snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2,3 -n 4000 --temp 5 --seed 3 --print-ids -c 256",
              model_dir("qwen3-bf16"));
-    CHECK_EQ_INT(run_cli(args, &out, NULL), 0);
+    CHECK_EQ_INT(test_run_cli(args, &out, NULL), 0);
     /* 256-position window: either an eos ended it, or the window filled */
     int n = 0, last = -1;
     for (char *p = out; p && *p && *p != '\n';) {
@@ -77,7 +56,7 @@ TEST(cli_logits_file) {
     snprintf(path, sizeof path, "%s/logits.bin", test_tmp_dir());
     snprintf(args, sizeof args, "logits --model %s --prompt-ids 331,155,390,253 --out %s", model_dir("qwen3-bf16"),
              path);
-    CHECK_EQ_INT(run_cli(args, NULL, NULL), 0);
+    CHECK_EQ_INT(test_run_cli(args, NULL, NULL), 0);
     size_t n = 0, nr = 0;
     float *got = (float *)ds_read_file(path, &n, e, sizeof e);
     char ref_path[700];
@@ -102,7 +81,7 @@ TEST(cli_tokenize_detokenize) {
     if (!tdir) return;
     char args[2048], *out = NULL;
     snprintf(args, sizeof args, "tokenize --model %s/qwen3 'Hello world, 你好 🌍'", tdir);
-    CHECK_EQ_INT(run_cli(args, &out, NULL), 0);
+    CHECK_EQ_INT(test_run_cli(args, &out, NULL), 0);
     CHECK_MSG(out && !strcmp(out, "[9707,1879,11,220,108386,11162,234,235]\n"), "got %s", out);
     free(out);
     /* --jsonl: one array per line, newline excluded */
@@ -112,11 +91,11 @@ TEST(cli_tokenize_detokenize) {
     fputs("Hello world\n\nfoo\n", fp);
     fclose(fp);
     snprintf(args, sizeof args, "tokenize --model %s/qwen3 --file %s --jsonl", tdir, f);
-    CHECK_EQ_INT(run_cli(args, &out, NULL), 0);
+    CHECK_EQ_INT(test_run_cli(args, &out, NULL), 0);
     CHECK_MSG(out && !strcmp(out, "[9707,1879]\n[]\n[7975]\n"), "got %s", out);
     free(out);
     snprintf(args, sizeof args, "detokenize --model %s/qwen3 9707,1879,11,220,108386,11162,234,235", tdir);
-    CHECK_EQ_INT(run_cli(args, &out, NULL), 0);
+    CHECK_EQ_INT(test_run_cli(args, &out, NULL), 0);
     CHECK_MSG(out && !strcmp(out, "Hello world, 你好 🌍\n"), "got %s", out);
     free(out);
 }
@@ -124,37 +103,37 @@ TEST(cli_tokenize_detokenize) {
 TEST(cli_errors_and_help) {
     char *err = NULL, args[1024];
     /* no --model: the bundled model, or $DSPARK_MODEL */
-    CHECK_EQ_INT(run_cli("run --prompt-ids 1,2 -n 4", NULL, &err), 0);
+    CHECK_EQ_INT(test_run_cli("run --prompt-ids 1,2 -n 4", NULL, &err), 0);
     free(err);
     setenv("DSPARK_MODEL", "/nonexistent-default", 1);
-    CHECK(run_cli("run --prompt-ids 1,2", NULL, &err) != 0);
+    CHECK(test_run_cli("run --prompt-ids 1,2", NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "/nonexistent-default"), "%s", err);
     unsetenv("DSPARK_MODEL");
     free(err);
-    CHECK(run_cli("run --model /nonexistent --prompt-ids 1,2", NULL, &err) != 0);
+    CHECK(test_run_cli("run --model /nonexistent --prompt-ids 1,2", NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "/nonexistent"), "%s", err);
     free(err);
     snprintf(args, sizeof args, "run --model %s --prompt-ids 1,x", model_dir("qwen3-bf16"));
-    CHECK(run_cli(args, NULL, &err) != 0);
+    CHECK(test_run_cli(args, NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "token id"), "%s", err);
     free(err);
     snprintf(args, sizeof args, "run --model %s --prompt-ids 1,99999 -n 2", model_dir("qwen3-bf16"));
-    CHECK(run_cli(args, NULL, &err) != 0);
+    CHECK(test_run_cli(args, NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "outside the vocabulary"), "%s", err);
     free(err);
     snprintf(args, sizeof args, "run --model %s --prompt hello", model_dir("qwen3-bf16"));
-    CHECK(run_cli(args, NULL, &err) != 0);
+    CHECK(test_run_cli(args, NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "tokenizer.json"), "%s", err);
     free(err);
-    CHECK(run_cli("run --bogus", NULL, &err) != 0);
+    CHECK(test_run_cli("run --bogus", NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "--bogus"), "%s", err);
     free(err);
-    CHECK(run_cli("frobnicate", NULL, NULL) != 0);
+    CHECK(test_run_cli("frobnicate", NULL, NULL) != 0);
     const char *cmds[] = {"run", "logits", "tokenize", "detokenize"};
     for (int i = 0; i < 4; i++) {
         char *out = NULL;
         snprintf(args, sizeof args, "%s --help", cmds[i]);
-        CHECK_EQ_INT(run_cli(args, &out, NULL), 0);
+        CHECK_EQ_INT(test_run_cli(args, &out, NULL), 0);
         CHECK(out && strstr(out, "usage: dspark"));
         free(out);
     }
@@ -170,7 +149,7 @@ TEST(cli_run_lookup_equals_baseline) {
             char args[2048], *out = NULL, *err = NULL;
             snprintf(args, sizeof args, "run --model %s --prompt-ids 5,5,5,5,5,5 -n 150 --print-ids -t 2 %s",
                      model_dir(models[mi]), modes[i]);
-            CHECK_EQ_INT(run_cli(args, &out, &err), 0);
+            CHECK_EQ_INT(test_run_cli(args, &out, &err), 0);
             if (i == 0) {
                 base = out;
                 CHECK_MSG(err && !strstr(err, "tokens/round"), "%s", err);
@@ -188,30 +167,30 @@ TEST(cli_run_lookup_equals_baseline) {
     const char *neural[] = {"dspark", "dflash"};
     for (int i = 0; i < 2; i++) {
         snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode %s", model_dir("qwen3-bf16"), neural[i]);
-        CHECK(run_cli(args, NULL, &err) != 0);
+        CHECK(test_run_cli(args, NULL, &err) != 0);
         CHECK_MSG(err && strstr(err, "needs --drafter DIR"), "%s", err);
         free(err);
     }
     /* auto without a drafter is lookup */
     snprintf(args, sizeof args, "run --model %s --prompt-ids 5,5,5,5 -n 20 --mode auto", model_dir("qwen3-bf16"));
-    CHECK_EQ_INT(run_cli(args, NULL, &err), 0);
+    CHECK_EQ_INT(test_run_cli(args, NULL, &err), 0);
     CHECK_MSG(err && strstr(err, "mode lookup, cap "), "%s", err);
     free(err);
     snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode bogus", model_dir("qwen3-bf16"));
-    CHECK(run_cli(args, NULL, &err) != 0);
+    CHECK(test_run_cli(args, NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "bogus"), "%s", err);
     free(err);
     snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --max-draft 4", model_dir("qwen3-bf16"));
-    CHECK(run_cli(args, NULL, &err) != 0);
+    CHECK(test_run_cli(args, NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "--max-draft"), "%s", err);
     free(err);
     snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode lookup --confidence-threshold 0.5",
              model_dir("qwen3-bf16"));
-    CHECK(run_cli(args, NULL, &err) != 0);
+    CHECK(test_run_cli(args, NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "confidence"), "%s", err);
     free(err);
     snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode lookup --max-draft 0", model_dir("qwen3-bf16"));
-    CHECK(run_cli(args, NULL, &err) != 0);
+    CHECK(test_run_cli(args, NULL, &err) != 0);
     free(err);
 }
 
@@ -237,7 +216,7 @@ TEST(cli_run_drafter_modes_equal_baseline) {
         snprintf(mode, sizeof mode, modes[i], dd);
         snprintf(args, sizeof args, "run --model %s --prompt-ids 376,280,119,187,320 -n 60 --print-ids -t 2 %s", tgt,
                  mode);
-        CHECK_EQ_INT(run_cli(args, &out, &err), 0);
+        CHECK_EQ_INT(test_run_cli(args, &out, &err), 0);
         if (i == 0) {
             base = out;
         } else {
@@ -263,7 +242,7 @@ TEST(cli_run_drafter_modes_equal_baseline) {
         char mode[1024], args[2048], *err = NULL;
         snprintf(mode, sizeof mode, bad[i][0], dd);
         snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 %s", tgt, mode);
-        CHECK(run_cli(args, NULL, &err) != 0);
+        CHECK(test_run_cli(args, NULL, &err) != 0);
         CHECK_MSG(err && strstr(err, bad[i][1]), "%s: %s", mode, err ? err : "");
         free(err);
     }
@@ -271,7 +250,7 @@ TEST(cli_run_drafter_modes_equal_baseline) {
     char args[2048], *err = NULL;
     snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2 --mode dspark --drafter %s/dspark",
              model_dir("qwen3-bf16"), dd);
-    CHECK(run_cli(args, NULL, &err) != 0);
+    CHECK(test_run_cli(args, NULL, &err) != 0);
     CHECK_MSG(err && strstr(err, "6-layer target"), "%s", err ? err : "");
     free(err);
 }
@@ -288,7 +267,7 @@ TEST(cli_calibration_cache_corrupt_rewritten) {
     snprintf(args, sizeof args, "run --model %s/drafters/target --prompt-ids 5,6,7 -n 8 --mode dspark --drafter "
                                 "%s/drafters/dspark",
              test_data_dir(), test_data_dir());
-    CHECK_EQ_INT(run_cli(args, NULL, &err), 0);
+    CHECK_EQ_INT(test_run_cli(args, NULL, &err), 0);
     CHECK_MSG(err && strstr(err, "corrupt") && strstr(err, "calibrating"), "%s", err ? err : "");
     free(err);
     char warn[1024];
@@ -297,7 +276,7 @@ TEST(cli_calibration_cache_corrupt_rewritten) {
     calib_key(key, sizeof key, "cpu", "none", "none", "bf16", 1);
     CHECK_EQ_INT(calib_load(path, key, &c, warn, sizeof warn), 0); /* valid file now, other key */
     /* the second run finds its entry: no calibration */
-    CHECK_EQ_INT(run_cli(args, NULL, &err), 0);
+    CHECK_EQ_INT(test_run_cli(args, NULL, &err), 0);
     CHECK_MSG(err && !strstr(err, "calibrating") && strstr(err, "(calibrated"), "%s", err ? err : "");
     free(err);
 }
