@@ -5,11 +5,9 @@
 
 #include "drafter.h"
 #include "safetensors.h"
+#include "wbind.h"
 
-typedef struct {
-    const tensor *wq, *wk, *wv, *wo, *wg, *wu, *wd;
-    float *attn_norm, *mlp_norm, *q_norm, *k_norm;
-} dlayer;
+typedef wlayer dlayer;
 
 struct dmodel {
     drafter_config cfg;

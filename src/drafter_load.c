@@ -207,8 +207,8 @@ int dmodel_load(dmodel **out, const char *dir, const model *target, const model_
     if (st_set_open_mode(&dm->st, dir, mode, err, errlen) != 0) goto fail;
 
     const model_config *b = &c->base;
-    int64_t H = b->hidden_size, I = b->intermediate_size, V = b->vocab_size, hd = b->head_dim;
-    int64_t QD = (int64_t)b->n_heads * hd, KD = (int64_t)b->n_kv_heads * hd, R = c->markov_rank;
+    int64_t H = b->hidden_size, V = b->vocab_size, hd = b->head_dim;
+    int64_t R = c->markov_rank;
     wbind w;
     wbind_init(&w, dm->st, c->kind == DRAFTER_DFLASH ? "DFlash drafter" : "DSpark drafter", err, errlen);
     char name[256];
@@ -225,8 +225,8 @@ int dmodel_load(dmodel **out, const char *dir, const model *target, const model_
             ok = (dm->conf_w = wbind_get(&w, "confidence_head.proj.weight", 1, H + (c->confidence_with_markov ? R : 0))) &&
                  (cb = wbind_get(&w, "confidence_head.proj.bias", 1, 0));
     }
-    size_t per_layer = (size_t)(2 * H + 2 * hd);
-    dm->owned = xaligned(sizeof(float) * (per_layer * (size_t)b->n_layers + 2 * (size_t)H + (size_t)hd + 1));
+    dm->owned = xaligned(sizeof(float) *
+                         (wbind_layer_floats(b) * (size_t)b->n_layers + 2 * (size_t)H + (size_t)hd + 1));
     float *pool = dm->owned;
     if (ok) {
         dm->hidden_norm = wbind_f32(&pool, hn);
@@ -235,32 +235,8 @@ int dmodel_load(dmodel **out, const char *dir, const model *target, const model_
     }
     dm->layers = xcalloc((size_t)b->n_layers, sizeof(dlayer));
     for (int l = 0; ok && l < b->n_layers; l++) {
-        dlayer *L = &dm->layers[l];
-#define W(field, suffix, d0, d1)                                      \
-    do {                                                              \
-        snprintf(name, sizeof name, "layers.%d.%s", l, suffix);       \
-        if (ok && !(L->field = wbind_get(&w, name, d0, d1))) ok = 0;  \
-    } while (0)
-#define F(field, suffix, d0)                                          \
-    do {                                                              \
-        snprintf(name, sizeof name, "layers.%d.%s", l, suffix);       \
-        const tensor *t_ = ok ? wbind_get(&w, name, d0, 0) : NULL;    \
-        if (!t_) ok = 0;                                              \
-        else L->field = wbind_f32(&pool, t_);                         \
-    } while (0)
-        W(wq, "self_attn.q_proj.weight", QD, H);
-        W(wk, "self_attn.k_proj.weight", KD, H);
-        W(wv, "self_attn.v_proj.weight", KD, H);
-        W(wo, "self_attn.o_proj.weight", H, QD);
-        W(wg, "mlp.gate_proj.weight", I, H);
-        W(wu, "mlp.up_proj.weight", I, H);
-        W(wd, "mlp.down_proj.weight", H, I);
-        F(attn_norm, "input_layernorm.weight", H);
-        F(mlp_norm, "post_attention_layernorm.weight", H);
-        F(q_norm, "self_attn.q_norm.weight", hd);
-        F(k_norm, "self_attn.k_norm.weight", hd);
-#undef W
-#undef F
+        snprintf(name, sizeof name, "layers.%d.", l);
+        ok = wbind_layer(&w, name, b, &pool, &dm->layers[l]) == 0;
     }
     if (ok && wbind_check_leftovers(&w) != 0) ok = 0;
     wbind_done(&w);

@@ -13,13 +13,7 @@
 #include "wbind.h"
 #include "util.h"
 
-typedef struct {
-    const tensor *wq, *wk, *wv, *wo;  /* [nh*hd][H], [nkv*hd][H] x2, [H][nh*hd] */
-    const tensor *wg, *wu, *wd;       /* [I][H], [I][H], [H][I] */
-    float *attn_norm, *mlp_norm;      /* [H] */
-    float *q_norm, *k_norm;           /* [hd] (qwen3) or NULL */
-    float *bq, *bk, *bv, *bo;         /* [nh*hd], [nkv*hd] x2, [H] or NULL */
-} layer_w;
+typedef wlayer layer_w;
 
 struct model {
     model_config cfg;
@@ -55,8 +49,7 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
     st_load mode = opt && opt->use_mmap ? ST_LOAD_MMAP : ST_LOAD_READ;
     if (st_set_open_mode(&m->st, dir, mode, err, errlen) != 0) goto fail;
     const model_config *c = &m->cfg;
-    int64_t H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
-    int64_t QD = (int64_t)c->n_heads * hd, KD = (int64_t)c->n_kv_heads * hd;
+    int64_t H = c->hidden_size, V = c->vocab_size, hd = c->head_dim;
     char what[64];
     snprintf(what, sizeof what, "%s model", config_arch_name(c->arch));
     wbind b;
@@ -78,47 +71,14 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
         m->lm_head = m->embed;
     }
     /* f32 copies of norms and biases live in one block */
-    size_t per_layer = (size_t)(2 * H + (c->qk_norm ? 2 * hd : 0) +
-                                (c->attention_bias ? QD + 2 * KD : 0) + (c->o_bias ? H : 0));
-    m->owned = xaligned(sizeof(float) * (per_layer * (size_t)c->n_layers + (size_t)H + (size_t)hd));
+    m->owned = xaligned(sizeof(float) *
+                        (wbind_layer_floats(c) * (size_t)c->n_layers + (size_t)H + (size_t)hd));
     float *pool = m->owned;
     if (ok) m->final_norm = wbind_f32(&pool, tn[0]);
     m->layers = xcalloc((size_t)c->n_layers, sizeof(layer_w));
     for (int l = 0; ok && l < c->n_layers; l++) {
-        layer_w *L = &m->layers[l];
-#define W(field, suffix, d0, d1)                                                   \
-    do {                                                                           \
-        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);              \
-        if (ok && !(L->field = wbind_get(&b, name, d0, d1))) ok = 0;                    \
-    } while (0)
-#define F(field, suffix, d0)                                                       \
-    do {                                                                           \
-        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);              \
-        const tensor *t_ = ok ? wbind_get(&b, name, d0, 0) : NULL;                      \
-        if (!t_) ok = 0;                                                           \
-        else L->field = wbind_f32(&pool, t_);                                       \
-    } while (0)
-        W(wq, "self_attn.q_proj.weight", QD, H);
-        W(wk, "self_attn.k_proj.weight", KD, H);
-        W(wv, "self_attn.v_proj.weight", KD, H);
-        W(wo, "self_attn.o_proj.weight", H, QD);
-        W(wg, "mlp.gate_proj.weight", I, H);
-        W(wu, "mlp.up_proj.weight", I, H);
-        W(wd, "mlp.down_proj.weight", H, I);
-        F(attn_norm, "input_layernorm.weight", H);
-        F(mlp_norm, "post_attention_layernorm.weight", H);
-        if (c->qk_norm) {
-            F(q_norm, "self_attn.q_norm.weight", hd);
-            F(k_norm, "self_attn.k_norm.weight", hd);
-        }
-        if (c->attention_bias) {
-            F(bq, "self_attn.q_proj.bias", QD);
-            F(bk, "self_attn.k_proj.bias", KD);
-            F(bv, "self_attn.v_proj.bias", KD);
-        }
-        if (c->o_bias) F(bo, "self_attn.o_proj.bias", H);
-#undef W
-#undef F
+        snprintf(name, sizeof name, "model.layers.%d.", l);
+        ok = wbind_layer(&b, name, c, &pool, &m->layers[l]) == 0;
     }
     if (ok && wbind_check_leftovers(&b) != 0) ok = 0;
     wbind_done(&b);

@@ -87,3 +87,50 @@ float *wbind_f32(float **pool, const tensor *t) {
     *pool += tensor_numel(t);
     return p;
 }
+
+size_t wbind_layer_floats(const model_config *c) {
+    size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
+    size_t QD = (size_t)c->n_heads * hd, KD = (size_t)c->n_kv_heads * hd;
+    return 2 * H + (c->qk_norm ? 2 * hd : 0) + (c->attention_bias ? QD + 2 * KD : 0) + (c->o_bias ? H : 0);
+}
+
+int wbind_layer(wbind *b, const char *prefix, const model_config *c, float **pool, wlayer *L) {
+    int64_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
+    int64_t QD = (int64_t)c->n_heads * hd, KD = (int64_t)c->n_kv_heads * hd;
+    char name[256];
+    memset(L, 0, sizeof *L);
+#define W(field, suffix, d0, d1)                                          \
+    do {                                                                  \
+        snprintf(name, sizeof name, "%s%s", prefix, suffix);              \
+        if (!(L->field = wbind_get(b, name, d0, d1))) return -1;          \
+    } while (0)
+#define F(field, suffix, d0)                                              \
+    do {                                                                  \
+        snprintf(name, sizeof name, "%s%s", prefix, suffix);              \
+        const tensor *t_ = wbind_get(b, name, d0, 0);                     \
+        if (!t_) return -1;                                               \
+        L->field = wbind_f32(pool, t_);                                   \
+    } while (0)
+    W(wq, "self_attn.q_proj.weight", QD, H);
+    W(wk, "self_attn.k_proj.weight", KD, H);
+    W(wv, "self_attn.v_proj.weight", KD, H);
+    W(wo, "self_attn.o_proj.weight", H, QD);
+    W(wg, "mlp.gate_proj.weight", I, H);
+    W(wu, "mlp.up_proj.weight", I, H);
+    W(wd, "mlp.down_proj.weight", H, I);
+    F(attn_norm, "input_layernorm.weight", H);
+    F(mlp_norm, "post_attention_layernorm.weight", H);
+    if (c->qk_norm) {
+        F(q_norm, "self_attn.q_norm.weight", hd);
+        F(k_norm, "self_attn.k_norm.weight", hd);
+    }
+    if (c->attention_bias) {
+        F(bq, "self_attn.q_proj.bias", QD);
+        F(bk, "self_attn.k_proj.bias", KD);
+        F(bv, "self_attn.v_proj.bias", KD);
+    }
+    if (c->o_bias) F(bo, "self_attn.o_proj.bias", H);
+#undef W
+#undef F
+    return 0;
+}
