@@ -108,7 +108,6 @@ static void measure_drafter(cli_spec *sp, int ctx_len, calib_costs *c) {
 
 static void calibrate(cli_spec *sp, const opts *o, const cli_engine *e, seq *s) {
     char path[4096], key[CALIB_KEY_MAX], warn[1024] = "", err[1024], mid[PATH_MAX + 64], did[PATH_MAX + 16];
-    const model_config *c = model_cfg(e->m);
     char *rp = realpath(o->model, NULL);
     snprintf(mid, sizeof mid, "%s|%zu", rp ? rp : o->model, model_weight_bytes(e->m));
     free(rp);
@@ -137,7 +136,6 @@ static void calibrate(cli_spec *sp, const opts *o, const cli_engine *e, seq *s) 
         fprintf(stderr, "dspark: warning: calibration failed (%s); using cap %d\n", err, sp->max_draft);
         return;
     }
-    (void)c;
     if (sp->dm) measure_drafter(sp, ctx, &sp->costs);
     sp->have_costs = 1;
     if (have_path && calib_store(path, key, &sp->costs, err, sizeof err) != 0)

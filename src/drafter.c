@@ -199,18 +199,6 @@ static void block_forward(dstate *s, int anchor, int spos) {
     op_rmsnorm(s->xb, s->x, dm->final_norm, B, H, eps);
 }
 
-static int draw(sampler *smp, const float *p, int V) {
-    double u = sampler_uniform(smp), cum = 0;
-    int last = 0;
-    for (int i = 0; i < V; i++) {
-        if (p[i] <= 0.0f) continue;
-        cum += p[i];
-        last = i;
-        if (u < cum) return i;
-    }
-    return last;
-}
-
 static int d_propose(void *self, int k, int *draft, float *q) {
     dstate *s = self;
     const dmodel *dm = s->dm;
@@ -254,7 +242,7 @@ static int d_propose(void *self, int k, int *draft, float *q) {
             draft[j] = op_argmax(z, V);
         } else {
             sampler_probs(s->smp, z, q + (size_t)j * V);
-            draft[j] = draw(s->smp, q + (size_t)j * V, V);
+            draft[j] = sampler_draw(s->smp, q + (size_t)j * V, V, 1.0);
         }
         prev = draft[j];
     }

@@ -193,3 +193,15 @@ void sampler_probs(sampler *s, const float *logits, float *probs) {
     int n = filter(s, logits);
     for (int i = 0; i < n; i++) probs[s->c[i].id] = s->c[i].p;
 }
+
+int sampler_draw(sampler *s, const float *w, int n, double mass) {
+    double u = sampler_uniform(s) * mass, cum = 0;
+    int last = 0;
+    for (int i = 0; i < n; i++) {
+        if (w[i] <= 0.0f) continue;
+        cum += w[i];
+        last = i;
+        if (u < cum) return i;
+    }
+    return last;
+}

@@ -31,5 +31,8 @@ int sampler_sample(sampler *s, const float *logits);
 void sampler_probs(sampler *s, const float *logits, float *probs);
 /* A uniform draw in [0, 1) from the sampler's generator. */
 double sampler_uniform(sampler *s);
+/* An index drawn from the non-negative weights w[0..n) summing to mass > 0
+ * (a probability vector: mass 1), with the sampler's generator. */
+int sampler_draw(sampler *s, const float *w, int n, double mass);
 
 #endif

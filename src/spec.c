@@ -10,19 +10,6 @@
 /* prompt rows per forward while prefilling for a feature-reading drafter */
 #define PREFILL_CHUNK 128
 
-/* A draw from w[0..V) (non-negative, summing to mass > 0). */
-static int draw(sampler *smp, const float *w, int V, double mass) {
-    double u = sampler_uniform(smp) * mass, cum = 0;
-    int last = -1;
-    for (int i = 0; i < V; i++) {
-        if (w[i] <= 0.0f) continue;
-        cum += w[i];
-        last = i;
-        if (u < cum) return i;
-    }
-    return last;
-}
-
 int spec_accept(sampler *smp, const float *logits, int vocab, const int *draft, const float *q, int k, float *p,
                 float *r, int *y) {
     if (sampler_is_greedy(smp)) {
@@ -53,7 +40,7 @@ int spec_accept(sampler *smp, const float *logits, int vocab, const int *draft, 
             mass = 0;
             for (int i = 0; i < vocab; i++) mass += r[i];
         }
-        *y = draw(smp, r, vocab, mass);
+        *y = sampler_draw(smp, r, vocab, mass);
         return j;
     }
     *y = sampler_sample(smp, logits + (size_t)k * vocab);
