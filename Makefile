@@ -12,7 +12,7 @@ FUZZ_SECONDS ?= 30
 
 WARN    = -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g -pthread -MMD -MP $(WARN) -Isrc
-LIBS    = -lcjson -lpcre2-8 -lutf8proc -ledit -lm -pthread
+LIBS    = -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm -pthread
 
 ifeq ($(SAN),1)
   BUILD  = build/san
@@ -36,7 +36,7 @@ TEST_SRC = $(wildcard tests/*.c)
 TEST_OBJ = $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRC))
 TEST_BIN = $(BUILD)/dspark-tests
 
-.PHONY: all test bench fuzz help clean test-assets demo
+.PHONY: all test bench fuzz help clean test-assets test-clients demo test-claude
 
 all: $(BIN)
 
@@ -67,8 +67,19 @@ $(BUILD)/tests/%.o: tests/%.c
 test-assets:
 	@scripts/fetch-test-assets
 
-test: $(TEST_BIN) $(BIN) test-assets
+# The server tests drive dspark serve with the official OpenAI/Anthropic SDK
+# clients (tests/server/package.json), installed once into ~/.cache/dspark/node.
+test-clients:
+	@scripts/fetch-test-clients
+
+test: $(TEST_BIN) $(BIN) test-assets test-clients
 	DSPARK_BIN=$(abspath $(BIN)) ASAN_OPTIONS=detect_leaks=1 $(TEST_BIN) $(T)
+
+# End to end with the real Claude Code (npm, about 245 MB, installed once into
+# ~/.cache/dspark/claude-code): dspark serve + dspark claude -- -p 'say hi'.
+# Not part of `make test`.
+test-claude: $(BIN)
+	DSPARK_BIN=$(abspath $(BIN)) scripts/test-claude
 
 bench: $(BIN)
 	bench/cpu-bench.sh
@@ -100,6 +111,7 @@ help:
 	@echo "make demo       install deps, build, run the bundled model in every mode"
 	@echo "make test       run the test suite (T=name filters tests)"
 	@echo "make test SAN=1 run the suite under ASan+UBSan"
+	@echo "make test-claude  Claude Code end to end against dspark serve (npm, 245 MB once)"
 	@echo "make bench      CPU benchmark vs llama.cpp (LLAMA_BENCH=..., LLAMA_CPP=...)"
 	@echo "make fuzz       build and run libFuzzer targets (FUZZ_SECONDS=$(FUZZ_SECONDS))"
 	@echo "make clean      remove build outputs"

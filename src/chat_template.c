@@ -11,12 +11,14 @@
 
 #include "jinja.h"
 #include "json.h"
+#include "strbuf.h"
 #include "util.h"
 
 struct chat_template {
     jinja_template *def;      /* "default" (or the only template) */
     jinja_template *tool_use; /* "tool_use", may be NULL */
     char *bos, *eos;
+    strbuf src; /* the source text of every template loaded */
 };
 
 static char *token_text(const cJSON *cfg, const char *key) {
@@ -35,11 +37,15 @@ void chat_template_free(chat_template *t) {
     jinja_free(t->tool_use);
     free(t->bos);
     free(t->eos);
+    sb_free(&t->src);
     free(t);
 }
 
-static int parse_one(jinja_template **out, const char *src, const char *name, char *err, size_t errlen) {
-    return jinja_parse(out, src, strlen(src), name, err, errlen);
+static int parse_one(chat_template *t, jinja_template **out, const char *src, size_t n, const char *name, char *err,
+                     size_t errlen) {
+    if (t->src.n) sb_puts(&t->src, "\n");
+    sb_append(&t->src, src, n);
+    return jinja_parse(out, src, n, name, err, errlen);
 }
 
 int chat_template_load(chat_template **out, const char *dir, char *err, size_t errlen) {
@@ -66,7 +72,7 @@ int chat_template_load(chat_template **out, const char *dir, char *err, size_t e
         char *src = ds_read_file(jinja_path, &n, err, errlen);
         if (!src) rc = -1;
         else {
-            rc = jinja_parse(&t->def, src, n, jinja_path, err, errlen);
+            rc = parse_one(t, &t->def, src, n, jinja_path, err, errlen);
             free(src);
         }
     } else {
@@ -77,7 +83,7 @@ int chat_template_load(chat_template **out, const char *dir, char *err, size_t e
             ds_err(err, errlen, "%s: no chat template (neither chat_template.jinja nor \"chat_template\" in tokenizer_config.json)", dir);
         } else if (cJSON_IsString(ct)) {
             snprintf(name, sizeof name, "%s:chat_template", cfg_path);
-            rc = parse_one(&t->def, ct->valuestring, name, err, errlen);
+            rc = parse_one(t, &t->def, ct->valuestring, strlen(ct->valuestring), name, err, errlen);
         } else if (cJSON_IsArray(ct)) {
             for (const cJSON *e = ct->child; e && rc == 0; e = e->next) {
                 const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
@@ -90,7 +96,7 @@ int chat_template_load(chat_template **out, const char *dir, char *err, size_t e
                                         : !strcmp(nm->valuestring, "tool_use") ? &t->tool_use : NULL;
                 if (!slot || *slot) continue;
                 snprintf(name, sizeof name, "%s:chat_template[%s]", cfg_path, nm->valuestring);
-                rc = parse_one(slot, tp->valuestring, name, err, errlen);
+                rc = parse_one(t, slot, tp->valuestring, strlen(tp->valuestring), name, err, errlen);
             }
             if (rc == 0 && !t->def && !t->tool_use)
                 rc = ds_err(err, errlen, "%s: chat_template list has neither a \"default\" nor a \"tool_use\" template", cfg_path);
@@ -141,3 +147,4 @@ int chat_template_render(const chat_template *t, const cJSON *messages, const cJ
 
 const char *chat_template_bos(const chat_template *t) { return t && t->bos ? t->bos : ""; }
 const char *chat_template_eos(const chat_template *t) { return t && t->eos ? t->eos : ""; }
+const char *chat_template_source(const chat_template *t) { return t ? sb_str(&t->src) : ""; }

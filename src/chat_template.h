@@ -29,5 +29,8 @@ int chat_template_render(const chat_template *t, const cJSON *messages, const cJ
 
 const char *chat_template_bos(const chat_template *t); /* "" when none */
 const char *chat_template_eos(const chat_template *t); /* "" when none */
+/* The template source text (all loaded templates, newline-joined): the
+ * server reads the model's tool-call and thinking markers from it. */
+const char *chat_template_source(const chat_template *t);
 
 #endif

@@ -70,6 +70,7 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
                     : !strcmp(a, "--no-generation-prompt") ? &o->no_gen_prompt
                     : !strcmp(a, "--no-thinking")         ? &o->no_thinking
                     : !strcmp(a, "--mmap")                ? &o->use_mmap
+                    : !strcmp(a, "--print-env")           ? &o->print_env
                                                           : NULL;
         if (flag) {
             *flag = 1;
@@ -90,6 +91,15 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--modes")) o->modes = v;
         else if (!strcmp(a, "--json")) o->json = v;
         else if (!strcmp(a, "--trials")) o->trials = parse_int(a, v, 1, 100);
+        else if (!strcmp(a, "--host")) o->host = v;
+        else if (!strcmp(a, "--url")) o->url = v;
+        else if (!strcmp(a, "--api-key")) o->api_key = v;
+        else if (!strcmp(a, "--port")) o->port = parse_int(a, v, 1, 65535);
+        else if (!strcmp(a, "--reasoning-effort")) {
+            if (strcmp(v, "low") && strcmp(v, "medium") && strcmp(v, "high"))
+                cli_die("--reasoning-effort expects low, medium or high, got \"%s\"", v);
+            o->reasoning_effort = v;
+        }
         else if (!strcmp(a, "--max-draft")) {
             if (!strcmp(v, "auto")) o->max_draft_auto = 1;
             else o->max_draft = parse_int(a, v, 1, SPEC_MAX_DRAFT);

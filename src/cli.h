@@ -32,6 +32,11 @@ typedef struct {
     int chat, no_gen_prompt, no_thinking, use_mmap;
     const char *modes, *json; /* bench: --modes LIST, --json FILE */
     int trials;               /* bench: --trials N (0 = default) */
+    /* serve / claude */
+    const char *host, *url, *api_key, *reasoning_effort;
+    int port, print_env;
+    int n_rest;   /* claude: the arguments after "--" */
+    char **rest;
     float temp, top_p, min_p;
     unsigned long long seed;
     int n_vars;
@@ -115,7 +120,9 @@ int cmd_detokenize(const opts *o);
 int cmd_template(const opts *o);
 int cmd_chat(const opts *o);
 int cmd_bench(const opts *o);
+int cmd_serve(const opts *o);  /* serve.c */
+int cmd_claude(const opts *o); /* cli_claude.c */
 extern const char RUN_HELP[], LOGITS_HELP[], TOKENIZE_HELP[], DETOKENIZE_HELP[], TEMPLATE_HELP[], CHAT_HELP[],
-    BENCH_HELP[];
+    BENCH_HELP[], SERVE_HELP[], CLAUDE_HELP[];
 
 #endif

@@ -21,6 +21,8 @@ static const char MAIN_HELP[] =
     "  detokenize  print the text of token ids\n"
     "  template    print the prompt a chat template renders for a conversation\n"
     "  bench       decode speed of each decoding mode on fixed prompts, and a lossless check\n"
+    "  serve       HTTP server: OpenAI (chat, completions, responses) and Anthropic (messages) APIs\n"
+    "  claude      start Claude Code against a running dspark server\n"
     "  version     print version and CPU features\n";
 
 #define SAMPLING " --mmap --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
@@ -46,6 +48,10 @@ static const command COMMANDS[] = {
     {"bench", cmd_bench, BENCH_HELP,
      " --model -m --drafter --modes --trials --json --prompt-ids --max-draft --confidence-threshold"
      " --threads -t --context-window -c -n --n-predict --mmap "},
+    {"serve", cmd_serve, SERVE_HELP,
+     " --model -m --host --port --api-key --context-window -c --threads -t --mmap --no-thinking --reasoning-effort"
+     SPEC " --temp --top-k --top-p --min-p --seed -n --n-predict "},
+    {"claude", cmd_claude, CLAUDE_HELP, " --url --api-key --print-env "},
 };
 
 int main(int argc, char **argv) {
@@ -58,13 +64,24 @@ int main(int argc, char **argv) {
         const command *c = &COMMANDS[i];
         if (strcmp(cmd, c->name)) continue;
         opts o;
-        cli_parse(&o, argc - 2, argv + 2, c->name, c->flags);
+        int n = argc - 2, rest = 0; /* arguments after "--" are passed through (claude) */
+        for (int j = 2; j < argc; j++)
+            if (!strcmp(argv[j], "--")) {
+                n = j - 2;
+                rest = j + 1;
+                break;
+            }
+        cli_parse(&o, n, argv + 2, c->name, c->flags);
+        if (rest) {
+            o.rest = argv + rest;
+            o.n_rest = argc - rest;
+        }
         if (o.help) {
             fputs(c->help, stdout);
             return 0;
         }
         static char def[4096];
-        if (!o.model) {
+        if (!o.model && strcmp(c->name, "claude")) { /* claude talks to a server; it loads no model */
             if (!registry_default_model(def, sizeof def))
                 cli_die("%s: --model DIR is required: the bundled model %s was not found beside the dspark binary "
                         "(models/%s) and DSPARK_MODEL is not set",

@@ -43,8 +43,7 @@ static uint64_t next_u64(sampler *s) {
 
 double sampler_uniform(sampler *s) { return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0); }
 
-int sampler_create(sampler **out, const sampler_params *p, int vocab, char *err, size_t errlen) {
-    *out = NULL;
+static int check_params(const sampler_params *p, char *err, size_t errlen) {
     if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
         return ds_err(err, errlen, "temperature must be a finite number >= 0 (got %g)", (double)p->temperature);
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f) && p->top_p != 0.0f)
@@ -52,15 +51,31 @@ int sampler_create(sampler **out, const sampler_params *p, int vocab, char *err,
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
         return ds_err(err, errlen, "min-p must be in [0, 1] (got %g)", (double)p->min_p);
     if (p->top_k < 0) return ds_err(err, errlen, "top-k must be >= 0 (got %d)", p->top_k);
-    if (vocab <= 0) return ds_err(err, errlen, "sampler: empty vocabulary");
-    sampler *s = xcalloc(1, sizeof *s);
+    return 0;
+}
+
+static void set_params(sampler *s, const sampler_params *p) {
     s->p = *p;
     if (s->p.top_p == 0.0f) s->p.top_p = 1.0f;
-    s->vocab = vocab;
     uint64_t x = p->seed;
     for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+}
+
+int sampler_create(sampler **out, const sampler_params *p, int vocab, char *err, size_t errlen) {
+    *out = NULL;
+    if (check_params(p, err, errlen) != 0) return -1;
+    if (vocab <= 0) return ds_err(err, errlen, "sampler: empty vocabulary");
+    sampler *s = xcalloc(1, sizeof *s);
+    s->vocab = vocab;
+    set_params(s, p);
     s->c = xmalloc(sizeof(cand) * (size_t)vocab);
     *out = s;
+    return 0;
+}
+
+int sampler_reset(sampler *s, const sampler_params *p, char *err, size_t errlen) {
+    if (check_params(p, err, errlen) != 0) return -1;
+    set_params(s, p);
     return 0;
 }
 

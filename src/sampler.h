@@ -23,6 +23,10 @@ typedef struct sampler sampler;
 /* Validates the parameters (ranges) and allocates scratch for vocab. */
 int sampler_create(sampler **out, const sampler_params *p, int vocab, char *err, size_t errlen);
 void sampler_free(sampler *s);
+/* New parameters (validated as sampler_create does) and a fresh generator
+ * seeded from p->seed, keeping the allocation: a server reuses the one
+ * sampler its drafter holds. */
+int sampler_reset(sampler *s, const sampler_params *p, char *err, size_t errlen);
 int sampler_is_greedy(const sampler *s);
 /* Next token from logits[vocab]. */
 int sampler_sample(sampler *s, const float *logits);

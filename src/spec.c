@@ -9,6 +9,8 @@
 
 /* prompt rows per forward while prefilling for a feature-reading drafter */
 #define PREFILL_CHUNK 128
+/* prompt rows between progress reports on the plain prefill path */
+#define PROGRESS_CHUNK 512
 
 int spec_accept(sampler *smp, const float *logits, int vocab, const int *draft, const float *q, int k, float *p,
                 float *r, int *y) {
@@ -80,7 +82,7 @@ static int push(gen_state *g, int id) {
    (so features never need a whole-prompt buffer). Returns rows computed or
    -1. */
 static int prefill_features(seq *s, drafter *d, const int *prompt, int n, float *logits, float *taps,
-                            spec_stats *st, char *err, size_t errlen) {
+                            const spec_opts *o, spec_stats *st, char *err, size_t errlen) {
     if (n <= 0) return ds_err(err, errlen, "empty prompt");
     if (n > seq_capacity(s))
         return ds_err(err, errlen, "prompt of %d tokens does not fit the %d-token context window", n,
@@ -103,8 +105,30 @@ static int prefill_features(seq *s, drafter *d, const int *prompt, int n, float 
         td = ds_now();
         d->features(d->self, pos, m, taps, m, 0);
         st->t_draft += ds_now() - td;
+        if (o->on_prefill) o->on_prefill(o->hook_ctx, pos + m, n);
     }
     return n - keep;
+}
+
+/* seq_prefill, in PROGRESS_CHUNK steps when progress is reported: each
+   step extends the cached prefix (seq_prefill keeps it), so the work is
+   the same but for one logits row per step. */
+static int prefill_plain(seq *s, const int *prompt, int n, float *logits, const spec_opts *o, char *err,
+                         size_t errlen) {
+    if (!o->on_prefill) return seq_prefill(s, prompt, n, logits, err, errlen);
+    int keep = 0;
+    const int *have = seq_tokens(s);
+    while (keep < seq_len(s) && keep < n - 1 && have[keep] == prompt[keep]) keep++;
+    int done = 0;
+    for (int m = keep + PROGRESS_CHUNK; ; m += PROGRESS_CHUNK) {
+        if (m > n) m = n;
+        int r = seq_prefill(s, prompt, m, logits, err, errlen);
+        if (r < 0) return -1;
+        done += r;
+        o->on_prefill(o->hook_ctx, m, n);
+        if (m == n) break;
+    }
+    return done;
 }
 
 int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_prompt, const spec_opts *o,
@@ -125,8 +149,8 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
                                (size_t)H)
                      : NULL;
     double t0 = ds_now();
-    if (nt) st->n_prefilled = prefill_features(s, d, prompt, n_prompt, logits, taps, st, err, errlen);
-    else st->n_prefilled = seq_prefill(s, prompt, n_prompt, logits, err, errlen);
+    if (nt) st->n_prefilled = prefill_features(s, d, prompt, n_prompt, logits, taps, o, st, err, errlen);
+    else st->n_prefilled = prefill_plain(s, prompt, n_prompt, logits, o, err, errlen);
     double t1 = ds_now();
     st->t_prefill = t1 - t0;
     if (st->n_prefilled < 0) {
@@ -149,6 +173,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         if (k > o->max_new - st->n_gen - 1) k = o->max_new - st->n_gen - 1;
         if (k > g.cap - L - 2) k = g.cap - L - 2;
         int nd = 0;
+        double tr = ds_now();
         if (k > 0) {
             double td = ds_now();
             nd = d->propose(d->self, k, rows + 1, q);
@@ -178,6 +203,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
             ne++;
         }
         st->n_round_tok += ne;
+        if (o->on_round) o->on_round(o->hook_ctx, nd, a, ne, ds_now() - tr);
         /* keep the anchor and the emitted ids but the last (the next anchor) */
         seq_truncate(s, L + (ne ? ne : 1));
         if (ne == 0) break; /* cancelled */

@@ -69,6 +69,13 @@ typedef struct {
     int (*next_cap)(void *ctl);
     void (*observe)(void *ctl, int proposed, int accepted);
     void *ctl;
+    /* Progress hooks (may be NULL; ctx is hook_ctx): on_prefill after each
+       prefill chunk with the prompt positions done so far (the reused
+       prefix counts as done); on_round after each verify forward with the
+       drafts proposed, accepted, tokens emitted and the round's seconds. */
+    void (*on_prefill)(void *ctx, int done, int total);
+    void (*on_round)(void *ctx, int drafted, int accepted, int emitted, double seconds);
+    void *hook_ctx;
 } spec_opts;
 
 typedef struct {

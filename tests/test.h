@@ -58,3 +58,20 @@ int test_run_cli(const char *args, char **out, char **errtxt);
     } while (0)
 
 #endif
+
+/* The scripted Qwen3 checkpoint (tests/scripted.c): the real Qwen3
+ * tokenizer and chat template over a 1-layer "bigram machine" whose greedy
+ * output is fixed text: after the thinking-on generation prompt
+ * "<think>Checking weather...</think><tool_call>{"name":"get_weather",
+ * "arguments":{"city": "Paris"}}</tool_call>", after the thinking-off one
+ * "Hello from dspark!" (both then <|im_end|>), after a raw prompt ending in
+ * " time" "There was a fox." then <|endoftext|>. */
+#ifndef DS_TEST_SCRIPTED_H
+#define DS_TEST_SCRIPTED_H
+/* Writes it into dir; 0, or -1 with a message (tokenizer unavailable, or a
+ * script token with two successors). */
+int test_write_scripted_qwen3(const char *dir);
+/* The checkpoint written once per test process under test_tmp_dir(), or
+ * NULL when it could not be written. */
+const char *test_scripted_model_dir(void);
+#endif

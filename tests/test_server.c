@@ -1,0 +1,435 @@
+/* Server conformance tests: each starts a real `dspark serve` on a free
+ * loopback port, waits for GET /health, runs one node script of
+ * tests/server/ that drives it with the official OpenAI and Anthropic SDK
+ * clients (installed by scripts/fetch-test-clients into $DSPARK_NODE_DIR,
+ * default ~/.cache/dspark/node), then stops the server with SIGTERM and
+ * checks it exits with status 0.
+ *
+ *   server_openai     chat completions, completions, models (scripted model)
+ *   server_anthropic  messages, streaming, count_tokens (scripted model)
+ *   server_responses  the Responses API (scripted model)
+ *   server_errors     auth, error shapes, context and body limits, CORS
+ *   server_bundled    the bundled model: dspark vs baseline outputs,
+ *                     keep-alives, disconnects, /tokenize, /metrics, /events
+ *   server_load       the bundled model under 8 requests in flight, RSS
+ *
+ * The scripted model (tests/scripted.c) answers with known text, so the
+ * scripts check exact content, reasoning, tool calls and usage.
+ * DSPARK_TEST_VERBOSE=1 prints each script's report also when it passes;
+ * a script runs alone as DSPARK_URL=http://HOST:PORT node tests/server/X.mjs
+ * (DSPARK_ONLY=substring picks its checks). */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "registry.h"
+#include "test.h"
+#include "util.h"
+
+#define HEALTH_WAIT_S 30.0
+#define STOP_WAIT_S 10.0
+#define NODE_TIMEOUT_S 300.0 /* generous for SAN=1 builds */
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char log[600];
+} server;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static const char *node_dir(void) {
+    static char buf[1024];
+    const char *d = getenv("DSPARK_NODE_DIR");
+    if (d && *d) return d;
+    const char *home = getenv("HOME");
+    snprintf(buf, sizeof buf, "%s/.cache/dspark/node", home ? home : ".");
+    return buf;
+}
+
+static const char *server_dir(void) {
+    static char buf[600];
+    snprintf(buf, sizeof buf, "%s/../server", test_data_dir());
+    return buf;
+}
+
+/* node on PATH and both SDKs installed; otherwise a failure that says how
+   to get them (make test installs them through the test-clients step) */
+static int clients_ready(void) {
+    const char *path = getenv("PATH");
+    int node = 0;
+    if (path) {
+        char *p = xstrdup(path), *save = NULL;
+        for (char *d = strtok_r(p, ":", &save); d && !node; d = strtok_r(NULL, ":", &save)) {
+            char f[1200];
+            snprintf(f, sizeof f, "%s/node", *d ? d : ".");
+            node = access(f, X_OK) == 0;
+        }
+        free(p);
+    }
+    CHECK_MSG(node, "node not found on PATH: install Node.js 20 (the server tests run the official SDK clients)");
+    const char *pk[2] = {"openai", "@anthropic-ai/sdk"};
+    int ok = node;
+    for (int i = 0; i < 2; i++) {
+        char f[1200];
+        snprintf(f, sizeof f, "%s/node_modules/%s/package.json", node_dir(), pk[i]);
+        int have = access(f, R_OK) == 0;
+        CHECK_MSG(have, "%s is not installed in %s/node_modules: run scripts/fetch-test-clients (make test does)",
+                  pk[i], node_dir());
+        ok &= have;
+    }
+    return ok;
+}
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* A tiny blocking HTTP/1.1 client: sends METHOD path (Connection: close),
+   reads the whole reply into body (cap bytes, NUL-terminated, headers
+   included). Returns the status code, or -1 when there is no answer. */
+static int http_call(int port, const char *method, const char *path, char *body, size_t cap, double timeout_s) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    char req[1024];
+    int n = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n", method, path,
+                     port);
+    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
+        close(fd);
+        return -1;
+    }
+    size_t got = 0;
+    for (;;) {
+        if (got + 1 >= cap) break;
+        ssize_t r = recv(fd, body + got, cap - 1 - got, 0);
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    body[got] = 0;
+    close(fd);
+    int status = -1;
+    if (sscanf(body, "HTTP/1.%*d %d", &status) != 1) return -1;
+    return status;
+}
+
+static void print_tail(const char *what, const char *path, size_t max) {
+    char err[256];
+    size_t len = 0;
+    char *s = ds_read_file(path, &len, err, sizeof err);
+    if (!s) return;
+    const char *p = len > max ? s + len - max : s;
+    fprintf(stderr, "  ---- %s (%s)%s ----\n%s%s  ---- end ----\n", what, path, len > max ? ", tail" : "", p,
+            len && s[len - 1] != '\n' ? "\n" : "");
+    free(s);
+}
+
+/* argv for the child: bin serve --model DIR --host 127.0.0.1 --port P extra...;
+   env: "KEY=VALUE" strings added to the environment. */
+static int start_server(server *s, const char *model_dir, const char *const *extra, const char *const *env) {
+    static int seq;
+    memset(s, 0, sizeof *s);
+    s->pid = -1;
+    s->port = free_port();
+    if (s->port <= 0) {
+        test_fail(__FILE__, __LINE__, "no free port");
+        return -1;
+    }
+    snprintf(s->log, sizeof s->log, "%s/server-%d.log", test_tmp_dir(), seq++);
+    const char *bin = getenv("DSPARK_BIN");
+    if (!bin || !*bin) bin = "./dspark";
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->port);
+    const char *argv[48];
+    int ac = 0;
+    argv[ac++] = bin;
+    argv[ac++] = "serve";
+    argv[ac++] = "--model";
+    argv[ac++] = model_dir;
+    argv[ac++] = "--host";
+    argv[ac++] = "127.0.0.1";
+    argv[ac++] = "--port";
+    argv[ac++] = port;
+    for (int i = 0; extra && extra[i] && ac < 47; i++) argv[ac++] = extra[i];
+    argv[ac] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        test_fail(__FILE__, __LINE__, "fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) dup2(nul, 0);
+        execv(bin, (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
+        _exit(127);
+    }
+    s->pid = pid;
+    char buf[8192];
+    double t0 = now_s();
+    while (now_s() - t0 < HEALTH_WAIT_S) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            s->pid = -1;
+            test_fail(__FILE__, __LINE__, "dspark serve exited before answering /health (status %d)",
+                      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+            print_tail("server log", s->log, 4000);
+            return -1;
+        }
+        if (http_call(s->port, "GET", "/health", buf, sizeof buf, 2.0) == 200) {
+            char err[256], want[128];
+            size_t len;
+            char *log = ds_read_file(s->log, &len, err, sizeof err);
+            snprintf(want, sizeof want, "dspark serve: listening on http://127.0.0.1:%d", s->port);
+            CHECK_MSG(log && strstr(log, want), "the server log lacks \"%s\"", want);
+            free(log);
+            return 0;
+        }
+        sleep_ms(50);
+    }
+    test_fail(__FILE__, __LINE__, "GET /health did not answer 200 within %.0f s", HEALTH_WAIT_S);
+    print_tail("server log", s->log, 4000);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    s->pid = -1;
+    return -1;
+}
+
+/* SIGTERM; the server must exit with status 0 within STOP_WAIT_S. */
+static void stop_server(server *s) {
+    if (s->pid <= 0) return;
+    kill(s->pid, SIGTERM);
+    double t0 = now_s();
+    int st = 0, gone = 0;
+    while (now_s() - t0 < STOP_WAIT_S) {
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            gone = 1;
+            break;
+        }
+        sleep_ms(20);
+    }
+    if (!gone) {
+        test_fail(__FILE__, __LINE__, "dspark serve did not exit within %.0f s of SIGTERM", STOP_WAIT_S);
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, &st, 0);
+        print_tail("server log", s->log, 3000);
+    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        if (WIFSIGNALED(st))
+            test_fail(__FILE__, __LINE__, "dspark serve died of signal %d after SIGTERM", WTERMSIG(st));
+        else
+            test_fail(__FILE__, __LINE__, "dspark serve exited with status %d after SIGTERM", WEXITSTATUS(st));
+        print_tail("server log", s->log, 3000);
+    }
+    s->pid = -1;
+}
+
+/* Runs `node tests/server/SCRIPT` against the server with env (KEY=VALUE
+   strings) added; fails, printing its output and the server log, unless it
+   exits 0. */
+static int run_node(const server *s, const char *script, const char *const *env) {
+    static int seq;
+    char out[600], path[700], url[64];
+    snprintf(out, sizeof out, "%s/node-%d.out", test_tmp_dir(), seq++);
+    snprintf(path, sizeof path, "%s/%s", server_dir(), script);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", s->port);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        test_fail(__FILE__, __LINE__, "fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        setenv("DSPARK_URL", url, 1);
+        setenv("DSPARK_NODE_DIR", node_dir(), 1);
+        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) dup2(nul, 0);
+        execlp("node", "node", path, (char *)NULL);
+        fprintf(stderr, "exec node: %s\n", strerror(errno));
+        _exit(127);
+    }
+    double t0 = now_s();
+    int st = 0, done = 0;
+    while (now_s() - t0 < NODE_TIMEOUT_S) {
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            done = 1;
+            break;
+        }
+        sleep_ms(20);
+    }
+    if (!done) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        test_fail(__FILE__, __LINE__, "node %s ran past %.0f s", script, NODE_TIMEOUT_S);
+    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        test_fail(__FILE__, __LINE__, "node %s failed (exit %d)", script, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    } else {
+        if (getenv("DSPARK_TEST_VERBOSE")) print_tail(script, out, 12000);
+        return 0;
+    }
+    print_tail(script, out, 12000);
+    print_tail("server log", s->log, 3000);
+    return -1;
+}
+
+/* VmRSS of a process in bytes, or -1. */
+static long long rss_bytes(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+static const char *bundled_dir(void) {
+    static char buf[600];
+    snprintf(buf, sizeof buf, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
+    return buf;
+}
+
+/* Starts a server on the scripted model with extra args / env, runs one
+   script with env, stops the server. */
+static void scripted_case(const char *script, const char *const *args, const char *const *senv,
+                          const char *const *nenv) {
+    if (!clients_ready()) return;
+    const char *dir = test_scripted_model_dir();
+    CHECK_MSG(dir != NULL, "could not write the scripted model");
+    if (!dir) return;
+    server s;
+    if (start_server(&s, dir, args, senv) != 0) return;
+    const char *env[16] = {"DSPARK_MODEL_ID=scripted-qwen3"};
+    int n = 1;
+    for (int i = 0; nenv && nenv[i] && n < 15; i++) env[n++] = nenv[i];
+    env[n] = NULL;
+    run_node(&s, script, env);
+    stop_server(&s);
+}
+
+static const char *const THREADS[] = {"-t", "2", NULL};
+
+TEST(server_openai) { scripted_case("openai.mjs", THREADS, NULL, NULL); }
+
+TEST(server_anthropic) { scripted_case("anthropic.mjs", THREADS, NULL, NULL); }
+
+TEST(server_responses) { scripted_case("responses.mjs", THREADS, NULL, NULL); }
+
+TEST(server_errors) {
+    const char *args[] = {"-t", "2", "--api-key", "sk-dspark-test", "--context-window", "512", NULL};
+    const char *senv[] = {"DSPARK_MAX_BODY_BYTES=65536", NULL};
+    const char *nenv[] = {"DSPARK_API_KEY=sk-dspark-test", "DSPARK_CONTEXT_WINDOW=512", "DSPARK_MAX_BODY=65536", NULL};
+    scripted_case("errors.mjs", args, senv, nenv);
+}
+
+/* The bundled model with its DSpark drafter (cap pinned so drafts are made)
+   and then plain decoding: both must give the same greedy answers. */
+TEST(server_bundled) {
+    if (!clients_ready()) return;
+    char res_spec[700], res_base[700], e_spec[720], e_base[720], e_cmp[720];
+    snprintf(res_spec, sizeof res_spec, "%s/bundled-dspark.json", test_tmp_dir());
+    snprintf(res_base, sizeof res_base, "%s/bundled-baseline.json", test_tmp_dir());
+    snprintf(e_spec, sizeof e_spec, "DSPARK_RESULTS=%s", res_spec);
+    snprintf(e_base, sizeof e_base, "DSPARK_RESULTS=%s", res_base);
+    snprintf(e_cmp, sizeof e_cmp, "DSPARK_COMPARE=%s", res_spec);
+    const char *senv[] = {"DSPARK_STREAM_KEEPALIVE_S=0.05", NULL};
+    server s;
+    const char *spec_args[] = {"-t", "2", "--mode", "dspark", "--max-draft", "7", NULL};
+    if (start_server(&s, bundled_dir(), spec_args, senv) != 0) return;
+    const char *env1[] = {"DSPARK_MODEL_ID=" DSPARK_DEFAULT_MODEL, "DSPARK_EXPECT_MODE=dspark", e_spec, NULL};
+    int rc = run_node(&s, "bundled.mjs", env1);
+    stop_server(&s);
+    if (rc != 0) return;
+    const char *base_args[] = {"-t", "2", "--mode", "baseline", NULL};
+    if (start_server(&s, bundled_dir(), base_args, senv) != 0) return;
+    const char *env2[] = {"DSPARK_MODEL_ID=" DSPARK_DEFAULT_MODEL, "DSPARK_EXPECT_MODE=baseline", e_base, e_cmp, NULL};
+    run_node(&s, "bundled.mjs", env2);
+    stop_server(&s);
+}
+
+/* 200 mixed requests with 8 in flight on the default mode; the server's RSS
+   may not grow by more than 64 MB over the load after a warm-up. */
+TEST(server_load) {
+    if (!clients_ready()) return;
+    char file[700], e_file[720];
+    snprintf(file, sizeof file, "%s/load-expected.json", test_tmp_dir());
+    snprintf(e_file, sizeof e_file, "DSPARK_LOAD_FILE=%s", file);
+    /* an ASan build's quarantine would count as growth: keep it small */
+    char asan[600];
+    const char *ao = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%squarantine_size_mb=8", ao ? ao : "", ao && *ao ? ":" : "");
+    const char *senv[] = {asan, NULL};
+    server s;
+    if (start_server(&s, bundled_dir(), THREADS, senv) != 0) return;
+    const char *warm[] = {"DSPARK_MODEL_ID=" DSPARK_DEFAULT_MODEL, "DSPARK_LOAD_PHASE=warm", e_file, NULL};
+    if (run_node(&s, "load.mjs", warm) == 0) {
+        long long before = rss_bytes(s.pid);
+        const char *load[] = {"DSPARK_MODEL_ID=" DSPARK_DEFAULT_MODEL, "DSPARK_LOAD_PHASE=load", "DSPARK_LOAD_N=200",
+                              e_file, NULL};
+        int rc = run_node(&s, "load.mjs", load);
+        long long after = rss_bytes(s.pid);
+        CHECK_MSG(before > 0 && after > 0, "cannot read the server's VmRSS");
+        if (rc == 0 && before > 0 && after > 0) {
+            printf("     server RSS %.1f MB after warm-up, %.1f MB after 200 requests\n", (double)before / 1048576.0,
+                   (double)after / 1048576.0);
+            CHECK_MSG(after - before <= 64LL * 1024 * 1024, "server RSS grew by %.1f MB under load (%.1f -> %.1f MB)",
+                      (double)(after - before) / 1048576.0, (double)before / 1048576.0, (double)after / 1048576.0);
+        }
+    }
+    stop_server(&s);
+}
