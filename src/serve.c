@@ -483,6 +483,7 @@ int cmd_serve(const opts *o) {
                         .drafter = sp.mode == CLI_MODE_DSPARK || sp.mode == CLI_MODE_DFLASH ? sp.drafter_dir : "",
                         .context_window = srv.ctx_window,
                         .cap = sp.mode == CLI_MODE_BASELINE ? 0 : sp.max_draft, .adaptive = sp.adaptive};
+    srv.mode = info.mode;
     srv.en = engine_start(&sp, s, smp, tok, stop_ids, n_stop, &info);
 
     const char *host = o->host ? o->host : "127.0.0.1";

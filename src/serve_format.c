@@ -53,10 +53,9 @@ static void frame(strbuf *out, const char *event, cJSON *o) {
 }
 
 cJSON *fmt_telemetry(const server *srv, const engine_job *j) {
-    const engine_info *in = engine_get_info(srv->en);
     const spec_stats *st = &j->st;
     cJSON *x = cJSON_CreateObject();
-    cJSON_AddStringToObject(x, "mode", in->mode);
+    cJSON_AddStringToObject(x, "mode", srv->mode);
     cJSON_AddNumberToObject(x, "tokens_per_round", st->n_rounds ? (double)st->n_round_tok / st->n_rounds : 0.0);
     cJSON_AddNumberToObject(x, "cap", j->cap);
     cJSON_AddNumberToObject(x, "rounds", st->n_rounds);

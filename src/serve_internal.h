@@ -29,6 +29,7 @@ typedef struct {
     const char *think_open, *think_close; /* NULL when the template shows none */
     const char *api_key;
     const char *model_id;
+    const char *mode; /* the resolved decoding mode */
     int ctx_window;
     int max_output;     /* the most tokens one request may ask for */
     int default_max;    /* when a request gives no max_tokens (0: up to the window) */

@@ -251,4 +251,23 @@ test("messages: the request's model name is echoed", async () => {
     assert.equal(textOf(m), SCRIPT.hello);
 });
 
+test("messages: thinking budget closes the block and the answer follows", async () => {
+    // budget 2: "<think>" and "Checking" are generated, then the server feeds
+    // "\n</think>\n\n" itself, after which the scripted model answers
+    const m = await client.messages.create({
+        model, max_tokens: 64, thinking: { type: "enabled", budget_tokens: 2 }, messages: user,
+    });
+    assert.deepEqual(m.content.map((b) => b.type), ["thinking", "text"]);
+    assert.equal(m.content[0].thinking, "Checking");
+    assert.equal(m.content[1].text, SCRIPT.hello);
+    assert.equal(m.stop_reason, "end_turn");
+    assert.equal(m.x_dspark.reasoning_budget_forced, true);
+    // a budget larger than the reasoning changes nothing
+    const big = await client.messages.create({
+        model, max_tokens: 256, thinking: { type: "enabled", budget_tokens: 1024 }, tools: [WEATHER_TOOL_ANTHROPIC], messages: user,
+    });
+    checkToolAnswer(big);
+    assert.equal(big.x_dspark.reasoning_budget_forced, undefined);
+});
+
 await run();

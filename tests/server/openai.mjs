@@ -266,4 +266,22 @@ test("routes: without /v1 and with a query string", async () => {
     assert.match(String(r.headers["content-type"]), /application\/json/);
 });
 
+test("chat: reasoning_budget closes the reasoning and the answer follows (streamed too)", async () => {
+    const body = { model: "m", messages: [{ role: "user", content: USER_Q }], max_tokens: 64, reasoning_budget: 2 };
+    const r = await client.chat.completions.create(body);
+    assert.equal(r.choices[0].message.reasoning_content, "Checking");
+    assert.equal(r.choices[0].message.content, SCRIPT.hello);
+    assert.equal(r.choices[0].finish_reason, "stop");
+    assert.equal(r.x_dspark.reasoning_budget_forced, true);
+    let reason = "", text = "";
+    const st = await client.chat.completions.create({ ...body, stream: true });
+    for await (const ch of st) {
+        const d = ch.choices[0]?.delta ?? {};
+        reason += d.reasoning_content ?? "";
+        text += d.content ?? "";
+    }
+    assert.equal(reason, "Checking");
+    assert.equal(text, SCRIPT.hello);
+});
+
 await run();
