@@ -598,7 +598,8 @@ static size_t hermes_block(tc_build *b, size_t m) {
     if (!ok) return 0;
     size_t q = tc_skip_ws(b->s, end, b->n);
     if (tc_at(b->s, q, b->n, "</tool_call>")) return q + strlen("</tool_call>");
-    return q == b->n ? q : 0; /* a missing closer is fine at the very end */
+    /* a missing closer is fine at the very end or before the next call */
+    return q == b->n || tc_at(b->s, q, b->n, "<tool_call>") ? q : 0;
 }
 
 static void parse_llama3(tc_build *b) {
@@ -697,9 +698,13 @@ static size_t min3(size_t a, size_t b, size_t c) {
     return m < c ? m : c;
 }
 
+/* A <tool_call> block of one or more functions; it cannot reach past the
+ * next <tool_call> (a special token). */
 static size_t xml_block(tc_build *b, size_t m) {
     const char *s = b->s;
-    size_t n = b->n, p = m + strlen("<tool_call>"), last = 0;
+    size_t p = m + strlen("<tool_call>"), last = 0;
+    size_t n = tc_next(b, 3, p, "<tool_call>");
+    if (n == TC_NPOS) n = b->n;
     for (;;) {
         p = tc_skip_ws(s, p, n);
         if (!tc_at(s, p, n, "<function=")) break;
@@ -727,7 +732,7 @@ static size_t xml_block(tc_build *b, size_t m) {
              * the next parameter or the function's end begins */
             size_t close = tc_next(b, 0, v, "</parameter>");
             size_t ve = min3(close, tc_next(b, 1, v, "<parameter="), tc_next(b, 2, v, "</function>"));
-            if (ve == TC_NPOS) break;
+            if (ve == TC_NPOS || ve >= n) break;
             p = ve == close ? close + strlen("</parameter>") : ve;
             size_t va = v;
             if (va < ve && s[va] == '\n') va++;

@@ -309,7 +309,8 @@ static cJSON *py_dict(const char *s, size_t p, size_t end, size_t *q, int depth)
         if (ke == TC_NPOS || s[ke] != ':') goto fail;
         cJSON *k = py_elem(s, p, ke, depth + 1);
         if (!k) goto fail;
-        char *key = cJSON_IsString(k) ? xstrdup(k->valuestring) : dup_n(s + ws(s, p, ke), rtrim(s, p, ke) - ws(s, p, ke));
+        size_t ka = ws(s, p, ke);
+        char *key = cJSON_IsString(k) ? xstrdup(k->valuestring) : dup_n(s + ka, rtrim(s, ka, ke) - ka);
         cJSON_Delete(k);
         p = ke + 1;
         size_t ve = py_extent(s, p, end, 0);

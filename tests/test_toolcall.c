@@ -154,10 +154,12 @@ TEST(toolcall_hermes) {
     CHECK(r.n == 2 && strcmp(r.calls[0].id, r.calls[1].id) != 0);
     tc_result_free(&r);
 
-    /* missing final closer at the end; no arguments at all */
-    parse(TC_HERMES, "<tool_call>\n{\"name\": \"now\"}\n", NULL, &r);
-    CHECK_EQ_INT(r.n, 1);
+    /* closers missing before the next call and at the end; no arguments */
+    parse(TC_HERMES, "<tool_call>\n{\"name\": \"now\"}\n<tool_call>{\"name\": \"then\", \"arguments\": null}\n", NULL,
+          &r);
+    CHECK_EQ_INT(r.n, 2);
     CHECK_CALL(r, 0, "now", "{}");
+    CHECK_CALL(r, 1, "then", "{}");
     CHECK_STR(r.text, "");
     tc_result_free(&r);
 
@@ -381,8 +383,9 @@ TEST(toolcall_pythonic_positional) {
     tc_result r;
     /* positional arguments take the schema's property names in order;
      * strings are retyped where the schema excludes strings */
-    parse(TC_PYTHONIC, "<|tool_call_start|>[get_weather(\"Paris\", 3, metric=\"false\"), search('q', '7')]<|tool_call_end|>",
-          t, &r);
+    parse(TC_PYTHONIC,
+          "<|tool_call_start|>[get_weather(\"Paris\", 3, metric=\"false\"), search('q', '7')]<|tool_call_end|>", t,
+          &r);
     CHECK_EQ_INT(r.n, 2);
     CHECK_CALL(r, 0, "get_weather", "{\"location\":\"Paris\",\"days\":3,\"metric\":false}");
     CHECK_CALL(r, 1, "search", "{\"query\":\"q\",\"limit\":7}");
@@ -437,7 +440,8 @@ TEST(toolcall_gemma4) {
 TEST(toolcall_gemma3_tool_code) {
     cJSON *t = tools();
     tc_result r;
-    parse(TC_GEMMA, "I'll look that up.\n```tool_code\nget_weather(location=\"Paris\", days=2)\n```\nOne moment.", t, &r);
+    parse(TC_GEMMA, "I'll look that up.\n```tool_code\nget_weather(location=\"Paris\", days=2)\n```\nOne moment.", t,
+          &r);
     CHECK_EQ_INT(r.n, 1);
     CHECK_CALL(r, 0, "get_weather", "{\"location\":\"Paris\",\"days\":2}");
     CHECK_STR(r.text, "I'll look that up.\n\nOne moment.");
