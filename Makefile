@@ -5,16 +5,27 @@
 #   make test SAN=1 the same suite under AddressSanitizer + UBSan (build/san/)
 #   make bench      CPU benchmark against llama.cpp (see bench/README.md)
 #   make fuzz       build the libFuzzer targets (clang) and run each briefly
+#   make cuda       build build/cuda/dspark with the CUDA backend (nvcc, sm_90)
+#   make test-cuda  the CUDA op tests and the golden / lossless tests on the GPU
 
 CC      ?= cc
 SAN     ?= 0
+CUDA    ?= 0
 FUZZ_SECONDS ?= 30
+NVCC    ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90
 
 WARN    = -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g -pthread -MMD -MP $(WARN) -Isrc
 LIBS    = -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm -pthread
 
-ifeq ($(SAN),1)
+ifeq ($(CUDA),1)
+  BUILD  = build/cuda
+  OPT    = -O2
+  LDSAN  =
+  BIN    = build/cuda/dspark
+else ifeq ($(SAN),1)
   BUILD  = build/san
   OPT    = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
   LDSAN  = -fsanitize=address,undefined
@@ -29,14 +40,23 @@ endif
 CFLAGS  = $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 SIMD_FLAGS = -mavx2 -mfma -mf16c
 
-LIB_SRC  = $(filter-out src/main.c,$(wildcard src/*.c))
-LIB_OBJ  = $(patsubst src/%.c,$(BUILD)/src/%.o,$(LIB_SRC))
+LIB_SRC  = $(filter-out src/main.c src/cuda_none.c,$(wildcard src/*.c))
+ifeq ($(CUDA),1)
+  CU_OBJ   = $(patsubst src/%.cu,$(BUILD)/src/%.o,$(wildcard src/*.cu))
+  LIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+  TEST_CUDA_SRC = $(wildcard tests/cuda/*.c)
+else
+  LIB_SRC += src/cuda_none.c
+  CU_OBJ   =
+  TEST_CUDA_SRC =
+endif
+LIB_OBJ  = $(patsubst src/%.c,$(BUILD)/src/%.o,$(LIB_SRC)) $(CU_OBJ)
 MAIN_OBJ = $(BUILD)/src/main.o
-TEST_SRC = $(wildcard tests/*.c)
+TEST_SRC = $(wildcard tests/*.c) $(TEST_CUDA_SRC)
 TEST_OBJ = $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRC))
 TEST_BIN = $(BUILD)/dspark-tests
 
-.PHONY: all test bench fuzz help clean test-assets test-clients demo test-claude
+.PHONY: all test bench fuzz help clean test-assets test-clients demo test-claude cuda test-cuda
 
 all: $(BIN)
 
@@ -58,6 +78,10 @@ $(BUILD)/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+$(BUILD)/src/%.o: src/%.cu src/*.h
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Isrc -lineinfo -Xcompiler -fPIC,-pthread -c $< -o $@
+
 $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -c $< -o $@
@@ -77,6 +101,18 @@ test: $(TEST_BIN) $(BIN) test-assets test-clients
 
 # End to end with the real Claude Code (npm, about 245 MB, installed once into
 # ~/.cache/dspark/claude-code): dspark serve + dspark claude -- -p 'say hi'.
+cuda:
+	$(MAKE) CUDA=1 all
+
+# On a machine with an NVIDIA GPU: every CUDA op against the CPU op, then the
+# golden forward and lossless tests with the model on the GPU.
+test-cuda:
+	$(MAKE) CUDA=1 build/cuda/dspark build/cuda/dspark-tests
+	DSPARK_BIN=$(abspath build/cuda/dspark) build/cuda/dspark-tests cuda_
+	DSPARK_DEVICE=cuda DSPARK_BIN=$(abspath build/cuda/dspark) build/cuda/dspark-tests \
+	  model_golden_all model_golden_chunked model_taps spec_lossless spec_kv spec_sampled drafter_golden \
+	  drafter_lossless drafter_bundled drafter_cache drafter_prefix
+
 # Not part of `make test`.
 test-claude: $(BIN)
 	DSPARK_BIN=$(abspath $(BIN)) scripts/test-claude
@@ -114,9 +150,11 @@ help:
 	@echo "make test-claude  Claude Code end to end against dspark serve (npm, 245 MB once)"
 	@echo "make bench      CPU benchmark vs llama.cpp (LLAMA_BENCH=..., LLAMA_CPP=...)"
 	@echo "make fuzz       build and run libFuzzer targets (FUZZ_SECONDS=$(FUZZ_SECONDS))"
+	@echo "make cuda       build build/cuda/dspark with the CUDA backend"
+	@echo "make test-cuda  CUDA op tests + golden/lossless tests on the GPU (needs a GPU)"
 	@echo "make clean      remove build outputs"
 
 clean:
 	rm -rf build dspark
 
--include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(patsubst %.o,%.d,$(filter-out $(CU_OBJ),$(LIB_OBJ))) $(MAIN_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -1,8 +1,9 @@
 /* mkrandom: writes a random-weight checkpoint in Hugging Face layout
  * (config.json, generation_config.json, model.safetensors in bf16) with the
- * exact Qwen3-0.6B or Qwen3-1.7B shapes, for speed benchmarks only. Weights
- * ~ N(0, 0.02), norms ~ 1 + N(0, 0.02), deterministic from the seed.
- *   mkrandom OUT_DIR [0.6b|1.7b] [seed]
+ * exact Qwen3-0.6B, 1.7B, 4B or 8B shapes, for speed benchmarks only. Weights
+ * ~ N(0, 0.02) (4B and 8B: uniform with the same deviation, drawn faster),
+ * norms ~ 1 + the same noise, deterministic from the seed.
+ *   mkrandom OUT_DIR [0.6b|1.7b|4b|8b] [seed]
  * Or a drafter in the published layouts for such a target (5 layers of the
  * target's width, taps [1, 7, 13, 19, 25] by the published fallback):
  *   mkrandom OUT_DIR dspark-0.6b|dflash-0.6b|dspark-1.7b|dflash-1.7b [target seed]
@@ -49,16 +50,23 @@ typedef struct {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: mkrandom OUT_DIR [0.6b|1.7b] [seed]\n");
+        fprintf(stderr, "usage: mkrandom OUT_DIR [0.6b|1.7b|4b|8b|dspark-0.6b|dflash-0.6b|...] [seed]\n");
         return 1;
     }
     const char *dir = argv[1];
     const char *shape = argc > 2 ? argv[2] : "0.6b";
     int big = strstr(shape, "1.7b") != NULL;
     int dspark = !strncmp(shape, "dspark", 6), dflash = !strncmp(shape, "dflash", 6);
+    int q4b = !strcmp(shape, "4b"), q8b = !strcmp(shape, "8b"); /* 8B: untied LM head */
     uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 10) | 1 : 1234;
     rng = seed;
     long H = big ? 2048 : 1024, I = big ? 6144 : 3072, L = 28, NH = 16, NKV = 8, HD = 128, V = 151936;
+    if (q4b || q8b) {
+        H = q4b ? 2560 : 4096;
+        I = q4b ? 9728 : 12288;
+        L = 36;
+        NH = 32;
+    }
     const char *pre = "model.";
     if (dspark || dflash) {
         L = 5;
@@ -85,9 +93,9 @@ int main(int argc, char **argv) {
             "\"model_type\":\"qwen3\",\"hidden_size\":%ld,"
             "\"intermediate_size\":%ld,\"num_hidden_layers\":%ld,\"num_attention_heads\":%ld,"
             "\"num_key_value_heads\":%ld,\"head_dim\":%ld,\"vocab_size\":%ld,\"max_position_embeddings\":40960,"
-            "\"rms_norm_eps\":1e-06,\"rope_theta\":1000000,\"tie_word_embeddings\":true,\"attention_bias\":false,"
+            "\"rms_norm_eps\":1e-06,\"rope_theta\":1000000,\"tie_word_embeddings\":%s,\"attention_bias\":false,"
             "\"hidden_act\":\"silu\",\"torch_dtype\":\"bfloat16\",\"bos_token_id\":151643,\"eos_token_id\":151645}\n",
-            H, I, L, NH, NKV, HD, V);
+            H, I, L, NH, NKV, HD, V, q8b ? "false" : "true");
     fclose(f);
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     f = fopen(path, "w");
@@ -95,7 +103,7 @@ int main(int argc, char **argv) {
     fclose(f);
 
     int nt = 0;
-    tdesc *t = calloc((size_t)(16 + L * 11), sizeof *t);
+    tdesc *t = calloc((size_t)(17 + L * 11), sizeof *t);
 #define ADD(n0, a, b, nm) do { snprintf(t[nt].name, 96, "%s", n0); t[nt].d0 = a; t[nt].d1 = b; t[nt].norm = nm; nt++; } while (0)
     /* norm 2: drawn from the target's seed (the DSpark copies of its embedding) */
     if (!dflash) ADD(dspark ? "embed_tokens.weight" : "model.embed_tokens.weight", V, H, dspark ? 2 : 0);
@@ -112,6 +120,7 @@ int main(int argc, char **argv) {
         ADD("norm.weight", H, 0, 1);
     } else {
         ADD("model.norm.weight", H, 0, 1);
+        if (q8b) ADD("lm_head.weight", V, H, 0);
     }
     char nm[96];
     for (long l = 0; l < L; l++) {
@@ -157,7 +166,11 @@ int main(int argc, char **argv) {
         if (dspark) rng = t[i].norm == 2 ? seed : own++; /* copies replay the target's first draws */
         while (cnt) {
             size_t k = cnt < (1u << 20) ? cnt : (1u << 20);
-            for (size_t j = 0; j < k; j++) buf[j] = bf16((t[i].norm == 1 ? 1.0f : 0.0f) + 0.02f * gauss());
+            if (q4b || q8b) /* uniform in +-0.02*sqrt(3): the same deviation, several times faster */
+                for (size_t j = 0; j < k; j++)
+                    buf[j] = bf16((t[i].norm == 1 ? 1.0f : 0.0f) + 0.0693f * ((float)unif() - 0.5f));
+            else
+                for (size_t j = 0; j < k; j++) buf[j] = bf16((t[i].norm == 1 ? 1.0f : 0.0f) + 0.02f * gauss());
             fwrite(buf, 2, k, f);
             cnt -= k;
         }

@@ -88,6 +88,7 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--system")) o->system = v;
         else if (!strcmp(a, "--mode")) o->mode = v;
         else if (!strcmp(a, "--drafter")) o->drafter = v;
+        else if (!strcmp(a, "--device")) o->device = v;
         else if (!strcmp(a, "--modes")) o->modes = v;
         else if (!strcmp(a, "--json")) o->json = v;
         else if (!strcmp(a, "--trials")) o->trials = parse_int(a, v, 1, 100);
@@ -137,8 +138,9 @@ tokenizer *cli_tokenizer(const char *dir, int required) {
 
 void cli_engine_open(cli_engine *e, const opts *o) {
     char err[1024];
-    model_load_opts lo = {.use_mmap = o->use_mmap};
+    model_load_opts lo = {.use_mmap = o->use_mmap, .device = o->device};
     if (model_load(&e->m, o->model, &lo, err, sizeof err) != 0) cli_die("%s", err);
+    if (strcmp(model_device(e->m), "cpu")) fprintf(stderr, "dspark: device %s\n", model_device(e->m));
     e->tp = tp_create(o->threads);
 }
 

@@ -23,6 +23,7 @@
 typedef struct {
     const char *model, *prompt, *prompt_ids, *out, *file, *text, *messages, *tools, *system;
     const char *mode;    /* --mode (NULL = baseline) */
+    const char *device;  /* --device cpu|cuda[:N] (NULL: $DSPARK_DEVICE, else cpu) */
     const char *drafter; /* --drafter DIR */
     int max_draft;       /* --max-draft N (0 = not pinned) */
     int max_draft_auto;  /* --max-draft auto */

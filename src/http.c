@@ -1,5 +1,4 @@
 /* http: see http.h. */
-#define _GNU_SOURCE
 #include "http.h"
 
 #include <arpa/inet.h>

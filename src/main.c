@@ -25,7 +25,7 @@ static const char MAIN_HELP[] =
     "  claude      start Claude Code against a running dspark server\n"
     "  version     print version and CPU features\n";
 
-#define SAMPLING " --mmap --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
+#define SAMPLING " --mmap --device --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
 #define SPEC " --mode --drafter --max-draft --confidence-threshold "
 #define TEMPLATE_VARS " --var --no-thinking --system "
 
@@ -40,16 +40,17 @@ static const command COMMANDS[] = {
     {"run", cmd_run, RUN_HELP,
      " --model -m --prompt -p --prompt-ids --print-ids --ignore-eos --chat" SPEC SAMPLING TEMPLATE_VARS},
     {"chat", cmd_chat, CHAT_HELP, " --model -m" SPEC SAMPLING TEMPLATE_VARS},
-    {"logits", cmd_logits, LOGITS_HELP, " --model -m --prompt-ids --out -o --threads -t --context-window -c --mmap "},
+    {"logits", cmd_logits, LOGITS_HELP, " --model -m --prompt-ids --out -o --threads -t --context-window -c --mmap --device "},
     {"tokenize", cmd_tokenize, TOKENIZE_HELP, " --model -m --file -f --jsonl --add-special "},
     {"detokenize", cmd_detokenize, DETOKENIZE_HELP, " --model -m --skip-special "},
     {"template", cmd_template, TEMPLATE_HELP,
      " --model -m --messages --tools --no-generation-prompt" TEMPLATE_VARS},
     {"bench", cmd_bench, BENCH_HELP,
      " --model -m --drafter --modes --trials --json --prompt-ids --max-draft --confidence-threshold"
-     " --threads -t --context-window -c -n --n-predict --mmap "},
+     " --threads -t --context-window -c -n --n-predict --mmap --device "},
     {"serve", cmd_serve, SERVE_HELP,
-     " --model -m --host --port --api-key --context-window -c --threads -t --mmap --no-thinking --reasoning-effort"
+     " --model -m --host --port --api-key --context-window -c --threads -t --mmap --device --no-thinking"
+     " --reasoning-effort"
      SPEC " --temp --top-k --top-p --min-p --seed -n --n-predict "},
     {"claude", cmd_claude, CLAUDE_HELP, " --url --api-key --print-env "},
 };

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cuda_backend.h"
 #include "kv.h"
 #include "ops.h"
 #include "safetensors.h"
@@ -25,11 +26,14 @@ struct model {
     float *inv_freq;       /* [hd/2] */
     float *owned;          /* one block holding every f32 copy above */
     size_t weight_bytes;
+    cuda_model *cu;        /* the GPU copy when the device is cuda */
+    char device[256];
 };
 
 struct model_ctx {
     const model *m;
     kv_cache *kv;
+    cuda_ctx *cu; /* instead of kv and the scratch when the model is on a GPU */
     tpool *tp;
     int max_batch;
     /* scratch, each sized for max_batch rows */
@@ -41,6 +45,33 @@ struct model_ctx {
 };
 
 /* ---- loading ----------------------------------------------------------- */
+
+/* "cpu", "cuda", "cuda:N" -> -1 (cpu) or the GPU index; -2 when malformed. */
+static int parse_device(const char *d) {
+    if (!d || !*d || !strcmp(d, "cpu")) return -1;
+    if (!strcmp(d, "cuda")) return 0;
+    if (!strncmp(d, "cuda:", 5)) {
+        char *end;
+        long g = strtol(d + 5, &end, 10);
+        if (d[5] && !*end && g >= 0 && g < 64) return (int)g;
+    }
+    return -2;
+}
+
+static int open_device(model *m, const model_load_opts *opt, char *err, size_t errlen) {
+    const char *d = opt && opt->device ? opt->device : getenv("DSPARK_DEVICE");
+    int gpu = parse_device(d);
+    snprintf(m->device, sizeof m->device, "cpu");
+    if (gpu == -1) return 0;
+    if (gpu == -2) return ds_err(err, errlen, "device \"%s\": expected cpu, cuda or cuda:N", d);
+    cuda_weights w = {.cfg = &m->cfg, .embed = m->embed, .lm_head = m->lm_head, .final_norm = m->final_norm,
+                      .inv_freq = m->inv_freq, .layers = m->layers};
+    if (cuda_model_create(&m->cu, &w, gpu, err, errlen) != 0) return -1;
+    char desc[200];
+    cuda_describe(gpu, desc, sizeof desc);
+    snprintf(m->device, sizeof m->device, "cuda:%d: %s", gpu, desc);
+    return 0;
+}
 
 int model_load(model **out, const char *dir, const model_load_opts *opt, char *err, size_t errlen) {
     *out = NULL;
@@ -92,6 +123,7 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
     }
     /* The LM head streams per token; the embedding is only gathered. */
     if (m->lm_head == m->embed) m->weight_bytes += m->embed->nbytes;
+    if (open_device(m, opt, err, errlen) != 0) goto fail;
     *out = m;
     return 0;
 fail:
@@ -101,6 +133,7 @@ fail:
 
 void model_free(model *m) {
     if (!m) return;
+    cuda_model_free(m->cu);
     st_set_close(m->st);
     free(m->layers);
     free(m->owned);
@@ -108,6 +141,7 @@ void model_free(model *m) {
 }
 
 const model_config *model_cfg(const model *m) { return &m->cfg; }
+const char *model_device(const model *m) { return m->device; }
 size_t model_weight_bytes(const model *m) { return m->weight_bytes; }
 const tensor *model_embed(const model *m) { return m->embed; }
 const tensor *model_lm_head(const model *m) { return m->lm_head; }
@@ -132,6 +166,17 @@ int mctx_create(model_ctx **out, const model *m, int n_ctx, int max_batch, tpool
     if (n_ctx <= 0) n_ctx = model_default_context(m);
     if (max_batch <= 0) max_batch = 64;
     model_ctx *x = xcalloc(1, sizeof *x);
+    if (m->cu) {
+        x->m = m;
+        x->tp = tp;
+        x->max_batch = max_batch;
+        if (cuda_ctx_create(&x->cu, m->cu, n_ctx, max_batch, err, errlen) != 0) {
+            free(x);
+            return -1;
+        }
+        *out = x;
+        return 0;
+    }
     if (kv_create(&x->kv, c->n_layers, c->n_kv_heads, c->head_dim, n_ctx, err, errlen) != 0) {
         free(x);
         return -1;
@@ -156,6 +201,7 @@ int mctx_create(model_ctx **out, const model *m, int n_ctx, int max_batch, tpool
 
 void mctx_free(model_ctx *x) {
     if (!x) return;
+    cuda_ctx_free(x->cu);
     kv_free(x->kv);
     free(x->x);
     free(x->xb);
@@ -170,9 +216,12 @@ void mctx_free(model_ctx *x) {
 }
 
 const model *mctx_model(const model_ctx *x) { return x->m; }
-int mctx_len(const model_ctx *x) { return kv_len(x->kv); }
-int mctx_capacity(const model_ctx *x) { return kv_capacity(x->kv); }
-void mctx_truncate(model_ctx *x, int len) { kv_truncate(x->kv, len); }
+int mctx_len(const model_ctx *x) { return x->cu ? cuda_ctx_len(x->cu) : kv_len(x->kv); }
+int mctx_capacity(const model_ctx *x) { return x->cu ? cuda_ctx_capacity(x->cu) : kv_capacity(x->kv); }
+void mctx_truncate(model_ctx *x, int len) {
+    if (x->cu) cuda_ctx_truncate(x->cu, len);
+    else kv_truncate(x->kv, len);
+}
 
 /* ---- forward ------------------------------------------------------------ */
 
@@ -248,9 +297,9 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
     if (b->n_logits < 0 || b->n_logits > b->n)
         return ds_err(err, errlen, "forward: %d logit rows requested for a batch of %d", b->n_logits, b->n);
     if (b->n_logits && !b->logits) return ds_err(err, errlen, "forward: no logits buffer");
-    if (kv_len(x->kv) + b->n > kv_capacity(x->kv))
+    if (mctx_len(x) + b->n > mctx_capacity(x))
         return ds_err(err, errlen, "context window full: %d cached + %d new positions exceed the %d-position window",
-                      kv_len(x->kv), b->n, kv_capacity(x->kv));
+                      mctx_len(x), b->n, mctx_capacity(x));
     for (int i = 0; i < b->n; i++) {
         if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab_size)
             return ds_err(err, errlen, "token id %d at row %d is outside the vocabulary (0..%d)", b->tokens[i], i,
@@ -264,6 +313,7 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
         if (b->tap_layers[t] < -1 || b->tap_layers[t] >= c->n_layers)
             return ds_err(err, errlen, "forward: tap layer %d outside -1..%d", b->tap_layers[t], c->n_layers - 1);
     if (b->n_taps && !b->taps) return ds_err(err, errlen, "forward: no taps buffer");
+    if (x->cu) return cuda_forward(x->cu, b, err, errlen);
     int next_logit = 0;
     for (int row0 = 0; row0 < b->n; row0 += x->max_batch) {
         int M = b->n - row0 < x->max_batch ? b->n - row0 : x->max_batch;

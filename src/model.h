@@ -26,6 +26,10 @@ typedef struct model_ctx model_ctx;
 
 typedef struct {
     int use_mmap; /* map the weight files instead of reading them into memory */
+    /* "cpu", "cuda" or "cuda:N"; NULL: $DSPARK_DEVICE, else "cpu". On
+       cuda the weights are also copied to the GPU and every context of the
+       model runs its forward pass there (cuda_backend.h). */
+    const char *device;
 } model_load_opts;
 
 /* opt may be NULL (defaults: weights read into anonymous memory). */
@@ -36,6 +40,8 @@ const model_config *model_cfg(const model *m);
  * same tensor when tied); drafters that borrow them bind these. */
 const tensor *model_embed(const model *m);
 const tensor *model_lm_head(const model *m);
+/* "cpu", or the GPU's description ("cuda:0: NVIDIA H200, ...") */
+const char *model_device(const model *m);
 /* Total bytes of weight data the forward pass streams per token. */
 size_t model_weight_bytes(const model *m);
 

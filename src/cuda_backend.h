@@ -1,0 +1,82 @@
+/* cuda_backend: the model's forward pass on an NVIDIA GPU (built by
+ * `make cuda`; without it, cuda_none.c answers every call with a clear
+ * "built without CUDA" error).
+ *
+ * The weights are copied to the device once (matmul weights in their file
+ * dtype, bf16 / f16 / f32; norms, biases and RoPE frequencies as f32); a
+ * context owns the device KV cache (f32, [layer][K|V][kv_head][pos][hd]) and
+ * scratch for max_batch rows. cuda_forward runs model_forward's computation
+ * on the device and copies back only the logits rows asked for and the taps.
+ *
+ * Numerics follow the CPU backend: f32 activations and accumulation, weights
+ * widened in the kernels. Every kernel computes each row with the same
+ * instruction sequence whatever the batch width (a warp per output with a
+ * fixed lane split of K and a fixed shuffle tree; attention per (row, head)
+ * over that row's own positions), so a row verified inside a k+1-row batch is
+ * bit-identical to the same row decoded alone: greedy speculative decoding
+ * on the GPU equals greedy plain decoding on the GPU. */
+#ifndef DS_CUDA_BACKEND_H
+#define DS_CUDA_BACKEND_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "tensor.h"
+#include "wbind.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cuda_model cuda_model;
+typedef struct cuda_ctx cuda_ctx;
+struct model_batch_s;
+
+/* 1 when this binary has the CUDA backend. */
+int cuda_built(void);
+/* Devices visible (0 when none or not built). */
+int cuda_device_count(void);
+/* "NVIDIA H200, 139.8 GiB, compute 9.0, driver 13.0, runtime 13.0" into out;
+ * -1 with out holding the reason when the device cannot be queried. */
+int cuda_describe(int gpu, char *out, size_t n);
+
+typedef struct {
+    const model_config *cfg;
+    const tensor *embed, *lm_head; /* [V][H] (the same tensor when tied) */
+    const float *final_norm;       /* [H] */
+    const float *inv_freq;         /* [hd/2] */
+    const wlayer *layers;          /* [n_layers] */
+} cuda_weights;
+
+int cuda_model_create(cuda_model **out, const cuda_weights *w, int gpu, char *err, size_t errlen);
+void cuda_model_free(cuda_model *m);
+
+int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, char *err, size_t errlen);
+void cuda_ctx_free(cuda_ctx *c);
+int cuda_ctx_len(const cuda_ctx *c);
+int cuda_ctx_capacity(const cuda_ctx *c);
+void cuda_ctx_truncate(cuda_ctx *c, int len);
+
+/* model_forward on the device (b is a model_batch, already validated). */
+int cuda_forward(cuda_ctx *c, const void *b, char *err, size_t errlen);
+
+/* ---- single ops on host arrays, for tests against the CPU ops ---- */
+/* y[M][N] = x[M][K] . W[N][K]^T (+ bias[N]); W in dtype dt. */
+int cuda_test_matmul(float *y, const float *x, int M, const void *w, ds_dtype dt, int N, int K, const float *bias,
+                     char *err, size_t errlen);
+int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);
+int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq, char *err,
+                   size_t errlen);
+int cuda_test_swiglu(float *y, const float *g, const float *u, int n, char *err, size_t errlen);
+/* op_attention's contract: q[M][nh*hd]; k/v caches [nkv][cap][hd] holding
+ * n_past + M positions; row i sees positions 0 .. n_past + i. */
+int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int hd, const float *kc, const float *vc,
+                        int cap, int n_past, float scale, char *err, size_t errlen);
+int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, int H, const int *tok, int M, char *err,
+                    size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,180 @@
+/* CUDA ops against the CPU ops on random inputs of many shapes (including
+ * sizes that are not multiples of the kernels' tiles), and the batch
+ * invariance the lossless guarantee rests on: a row's matmul and attention
+ * results are bit-identical whatever the batch they are computed in. Built
+ * only by `make test-cuda` (tests/cuda/), run on a machine with a GPU. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend.h"
+#include "ops.h"
+#include "tensor.h"
+#include "test.h"
+#include "util.h"
+
+static uint64_t rng = 0x1234567ULL;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+static void fill(float *x, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) x[i] = frand() * s;
+}
+
+/* max |a-b| / max |b| */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= md)) md = d; /* NaN propagates */
+        if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+static int have_gpu(void) {
+    if (cuda_device_count() > 0) return 1;
+    test_fail(__FILE__, __LINE__, "no CUDA device visible (make test-cuda needs a GPU)");
+    return 0;
+}
+
+static void *make_weights(ds_dtype dt, const float *w, size_t n) {
+    void *p = xmalloc(n * dtype_size(dt));
+    for (size_t i = 0; i < n; i++) {
+        if (dt == DT_BF16) ((uint16_t *)p)[i] = ds_f32_to_bf16(w[i]);
+        else if (dt == DT_F16) ((uint16_t *)p)[i] = ds_f32_to_f16(w[i]);
+        else ((float *)p)[i] = w[i];
+    }
+    return p;
+}
+
+TEST(cuda_device) {
+    if (!have_gpu()) return;
+    char d[256];
+    CHECK_EQ_INT(cuda_describe(0, d, sizeof d), 0);
+    fprintf(stderr, "     %s\n", d);
+}
+
+TEST(cuda_matmul_vs_cpu) {
+    if (!have_gpu()) return;
+    const int shapes[][3] = {{1, 64, 64}, {1, 1000, 256}, {3, 37, 129}, {5, 131, 1001}, {8, 256, 512},
+                             {9, 70, 264}, {16, 512, 1024}, {17, 33, 72}, {64, 96, 200}, {1, 4096, 4096}};
+    const ds_dtype dts[] = {DT_BF16, DT_F16, DT_F32};
+    char err[512];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int d = 0; d < 3; d++) {
+            int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            float *x = xmalloc(sizeof(float) * M * K), *wf = xmalloc(sizeof(float) * N * K);
+            float *b = xmalloc(sizeof(float) * N), *yc = xmalloc(sizeof(float) * M * N), *yg = xmalloc(sizeof(float) * M * N);
+            fill(x, (size_t)M * K, 1.0f);
+            fill(wf, (size_t)N * K, 0.1f);
+            fill(b, (size_t)N, 0.5f);
+            void *w = make_weights(dts[d], wf, (size_t)N * K);
+            tensor t = {.name = "w", .dtype = dts[d], .ndim = 2, .shape = {N, K}, .data = w,
+                        .nbytes = (size_t)N * K * dtype_size(dts[d])};
+            op_matmul(NULL, yc, x, M, &t, s % 2 ? b : NULL);
+            for (int i = 0; i < M * N; i++) yg[i] = NAN;
+            int rc = cuda_test_matmul(yg, x, M, w, dts[d], N, K, s % 2 ? b : NULL, err, sizeof err);
+            CHECK_MSG(rc == 0, "%s", err);
+            double e = rel_err(yg, yc, (size_t)M * N);
+            CHECK_MSG(e < 1e-5, "matmul M=%d N=%d K=%d %s: rel err %.3g", M, N, K, dtype_name(dts[d]), e);
+            /* batch invariance: each row alone gives the same bits */
+            float *row = xmalloc(sizeof(float) * N);
+            for (int m = 0; m < M; m += (M > 4 ? M / 4 : 1)) {
+                cuda_test_matmul(row, x + (size_t)m * K, 1, w, dts[d], N, K, s % 2 ? b : NULL, err, sizeof err);
+                CHECK_MSG(!memcmp(row, yg + (size_t)m * N, sizeof(float) * N), "matmul row %d of M=%d N=%d K=%d %s differs "
+                          "from the row alone", m, M, N, K, dtype_name(dts[d]));
+            }
+            free(row);
+            free(x), free(wf), free(b), free(yc), free(yg), free(w);
+        }
+}
+
+TEST(cuda_rmsnorm_rope_swiglu_embed_vs_cpu) {
+    if (!have_gpu()) return;
+    char err[512];
+    const int dims[][2] = {{1, 64}, {7, 100}, {3, 4096}, {33, 128}};
+    for (size_t s = 0; s < 4; s++) {
+        int M = dims[s][0], D = dims[s][1];
+        float *x = xmalloc(sizeof(float) * M * D), *w = xmalloc(sizeof(float) * D), *yc = xmalloc(sizeof(float) * M * D),
+              *yg = xmalloc(sizeof(float) * M * D);
+        fill(x, (size_t)M * D, 3.0f);
+        fill(w, (size_t)D, 1.0f);
+        op_rmsnorm(yc, x, w, M, D, 1e-6f);
+        CHECK(cuda_test_rmsnorm(yg, x, w, M, D, 1e-6f, err, sizeof err) == 0);
+        double e = rel_err(yg, yc, (size_t)M * D);
+        CHECK_MSG(e < 1e-5, "rmsnorm M=%d D=%d: %.3g", M, D, e);
+        float *u = xmalloc(sizeof(float) * M * D);
+        fill(u, (size_t)M * D, 2.0f);
+        op_swiglu(yc, x, u, M * D);
+        CHECK(cuda_test_swiglu(yg, x, u, M * D, err, sizeof err) == 0);
+        e = rel_err(yg, yc, (size_t)M * D);
+        CHECK_MSG(e < 1e-5, "swiglu n=%d: %.3g", M * D, e);
+        free(u);
+        free(x), free(w), free(yc), free(yg);
+    }
+    const int rs[][3] = {{1, 2, 64}, {5, 3, 128}, {4, 32, 128}, {2, 1, 80}};
+    for (size_t s = 0; s < 4; s++) {
+        int M = rs[s][0], nh = rs[s][1], hd = rs[s][2];
+        size_t n = (size_t)M * nh * hd;
+        float *xc = xmalloc(sizeof(float) * n), *xg = xmalloc(sizeof(float) * n), *f = xmalloc(sizeof(float) * hd / 2);
+        int *pos = xmalloc(sizeof(int) * M);
+        fill(xc, n, 1.0f);
+        memcpy(xg, xc, sizeof(float) * n);
+        for (int i = 0; i < hd / 2; i++) f[i] = powf(1e6f, -2.0f * i / hd);
+        for (int m = 0; m < M; m++) pos[m] = m * 997 + 3;
+        op_rope(xc, M, nh, hd, pos, f);
+        CHECK(cuda_test_rope(xg, M, nh, hd, pos, f, err, sizeof err) == 0);
+        double e = rel_err(xg, xc, n);
+        CHECK_MSG(e < 1e-5, "rope M=%d nh=%d hd=%d: %.3g", M, nh, hd, e);
+        free(xc), free(xg), free(f), free(pos);
+    }
+    int V = 300, H = 72, M = 9, tok[9] = {0, 5, 299, 17, 17, 100, 1, 250, 42};
+    float *ef = xmalloc(sizeof(float) * V * H), *yc = xmalloc(sizeof(float) * M * H), *yg = xmalloc(sizeof(float) * M * H);
+    fill(ef, (size_t)V * H, 1.0f);
+    const ds_dtype dts[] = {DT_BF16, DT_F16, DT_F32};
+    for (int d = 0; d < 3; d++) {
+        void *e = make_weights(dts[d], ef, (size_t)V * H);
+        tensor t = {.name = "e", .dtype = dts[d], .ndim = 2, .shape = {V, H}, .data = e,
+                    .nbytes = (size_t)V * H * dtype_size(dts[d])};
+        op_embed(yc, &t, tok, M);
+        CHECK(cuda_test_embed(yg, e, dts[d], V, H, tok, M, err, sizeof err) == 0);
+        CHECK_MSG(!memcmp(yc, yg, sizeof(float) * M * H), "embed %s differs", dtype_name(dts[d]));
+        free(e);
+    }
+    free(ef), free(yc), free(yg);
+}
+
+TEST(cuda_attention_vs_cpu) {
+    if (!have_gpu()) return;
+    char err[512];
+    /* M, nh, nkv, hd, n_past */
+    const int shapes[][5] = {{1, 4, 1, 64, 0}, {1, 32, 8, 128, 511}, {5, 8, 2, 128, 100}, {16, 16, 4, 64, 3},
+                             {33, 4, 4, 32, 7}, {2, 6, 3, 80, 1000}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], nh = shapes[s][1], nkv = shapes[s][2], hd = shapes[s][3], np = shapes[s][4];
+        int cap = np + M + 5;
+        size_t qn = (size_t)M * nh * hd, kn = (size_t)nkv * cap * hd;
+        float *q = xmalloc(sizeof(float) * qn), *k = xmalloc(sizeof(float) * kn), *v = xmalloc(sizeof(float) * kn);
+        float *oc = xmalloc(sizeof(float) * qn), *og = xmalloc(sizeof(float) * qn);
+        fill(q, qn, 1.0f);
+        fill(k, kn, 1.0f);
+        fill(v, kn, 1.0f);
+        float scale = 1.0f / sqrtf((float)hd);
+        op_attention(NULL, oc, q, M, nh, nkv, hd, k, v, cap, np, scale);
+        CHECK(cuda_test_attention(og, q, M, nh, nkv, hd, k, v, cap, np, scale, err, sizeof err) == 0);
+        double e = rel_err(og, oc, qn);
+        CHECK_MSG(e < 1e-5, "attention M=%d nh=%d nkv=%d hd=%d n_past=%d: %.3g", M, nh, nkv, hd, np, e);
+        /* the last row alone (n_past + M - 1 positions before it) gives the same bits */
+        float *last = xmalloc(sizeof(float) * (size_t)nh * hd);
+        cuda_test_attention(last, q + (size_t)(M - 1) * nh * hd, 1, nh, nkv, hd, k, v, cap, np + M - 1, scale, err,
+                            sizeof err);
+        CHECK_MSG(!memcmp(last, og + (size_t)(M - 1) * nh * hd, sizeof(float) * nh * hd),
+                  "attention: last row of M=%d differs from the row alone", M);
+        free(last);
+        free(q), free(k), free(v), free(oc), free(og);
+    }
+}
