@@ -7,5 +7,5 @@ make -s dspark
 mkdir -p bench/out
 OBJS=$(ls build/rel/src/*.o | grep -v '/main\.o$')
 cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc -o bench/out/verify-cost bench/verify-cost.c $OBJS \
-    -lcjson -lpcre2-8 -lutf8proc -ledit -lm
+    -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm
 exec bench/out/verify-cost "$@"
