@@ -81,21 +81,7 @@ void serve_error(const http_req *r, int dialect, int status, const char *code, c
     cJSON_Delete(o);
 }
 
-void serve_new_id(char *out, size_t n, const char *prefix) {
-    static uint64_t counter;
-    uint64_t x = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ULL;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    x ^= ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 48);
-    uint64_t a = x, b = x ^ 0xd1b54a32d192ed03ULL;
-    for (int i = 0; i < 3; i++) {
-        a ^= a >> 31;
-        a *= 0xbf58476d1ce4e5b9ULL;
-        b ^= b >> 29;
-        b *= 0x94d049bb133111ebULL;
-    }
-    snprintf(out, n, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)(b >> 32));
-}
+void serve_new_id(char *out, size_t n, const char *prefix) { ds_unique_id(out, n, prefix); }
 
 /* ---- simple routes ---- */
 

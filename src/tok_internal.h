@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util.h"
+
 #include "tokenizer.h"
 
 /* ---- containers ---- */
@@ -60,14 +62,7 @@ typedef struct { /* byte trie over added-token contents; node 0 is the root */
     int count, cap;
 } trie;
 
-static inline uint64_t tk_hash_u64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
+static inline uint64_t tk_hash_u64(uint64_t x) { return ds_mix64(x); }
 
 static inline const pmap_slot *tk_pmap_get(const pmap *m, int a, int b) {
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;

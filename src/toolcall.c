@@ -5,13 +5,10 @@
  * Python-literal and Gemma formats are in toolcall_py.c. */
 #include "toolcall.h"
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include "toolcall_internal.h"
@@ -41,41 +38,6 @@ const char *tc_format_name(tc_format f) {
     case TC_GEMMA: return "gemma";
     default: return "none";
     }
-}
-
-/* ---- call ids: 64 bits that are a bijection of a process-wide counter
- * (so unique within the process) followed by 32 fresh random bits ---- */
-
-static pthread_once_t id_once = PTHREAD_ONCE_INIT;
-static uint64_t id_key;
-static _Atomic uint64_t id_counter;
-
-static uint64_t mix64(uint64_t x) { /* a bijection on 64 bits */
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
-static void fill_random(void *p, size_t n) {
-    if (getrandom(p, n, GRND_NONBLOCK) == (ssize_t)n) return;
-    struct timespec ts; /* no kernel randomness: the clock will do */
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t h = ds_fnv1a(DS_FNV_SEED, &ts, sizeof ts);
-    h = mix64(h ^ (uint64_t)(uintptr_t)p);
-    for (size_t i = 0; i < n; i++, h = mix64(h + i)) ((unsigned char *)p)[i] = (unsigned char)h;
-}
-
-static void id_init(void) { fill_random(&id_key, sizeof id_key); }
-
-static void make_id(char id[32]) {
-    pthread_once(&id_once, id_init);
-    uint64_t c = atomic_fetch_add(&id_counter, 1);
-    uint32_t r;
-    fill_random(&r, sizeof r);
-    snprintf(id, 32, "call_%016llx%08x", (unsigned long long)mix64(c ^ id_key), (unsigned)r);
 }
 
 /* ---- shared plumbing ---- */
@@ -215,7 +177,7 @@ void tb_add_text(tc_build *b, const char *name, size_t name_len, char *args) {
         b->calls = xrealloc(b->calls, sizeof(tc_call) * (size_t)b->cap);
     }
     tc_call *c = &b->calls[b->n_calls++];
-    make_id(c->id);
+    ds_unique_id(c->id, sizeof c->id, "call_");
     c->name = xmalloc(name_len + 1);
     memcpy(c->name, name, name_len);
     c->name[name_len] = 0;

@@ -8,6 +8,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/random.h>
 
 int ds_err(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) {
@@ -181,4 +184,27 @@ uint16_t ds_f32_to_f16(float f) {
     uint32_t rest = m & 0x1fff;
     if (rest > 0x1000 || (rest == 0x1000 && (r & 1))) r++;
     return (uint16_t)(sign | r);
+}
+
+static pthread_once_t id_once = PTHREAD_ONCE_INIT;
+static uint64_t id_key;
+static _Atomic uint64_t id_counter;
+
+static void fill_random(void *p, size_t n) {
+    if (getrandom(p, n, GRND_NONBLOCK) == (ssize_t)n) return;
+    struct timespec ts; /* no kernel randomness: the clock will do */
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t h = ds_fnv1a(DS_FNV_SEED, &ts, sizeof ts);
+    h = ds_mix64(h ^ (uint64_t)(uintptr_t)p);
+    for (size_t i = 0; i < n; i++, h = ds_mix64(h + i)) ((unsigned char *)p)[i] = (unsigned char)h;
+}
+
+static void id_init(void) { fill_random(&id_key, sizeof id_key); }
+
+void ds_unique_id(char *out, size_t n, const char *prefix) {
+    pthread_once(&id_once, id_init);
+    uint64_t c = atomic_fetch_add(&id_counter, 1);
+    uint32_t r;
+    fill_random(&r, sizeof r);
+    snprintf(out, n, "%s%016llx%08x", prefix, (unsigned long long)ds_mix64(c ^ id_key), (unsigned)r);
 }

@@ -38,6 +38,21 @@ double ds_now(void); /* monotonic seconds */
 #define DS_FNV_SEED 0xcbf29ce484222325ULL
 uint64_t ds_fnv1a(uint64_t seed, const void *data, size_t n);
 
+/* The splitmix64 finaliser: a bijection on 64 bits that mixes every bit. */
+static inline uint64_t ds_mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+/* "<prefix><24 lowercase hex>": 16 hex digits that are a bijection of a
+ * process-wide counter (unique within the process) and 8 random ones (from
+ * getrandom, else the clock). Thread-safe. */
+void ds_unique_id(char *out, size_t n, const char *prefix);
+
 /* Parses "3,5,7" into a newly allocated int array. Returns count, -1 on
  * error (err filled). */
 int ds_parse_ids(const char *s, int **out, char *err, size_t errlen);
