@@ -135,11 +135,9 @@ static void route_health(server *srv, const http_req *r) {
     reply_cjson(r, 200, o);
 }
 
-static void route_models(server *srv, const http_req *r) {
+static cJSON *model_object(server *srv) {
     const engine_info *in = engine_get_info(srv->en);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON *d = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
+    cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", srv->model_id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)(long)time(NULL));
@@ -151,7 +149,19 @@ static void route_models(server *srv, const http_req *r) {
     cJSON *x = cJSON_AddObjectToObject(m, "x_dspark");
     cJSON_AddStringToObject(x, "mode", in->mode);
     if (in->drafter && *in->drafter) cJSON_AddStringToObject(x, "drafter", in->drafter);
-    cJSON_AddItemToArray(d, m);
+    return m;
+}
+
+/* GET /v1/models, and /v1/models/ID (any id: model names never select
+   anything here, so every id names the one served model) */
+static void route_models(server *srv, const http_req *r, int one) {
+    if (one) {
+        reply_cjson(r, 200, model_object(srv));
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_object(srv));
     reply_cjson(r, 200, o);
 }
 
@@ -389,11 +399,15 @@ static void handle(void *app, const http_req *r) {
             return;
         }
         if (routes[i].kind >= 0) serve_generate(srv, r, (api_kind)routes[i].kind);
-        else if (!strcmp(p, "/models")) route_models(srv, r);
+        else if (!strcmp(p, "/models")) route_models(srv, r, 0);
         else if (!strcmp(p, "/metrics")) route_metrics(srv, r);
         else if (!strcmp(p, "/events")) route_events(srv, r);
         else if (!strcmp(p, "/tokenize")) route_tokenize(srv, r);
         else route_detokenize(srv, r);
+        return;
+    }
+    if (get && !strncmp(p, "/models/", 8) && p[8]) {
+        route_models(srv, r, 1);
         return;
     }
     serve_error(r, dialect, 404, NULL, "unknown route %s %s", r->method, r->path);

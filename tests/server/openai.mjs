@@ -53,6 +53,9 @@ test("models.list: one model, the served id", async () => {
     assert.equal(m.object, "model");
     if (MODEL_ID) assert.equal(m.id, MODEL_ID);
     assert.equal(typeof m.owned_by, "string");
+    const one = await client.models.retrieve(m.id);
+    assert.equal(one.id, m.id);
+    assert.equal(one.object, "model");
 });
 
 test("chat: thinking on, no tools: reasoning_content + the raw tool markup as content", async () => {
