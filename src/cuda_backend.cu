@@ -66,6 +66,7 @@ __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162floa
 __device__ __forceinline__ float widen(__half v) { return __half2float(v); }
 __device__ __forceinline__ float widen(float v) { return v; }
 
+#define ATT_MAX_HD 256 /* largest head_dim the attention kernels take */
 #define MM_NPW 4   /* outputs per block: each x load serves MM_NPW weight rows */
 #define MM_WARPS 4 /* warps per block, splitting K */
 
@@ -100,12 +101,20 @@ __device__ __forceinline__ void mm_group(float (&acc)[MM_NPW][ROWS], const float
    guarantee of speculative decoding rests on this. Two groups are loaded
    before either is used, so each lane keeps 2 x MM_NPW 16-byte weight loads
    in flight. */
-template <typename T, int ROWS>
+/* EPI: MM_STORE y = x.W^T (+b); MM_ADD y += x.W^T (+b) (the residual add
+   fused); MM_SWIGLU: W holds the gate rows and W2 the up rows, a block
+   computes gate and up for MM_NPW/2 outputs (each exactly as the plain
+   kernel would) and writes silu(gate) * up. */
+enum { MM_STORE, MM_ADD, MM_SWIGLU };
+
+template <typename T, int ROWS, int EPI>
 __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y, const float *__restrict__ x,
-                                                          const T *__restrict__ W, const float *__restrict__ bias,
-                                                          int M, int N, int K, int vec) {
+                                                          const T *__restrict__ W, const T *__restrict__ W2,
+                                                          const float *__restrict__ bias, int M, int N, int K,
+                                                          int vec) {
     __shared__ float part[MM_WARPS][MM_NPW][ROWS];
-    int n0 = blockIdx.x * MM_NPW;
+    const int NB = EPI == MM_SWIGLU ? MM_NPW / 2 : MM_NPW; /* outputs per block */
+    int n0 = blockIdx.x * NB;
     int m0 = blockIdx.y * ROWS;
     int lane = threadIdx.x, warp = threadIdx.y;
     int rows = M - m0 < ROWS ? M - m0 : ROWS;
@@ -116,7 +125,11 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
         for (int r = 0; r < ROWS; r++) acc[j][r] = 0.0f;
     const T *wr[MM_NPW];
 #pragma unroll
-    for (int j = 0; j < MM_NPW; j++) wr[j] = W + (size_t)(n0 + j < N ? n0 + j : n0) * K;
+    for (int j = 0; j < MM_NPW; j++) {
+        int jj = EPI == MM_SWIGLU ? j % NB : j;
+        const T *base = EPI == MM_SWIGLU && j >= NB ? W2 : W;
+        wr[j] = base + (size_t)(n0 + jj < N ? n0 + jj : n0) * K;
+    }
     int K8 = vec ? K / 8 : 0;
     const int S = 32 * MM_WARPS;
     int g = warp * 32 + lane;
@@ -157,12 +170,24 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
     }
     __syncthreads();
     int t = warp * 32 + lane;
-    if (t < MM_NPW * rows) {
-        int j = t % MM_NPW, r = t / MM_NPW;
+    if (t < NB * rows) {
+        int j = t % NB, r = t / NB;
         float sum = part[0][j][r];
 #pragma unroll
         for (int w = 1; w < MM_WARPS; w++) sum += part[w][j][r];
-        if (n0 + j < N) y[(size_t)(m0 + r) * N + n0 + j] = bias ? sum + bias[n0 + j] : sum;
+        if (n0 + j < N) {
+            float *dst = y + (size_t)(m0 + r) * N + n0 + j;
+            if (EPI == MM_SWIGLU) {
+                float u = part[0][j + NB][r];
+#pragma unroll
+                for (int w = 1; w < MM_WARPS; w++) u += part[w][j + NB][r];
+                *dst = sum / (1.0f + expf(-sum)) * u;
+            } else {
+                float v = bias ? sum + bias[n0 + j] : sum;
+                if (EPI == MM_ADD) *dst += v;
+                else *dst = v;
+            }
+        }
     }
 }
 
@@ -183,32 +208,51 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, int D, float
     for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w[i] * (xr[i] * r);
 }
 
-/* NeoX rotary: grid (rows), threads over (head, i < half) */
-__global__ void k_rope(float *x, int n_heads, int hd, const int *pos, const float *inv_freq) {
-    int m = blockIdx.x, half = hd / 2;
-    float p = (float)pos[m];
-    for (int t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
-        int h = t / half, i = t % half;
-        float ang = p * inv_freq[i];
-        float c = cosf(ang), s = sinf(ang);
-        float *xh = x + ((size_t)m * n_heads + h) * hd;
-        float a = xh[i], b = xh[i + half];
-        xh[i] = a * c - b * s;
-        xh[i + half] = b * c + a * s;
+/* One block of head_dim/2 threads per (row, head) over the q heads, then
+   the k heads, then the v heads: q/k get their per-head RMSNorm (when
+   qn/kn are given) and NeoX RoPE at the row's position; k and v are
+   written into the cache at position *d_len + row. Thread i owns the pair
+   (i, i + head_dim/2). */
+__global__ void k_qkv_post(float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
+                           const float *kn, const int *pos, const float *inv_freq, int nh, int nkv, int hd, int cap,
+                           const int *d_len, float eps) {
+    __shared__ float red[ATT_MAX_HD / 2];
+    int m = blockIdx.x, t = blockIdx.y, half = hd / 2, i = threadIdx.x;
+    int is_q = t < nh, is_k = !is_q && t < nh + nkv, h = is_q ? t : is_k ? t - nh : t - nh - nkv;
+    size_t slot = ((size_t)h * cap + (size_t)(*d_len + m)) * hd;
+    if (!is_q && !is_k) {
+        const float *vr = v + ((size_t)m * nkv + h) * hd;
+        vc[slot + i] = vr[i];
+        vc[slot + i + half] = vr[i + half];
+        return;
     }
-}
-
-__global__ void k_swiglu(float *y, const float *g, const float *u, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        float a = g[i];
-        y[i] = a / (1.0f + expf(-a)) * u[i];
+    const float *src = is_q ? q + ((size_t)m * nh + h) * hd : k + ((size_t)m * nkv + h) * hd;
+    float a = src[i], b = src[i + half];
+    const float *w = is_q ? qn : kn;
+    if (w) {
+        red[i] = fmaf(a, a, b * b);
+        __syncthreads();
+        int p2 = 1;
+        while (p2 < half) p2 <<= 1;
+        for (int o = p2 / 2; o > 0; o >>= 1) { /* fixed tree, any half */
+            if (i < o && i + o < half) red[i] += red[i + o];
+            __syncthreads();
+        }
+        float r = 1.0f / sqrtf(red[0] / (float)hd + eps);
+        a = w[i] * (a * r);
+        b = w[i + half] * (b * r);
     }
-}
-
-__global__ void k_add(float *x, const float *y, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] += y[i];
+    float ang = (float)pos[m] * inv_freq[i];
+    float c = cosf(ang), sn = sinf(ang);
+    float ra = a * c - b * sn, rb = b * c + a * sn;
+    if (is_q) {
+        float *dst = q + ((size_t)m * nh + h) * hd;
+        dst[i] = ra;
+        dst[i + half] = rb;
+    } else {
+        kc[slot + i] = ra;
+        kc[slot + i + half] = rb;
+    }
 }
 
 template <typename T>
@@ -218,22 +262,9 @@ __global__ void k_embed(float *out, const T *e, const int *tok, int H) {
     for (int i = threadIdx.x; i < H; i += blockDim.x) out[(size_t)m * H + i] = widen(row[i]);
 }
 
-/* k, v [M][nkv][hd] -> cache [nkv][cap][hd] at positions len .. len+M-1 */
-__global__ void k_kv_store(float *kc, float *vc, const float *k, const float *v, int nkv, int hd, int cap,
-                           const int *d_len) {
-    int m = blockIdx.x, len = *d_len;
-    for (int t = threadIdx.x; t < nkv * hd; t += blockDim.x) {
-        int h = t / hd, d = t % hd;
-        size_t dst = ((size_t)h * cap + (size_t)(len + m)) * hd + d;
-        kc[dst] = k[(size_t)m * nkv * hd + t];
-        vc[dst] = v[(size_t)m * nkv * hd + t];
-    }
-}
-
 #define ATT_THREADS 128
 #define ATT_WARPS (ATT_THREADS / 32)
 #define ATT_ROWS 32 /* rows per attention launch (bounds the partials scratch) */
-#define ATT_MAX_HD 256
 
 /* Split attention (flash-decoding), used by the forward pass. Positions are
    cut into chunks of ATT_CHUNK by absolute position; a block handles one
@@ -518,6 +549,8 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
              up_f32(m, &D->bv, L->bv, (size_t)nkv * hd, err, errlen) ||
              up_f32(m, &D->bo, L->bo, (size_t)H, err, errlen);
         rc = rc ? -1 : 0;
+        if (!rc && (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N))
+            rc = ds_err(err, errlen, "CUDA backend: layer %d: gate and up projections differ in dtype or shape", l);
     }
     if (rc) {
         cuda_model_free(m);
@@ -612,25 +645,41 @@ extern "C" void cuda_ctx_truncate(cuda_ctx *x, int len) {
 
 /* launches (no error checks inside: the caller checks after a sequence) */
 
-template <int ROWS>
-static void matmul_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias) {
-    dim3 blk(32, MM_WARPS), grd((W->N + MM_NPW - 1) / MM_NPW, (M + ROWS - 1) / ROWS);
+template <int ROWS, int EPI>
+static void matmul_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                        const float *bias) {
+    int nb = EPI == MM_SWIGLU ? MM_NPW / 2 : MM_NPW;
+    dim3 blk(32, MM_WARPS), grd((W->N + nb - 1) / nb, (M + ROWS - 1) / ROWS);
     int vec = W->K % 8 == 0;
+    const void *p2 = W2 ? W2->p : NULL;
     switch (W->dt) {
     case DT_BF16:
-        k_matmul<__nv_bfloat16, ROWS><<<grd, blk, 0, st>>>(y, x, (const __nv_bfloat16 *)W->p, bias, M, W->N, W->K, vec);
+        k_matmul<__nv_bfloat16, ROWS, EPI><<<grd, blk, 0, st>>>(y, x, (const __nv_bfloat16 *)W->p,
+                                                                (const __nv_bfloat16 *)p2, bias, M, W->N, W->K, vec);
         break;
-    case DT_F16: k_matmul<__half, ROWS><<<grd, blk, 0, st>>>(y, x, (const __half *)W->p, bias, M, W->N, W->K, vec); break;
-    default: k_matmul<float, ROWS><<<grd, blk, 0, st>>>(y, x, (const float *)W->p, bias, M, W->N, W->K, vec); break;
+    case DT_F16:
+        k_matmul<__half, ROWS, EPI><<<grd, blk, 0, st>>>(y, x, (const __half *)W->p, (const __half *)p2, bias, M, W->N,
+                                                         W->K, vec);
+        break;
+    default:
+        k_matmul<float, ROWS, EPI><<<grd, blk, 0, st>>>(y, x, (const float *)W->p, (const float *)p2, bias, M, W->N,
+                                                        W->K, vec);
+        break;
     }
 }
 
 /* up to 8 rows: the 8-row kernel; more: 16 rows per pass over the weights
    (a verify of up to 15 drafts reads each weight once). Both compute every
    row with the same operations. */
+template <int EPI>
+static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                       const float *bias) {
+    if (M <= 8) matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
+    else matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
+}
+
 static void matmul(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias) {
-    if (M <= 8) matmul_rows<8>(st, y, x, M, W, bias);
-    else matmul_rows<16>(st, y, x, M, W, bias);
+    matmul_epi<MM_STORE>(st, y, x, M, W, NULL, bias);
 }
 
 static void rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps) {
@@ -674,7 +723,7 @@ static void copy_taps(cuda_ctx *x, const model_batch *b, int layer, int row0, in
 static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, const model_batch *b, int row0) {
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
-    const int H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = x->st;
     int B = x->max_batch;
@@ -691,22 +740,13 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, const model_batch *b, i
         matmul(st, x->q, x->xb, M, &L->wq, L->bq);
         matmul(st, x->k, x->xb, M, &L->wk, L->bk);
         matmul(st, x->v, x->xb, M, &L->wv, L->bv);
-        if (L->q_norm) {
-            rmsnorm(st, x->q, x->q, L->q_norm, M * nh, hd, eps);
-            rmsnorm(st, x->k, x->k, L->k_norm, M * nkv, hd, eps);
-        }
-        k_rope<<<M, 256, 0, st>>>(x->q, nh, hd, x->pos, m->inv_freq);
-        k_rope<<<M, 256, 0, st>>>(x->k, nkv, hd, x->pos, m->inv_freq);
-        k_kv_store<<<M, 256, 0, st>>>(kc, vc, x->k, x->v, nkv, hd, x->cap, x->d_len);
+        k_qkv_post<<<dim3(M, nh + 2 * nkv), hd / 2, 0, st>>>(x->q, x->k, x->v, kc, vc, L->q_norm, L->k_norm, x->pos,
+                                                            m->inv_freq, nh, nkv, hd, x->cap, x->d_len, eps);
         attention(st, x->att, x->q, kc, vc, x->opart, x->mpart, x->spart, M, nh, nkv, hd, x->cap, x->d_len, scale);
-        matmul(st, x->xb, x->att, M, &L->wo, L->bo);
-        k_add<<<(M * H + 255) / 256, 256, 0, st>>>(x->x, x->xb, M * H);
+        matmul_epi<MM_ADD>(st, x->x, x->att, M, &L->wo, NULL, L->bo);
         rmsnorm(st, x->xb, x->x, L->mlp_norm, M, H, eps);
-        matmul(st, x->gate, x->xb, M, &L->wg, NULL);
-        matmul(st, x->up, x->xb, M, &L->wu, NULL);
-        k_swiglu<<<(M * I + 255) / 256, 256, 0, st>>>(x->gate, x->gate, x->up, M * I);
-        matmul(st, x->xb, x->gate, M, &L->wd, NULL);
-        k_add<<<(M * H + 255) / 256, 256, 0, st>>>(x->x, x->xb, M * H);
+        matmul_epi<MM_SWIGLU>(st, x->gate, x->xb, M, &L->wg, &L->wu, NULL);
+        matmul_epi<MM_ADD>(st, x->x, x->gate, M, &L->wd, NULL, NULL);
         if (b) copy_taps(x, b, l, row0, M);
     }
     if (n_sel) {
@@ -852,6 +892,7 @@ extern "C" int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M
     return 0;
 }
 
+/* RoPE as the forward applies it: k_qkv_post on query heads only, no norm */
 extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq,
                               char *err, size_t errlen) {
     float *dx, *df;
@@ -859,23 +900,13 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
     if (dup_to_dev(&dx, x, (size_t)M * n_heads * head_dim, err, errlen) ||
         dup_to_dev(&df, inv_freq, (size_t)head_dim / 2, err, errlen) || dup_to_dev(&dp, pos, (size_t)M, err, errlen))
         return -1;
-    k_rope<<<M, 256>>>(dx, n_heads, head_dim, dp, df);
+    k_qkv_post<<<dim3(M, n_heads), head_dim / 2>>>(dx, NULL, NULL, NULL, NULL, NULL, NULL, dp, df, n_heads, 0, head_dim,
+                                                   0, dp, 0.0f);
     CK_LAUNCH();
     CK(cudaMemcpy(x, dx, sizeof(float) * (size_t)M * n_heads * head_dim, cudaMemcpyDeviceToHost));
     cudaFree(dx);
     cudaFree(df);
     cudaFree(dp);
-    return 0;
-}
-
-extern "C" int cuda_test_swiglu(float *y, const float *g, const float *u, int n, char *err, size_t errlen) {
-    float *dg, *du;
-    if (dup_to_dev(&dg, g, (size_t)n, err, errlen) || dup_to_dev(&du, u, (size_t)n, err, errlen)) return -1;
-    k_swiglu<<<(n + 255) / 256, 256>>>(dg, dg, du, n);
-    CK_LAUNCH();
-    CK(cudaMemcpy(y, dg, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost));
-    cudaFree(dg);
-    cudaFree(du);
     return 0;
 }
 
@@ -925,5 +956,32 @@ extern "C" int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, in
     cudaFree(de);
     cudaFree(dt_);
     cudaFree(dout);
+    return 0;
+}
+
+/* mode 1: y[M][N] += x . W^T (+ bias); mode 2: y = silu(x . W^T) * (x . W2^T) */
+extern "C" int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt,
+                                      int N, int K, const float *bias, int mode, char *err, size_t errlen) {
+    float *dx, *dy, *db = NULL;
+    void *dw, *dw2 = NULL;
+    size_t wb = (size_t)N * K * dtype_size(dt);
+    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, y, (size_t)M * N, err, errlen)) return -1;
+    CK(cudaMalloc(&dw, wb));
+    CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
+    if (w2) {
+        CK(cudaMalloc(&dw2, wb));
+        CK(cudaMemcpy(dw2, w2, wb, cudaMemcpyHostToDevice));
+    }
+    if (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) return -1;
+    dmat W = {dw, dt, N, K}, W2 = {dw2, dt, N, K};
+    if (mode == 1) matmul_epi<MM_ADD>(0, dy, dx, M, &W, NULL, db);
+    else matmul_epi<MM_SWIGLU>(0, dy, dx, M, &W, &W2, NULL);
+    CK_LAUNCH();
+    CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dw);
+    cudaFree(dw2);
+    cudaFree(db);
     return 0;
 }

@@ -64,10 +64,12 @@ int cuda_forward(cuda_ctx *c, const void *b, char *err, size_t errlen);
 /* y[M][N] = x[M][K] . W[N][K]^T (+ bias[N]); W in dtype dt. */
 int cuda_test_matmul(float *y, const float *x, int M, const void *w, ds_dtype dt, int N, int K, const float *bias,
                      char *err, size_t errlen);
+/* the fused epilogues: mode 1 y += x.W^T (+ bias); mode 2 y = silu(x.W^T) * (x.W2^T) */
+int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
+                           const float *bias, int mode, char *err, size_t errlen);
 int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);
 int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq, char *err,
                    size_t errlen);
-int cuda_test_swiglu(float *y, const float *g, const float *u, int n, char *err, size_t errlen);
 /* op_attention's contract: q[M][nh*hd]; k/v caches [nkv][cap][hd] holding
  * n_past + M positions; row i sees positions 0 .. n_past + i. */
 int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int hd, const float *kc, const float *vc,

@@ -93,7 +93,7 @@ TEST(cuda_matmul_vs_cpu) {
         }
 }
 
-TEST(cuda_rmsnorm_rope_swiglu_embed_vs_cpu) {
+TEST(cuda_rmsnorm_rope_embed_vs_cpu) {
     if (!have_gpu()) return;
     char err[512];
     const int dims[][2] = {{1, 64}, {7, 100}, {3, 4096}, {33, 128}};
@@ -107,13 +107,6 @@ TEST(cuda_rmsnorm_rope_swiglu_embed_vs_cpu) {
         CHECK(cuda_test_rmsnorm(yg, x, w, M, D, 1e-6f, err, sizeof err) == 0);
         double e = rel_err(yg, yc, (size_t)M * D);
         CHECK_MSG(e < 1e-5, "rmsnorm M=%d D=%d: %.3g", M, D, e);
-        float *u = xmalloc(sizeof(float) * M * D);
-        fill(u, (size_t)M * D, 2.0f);
-        op_swiglu(yc, x, u, M * D);
-        CHECK(cuda_test_swiglu(yg, x, u, M * D, err, sizeof err) == 0);
-        e = rel_err(yg, yc, (size_t)M * D);
-        CHECK_MSG(e < 1e-5, "swiglu n=%d: %.3g", M * D, e);
-        free(u);
         free(x), free(w), free(yc), free(yg);
     }
     const int rs[][3] = {{1, 2, 64}, {5, 3, 128}, {4, 32, 128}, {2, 1, 80}};
@@ -176,5 +169,40 @@ TEST(cuda_attention_vs_cpu) {
                   "attention: last row of M=%d differs from the row alone", M);
         free(last);
         free(q), free(k), free(v), free(oc), free(og);
+    }
+}
+
+TEST(cuda_matmul_fused_epilogues_vs_cpu) {
+    if (!have_gpu()) return;
+    const int shapes[][3] = {{1, 64, 64}, {3, 37, 129}, {9, 70, 264}, {16, 512, 1024}, {1, 1000, 256}};
+    char err[512];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        float *x = xmalloc(sizeof(float) * M * K), *w1 = xmalloc(sizeof(float) * N * K), *w2 = xmalloc(sizeof(float) * N * K);
+        float *b = xmalloc(sizeof(float) * N), *y0 = xmalloc(sizeof(float) * M * N), *a = xmalloc(sizeof(float) * M * N);
+        float *c = xmalloc(sizeof(float) * M * N), *yg = xmalloc(sizeof(float) * M * N);
+        fill(x, (size_t)M * K, 1.0f);
+        fill(w1, (size_t)N * K, 0.1f);
+        fill(w2, (size_t)N * K, 0.1f);
+        fill(b, (size_t)N, 0.5f);
+        fill(y0, (size_t)M * N, 2.0f);
+        void *p1 = make_weights(DT_BF16, w1, (size_t)N * K), *p2 = make_weights(DT_BF16, w2, (size_t)N * K);
+        tensor t1 = {.name = "w1", .dtype = DT_BF16, .ndim = 2, .shape = {N, K}, .data = p1, .nbytes = (size_t)N * K * 2};
+        tensor t2 = {.name = "w2", .dtype = DT_BF16, .ndim = 2, .shape = {N, K}, .data = p2, .nbytes = (size_t)N * K * 2};
+        /* residual add: y0 + x.W1^T + b */
+        op_matmul(NULL, a, x, M, &t1, b);
+        for (int i = 0; i < M * N; i++) a[i] += y0[i];
+        memcpy(yg, y0, sizeof(float) * M * N);
+        CHECK_MSG(cuda_test_matmul_fused(yg, x, M, p1, NULL, DT_BF16, N, K, b, 1, err, sizeof err) == 0, "%s", err);
+        double e = rel_err(yg, a, (size_t)M * N);
+        CHECK_MSG(e < 1e-5, "matmul+add M=%d N=%d K=%d: %.3g", M, N, K, e);
+        /* swiglu of two projections */
+        op_matmul(NULL, a, x, M, &t1, NULL);
+        op_matmul(NULL, c, x, M, &t2, NULL);
+        op_swiglu(a, a, c, M * N);
+        CHECK_MSG(cuda_test_matmul_fused(yg, x, M, p1, p2, DT_BF16, N, K, NULL, 2, err, sizeof err) == 0, "%s", err);
+        e = rel_err(yg, a, (size_t)M * N);
+        CHECK_MSG(e < 1e-5, "matmul swiglu M=%d N=%d K=%d: %.3g", M, N, K, e);
+        free(x), free(w1), free(w2), free(b), free(y0), free(a), free(c), free(yg), free(p1), free(p2);
     }
 }
