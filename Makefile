@@ -56,7 +56,7 @@ TEST_SRC = $(wildcard tests/*.c) $(TEST_CUDA_SRC)
 TEST_OBJ = $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRC))
 TEST_BIN = $(BUILD)/dspark-tests
 
-.PHONY: all test bench fuzz help clean test-assets test-clients demo test-claude cuda test-cuda
+.PHONY: all test bench fuzz help clean test-assets test-clients demo test-claude test-codex cuda test-cuda
 
 all: $(BIN)
 
@@ -117,6 +117,12 @@ test-cuda:
 test-claude: $(BIN)
 	DSPARK_BIN=$(abspath $(BIN)) scripts/test-claude
 
+# End to end with OpenAI's Codex CLI over the Responses API (npm, about 424 MB,
+# installed once into ~/.cache/dspark/codex): dspark serve + codex exec.
+# Not part of `make test`.
+test-codex: $(BIN)
+	DSPARK_BIN=$(abspath $(BIN)) scripts/test-codex
+
 bench: $(BIN)
 	bench/cpu-bench.sh
 
@@ -148,6 +154,7 @@ help:
 	@echo "make test       run the test suite (T=name filters tests)"
 	@echo "make test SAN=1 run the suite under ASan+UBSan"
 	@echo "make test-claude  Claude Code end to end against dspark serve (npm, 245 MB once)"
+	@echo "make test-codex   Codex CLI end to end against dspark serve (npm, 424 MB once)"
 	@echo "make bench      CPU benchmark vs llama.cpp (LLAMA_BENCH=..., LLAMA_CPP=...)"
 	@echo "make fuzz       build and run libFuzzer targets (FUZZ_SECONDS=$(FUZZ_SECONDS))"
 	@echo "make cuda       build build/cuda/dspark with the CUDA backend"
