@@ -22,6 +22,9 @@ const char *test_tmp_dir(void);
  * for tests of the text paths (tokenizer + template + model). Returns 0, or
  * -1 when the real tokenizer is unavailable. */
 int test_write_tiny_qwen3(const char *dir);
+/* 1 when s[0..n) is well-formed UTF-8 as far as lead bytes go: C2..F4
+ * leads, each with its count of continuation bytes, no sequence cut. */
+int test_utf8_valid(const char *s, size_t n);
 /* Runs `$DSPARK_BIN ARGS` (default ./dspark) and returns its exit code;
  * stdout and stderr into malloc'd strings when out / errtxt are given. */
 int test_run_cli(const char *args, char **out, char **errtxt);

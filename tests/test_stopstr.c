@@ -11,18 +11,6 @@
 #include "strbuf.h"
 #include "test.h"
 
-static int utf8_ok(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned char b = u[i];
-        size_t len = b < 0x80 ? 1 : b >= 0xC2 && b < 0xE0 ? 2 : b >= 0xE0 && b < 0xF0 ? 3 : b >= 0xF0 && b < 0xF5 ? 4 : 0;
-        if (!len || i + len > n) return 0;
-        for (size_t k = 1; k < len; k++)
-            if ((u[i + k] & 0xC0) != 0x80) return 0;
-        i += len;
-    }
-    return 1;
-}
 
 /* Whole-text reference: the earliest occurrence of any stop string (the
  * shortest on a tie, then the first listed). Returns its index or -1;
@@ -49,13 +37,13 @@ static int reference(const char *text, const char *const *stops, int k, size_t *
 static const char *run_chunks(const char *text, const char *const *stops, int k, size_t chunk, strbuf *out,
                               stop_matcher *m) {
     size_t n = strlen(text);
-    int valid = utf8_ok(text, n);
+    int valid = test_utf8_valid(text, n);
     stop_init(m, stops, k);
     int hit = 0;
     for (size_t i = 0; i < n && !hit; i += chunk) {
         size_t o0 = out->n;
         hit = stop_push(m, text + i, n - i < chunk ? n - i : chunk, out);
-        if (valid) CHECK_MSG(utf8_ok(sb_str(out) + o0, out->n - o0), "partial UTF-8 released (chunk %zu)", chunk);
+        if (valid) CHECK_MSG(test_utf8_valid(sb_str(out) + o0, out->n - o0), "partial UTF-8 released (chunk %zu)", chunk);
     }
     if (!hit) stop_flush(m, out);
     if (stop_matched(m)) { /* later pushes append nothing */

@@ -16,26 +16,13 @@
 #define GO "<|channel>thought\n"
 #define GC "<channel|>"
 
-/* Strict UTF-8 validity of s[0..n). */
-static int utf8_ok(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned char b = u[i];
-        size_t len = b < 0x80 ? 1 : b >= 0xC2 && b < 0xE0 ? 2 : b >= 0xE0 && b < 0xF0 ? 3 : b >= 0xF0 && b < 0xF5 ? 4 : 0;
-        if (!len || i + len > n) return 0;
-        for (size_t k = 1; k < len; k++)
-            if ((u[i + k] & 0xC0) != 0x80) return 0;
-        i += len;
-    }
-    return 1;
-}
 
 /* Streams text in chunks of `chunk` bytes; checks that every release is
  * valid UTF-8 when the text is. */
 static void stream(const char *text, const char *open, const char *close, int prefilled, size_t chunk, strbuf *reason,
                    strbuf *answer) {
     size_t n = strlen(text);
-    int valid = utf8_ok(text, n);
+    int valid = test_utf8_valid(text, n);
     think_split t;
     think_init(&t, open, close, prefilled);
     for (size_t i = 0;; i += chunk) {
@@ -46,8 +33,8 @@ static void stream(const char *text, const char *open, const char *close, int pr
         else
             think_finish(&t, reason, answer);
         if (valid) {
-            CHECK_MSG(utf8_ok(sb_str(reason) + r0, reason->n - r0), "partial UTF-8 released to reason (chunk %zu)", chunk);
-            CHECK_MSG(utf8_ok(sb_str(answer) + a0, answer->n - a0), "partial UTF-8 released to answer (chunk %zu)", chunk);
+            CHECK_MSG(test_utf8_valid(sb_str(reason) + r0, reason->n - r0), "partial UTF-8 released to reason (chunk %zu)", chunk);
+            CHECK_MSG(test_utf8_valid(sb_str(answer) + a0, answer->n - a0), "partial UTF-8 released to answer (chunk %zu)", chunk);
         }
         if (last) break;
     }
