@@ -14,6 +14,9 @@
 
 #include "util.h"
 
+/* open connections at most (each has a thread); more are refused at accept */
+#define HTTP_MAX_CONNECTIONS 256
+
 struct http_server {
     struct MHD_Daemon *d;
     size_t max_body;
@@ -190,7 +193,8 @@ http_server *http_start(const char *host, int port, size_t max_body, http_handle
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_access, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)600, MHD_OPTION_END);
+                            (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNECTIONS,
+                            MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
         ds_err(err, errlen, "cannot listen on %s:%d (address in use, or not allowed)", host, port);
