@@ -50,6 +50,7 @@ const char BENCH_HELP[] =
     "  -t, --threads N          CPU threads (default: all cores)\n"
     "  -c, --context-window N   KV cache positions (default: model max, capped by memory)\n"
     "      --mmap               map the weight files instead of reading them into memory\n"
+    "      --device D           cpu (default), cuda or cuda:N (a `make cuda` build; also $DSPARK_DEVICE)\n"
     "      --max-draft N|auto   drafts per verify round for the speculative modes\n"
     "                           (default: calibrated; see dspark run --help)\n"
     "      --confidence-threshold C   DSpark: end blocks at confidence below C\n";

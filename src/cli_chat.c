@@ -36,6 +36,7 @@ const char CHAT_HELP[] =
     "      --confidence-threshold C   DSpark: end blocks at confidence below C\n"
     "      --temp T --top-k K --top-p P --min-p P --seed S   sampling (default greedy)\n"
     "  -t, --threads N  -c, --context-window N  --mmap (map weights instead of reading them)\n"
+    "      --device cpu|cuda[:N]  where the model runs (default cpu; also $DSPARK_DEVICE)\n"
     "Commands at the prompt:\n"
     "  /reset          forget the conversation (keeps the system message)\n"
     "  /system TEXT    set the system message and start over\n"

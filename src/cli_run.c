@@ -32,6 +32,7 @@ const char RUN_HELP[] =
     "  -t, --threads N          CPU threads (default: all cores)\n"
     "  -c, --context-window N   KV cache positions (default: model max, capped by memory)\n"
     "      --mmap               map the weight files instead of reading them into memory\n"
+    "      --device D           cpu (default), cuda or cuda:N (a `make cuda` build; also $DSPARK_DEVICE)\n"
     "                           (starts faster, uses less memory; decode can be slower)\n"
     "      --print-ids          print generated token ids, comma-separated, instead of text\n"
     "      --ignore-eos         keep generating past end-of-sequence tokens\n"
@@ -143,7 +144,7 @@ int cmd_run(const opts *o) {
 }
 
 const char LOGITS_HELP[] =
-    "usage: dspark logits --model DIR --prompt-ids 1,2,3 --out FILE [--threads N] [--mmap]\n"
+    "usage: dspark logits --model DIR --prompt-ids 1,2,3 --out FILE [--threads N] [--mmap] [--device cpu|cuda[:N]]\n"
     "Writes float32 little-endian logits for every prompt position, row-major\n"
     "[positions x vocab]. Needs no tokenizer.\n";
 

@@ -38,7 +38,7 @@ const char SERVE_HELP[] =
     "      --reasoning-effort low|medium|high   default reasoning_effort for templates\n"
     "  -n N                     default max tokens of an answer (default: up to the window)\n"
     "      --temp T --top-k K --top-p P --min-p P --seed S   default sampling (greedy)\n"
-    "  -t, --threads N  --mmap\n"
+    "  -t, --threads N  --mmap  --device cpu|cuda[:N] (default cpu; also $DSPARK_DEVICE)\n"
     "Environment: DSPARK_STREAM_KEEPALIVE_S (keep-alive interval of streams, default 15),\n"
     "DSPARK_MAX_BODY_BYTES (largest request body, default 32 MiB).\n";
 
