@@ -7,6 +7,7 @@
 #   make fuzz       build the libFuzzer targets (clang) and run each briefly
 #   make cuda       build build/cuda/dspark with the CUDA backend (nvcc, sm_90)
 #   make test-cuda  the CUDA op tests and the golden / lossless tests on the GPU
+#                   (make test also compiles the CUDA build where nvcc exists)
 
 CC      ?= cc
 SAN     ?= 0
@@ -56,7 +57,7 @@ TEST_SRC = $(wildcard tests/*.c) $(TEST_CUDA_SRC)
 TEST_OBJ = $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRC))
 TEST_BIN = $(BUILD)/dspark-tests
 
-.PHONY: all test bench fuzz help clean test-assets test-clients demo test-claude test-codex cuda test-cuda
+.PHONY: all test bench fuzz help clean test-assets test-clients demo test-claude test-codex cuda test-cuda cuda-build-check
 
 all: $(BIN)
 
@@ -96,8 +97,15 @@ test-assets:
 test-clients:
 	@scripts/fetch-test-clients
 
-test: $(TEST_BIN) $(BIN) test-assets test-clients
+test: $(TEST_BIN) $(BIN) test-assets test-clients cuda-build-check
 	DSPARK_BIN=$(abspath $(BIN)) ASAN_OPTIONS=detect_leaks=1 $(TEST_BIN) $(T)
+
+# Where nvcc exists (no GPU needed), the CUDA build is compiled too, so a
+# change that breaks it is caught; its tests need a GPU (make test-cuda).
+cuda-build-check:
+	@if [ "$(CUDA)$(SAN)" = "00" ] && command -v $(NVCC) >/dev/null 2>&1; then \
+	  $(MAKE) -s CUDA=1 build/cuda/dspark build/cuda/dspark-tests && echo "CUDA build: compiles"; \
+	elif [ "$(CUDA)$(SAN)" = "00" ]; then echo "CUDA build: not checked ($(NVCC) not found)"; fi
 
 # End to end with the real Claude Code (npm, about 245 MB, installed once into
 # ~/.cache/dspark/claude-code): dspark serve + dspark claude -- -p 'say hi'.
