@@ -6,6 +6,7 @@
  * and enqueue; the engine thread (engine.c) owns the model. The file layout
  * is in serve_internal.h. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -323,12 +324,12 @@ static void route_detokenize(server *srv, const http_req *r) {
     int n = cJSON_IsArray(t) ? cJSON_GetArraySize(t) : -1, vocab = tok_vocab_size(srv->tok);
     int *ids = xmalloc(sizeof(int) * (size_t)(n > 0 ? n : 1)), i = 0;
     for (const cJSON *x = t ? t->child : NULL; n >= 0 && x; x = x->next, i++) {
-        if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int)x->valuedouble || x->valueint < 0 ||
-            x->valueint >= vocab) {
+        double v = cJSON_IsNumber(x) ? x->valuedouble : -1.0;
+        if (!(v >= 0.0 && v < (double)vocab) || v != floor(v)) { /* range first: no out-of-range cast */
             n = -2;
             break;
         }
-        ids[i] = x->valueint;
+        ids[i] = (int)v;
     }
     if (n < 0) {
         serve_error(r, DIALECT_OPENAI, 400, NULL,
