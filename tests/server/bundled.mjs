@@ -184,6 +184,12 @@ test("/tokenize and /detokenize round trip", async () => {
     assert.equal(d.json.content, "def f():");
     const t2 = await postJSON("/tokenize", { content: "def f():\n    return 1" });
     assert.ok(t2.json.tokens.length > t.json.tokens.length);
+    for (const bad of [[1e300], [-1], [1.5], ["a"], [1e9]]) {
+        const r = await postJSON("/detokenize", { tokens: bad });
+        assert.equal(r.status, 400, `${JSON.stringify(bad)}: ${r.text}`);
+        assert.equal(r.json.error.type, "invalid_request_error");
+    }
+    assert.equal((await postJSON("/tokenize", { content: 5 })).status, 400);
 });
 
 test("/metrics is Prometheus text with dspark_requests_total", async () => {
