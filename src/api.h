@@ -39,8 +39,10 @@
  *   reasoning_budget (>= 0; 0 = off for this request), reasoning_budget_message,
  *   max_tokens or max_completion_tokens (the latter wins), temperature,
  *   top_p, top_k, min_p, seed, stop, stream, stream_options.include_usage,
- *   n (only 1), model. presence_penalty, frequency_penalty, logprobs,
- *   logit_bias, user, ... are accepted and ignored.
+ *   n (only 1), model. presence_penalty, frequency_penalty, logit_bias,
+ *   user, ... are accepted and ignored; logprobs (true / > 0) and a
+ *   response_format other than text (and Responses' text.format) are refused
+ *   with a 400 that says they are not supported yet.
  * Completions: prompt (a string, or a list whose first element is a
  *   string) and the same sampling / stop / stream / n / model fields.
  * Responses (stateless): input (a string = one user message, or items:

@@ -368,6 +368,18 @@ static int openai_sampling(const cJSON *b, api_request *r, char *err, size_t err
         api_opt_int(b, "seed", "seed", -9223372036854775808.0, 9223372036854774784.0, &r->seed, err, errlen) ||
         api_stop(api_get(b, "stop"), "stop", r, err, errlen))
         return -1;
+    /* asked-for features dspark does not have yet are refused, not ignored */
+    const cJSON *lp = api_get(b, "logprobs");
+    if (lp && (cJSON_IsTrue(lp) || (cJSON_IsNumber(lp) && lp->valuedouble > 0)))
+        return BAD("'logprobs' is not supported yet: dspark returns no token probabilities");
+    const cJSON *rf = api_get(b, "response_format");
+    if (rf) {
+        const char *t = cJSON_IsObject(rf) ? api_str(api_get(rf, "type")) ? api_get(rf, "type")->valuestring : NULL : NULL;
+        if (!t) return BAD("'response_format' must be an object with a string 'type'");
+        if (strcmp(t, "text"))
+            return BAD("'response_format' %s is not supported yet: dspark has no constrained (JSON) decoding; ask for "
+                       "JSON in the prompt instead", t);
+    }
     long long n = 1;
     if (api_opt_int(b, "n", "n", 1, 1e9, &n, err, errlen)) return -1;
     if (n > 1) return BAD("'n' > 1 is not supported: dspark returns one choice per request; send %lld requests", n);
@@ -605,6 +617,14 @@ static int parse_responses(const cJSON *b, api_request *r, char *err, size_t err
                    "in input");
     if (api_get(b, "conversation"))
         return BAD("conversation is not supported: this server is stateless; send the whole conversation in input");
+    const cJSON *fmt = api_get(api_get(b, "text"), "format");
+    if (fmt) {
+        const cJSON *t = api_get(fmt, "type");
+        if (!api_str(t)) return BAD("'text.format' must be an object with a string 'type'");
+        if (strcmp(t->valuestring, "text"))
+            return BAD("'text.format' %s is not supported yet: dspark has no constrained (JSON) decoding; ask for "
+                       "JSON in the instructions instead", t->valuestring);
+    }
     const cJSON *in = api_get(b, "input");
     if (!in) return BAD("'input' is required");
     const cJSON *ins = api_get(b, "instructions");

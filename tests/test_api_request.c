@@ -68,7 +68,7 @@ TEST(api_chat_messages_and_tools) {
              "\"temperature\":0.7,\"top_p\":0.95,\"top_k\":20,\"min_p\":0.05,\"seed\":1234,"
              "\"max_tokens\":100,\"max_completion_tokens\":50,\"stop\":[\"</s>\",\"\",\"END\"],"
              "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"n\":1,"
-             "\"presence_penalty\":0.5,\"frequency_penalty\":-1,\"logprobs\":true,\"user\":\"u\"}",
+             "\"presence_penalty\":0.5,\"frequency_penalty\":-1,\"logprobs\":false,\"user\":\"u\"}",
              &r);
     CHECK_EQ_INT(r.kind, API_CHAT);
     CHECK_JSON(r.messages,
@@ -523,6 +523,14 @@ typedef struct {
 static const err_case ERRS[] = {
     /* chat */
     {API_CHAT, "{}", "'messages' must be a non-empty array"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", "'logprobs' is not supported yet"},
+    {API_COMPLETIONS, "{\"prompt\":\"x\",\"logprobs\":2}", "'logprobs' is not supported yet"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}",
+     "'response_format' json_object is not supported yet"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":\"json\"}",
+     "'response_format' must be an object"},
+    {API_RESPONSES, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\"}}}",
+     "'text.format' json_schema is not supported yet"},
     {API_CHAT, "{\"messages\":[]}", "'messages' must be a non-empty array"},
     {API_CHAT, "{\"messages\":{}}", "'messages' must be a non-empty array"},
     {API_CHAT, "{\"messages\":[1]}", "'messages[0]' must be an object"},
@@ -976,4 +984,26 @@ TEST(api_codex_body) {
     CHECK_STR(r.model, "qwen3-0.6b");
     check_chat_roundtrip(__LINE__, &r);
     api_request_free(&r);
+}
+
+/* the plain forms of the refused features are accepted */
+TEST(api_accepts_plain_output_formats) {
+    const struct {
+        api_kind kind;
+        const char *body;
+    } ok[] = {
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":false,\"top_logprobs\":0}"},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"text\"}}"},
+        {API_COMPLETIONS, "{\"prompt\":\"x\",\"logprobs\":0}"},
+        {API_COMPLETIONS, "{\"prompt\":\"x\",\"logprobs\":null}"},
+        {API_RESPONSES, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"text\"}}}"},
+        {API_RESPONSES, "{\"input\":\"x\",\"text\":{\"verbosity\":\"low\"}}"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char err[512];
+        api_request r;
+        int rc = parse_at(__LINE__, ok[i].kind, ok[i].body, &r, err, sizeof err);
+        CHECK_MSG(rc == 0, "%s: %s", ok[i].body, err);
+        api_request_free(&r);
+    }
 }
