@@ -96,6 +96,7 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--url")) o->url = v;
         else if (!strcmp(a, "--api-key")) o->api_key = v;
         else if (!strcmp(a, "--port")) o->port = parse_int(a, v, 1, 65535);
+        else if (!strcmp(a, "--cache-slots")) o->cache_slots = parse_int(a, v, 1, 16);
         else if (!strcmp(a, "--reasoning-effort")) {
             if (strcmp(v, "low") && strcmp(v, "medium") && strcmp(v, "high"))
                 cli_die("--reasoning-effort expects low, medium or high, got \"%s\"", v);

@@ -36,6 +36,7 @@ typedef struct {
     /* serve / claude */
     const char *host, *url, *api_key, *reasoning_effort;
     int port, print_env;
+    int cache_slots; /* serve: --cache-slots N (0 = default) */
     int n_rest;   /* claude: the arguments after "--" */
     char **rest;
     float temp, top_p, min_p;
@@ -87,6 +88,7 @@ typedef struct {
     int have_costs;
     calib_ctl ctl;
     int adaptive;
+    int borrowed_dm; /* a clone: dm belongs to the cli_spec it was cloned from */
 } cli_spec;
 
 /* Resolves mode (NULL: o->mode, default baseline) with o's --drafter,
@@ -95,6 +97,10 @@ typedef struct {
  * with a clear message on a bad combination or a missing drafter. */
 void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engine *e, seq *s, sampler *smp);
 void cli_spec_close(cli_spec *sp);
+/* dst: the same mode, drafter and cap as src (already open) for another
+ * sequence s: its own drafter state (or lookup index) and cap controller,
+ * sharing src's drafter weights (src must outlive dst). */
+void cli_spec_clone(cli_spec *dst, const cli_spec *src, const opts *o, const cli_engine *e, seq *s, sampler *smp);
 drafter *cli_spec_drafter(cli_spec *sp); /* NULL for baseline (sp may be NULL) */
 /* Sets so's cap (and the adaptive controller) from sp. */
 void cli_spec_apply(cli_spec *sp, spec_opts *so);

@@ -217,8 +217,25 @@ void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engi
 void cli_spec_close(cli_spec *sp) {
     lookup_free(sp->lk);
     dstate_free(sp->ds);
-    dmodel_free(sp->dm);
+    if (!sp->borrowed_dm) dmodel_free(sp->dm);
     memset(sp, 0, sizeof *sp);
+}
+
+void cli_spec_clone(cli_spec *dst, const cli_spec *src, const opts *o, const cli_engine *e, seq *s, sampler *smp) {
+    char err[1024];
+    *dst = *src;
+    dst->lk = NULL;
+    dst->ds = NULL;
+    dst->borrowed_dm = src->dm != NULL;
+    if (src->mode == CLI_MODE_LOOKUP) {
+        dst->lk = lookup_create(3, 1);
+        dst->d = lookup_drafter(dst->lk);
+    } else if (src->dm) {
+        if (dstate_create(&dst->ds, src->dm, seq_capacity(s), e->tp, smp, err, sizeof err) != 0) cli_die("%s", err);
+        dstate_set_confidence_threshold(dst->ds, o->conf_threshold);
+        dst->d = dstate_drafter(dst->ds);
+    }
+    if (dst->adaptive) calib_ctl_init(&dst->ctl, dst->have_costs ? &dst->costs : NULL, dst->block_cap);
 }
 
 drafter *cli_spec_drafter(cli_spec *sp) { return sp && sp->mode != CLI_MODE_BASELINE ? &sp->d : NULL; }

@@ -13,8 +13,11 @@
 #define EVENT_RING 512
 
 struct engine {
-    cli_spec *sp;
+    cli_spec *sp; /* the slot of the running job */
     seq *s;
+    engine_slot slots[ENGINE_MAX_SLOTS];
+    double slot_used[ENGINE_MAX_SLOTS];
+    int n_slots;
     sampler *smp;
     const tokenizer *tok;
     int stop_ids[32], n_stop;
@@ -300,8 +303,40 @@ static int continue_after_budget(engine *en, engine_job *j, gen_ctx *g, spec_opt
     return 0;
 }
 
+/* The slot whose cached ids share the longest prefix with the prompt, when
+   that prefix is at least half the prompt; else the least recently used
+   slot (an empty one first). A new conversation shares only the template's
+   first few tokens with any cached one, and must not evict it for them. */
+static int pick_slot(engine *en, const int *ids, int n, int *shared) {
+    int best = -1, best_len = 0, lru = 0;
+    for (int i = 0; i < en->n_slots; i++) {
+        seq *s = en->slots[i].s;
+        const int *have = seq_tokens(s);
+        int len = seq_len(s), k = 0;
+        while (k < len && k < n && have[k] == ids[k]) k++;
+        if (k > best_len) {
+            best = i;
+            best_len = k;
+        }
+        if (en->slot_used[i] < en->slot_used[lru]) lru = i;
+    }
+    if (best >= 0 && 2 * best_len >= n) {
+        *shared = best_len;
+        return best;
+    }
+    const int *have = seq_tokens(en->slots[lru].s);
+    int len = seq_len(en->slots[lru].s), k = 0;
+    while (k < len && k < n && have[k] == ids[k]) k++;
+    *shared = k;
+    return lru;
+}
+
 static void run_job(engine *en, engine_job *j) {
     char err[512];
+    int shared, slot = pick_slot(en, j->ids, j->n_ids, &shared);
+    en->slot_used[slot] = ds_now();
+    en->s = en->slots[slot].s;
+    en->sp = en->slots[slot].sp;
     pthread_mutex_lock(&j->mu);
     j->started = 1;
     j->t_start = ds_now();
@@ -352,6 +387,7 @@ static void run_job(engine *en, engine_job *j) {
         m->prompt_tokens += (uint64_t)j->n_ids;
         m->cached_tokens += (uint64_t)(j->n_ids - st.n_prefilled);
         m->prefill_tokens += (uint64_t)st.n_prefilled;
+        m->slot_hits += shared > 0;
         m->completion_tokens += (uint64_t)st.n_gen;
         m->rounds += (uint64_t)st.n_rounds;
         m->round_tokens += (uint64_t)st.n_round_tok;
@@ -395,11 +431,13 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
-engine *engine_start(cli_spec *sp, seq *s, sampler *smp, const tokenizer *tok, const int *stop_ids, int n_stop,
-                     const engine_info *info) {
+engine *engine_start(const engine_slot *slots, int n_slots, sampler *smp, const tokenizer *tok, const int *stop_ids,
+                     int n_stop, const engine_info *info) {
     engine *en = xcalloc(1, sizeof *en);
-    en->sp = sp;
-    en->s = s;
+    en->n_slots = n_slots < 1 ? 1 : n_slots > ENGINE_MAX_SLOTS ? ENGINE_MAX_SLOTS : n_slots;
+    memcpy(en->slots, slots, sizeof(engine_slot) * (size_t)en->n_slots);
+    en->sp = slots[0].sp;
+    en->s = slots[0].s;
     en->smp = smp;
     en->tok = tok;
     en->n_stop = n_stop < 32 ? n_stop : 32;

@@ -76,13 +76,26 @@ typedef struct {
     int context_window;
     int cap;              /* the configured draft cap (the ceiling when adaptive) */
     int adaptive;
+    int slots;            /* cache slots */
 } engine_info;
 
-/* Takes ownership of nothing: sp, s, smp (the sampler sp's drafter holds;
- * it is re-parameterised per job), tok and info's strings stay the
- * caller's and must outlive the engine. Starts the thread. */
-engine *engine_start(cli_spec *sp, seq *s, sampler *smp, const tokenizer *tok, const int *stop_ids, int n_stop,
-                     const engine_info *info);
+/* A cache slot: one sequence (KV cache) with its decoding state. The
+ * engine keeps several conversations this way: each job runs in the slot
+ * whose cached ids share the longest prefix with its prompt when that is at
+ * least half the prompt, else in the least recently used slot, so a side
+ * request (a title, another chat) does not evict the main conversation. */
+typedef struct {
+    seq *s;
+    cli_spec *sp;
+} engine_slot;
+#define ENGINE_MAX_SLOTS 16
+
+/* Takes ownership of nothing: the slots' sequences and specs, smp (the
+ * sampler the drafters hold; it is re-parameterised per job), tok and
+ * info's strings stay the caller's and must outlive the engine. Starts the
+ * thread. */
+engine *engine_start(const engine_slot *slots, int n_slots, sampler *smp, const tokenizer *tok, const int *stop_ids,
+                     int n_stop, const engine_info *info);
 /* Cancels queued and running jobs, stops the thread and ends /events
  * readers; engine_free then releases it. */
 void engine_stop(engine *en);
@@ -107,6 +120,7 @@ typedef struct {
     uint64_t rounds, round_tokens, drafted, accepted;
     double prefill_seconds, decode_seconds;
     uint64_t prefill_tokens; /* computed (not reused) prompt rows */
+    uint64_t slot_hits;      /* jobs that reused a cached prefix */
     int queue_depth, busy, last_cap;
     double last_tokens_per_round, last_decode_tps, last_prefill_tps;
 } engine_metrics;

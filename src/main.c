@@ -49,7 +49,7 @@ static const command COMMANDS[] = {
      " --model -m --drafter --modes --trials --json --prompt-ids --max-draft --confidence-threshold"
      " --threads -t --context-window -c -n --n-predict --mmap --device "},
     {"serve", cmd_serve, SERVE_HELP,
-     " --model -m --host --port --api-key --context-window -c --threads -t --mmap --device --no-thinking"
+     " --model -m --host --port --api-key --context-window -c --threads -t --mmap --device --no-thinking --cache-slots"
      " --reasoning-effort"
      SPEC " --temp --top-k --top-p --min-p --seed -n --n-predict "},
     {"claude", cmd_claude, CLAUDE_HELP, " --url --api-key --print-env "},

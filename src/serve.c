@@ -32,6 +32,10 @@ const char SERVE_HELP[] =
     "      --api-key KEY        require Authorization: Bearer KEY or x-api-key: KEY\n"
     "                           (every route but /health)\n"
     "  -c, --context-window N   prompt + answer tokens per request (default: the model's)\n"
+    "      --cache-slots N      conversations kept in KV caches, each with its own cache of\n"
+    "                           the context window (default 2, at most 16); a request runs in\n"
+    "                           the slot sharing the longest prefix with it (at least half of\n"
+    "                           the prompt), else in the least recently used one\n"
     "      --mode M             auto, dspark, dflash, lookup or baseline (default auto:\n"
     "                           the model's drafter when one is installed, else lookup)\n"
     "      --drafter DIR --max-draft N|auto --confidence-threshold C   as in dspark run\n"
@@ -116,6 +120,7 @@ static void route_health(server *srv, const http_req *r) {
     else if (in->adaptive) cJSON_AddStringToObject(o, "max_draft", "auto");
     else cJSON_AddNumberToObject(o, "max_draft", in->cap);
     cJSON_AddNumberToObject(o, "context_window", srv->ctx_window);
+    cJSON_AddNumberToObject(o, "cache_slots", in->slots);
     cJSON_AddNumberToObject(o, "max_output_tokens", srv->max_output);
     cJSON_AddStringToObject(o, "tool_call_format", tc_format_name(srv->tcf));
     cJSON_AddBoolToObject(o, "chat_template", srv->tpl != NULL);
@@ -185,6 +190,8 @@ static void route_metrics(server *srv, const http_req *r) {
            (unsigned long long)m.prompt_tokens);
     METRIC("prompt_tokens_cached_total", "counter", "Prompt tokens reused from the KV cache.", " %llu",
            (unsigned long long)m.cached_tokens);
+    METRIC("prefix_cache_hits_total", "counter", "Requests that reused a cached prompt prefix.", " %llu",
+           (unsigned long long)m.slot_hits);
     METRIC("completion_tokens_total", "counter", "Generated tokens.", " %llu",
            (unsigned long long)m.completion_tokens);
     METRIC("rounds_total", "counter", "Verify rounds (target forwards while decoding).", " %llu",
@@ -457,8 +464,15 @@ int cmd_serve(const opts *o) {
     cli_engine ce;
     cli_engine_open(&ce, o);
     const model_config *mc = model_cfg(ce.m);
-    seq *s;
-    if (seq_create(&s, ce.m, o->ctx, 512, ce.tp, err, sizeof err) != 0) cli_die("%s", err);
+    int n_slots = o->cache_slots ? o->cache_slots : 2;
+    seq *seqs[ENGINE_MAX_SLOTS] = {0};
+    cli_spec sps[ENGINE_MAX_SLOTS];
+    engine_slot slots[ENGINE_MAX_SLOTS];
+    for (int i = 0; i < n_slots; i++)
+        if (seq_create(&seqs[i], ce.m, o->ctx, 512, ce.tp, err, sizeof err) != 0)
+            cli_die("cache slot %d of %d: %s (fewer --cache-slots or a smaller --context-window need less memory)",
+                    i + 1, n_slots, err);
+    seq *s = seqs[0];
     srv.ctx_window = seq_capacity(s);
     srv.max_output = srv.ctx_window;
     srv.default_max = o->n_predict > 0 ? o->n_predict : 0;
@@ -466,8 +480,10 @@ int cmd_serve(const opts *o) {
                                 .seed = o->seed};
     srv.has_seed = o->seed != 0;
     sampler *smp = cli_sampler(o, mc->vocab_size);
-    cli_spec sp;
-    cli_spec_open(&sp, o, o->mode ? o->mode : "auto", &ce, s, smp);
+    cli_spec_open(&sps[0], o, o->mode ? o->mode : "auto", &ce, s, smp);
+    for (int i = 1; i < n_slots; i++) cli_spec_clone(&sps[i], &sps[0], o, &ce, seqs[i], smp);
+    for (int i = 0; i < n_slots; i++) slots[i] = (engine_slot){.s = seqs[i], .sp = &sps[i]};
+    cli_spec sp = sps[0]; /* for the banner below (a copy; sps[0] is the one in use) */
     int stop_ids[32];
     int n_stop = cli_stop_ids(ce.m, tok, stop_ids);
 
@@ -483,9 +499,10 @@ int cmd_serve(const opts *o) {
     engine_info info = {.model_id = model_id, .mode = cli_mode_name(sp.mode),
                         .drafter = sp.mode == CLI_MODE_DSPARK || sp.mode == CLI_MODE_DFLASH ? sp.drafter_dir : "",
                         .context_window = srv.ctx_window,
-                        .cap = sp.mode == CLI_MODE_BASELINE ? 0 : sp.max_draft, .adaptive = sp.adaptive};
+                        .cap = sp.mode == CLI_MODE_BASELINE ? 0 : sp.max_draft, .adaptive = sp.adaptive,
+                        .slots = n_slots};
     srv.mode = info.mode;
-    srv.en = engine_start(&sp, s, smp, tok, stop_ids, n_stop, &info);
+    srv.en = engine_start(slots, n_slots, smp, tok, stop_ids, n_stop, &info);
 
     const char *host = o->host ? o->host : "127.0.0.1";
     int port = o->port ? o->port : 8080;
@@ -493,12 +510,12 @@ int cmd_serve(const opts *o) {
     if (!hs) cli_die("%s", err);
     const char *uhost = strchr(host, ':') ? "[::1]" : host;
     fprintf(stderr,
-            "dspark serve: model %s, mode %s%s%s, context window %d, tool calls: %s, thinking: %s\n"
+            "dspark serve: model %s, mode %s%s%s, context window %d x %d cache slots, tool calls: %s, thinking: %s\n"
             "  OpenAI base URL:   http://%s:%d/v1\n"
             "  Claude Code:       dspark claude --url http://%s:%d%s\n"
             "  try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json' -d "
             "'{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n",
-            model_id, info.mode, *info.drafter ? ", drafter " : "", info.drafter, srv.ctx_window,
+            model_id, info.mode, *info.drafter ? ", drafter " : "", info.drafter, srv.ctx_window, n_slots,
             tc_format_name(srv.tcf), srv.think_open ? (srv.no_thinking ? "off by default" : "on") : "none",
             uhost, port, uhost, port, o->api_key ? " --api-key KEY" : "", uhost, port);
     fprintf(stderr, "dspark serve: listening on http://%s:%d\n", uhost, port);
@@ -511,9 +528,9 @@ int cmd_serve(const opts *o) {
     engine_stop(srv.en);
     http_stop(hs);
     engine_free(srv.en);
-    cli_spec_close(&sp);
+    for (int i = n_slots - 1; i >= 0; i--) cli_spec_close(&sps[i]); /* clones before the original */
     sampler_free(smp);
-    seq_free(s);
+    for (int i = 0; i < n_slots; i++) seq_free(seqs[i]);
     cli_engine_close(&ce);
     chat_template_free(srv.tpl);
     tok_free(tok);

@@ -175,6 +175,28 @@ test("a client that disconnects mid-stream; the next request is served", async (
     assert.equal(h.json.status, "ok");
 });
 
+test("cache slots: a side request does not evict the conversation's cached prefix", async () => {
+    const h = (await request("GET", "/health")).json;
+    assert.ok(h.cache_slots >= 2, `cache_slots ${h.cache_slots}`);
+    // a conversation with a long first turn
+    const turn1 = [{ role: "user", content: LONG.slice(0, 2000) + "\n# summarise the helpers" }];
+    const a1 = await client.chat.completions.create({ model, messages: turn1, max_tokens: 8, temperature: 0 });
+    const p1 = a1.usage.prompt_tokens;
+    assert.ok(p1 > 300, `first turn prompt ${p1} tokens`);
+    // a side request for another conversation (a client's title generation, say)
+    const side = await client.chat.completions.create({
+        model, messages: [{ role: "user", content: "Title for: sorting a list" }], max_tokens: 4, temperature: 0,
+    });
+    assert.ok(side.usage.prompt_tokens_details.cached_tokens < 20, "the side request shares no long prefix");
+    // the conversation's next turn reuses its first turn from the cache
+    const turn2 = [...turn1, { role: "assistant", content: a1.choices[0].message.content ?? "" },
+        { role: "user", content: "and the second one?" }];
+    const a2 = await client.chat.completions.create({ model, messages: turn2, max_tokens: 4, temperature: 0 });
+    const cached = a2.usage.prompt_tokens_details.cached_tokens;
+    assert.ok(cached >= p1 - 8, `second turn reused ${cached} of the first turn's ${p1} prompt tokens`);
+    assert.equal(a2.x_dspark.cached_tokens, cached);
+});
+
 test("/tokenize and /detokenize round trip", async () => {
     const t = await postJSON("/tokenize", { content: "def f():" });
     assert.equal(t.status, 200, t.text);
