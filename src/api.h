@@ -40,9 +40,9 @@
  *   max_tokens or max_completion_tokens (the latter wins), temperature,
  *   top_p, top_k, min_p, seed, stop, stream, stream_options.include_usage,
  *   n (only 1), model. presence_penalty, frequency_penalty, logit_bias,
- *   user, ... are accepted and ignored; logprobs (true / > 0) and a
- *   response_format other than text (and Responses' text.format) are refused
- *   with a 400 that says they are not supported yet.
+ *   user, ... are accepted and ignored; a response_format other than text
+ *   (and Responses' text.format) is refused with a 400 that says it is not
+ *   supported yet.
  * Completions: prompt (a string, or a list whose first element is a
  *   string) and the same sampling / stop / stream / n / model fields.
  * Responses (stateless): input (a string = one user message, or items:
@@ -111,6 +111,8 @@ typedef struct {
     int tool_choice;      /* TOOL_CHOICE_* */
     char *tool_choice_name; /* TOOL_CHOICE_NAMED: the function */
     int n;                /* choices; always 1 (n > 1 is refused) */
+    int logprobs;         /* -1: none; else log-probabilities with this many alternatives per token
+                             (chat: logprobs true + top_logprobs 0..20; completions: logprobs 0..5) */
 } api_request;
 
 /* Parses body (any JSON value) as a request of the given dialect into *out.

@@ -369,9 +369,18 @@ static int openai_sampling(const cJSON *b, api_request *r, char *err, size_t err
         api_stop(api_get(b, "stop"), "stop", r, err, errlen))
         return -1;
     /* asked-for features dspark does not have yet are refused, not ignored */
-    const cJSON *lp = api_get(b, "logprobs");
-    if (lp && (cJSON_IsTrue(lp) || (cJSON_IsNumber(lp) && lp->valuedouble > 0)))
-        return BAD("'logprobs' is not supported yet: dspark returns no token probabilities");
+    if (r->kind == API_CHAT) {
+        int on = 0;
+        long long top = 0;
+        if (api_opt_bool(b, "logprobs", "logprobs", &on, err, errlen) ||
+            api_opt_int(b, "top_logprobs", "top_logprobs", 0, 20, &top, err, errlen))
+            return -1;
+        r->logprobs = on ? (int)top : -1;
+    } else {
+        long long top = -1;
+        if (api_opt_int(b, "logprobs", "logprobs", 0, 5, &top, err, errlen)) return -1;
+        r->logprobs = (int)top;
+    }
     const cJSON *rf = api_get(b, "response_format");
     if (rf) {
         const char *t = cJSON_IsObject(rf) ? api_str(api_get(rf, "type")) ? api_get(rf, "type")->valuestring : NULL : NULL;
@@ -673,6 +682,7 @@ int api_parse(api_kind kind, const cJSON *body, api_request *out, char *err, siz
     out->seed = -1;
     out->thinking = -1;
     out->thinking_budget = -1;
+    out->logprobs = -1;
     out->tool_choice = TOOL_CHOICE_AUTO;
     out->n = 1;
     out->template_vars = api_must(cJSON_CreateObject());

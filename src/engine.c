@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,7 @@ engine_job *engine_job_new(void) {
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
+    j->logprobs = -1;
     j->t_queued = ds_now();
     return j;
 }
@@ -103,6 +105,7 @@ void engine_job_release(engine_job *j) {
     if (left) return;
     free(j->ids);
     free(j->budget_text);
+    free(j->lp);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->stops);
     sb_free(&j->text);
@@ -198,6 +201,40 @@ static void deliver(gen_ctx *g, int last) {
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     sb_clear(&g->out);
+}
+
+/* log-softmax of the row at id, and the top alternatives */
+static void on_emit_logits(void *ctx, int id, const float *row) {
+    gen_ctx *g = ctx;
+    engine_job *j = g->j;
+    if (j->logprobs < 0 || tok_is_special(g->en->tok, id)) return;
+    int V = tok_vocab_size(g->en->tok), n = j->logprobs;
+    const model_config *mc = model_cfg(seq_model(g->en->s));
+    if (mc->vocab_size < V) V = mc->vocab_size;
+    float mx = row[0];
+    for (int i = 1; i < V; i++) mx = row[i] > mx ? row[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)(row[i] - mx));
+    float lse = mx + (float)log(sum);
+    engine_logprob e = {.id = id, .lp = row[id] - lse};
+    for (int i = 0; i < V && n > 0; i++) { /* insertion into the sorted top n */
+        float v = row[i];
+        if (e.n_top == n && v <= row[e.top_id[n - 1]]) continue;
+        int k = e.n_top < n ? e.n_top++ : n - 1;
+        while (k > 0 && row[e.top_id[k - 1]] < v) {
+            e.top_id[k] = e.top_id[k - 1];
+            k--;
+        }
+        e.top_id[k] = i;
+    }
+    for (int i = 0; i < e.n_top; i++) e.top_lp[i] = row[e.top_id[i]] - lse;
+    pthread_mutex_lock(&j->mu);
+    if (j->n_lp == j->cap_lp) {
+        j->cap_lp = j->cap_lp ? 2 * j->cap_lp : 64;
+        j->lp = xrealloc(j->lp, sizeof *j->lp * (size_t)j->cap_lp);
+    }
+    j->lp[j->n_lp++] = e;
+    pthread_mutex_unlock(&j->mu);
 }
 
 static void on_emit(void *ctx, int id) {
@@ -350,7 +387,8 @@ static void run_job(engine *en, engine_job *j) {
     g.piece = xmalloc(g.piece_cap);
     stop_init(&g.sm, (const char *const *)j->stops, j->n_stops);
     spec_opts so = {.max_new = j->max_new, .stop = en->stop_ids, .n_stop = en->n_stop, .cancel = &j->halt,
-                    .emit = on_emit, .emit_ctx = &g, .on_prefill = on_prefill, .on_round = on_round,
+                    .emit = on_emit, .emit_logits = j->logprobs >= 0 ? on_emit_logits : NULL, .emit_ctx = &g,
+                    .on_prefill = on_prefill, .on_round = on_round,
                     .hook_ctx = &g};
     cli_spec_apply(en->sp, &so);
     spec_stats st = {0};

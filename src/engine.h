@@ -31,6 +31,17 @@ enum { FINISH_NONE, FINISH_EOS, FINISH_STOP, FINISH_LENGTH, FINISH_CANCEL, FINIS
 
 typedef struct engine engine;
 
+#define ENGINE_MAX_TOP_LOGPROBS 20
+/* One generated token's log-probability under the target (raw logits, any
+ * sampling settings aside) and its most likely alternatives. */
+typedef struct {
+    int id;
+    float lp;
+    int n_top;
+    int top_id[ENGINE_MAX_TOP_LOGPROBS];
+    float top_lp[ENGINE_MAX_TOP_LOGPROBS];
+} engine_logprob;
+
 typedef struct engine_job {
     /* set by the creator before engine_submit; read-only afterwards */
     int *ids;
@@ -48,11 +59,14 @@ typedef struct engine_job {
     int think_budget, think_prefilled;
     const char *think_open, *think_close;
     char *budget_text; /* owned */
+    int logprobs;      /* -1: none; else alternatives per token (0..ENGINE_MAX_TOP_LOGPROBS) */
 
     /* shared: guarded by mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     strbuf text;      /* generated text not yet taken by the reader */
+    engine_logprob *lp; /* log-probabilities of the shown tokens not yet taken (logprobs >= 0) */
+    int n_lp, cap_lp;
     int started;      /* the engine picked it up */
     int prefill_done; /* prompt positions prefilled so far */
     int n_gen;        /* tokens generated so far */

@@ -38,6 +38,97 @@ void fmt_init(fmt_state *f, api_kind kind, const api_request *req, const server 
 void fmt_free(fmt_state *f) {
     sb_free(&f->answer);
     sb_free(&f->reason);
+    free(f->lp);
+}
+
+void fmt_add_logprobs(fmt_state *f, const engine_logprob *e, int n) {
+    if (n <= 0) return;
+    if (f->n_lp + n > f->cap_lp) {
+        f->cap_lp = f->n_lp + n + 32;
+        f->lp = xrealloc(f->lp, sizeof *f->lp * (size_t)f->cap_lp);
+    }
+    memcpy(f->lp + f->n_lp, e, sizeof *e * (size_t)n);
+    f->n_lp += n;
+}
+
+/* A token as text (invalid UTF-8 bytes shown as U+FFFD) and, when bytes is
+   not NULL, its raw bytes as a number array (what OpenAI's "bytes" holds). */
+static void token_json(const fmt_state *f, int id, cJSON *into, const char *key_text, int with_bytes) {
+    size_t n = 0;
+    const char *b = tok_token_bytes(f->srv->tok, id, &n);
+    if (!b) b = "", n = 0;
+    strbuf t = {0};
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)b[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c < 0xF5 ? 4 : 0;
+        int ok = len && i + len <= n;
+        for (size_t k = 1; ok && k < len; k++) ok = ((unsigned char)b[i + k] & 0xC0) == 0x80;
+        if (ok) {
+            sb_append(&t, b + i, len);
+            i += len;
+        } else {
+            sb_puts(&t, "\xef\xbf\xbd");
+            i++;
+        }
+    }
+    cJSON_AddStringToObject(into, key_text, sb_str(&t));
+    sb_free(&t);
+    if (with_bytes) {
+        cJSON *arr = cJSON_AddArrayToObject(into, "bytes");
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber((unsigned char)b[i]));
+    }
+}
+
+/* chat: {"content": [{token, logprob, bytes, top_logprobs: [...]}]};
+   completions: {tokens, token_logprobs, top_logprobs: [{token: lp}], text_offset}.
+   Takes the pending entries. NULL when none are pending. */
+static cJSON *take_logprobs(fmt_state *f) {
+    if (f->req->logprobs < 0) return NULL;
+    cJSON *o = cJSON_CreateObject();
+    if (f->kind == API_CHAT) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (int i = 0; i < f->n_lp; i++) {
+            const engine_logprob *e = &f->lp[i];
+            cJSON *t = cJSON_CreateObject();
+            token_json(f, e->id, t, "token", 1);
+            cJSON_AddNumberToObject(t, "logprob", e->lp);
+            cJSON *top = cJSON_AddArrayToObject(t, "top_logprobs");
+            for (int k = 0; k < e->n_top; k++) {
+                cJSON *a = cJSON_CreateObject();
+                token_json(f, e->top_id[k], a, "token", 1);
+                cJSON_AddNumberToObject(a, "logprob", e->top_lp[k]);
+                cJSON_AddItemToArray(top, a);
+            }
+            cJSON_AddItemToArray(content, t);
+        }
+    } else {
+        cJSON *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+        cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+        for (int i = 0; i < f->n_lp; i++) {
+            const engine_logprob *e = &f->lp[i];
+            cJSON *tmp = cJSON_CreateObject();
+            token_json(f, e->id, tmp, "t", 0);
+            const char *ts = cJSON_GetObjectItem(tmp, "t")->valuestring;
+            cJSON_AddItemToArray(toks, cJSON_CreateString(ts));
+            cJSON_AddItemToArray(lps, cJSON_CreateNumber(e->lp));
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)f->text_offset));
+            size_t nb = 0;
+            tok_token_bytes(f->srv->tok, e->id, &nb);
+            f->text_offset += nb;
+            cJSON *alt = cJSON_CreateObject();
+            for (int k = 0; k < e->n_top; k++) {
+                cJSON *a = cJSON_CreateObject();
+                token_json(f, e->top_id[k], a, "t", 0);
+                const char *as = cJSON_GetObjectItem(a, "t")->valuestring;
+                if (!cJSON_GetObjectItem(alt, as)) cJSON_AddNumberToObject(alt, as, e->top_lp[k]);
+                cJSON_Delete(a);
+            }
+            cJSON_AddItemToArray(tops, alt);
+            cJSON_Delete(tmp);
+        }
+    }
+    f->n_lp = 0;
+    return o;
 }
 
 static const char *model_name(const fmt_state *f) { return f->req->model ? f->req->model : f->srv->model_id; }
@@ -177,6 +268,8 @@ static void chat_delta(fmt_state *f, const char *key, const char *val, size_t n,
     v[n] = 0;
     cJSON_AddStringToObject(d, key, v);
     free(v);
+    cJSON *lp = f->n_lp ? take_logprobs(f) : NULL;
+    if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
     cJSON_AddNullToObject(c, "finish_reason");
     frame(out, NULL, o);
 }
@@ -188,7 +281,9 @@ static void completion_text(fmt_state *f, const char *text, size_t n, const char
     v[n] = 0;
     cJSON_AddStringToObject(c, "text", v);
     free(v);
-    cJSON_AddNullToObject(c, "logprobs");
+    cJSON *lp = f->n_lp ? take_logprobs(f) : NULL;
+    if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
+    else cJSON_AddNullToObject(c, "logprobs");
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     if (finish) cJSON_AddItemToObject(o, "x_dspark", fmt_telemetry(f->srv, f->job));
@@ -453,6 +548,8 @@ static void chat_end(fmt_state *f, const tc_result *calls, strbuf *out) {
     }
     o = chunk(f, &c);
     cJSON_AddObjectToObject(c, "delta");
+    cJSON *lp = f->n_lp ? take_logprobs(f) : NULL;
+    if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
     cJSON_AddStringToObject(c, "finish_reason", openai_finish(f, calls));
     cJSON_AddItemToObject(o, "x_dspark", fmt_telemetry(f->srv, f->job));
     frame(out, NULL, o);
@@ -611,7 +708,9 @@ char *fmt_body(fmt_state *f, const char *reason, const char *text, const tc_resu
         } else {
             cJSON_AddStringToObject(c, "text", text);
         }
-        cJSON_AddNullToObject(c, "logprobs");
+        cJSON *lp = take_logprobs(f);
+        if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
+        else cJSON_AddNullToObject(c, "logprobs");
         cJSON_AddStringToObject(c, "finish_reason", openai_finish(f, calls));
         cJSON_AddItemToArray(cs, c);
         cJSON_AddItemToObject(o, "usage", openai_usage(f));

@@ -212,6 +212,7 @@ static engine_job *make_job(server *srv, const api_request *q, int *ids, int n, 
         j->n_stops = q->n_stop;
     }
     j->req_id = __atomic_add_fetch(&srv->next_req, 1, __ATOMIC_RELAXED);
+    j->logprobs = q->kind == API_CHAT || q->kind == API_COMPLETIONS ? q->logprobs : -1;
     if (q->thinking_budget > 0 && srv->think_open && q->kind != API_COMPLETIONS) {
         j->think_budget = q->thinking_budget > INT32_MAX ? INT32_MAX : (int)q->thinking_budget;
         j->think_prefilled = prefilled;
@@ -251,11 +252,14 @@ static int wait_job(engine_job *j, int fd, double seconds, int any_text) {
     return 0;
 }
 
-/* Takes the job's new text into out; returns done. */
-static int take_text(engine_job *j, strbuf *out) {
+/* Takes the job's new text into out (and its log-probabilities into f);
+   returns done. */
+static int take_text(engine_job *j, strbuf *out, fmt_state *f) {
     pthread_mutex_lock(&j->mu);
     sb_append(out, sb_str(&j->text), j->text.n);
     sb_clear(&j->text);
+    fmt_add_logprobs(f, j->lp, j->n_lp);
+    j->n_lp = 0;
     int done = j->done;
     pthread_mutex_unlock(&j->mu);
     return done;
@@ -269,7 +273,7 @@ static void reply_whole(gen_ctx *g, const http_req *r) {
             serve_error(r, dialect_of(g->req.kind), 500, NULL, "the client went away");
             goto out;
         }
-        if (take_text(g->job, &text)) break;
+        if (take_text(g->job, &text, &g->fmt)) break;
     }
     if (g->job->finish == FINISH_ERROR) {
         serve_error(r, dialect_of(g->req.kind), 500, NULL, "generation failed: %s", g->job->error);
@@ -311,7 +315,7 @@ static int stream_fill(void *ctx, strbuf *out) {
             rc = -1;
             break;
         }
-        int done = take_text(g->job, &text);
+        int done = take_text(g->job, &text, &g->fmt);
         if (text.n) outproc_push(&g->op, text.s, text.n, &reason, &vis);
         sb_clear(&text);
         if (done && g->job->finish == FINISH_ERROR) {

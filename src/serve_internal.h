@@ -79,11 +79,18 @@ typedef struct {
     char item_id[64]; /* responses: the message item */
     char rs_id[64];   /* responses: the reasoning item */
     strbuf answer, reason; /* everything shown so far (responses' done events; non-stream bodies) */
+    /* log-probabilities waiting for the next chunk (chat, completions) */
+    engine_logprob *lp;
+    int n_lp, cap_lp;
+    size_t text_offset; /* completions: bytes of text the reported tokens cover */
 } fmt_state;
 
 void fmt_init(fmt_state *f, api_kind kind, const api_request *req, const server *srv, const engine_job *job,
               int n_prompt);
 void fmt_free(fmt_state *f);
+/* Log-probabilities of tokens generated since the last call: they go with
+ * the next chunk (or the whole body). */
+void fmt_add_logprobs(fmt_state *f, const engine_logprob *e, int n);
 /* Stream frames. */
 void fmt_stream_begin(fmt_state *f, strbuf *out);
 void fmt_stream_delta(fmt_state *f, const char *reason, size_t nr, const char *text, size_t nt, strbuf *out);

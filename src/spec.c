@@ -60,7 +60,7 @@ typedef struct {
    emitted as text), the token limit, or a full context window, checked in
    that order after every token, so a stop inside an accepted block cuts
    the output where one-token-at-a-time decoding would. */
-static int push(gen_state *g, int id) {
+static int push(gen_state *g, int id, const float *row) {
     const spec_opts *o = g->o;
     if (g->out_ids) g->out_ids[g->st->n_gen] = id;
     g->st->n_gen++;
@@ -70,6 +70,7 @@ static int push(gen_state *g, int id) {
         g->st->stopped_by_eos = 1;
         return 1;
     }
+    if (o->emit_logits) o->emit_logits(o->emit_ctx, id, row);
     if (o->emit) o->emit(o->emit_ctx, id);
     /* baseline: stop when n_gen == max_new or seq_len + 1 >= capacity,
        with seq_len = n_prompt + n_gen - 1 at that point */
@@ -160,7 +161,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     if (d && !nt) d->reset(d->self, prompt, n_prompt);
     if (o->max_new <= 0 || (o->cancel && *o->cancel)) goto finish;
     int anchor = sampler_sample(smp, logits);
-    int stop = push(&g, anchor);
+    int stop = push(&g, anchor, logits);
     if (d) d->commit(d->self, &anchor, 1);
     while (!stop) {
         if (o->cancel && *o->cancel) break;
@@ -198,7 +199,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         int ne = 0;
         for (int i = 0; i <= a && !stop; i++) {
             if (o->cancel && *o->cancel) break;
-            stop = push(&g, tok[i]);
+            stop = push(&g, tok[i], logits + (size_t)i * V);
             last_row = i;
             ne++;
         }

@@ -63,6 +63,10 @@ typedef struct {
     volatile sig_atomic_t *cancel; /* may be NULL */
     void (*emit)(void *ctx, int id); /* each emitted id except a stop id; may be NULL */
     void *emit_ctx;
+    /* Called before emit with the same id and the target's raw logits row
+       it was chosen from ([vocab], before any sampling filter); may be
+       NULL. (Log-probabilities for clients.) */
+    void (*emit_logits)(void *ctx, int id, const float *logits);
     /* Adaptive cap (may be NULL): next_cap gives the cap for the coming
        round (0..max_draft; 0 = a plain one-row step), observe is told how
        many drafts were verified and accepted. */

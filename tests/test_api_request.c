@@ -523,8 +523,10 @@ typedef struct {
 static const err_case ERRS[] = {
     /* chat */
     {API_CHAT, "{}", "'messages' must be a non-empty array"},
-    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", "'logprobs' is not supported yet"},
-    {API_COMPLETIONS, "{\"prompt\":\"x\",\"logprobs\":2}", "'logprobs' is not supported yet"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "'logprobs' must be true or false"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}",
+     "'top_logprobs' must be at most 20"},
+    {API_COMPLETIONS, "{\"prompt\":\"x\",\"logprobs\":6}", "'logprobs' must be at most 5"},
     {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}",
      "'response_format' json_object is not supported yet"},
     {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":\"json\"}",
@@ -1004,6 +1006,29 @@ TEST(api_accepts_plain_output_formats) {
         api_request r;
         int rc = parse_at(__LINE__, ok[i].kind, ok[i].body, &r, err, sizeof err);
         CHECK_MSG(rc == 0, "%s: %s", ok[i].body, err);
+        api_request_free(&r);
+    }
+}
+
+TEST(api_logprobs_fields) {
+    const struct {
+        api_kind kind;
+        const char *body;
+        int want;
+    } cases[] = {
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", -1},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", 0},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":3}", 3},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":false,\"top_logprobs\":3}", -1},
+        {API_COMPLETIONS, "{\"prompt\":\"x\",\"logprobs\":2}", 2},
+        {API_COMPLETIONS, "{\"prompt\":\"x\",\"logprobs\":0}", 0},
+        {API_COMPLETIONS, "{\"prompt\":\"x\"}", -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[512];
+        api_request r;
+        CHECK_MSG(parse_at(__LINE__, cases[i].kind, cases[i].body, &r, err, sizeof err) == 0, "%s", err);
+        CHECK_MSG(r.logprobs == cases[i].want, "%s: logprobs %d, want %d", cases[i].body, r.logprobs, cases[i].want);
         api_request_free(&r);
     }
 }

@@ -287,4 +287,36 @@ test("chat: reasoning_budget closes the reasoning and the answer follows (stream
     assert.equal(text, SCRIPT.hello);
 });
 
+test("logprobs: chat (whole and streamed) and completions report the target's token log-probabilities", async () => {
+    // the scripted model gives its next token a logit of 64 and every other token 0:
+    // log p(chosen) ~ 0, the runner-up ~ -64
+    const body = { model, messages: user, enable_thinking: false, logprobs: true, top_logprobs: 2 };
+    const r = await client.chat.completions.create(body);
+    const lp = r.choices[0].logprobs.content;
+    assert.equal(r.choices[0].message.content, SCRIPT.hello);
+    assert.equal(lp.map((t) => t.token).join(""), SCRIPT.hello);
+    for (const t of lp) {
+        assert.ok(t.logprob <= 0 && t.logprob > -1e-3, `logprob ${t.logprob}`);
+        assert.deepEqual(t.bytes, [...Buffer.from(t.token, "utf8")]);
+        assert.equal(t.top_logprobs.length, 2);
+        assert.equal(t.top_logprobs[0].token, t.token);
+        assert.ok(t.top_logprobs[1].logprob < -60 && t.top_logprobs[1].logprob > -70, `runner-up ${t.top_logprobs[1].logprob}`);
+    }
+    let streamed = [];
+    const st = await client.chat.completions.create({ ...body, stream: true });
+    for await (const ch of st) streamed.push(...(ch.choices[0]?.logprobs?.content ?? []));
+    assert.equal(streamed.map((t) => t.token).join(""), SCRIPT.hello);
+    const c = await client.completions.create({ model, prompt: SCRIPT.rawPrompt, max_tokens: 16, logprobs: 1 });
+    const cl = c.choices[0].logprobs;
+    assert.equal(cl.tokens.join(""), SCRIPT.fox);
+    assert.equal(cl.text_offset[0], 0);
+    for (let i = 1; i < cl.tokens.length; i++)
+        assert.equal(cl.text_offset[i], cl.text_offset[i - 1] + Buffer.byteLength(cl.tokens[i - 1]));
+    assert.ok(cl.token_logprobs.every((x) => x <= 0 && x > -1e-3));
+    assert.equal(Object.keys(cl.top_logprobs[0]).length, 1);
+    // without logprobs there are none
+    const plain = await client.chat.completions.create({ model, messages: user, enable_thinking: false });
+    assert.ok(plain.choices[0].logprobs == null);
+});
+
 await run();
