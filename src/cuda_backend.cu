@@ -484,7 +484,6 @@ static int up_mat(cuda_model *m, dmat *d, const tensor *t, char *err, size_t err
     return 0;
 }
 
-extern "C" int cuda_built(void) { return 1; }
 
 extern "C" int cuda_device_count(void) {
     int n = 0;

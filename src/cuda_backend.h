@@ -32,8 +32,6 @@ typedef struct cuda_model cuda_model;
 typedef struct cuda_ctx cuda_ctx;
 struct model_batch_s;
 
-/* 1 when this binary has the CUDA backend. */
-int cuda_built(void);
 /* Devices visible (0 when none or not built). */
 int cuda_device_count(void);
 /* "NVIDIA H200, 139.8 GiB, compute 9.0, driver 13.0, runtime 13.0" into out;

@@ -239,9 +239,6 @@ static void on_emit_logits(void *ctx, int id, const float *row) {
 
 static void on_emit(void *ctx, int id) {
     gen_ctx *g = ctx;
-    pthread_mutex_lock(&g->j->mu);
-    g->j->n_gen++;
-    pthread_mutex_unlock(&g->j->mu);
     if (tok_is_special(g->en->tok, id)) return;
     size_t k = tok_stream_push(g->en->tok, &g->ts, id, g->piece, g->piece_cap);
     track_think(g, g->piece, k);
@@ -259,14 +256,7 @@ static void prefill_event(gen_ctx *g, int done, int total, int final) {
     publish(g->en, ev);
 }
 
-static void on_prefill(void *ctx, int done, int total) {
-    gen_ctx *g = ctx;
-    pthread_mutex_lock(&g->j->mu);
-    g->j->prefill_done = done;
-    pthread_cond_broadcast(&g->j->cv);
-    pthread_mutex_unlock(&g->j->mu);
-    prefill_event(g, done, total, 0);
-}
+static void on_prefill(void *ctx, int done, int total) { prefill_event(ctx, done, total, 0); }
 
 static int current_cap(const engine *en) {
     const cli_spec *sp = en->sp;
@@ -375,9 +365,7 @@ static void run_job(engine *en, engine_job *j) {
     en->s = en->slots[slot].s;
     en->sp = en->slots[slot].sp;
     pthread_mutex_lock(&j->mu);
-    j->started = 1;
     j->t_start = ds_now();
-    pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     if (sampler_reset(en->smp, &j->sp, err, sizeof err) != 0) {
         finish_job(j, FINISH_ERROR, err);
@@ -434,9 +422,6 @@ static void run_job(engine *en, engine_job *j) {
         m->prefill_seconds += st.t_prefill;
         m->decode_seconds += st.t_decode;
         m->last_cap = current_cap(en);
-        if (st.n_rounds) m->last_tokens_per_round = (double)st.n_round_tok / st.n_rounds;
-        if (st.t_decode > 0 && st.n_gen > 1) m->last_decode_tps = (st.n_gen - 1) / st.t_decode;
-        if (st.t_prefill > 0 && st.n_prefilled > 0) m->last_prefill_tps = st.n_prefilled / st.t_prefill;
     }
     pthread_mutex_unlock(&en->mmu);
     finish_job(j, finish, rc != 0 ? err : NULL);
@@ -524,11 +509,6 @@ void engine_free(engine *en) {
 }
 
 const engine_info *engine_get_info(const engine *en) { return &en->info; }
-
-int engine_stop_ids(const engine *en, const int **ids) {
-    *ids = en->stop_ids;
-    return en->n_stop;
-}
 
 void engine_get_metrics(engine *en, engine_metrics *m) {
     pthread_mutex_lock(&en->mmu);

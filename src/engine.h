@@ -67,9 +67,6 @@ typedef struct engine_job {
     strbuf text;      /* generated text not yet taken by the reader */
     engine_logprob *lp; /* log-probabilities of the shown tokens not yet taken (logprobs >= 0) */
     int n_lp, cap_lp;
-    int started;      /* the engine picked it up */
-    int prefill_done; /* prompt positions prefilled so far */
-    int n_gen;        /* tokens generated so far */
     int done, finish; /* FINISH_* once done */
     char stop_hit[256]; /* the stop string that ended it */
     char error[512];
@@ -115,7 +112,6 @@ engine *engine_start(const engine_slot *slots, int n_slots, sampler *smp, const 
 void engine_stop(engine *en);
 void engine_free(engine *en);
 const engine_info *engine_get_info(const engine *en);
-int engine_stop_ids(const engine *en, const int **ids);
 
 /* A new job with one reference (the caller's); the caller fills the input
  * fields (ids, stops are taken over and freed with the job). */
@@ -136,7 +132,6 @@ typedef struct {
     uint64_t prefill_tokens; /* computed (not reused) prompt rows */
     uint64_t slot_hits;      /* jobs that reused a cached prefix */
     int queue_depth, busy, last_cap;
-    double last_tokens_per_round, last_decode_tps, last_prefill_tps;
 } engine_metrics;
 void engine_get_metrics(engine *en, engine_metrics *m);
 

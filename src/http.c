@@ -34,8 +34,7 @@ typedef struct {
     http_stream st;
     strbuf pend;
     size_t off;
-    int ended, closed;
-    int fd;
+    int ended;
 } stream_state;
 
 static void add_common_headers(struct MHD_Response *resp) {
@@ -102,7 +101,6 @@ static void stream_free(void *cls) {
 void http_reply_stream(const http_req *r, int status, const char *content_type, const http_stream *st) {
     stream_state *s = xcalloc(1, sizeof *s);
     s->st = *st;
-    s->fd = r->fd;
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free);
     MHD_add_response_header(resp, "Content-Type", content_type ? content_type : "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -110,14 +108,13 @@ void http_reply_stream(const http_req *r, int status, const char *content_type, 
     queue(r->conn, status, resp);
 }
 
-static void normalise_path(const char *url, char *path, size_t n, const char **query) {
+static void normalise_path(const char *url, char *path, size_t n) {
     const char *q = strchr(url, '?');
     size_t len = q ? (size_t)(q - url) : strlen(url);
     if (len >= n) len = n - 1;
     memcpy(path, url, len);
     path[len] = 0;
     while (len > 1 && path[len - 1] == '/') path[--len] = 0;
-    *query = q ? q + 1 : "";
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -139,10 +136,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         return MHD_YES;
     }
     char path[1024];
-    const char *query;
-    normalise_path(url, path, sizeof path, &query);
+    normalise_path(url, path, sizeof path);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    http_req r = {.method = method, .path = path, .query = query, .body = sb_str(&rs->body),
+    http_req r = {.method = method, .path = path, .body = sb_str(&rs->body),
                   .body_len = rs->body.n, .conn = c, .fd = ci ? ci->connect_fd : -1};
     if (rs->too_large) {
         char msg[256];

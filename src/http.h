@@ -23,7 +23,6 @@ typedef struct http_server http_server;
 typedef struct {
     const char *method;
     const char *path; /* without query string and trailing slash */
-    const char *query; /* after '?', "" when none */
     const char *body;  /* NUL-terminated; "" when none */
     size_t body_len;
     void *conn;        /* the libmicrohttpd connection */

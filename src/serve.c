@@ -47,7 +47,7 @@ const char SERVE_HELP[] =
     "Environment: DSPARK_STREAM_KEEPALIVE_S (keep-alive interval of streams, default 15),\n"
     "DSPARK_MAX_BODY_BYTES (largest request body, default 32 MiB).\n";
 
-/* ---- errors and ids ---- */
+/* ---- errors ---- */
 
 static const char *error_type(int dialect, int status) {
     switch (status) {
@@ -85,8 +85,6 @@ void serve_error(const http_req *r, int dialect, int status, const char *code, c
     free(s);
     cJSON_Delete(o);
 }
-
-void serve_new_id(char *out, size_t n, const char *prefix) { ds_unique_id(out, n, prefix); }
 
 /* ---- simple routes ---- */
 

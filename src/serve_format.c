@@ -30,7 +30,7 @@ void fmt_init(fmt_state *f, api_kind kind, const api_request *req, const server 
     f->job = job;
     f->n_prompt = n_prompt;
     f->created = (long)time(NULL);
-    serve_new_id(f->id, sizeof f->id,
+    ds_unique_id(f->id, sizeof f->id,
                  kind == API_CHAT ? "chatcmpl-" : kind == API_COMPLETIONS ? "cmpl-" : kind == API_RESPONSES ? "resp_"
                                                                                                         : "msg_");
 }
@@ -371,7 +371,7 @@ static void resp_emit_reasoning(fmt_state *f, strbuf *out) {
     if (f->block & 4 || !f->reason.n) return; /* bit 4: reasoning item sent */
     f->block |= 4;
     char *id = f->rs_id;
-    serve_new_id(id, sizeof f->rs_id, "rs_");
+    ds_unique_id(id, sizeof f->rs_id, "rs_");
     cJSON *e = resp_event(f, "response.output_item.added");
     cJSON_AddNumberToObject(e, "output_index", f->n_blocks);
     cJSON *it = resp_reasoning_item(id, "");
@@ -389,7 +389,7 @@ static void resp_text_delta(fmt_state *f, const char *text, size_t n, strbuf *ou
     if (!(f->block & 1)) {
         resp_emit_reasoning(f, out);
         f->block |= 1;
-        serve_new_id(f->item_id, sizeof f->item_id, "msg_");
+        ds_unique_id(f->item_id, sizeof f->item_id, "msg_");
         f->n_blocks++; /* the message's output_index is n_blocks - 1 */
         cJSON *e = resp_event(f, "response.output_item.added");
         cJSON_AddNumberToObject(e, "output_index", f->n_blocks - 1);
@@ -592,7 +592,7 @@ static void resp_end(fmt_state *f, const tc_result *calls, strbuf *out) {
     for (int i = 0; i < calls->n; i++) {
         const tc_call *c = &calls->calls[i];
         char id[64];
-        serve_new_id(id, sizeof id, "fc_");
+        ds_unique_id(id, sizeof id, "fc_");
         int idx = f->n_blocks++;
         cJSON *e = resp_event(f, "response.output_item.added");
         cJSON_AddNumberToObject(e, "output_index", idx);
@@ -719,15 +719,15 @@ char *fmt_body(fmt_state *f, const char *reason, const char *text, const tc_resu
         cJSON *output = cJSON_CreateArray();
         char id[64];
         if (*reason) {
-            serve_new_id(id, sizeof id, "rs_");
+            ds_unique_id(id, sizeof id, "rs_");
             cJSON_AddItemToArray(output, resp_reasoning_item(id, reason));
         }
         if (*text || !calls->n) {
-            serve_new_id(f->item_id, sizeof f->item_id, "msg_");
+            ds_unique_id(f->item_id, sizeof f->item_id, "msg_");
             cJSON_AddItemToArray(output, resp_message_item(f, text, 1));
         }
         for (int i = 0; i < calls->n; i++) {
-            serve_new_id(id, sizeof id, "fc_");
+            ds_unique_id(id, sizeof id, "fc_");
             cJSON_AddItemToArray(output, resp_call_item(&calls->calls[i], id, 1));
         }
         cJSON_Delete(o);

@@ -47,8 +47,6 @@ enum { DIALECT_OPENAI, DIALECT_ANTHROPIC, DIALECT_RESPONSES };
 
 void serve_error(const http_req *r, int dialect, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-/* "<prefix><24 lowercase hex>" into out. */
-void serve_new_id(char *out, size_t n, const char *prefix);
 
 void serve_generate(server *srv, const http_req *r, api_kind kind);
 
