@@ -274,7 +274,7 @@ static void route_events(server *srv, const http_req *r) {
     http_reply_stream(r, 200, NULL, &st);
 }
 
-static cJSON *parse_body(const http_req *r, int dialect) {
+cJSON *serve_parse_body(const http_req *r, int dialect) {
     char err[256];
     cJSON *b = json_parse(r->body_len ? r->body : "{}", r->body_len ? r->body_len : 2, "request body", err, sizeof err);
     if (!b) serve_error(r, dialect, 400, NULL, "invalid JSON body: %s", err);
@@ -287,7 +287,7 @@ static cJSON *parse_body(const http_req *r, int dialect) {
 }
 
 static void route_tokenize(server *srv, const http_req *r) {
-    cJSON *b = parse_body(r, DIALECT_OPENAI);
+    cJSON *b = serve_parse_body(r, DIALECT_OPENAI);
     if (!b) return;
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(b, "content");
     const cJSON *as = cJSON_GetObjectItemCaseSensitive(b, "add_special");
@@ -323,7 +323,7 @@ static void route_tokenize(server *srv, const http_req *r) {
 }
 
 static void route_detokenize(server *srv, const http_req *r) {
-    cJSON *b = parse_body(r, DIALECT_OPENAI);
+    cJSON *b = serve_parse_body(r, DIALECT_OPENAI);
     if (!b) return;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "tokens");
     int n = cJSON_IsArray(t) ? cJSON_GetArraySize(t) : -1, vocab = tok_vocab_size(srv->tok);

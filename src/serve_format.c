@@ -368,8 +368,8 @@ static const char *resp_status(const fmt_state *f) {
 }
 
 static void resp_emit_reasoning(fmt_state *f, strbuf *out) {
-    if (f->block & 4 || !f->reason.n) return; /* bit 4: reasoning item sent */
-    f->block |= 4;
+    if (f->reasoning_sent || !f->reason.n) return;
+    f->reasoning_sent = 1;
     char *id = f->rs_id;
     ds_unique_id(id, sizeof f->rs_id, "rs_");
     cJSON *e = resp_event(f, "response.output_item.added");
@@ -386,9 +386,9 @@ static void resp_emit_reasoning(fmt_state *f, strbuf *out) {
 }
 
 static void resp_text_delta(fmt_state *f, const char *text, size_t n, strbuf *out) {
-    if (!(f->block & 1)) {
+    if (!f->msg_open) {
         resp_emit_reasoning(f, out);
-        f->block |= 1;
+        f->msg_open = 1;
         ds_unique_id(f->item_id, sizeof f->item_id, "msg_");
         f->n_blocks++; /* the message's output_index is n_blocks - 1 */
         cJSON *e = resp_event(f, "response.output_item.added");
@@ -565,8 +565,8 @@ static void usage_chunk(fmt_state *f, strbuf *out) {
 static void resp_end(fmt_state *f, const tc_result *calls, strbuf *out) {
     resp_emit_reasoning(f, out);
     cJSON *output = cJSON_CreateArray();
-    if (f->block & 4) cJSON_AddItemToArray(output, resp_reasoning_item(f->rs_id, sb_str(&f->reason)));
-    if (f->block & 1) {
+    if (f->reasoning_sent) cJSON_AddItemToArray(output, resp_reasoning_item(f->rs_id, sb_str(&f->reason)));
+    if (f->msg_open) {
         int idx = f->n_blocks - 1;
         cJSON *e = resp_event(f, "response.output_text.done");
         cJSON_AddStringToObject(e, "item_id", f->item_id);

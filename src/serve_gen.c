@@ -29,15 +29,14 @@ static int dialect_of(api_kind k) {
 
 static void outproc_init(outproc *p, const server *srv, const api_request *q, int prefilled) {
     memset(p, 0, sizeof *p);
+    p->srv = srv;
     p->split = q->kind != API_COMPLETIONS && srv->think_open != NULL;
-    p->th_open = srv->think_open;
-    p->th_close = srv->think_close;
+    p->drop_reasoning = q->drop_reasoning;
     think_init(&p->th, p->split ? srv->think_open : NULL, p->split ? srv->think_close : NULL, prefilled);
     p->parse_tools = srv->tcf != TC_NONE && q->kind != API_COMPLETIONS &&
                      (q->tools != NULL || (q->kind == API_MESSAGES && q->tool_choice != TOOL_CHOICE_NONE));
-    p->fmt = srv->tcf;
     p->tools = q->tools;
-    if (p->parse_tools) p->gate = tc_gate_new(p->fmt);
+    if (p->parse_tools) p->gate = tc_gate_new(srv->tcf);
 }
 
 static void outproc_free(outproc *p) {
@@ -52,6 +51,7 @@ static void outproc_push(outproc *p, const char *s, size_t n, strbuf *reason, st
     if (p->gate) tc_gate_push(p->gate, ans.s ? ans.s : "", ans.n, text);
     else sb_append(text, sb_str(&ans), ans.n);
     sb_free(&ans);
+    if (p->drop_reasoning) sb_clear(reason);
 }
 
 /* End of generation: the rest of the text, and the tool calls if any. */
@@ -59,6 +59,7 @@ static void outproc_finish(outproc *p, strbuf *reason, strbuf *text, tc_result *
     memset(calls, 0, sizeof *calls);
     strbuf ans = {0};
     think_finish(&p->th, reason, &ans);
+    if (p->drop_reasoning) sb_clear(reason);
     if (!p->gate) {
         sb_append(text, sb_str(&ans), ans.n);
         sb_free(&ans);
@@ -67,7 +68,7 @@ static void outproc_finish(outproc *p, strbuf *reason, strbuf *text, tc_result *
     strbuf held = {0};
     tc_gate_push(p->gate, sb_str(&ans), ans.n, text);
     if (tc_gate_finish(p->gate, text, &held)) {
-        tc_parse(p->fmt, sb_str(&held), held.n, p->tools, calls);
+        tc_parse(p->srv->tcf, sb_str(&held), held.n, p->tools, calls);
         if (calls->n) {
             if (calls->text && *calls->text) {
                 if (text->n && text->s[text->n - 1] != ' ' && text->s[text->n - 1] != '\n') sb_puts(text, "\n");
@@ -86,10 +87,11 @@ static void outproc_whole(outproc *p, const char *s, size_t n, int prefilled, st
                           tc_result *calls) {
     memset(calls, 0, sizeof *calls);
     strbuf ans = {0};
-    if (p->split) think_split_all(s, n, p->th_open, p->th_close, prefilled, reason, &ans);
+    if (p->split) think_split_all(s, n, p->srv->think_open, p->srv->think_close, prefilled, reason, &ans);
     else sb_append(&ans, s, n);
+    if (p->drop_reasoning) sb_clear(reason);
     if (p->parse_tools) {
-        tc_parse(p->fmt, sb_str(&ans), ans.n, p->tools, calls);
+        tc_parse(p->srv->tcf, sb_str(&ans), ans.n, p->tools, calls);
         sb_puts(text, calls->n ? calls->text : sb_str(&ans));
     } else sb_append(text, sb_str(&ans), ans.n);
     sb_free(&ans);
@@ -281,7 +283,7 @@ static void reply_whole(gen_ctx *g, const http_req *r) {
     }
     tc_result calls;
     outproc_whole(&g->op, sb_str(&text), text.n, g->prefilled, &reason, &vis, &calls);
-    char *body = fmt_body(&g->fmt, g->req.drop_reasoning ? "" : sb_str(&reason), sb_str(&vis), &calls);
+    char *body = fmt_body(&g->fmt, sb_str(&reason), sb_str(&vis), &calls);
     http_reply_json(r, 200, body);
     free(body);
     tc_result_free(&calls);
@@ -289,6 +291,19 @@ out:
     sb_free(&text);
     sb_free(&reason);
     sb_free(&vis);
+}
+
+/* An engine error in the middle of a stream: the dialect's error event. */
+static void stream_error(const gen_ctx *g, strbuf *out) {
+    cJSON *e = cJSON_CreateString(g->job->error);
+    char *msg = cJSON_PrintUnformatted(e);
+    cJSON_Delete(e);
+    if (dialect_of(g->req.kind) == DIALECT_ANTHROPIC)
+        sb_printf(out, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":%s}}\n\n",
+                  msg);
+    else
+        sb_printf(out, "data: {\"error\":{\"message\":%s,\"type\":\"server_error\",\"code\":500}}\n\n", msg);
+    free(msg);
 }
 
 static int stream_fill(void *ctx, strbuf *out) {
@@ -318,35 +333,18 @@ static int stream_fill(void *ctx, strbuf *out) {
         int done = take_text(g->job, &text, &g->fmt);
         if (text.n) outproc_push(&g->op, text.s, text.n, &reason, &vis);
         sb_clear(&text);
-        if (done && g->job->finish == FINISH_ERROR) {
-            fmt_stream_delta(&g->fmt, g->req.drop_reasoning ? "" : sb_str(&reason),
-                             g->req.drop_reasoning ? 0 : reason.n, sb_str(&vis), vis.n, out);
-            int d = dialect_of(g->req.kind);
-            char *msg = cJSON_PrintUnformatted(cJSON_CreateString(g->job->error));
-            if (d == DIALECT_ANTHROPIC)
-                sb_printf(out, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
-                               "\"message\":%s}}\n\n", msg);
-            else
-                sb_printf(out, "data: {\"error\":{\"message\":%s,\"type\":\"server_error\",\"code\":500}}\n\n", msg);
-            free(msg);
-            g->phase = 2;
-            break;
-        }
+        int failed = done && g->job->finish == FINISH_ERROR;
+        tc_result calls = {0};
+        if (done && !failed) outproc_finish(&g->op, &reason, &vis, &calls);
+        if (reason.n || vis.n) fmt_stream_delta(&g->fmt, sb_str(&reason), reason.n, sb_str(&vis), vis.n, out);
+        sb_clear(&reason);
+        sb_clear(&vis);
         if (done) {
-            tc_result calls;
-            outproc_finish(&g->op, &reason, &vis, &calls);
-            fmt_stream_delta(&g->fmt, g->req.drop_reasoning ? "" : sb_str(&reason),
-                             g->req.drop_reasoning ? 0 : reason.n, sb_str(&vis), vis.n, out);
-            fmt_stream_end(&g->fmt, &calls, out);
+            if (failed) stream_error(g, out);
+            else fmt_stream_end(&g->fmt, &calls, out);
             tc_result_free(&calls);
             g->phase = 2;
             break;
-        }
-        if (reason.n || vis.n) {
-            fmt_stream_delta(&g->fmt, g->req.drop_reasoning ? "" : sb_str(&reason),
-                             g->req.drop_reasoning ? 0 : reason.n, sb_str(&vis), vis.n, out);
-            sb_clear(&reason);
-            sb_clear(&vis);
         }
         if (out->n) break;
         if (ds_now() - g->last_sent >= g->srv->keepalive_s) {
@@ -369,12 +367,8 @@ static void stream_close(void *ctx, int client_gone) {
 void serve_generate(server *srv, const http_req *r, api_kind kind) {
     int dialect = dialect_of(kind);
     char err[1024];
-    cJSON *body = json_parse(r->body_len ? r->body : "{}", r->body_len ? r->body_len : 2, "request body", err,
-                             sizeof err);
-    if (!body) {
-        serve_error(r, dialect, 400, NULL, "invalid JSON body: %s", err);
-        return;
-    }
+    cJSON *body = serve_parse_body(r, dialect);
+    if (!body) return;
     gen_ctx *g = xcalloc(1, sizeof *g);
     g->srv = srv;
     g->fd = r->fd;

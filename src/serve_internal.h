@@ -48,15 +48,18 @@ enum { DIALECT_OPENAI, DIALECT_ANTHROPIC, DIALECT_RESPONSES };
 void serve_error(const http_req *r, int dialect, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* The request body as a JSON object ({} when empty), or NULL after
+ * answering 400 in the dialect's shape. */
+cJSON *serve_parse_body(const http_req *r, int dialect);
 void serve_generate(server *srv, const http_req *r, api_kind kind);
 
 /* ---- output pipeline (serve_gen.c) ---- */
 typedef struct {
-    int split;        /* reasoning markers known */
-    const char *th_open, *th_close;
+    const server *srv; /* its tool-call format and reasoning markers */
+    int split;         /* reasoning is split off (the template has markers) */
+    int drop_reasoning; /* split off, then discarded (Anthropic thinking disabled) */
     think_split th;
-    int parse_tools;  /* tool calls are parsed */
-    tc_format fmt;
+    int parse_tools;   /* tool calls are parsed */
     const cJSON *tools;
     tc_gate *gate;
 } outproc;
@@ -72,7 +75,8 @@ typedef struct {
     int n_prompt;
     /* streaming state */
     int seq;          /* responses: sequence_number */
-    int block;        /* anthropic: open block (0 none, 1 thinking, 2 text); responses: message item open */
+    int block;        /* anthropic: the open block (0 none, 1 thinking, 2 text) */
+    int msg_open, reasoning_sent; /* responses: the message item is open; the reasoning item went out */
     int n_blocks;     /* blocks (anthropic) / output items (responses) opened so far */
     char item_id[64]; /* responses: the message item */
     char rs_id[64];   /* responses: the reasoning item */
