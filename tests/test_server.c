@@ -161,6 +161,44 @@ static void print_tail(const char *what, const char *path, size_t max) {
     free(s);
 }
 
+/* Starts argv (argv[0] looked up on PATH) with the "KEY=VALUE" strings of
+   env added to its environment, stdout and stderr to the file out, stdin
+   from /dev/null. Returns the pid, or -1 (reported). */
+static pid_t spawn(const char *const *argv, const char *const *env, const char *out) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        test_fail(__FILE__, __LINE__, "fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) dup2(nul, 0);
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+/* 1 with its status in *st once pid exited within timeout seconds, else 0. */
+static int wait_exit(pid_t pid, double timeout, int *st) {
+    double t0 = now_s();
+    while (now_s() - t0 < timeout) {
+        if (waitpid(pid, st, WNOHANG) == pid) return 1;
+        sleep_ms(20);
+    }
+    return 0;
+}
+
 /* argv for the child: bin serve --model DIR --host 127.0.0.1 --port P extra...;
    env: "KEY=VALUE" strings added to the environment. */
 static int start_server(server *s, const char *model_dir, const char *const *extra, const char *const *env) {
@@ -189,27 +227,8 @@ static int start_server(server *s, const char *model_dir, const char *const *ext
     argv[ac++] = port;
     for (int i = 0; extra && extra[i] && ac < 47; i++) argv[ac++] = extra[i];
     argv[ac] = NULL;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        test_fail(__FILE__, __LINE__, "fork: %s", strerror(errno));
-        return -1;
-    }
-    if (pid == 0) {
-        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
-        int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul >= 0) dup2(nul, 0);
-        execv(bin, (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
-        _exit(127);
-    }
+    pid_t pid = spawn(argv, env, s->log);
+    if (pid < 0) return -1;
     s->pid = pid;
     char buf[8192];
     double t0 = now_s();
@@ -245,16 +264,8 @@ static int start_server(server *s, const char *model_dir, const char *const *ext
 static void stop_server(server *s) {
     if (s->pid <= 0) return;
     kill(s->pid, SIGTERM);
-    double t0 = now_s();
-    int st = 0, gone = 0;
-    while (now_s() - t0 < STOP_WAIT_S) {
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-            gone = 1;
-            break;
-        }
-        sleep_ms(20);
-    }
-    if (!gone) {
+    int st = 0;
+    if (!wait_exit(s->pid, STOP_WAIT_S, &st)) {
         test_fail(__FILE__, __LINE__, "dspark serve did not exit within %.0f s of SIGTERM", STOP_WAIT_S);
         kill(s->pid, SIGKILL);
         waitpid(s->pid, &st, 0);
@@ -274,43 +285,19 @@ static void stop_server(server *s) {
    exits 0. */
 static int run_node(const server *s, const char *script, const char *const *env) {
     static int seq;
-    char out[600], path[700], url[64];
+    char out[600], path[700];
     snprintf(out, sizeof out, "%s/node-%d.out", test_tmp_dir(), seq++);
     snprintf(path, sizeof path, "%s/%s", server_dir(), script);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", s->port);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        test_fail(__FILE__, __LINE__, "fork: %s", strerror(errno));
-        return -1;
-    }
-    if (pid == 0) {
-        setenv("DSPARK_URL", url, 1);
-        setenv("DSPARK_NODE_DIR", node_dir(), 1);
-        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
-        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul >= 0) dup2(nul, 0);
-        execlp("node", "node", path, (char *)NULL);
-        fprintf(stderr, "exec node: %s\n", strerror(errno));
-        _exit(127);
-    }
-    double t0 = now_s();
-    int st = 0, done = 0;
-    while (now_s() - t0 < NODE_TIMEOUT_S) {
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            done = 1;
-            break;
-        }
-        sleep_ms(20);
-    }
-    if (!done) {
+    char url_env[96], node_env[700];
+    snprintf(url_env, sizeof url_env, "DSPARK_URL=http://127.0.0.1:%d", s->port);
+    snprintf(node_env, sizeof node_env, "DSPARK_NODE_DIR=%s", node_dir());
+    const char *envs[40] = {url_env, node_env};
+    for (int i = 0; env && env[i] && i < 37; i++) envs[2 + i] = env[i];
+    const char *argv[] = {"node", path, NULL};
+    pid_t pid = spawn(argv, envs, out);
+    if (pid < 0) return -1;
+    int st = 0;
+    if (!wait_exit(pid, NODE_TIMEOUT_S, &st)) {
         kill(pid, SIGKILL);
         waitpid(pid, &st, 0);
         test_fail(__FILE__, __LINE__, "node %s ran past %.0f s", script, NODE_TIMEOUT_S);
