@@ -295,12 +295,7 @@ static int write_weights(const char *dir, const sc_script sc[3]) {
 }
 
 int test_write_scripted_qwen3(const char *dir) {
-    const char *tdir = test_tokenizer_dir();
-    if (!tdir) return -1;
-    mkdir(dir, 0755);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cp %s/qwen3/tokenizer.json %s/qwen3/tokenizer_config.json %s/", tdir, tdir, dir);
-    if (system(cmd) != 0) return -1;
+    if (test_copy_qwen3_tokenizer(dir) != 0) return -1;
     sc_script sc[3];
     if (sc_build(dir, sc) != 0) return -1;
     if (write_config(dir) != 0) return sc_fail("cannot write %s/config.json", dir);
