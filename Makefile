@@ -79,7 +79,7 @@ $(BUILD)/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/src/%.o: src/%.cu src/*.h
+$(BUILD)/src/%.o: src/%.cu src/*.h src/*.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Isrc -lineinfo -Xcompiler -fPIC,-pthread -c $< -o $@
 

@@ -1,0 +1,622 @@
+// cuda_ops: the CUDA kernels and their launchers (cuda_ops.cuh), and the
+// single-op entry points of cuda_backend.h that the tests compare with the
+// CPU ops.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_ops.cuh"
+
+
+/* ---- kernels ------------------------------------------------------------ */
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* 8 consecutive weights widened to f32 */
+__device__ __forceinline__ void load8(const __nv_bfloat16 *p, float *w) {
+    uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+    for (int i = 0; i < 4; i++) {
+        float2 f = __bfloat1622float2(h[i]);
+        w[2 * i] = f.x;
+        w[2 * i + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void load8(const __half *p, float *w) {
+    uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(h[i]);
+        w[2 * i] = f.x;
+        w[2 * i + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void load8(const float *p, float *w) {
+    float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+}
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+__device__ __forceinline__ float widen(float v) { return v; }
+
+#define MM_NPW 4   /* outputs per block: each x load serves MM_NPW weight rows */
+#define MM_WARPS 4 /* warps per block, splitting K */
+
+template <int ROWS>
+__device__ __forceinline__ void mm_group(float (&acc)[MM_NPW][ROWS], const float (&w)[MM_NPW][8],
+                                         const float *__restrict__ x, int K, int m0, int rows, int g) {
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        if (r < rows) {
+            const float *xr = x + (size_t)(m0 + r) * K + (size_t)g * 8;
+            float4 a = *reinterpret_cast<const float4 *>(xr), b = *reinterpret_cast<const float4 *>(xr + 4);
+#pragma unroll
+            for (int j = 0; j < MM_NPW; j++) {
+                float s = acc[j][r];
+                s = fmaf(a.x, w[j][0], s); s = fmaf(a.y, w[j][1], s); s = fmaf(a.z, w[j][2], s);
+                s = fmaf(a.w, w[j][3], s); s = fmaf(b.x, w[j][4], s); s = fmaf(b.y, w[j][5], s);
+                s = fmaf(b.z, w[j][6], s); s = fmaf(b.w, w[j][7], s);
+                acc[j][r] = s;
+            }
+        }
+    }
+}
+
+/* y[m][n] = sum_k x[m][k] W[n][k] (+ b[n]). A block computes MM_NPW
+   outputs for up to ROWS rows; its MM_WARPS warps split K: lane l of warp
+   w takes the 8-element groups w*32 + l, then + 128, + 256, ... (and the
+   tail elements past the last full group the same way), accumulating them
+   in that order; each warp sums its lanes with a fixed butterfly and the
+   warps' partials are added in warp order. The sequence of operations for
+   one row never depends on the other rows, on ROWS or on the grid, so any
+   batch width and any grouping of rows gives the same bits: the lossless
+   guarantee of speculative decoding rests on this. Two groups are loaded
+   before either is used, so each lane keeps 2 x MM_NPW 16-byte weight loads
+   in flight. */
+/* EPI: MM_STORE y = x.W^T (+b); MM_ADD y += x.W^T (+b) (the residual add
+   fused); MM_SWIGLU: W holds the gate rows and W2 the up rows, a block
+   computes gate and up for MM_NPW/2 outputs (each exactly as the plain
+   kernel would) and writes silu(gate) * up. */
+enum { MM_STORE, MM_ADD, MM_SWIGLU };
+
+template <typename T, int ROWS, int EPI>
+__global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y, const float *__restrict__ x,
+                                                          const T *__restrict__ W, const T *__restrict__ W2,
+                                                          const float *__restrict__ bias, int M, int N, int K,
+                                                          int vec) {
+    __shared__ float part[MM_WARPS][MM_NPW][ROWS];
+    const int NB = EPI == MM_SWIGLU ? MM_NPW / 2 : MM_NPW; /* outputs per block */
+    int n0 = blockIdx.x * NB;
+    int m0 = blockIdx.y * ROWS;
+    int lane = threadIdx.x, warp = threadIdx.y;
+    int rows = M - m0 < ROWS ? M - m0 : ROWS;
+    float acc[MM_NPW][ROWS];
+#pragma unroll
+    for (int j = 0; j < MM_NPW; j++)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) acc[j][r] = 0.0f;
+    const T *wr[MM_NPW];
+#pragma unroll
+    for (int j = 0; j < MM_NPW; j++) {
+        int jj = EPI == MM_SWIGLU ? j % NB : j;
+        const T *base = EPI == MM_SWIGLU && j >= NB ? W2 : W;
+        wr[j] = base + (size_t)(n0 + jj < N ? n0 + jj : n0) * K;
+    }
+    int K8 = vec ? K / 8 : 0;
+    const int S = 32 * MM_WARPS;
+    int g = warp * 32 + lane;
+    for (; g + S < K8; g += 2 * S) {
+        float w0[MM_NPW][8], w1[MM_NPW][8];
+#pragma unroll
+        for (int j = 0; j < MM_NPW; j++) {
+            load8(wr[j] + (size_t)g * 8, w0[j]);
+            load8(wr[j] + (size_t)(g + S) * 8, w1[j]);
+        }
+        mm_group<ROWS>(acc, w0, x, K, m0, rows, g);
+        mm_group<ROWS>(acc, w1, x, K, m0, rows, g + S);
+    }
+    if (g < K8) {
+        float w0[MM_NPW][8];
+#pragma unroll
+        for (int j = 0; j < MM_NPW; j++) load8(wr[j] + (size_t)g * 8, w0[j]);
+        mm_group<ROWS>(acc, w0, x, K, m0, rows, g);
+    }
+    for (int k = K8 * 8 + warp * 32 + lane; k < K; k += S) {
+#pragma unroll
+        for (int j = 0; j < MM_NPW; j++) {
+            float w = widen(wr[j][k]);
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+                if (r < rows) acc[j][r] = fmaf(x[(size_t)(m0 + r) * K + k], w, acc[j][r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        if (r < rows) {
+#pragma unroll
+            for (int j = 0; j < MM_NPW; j++) {
+                float sum = warp_sum(acc[j][r]);
+                if (lane == 0) part[warp][j][r] = sum;
+            }
+        }
+    }
+    __syncthreads();
+    int t = warp * 32 + lane;
+    if (t < NB * rows) {
+        int j = t % NB, r = t / NB;
+        float sum = part[0][j][r];
+#pragma unroll
+        for (int w = 1; w < MM_WARPS; w++) sum += part[w][j][r];
+        if (n0 + j < N) {
+            float *dst = y + (size_t)(m0 + r) * N + n0 + j;
+            if (EPI == MM_SWIGLU) {
+                float u = part[0][j + NB][r];
+#pragma unroll
+                for (int w = 1; w < MM_WARPS; w++) u += part[w][j + NB][r];
+                *dst = sum / (1.0f + expf(-sum)) * u;
+            } else {
+                float v = bias ? sum + bias[n0 + j] : sum;
+                if (EPI == MM_ADD) *dst += v;
+                else *dst = v;
+            }
+        }
+    }
+}
+
+/* one block (256 threads) per row; fixed strided partial sums, then a fixed tree */
+__global__ void k_rmsnorm(float *y, const float *x, const float *w, int D, float eps) {
+    __shared__ float part[256];
+    const float *xr = x + (size_t)blockIdx.x * D;
+    float *yr = y + (size_t)blockIdx.x * D;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) s = fmaf(xr[i], xr[i], s);
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
+        __syncthreads();
+    }
+    float r = 1.0f / sqrtf(part[0] / (float)D + eps);
+    for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w[i] * (xr[i] * r);
+}
+
+/* One block of head_dim/2 threads per (row, head) over the q heads, then
+   the k heads, then the v heads: q/k get their per-head RMSNorm (when
+   qn/kn are given) and NeoX RoPE at the row's position; k and v are
+   written into the cache at position *d_len + row. Thread i owns the pair
+   (i, i + head_dim/2). */
+__global__ void k_qkv_post(float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
+                           const float *kn, const int *pos, const float *inv_freq, int nh, int nkv, int hd, int cap,
+                           const int *d_len, float eps) {
+    __shared__ float red[ATT_MAX_HD / 2];
+    int m = blockIdx.x, t = blockIdx.y, half = hd / 2, i = threadIdx.x;
+    int is_q = t < nh, is_k = !is_q && t < nh + nkv, h = is_q ? t : is_k ? t - nh : t - nh - nkv;
+    size_t slot = ((size_t)h * cap + (size_t)(*d_len + m)) * hd;
+    if (!is_q && !is_k) {
+        const float *vr = v + ((size_t)m * nkv + h) * hd;
+        vc[slot + i] = vr[i];
+        vc[slot + i + half] = vr[i + half];
+        return;
+    }
+    const float *src = is_q ? q + ((size_t)m * nh + h) * hd : k + ((size_t)m * nkv + h) * hd;
+    float a = src[i], b = src[i + half];
+    const float *w = is_q ? qn : kn;
+    if (w) {
+        red[i] = fmaf(a, a, b * b);
+        __syncthreads();
+        int p2 = 1;
+        while (p2 < half) p2 <<= 1;
+        for (int o = p2 / 2; o > 0; o >>= 1) { /* fixed tree, any half */
+            if (i < o && i + o < half) red[i] += red[i + o];
+            __syncthreads();
+        }
+        float r = 1.0f / sqrtf(red[0] / (float)hd + eps);
+        a = w[i] * (a * r);
+        b = w[i + half] * (b * r);
+    }
+    float ang = (float)pos[m] * inv_freq[i];
+    float c = cosf(ang), sn = sinf(ang);
+    float ra = a * c - b * sn, rb = b * c + a * sn;
+    if (is_q) {
+        float *dst = q + ((size_t)m * nh + h) * hd;
+        dst[i] = ra;
+        dst[i + half] = rb;
+    } else {
+        kc[slot + i] = ra;
+        kc[slot + i + half] = rb;
+    }
+}
+
+template <typename T>
+__global__ void k_embed(float *out, const T *e, const int *tok, int H) {
+    int m = blockIdx.x;
+    const T *row = e + (size_t)tok[m] * H;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) out[(size_t)m * H + i] = widen(row[i]);
+}
+
+#define ATT_THREADS 128
+#define ATT_WARPS (ATT_THREADS / 32)
+
+/* Split attention (flash-decoding), used by the forward pass. Positions are
+   cut into chunks of ATT_CHUNK by absolute position; a block handles one
+   (row, kv head, chunk) for all the query heads sharing that kv head (GQA:
+   each K/V row is read once for the group), and writes per query head the
+   chunk's max score, sum of exponentials and unnormalised output. A second
+   kernel combines a row's chunks in chunk order. The chunking depends only
+   on the row's own number of visible positions, so a row gives the same
+   bits in any batch. The grid covers every chunk the cache could hold
+   (blocks past the row's last position exit at once), so a captured graph
+   replays at any cache length. */
+
+template <int G>
+__global__ void __launch_bounds__(ATT_THREADS) k_attn_part(const float *q, const float *kc, const float *vc, float *opart,
+                                                           float *mpart, float *spart, int nh, int nkv, int hd, int cap,
+                                                           const int *d_len, int M, float scale, int nchunk, int m0,
+                                                           int causal) {
+    __shared__ float sc[G][ATT_CHUNK];
+    __shared__ float4 part[ATT_WARPS][G][ATT_MAX_HD / 4];
+    int c = blockIdx.x % nchunk, kvh = (blockIdx.x / nchunk) % nkv, m = m0 + (int)blockIdx.x / (nchunk * nkv);
+    int L = *d_len + (causal ? m + 1 : M);
+    int p0 = c * ATT_CHUNK;
+    if (p0 >= L) return;
+    int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
+    const float *kb = kc + ((size_t)kvh * cap + p0) * hd, *vb = vc + ((size_t)kvh * cap + p0) * hd;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h4 = hd / 4;
+    const float4 z4 = make_float4(0, 0, 0, 0);
+    float4 qa[G], qb[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const float4 *qr = reinterpret_cast<const float4 *>(q + ((size_t)m * nh + kvh * G + g) * hd);
+        qa[g] = lane < h4 ? qr[lane] : z4;
+        qb[g] = lane + 32 < h4 ? qr[lane + 32] : z4;
+    }
+    /* scores: warp w takes positions w, w+4, ...; lanes split head_dim */
+#pragma unroll 2
+    for (int p = warp; p < np; p += ATT_WARPS) {
+        const float4 *kr = reinterpret_cast<const float4 *>(kb + (size_t)p * hd);
+        float4 ka = lane < h4 ? kr[lane] : z4, kb4 = lane + 32 < h4 ? kr[lane + 32] : z4;
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float s = 0.0f;
+            s = fmaf(qa[g].x, ka.x, s); s = fmaf(qa[g].y, ka.y, s); s = fmaf(qa[g].z, ka.z, s); s = fmaf(qa[g].w, ka.w, s);
+            s = fmaf(qb[g].x, kb4.x, s); s = fmaf(qb[g].y, kb4.y, s); s = fmaf(qb[g].z, kb4.z, s); s = fmaf(qb[g].w, kb4.w, s);
+            s = warp_sum(s);
+            if (lane == 0) sc[g][p] = s * scale;
+        }
+    }
+    __syncthreads();
+    /* per head: max and sum of exponentials, one warp per head */
+    for (int g = warp; g < G; g += ATT_WARPS) {
+        float mx = -INFINITY;
+        for (int p = lane; p < np; p += 32) mx = fmaxf(mx, sc[g][p]);
+        mx = warp_max(mx);
+        float sum = 0.0f;
+        for (int p = lane; p < np; p += 32) {
+            float e = expf(sc[g][p] - mx);
+            sc[g][p] = e;
+            sum += e;
+        }
+        sum = warp_sum(sum);
+        if (lane == 0) {
+            size_t slot = ((size_t)(m - m0) * nh + kvh * G + g) * nchunk + c;
+            mpart[slot] = mx;
+            spart[slot] = sum;
+        }
+    }
+    __syncthreads();
+    /* unnormalised outputs: warp w sums its positions for every head, each V row read once */
+    float4 oa[G], ob[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) oa[g] = ob[g] = z4;
+#pragma unroll 2
+    for (int p = warp; p < np; p += ATT_WARPS) {
+        const float4 *vr = reinterpret_cast<const float4 *>(vb + (size_t)p * hd);
+        float4 va = lane < h4 ? vr[lane] : z4, v2 = lane + 32 < h4 ? vr[lane + 32] : z4;
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float e = sc[g][p];
+            oa[g].x = fmaf(e, va.x, oa[g].x); oa[g].y = fmaf(e, va.y, oa[g].y);
+            oa[g].z = fmaf(e, va.z, oa[g].z); oa[g].w = fmaf(e, va.w, oa[g].w);
+            ob[g].x = fmaf(e, v2.x, ob[g].x); ob[g].y = fmaf(e, v2.y, ob[g].y);
+            ob[g].z = fmaf(e, v2.z, ob[g].z); ob[g].w = fmaf(e, v2.w, ob[g].w);
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (lane < h4) part[warp][g][lane] = oa[g];
+        if (lane + 32 < h4) part[warp][g][lane + 32] = ob[g];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * h4; i += ATT_THREADS) {
+        int g = i / h4, j = i % h4;
+        float4 a4 = part[0][g][j];
+        for (int w = 1; w < ATT_WARPS; w++) {
+            float4 b4 = part[w][g][j];
+            a4.x += b4.x; a4.y += b4.y; a4.z += b4.z; a4.w += b4.w;
+        }
+        reinterpret_cast<float4 *>(opart + (((size_t)(m - m0) * nh + kvh * G + g) * nchunk + c) * hd)[j] = a4;
+    }
+}
+
+/* grid (rows x heads); thread d combines the row's chunks in order */
+__global__ void k_attn_combine(float *out, const float *opart, const float *mpart, const float *spart, int nh, int hd,
+                               const int *d_len, int nchunk, int m0, int M, int causal) {
+    int m = m0 + (int)blockIdx.x / nh, h = blockIdx.x % nh;
+    int L = *d_len + (causal ? m + 1 : M), nc = (L + ATT_CHUNK - 1) / ATT_CHUNK;
+    size_t base = ((size_t)(m - m0) * nh + h) * nchunk;
+    float mx = -INFINITY;
+    for (int c = 0; c < nc; c++) mx = fmaxf(mx, mpart[base + c]);
+    float s = 0.0f;
+    for (int c = 0; c < nc; c++) s += expf(mpart[base + c] - mx) * spart[base + c];
+    float inv = 1.0f / s;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+#pragma unroll 4
+        for (int c = 0; c < nc; c++) acc = fmaf(expf(mpart[base + c] - mx), opart[(base + c) * hd + d], acc);
+        out[((size_t)m * nh + h) * hd + d] = acc * inv;
+    }
+}
+
+void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
+                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal) {
+    int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
+    size_t parts = (size_t)ATT_ROWS * nh * nchunk;
+    float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
+    for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
+        int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
+        dim3 grd(R * nkv * nchunk);
+#define PART(g) k_attn_part<g><<<grd, ATT_THREADS, 0, st>>>(q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, \
+                                                             scale, nchunk, m0, causal)
+        switch (G) {
+        case 1: PART(1); break;
+        case 2: PART(2); break;
+        case 3: PART(3); break;
+        case 4: PART(4); break;
+        case 5: PART(5); break;
+        case 6: PART(6); break;
+        case 7: PART(7); break;
+        default: PART(8); break;
+        }
+#undef PART
+        k_attn_combine<<<R * nh, 128, 0, st>>>(out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal);
+    }
+}
+
+/* one block per row: each thread keeps the first largest of its strided
+   elements, then a fixed tree keeps the lower index on ties */
+__global__ void k_argmax(int *out, const float *x, int n) {
+    __shared__ float bv[256];
+    __shared__ int bi[256];
+    const float *xr = x + (size_t)blockIdx.x * n;
+    float v = -INFINITY;
+    int best = -1;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (best < 0 || xr[i] > v) v = xr[i], best = i;
+    bv[threadIdx.x] = v;
+    bi[threadIdx.x] = best;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) {
+            float v2 = bv[threadIdx.x + o];
+            int i2 = bi[threadIdx.x + o];
+            int i1 = bi[threadIdx.x];
+            if (i2 >= 0 && (i1 < 0 || v2 > bv[threadIdx.x] || (v2 == bv[threadIdx.x] && i2 < i1))) {
+                bv[threadIdx.x] = v2;
+                bi[threadIdx.x] = i2;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = bi[0] < 0 ? 0 : bi[0];
+}
+
+void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n) { k_argmax<<<M, 256, 0, st>>>(out, x, n); }
+
+void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
+                 const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
+                 const int *d_len, float eps) {
+    k_qkv_post<<<dim3(M, nh + 2 * nkv), hd / 2, 0, st>>>(q, k, v, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap,
+                                                        d_len, eps);
+}
+
+/* ---- launchers ----------------------------------------------------------- */
+
+template <int ROWS, int EPI>
+static void matmul_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                        const float *bias) {
+    int nb = EPI == MM_SWIGLU ? MM_NPW / 2 : MM_NPW;
+    dim3 blk(32, MM_WARPS), grd((W->N + nb - 1) / nb, (M + ROWS - 1) / ROWS);
+    int vec = W->K % 8 == 0;
+    const void *p2 = W2 ? W2->p : NULL;
+    switch (W->dt) {
+    case DT_BF16:
+        k_matmul<__nv_bfloat16, ROWS, EPI><<<grd, blk, 0, st>>>(y, x, (const __nv_bfloat16 *)W->p,
+                                                                (const __nv_bfloat16 *)p2, bias, M, W->N, W->K, vec);
+        break;
+    case DT_F16:
+        k_matmul<__half, ROWS, EPI><<<grd, blk, 0, st>>>(y, x, (const __half *)W->p, (const __half *)p2, bias, M, W->N,
+                                                         W->K, vec);
+        break;
+    default:
+        k_matmul<float, ROWS, EPI><<<grd, blk, 0, st>>>(y, x, (const float *)W->p, (const float *)p2, bias, M, W->N,
+                                                        W->K, vec);
+        break;
+    }
+}
+
+/* up to 8 rows: the 8-row kernel; more: 16 rows per pass over the weights
+   (a verify of up to 15 drafts reads each weight once). Both compute every
+   row with the same operations. */
+template <int EPI>
+static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                       const float *bias) {
+    if (M <= 8) matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
+    else matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
+}
+
+void cu_matmul(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias) {
+    matmul_epi<MM_STORE>(st, y, x, M, W, NULL, bias);
+}
+void cu_matmul_add(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias) {
+    matmul_epi<MM_ADD>(st, y, x, M, W, NULL, bias);
+}
+void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu) {
+    matmul_epi<MM_SWIGLU>(st, y, x, M, Wg, Wu, NULL);
+}
+
+void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps) {
+    k_rmsnorm<<<M, 256, 0, st>>>(y, x, w, D, eps);
+}
+
+void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M) {
+    int H = E->K;
+    switch (E->dt) {
+    case DT_BF16: k_embed<__nv_bfloat16><<<M, 256, 0, st>>>(out, (const __nv_bfloat16 *)E->p, tok, H); break;
+    case DT_F16: k_embed<__half><<<M, 256, 0, st>>>(out, (const __half *)E->p, tok, H); break;
+    default: k_embed<float><<<M, 256, 0, st>>>(out, (const float *)E->p, tok, H); break;
+    }
+}
+
+/* ---- single ops for tests ------------------------------------------------ */
+
+template <typename T> static int dup_to_dev(T **d, const T *h, size_t n, char *err, size_t errlen) {
+    CK(cudaMalloc((void **)d, sizeof(T) * (n ? n : 1)));
+    if (h && n) CK(cudaMemcpy(*d, h, sizeof(T) * n, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+extern "C" int cuda_test_matmul(float *y, const float *x, int M, const void *w, ds_dtype dt, int N, int K,
+                                const float *bias, char *err, size_t errlen) {
+    float *dx, *dy, *db = NULL;
+    void *dw;
+    size_t wb = (size_t)N * K * dtype_size(dt);
+    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, (float *)NULL, (size_t)M * N, err, errlen))
+        return -1;
+    CK(cudaMalloc(&dw, wb));
+    CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
+    if (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) return -1;
+    dmat W = {dw, dt, N, K};
+    cu_matmul(0, dy, dx, M, &W, db);
+    CK_LAUNCH();
+    CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dw);
+    cudaFree(db);
+    return 0;
+}
+
+extern "C" int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err,
+                                 size_t errlen) {
+    float *dx, *dw;
+    if (dup_to_dev(&dx, x, (size_t)M * D, err, errlen) || dup_to_dev(&dw, w, (size_t)D, err, errlen)) return -1;
+    cu_rmsnorm(0, dx, dx, dw, M, D, eps);
+    CK_LAUNCH();
+    CK(cudaMemcpy(y, dx, sizeof(float) * (size_t)M * D, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dw);
+    return 0;
+}
+
+/* RoPE as the forward applies it: k_qkv_post on query heads only, no norm */
+extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq,
+                              char *err, size_t errlen) {
+    float *dx, *df;
+    int *dp;
+    if (dup_to_dev(&dx, x, (size_t)M * n_heads * head_dim, err, errlen) ||
+        dup_to_dev(&df, inv_freq, (size_t)head_dim / 2, err, errlen) || dup_to_dev(&dp, pos, (size_t)M, err, errlen))
+        return -1;
+    k_qkv_post<<<dim3(M, n_heads), head_dim / 2>>>(dx, NULL, NULL, NULL, NULL, NULL, NULL, dp, df, n_heads, 0, head_dim,
+                                                   0, dp, 0.0f);
+    CK_LAUNCH();
+    CK(cudaMemcpy(x, dx, sizeof(float) * (size_t)M * n_heads * head_dim, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(df);
+    cudaFree(dp);
+    return 0;
+}
+
+extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int hd, const float *kc,
+                                   const float *vc, int cap, int n_past, float scale, char *err, size_t errlen) {
+    float *dq, *dk, *dv, *dout;
+    int *dlen;
+    if (dup_to_dev(&dlen, &n_past, 1, err, errlen)) return -1;
+    if (dup_to_dev(&dq, q, (size_t)M * nh * hd, err, errlen) || dup_to_dev(&dk, kc, (size_t)nkv * cap * hd, err, errlen) ||
+        dup_to_dev(&dv, vc, (size_t)nkv * cap * hd, err, errlen) ||
+        dup_to_dev(&dout, (float *)NULL, (size_t)M * nh * hd, err, errlen))
+        return -1;
+    float *part;
+    if (dup_to_dev(&part, (float *)NULL, cu_attn_part_floats(nh, hd, cap), err, errlen)) return -1;
+    cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1);
+    CK_LAUNCH();
+    cudaFree(part);
+    CK_LAUNCH();
+    CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(dout);
+    cudaFree(dlen);
+    return 0;
+}
+
+extern "C" int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, int H, const int *tok, int M, char *err,
+                               size_t errlen) {
+    void *de;
+    int *dt_;
+    float *dout;
+    size_t eb = (size_t)V * H * dtype_size(dt);
+    CK(cudaMalloc(&de, eb));
+    CK(cudaMemcpy(de, e, eb, cudaMemcpyHostToDevice));
+    if (dup_to_dev(&dt_, tok, (size_t)M, err, errlen) || dup_to_dev(&dout, (float *)NULL, (size_t)M * H, err, errlen))
+        return -1;
+    dmat E = {de, dt, V, H};
+    cu_embed(0, dout, &E, dt_, M);
+    CK_LAUNCH();
+    CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * H, cudaMemcpyDeviceToHost));
+    cudaFree(de);
+    cudaFree(dt_);
+    cudaFree(dout);
+    return 0;
+}
+
+/* mode 1: y[M][N] += x . W^T (+ bias); mode 2: y = silu(x . W^T) * (x . W2^T) */
+extern "C" int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt,
+                                      int N, int K, const float *bias, int mode, char *err, size_t errlen) {
+    float *dx, *dy, *db = NULL;
+    void *dw, *dw2 = NULL;
+    size_t wb = (size_t)N * K * dtype_size(dt);
+    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, y, (size_t)M * N, err, errlen)) return -1;
+    CK(cudaMalloc(&dw, wb));
+    CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
+    if (w2) {
+        CK(cudaMalloc(&dw2, wb));
+        CK(cudaMemcpy(dw2, w2, wb, cudaMemcpyHostToDevice));
+    }
+    if (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) return -1;
+    dmat W = {dw, dt, N, K}, W2 = {dw2, dt, N, K};
+    if (mode == 1) cu_matmul_add(0, dy, dx, M, &W, db);
+    else cu_matmul_swiglu(0, dy, dx, M, &W, &W2);
+    CK_LAUNCH();
+    CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dw);
+    cudaFree(dw2);
+    cudaFree(db);
+    return 0;
+}
