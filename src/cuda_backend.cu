@@ -148,6 +148,10 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
     return 0;
 }
 
+const dmat *cu_model_embed(const cuda_model *m) { return &m->embed; }
+const dmat *cu_model_lm_head(const cuda_model *m) { return &m->lm_head; }
+int cu_model_gpu(const cuda_model *m) { return m->gpu; }
+
 extern "C" void cuda_model_free(cuda_model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_allocs; i++) cudaFree(m->allocs[i]);

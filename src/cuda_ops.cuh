@@ -48,6 +48,12 @@ struct dmat {
     int N, K;
 };
 
+/* the target's device embedding and LM head (the same dmat when tied), and
+   its GPU index: drafters on the same GPU bind them */
+const dmat *cu_model_embed(const cuda_model *m);
+const dmat *cu_model_lm_head(const cuda_model *m);
+int cu_model_gpu(const cuda_model *m);
+
 /* y[M][N] = x[M][K] . W^T (+ bias) */
 void cu_matmul(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias);
 /* y[M][N] += x . W^T (+ bias): the residual add fused */

@@ -40,6 +40,9 @@ const model_config *model_cfg(const model *m);
  * same tensor when tied); drafters that borrow them bind these. */
 const tensor *model_embed(const model *m);
 const tensor *model_lm_head(const model *m);
+/* The model's GPU copy (cuda_backend.h) when its device is cuda, else NULL;
+ * drafters of a GPU target run on the same GPU and bind its tensors. */
+struct cuda_model *model_cuda(const model *m);
 /* "cpu", or the GPU's description ("cuda:0: NVIDIA H200, ...") */
 const char *model_device(const model *m);
 /* Total bytes of weight data the forward pass streams per token. */
