@@ -119,7 +119,7 @@ test-cuda:
 	DSPARK_BIN=$(abspath build/cuda/dspark) build/cuda/dspark-tests cuda_
 	DSPARK_DEVICE=cuda DSPARK_BIN=$(abspath build/cuda/dspark) build/cuda/dspark-tests \
 	  model_golden_all model_golden_chunked model_taps spec_lossless spec_kv spec_sampled drafter_golden \
-	  drafter_lossless drafter_bundled drafter_cache drafter_prefix
+	  drafter_lossless drafter_bundled drafter_cache drafter_prefix drafter_sampling
 
 # Not part of `make test`.
 test-claude: $(BIN)

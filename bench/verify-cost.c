@@ -4,11 +4,15 @@
  * that emits tau tokens for a width-k verify is worth tau / (t(k)/t(1))
  * decode steps (ignoring the drafter's own cost).
  *
- *   bench/verify-cost.sh MODEL_DIR [CONTEXT=256] [THREADS=0 (all)] [REPS=20]
+ *   bench/verify-cost.sh MODEL_DIR [CONTEXT=256] [THREADS=0 (all)] [REPS=20] [ids|logits]
+ *
+ * ids (the default): each row's argmax comes back, as a greedy verify asks;
+ * logits: every row's vocabulary-wide logits come back, as a sampled one.
  *
  * Prints one line per k: width, median ms, ratio to k=1. Not run by tests. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model.h"
 #include "threadpool.h"
@@ -26,13 +30,15 @@ int main(int argc, char **argv) {
     }
     int ctx_len = argc > 2 ? atoi(argv[2]) : 256, threads = argc > 3 ? atoi(argv[3]) : 0,
         reps = argc > 4 ? atoi(argv[4]) : 20;
+    int want_logits = argc > 5 && !strcmp(argv[5], "logits");
     if (ctx_len < 1 || reps < 1) return fprintf(stderr, "bad CONTEXT or REPS\n"), 1;
     char err[1024];
     model *m;
     model_load_opts lo = {0};
     if (model_load(&m, argv[1], &lo, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
     tpool *tp = tp_create(threads);
-    const int V = model_cfg(m)->vocab_size, KMAX = 16;
+    const int V = model_cfg(m)->vocab_size;
+    enum { KMAX = 16 };
     model_ctx *c;
     if (mctx_create(&c, m, ctx_len + KMAX + 1, 256, tp, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
     int *ids = xmalloc(sizeof(int) * (size_t)(ctx_len + KMAX));
@@ -50,10 +56,13 @@ int main(int argc, char **argv) {
     if (ds_now() - tp0 < tpre) tpre = ds_now() - tp0;
     printf("# prefill %d tokens: %.1f ms (%.0f tok/s)\n", ctx_len, tpre * 1e3, ctx_len / tpre);
     double *t = xmalloc(sizeof(double) * (size_t)reps), t1 = 0;
-    printf("# %s, context %d, threads %d, median of %d\n# k  ms  t(k)/t(1)\n", argv[1], ctx_len, tp_size(tp), reps);
+    printf("# %s, context %d, threads %d, median of %d, %s back\n# k  ms  t(k)/t(1)\n", argv[1], ctx_len, tp_size(tp),
+           reps, want_logits ? "logits" : "argmax ids");
+    int am[KMAX];
     for (int k = 1; k <= KMAX; k++) {
         for (int r = -2; r < reps; r++) { /* two warm-up runs */
-            model_batch b = {.n = k, .tokens = ids + ctx_len, .n_logits = k, .logits = logits};
+            model_batch b = {.n = k, .tokens = ids + ctx_len, .n_logits = k, .logits = want_logits ? logits : NULL,
+                             .argmax = want_logits ? NULL : am};
             double t0 = ds_now();
             if (model_forward(c, &b, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
             if (r >= 0) t[r] = ds_now() - t0;

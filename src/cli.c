@@ -211,7 +211,8 @@ int cli_generate(seq *s, sampler *smp, cli_spec *sp, const tokenizer *tok, const
                     .ignore_eos = ignore_eos, .cancel = cancel, .emit = stream ? stream_emit : NULL,
                     .emit_ctx = &sc};
     cli_spec_apply(sp, &so);
-    int rc = spec_generate(s, smp, cli_spec_drafter(sp), prompt, n_prompt, &so, out_ids, logits, st, err, errlen);
+    int rc = spec_generate(s, smp, cli_spec_drafter(sp), prompt, n_prompt, &so, out_ids, logits_hash ? logits : NULL,
+                           st, err, errlen);
     if (stream) {
         size_t k = tok_stream_flush(&sc.ts, sc.buf, sc.cap + 1);
         fwrite(sc.buf, 1, k, stdout);

@@ -9,11 +9,12 @@
 
 #include "cuda_ops.cuh"
 
+#define TRACE_EVENTS 1024
 #define GRAPH_ROWS 17 /* widest batch replayed from a graph: a verify of 16 drafts + the anchor */
 
 struct dlayer {
-    dmat wq, wk, wv, wo, wg, wu, wd;
-    float *attn_norm, *mlp_norm, *q_norm, *k_norm, *bq, *bk, *bv, *bo;
+    dmat wqkv, wo, wg, wu, wd; /* wqkv: q, k and v projections stacked [QD + 2 KD][H] */
+    float *attn_norm, *mlp_norm, *q_norm, *k_norm, *bqkv, *bo;
 };
 
 struct cuda_model {
@@ -30,17 +31,23 @@ struct cuda_ctx {
     cuda_model *m;
     int cap, len, max_batch;
     float *kv;                       /* [layer][2][nkv][cap][hd] */
-    float *x, *xb, *q, *att, *k, *v, *gate, *up, *logits;
+    float *x, *xb, *q, *att, *qkv, *gate, *logits;
     float *part;                     /* split attention partials */
     int *tok, *pos, *d_len;          /* device: ids, positions, cache length before the batch */
+    int *d_ids, *h_ids;              /* argmax of the logits rows: device, pinned host */
     int *h_in;                       /* pinned: [B] ids, [B] positions, [1] length */
     float *h_pinned;                 /* pinned host staging for logits */
     size_t pinned_floats;
     cudaStream_t st;
-    /* CUDA graphs of whole forwards, by (rows, logits rows), for batches
-       of up to GRAPH_ROWS rows without taps */
-    cudaGraphExec_t graphs[GRAPH_ROWS + 1][GRAPH_ROWS + 1];
+    /* CUDA graphs of whole forwards, by (what comes back: logits, ids or
+       both; rows; logits rows), for batches of up to GRAPH_ROWS rows
+       without taps */
+    cudaGraphExec_t graphs[4][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
     int use_graphs;
+    /* DSPARK_CUDA_TRACE=1: forwards run without graphs, with events between
+       the ops, and print where each one's GPU time went (bench use) */
+    cudaEvent_t *ev;
+    int *ev_op, n_ev;
 };
 
 static int dev_alloc(cuda_model *m, void **p, size_t n, char *err, size_t errlen) {
@@ -73,6 +80,37 @@ static int up_mat(cuda_model *m, dmat *d, const tensor *t, char *err, size_t err
     return 0;
 }
 
+
+/* q, k and v stacked into one matrix (and their biases into one vector,
+   zeros for a missing one) so a single launch reads all three */
+static int up_qkv(cuda_model *m, dlayer *D, const wlayer *L, char *err, size_t errlen) {
+    const tensor *t[3] = {L->wq, L->wk, L->wv};
+    const float *b[3] = {L->bq, L->bk, L->bv};
+    for (int i = 1; i < 3; i++)
+        if (t[i]->dtype != t[0]->dtype || t[i]->shape[1] != t[0]->shape[1])
+            return ds_err(err, errlen, "CUDA backend: %s and %s differ in dtype or width", t[0]->name, t[i]->name);
+    if (t[0]->dtype != DT_BF16 && t[0]->dtype != DT_F16 && t[0]->dtype != DT_F32)
+        return ds_err(err, errlen, "CUDA backend: %s has dtype %s (bf16, f16 or f32 needed)", t[0]->name,
+                      dtype_name(t[0]->dtype));
+    size_t bytes = t[0]->nbytes + t[1]->nbytes + t[2]->nbytes;
+    D->wqkv.dt = t[0]->dtype;
+    D->wqkv.K = (int)t[0]->shape[1];
+    D->wqkv.N = (int)(t[0]->shape[0] + t[1]->shape[0] + t[2]->shape[0]);
+    if (dev_alloc(m, &D->wqkv.p, bytes, err, errlen)) return -1;
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        CK(cudaMemcpy((char *)D->wqkv.p + off, t[i]->data, t[i]->nbytes, cudaMemcpyHostToDevice));
+        off += t[i]->nbytes;
+    }
+    D->bqkv = NULL;
+    if (!b[0] && !b[1] && !b[2]) return 0;
+    float *h = (float *)xcalloc((size_t)D->wqkv.N, sizeof(float));
+    for (int i = 0, o = 0; i < 3; o += (int)t[i]->shape[0], i++)
+        if (b[i]) memcpy(h + o, b[i], sizeof(float) * (size_t)t[i]->shape[0]);
+    int rc = up_f32(m, &D->bqkv, h, (size_t)D->wqkv.N, err, errlen);
+    free(h);
+    return rc;
+}
 
 extern "C" int cuda_device_count(void) {
     int n = 0;
@@ -112,7 +150,7 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
     m->cfg = *w->cfg;
     m->gpu = gpu;
     const model_config *c = &m->cfg;
-    int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    int H = c->hidden_size, hd = c->head_dim;
     int rc = up_mat(m, &m->embed, w->embed, err, errlen);
     if (!rc) {
         if (w->lm_head == w->embed) m->lm_head = m->embed;
@@ -124,17 +162,13 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
     for (int l = 0; !rc && l < c->n_layers; l++) {
         const wlayer *L = &w->layers[l];
         dlayer *D = &m->layers[l];
-        rc = up_mat(m, &D->wq, L->wq, err, errlen) || up_mat(m, &D->wk, L->wk, err, errlen) ||
-             up_mat(m, &D->wv, L->wv, err, errlen) || up_mat(m, &D->wo, L->wo, err, errlen) ||
+        rc = up_qkv(m, D, L, err, errlen) || up_mat(m, &D->wo, L->wo, err, errlen) ||
              up_mat(m, &D->wg, L->wg, err, errlen) || up_mat(m, &D->wu, L->wu, err, errlen) ||
              up_mat(m, &D->wd, L->wd, err, errlen) ||
              up_f32(m, &D->attn_norm, L->attn_norm, (size_t)H, err, errlen) ||
              up_f32(m, &D->mlp_norm, L->mlp_norm, (size_t)H, err, errlen) ||
              up_f32(m, &D->q_norm, L->q_norm, (size_t)hd, err, errlen) ||
              up_f32(m, &D->k_norm, L->k_norm, (size_t)hd, err, errlen) ||
-             up_f32(m, &D->bq, L->bq, (size_t)nh * hd, err, errlen) ||
-             up_f32(m, &D->bk, L->bk, (size_t)nkv * hd, err, errlen) ||
-             up_f32(m, &D->bv, L->bv, (size_t)nkv * hd, err, errlen) ||
              up_f32(m, &D->bo, L->bo, (size_t)H, err, errlen);
         rc = rc ? -1 : 0;
         if (!rc && (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N))
@@ -179,8 +213,8 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
         return ds_err(err, errlen, "CUDA: cannot allocate the %.2f GiB KV cache for %d positions: %s",
                       (double)sizeof(float) * kvf / (1 << 30), n_ctx, cudaGetErrorString(e));
     }
-    float **bufs[] = {&x->x, &x->xb, &x->q, &x->att, &x->k, &x->v, &x->gate, &x->up, &x->logits, &x->part};
-    size_t sizes[] = {B * H, B * H, B * QD, B * QD, B * KD, B * KD, B * I, B * I, B * (size_t)c->vocab_size,
+    float **bufs[] = {&x->x, &x->xb, &x->q, &x->att, &x->qkv, &x->gate, &x->logits, &x->part};
+    size_t sizes[] = {B * H, B * H, B * QD, B * QD, B * (QD + 2 * KD), B * I, B * (size_t)c->vocab_size,
                       cu_attn_part_floats(c->n_heads, c->head_dim, n_ctx)};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         e = cudaMalloc((void **)bufs[i], sizeof(float) * sizes[i]);
@@ -192,6 +226,8 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
     if (cudaMalloc((void **)&x->tok, sizeof(int) * B) != cudaSuccess ||
         cudaMalloc((void **)&x->pos, sizeof(int) * B) != cudaSuccess ||
         cudaMalloc((void **)&x->d_len, sizeof(int)) != cudaSuccess ||
+        cudaMalloc((void **)&x->d_ids, sizeof(int) * B) != cudaSuccess ||
+        cudaMallocHost((void **)&x->h_ids, sizeof(int) * B) != cudaSuccess ||
         cudaMallocHost((void **)&x->h_in, sizeof(int) * (2 * B + 1)) != cudaSuccess ||
         cudaStreamCreateWithFlags(&x->st, cudaStreamNonBlocking) != cudaSuccess) {
         cuda_ctx_free(x);
@@ -204,6 +240,13 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
     }
     const char *g = getenv("DSPARK_CUDA_GRAPHS");
     x->use_graphs = !(g && !strcmp(g, "0"));
+    const char *tr = getenv("DSPARK_CUDA_TRACE");
+    if (tr && !strcmp(tr, "1")) {
+        x->use_graphs = 0;
+        x->ev = (cudaEvent_t *)xcalloc(TRACE_EVENTS, sizeof(cudaEvent_t));
+        x->ev_op = (int *)xcalloc(TRACE_EVENTS, sizeof(int));
+        for (int i = 0; i < TRACE_EVENTS; i++) cudaEventCreate(&x->ev[i]);
+    }
     *out = x;
     return 0;
 }
@@ -211,17 +254,24 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
 extern "C" void cuda_ctx_free(cuda_ctx *x) {
     if (!x) return;
     cudaFree(x->kv);
-    float *bufs[] = {x->x, x->xb, x->q, x->att, x->k, x->v, x->gate, x->up, x->logits, x->part};
+    float *bufs[] = {x->x, x->xb, x->q, x->att, x->qkv, x->gate, x->logits, x->part};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFree(x->tok);
     cudaFree(x->pos);
     cudaFree(x->d_len);
-    for (int i = 0; i <= GRAPH_ROWS; i++)
-        for (int j = 0; j <= GRAPH_ROWS; j++)
-            if (x->graphs[i][j]) cudaGraphExecDestroy(x->graphs[i][j]);
+    cudaFree(x->d_ids);
+    if (x->h_ids) cudaFreeHost(x->h_ids);
+    for (int o = 0; o < 4; o++)
+        for (int i = 0; i <= GRAPH_ROWS; i++)
+            for (int j = 0; j <= GRAPH_ROWS; j++)
+                if (x->graphs[o][i][j]) cudaGraphExecDestroy(x->graphs[o][i][j]);
     if (x->st) cudaStreamDestroy(x->st);
     if (x->h_pinned) cudaFreeHost(x->h_pinned);
     if (x->h_in) cudaFreeHost(x->h_in);
+    if (x->ev)
+        for (int i = 0; i < TRACE_EVENTS; i++) cudaEventDestroy(x->ev[i]);
+    free(x->ev);
+    free(x->ev_op);
     free(x);
 }
 
@@ -252,11 +302,40 @@ static void copy_taps(cuda_ctx *x, const model_batch *b, int layer, int row0, in
     }
 }
 
+enum { OP_IN, OP_EMBED, OP_NORM, OP_QKV, OP_POST, OP_ATTN, OP_O, OP_GU, OP_DOWN, OP_HEAD, OP_OUT, OP_N };
+static const char *const op_names[OP_N] = {"upload", "embed", "norms", "qkv", "qk-norm+rope", "attention",
+                                           "o+res", "gate/up", "down+res", "lm head", "logits copy"};
+
+/* trace: an event after each op, labelled with the op it ends */
+static void mark(cuda_ctx *x, int op) {
+    if (!x->ev || x->n_ev >= TRACE_EVENTS) return;
+    x->ev_op[x->n_ev] = op;
+    cudaEventRecord(x->ev[x->n_ev++], x->st);
+}
+
+static void trace_report(cuda_ctx *x, int M) {
+    double us[OP_N] = {0}, tot = 0;
+    for (int i = 1; i < x->n_ev; i++) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, x->ev[i - 1], x->ev[i]);
+        us[x->ev_op[i]] += 1e3 * ms;
+        tot += 1e3 * ms;
+    }
+    fprintf(stderr, "cuda trace: %d rows, %.0f us:", M, tot);
+    for (int i = 0; i < OP_N; i++)
+        if (us[i] > 0) fprintf(stderr, " %s %.0f", op_names[i], us[i]);
+    fprintf(stderr, "\n");
+    x->n_ev = 0;
+}
+
+enum { OUT_LOGITS = 1, OUT_IDS = 2 };
+
 /* Enqueues one chunk of M rows whose ids, positions and cache length are in
    h_in (pinned): the uploads, every layer, and, when n_sel > 0, the final
    norm and LM head for the chunk's last n_sel rows with the logits copied
-   to h_pinned. taps (NULL inside graphs) copies tapped layers to the host. */
-static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, const model_batch *b, int row0) {
+   to h_pinned (out & OUT_LOGITS) and their argmax to h_ids (OUT_IDS). taps
+   (NULL inside graphs) copies tapped layers to the host. */
+static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_batch *b, int row0) {
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
     const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
@@ -266,41 +345,56 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, const model_batch *b, i
     cudaMemcpyAsync(x->tok, x->h_in, sizeof(int) * M, cudaMemcpyHostToDevice, st);
     cudaMemcpyAsync(x->pos, x->h_in + B, sizeof(int) * M, cudaMemcpyHostToDevice, st);
     cudaMemcpyAsync(x->d_len, x->h_in + 2 * B, sizeof(int), cudaMemcpyHostToDevice, st);
+    mark(x, OP_IN);
     cu_embed(st, x->x, &m->embed, x->tok, M);
+    mark(x, OP_EMBED);
     if (b) copy_taps(x, b, -1, row0, M);
     size_t KD = (size_t)nkv * hd;
     for (int l = 0; l < c->n_layers; l++) {
         const dlayer *L = &m->layers[l];
         float *kc = x->kv + (size_t)l * 2 * KD * x->cap, *vc = kc + KD * x->cap;
         cu_rmsnorm(st, x->xb, x->x, L->attn_norm, M, H, eps);
-        cu_matmul(st, x->q, x->xb, M, &L->wq, L->bq);
-        cu_matmul(st, x->k, x->xb, M, &L->wk, L->bk);
-        cu_matmul(st, x->v, x->xb, M, &L->wv, L->bv);
-        cu_qkv_post(st, x->q, x->k, x->v, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, M, nh, nkv, hd, x->cap,
-                    x->d_len, eps);
+        mark(x, OP_NORM);
+        cu_matmul(st, x->qkv, x->xb, M, &L->wqkv, L->bqkv);
+        mark(x, OP_QKV);
+        cu_qkv_post_fused(st, x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, M, nh, nkv, hd, x->cap,
+                          x->d_len, eps);
+        mark(x, OP_POST);
         cu_attention(st, x->att, x->q, kc, vc, x->part, M, nh, nkv, hd, x->cap, x->d_len, scale, 1);
+        mark(x, OP_ATTN);
         cu_matmul_add(st, x->x, x->att, M, &L->wo, L->bo);
+        mark(x, OP_O);
         cu_rmsnorm(st, x->xb, x->x, L->mlp_norm, M, H, eps);
+        mark(x, OP_NORM);
         cu_matmul_swiglu(st, x->gate, x->xb, M, &L->wg, &L->wu);
+        mark(x, OP_GU);
         cu_matmul_add(st, x->x, x->gate, M, &L->wd, NULL);
+        mark(x, OP_DOWN);
         if (b) copy_taps(x, b, l, row0, M);
     }
     if (n_sel) {
         int V = c->vocab_size;
         cu_rmsnorm(st, x->xb, x->x + (size_t)(M - n_sel) * H, m->final_norm, n_sel, H, eps);
         cu_matmul(st, x->logits, x->xb, n_sel, &m->lm_head, NULL);
-        cudaMemcpyAsync(x->h_pinned, x->logits, sizeof(float) * (size_t)n_sel * V, cudaMemcpyDeviceToHost, st);
+        mark(x, OP_HEAD);
+        if (out & OUT_IDS) {
+            cu_argmax(st, x->d_ids, x->logits, n_sel, V);
+            cudaMemcpyAsync(x->h_ids, x->d_ids, sizeof(int) * (size_t)n_sel, cudaMemcpyDeviceToHost, st);
+        }
+        if (out & OUT_LOGITS)
+            cudaMemcpyAsync(x->h_pinned, x->logits, sizeof(float) * (size_t)n_sel * V, cudaMemcpyDeviceToHost, st);
+        mark(x, OP_OUT);
     }
 }
 
 /* The graph for (M, n_sel), captured on first use; NULL when capture fails
    (graphs are then switched off for this context). */
-static cudaGraphExec_t graph_for(cuda_ctx *x, int M, int n_sel) {
-    cudaGraphExec_t *g = &x->graphs[M][n_sel];
+static cudaGraphExec_t graph_for(cuda_ctx *x, int M, int n_sel, int out) {
+    cudaGraphExec_t *g = &x->graphs[out][M][n_sel];
     if (*g) return *g;
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(x->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) goto fail;
-    enqueue_chunk(x, M, n_sel, NULL, 0);
+    enqueue_chunk(x, M, n_sel, out, NULL, 0);
     if (cudaStreamEndCapture(x->st, &graph) != cudaSuccess || !graph) goto fail;
     if (cudaGraphInstantiate(g, graph, 0) != cudaSuccess) goto fail;
     cudaGraphDestroy(graph);
@@ -344,14 +438,20 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     if (tail_rows(b, row0, M, *next_logit, &n_sel) != 0) {
         /* rare: logits of rows that are not the chunk's tail; run the layers,
            then the head row by row (each row alone gives the same bits) */
-        enqueue_chunk(x, M, 0, b, row0);
+        enqueue_chunk(x, M, 0, 0, b, row0);
         CK(cudaStreamSynchronize(x->st));
         for (int i = 0; i < n_sel; i++) {
             int r = b->logit_rows[*next_logit + i] - row0;
             cu_rmsnorm(x->st, x->xb, x->x + (size_t)r * H, x->m->final_norm, 1, H, c->rms_norm_eps);
             cu_matmul(x->st, x->logits, x->xb, 1, &x->m->lm_head, NULL);
-            CK(cudaMemcpyAsync(b->logits + (size_t)(*next_logit + i) * V, x->logits, sizeof(float) * V,
-                               cudaMemcpyDeviceToHost, x->st));
+            if (b->argmax) {
+                cu_argmax(x->st, x->d_ids, x->logits, 1, V);
+                CK(cudaMemcpyAsync(b->argmax + *next_logit + i, x->d_ids, sizeof(int), cudaMemcpyDeviceToHost,
+                                   x->st));
+            }
+            if (b->logits)
+                CK(cudaMemcpyAsync(b->logits + (size_t)(*next_logit + i) * V, x->logits, sizeof(float) * V,
+                                   cudaMemcpyDeviceToHost, x->st));
         }
         CK(cudaStreamSynchronize(x->st));
         CK_LAUNCH();
@@ -359,12 +459,16 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
         x->len += M;
         return 0;
     }
-    cudaGraphExec_t g = x->use_graphs && M <= GRAPH_ROWS && b->n_taps == 0 ? graph_for(x, M, n_sel) : NULL;
+    int out = (b->logits ? OUT_LOGITS : 0) | (b->argmax ? OUT_IDS : 0);
+    cudaGraphExec_t g = x->use_graphs && M <= GRAPH_ROWS && b->n_taps == 0 ? graph_for(x, M, n_sel, out) : NULL;
     if (g) CK(cudaGraphLaunch(g, x->st));
-    else enqueue_chunk(x, M, n_sel, b, row0);
+    else enqueue_chunk(x, M, n_sel, out, b, row0);
     CK_LAUNCH();
     CK(cudaStreamSynchronize(x->st));
-    if (n_sel) memcpy(b->logits + (size_t)*next_logit * V, x->h_pinned, sizeof(float) * (size_t)n_sel * V);
+    if (x->ev) trace_report(x, M);
+    if (n_sel && b->logits)
+        memcpy(b->logits + (size_t)*next_logit * V, x->h_pinned, sizeof(float) * (size_t)n_sel * V);
+    if (n_sel && b->argmax) memcpy(b->argmax + *next_logit, x->h_ids, sizeof(int) * (size_t)n_sel);
     *next_logit += n_sel;
     x->len += M;
     return 0;

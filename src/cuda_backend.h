@@ -75,6 +75,13 @@ int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int 
 int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, int H, const int *tok, int M, char *err,
                     size_t errlen);
 
+/* ---- op benchmark (bench/cuda-ops-bench.c) ---- */
+/* Mean microseconds of one M x N x K bf16 matmul launch over reps, weights
+ * cycled through enough copies to miss L2. mode 0 store, 1 residual add,
+ * 2 SwiGLU (two N x K matrices), 3 the FMA kernel; tiles: weight tiles per
+ * warp of the tensor-core kernel (1, 2 or 4). */
+int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int reps, double *us, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

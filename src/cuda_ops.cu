@@ -25,6 +25,16 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* Programmatic dependent launch: a kernel lets the next one in its stream be
+   scheduled once all its blocks have started (pdl_trigger) and waits for the
+   previous kernel's completion and memory (pdl_wait) before it reads
+   anything an earlier kernel wrote. The matmuls issue their first weight
+   loads before waiting, so one kernel's weight stream overlaps the previous
+   kernel's tail. Launched without the attribute, both are no-ops. Every
+   write comes after the wait, so a kernel never races an earlier one. */
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 /* 8 consecutive weights widened to f32 */
 __device__ __forceinline__ void load8(const __nv_bfloat16 *p, float *w) {
     uint4 u = *reinterpret_cast<const uint4 *>(p);
@@ -98,6 +108,8 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
                                                           const T *__restrict__ W, const T *__restrict__ W2,
                                                           const float *__restrict__ bias, int M, int N, int K,
                                                           int vec) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float part[MM_WARPS][MM_NPW][ROWS];
     const int NB = EPI == MM_SWIGLU ? MM_NPW / 2 : MM_NPW; /* outputs per block */
     int n0 = blockIdx.x * NB;
@@ -177,8 +189,208 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
     }
 }
 
+/* ---- tensor-core matmul ---------------------------------------------------
+
+   y[m][n] = sum_k x[m][k] W[n][k] on mma.sync m16n8k8 TF32: the weight tile
+   is the A operand (16 outputs x 8 k), the activations the B operand
+   (8 k x 8 rows). Weights in bf16 or f16 are exact in TF32; an f32
+   activation is split into a TF32 head and a TF32 tail (x = hi + lo to
+   about 2^-22), each multiplied in its own mma, so products are as exact
+   as f32 ones and accumulation is f32: the numerics of the FMA kernel with
+   another summation order. (f32 weights would be rounded to TF32: they go
+   to the FMA kernel.) The instruction is bandwidth-free next to the
+   weight stream for the 1-16 rows of decode and verification.
+
+   A warp owns TILES tiles of 16 weight rows and MT tiles of 8 activation
+   rows; KS warps split K into chunks of 32 (warp w takes chunks w, w+KS,
+   ...). Lane (g = lane/4, t = lane%4) loads 8 consecutive weights of rows
+   g and g+8 of each tile (16 bytes each, coalesced per row) and the same 8
+   k of activation row g; mma step s (0..3) uses k = 8t+2s and 8t+2s+1 as
+   the fragment's columns t and t+4 (any k permutation shared by A and B
+   gives the same sum). Per output element the operations are: its warp's
+   chunks in order, 4 steps each, head then tail, then the KS warps' partials
+   added in warp order. Only KS and K fix that sequence, so the tile counts
+   can follow the batch width and a row's bits never depend on the batch:
+   KS is a function of the matrix shape alone (mma_ks). */
+
+#define MMA_KS 8
+
+__device__ __forceinline__ uint32_t to_tf32(float f) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+    return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* 8 raw 2-byte weights: one 16-byte load */
+template <typename T> struct raw8 {
+    uint4 u;
+};
+template <typename T> __device__ __forceinline__ void raw_load(raw8<T> &r, const T *p, bool ok) {
+    r.u = ok ? __ldg(reinterpret_cast<const uint4 *>(p)) : make_uint4(0, 0, 0, 0);
+}
+/* weights 2s and 2s+1 of the 8 as TF32 bit patterns */
+__device__ __forceinline__ void raw_pair(const raw8<__nv_bfloat16> &r, int s, uint32_t &a, uint32_t &b) {
+    uint32_t w = (&r.u.x)[s];
+    a = w << 16;
+    b = w & 0xffff0000u;
+}
+__device__ __forceinline__ void raw_pair(const raw8<__half> &r, int s, uint32_t &a, uint32_t &b) {
+    uint32_t w = (&r.u.x)[s];
+    float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w));
+    a = __float_as_uint(f.x);
+    b = __float_as_uint(f.y);
+}
+
+template <typename T, int TILES, int MT> struct mma_chunk {
+    raw8<T> wa[TILES], wb[TILES];
+    float4 xa[MT], xb[MT];
+};
+
+template <typename T, int TILES, int MT>
+__device__ __forceinline__ void mma_load_w(mma_chunk<T, TILES, MT> &c, const T *const (&wa)[TILES],
+                                           const T *const (&wb)[TILES], int K, int c32, int t) {
+    int k = c32 * 32 + 8 * t;
+    bool ok = k < K;
+#pragma unroll
+    for (int i = 0; i < TILES; i++) {
+        raw_load(c.wa[i], wa[i] + k, ok);
+        raw_load(c.wb[i], wb[i] + k, ok);
+    }
+}
+
+template <typename T, int TILES, int MT>
+__device__ __forceinline__ void mma_load_x(mma_chunk<T, TILES, MT> &c, const float *x, int K, int M, int m0, int c32,
+                                           int g, int t) {
+    int k = c32 * 32 + 8 * t;
+    bool ok = k < K;
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+        int m = m0 + 8 * j + g;
+        if (ok && m < M) {
+            const float4 *p = reinterpret_cast<const float4 *>(x + (size_t)m * K + k);
+            c.xa[j] = p[0];
+            c.xb[j] = p[1];
+        } else {
+            c.xa[j] = c.xb[j] = make_float4(0, 0, 0, 0);
+        }
+    }
+}
+
+template <typename T, int TILES, int MT>
+__device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_chunk<T, TILES, MT> &c) {
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        uint32_t h0[MT], h1[MT], l0[MT], l1[MT];
+#pragma unroll
+        for (int j = 0; j < MT; j++) {
+            const float *xv = s < 2 ? &c.xa[j].x : &c.xb[j].x;
+            float v0 = xv[2 * (s & 1)], v1 = xv[2 * (s & 1) + 1];
+            h0[j] = to_tf32(v0);
+            h1[j] = to_tf32(v1);
+            l0[j] = to_tf32(v0 - __uint_as_float(h0[j]));
+            l1[j] = to_tf32(v1 - __uint_as_float(h1[j]));
+        }
+#pragma unroll
+        for (int i = 0; i < TILES; i++) {
+            uint32_t a0, a2, a1, a3;
+            raw_pair(c.wa[i], s, a0, a2); /* row g: columns t and t+4 */
+            raw_pair(c.wb[i], s, a1, a3); /* row g+8 */
+#pragma unroll
+            for (int j = 0; j < MT; j++) {
+                mma_tf32(acc[i][j], a0, a1, a2, a3, h0[j], h1[j]);
+                mma_tf32(acc[i][j], a0, a1, a2, a3, l0[j], l1[j]);
+            }
+        }
+    }
+}
+
+/* EPI as k_matmul's; MM_SWIGLU: tiles 0..TILES/2-1 are gate rows, the
+   others the up rows of the same outputs. */
+template <typename T, int TILES, int MT, int EPI>
+__global__ void __launch_bounds__(32 * MMA_KS) k_mma(float *__restrict__ y, const float *__restrict__ x,
+                                                    const T *__restrict__ W, const T *__restrict__ W2,
+                                                    const float *__restrict__ bias, int M, int N, int K) {
+    constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES; /* output tiles */
+    constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
+    __shared__ float red[MMA_KS][NV][32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int n0 = blockIdx.x * OT * 16, m0 = blockIdx.y * MT * 8;
+    const T *wa[TILES], *wb[TILES]; /* rows g and g+8 of each tile; rows past N read row N-1 (dropped) */
+#pragma unroll
+    for (int i = 0; i < TILES; i++) {
+        const T *base = EPI == MM_SWIGLU && i >= OT ? W2 : W;
+        int ra = n0 + 16 * (i % OT) + g, rb = ra + 8;
+        wa[i] = base + (size_t)(ra < N ? ra : N - 1) * K;
+        wb[i] = base + (size_t)(rb < N ? rb : N - 1) * K;
+    }
+    float acc[TILES][MT][4];
+#pragma unroll
+    for (int i = 0; i < TILES; i++)
+#pragma unroll
+        for (int j = 0; j < MT; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+    /* U chunks in flight per warp; the first group's weights are requested
+       before waiting for the previous kernel */
+    constexpr int U = TILES * MT <= 2 ? 4 : 2;
+    const int nc = (K + 31) / 32;
+    mma_chunk<T, TILES, MT> ch[U];
+    pdl_trigger();
+#pragma unroll
+    for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t);
+    pdl_wait();
+    for (int c = warp;;) {
+#pragma unroll
+        for (int u = 0; u < U; u++) mma_load_x(ch[u], x, K, M, m0, c + u * MMA_KS, g, t);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (c + u * MMA_KS < nc) mma_run(acc, ch[u]);
+        c += U * MMA_KS;
+        if (c >= nc) break;
+#pragma unroll
+        for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t);
+    }
+#pragma unroll
+    for (int i = 0; i < TILES; i++)
+#pragma unroll
+        for (int j = 0; j < MT; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) red[warp][(i * MT + j) * 4 + q][lane] = acc[i][j][q];
+    __syncthreads();
+    for (int e = threadIdx.x; e < OT * MT * 4 * 32; e += 32 * MMA_KS) {
+        int l = e % 32, v = e / 32, q = v % 4, j = (v / 4) % MT, i = v / (4 * MT);
+        int n = n0 + 16 * i + l / 4 + (q >> 1) * 8, m = m0 + 8 * j + 2 * (l % 4) + (q & 1);
+        float s = red[0][v][l];
+#pragma unroll
+        for (int w = 1; w < MMA_KS; w++) s += red[w][v][l];
+        if (n >= N || m >= M) continue;
+        float *dst = y + (size_t)m * N + n;
+        if (EPI == MM_SWIGLU) {
+            int vu = ((i + OT) * MT + j) * 4 + q;
+            float u = red[0][vu][l];
+#pragma unroll
+            for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
+            *dst = s / (1.0f + expf(-s)) * u;
+        } else {
+            float r = bias ? s + bias[n] : s;
+            if (EPI == MM_ADD) *dst += r;
+            else *dst = r;
+        }
+    }
+}
+
 /* one block (256 threads) per row; fixed strided partial sums, then a fixed tree */
 __global__ void k_rmsnorm(float *y, const float *x, const float *w, int D, float eps) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float part[256];
     const float *xr = x + (size_t)blockIdx.x * D;
     float *yr = y + (size_t)blockIdx.x * D;
@@ -199,20 +411,22 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, int D, float
    qn/kn are given) and NeoX RoPE at the row's position; k and v are
    written into the cache at position *d_len + row. Thread i owns the pair
    (i, i + head_dim/2). */
-__global__ void k_qkv_post(float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
-                           const float *kn, const int *pos, const float *inv_freq, int nh, int nkv, int hd, int cap,
-                           const int *d_len, float eps) {
+__global__ void k_qkv_post(float *qout, const float *q, const float *k, const float *v, int qs, int ks, float *kc,
+                           float *vc, const float *qn, const float *kn, const int *pos, const float *inv_freq, int nh,
+                           int nkv, int hd, int cap, const int *d_len, float eps) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float red[ATT_MAX_HD / 2];
     int m = blockIdx.x, t = blockIdx.y, half = hd / 2, i = threadIdx.x;
     int is_q = t < nh, is_k = !is_q && t < nh + nkv, h = is_q ? t : is_k ? t - nh : t - nh - nkv;
     size_t slot = ((size_t)h * cap + (size_t)(*d_len + m)) * hd;
     if (!is_q && !is_k) {
-        const float *vr = v + ((size_t)m * nkv + h) * hd;
+        const float *vr = v + (size_t)m * ks + (size_t)h * hd;
         vc[slot + i] = vr[i];
         vc[slot + i + half] = vr[i + half];
         return;
     }
-    const float *src = is_q ? q + ((size_t)m * nh + h) * hd : k + ((size_t)m * nkv + h) * hd;
+    const float *src = is_q ? q + (size_t)m * qs + (size_t)h * hd : k + (size_t)m * ks + (size_t)h * hd;
     float a = src[i], b = src[i + half];
     const float *w = is_q ? qn : kn;
     if (w) {
@@ -232,7 +446,7 @@ __global__ void k_qkv_post(float *q, const float *k, const float *v, float *kc, 
     float c = cosf(ang), sn = sinf(ang);
     float ra = a * c - b * sn, rb = b * c + a * sn;
     if (is_q) {
-        float *dst = q + ((size_t)m * nh + h) * hd;
+        float *dst = qout + ((size_t)m * nh + h) * hd;
         dst[i] = ra;
         dst[i + half] = rb;
     } else {
@@ -243,6 +457,8 @@ __global__ void k_qkv_post(float *q, const float *k, const float *v, float *kc, 
 
 template <typename T>
 __global__ void k_embed(float *out, const T *e, const int *tok, int H) {
+    pdl_trigger();
+    pdl_wait();
     int m = blockIdx.x;
     const T *row = e + (size_t)tok[m] * H;
     for (int i = threadIdx.x; i < H; i += blockDim.x) out[(size_t)m * H + i] = widen(row[i]);
@@ -267,6 +483,8 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_part(const float *q, const
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
                                                            int causal) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float sc[G][ATT_CHUNK];
     __shared__ float4 part[ATT_WARPS][G][ATT_MAX_HD / 4];
     int c = blockIdx.x % nchunk, kvh = (blockIdx.x / nchunk) % nkv, m = m0 + (int)blockIdx.x / (nchunk * nkv);
@@ -355,6 +573,8 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_part(const float *q, const
 /* grid (rows x heads); thread d combines the row's chunks in order */
 __global__ void k_attn_combine(float *out, const float *opart, const float *mpart, const float *spart, int nh, int hd,
                                const int *d_len, int nchunk, int m0, int M, int causal) {
+    pdl_trigger();
+    pdl_wait();
     int m = m0 + (int)blockIdx.x / nh, h = blockIdx.x % nh;
     int L = *d_len + (causal ? m + 1 : M), nc = (L + ATT_CHUNK - 1) / ATT_CHUNK;
     size_t base = ((size_t)(m - m0) * nh + h) * nchunk;
@@ -371,6 +591,33 @@ __global__ void k_attn_combine(float *out, const float *opart, const float *mpar
     }
 }
 
+/* ---- launchers ----------------------------------------------------------- */
+
+/* Every kernel is launched with programmatic dependent launch allowed
+   (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0. */
+static int pdl_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DSPARK_CUDA_PDL");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on;
+}
+
+template <typename... KA, typename... A>
+static void launch(void (*k)(KA...), dim3 grid, dim3 block, cudaStream_t st, A... args) {
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = st;
+    cfg.attrs = &at;
+    cfg.numAttrs = pdl_enabled();
+    cudaLaunchKernelEx(&cfg, k, (KA)args...);
+}
+
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal) {
     int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
@@ -379,8 +626,8 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
         dim3 grd(R * nkv * nchunk);
-#define PART(g) k_attn_part<g><<<grd, ATT_THREADS, 0, st>>>(q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, \
-                                                             scale, nchunk, m0, causal)
+#define PART(g) launch(k_attn_part<g>, grd, ATT_THREADS, st, q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, \
+                             scale, nchunk, m0, causal)
         switch (G) {
         case 1: PART(1); break;
         case 2: PART(2); break;
@@ -392,13 +639,15 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
         default: PART(8); break;
         }
 #undef PART
-        k_attn_combine<<<R * nh, 128, 0, st>>>(out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal);
+        launch(k_attn_combine, R * nh, 128, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal);
     }
 }
 
 /* one block per row: each thread keeps the first largest of its strided
    elements, then a fixed tree keeps the lower index on ties */
 __global__ void k_argmax(int *out, const float *x, int n) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float bv[256];
     __shared__ int bi[256];
     const float *xr = x + (size_t)blockIdx.x * n;
@@ -424,16 +673,22 @@ __global__ void k_argmax(int *out, const float *x, int n) {
     if (threadIdx.x == 0) out[blockIdx.x] = bi[0] < 0 ? 0 : bi[0];
 }
 
-void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n) { k_argmax<<<M, 256, 0, st>>>(out, x, n); }
+void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n) { launch(k_argmax, M, 256, st, out, x, n); }
 
 void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
                  const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                  const int *d_len, float eps) {
-    k_qkv_post<<<dim3(M, nh + 2 * nkv), hd / 2, 0, st>>>(q, k, v, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap,
-                                                        d_len, eps);
+    launch(k_qkv_post, dim3(M, nh + 2 * nkv), hd / 2, st, q, q, k, v, nh * hd, nkv * hd, kc, vc, qn, kn, pos, inv_freq,
+           nh, nkv, hd, cap, d_len, eps);
 }
 
-/* ---- launchers ----------------------------------------------------------- */
+void cu_qkv_post_fused(cudaStream_t st, float *q, const float *qkv, float *kc, float *vc, const float *qn,
+                       const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
+                       const int *d_len, float eps) {
+    int qd = nh * hd, kd = nkv * hd, rs = qd + 2 * kd;
+    launch(k_qkv_post, dim3(M, nh + 2 * nkv), hd / 2, st, q, qkv, qkv + qd, qkv + qd + kd, rs, rs, kc, vc, qn, kn, pos,
+           inv_freq, nh, nkv, hd, cap, d_len, eps);
+}
 
 template <int ROWS, int EPI>
 static void matmul_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
@@ -444,28 +699,79 @@ static void matmul_rows(cudaStream_t st, float *y, const float *x, int M, const 
     const void *p2 = W2 ? W2->p : NULL;
     switch (W->dt) {
     case DT_BF16:
-        k_matmul<__nv_bfloat16, ROWS, EPI><<<grd, blk, 0, st>>>(y, x, (const __nv_bfloat16 *)W->p,
-                                                                (const __nv_bfloat16 *)p2, bias, M, W->N, W->K, vec);
+        launch(k_matmul<__nv_bfloat16, ROWS, EPI>, grd, blk, st, y, x, (const __nv_bfloat16 *)W->p,
+               (const __nv_bfloat16 *)p2, bias, M, W->N, W->K, vec);
         break;
     case DT_F16:
-        k_matmul<__half, ROWS, EPI><<<grd, blk, 0, st>>>(y, x, (const __half *)W->p, (const __half *)p2, bias, M, W->N,
-                                                         W->K, vec);
+        launch(k_matmul<__half, ROWS, EPI>, grd, blk, st, y, x, (const __half *)W->p, (const __half *)p2, bias, M, W->N,
+               W->K, vec);
         break;
     default:
-        k_matmul<float, ROWS, EPI><<<grd, blk, 0, st>>>(y, x, (const float *)W->p, (const float *)p2, bias, M, W->N,
-                                                        W->K, vec);
+        launch(k_matmul<float, ROWS, EPI>, grd, blk, st, y, x, (const float *)W->p, (const float *)p2, bias, M, W->N,
+               W->K, vec);
         break;
     }
 }
 
-/* up to 8 rows: the 8-row kernel; more: 16 rows per pass over the weights
-   (a verify of up to 15 drafts reads each weight once). Both compute every
-   row with the same operations. */
+/* Weight tiles per warp of the tensor-core kernel (free to change: it does
+   not enter a row's operations); the op benchmark sets it. */
+static int g_mma_tiles = 1;
+
+template <typename T, int TILES, int MT, int EPI>
+static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                       const float *bias) {
+    constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES;
+    dim3 grd((W->N + OT * 16 - 1) / (OT * 16), (M + MT * 8 - 1) / (MT * 8));
+    launch(k_mma<T, TILES, MT, EPI>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p, W2 ? (const T *)W2->p : NULL, bias,
+           M, W->N, W->K);
+}
+
+template <typename T, int TILES, int EPI>
+static void mma_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                     const float *bias) {
+    if (M <= 8) mma_launch<T, TILES, 1, EPI>(st, y, x, M, W, W2, bias);
+    else if (M <= 16) mma_launch<T, TILES, 2, EPI>(st, y, x, M, W, W2, bias);
+    else mma_launch<T, 2, 4, EPI>(st, y, x, M, W, W2, bias); /* reduction scratch bounds TILES x MT */
+}
+
+template <typename T, int EPI>
+static void mma_tiles(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                      const float *bias) {
+    if (g_mma_tiles >= 4) mma_rows<T, 4, EPI>(st, y, x, M, W, W2, bias);
+    else if constexpr (EPI != MM_SWIGLU) {
+        if (g_mma_tiles == 1) mma_rows<T, 1, EPI>(st, y, x, M, W, W2, bias);
+        else mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias);
+    } else
+        mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias);
+}
+
+/* bf16 / f16 weights with K a multiple of 8 (16-byte rows): the
+   tensor-core kernel; otherwise (f32 weights, which TF32 would round, or
+   odd widths) the FMA kernel, 8 rows per pass or 16. Which one is a
+   function of the matrix alone, so every batch width computes a row the
+   same way. */
+static int fma_forced(void) { /* DSPARK_CUDA_MM=fma: the FMA kernel everywhere (for comparisons) */
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DSPARK_CUDA_MM");
+        on = e && !strcmp(e, "fma");
+    }
+    return on;
+}
+
 template <int EPI>
 static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                        const float *bias) {
-    if (M <= 8) matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
-    else matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
+    if (fma_forced()) {
+        if (M <= 8) matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
+        else matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
+    } else if (W->K % 8 == 0 && W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias);
+    else if (W->K % 8 == 0 && W->dt == DT_F16) mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias);
+    else if (M <= 8) {
+        matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
+    } else {
+        matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
+    }
 }
 
 void cu_matmul(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias) {
@@ -479,15 +785,15 @@ void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dm
 }
 
 void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps) {
-    k_rmsnorm<<<M, 256, 0, st>>>(y, x, w, D, eps);
+    launch(k_rmsnorm, M, 256, st, y, x, w, D, eps);
 }
 
 void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M) {
     int H = E->K;
     switch (E->dt) {
-    case DT_BF16: k_embed<__nv_bfloat16><<<M, 256, 0, st>>>(out, (const __nv_bfloat16 *)E->p, tok, H); break;
-    case DT_F16: k_embed<__half><<<M, 256, 0, st>>>(out, (const __half *)E->p, tok, H); break;
-    default: k_embed<float><<<M, 256, 0, st>>>(out, (const float *)E->p, tok, H); break;
+    case DT_BF16: launch(k_embed<__nv_bfloat16>, M, 256, st, out, (const __nv_bfloat16 *)E->p, tok, H); break;
+    case DT_F16: launch(k_embed<__half>, M, 256, st, out, (const __half *)E->p, tok, H); break;
+    default: launch(k_embed<float>, M, 256, st, out, (const float *)E->p, tok, H); break;
     }
 }
 
@@ -540,8 +846,8 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
     if (dup_to_dev(&dx, x, (size_t)M * n_heads * head_dim, err, errlen) ||
         dup_to_dev(&df, inv_freq, (size_t)head_dim / 2, err, errlen) || dup_to_dev(&dp, pos, (size_t)M, err, errlen))
         return -1;
-    k_qkv_post<<<dim3(M, n_heads), head_dim / 2>>>(dx, NULL, NULL, NULL, NULL, NULL, NULL, dp, df, n_heads, 0, head_dim,
-                                                   0, dp, 0.0f);
+    k_qkv_post<<<dim3(M, n_heads), head_dim / 2>>>(dx, dx, NULL, NULL, n_heads * head_dim, 0, NULL, NULL, NULL, NULL, dp,
+                                                   df, n_heads, 0, head_dim, 0, dp, 0.0f);
     CK_LAUNCH();
     CK(cudaMemcpy(x, dx, sizeof(float) * (size_t)M * n_heads * head_dim, cudaMemcpyDeviceToHost));
     cudaFree(dx);
@@ -618,5 +924,66 @@ extern "C" int cuda_test_matmul_fused(float *y, const float *x, int M, const voi
     cudaFree(dw);
     cudaFree(dw2);
     cudaFree(db);
+    return 0;
+}
+
+/* ---- op benchmark ---------------------------------------------------------- */
+
+__global__ void k_fill_bf16(__nv_bfloat16 *p, size_t n, uint64_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+        h ^= h >> 29;
+        h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 32;
+        p[i] = __float2bfloat16(((float)(h & 0xffff) / 65536.0f - 0.5f) * 0.04f);
+    }
+}
+
+extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int reps, double *us, char *err,
+                                 size_t errlen) {
+    size_t wn = (size_t)N * K;
+    int nw = mode == 2 ? 2 : 1;
+    /* enough weight copies that they do not stay in L2 between launches */
+    int copies = (int)(((size_t)512 << 20) / (wn * 2 * nw)) + 1;
+    if (copies > 64) copies = 64;
+    __nv_bfloat16 *w;
+    float *x, *y;
+    CK(cudaMalloc((void **)&w, wn * 2 * nw * copies));
+    CK(cudaMalloc((void **)&x, sizeof(float) * (size_t)M * K));
+    CK(cudaMalloc((void **)&y, sizeof(float) * (size_t)M * N));
+    k_fill_bf16<<<1024, 256>>>(w, wn * nw * copies, 1);
+    k_fill_bf16<<<256, 256>>>((__nv_bfloat16 *)x, (size_t)M * K * 2, 2); /* any finite bits */
+    cudaMemset(y, 0, sizeof(float) * (size_t)M * N);
+    int saved = g_mma_tiles;
+    g_mma_tiles = tiles;
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    cudaDeviceSynchronize();
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    for (int r = -3; r < reps; r++) {
+        if (r == 0) cudaEventRecord(a, st);
+        int c = (r + 3) % copies;
+        dmat W = {w + wn * nw * c, DT_BF16, N, K}, W2 = {w + wn * nw * c + wn, DT_BF16, N, K};
+        if (mode == 3 && M <= 8) matmul_rows<8, MM_STORE>(st, y, x, M, &W, NULL, NULL);
+        else if (mode == 3) matmul_rows<16, MM_STORE>(st, y, x, M, &W, NULL, NULL);
+        else if (mode == 2) cu_matmul_swiglu(st, y, x, M, &W, &W2);
+        else if (mode == 1) cu_matmul_add(st, y, x, M, &W, NULL);
+        else cu_matmul(st, y, x, M, &W, NULL);
+    }
+    cudaEventRecord(b, st);
+    cudaError_t e = cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    g_mma_tiles = saved;
+    cudaStreamDestroy(st);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+    if (e != cudaSuccess) return ds_err(err, errlen, "CUDA: matmul benchmark: %s", cudaGetErrorString(e));
+    *us = 1000.0 * ms / reps;
     return 0;
 }

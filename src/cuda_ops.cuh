@@ -70,6 +70,11 @@ void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M)
 void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
                  const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                  const int *d_len, float eps);
+/* the same from one fused projection qkv[M][nh*hd + 2*nkv*hd] (q, k, v
+   side by side per row), the roped q written to q[M][nh*hd] */
+void cu_qkv_post_fused(cudaStream_t st, float *q, const float *qkv, float *kc, float *vc, const float *qn,
+                       const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
+                       const int *d_len, float eps);
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + m; else every
    row sees 0 .. *d_len + M - 1 (a drafter's block). part: scratch of

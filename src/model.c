@@ -42,6 +42,8 @@ struct model_ctx {
     float *k, *v;         /* [B][nkv*hd] */
     float *gate, *up;     /* [B][I] */
     int *pos;             /* [B] */
+    float *logit_scratch; /* logits of argmax-only forwards */
+    size_t n_logit_scratch;
 };
 
 /* ---- loading ----------------------------------------------------------- */
@@ -213,6 +215,7 @@ void mctx_free(model_ctx *x) {
     free(x->gate);
     free(x->up);
     free(x->pos);
+    free(x->logit_scratch);
     free(x);
 }
 
@@ -297,7 +300,7 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
     if (b->n <= 0) return ds_err(err, errlen, "forward: empty batch");
     if (b->n_logits < 0 || b->n_logits > b->n)
         return ds_err(err, errlen, "forward: %d logit rows requested for a batch of %d", b->n_logits, b->n);
-    if (b->n_logits && !b->logits) return ds_err(err, errlen, "forward: no logits buffer");
+    if (b->n_logits && !b->logits && !b->argmax) return ds_err(err, errlen, "forward: no logits buffer");
     if (mctx_len(x) + b->n > mctx_capacity(x))
         return ds_err(err, errlen, "context window full: %d cached + %d new positions exceed the %d-position window",
                       mctx_len(x), b->n, mctx_capacity(x));
@@ -315,10 +318,22 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
             return ds_err(err, errlen, "forward: tap layer %d outside -1..%d", b->tap_layers[t], c->n_layers - 1);
     if (b->n_taps && !b->taps) return ds_err(err, errlen, "forward: no taps buffer");
     if (x->cu) return cuda_forward(x->cu, b, err, errlen);
+    model_batch bb = *b;
+    if (b->n_logits && !b->logits) { /* argmax only: the rows go to scratch */
+        size_t need = (size_t)b->n_logits * (size_t)c->vocab_size;
+        if (x->n_logit_scratch < need) {
+            free(x->logit_scratch);
+            x->logit_scratch = xmalloc(sizeof(float) * need);
+            x->n_logit_scratch = need;
+        }
+        bb.logits = x->logit_scratch;
+    }
     int next_logit = 0;
     for (int row0 = 0; row0 < b->n; row0 += x->max_batch) {
         int M = b->n - row0 < x->max_batch ? b->n - row0 : x->max_batch;
-        forward_chunk(x, b, row0, M, &next_logit);
+        forward_chunk(x, &bb, row0, M, &next_logit);
     }
+    for (int i = 0; b->argmax && i < b->n_logits; i++)
+        b->argmax[i] = op_argmax(bb.logits + (size_t)i * c->vocab_size, c->vocab_size);
     return 0;
 }

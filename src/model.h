@@ -68,7 +68,9 @@ typedef struct {
     const int *pos;        /* [n] RoPE positions; NULL = cache length + i */
     int n_logits;          /* rows whose logits are wanted */
     const int *logit_rows; /* [n_logits] row indices, ascending; NULL = the last n_logits rows */
-    float *logits;         /* [n_logits][vocab] output */
+    float *logits;         /* [n_logits][vocab] output; may be NULL when argmax is set */
+    int *argmax;           /* [n_logits] output, or NULL: each logits row's first largest entry (op_argmax);
+                              without logits a GPU reads back only these ids */
     int n_taps;            /* layers to tap (0 = none) */
     const int *tap_layers; /* [n_taps] in -1 .. n_layers-1 */
     float *taps;           /* [n_taps][n][hidden] output */

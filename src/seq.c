@@ -73,20 +73,33 @@ int seq_append(seq *s, const int *ids, int n, int n_logits, float *logits, char 
     return seq_append_taps(s, ids, n, n_logits, logits, 0, NULL, NULL, err, errlen);
 }
 
-int seq_append_taps(seq *s, const int *ids, int n, int n_logits, float *logits, int n_taps, const int *tap_layers,
-                    float *taps, char *err, size_t errlen) {
-    if (n <= 0 || n_logits < 0 || n_logits > n) return ds_err(err, errlen, "seq_append: bad row counts");
+static int append(seq *s, const model_batch *b, char *err, size_t errlen) {
+    const int *ids = b->tokens;
+    int n = b->n;
+    if (n <= 0 || b->n_logits < 0 || b->n_logits > n) return ds_err(err, errlen, "seq_append: bad row counts");
     if (s->n + n > mctx_capacity(s->ctx))
         return ds_err(err, errlen, "context window full (%d tokens)", mctx_capacity(s->ctx));
-    model_batch b = {.n = n, .tokens = ids, .n_logits = n_logits, .logits = logits, .n_taps = n_taps,
-                     .tap_layers = tap_layers, .taps = taps};
-    if (model_forward(s->ctx, &b, err, errlen) != 0) {
+    if (model_forward(s->ctx, b, err, errlen) != 0) {
         mctx_truncate(s->ctx, s->n);
         return -1;
     }
     memcpy(s->toks + s->n, ids, sizeof(int) * (size_t)n);
     s->n += n;
     return 0;
+}
+
+int seq_append_taps(seq *s, const int *ids, int n, int n_logits, float *logits, int n_taps, const int *tap_layers,
+                    float *taps, char *err, size_t errlen) {
+    model_batch b = {.n = n, .tokens = ids, .n_logits = n_logits, .logits = logits, .n_taps = n_taps,
+                     .tap_layers = tap_layers, .taps = taps};
+    return append(s, &b, err, errlen);
+}
+
+int seq_append_argmax(seq *s, const int *ids, int n, int *argmax, int n_taps, const int *tap_layers, float *taps,
+                      char *err, size_t errlen) {
+    model_batch b = {.n = n, .tokens = ids, .n_logits = n, .argmax = argmax, .n_taps = n_taps,
+                     .tap_layers = tap_layers, .taps = taps};
+    return append(s, &b, err, errlen);
 }
 
 void seq_truncate(seq *s, int len) {

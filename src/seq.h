@@ -41,6 +41,12 @@ int seq_append(seq *s, const int *ids, int n, int n_logits, float *logits, char 
 int seq_append_taps(seq *s, const int *ids, int n, int n_logits, float *logits, int n_taps, const int *tap_layers,
                     float *taps, char *err, size_t errlen);
 
+/* Appends ids[0..n) in one forward and writes each row's argmax (the
+ * greedy next token after it) to argmax[n], with taps as seq_append_taps;
+ * no logits come back (a GPU reads back only the ids). */
+int seq_append_argmax(seq *s, const int *ids, int n, int *argmax, int n_taps, const int *tap_layers, float *taps,
+                      char *err, size_t errlen);
+
 /* Rolls back to the first len ids (len <= seq_len). */
 void seq_truncate(seq *s, int len);
 

@@ -142,7 +142,10 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     float *logits = xmalloc(sizeof(float) * (size_t)(K + 1) * (size_t)V);
     float *q = (d && !d->deterministic && K > 0) ? xmalloc(sizeof(float) * (size_t)K * (size_t)V) : NULL;
     float *p = xmalloc(sizeof(float) * (size_t)V), *r = xmalloc(sizeof(float) * (size_t)V);
-    int rows[SPEC_MAX_DRAFT + 1], tok[SPEC_MAX_DRAFT + 1];
+    int rows[SPEC_MAX_DRAFT + 1], tok[SPEC_MAX_DRAFT + 1], am[SPEC_MAX_DRAFT + 1];
+    /* greedy with nobody reading logits rows: verify asks for the rows'
+       argmax only (a GPU then reads back ids, not vocab-wide rows) */
+    const int ids_only = sampler_is_greedy(smp) && !o->emit_logits && !last_logits;
     gen_state g = {.o = o, .st = st, .out_ids = out_ids, .n_prompt = n_prompt, .cap = seq_capacity(s)};
     int rc = 0, last_row = 0;
     const int nt = d ? d->n_taps : 0, H = model_cfg(seq_model(s))->hidden_size;
@@ -183,12 +186,22 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
             if (nd > k) nd = k;
         }
         rows[0] = anchor;
-        if (seq_append_taps(s, rows, nd + 1, nd + 1, logits, nt, nt ? d->tap_layers : NULL, taps, err, errlen) != 0) {
-            rc = -1;
-            break;
+        int y, a = 0;
+        if (ids_only) {
+            if (seq_append_argmax(s, rows, nd + 1, am, nt, nt ? d->tap_layers : NULL, taps, err, errlen) != 0) {
+                rc = -1;
+                break;
+            }
+            while (a < nd && am[a] == rows[a + 1]) a++; /* spec_accept's greedy rule */
+            y = am[a];
+        } else {
+            if (seq_append_taps(s, rows, nd + 1, nd + 1, logits, nt, nt ? d->tap_layers : NULL, taps, err, errlen) !=
+                0) {
+                rc = -1;
+                break;
+            }
+            a = spec_accept(smp, logits, V, rows + 1, d && !d->deterministic ? q : NULL, nd, p, r, &y);
         }
-        int y;
-        int a = spec_accept(smp, logits, V, rows + 1, d && !d->deterministic ? q : NULL, nd, p, r, &y);
         if (k > 0 && o->observe) o->observe(o->ctl, nd, a);
         st->n_rounds++;
         st->n_drafted += nd;
@@ -199,7 +212,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         int ne = 0;
         for (int i = 0; i <= a && !stop; i++) {
             if (o->cancel && *o->cancel) break;
-            stop = push(&g, tok[i], logits + (size_t)i * V);
+            stop = push(&g, tok[i], ids_only ? NULL : logits + (size_t)i * V);
             last_row = i;
             ne++;
         }
