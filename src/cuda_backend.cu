@@ -330,6 +330,18 @@ static void trace_report(cuda_ctx *x, int M) {
 
 enum { OUT_LOGITS = 1, OUT_IDS = 2 };
 
+/* logits[n] of the final-normed rows h[n] */
+static void lm_head(cuda_ctx *x, const float *h, int n) {
+    const cuda_model *m = x->m;
+    const model_config *c = &m->cfg;
+    if (cu_fuses_norm(&m->lm_head)) {
+        cu_matmul_norm(x->st, x->logits, h, n, &m->lm_head, NULL, m->final_norm, c->rms_norm_eps);
+    } else {
+        cu_rmsnorm(x->st, x->xb, h, m->final_norm, n, c->hidden_size, c->rms_norm_eps);
+        cu_matmul(x->st, x->logits, x->xb, n, &m->lm_head, NULL);
+    }
+}
+
 /* Enqueues one chunk of M rows whose ids, positions and cache length are in
    h_in (pinned): the uploads, every layer, and, when n_sel > 0, the final
    norm and LM head for the chunk's last n_sel rows with the logits copied
@@ -353,9 +365,13 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     for (int l = 0; l < c->n_layers; l++) {
         const dlayer *L = &m->layers[l];
         float *kc = x->kv + (size_t)l * 2 * KD * x->cap, *vc = kc + KD * x->cap;
-        cu_rmsnorm(st, x->xb, x->x, L->attn_norm, M, H, eps);
-        mark(x, OP_NORM);
-        cu_matmul(st, x->qkv, x->xb, M, &L->wqkv, L->bqkv);
+        if (cu_fuses_norm(&L->wqkv)) {
+            cu_matmul_norm(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps);
+        } else {
+            cu_rmsnorm(st, x->xb, x->x, L->attn_norm, M, H, eps);
+            mark(x, OP_NORM);
+            cu_matmul(st, x->qkv, x->xb, M, &L->wqkv, L->bqkv);
+        }
         mark(x, OP_QKV);
         cu_qkv_post_fused(st, x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, M, nh, nkv, hd, x->cap,
                           x->d_len, eps);
@@ -364,9 +380,13 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         mark(x, OP_ATTN);
         cu_matmul_add(st, x->x, x->att, M, &L->wo, L->bo);
         mark(x, OP_O);
-        cu_rmsnorm(st, x->xb, x->x, L->mlp_norm, M, H, eps);
-        mark(x, OP_NORM);
-        cu_matmul_swiglu(st, x->gate, x->xb, M, &L->wg, &L->wu);
+        if (cu_fuses_norm(&L->wg)) {
+            cu_matmul_swiglu_norm(st, x->gate, x->x, M, &L->wg, &L->wu, L->mlp_norm, eps);
+        } else {
+            cu_rmsnorm(st, x->xb, x->x, L->mlp_norm, M, H, eps);
+            mark(x, OP_NORM);
+            cu_matmul_swiglu(st, x->gate, x->xb, M, &L->wg, &L->wu);
+        }
         mark(x, OP_GU);
         cu_matmul_add(st, x->x, x->gate, M, &L->wd, NULL);
         mark(x, OP_DOWN);
@@ -374,8 +394,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     }
     if (n_sel) {
         int V = c->vocab_size;
-        cu_rmsnorm(st, x->xb, x->x + (size_t)(M - n_sel) * H, m->final_norm, n_sel, H, eps);
-        cu_matmul(st, x->logits, x->xb, n_sel, &m->lm_head, NULL);
+        lm_head(x, x->x + (size_t)(M - n_sel) * H, n_sel);
         mark(x, OP_HEAD);
         if (out & OUT_IDS) {
             cu_argmax(st, x->d_ids, x->logits, n_sel, V);
@@ -442,8 +461,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
         CK(cudaStreamSynchronize(x->st));
         for (int i = 0; i < n_sel; i++) {
             int r = b->logit_rows[*next_logit + i] - row0;
-            cu_rmsnorm(x->st, x->xb, x->x + (size_t)r * H, x->m->final_norm, 1, H, c->rms_norm_eps);
-            cu_matmul(x->st, x->logits, x->xb, 1, &x->m->lm_head, NULL);
+            lm_head(x, x->x + (size_t)r * H, 1);
             if (b->argmax) {
                 cu_argmax(x->st, x->d_ids, x->logits, 1, V);
                 CK(cudaMemcpyAsync(b->argmax + *next_logit + i, x->d_ids, sizeof(int), cudaMemcpyDeviceToHost,

@@ -65,6 +65,12 @@ int cuda_test_matmul(float *y, const float *x, int M, const void *w, ds_dtype dt
 /* the fused epilogues: mode 1 y += x.W^T (+ bias); mode 2 y = silu(x.W^T) * (x.W2^T) */
 int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
                            const float *bias, int mode, char *err, size_t errlen);
+/* RMSNorm folded into the matmul: mode 0 y = RMSNorm(x, gn).W^T (+ bias);
+ * mode 2 the SwiGLU of the normed input (K a multiple of 8, bf16 / f16) */
+int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
+                          const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
+/* out[m] = op_argmax(x[m], n) */
+int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen);
 int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);
 int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq, char *err,
                    size_t errlen);

@@ -25,6 +25,12 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 /* Programmatic dependent launch: a kernel lets the next one in its stream be
    scheduled once all its blocks have started (pdl_trigger) and waits for the
    previous kernel's completion and memory (pdl_wait) before it reads
@@ -266,11 +272,25 @@ __device__ __forceinline__ void mma_load_w(mma_chunk<T, TILES, MT> &c, const T *
     }
 }
 
+__device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
+__device__ __forceinline__ float sumsq8(float s, float4 a, float4 b) {
+    s = fmaf(a.x, a.x, s); s = fmaf(a.y, a.y, s); s = fmaf(a.z, a.z, s); s = fmaf(a.w, a.w, s);
+    s = fmaf(b.x, b.x, s); s = fmaf(b.y, b.y, s); s = fmaf(b.z, b.z, s); s = fmaf(b.w, b.w, s);
+    return s;
+}
+
+/* the chunk's activations; with an RMSNorm folded in (gn), each value is
+   multiplied by its norm weight and its square added to the row's ss */
 template <typename T, int TILES, int MT>
-__device__ __forceinline__ void mma_load_x(mma_chunk<T, TILES, MT> &c, const float *x, int K, int M, int m0, int c32,
-                                           int g, int t) {
+__device__ __forceinline__ void mma_load_x(mma_chunk<T, TILES, MT> &c, float (&ss)[MT], const float *x,
+                                           const float *gn, int K, int M, int m0, int c32, int g, int t) {
     int k = c32 * 32 + 8 * t;
     bool ok = k < K;
+    float4 ga = make_float4(0, 0, 0, 0), gb = ga;
+    if (gn && ok) {
+        ga = *reinterpret_cast<const float4 *>(gn + k);
+        gb = *reinterpret_cast<const float4 *>(gn + k + 4);
+    }
 #pragma unroll
     for (int j = 0; j < MT; j++) {
         int m = m0 + 8 * j + g;
@@ -278,6 +298,11 @@ __device__ __forceinline__ void mma_load_x(mma_chunk<T, TILES, MT> &c, const flo
             const float4 *p = reinterpret_cast<const float4 *>(x + (size_t)m * K + k);
             c.xa[j] = p[0];
             c.xb[j] = p[1];
+            if (gn) {
+                ss[j] = sumsq8(ss[j], c.xa[j], c.xb[j]);
+                c.xa[j] = mul4(c.xa[j], ga);
+                c.xb[j] = mul4(c.xb[j], gb);
+            }
         } else {
             c.xa[j] = c.xb[j] = make_float4(0, 0, 0, 0);
         }
@@ -313,14 +338,21 @@ __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_ch
 }
 
 /* EPI as k_matmul's; MM_SWIGLU: tiles 0..TILES/2-1 are gate rows, the
-   others the up rows of the same outputs. */
+   others the up rows of the same outputs. gn (or NULL): the input is
+   RMSNorm(x, gn) with eps, folded in as RMSNorm(x).W = r * ((gn . x).W)
+   with r = 1/sqrt(mean(x^2) + eps): the warps square the raw values they
+   load anyway, so the norm needs no kernel of its own, and every block
+   computes r in the same fixed order (per lane in chunk order, lanes of a
+   row by butterfly, warps in order). */
 template <typename T, int TILES, int MT, int EPI>
 __global__ void __launch_bounds__(32 * MMA_KS) k_mma(float *__restrict__ y, const float *__restrict__ x,
                                                     const T *__restrict__ W, const T *__restrict__ W2,
-                                                    const float *__restrict__ bias, int M, int N, int K) {
+                                                    const float *__restrict__ bias, int M, int N, int K,
+                                                    const float *__restrict__ gn, float eps) {
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES; /* output tiles */
     constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
     __shared__ float red[MMA_KS][NV][32];
+    __shared__ float ssw[MMA_KS][MT * 8], rr[MT * 8];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int n0 = blockIdx.x * OT * 16, m0 = blockIdx.y * MT * 8;
     const T *wa[TILES], *wb[TILES]; /* rows g and g+8 of each tile; rows past N read row N-1 (dropped) */
@@ -343,13 +375,16 @@ __global__ void __launch_bounds__(32 * MMA_KS) k_mma(float *__restrict__ y, cons
     constexpr int U = TILES * MT <= 2 ? 4 : 2;
     const int nc = (K + 31) / 32;
     mma_chunk<T, TILES, MT> ch[U];
+    float ss[MT];
+#pragma unroll
+    for (int j = 0; j < MT; j++) ss[j] = 0.0f;
     pdl_trigger();
 #pragma unroll
     for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t);
     pdl_wait();
     for (int c = warp;;) {
 #pragma unroll
-        for (int u = 0; u < U; u++) mma_load_x(ch[u], x, K, M, m0, c + u * MMA_KS, g, t);
+        for (int u = 0; u < U; u++) mma_load_x(ch[u], ss, x, gn, K, M, m0, c + u * MMA_KS, g, t);
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (c + u * MMA_KS < nc) mma_run(acc, ch[u]);
@@ -364,6 +399,22 @@ __global__ void __launch_bounds__(32 * MMA_KS) k_mma(float *__restrict__ y, cons
         for (int j = 0; j < MT; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) red[warp][(i * MT + j) * 4 + q][lane] = acc[i][j][q];
+    if (gn) {
+#pragma unroll
+        for (int j = 0; j < MT; j++) {
+            float v = ss[j];
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            v += __shfl_xor_sync(0xffffffffu, v, 2);
+            if (t == 0) ssw[warp][8 * j + g] = v;
+        }
+        __syncthreads();
+        if (threadIdx.x < MT * 8) {
+            float v = ssw[0][threadIdx.x];
+#pragma unroll
+            for (int w = 1; w < MMA_KS; w++) v += ssw[w][threadIdx.x];
+            rr[threadIdx.x] = 1.0f / sqrtf(v / (float)K + eps);
+        }
+    }
     __syncthreads();
     for (int e = threadIdx.x; e < OT * MT * 4 * 32; e += 32 * MMA_KS) {
         int l = e % 32, v = e / 32, q = v % 4, j = (v / 4) % MT, i = v / (4 * MT);
@@ -372,12 +423,14 @@ __global__ void __launch_bounds__(32 * MMA_KS) k_mma(float *__restrict__ y, cons
 #pragma unroll
         for (int w = 1; w < MMA_KS; w++) s += red[w][v][l];
         if (n >= N || m >= M) continue;
+        if (gn) s *= rr[m - m0];
         float *dst = y + (size_t)m * N + n;
         if (EPI == MM_SWIGLU) {
             int vu = ((i + OT) * MT + j) * 4 + q;
             float u = red[0][vu][l];
 #pragma unroll
             for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
+            if (gn) u *= rr[m - m0];
             *dst = s / (1.0f + expf(-s)) * u;
         } else {
             float r = bias ? s + bias[n] : s;
@@ -485,6 +538,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_part(const float *q, const
                                                            int causal) {
     pdl_trigger();
     pdl_wait();
+    extern __shared__ float4 kvs[]; /* the chunk's K rows, then its V rows */
     __shared__ float sc[G][ATT_CHUNK];
     __shared__ float4 part[ATT_WARPS][G][ATT_MAX_HD / 4];
     int c = blockIdx.x % nchunk, kvh = (blockIdx.x / nchunk) % nkv, m = m0 + (int)blockIdx.x / (nchunk * nkv);
@@ -492,8 +546,20 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_part(const float *q, const
     int p0 = c * ATT_CHUNK;
     if (p0 >= L) return;
     int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
-    const float *kb = kc + ((size_t)kvh * cap + p0) * hd, *vb = vc + ((size_t)kvh * cap + p0) * hd;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h4 = hd / 4;
+    /* the whole chunk is requested at once (asynchronous copies, no
+       registers held), so its latency is paid once, not per position */
+    {
+        const float4 *kg = reinterpret_cast<const float4 *>(kc + ((size_t)kvh * cap + p0) * hd);
+        const float4 *vg = reinterpret_cast<const float4 *>(vc + ((size_t)kvh * cap + p0) * hd);
+        for (int i = threadIdx.x; i < np * h4; i += ATT_THREADS) {
+            cp_async16(kvs + i, kg + i);
+            cp_async16(kvs + ATT_CHUNK * h4 + i, vg + i);
+        }
+        cp_async_wait_all();
+        __syncthreads();
+    }
+    const float *kb = reinterpret_cast<const float *>(kvs), *vb = reinterpret_cast<const float *>(kvs + ATT_CHUNK * h4);
     const float4 z4 = make_float4(0, 0, 0, 0);
     float4 qa[G], qb[G];
 #pragma unroll
@@ -605,17 +671,23 @@ static int pdl_enabled(void) {
 }
 
 template <typename... KA, typename... A>
-static void launch(void (*k)(KA...), dim3 grid, dim3 block, cudaStream_t st, A... args) {
+static void launch_smem(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
     cudaLaunchAttribute at;
     at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = &at;
     cfg.numAttrs = pdl_enabled();
     cudaLaunchKernelEx(&cfg, k, (KA)args...);
+}
+
+template <typename... KA, typename... A>
+static void launch(void (*k)(KA...), dim3 grid, dim3 block, cudaStream_t st, A... args) {
+    launch_smem(k, grid, block, 0, st, args...);
 }
 
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
@@ -623,11 +695,21 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
     int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
     size_t parts = (size_t)ATT_ROWS * nh * nchunk;
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
+    size_t smem = 2 * ATT_CHUNK * (size_t)hd * sizeof(float);
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
         dim3 grd(R * nkv * nchunk);
-#define PART(g) launch(k_attn_part<g>, grd, ATT_THREADS, st, q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, \
-                             scale, nchunk, m0, causal)
+#define PART(g)                                                                                               \
+    do {                                                                                                      \
+        static int sized_ = 0; /* the chunk buffer can pass the default 48 KiB of shared memory */           \
+        if (!sized_) {                                                                                        \
+            cudaFuncSetAttribute(k_attn_part<g>, cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
+                                 (int)(2 * ATT_CHUNK * ATT_MAX_HD * sizeof(float)));                          \
+            sized_ = 1;                                                                                       \
+        }                                                                                                     \
+        launch_smem(k_attn_part<g>, grd, ATT_THREADS, smem, st, q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, \
+                    d_len, M, scale, nchunk, m0, causal);                                                     \
+    } while (0)
         switch (G) {
         case 1: PART(1); break;
         case 2: PART(2); break;
@@ -643,37 +725,68 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
     }
 }
 
-/* one block per row: each thread keeps the first largest of its strided
-   elements, then a fixed tree keeps the lower index on ties */
-__global__ void k_argmax(int *out, const float *x, int n) {
+/* one block of 1024 threads per row; thread t scans elements in increasing
+   order (float4 groups t, t+1024, ..., four loads in flight) keeping the
+   first largest, then a fixed tree keeps the lower index on ties: the first
+   largest of the row, op_argmax's answer */
+#define ARGMAX_THREADS 1024
+__device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
+    if (bi < 0 || v > bv) bv = v, bi = i;
+}
+__global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax(int *out, const float *x, int n) {
     pdl_trigger();
     pdl_wait();
-    __shared__ float bv[256];
-    __shared__ int bi[256];
+    __shared__ float sv[ARGMAX_THREADS];
+    __shared__ int si[ARGMAX_THREADS];
     const float *xr = x + (size_t)blockIdx.x * n;
-    float v = -INFINITY;
-    int best = -1;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        if (best < 0 || xr[i] > v) v = xr[i], best = i;
-    bv[threadIdx.x] = v;
-    bi[threadIdx.x] = best;
+    const int T = ARGMAX_THREADS, t = threadIdx.x;
+    float bv = -INFINITY;
+    int bi = -1;
+    if (n % 4 == 0) {
+        const float4 *x4 = reinterpret_cast<const float4 *>(xr);
+        int n4 = n / 4, i = t;
+        for (; i + 3 * T < n4; i += 4 * T) {
+            float4 a = x4[i], b = x4[i + T], c = x4[i + 2 * T], d = x4[i + 3 * T];
+            const float4 v[4] = {a, b, c, d};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int e = 4 * (i + u * T);
+                am_take(bv, bi, v[u].x, e);
+                am_take(bv, bi, v[u].y, e + 1);
+                am_take(bv, bi, v[u].z, e + 2);
+                am_take(bv, bi, v[u].w, e + 3);
+            }
+        }
+        for (; i < n4; i += T) {
+            float4 a = x4[i];
+            am_take(bv, bi, a.x, 4 * i);
+            am_take(bv, bi, a.y, 4 * i + 1);
+            am_take(bv, bi, a.z, 4 * i + 2);
+            am_take(bv, bi, a.w, 4 * i + 3);
+        }
+    } else {
+        for (int i = t; i < n; i += T) am_take(bv, bi, xr[i], i);
+    }
+    sv[t] = bv;
+    si[t] = bi;
     __syncthreads();
-    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-        if ((int)threadIdx.x < o) {
-            float v2 = bv[threadIdx.x + o];
-            int i2 = bi[threadIdx.x + o];
-            int i1 = bi[threadIdx.x];
-            if (i2 >= 0 && (i1 < 0 || v2 > bv[threadIdx.x] || (v2 == bv[threadIdx.x] && i2 < i1))) {
-                bv[threadIdx.x] = v2;
-                bi[threadIdx.x] = i2;
+    for (int o = T / 2; o > 0; o >>= 1) {
+        if (t < o) {
+            float v2 = sv[t + o];
+            int i2 = si[t + o], i1 = si[t];
+            if (i2 >= 0 && (i1 < 0 || v2 > sv[t] || (v2 == sv[t] && i2 < i1))) {
+                sv[t] = v2;
+                si[t] = i2;
             }
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = bi[0] < 0 ? 0 : bi[0];
+    if (t == 0) out[blockIdx.x] = si[0] < 0 ? 0 : si[0];
 }
 
-void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n) { launch(k_argmax, M, 256, st, out, x, n); }
+void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n) {
+    launch(k_argmax, M, ARGMAX_THREADS, st, out, x, n);
+}
 
 void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
                  const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
@@ -719,30 +832,30 @@ static int g_mma_tiles = 1;
 
 template <typename T, int TILES, int MT, int EPI>
 static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
-                       const float *bias) {
+                       const float *bias, const float *gn, float eps) {
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES;
     dim3 grd((W->N + OT * 16 - 1) / (OT * 16), (M + MT * 8 - 1) / (MT * 8));
     launch(k_mma<T, TILES, MT, EPI>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p, W2 ? (const T *)W2->p : NULL, bias,
-           M, W->N, W->K);
+           M, W->N, W->K, gn, eps);
 }
 
 template <typename T, int TILES, int EPI>
 static void mma_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
-                     const float *bias) {
-    if (M <= 8) mma_launch<T, TILES, 1, EPI>(st, y, x, M, W, W2, bias);
-    else if (M <= 16) mma_launch<T, TILES, 2, EPI>(st, y, x, M, W, W2, bias);
-    else mma_launch<T, 2, 4, EPI>(st, y, x, M, W, W2, bias); /* reduction scratch bounds TILES x MT */
+                     const float *bias, const float *gn, float eps) {
+    if (M <= 8) mma_launch<T, TILES, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps);
+    else if (M <= 16) mma_launch<T, TILES, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps);
+    else mma_launch<T, 2, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps); /* reduction scratch bounds TILES x MT */
 }
 
 template <typename T, int EPI>
 static void mma_tiles(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
-                      const float *bias) {
-    if (g_mma_tiles >= 4) mma_rows<T, 4, EPI>(st, y, x, M, W, W2, bias);
+                      const float *bias, const float *gn, float eps) {
+    if (g_mma_tiles >= 4) mma_rows<T, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps);
     else if constexpr (EPI != MM_SWIGLU) {
-        if (g_mma_tiles == 1) mma_rows<T, 1, EPI>(st, y, x, M, W, W2, bias);
-        else mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias);
+        if (g_mma_tiles == 1) mma_rows<T, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps);
+        else mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps);
     } else
-        mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias);
+        mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps);
 }
 
 /* bf16 / f16 weights with K a multiple of 8 (16-byte rows): the
@@ -765,13 +878,30 @@ static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const d
     if (fma_forced()) {
         if (M <= 8) matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
         else matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
-    } else if (W->K % 8 == 0 && W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias);
-    else if (W->K % 8 == 0 && W->dt == DT_F16) mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias);
+    } else if (W->K % 8 == 0 && W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
+    else if (W->K % 8 == 0 && W->dt == DT_F16) mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
     else if (M <= 8) {
         matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
     } else {
         matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
     }
+}
+
+int cu_fuses_norm(const dmat *W) { return !fma_forced() && W->K % 8 == 0 && (W->dt == DT_BF16 || W->dt == DT_F16); }
+
+template <int EPI>
+static void matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                        const float *bias, const float *gn, float eps) {
+    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, gn, eps);
+    else mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, gn, eps);
+}
+void cu_matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
+                    const float *gn, float eps) {
+    matmul_norm<MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps);
+}
+void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu,
+                           const float *gn, float eps) {
+    matmul_norm<MM_SWIGLU>(st, y, x, M, Wg, Wu, NULL, gn, eps);
 }
 
 void cu_matmul(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias) {
@@ -985,5 +1115,53 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int r
     cudaFree(y);
     if (e != cudaSuccess) return ds_err(err, errlen, "CUDA: matmul benchmark: %s", cudaGetErrorString(e));
     *us = 1000.0 * ms / reps;
+    return 0;
+}
+
+/* y = RMSNorm(x, gn).W^T (+ bias) (mode 0) or silu(RMSNorm(x).W^T) *
+   (RMSNorm(x).W2^T) (mode 2), with the norm folded into the matmul */
+extern "C" int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt,
+                                     int N, int K, const float *bias, const float *gn, float eps, int mode, char *err,
+                                     size_t errlen) {
+    float *dx, *dy, *db = NULL, *dg;
+    void *dw, *dw2 = NULL;
+    size_t wb = (size_t)N * K * dtype_size(dt);
+    dmat W = {NULL, dt, N, K};
+    if (!cu_fuses_norm(&W)) return ds_err(err, errlen, "no folded norm for this matrix (K %% 8 or dtype)");
+    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, (float *)NULL, (size_t)M * N, err, errlen) ||
+        dup_to_dev(&dg, gn, (size_t)K, err, errlen))
+        return -1;
+    CK(cudaMalloc(&dw, wb));
+    CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
+    if (w2) {
+        CK(cudaMalloc(&dw2, wb));
+        CK(cudaMemcpy(dw2, w2, wb, cudaMemcpyHostToDevice));
+    }
+    if (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) return -1;
+    W.p = dw;
+    dmat W2 = {dw2, dt, N, K};
+    if (mode == 2) cu_matmul_swiglu_norm(0, dy, dx, M, &W, &W2, dg, eps);
+    else cu_matmul_norm(0, dy, dx, M, &W, db, dg, eps);
+    CK_LAUNCH();
+    CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dg);
+    cudaFree(dw);
+    cudaFree(dw2);
+    cudaFree(db);
+    return 0;
+}
+
+extern "C" int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen) {
+    float *dx;
+    int *dout;
+    if (dup_to_dev(&dx, x, (size_t)M * n, err, errlen) || dup_to_dev(&dout, (int *)NULL, (size_t)M, err, errlen))
+        return -1;
+    cu_argmax(0, dout, dx, M, n);
+    CK_LAUNCH();
+    CK(cudaMemcpy(out, dout, sizeof(int) * (size_t)M, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dout);
     return 0;
 }

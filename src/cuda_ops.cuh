@@ -33,7 +33,7 @@ extern "C" {
 
 #define ATT_MAX_HD 256 /* largest head_dim the attention kernels take */
 #define ATT_MAX_G 8    /* query heads per kv head */
-#define ATT_CHUNK 128  /* positions per split-attention partial */
+#define ATT_CHUNK 64   /* positions per split-attention partial */
 #define ATT_ROWS 32    /* rows per attention launch (bounds the partials scratch) */
 
 /* floats of split-attention scratch for a cache of cap positions:
@@ -60,6 +60,15 @@ void cu_matmul(cudaStream_t st, float *y, const float *x, int M, const dmat *W, 
 void cu_matmul_add(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias);
 /* y[M][N] = silu(x . Wg^T) * (x . Wu^T), each product exactly as cu_matmul's */
 void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu);
+/* 1 when W takes the tensor-core kernel, which can fold an RMSNorm of its
+   input in (cu_matmul_norm, cu_matmul_swiglu_norm) */
+int cu_fuses_norm(const dmat *W);
+/* y = RMSNorm(x, gn, eps) . W^T (+ bias), without a separate norm pass */
+void cu_matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
+                    const float *gn, float eps);
+/* y = silu(RMSNorm(x) . Wg^T) * (RMSNorm(x) . Wu^T) */
+void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu,
+                           const float *gn, float eps);
 /* y = RMSNorm(x, w) per row of D */
 void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps);
 /* out[M][H] = E[tok[m]] widened */

@@ -206,3 +206,72 @@ TEST(cuda_matmul_fused_epilogues_vs_cpu) {
         free(x), free(w1), free(w2), free(b), free(y0), free(a), free(c), free(yg), free(p1), free(p2);
     }
 }
+
+/* RMSNorm folded into the tensor-core matmul, against the CPU's separate
+   norm and matmul, and each row alone against the batch (bit identity) */
+TEST(cuda_matmul_norm_vs_cpu) {
+    if (!have_gpu()) return;
+    const int shapes[][3] = {{1, 64, 64}, {5, 100, 256}, {9, 70, 264}, {16, 512, 1024}, {17, 40, 136}, {3, 1000, 4096}};
+    char err[512];
+    const float eps = 1e-6f;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        float *x = xmalloc(sizeof(float) * M * K), *xn = xmalloc(sizeof(float) * M * K), *g = xmalloc(sizeof(float) * K);
+        float *w1 = xmalloc(sizeof(float) * N * K), *w2 = xmalloc(sizeof(float) * N * K), *b = xmalloc(sizeof(float) * N);
+        float *a = xmalloc(sizeof(float) * M * N), *c = xmalloc(sizeof(float) * M * N), *yg = xmalloc(sizeof(float) * M * N);
+        float *row = xmalloc(sizeof(float) * N);
+        fill(x, (size_t)M * K, 3.0f);
+        for (int i = 0; i < K; i++) g[i] = 1.0f + frand() * 0.5f;
+        fill(w1, (size_t)N * K, 0.1f);
+        fill(w2, (size_t)N * K, 0.1f);
+        fill(b, (size_t)N, 0.5f);
+        void *p1 = make_weights(DT_BF16, w1, (size_t)N * K), *p2 = make_weights(DT_BF16, w2, (size_t)N * K);
+        tensor t1 = {.name = "w1", .dtype = DT_BF16, .ndim = 2, .shape = {N, K}, .data = p1, .nbytes = (size_t)N * K * 2};
+        tensor t2 = {.name = "w2", .dtype = DT_BF16, .ndim = 2, .shape = {N, K}, .data = p2, .nbytes = (size_t)N * K * 2};
+        op_rmsnorm(xn, x, g, M, K, eps);
+        for (int mode = 0; mode <= 2; mode += 2) {
+            if (mode == 0) {
+                op_matmul(NULL, a, xn, M, &t1, b);
+            } else {
+                op_matmul(NULL, a, xn, M, &t1, NULL);
+                op_matmul(NULL, c, xn, M, &t2, NULL);
+                op_swiglu(a, a, c, M * N);
+            }
+            CHECK_MSG(cuda_test_matmul_norm(yg, x, M, p1, mode ? p2 : NULL, DT_BF16, N, K, mode ? NULL : b, g, eps,
+                                            mode, err, sizeof err) == 0,
+                      "%s", err);
+            double e = rel_err(yg, a, (size_t)M * N);
+            CHECK_MSG(e < 1e-5, "norm+matmul mode %d M=%d N=%d K=%d: %.3g", mode, M, N, K, e);
+            for (int m = 0; m < M; m++) {
+                CHECK(cuda_test_matmul_norm(row, x + (size_t)m * K, 1, p1, mode ? p2 : NULL, DT_BF16, N, K,
+                                            mode ? NULL : b, g, eps, mode, err, sizeof err) == 0);
+                CHECK_MSG(!memcmp(row, yg + (size_t)m * N, sizeof(float) * N),
+                          "norm+matmul mode %d row %d of %d differs from the row alone", mode, m, M);
+            }
+        }
+        free(x), free(xn), free(g), free(w1), free(w2), free(b), free(a), free(c), free(yg), free(row), free(p1),
+            free(p2);
+    }
+}
+
+/* device argmax = op_argmax, ties to the first index, any width */
+TEST(cuda_argmax_vs_cpu) {
+    if (!have_gpu()) return;
+    const int widths[] = {1, 3, 4, 1000, 4097, 151936};
+    char err[256];
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        int n = widths[w], M = 5;
+        float *x = xmalloc(sizeof(float) * (size_t)M * n);
+        int got[5];
+        fill(x, (size_t)M * n, 1.0f);
+        /* row 1: a tie between two late positions; row 2: all equal; row 3: the max last */
+        if (n > 2) x[(size_t)n + n - 1] = x[(size_t)n + n / 2] = 5.0f;
+        for (int i = 0; i < n; i++) x[(size_t)2 * n + i] = 0.25f;
+        x[(size_t)3 * n + n - 1] = 7.0f;
+        CHECK_MSG(cuda_test_argmax(got, x, M, n, err, sizeof err) == 0, "%s", err);
+        for (int m = 0; m < M; m++)
+            CHECK_MSG(got[m] == op_argmax(x + (size_t)m * n, n), "argmax n=%d row %d: %d vs %d", n, m, got[m],
+                      op_argmax(x + (size_t)m * n, n));
+        free(x);
+    }
+}
