@@ -1,6 +1,7 @@
-/* cuda_none: the CUDA backend's entry points in a build without CUDA
- * (`make` rather than `make cuda`): every call says so. */
+/* cuda_none: the CUDA backend's and the GPU drafters' entry points in a
+ * build without CUDA (`make` rather than `make cuda`): every call says so. */
 #include "cuda_backend.h"
+#include "cuda_drafter.h"
 #include "util.h"
 
 #define NOT_BUILT(err, errlen) ds_err(err, errlen, "this dspark was built without CUDA (build it with `make cuda`)")
@@ -42,3 +43,75 @@ int cuda_forward(cuda_ctx *c, const void *b, char *err, size_t errlen) {
     (void)b;
     return NOT_BUILT(err, errlen);
 }
+
+/* the GPU drafters (cuda_drafter.h): drafter_load only creates them for a
+   target on a GPU, which this build never has */
+int cuda_dmodel_create(cuda_dmodel **out, const cuda_dweights *w, struct cuda_model *target, int gpu, char *err,
+                       size_t errlen) {
+    (void)w;
+    (void)target;
+    (void)gpu;
+    *out = NULL;
+    return NOT_BUILT(err, errlen);
+}
+void cuda_dmodel_free(cuda_dmodel *m) { (void)m; }
+int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, char *err, size_t errlen) {
+    (void)m;
+    (void)cap;
+    *out = NULL;
+    return NOT_BUILT(err, errlen);
+}
+void cuda_dstate_free(cuda_dstate *s) { (void)s; }
+int cuda_dstate_len(const cuda_dstate *s) {
+    (void)s;
+    return 0;
+}
+int cuda_dstate_capacity(const cuda_dstate *s) {
+    (void)s;
+    return 0;
+}
+void cuda_dstate_truncate(cuda_dstate *s, int len) {
+    (void)s;
+    (void)len;
+}
+int cuda_dstate_ingest(cuda_dstate *s, int pos0, int n, const float *taps, int rows, int row0, char *err,
+                       size_t errlen) {
+    (void)s;
+    (void)pos0;
+    (void)n;
+    (void)taps;
+    (void)rows;
+    (void)row0;
+    return NOT_BUILT(err, errlen);
+}
+int cuda_dstate_propose(cuda_dstate *s, int anchor, int n, int chain, int *draft, float *conf, char *err,
+                        size_t errlen) {
+    (void)s;
+    (void)anchor;
+    (void)n;
+    (void)chain;
+    (void)draft;
+    (void)conf;
+    return NOT_BUILT(err, errlen);
+}
+int cuda_dstate_row(cuda_dstate *s, int j, int prev, float *conf, float *z, char *err, size_t errlen) {
+    (void)s;
+    (void)j;
+    (void)prev;
+    (void)conf;
+    (void)z;
+    return NOT_BUILT(err, errlen);
+}
+int cuda_dstate_read_last(const cuda_dstate *s, float *base, float *z, int rows, char *err, size_t errlen) {
+    (void)s;
+    (void)base;
+    (void)z;
+    (void)rows;
+    return NOT_BUILT(err, errlen);
+}
+int cuda_dstate_read_ctx(const cuda_dstate *s, float *g, char *err, size_t errlen) {
+    (void)s;
+    (void)g;
+    return NOT_BUILT(err, errlen);
+}
+int cuda_dstate_ctx_chunk(void) { return 0; }

@@ -1,5 +1,8 @@
 /* drafter: one sequence's drafter state and the drafter forward pass. See
- * drafter.h (and drafter_load.c for loading). */
+ * drafter.h (and drafter_load.c for loading). When the target is on a GPU
+ * the state and the forward pass are on that GPU (cuda_drafter.h); the
+ * bookkeeping here (committed ids, what to ingest, the confidence cut,
+ * sampling) is shared. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +20,7 @@ struct dstate {
     sampler *smp;
     float conf_th;
     kv_cache *kv; /* context K/V at committed positions; a block's rows sit past kv_len, never committed */
+    cuda_dstate *cu; /* instead of kv and the CPU scratch when the drafter is on a GPU */
     int *ids;     /* the committed context: prompt + emitted ids; the last one is the anchor */
     int n_ids, cap_ids;
     int broken; /* features arrived out of order: propose nothing until the next reset */
@@ -33,7 +37,9 @@ int dstate_create(dstate **out, const dmodel *dm, int n_ctx, tpool *tp, sampler 
     const model_config *b = &c->base;
     dstate *s = xcalloc(1, sizeof *s);
     const int B = c->block_size;
-    if (kv_create(&s->kv, b->n_layers, b->n_kv_heads, b->head_dim, n_ctx + B, err, errlen) != 0) {
+    int rc = dm->cu ? cuda_dstate_create(&s->cu, dm->cu, n_ctx + B, err, errlen)
+                    : kv_create(&s->kv, b->n_layers, b->n_kv_heads, b->head_dim, n_ctx + B, err, errlen);
+    if (rc != 0) {
         free(s);
         return -1;
     }
@@ -43,6 +49,14 @@ int dstate_create(dstate **out, const dmodel *dm, int n_ctx, tpool *tp, sampler 
     s->dm = dm;
     s->tp = tp;
     s->smp = smp;
+    /* both paths: the head rows, the biased rows, the last context features */
+    s->g = xaligned(sizeof(float) * (size_t)(s->cu ? cuda_dstate_ctx_chunk() : CTX_CHUNK) * H);
+    s->base = xaligned(sizeof(float) * (size_t)B * V);
+    s->zl = xaligned(sizeof(float) * (size_t)B * V);
+    if (s->cu) {
+        *out = s;
+        return 0;
+    }
     s->x = xaligned(sizeof(float) * (size_t)B * H);
     s->xb = xaligned(sizeof(float) * (size_t)B * H);
     s->q = xaligned(sizeof(float) * (size_t)B * QD);
@@ -52,12 +66,9 @@ int dstate_create(dstate **out, const dmodel *dm, int n_ctx, tpool *tp, sampler 
     s->gate = xaligned(sizeof(float) * (size_t)B * I);
     s->up = xaligned(sizeof(float) * (size_t)B * I);
     s->feat = xaligned(sizeof(float) * (size_t)CTX_CHUNK * (size_t)c->n_taps * H);
-    s->g = xaligned(sizeof(float) * (size_t)CTX_CHUNK * H);
     s->cin = xaligned(sizeof(float) * (H + R + 1));
     s->e = xaligned(sizeof(float) * (R + 1));
     s->bias = xaligned(sizeof(float) * V);
-    s->base = xaligned(sizeof(float) * (size_t)B * V);
-    s->zl = xaligned(sizeof(float) * (size_t)B * V);
     s->pos = xmalloc(sizeof(int) * rows);
     *out = s;
     return 0;
@@ -66,6 +77,7 @@ int dstate_create(dstate **out, const dmodel *dm, int n_ctx, tpool *tp, sampler 
 void dstate_free(dstate *s) {
     if (!s) return;
     kv_free(s->kv);
+    cuda_dstate_free(s->cu);
     float *bufs[] = {s->x, s->xb, s->q, s->att, s->k, s->v, s->gate, s->up, s->feat,
                      s->g, s->cin, s->e, s->bias, s->base, s->zl};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
@@ -74,19 +86,39 @@ void dstate_free(dstate *s) {
     free(s);
 }
 
+/* the context cache, wherever it lives */
+static int ctx_len(const dstate *s) { return s->cu ? cuda_dstate_len(s->cu) : kv_len(s->kv); }
+static int ctx_capacity(const dstate *s) { return s->cu ? cuda_dstate_capacity(s->cu) : kv_capacity(s->kv); }
+static void ctx_truncate(dstate *s, int len) {
+    if (s->cu) cuda_dstate_truncate(s->cu, len);
+    else kv_truncate(s->kv, len);
+}
+
 void dstate_set_confidence_threshold(dstate *s, float c) { s->conf_th = c; }
-int dstate_ctx_len(const dstate *s) { return kv_len(s->kv); }
+int dstate_ctx_len(const dstate *s) { return ctx_len(s); }
 
 int dstate_last(const dstate *s, const float **base, const float **markov, const float **conf) {
     const dmodel *dm = s->dm;
     if (base) *base = s->base;
     if (markov) *markov = dm->cfg.kind == DRAFTER_DSPARK && dm->w2 ? s->zl : NULL;
     if (conf) *conf = dm->conf_w ? s->conf : NULL;
+    if (s->cu) {
+        /* the rows stay on the device until asked for */
+        char err[256];
+        int mk = dm->cfg.kind == DRAFTER_DSPARK && dm->w2;
+        if (cuda_dstate_read_last(s->cu, s->base, mk ? s->zl : NULL, s->n_last, err, sizeof err) != 0) return 0;
+    }
     return s->n_last;
 }
 
 const float *dstate_last_ctx(const dstate *s, int *n) {
-    if (n) *n = s->n_lastctx;
+    int rows = s->n_lastctx;
+    if (s->cu) {
+        char err[256];
+        rows = cuda_dstate_read_ctx(s->cu, s->g, err, sizeof err);
+        if (rows < 0) rows = 0;
+    }
+    if (n) *n = rows;
     return s->g;
 }
 
@@ -103,9 +135,9 @@ static void ids_push(dstate *s, const int *ids, int n) {
 
 static int d_reset(void *self, const int *ids, int n) {
     dstate *s = self;
-    int keep = 0, have = kv_len(s->kv);
+    int keep = 0, have = ctx_len(s);
     while (keep < have && keep < n && keep < s->n_ids && s->ids[keep] == ids[keep]) keep++;
-    kv_truncate(s->kv, keep);
+    ctx_truncate(s, keep);
     s->n_ids = 0;
     ids_push(s, ids, n);
     s->broken = 0;
@@ -144,8 +176,13 @@ static void d_features(void *self, int pos0, int n, const float *taps, int rows,
     dstate *s = self;
     if (s->broken) return;
     /* context must stay contiguous from position 0 and leave room for a block */
-    if (pos0 > kv_len(s->kv) || pos0 + n + s->dm->cfg.block_size > kv_capacity(s->kv)) {
+    if (pos0 > ctx_len(s) || pos0 + n + s->dm->cfg.block_size > ctx_capacity(s)) {
         s->broken = 1;
+        return;
+    }
+    if (s->cu) {
+        char err[256];
+        if (cuda_dstate_ingest(s->cu, pos0, n, taps, rows, row0, err, sizeof err) != 0) s->broken = 1;
         return;
     }
     kv_truncate(s->kv, pos0);
@@ -199,6 +236,39 @@ static void block_forward(dstate *s, int anchor, int spos) {
     op_rmsnorm(s->xb, s->x, dm->final_norm, B, H, eps);
 }
 
+/* d_propose's proposal from the GPU: the block and the head run there and,
+   when the choice is greedy, so does the choice (only the ids and the
+   confidences come back); sampled DSpark rows come back one at a time as
+   logits, and the host samples them exactly as the CPU path does. */
+static int propose_cuda(dstate *s, int k, int *draft, float *q, int spos) {
+    const dmodel *dm = s->dm;
+    const drafter_config *c = &dm->cfg;
+    const int B = c->block_size, V = c->base.vocab_size, dflash = c->kind == DRAFTER_DFLASH;
+    const int n = dflash ? (k < B - 1 ? k : B - 1) : (k < B ? k : B);
+    const int chain = dflash || sampler_is_greedy(s->smp) || !q;
+    char err[256];
+    float conf[DRAFTER_MAX_BLOCK];
+    if (cuda_dstate_propose(s->cu, s->ids[spos], n, chain, draft, conf, err, sizeof err) != 0) return 0;
+    s->n_last = n;
+    if (dflash) return n;
+    int prev = s->ids[spos];
+    for (int j = 0; j < n; j++) {
+        float *z = s->zl + (size_t)j * V;
+        if (!chain && cuda_dstate_row(s->cu, j, prev, &conf[j], z, err, sizeof err) != 0) return j;
+        if (dm->conf_w) {
+            s->conf[j] = conf[j];
+            s->n_conf = j + 1;
+            if (s->conf[j] < s->conf_th) return j;
+        }
+        if (!chain) {
+            sampler_probs(s->smp, z, q + (size_t)j * V);
+            draft[j] = sampler_draw(s->smp, q + (size_t)j * V, V, 1.0);
+        }
+        prev = draft[j];
+    }
+    return n;
+}
+
 static int d_propose(void *self, int k, int *draft, float *q) {
     dstate *s = self;
     const dmodel *dm = s->dm;
@@ -206,7 +276,8 @@ static int d_propose(void *self, int k, int *draft, float *q) {
     const int B = c->block_size, H = c->base.hidden_size, V = c->base.vocab_size, R = c->markov_rank;
     s->n_last = s->n_conf = 0;
     int spos = s->n_ids - 1;
-    if (s->broken || spos < 0 || kv_len(s->kv) != spos || spos + B > kv_capacity(s->kv) || k <= 0) return 0;
+    if (s->broken || spos < 0 || ctx_len(s) != spos || spos + B > ctx_capacity(s) || k <= 0) return 0;
+    if (s->cu) return propose_cuda(s, k, draft, q, spos);
     block_forward(s, s->ids[spos], spos);
     if (c->kind == DRAFTER_DFLASH) {
         /* mask row j (1..B-1) drafts the token at position s+j */

@@ -3,6 +3,7 @@
 #ifndef DS_DRAFTER_INTERNAL_H
 #define DS_DRAFTER_INTERNAL_H
 
+#include "cuda_drafter.h"
 #include "drafter.h"
 #include "safetensors.h"
 #include "wbind.h"
@@ -23,6 +24,7 @@ struct dmodel {
     int alias_embed, alias_head;
     float *inv_freq;                /* [hd/2] */
     float *owned;                   /* f32 norms + inv_freq */
+    cuda_dmodel *cu;                /* the device copy when the target is on a GPU, else NULL */
 };
 
 #endif

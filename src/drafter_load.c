@@ -186,6 +186,32 @@ static int check_pairing(const drafter_config *c, const model_config *t, const c
     return 0;
 }
 
+/* A drafter of a GPU target runs on that GPU: its weights go to the
+   device, the embedding / LM head it borrows or aliases are the target's
+   device copies. */
+static int upload(dmodel *dm, const model *target, char *err, size_t errlen) {
+    const drafter_config *c = &dm->cfg;
+    cuda_dweights w = {.cfg = &c->base,
+                       .dspark = c->kind == DRAFTER_DSPARK,
+                       .block_size = c->block_size,
+                       .mask_token_id = c->mask_token_id,
+                       .n_taps = c->n_taps,
+                       .markov_rank = c->markov_rank,
+                       .conf_markov = c->confidence_with_markov,
+                       .fc = dm->fc,
+                       .hidden_norm = dm->hidden_norm,
+                       .final_norm = dm->final_norm,
+                       .inv_freq = dm->inv_freq,
+                       .layers = dm->layers,
+                       .embed = dm->alias_embed ? NULL : dm->embed,
+                       .lm_head = dm->alias_head ? NULL : dm->lm_head,
+                       .w1 = dm->w1,
+                       .w2 = dm->w2,
+                       .conf_w = dm->conf_w,
+                       .conf_b = dm->conf_b};
+    return cuda_dmodel_create(&dm->cu, &w, model_cuda(target), 0, err, errlen);
+}
+
 int dmodel_load(dmodel **out, const char *dir, const model *target, const model_load_opts *opt, char *err,
                 size_t errlen) {
     *out = NULL;
@@ -262,6 +288,7 @@ int dmodel_load(dmodel **out, const char *dir, const model *target, const model_
             dm->alias_head = 1;
         }
     }
+    if (model_cuda(target) && upload(dm, target, err, errlen) != 0) goto fail;
     *out = dm;
     return 0;
 fail:
@@ -271,6 +298,7 @@ fail:
 
 void dmodel_free(dmodel *dm) {
     if (!dm) return;
+    cuda_dmodel_free(dm->cu);
     st_set_close(dm->st);
     free(dm->layers);
     free(dm->owned);

@@ -1,0 +1,572 @@
+// cuda_drafter: see cuda_drafter.h. The drafters' weights and per-sequence
+// state on the device, and their forward pass on the launchers of
+// cuda_ops.cuh, plus the small kernels only drafters need: DSpark's
+// confidence head and an argmax split over many blocks for the greedy
+// drafts (the tap concatenation happens while staging on the host).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_ops.cuh"
+#include "cuda_drafter.h"
+
+#define CTX_ROWS 128  /* context rows per ingest pass (a prefill chunk of the spec loop) */
+#define GRAPH_ROWS 17 /* ingest passes of up to this many rows (a round's commit) replay graphs */
+#define AM_PARTS 64   /* blocks per row of the split argmax */
+
+namespace {
+
+struct dr_layer {
+    dmat wq, wk, wv, wo, wg, wu, wd;
+    float *attn_norm, *mlp_norm, *q_norm, *k_norm; /* [H], [H], [hd], [hd] */
+};
+
+__device__ __forceinline__ float wide(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float wide(__half v) { return __half2float(v); }
+__device__ __forceinline__ float wide(float v) { return v; }
+
+/* DSpark's confidence c = sigmoid(w . [h ; e] + b) for one row, one block
+   of 256 threads: fixed strided partial sums, then a fixed tree (the same
+   bits every time). R = 0 when the head reads h only. */
+template <typename T>
+__global__ void k_confidence(float *out, const float *h, const float *e, const T *w, int H, int R, float b) {
+    __shared__ float part[256];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) s = fmaf(h[i], wide(w[i]), s);
+    for (int i = threadIdx.x; i < R; i += blockDim.x) s = fmaf(e[i], wide(w[H + i]), s);
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = 1.0f / (1.0f + expf(-(part[0] + b)));
+}
+
+/* The first largest entry of a row, split over AM_PARTS blocks per row
+   (one block per row over a whole vocabulary is bound by the latency of
+   its few warps' loads, about 0.1 ms per row): each block keeps the first
+   largest of its slice, the final pass the first largest of the parts.
+   Ties go to the lower index at every step, so the result is op_argmax's. */
+__device__ __forceinline__ void am_keep(float &v, int &i, float v2, int i2) {
+    if (i2 >= 0 && (i < 0 || v2 > v || (v2 == v && i2 < i))) v = v2, i = i2;
+}
+
+__device__ void am_tree(float *bv, int *bi, float v, int i) {
+    bv[threadIdx.x] = v;
+    bi[threadIdx.x] = i;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) {
+            float a = bv[threadIdx.x];
+            int ia = bi[threadIdx.x];
+            am_keep(a, ia, bv[threadIdx.x + o], bi[threadIdx.x + o]);
+            bv[threadIdx.x] = a;
+            bi[threadIdx.x] = ia;
+        }
+        __syncthreads();
+    }
+}
+
+__global__ void k_argmax_part(float *pv, int *pi, const float *x, int n, int per) {
+    __shared__ float bv[256];
+    __shared__ int bi[256];
+    const float *xr = x + (size_t)blockIdx.y * n;
+    int lo = blockIdx.x * per, hi = lo + per < n ? lo + per : n;
+    float v = -INFINITY;
+    int best = -1;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        if (best < 0 || xr[i] > v) v = xr[i], best = i;
+    am_tree(bv, bi, v, best);
+    if (threadIdx.x == 0) {
+        pv[blockIdx.y * gridDim.x + blockIdx.x] = bv[0];
+        pi[blockIdx.y * gridDim.x + blockIdx.x] = bi[0];
+    }
+}
+
+__global__ void k_argmax_final(int *out, const float *pv, const int *pi, int parts) {
+    __shared__ float bv[AM_PARTS];
+    __shared__ int bi[AM_PARTS];
+    int t = threadIdx.x, r = blockIdx.x;
+    am_tree(bv, bi, t < parts ? pv[r * parts + t] : -INFINITY, t < parts ? pi[r * parts + t] : -1);
+    if (t == 0) out[r] = bi[0] < 0 ? 0 : bi[0];
+}
+
+} // namespace
+
+struct cuda_dmodel {
+    model_config cfg;
+    int gpu, dspark, B, mask_id, nt, R, conf_markov, has_conf;
+    dmat fc;                                   /* [H][nt*H] */
+    float *hidden_norm, *final_norm, *inv_freq; /* [H], [H], [hd/2] */
+    dr_layer *layers;
+    dmat own_embed, own_head;                  /* uploaded only when not the target's */
+    const dmat *embed, *lm_head;               /* [V][H]: own_* or the target's */
+    dmat w1, w2, conf_w;                       /* [V][R], [V][R], [1][H(+R)] */
+    float conf_b;
+    void **allocs;
+    int n_allocs, cap_allocs;
+};
+
+/* h_in / d_in layout: the block's ids, the positions, the cache length
+   before the pass, DSpark's previous id (sampled rows) */
+#define IN_POS(s) ((s)->m->B)
+#define IN_LEN(s) ((s)->m->B + (s)->rows)
+#define IN_PREV(s) (IN_LEN(s) + 1)
+#define IN_INTS(s) (IN_PREV(s) + 1)
+
+struct cuda_dstate {
+    cuda_dmodel *m;
+    int cap, len, rows, n_ctx_last;
+    float *kv;                              /* [layer][2][nkv][cap][hd] */
+    float *x, *xb, *q, *att, *k, *v, *gate; /* block scratch; k, v also hold ingest rows */
+    float *feat, *g;                        /* [CTX_ROWS][nt*H], [CTX_ROWS][H] */
+    float *base, *z, *e, *conf;             /* [B][V] head rows, [B][V] biased rows, [R], [B] */
+    float *part;                            /* split attention partials */
+    float *am_v;                            /* [B][AM_PARTS] argmax partials (values; indices in am_i) */
+    int *am_i;
+    int *d_in, *draft;                      /* IN_* layout; [B] greedy drafts */
+    int *h_in, *h_ids;                      /* pinned: IN_* layout; [B] drafts */
+    float *h_feat, *h_out;                  /* pinned: [CTX_ROWS][nt*H]; [B] confidences + [V] one z row */
+    cudaStream_t st;
+    /* graphs: propose by (rows, chain), ingest by rows (<= GRAPH_ROWS) */
+    cudaGraphExec_t *g_block, g_ingest[GRAPH_ROWS + 1];
+    int use_graphs;
+};
+
+/* ---- weights --------------------------------------------------------------- */
+
+static int dev_alloc(cuda_dmodel *m, void **p, size_t n, char *err, size_t errlen) {
+    CK(cudaMalloc(p, n ? n : 1));
+    if (m->n_allocs == m->cap_allocs) {
+        m->cap_allocs = m->cap_allocs ? m->cap_allocs * 2 : 64;
+        m->allocs = (void **)xrealloc(m->allocs, sizeof(void *) * (size_t)m->cap_allocs);
+    }
+    m->allocs[m->n_allocs++] = *p;
+    return 0;
+}
+
+static int up_f32(cuda_dmodel *m, float **dst, const float *src, size_t n, char *err, size_t errlen) {
+    *dst = NULL;
+    if (!src) return 0;
+    if (dev_alloc(m, (void **)dst, sizeof(float) * n, err, errlen)) return -1;
+    CK(cudaMemcpy(*dst, src, sizeof(float) * n, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+static int up_mat(cuda_dmodel *m, dmat *d, const tensor *t, char *err, size_t errlen) {
+    if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
+        return ds_err(err, errlen, "CUDA drafter: %s has dtype %s (bf16, f16 or f32 needed)", t->name,
+                      dtype_name(t->dtype));
+    d->dt = t->dtype;
+    d->N = (int)t->shape[0];
+    d->K = t->ndim > 1 ? (int)t->shape[1] : 1;
+    if (dev_alloc(m, &d->p, t->nbytes, err, errlen)) return -1;
+    CK(cudaMemcpy(d->p, t->data, t->nbytes, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+static int up_layers(cuda_dmodel *m, const wlayer *src, char *err, size_t errlen) {
+    const model_config *c = &m->cfg;
+    size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        const wlayer *L = &src[l];
+        dr_layer *D = &m->layers[l];
+        if (up_mat(m, &D->wq, L->wq, err, errlen) || up_mat(m, &D->wk, L->wk, err, errlen) ||
+            up_mat(m, &D->wv, L->wv, err, errlen) || up_mat(m, &D->wo, L->wo, err, errlen) ||
+            up_mat(m, &D->wg, L->wg, err, errlen) || up_mat(m, &D->wu, L->wu, err, errlen) ||
+            up_mat(m, &D->wd, L->wd, err, errlen) || up_f32(m, &D->attn_norm, L->attn_norm, H, err, errlen) ||
+            up_f32(m, &D->mlp_norm, L->mlp_norm, H, err, errlen) ||
+            up_f32(m, &D->q_norm, L->q_norm, hd, err, errlen) || up_f32(m, &D->k_norm, L->k_norm, hd, err, errlen))
+            return -1;
+        if (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N)
+            return ds_err(err, errlen, "CUDA drafter: layer %d: gate and up projections differ in dtype or shape", l);
+    }
+    return 0;
+}
+
+/* the shapes the attention and q/k kernels take */
+static int check_shapes(const model_config *c, char *err, size_t errlen) {
+    if (c->n_heads % c->n_kv_heads || c->n_heads / c->n_kv_heads > ATT_MAX_G)
+        return ds_err(err, errlen, "CUDA drafter: %d query heads per kv head is not supported (at most %d)",
+                      c->n_heads / c->n_kv_heads, ATT_MAX_G);
+    if (c->head_dim % 4 || c->head_dim > ATT_MAX_HD)
+        return ds_err(err, errlen, "CUDA drafter: head_dim %d is not supported (a multiple of 4, at most %d)",
+                      c->head_dim, ATT_MAX_HD);
+    return 0;
+}
+
+extern "C" int cuda_dmodel_create(cuda_dmodel **out, const cuda_dweights *w, struct cuda_model *target, int gpu,
+                                  char *err, size_t errlen) {
+    *out = NULL;
+    if (target) gpu = cu_model_gpu(target);
+    if ((!w->embed || !w->lm_head) && !target)
+        return ds_err(err, errlen, "CUDA drafter: no embedding / LM head (neither its own nor the target's)");
+    if (check_shapes(w->cfg, err, errlen) != 0) return -1;
+    CK(cudaSetDevice(gpu));
+    cuda_dmodel *m = (cuda_dmodel *)xcalloc(1, sizeof *m);
+    m->cfg = *w->cfg;
+    m->gpu = gpu;
+    m->dspark = w->dspark;
+    m->B = w->block_size;
+    m->mask_id = w->mask_token_id;
+    m->nt = w->n_taps;
+    m->R = w->w1 && w->w2 ? w->markov_rank : 0;
+    m->conf_markov = m->R > 0 && w->conf_markov;
+    m->has_conf = w->conf_w != NULL;
+    m->conf_b = w->conf_b;
+    const model_config *c = &m->cfg;
+    size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
+    m->layers = (dr_layer *)xcalloc((size_t)c->n_layers, sizeof(dr_layer));
+    int rc = up_mat(m, &m->fc, w->fc, err, errlen) || up_f32(m, &m->hidden_norm, w->hidden_norm, H, err, errlen) ||
+             up_f32(m, &m->final_norm, w->final_norm, H, err, errlen) ||
+             up_f32(m, &m->inv_freq, w->inv_freq, hd / 2, err, errlen) || up_layers(m, w->layers, err, errlen);
+    if (!rc && w->embed) {
+        rc = up_mat(m, &m->own_embed, w->embed, err, errlen);
+        m->embed = &m->own_embed;
+    } else if (!rc) {
+        m->embed = cu_model_embed(target);
+    }
+    if (!rc && w->lm_head) {
+        if (w->lm_head == w->embed) m->own_head = m->own_embed;
+        else rc = up_mat(m, &m->own_head, w->lm_head, err, errlen);
+        m->lm_head = &m->own_head;
+    } else if (!rc) {
+        m->lm_head = cu_model_lm_head(target);
+    }
+    if (!rc && m->R) rc = up_mat(m, &m->w1, w->w1, err, errlen) || up_mat(m, &m->w2, w->w2, err, errlen);
+    if (!rc && m->has_conf) rc = up_mat(m, &m->conf_w, w->conf_w, err, errlen);
+    if (rc) {
+        cuda_dmodel_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+extern "C" void cuda_dmodel_free(cuda_dmodel *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_allocs; i++) cudaFree(m->allocs[i]);
+    free(m->allocs);
+    free(m->layers);
+    free(m);
+}
+
+/* ---- state ------------------------------------------------------------------ */
+
+extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, char *err, size_t errlen) {
+    *out = NULL;
+    CK(cudaSetDevice(m->gpu));
+    const model_config *c = &m->cfg;
+    const int B = m->B;
+    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
+    size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
+    cuda_dstate *s = (cuda_dstate *)xcalloc(1, sizeof *s);
+    s->m = m;
+    s->cap = cap;
+    s->rows = B > CTX_ROWS ? B : CTX_ROWS;
+    size_t R = (size_t)s->rows, kvf = (size_t)c->n_layers * 2 * KD * (size_t)cap;
+    cudaError_t e = cudaMalloc((void **)&s->kv, sizeof(float) * kvf);
+    if (e != cudaSuccess) {
+        free(s);
+        return ds_err(err, errlen, "CUDA: cannot allocate the drafter's %.2f GiB cache for %d positions: %s",
+                      (double)sizeof(float) * kvf / (1 << 30), cap, cudaGetErrorString(e));
+    }
+    float **bufs[] = {&s->x, &s->xb, &s->q, &s->att, &s->k, &s->v, &s->gate, &s->feat,
+                      &s->g, &s->base, &s->z, &s->e, &s->conf, &s->part, &s->am_v};
+    size_t sizes[] = {B * H, B * H, B * QD, B * QD, R * KD, R * KD, B * I, (size_t)CTX_ROWS * m->nt * H,
+                      (size_t)CTX_ROWS * H, B * V, m->R ? B * V : 1, m->R ? (size_t)m->R : 1, (size_t)B,
+                      cu_attn_part_floats(c->n_heads, c->head_dim, cap), (size_t)B * AM_PARTS};
+    int ok = 1;
+    for (size_t i = 0; ok && i < sizeof sizes / sizeof sizes[0]; i++)
+        ok = cudaMalloc((void **)bufs[i], sizeof(float) * sizes[i]) == cudaSuccess;
+    ok = ok && cudaMalloc((void **)&s->d_in, sizeof(int) * IN_INTS(s)) == cudaSuccess &&
+         cudaMalloc((void **)&s->am_i, sizeof(int) * B * AM_PARTS) == cudaSuccess &&
+         cudaMalloc((void **)&s->draft, sizeof(int) * B) == cudaSuccess &&
+         cudaMallocHost((void **)&s->h_in, sizeof(int) * IN_INTS(s)) == cudaSuccess &&
+         cudaMallocHost((void **)&s->h_ids, sizeof(int) * B) == cudaSuccess &&
+         cudaMallocHost((void **)&s->h_feat, sizeof(float) * CTX_ROWS * m->nt * H) == cudaSuccess &&
+         cudaMallocHost((void **)&s->h_out, sizeof(float) * (B + V)) == cudaSuccess &&
+         cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking) == cudaSuccess;
+    if (!ok) {
+        cuda_dstate_free(s);
+        cudaGetLastError();
+        return ds_err(err, errlen, "CUDA: cannot allocate the drafter's scratch");
+    }
+    s->g_block = (cudaGraphExec_t *)xcalloc((size_t)(B + 1) * 2, sizeof(cudaGraphExec_t));
+    const char *gv = getenv("DSPARK_CUDA_GRAPHS");
+    s->use_graphs = !(gv && !strcmp(gv, "0"));
+    *out = s;
+    return 0;
+}
+
+extern "C" void cuda_dstate_free(cuda_dstate *s) {
+    if (!s) return;
+    cudaSetDevice(s->m->gpu);
+    if (s->st) cudaStreamSynchronize(s->st);
+    float *bufs[] = {s->kv, s->x, s->xb, s->q, s->att, s->k, s->v, s->gate, s->feat, s->g, s->base, s->z, s->e,
+                     s->conf, s->part, s->am_v};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    cudaFree(s->d_in);
+    cudaFree(s->am_i);
+    cudaFree(s->draft);
+    if (s->h_in) cudaFreeHost(s->h_in);
+    if (s->h_ids) cudaFreeHost(s->h_ids);
+    if (s->h_feat) cudaFreeHost(s->h_feat);
+    if (s->h_out) cudaFreeHost(s->h_out);
+    if (s->g_block)
+        for (int i = 0; i < (s->m->B + 1) * 2; i++)
+            if (s->g_block[i]) cudaGraphExecDestroy(s->g_block[i]);
+    for (int i = 0; i <= GRAPH_ROWS; i++)
+        if (s->g_ingest[i]) cudaGraphExecDestroy(s->g_ingest[i]);
+    free(s->g_block);
+    if (s->st) cudaStreamDestroy(s->st);
+    free(s);
+}
+
+extern "C" int cuda_dstate_len(const cuda_dstate *s) { return s->len; }
+extern "C" int cuda_dstate_capacity(const cuda_dstate *s) { return s->cap; }
+extern "C" void cuda_dstate_truncate(cuda_dstate *s, int len) {
+    if (len < s->len) s->len = len < 0 ? 0 : len;
+}
+extern "C" int cuda_dstate_ctx_chunk(void) { return CTX_ROWS; }
+
+/* ---- enqueued passes (also captured as graphs: every input is read from
+   the pinned staging buffers at replay) -------------------------------------- */
+
+static float *layer_k(const cuda_dstate *s, int l) {
+    const model_config *c = &s->m->cfg;
+    return s->kv + (size_t)l * 2 * (size_t)c->n_kv_heads * c->head_dim * (size_t)s->cap;
+}
+static float *layer_v(const cuda_dstate *s, int l) {
+    const model_config *c = &s->m->cfg;
+    return layer_k(s, l) + (size_t)c->n_kv_heads * c->head_dim * (size_t)s->cap;
+}
+
+/* out[m] = op_argmax of x[m][0..V) for M <= B rows */
+static void argmax_rows(cuda_dstate *s, int *out, const float *x, int M) {
+    int V = s->m->cfg.vocab_size, per = (V + AM_PARTS - 1) / AM_PARTS;
+    k_argmax_part<<<dim3(AM_PARTS, M), 256, 0, s->st>>>(s->am_v, s->am_i, x, V, per);
+    k_argmax_final<<<M, AM_PARTS, 0, s->st>>>(out, s->am_v, s->am_i, AM_PARTS);
+}
+
+/* M context rows: C = RMSNorm(fc . F, hidden_norm); per layer the keys
+   RoPE(k_norm(k_proj C)) and values v_proj C stored at *d_len + row. */
+static void enqueue_ingest(cuda_dstate *s, int M, int chain) {
+    (void)chain;
+    const cuda_dmodel *m = s->m;
+    const model_config *c = &m->cfg;
+    const int H = c->hidden_size, nkv = c->n_kv_heads, hd = c->head_dim;
+    cudaStream_t st = s->st;
+    int *pos = s->d_in + IN_POS(s), *d_len = s->d_in + IN_LEN(s);
+    cudaMemcpyAsync(s->d_in, s->h_in, sizeof(int) * IN_INTS(s), cudaMemcpyHostToDevice, st);
+    cudaMemcpyAsync(s->feat, s->h_feat, sizeof(float) * (size_t)M * m->nt * H, cudaMemcpyHostToDevice, st);
+    cu_matmul(st, s->g, s->feat, M, &m->fc, NULL);
+    cu_rmsnorm(st, s->g, s->g, m->hidden_norm, M, H, c->rms_norm_eps);
+    for (int l = 0; l < c->n_layers; l++) {
+        const dr_layer *L = &m->layers[l];
+        cu_matmul(st, s->k, s->g, M, &L->wk, NULL);
+        cu_matmul(st, s->v, s->g, M, &L->wv, NULL);
+        /* no query heads: k_norm, RoPE and the store only */
+        cu_qkv_post(st, NULL, s->k, s->v, layer_k(s, l), layer_v(s, l), NULL, L->k_norm, pos, m->inv_freq, M, 0, nkv,
+                    hd, s->cap, d_len, c->rms_norm_eps);
+    }
+}
+
+/* DSpark row j after the head: e = W1[*prev]; its confidence; its logits
+   z_j = base_j + W2 . e (the head row itself without a Markov head); with
+   chain, draft[j] = argmax z_j (the next row's prev). */
+static void enqueue_dspark_row(cuda_dstate *s, int j, const int *prev, int chain) {
+    const cuda_dmodel *m = s->m;
+    const int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    cudaStream_t st = s->st;
+    float *bj = s->base + (size_t)j * V, *zj = m->R ? s->z + (size_t)j * V : bj;
+    if (m->R) cu_embed(st, s->e, &m->w1, prev, 1);
+    if (m->has_conf) {
+        const float *h = s->xb + (size_t)j * H;
+        int r = m->conf_markov ? m->R : 0;
+        switch (m->conf_w.dt) {
+        case DT_BF16:
+            k_confidence<<<1, 256, 0, st>>>(s->conf + j, h, s->e, (const __nv_bfloat16 *)m->conf_w.p, H, r, m->conf_b);
+            break;
+        case DT_F16:
+            k_confidence<<<1, 256, 0, st>>>(s->conf + j, h, s->e, (const __half *)m->conf_w.p, H, r, m->conf_b);
+            break;
+        default:
+            k_confidence<<<1, 256, 0, st>>>(s->conf + j, h, s->e, (const float *)m->conf_w.p, H, r, m->conf_b);
+            break;
+        }
+    }
+    if (m->R) cu_matmul(st, zj, s->e, 1, &m->w2, bj); /* the head row enters as the bias */
+    if (chain) argmax_rows(s, s->draft + j, zj, 1);
+}
+
+/* The block [anchor, mask x (B-1)] at positions *d_len.. through the
+   layers (its keys/values stored right after the context, uncommitted;
+   every row sees the context and the whole block), the final norm and the
+   LM head for n rows; with chain, the greedy drafts and (DSpark) the
+   confidences, copied to the pinned outputs. */
+static void enqueue_block(cuda_dstate *s, int n, int chain) {
+    const cuda_dmodel *m = s->m;
+    const model_config *c = &m->cfg;
+    const int B = m->B, H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+    cudaStream_t st = s->st;
+    int *tok = s->d_in, *pos = s->d_in + IN_POS(s), *d_len = s->d_in + IN_LEN(s);
+    cudaMemcpyAsync(s->d_in, s->h_in, sizeof(int) * IN_INTS(s), cudaMemcpyHostToDevice, st);
+    cu_embed(st, s->x, m->embed, tok, B);
+    for (int l = 0; l < c->n_layers; l++) {
+        const dr_layer *L = &m->layers[l];
+        float *kc = layer_k(s, l), *vc = layer_v(s, l);
+        cu_rmsnorm(st, s->xb, s->x, L->attn_norm, B, H, eps);
+        cu_matmul(st, s->q, s->xb, B, &L->wq, NULL);
+        cu_matmul(st, s->k, s->xb, B, &L->wk, NULL);
+        cu_matmul(st, s->v, s->xb, B, &L->wv, NULL);
+        cu_qkv_post(st, s->q, s->k, s->v, kc, vc, L->q_norm, L->k_norm, pos, m->inv_freq, B, nh, nkv, hd, s->cap,
+                    d_len, eps);
+        cu_attention(st, s->att, s->q, kc, vc, s->part, B, nh, nkv, hd, s->cap, d_len, scale, 0);
+        cu_matmul_add(st, s->x, s->att, B, &L->wo, NULL);
+        cu_rmsnorm(st, s->xb, s->x, L->mlp_norm, B, H, eps);
+        cu_matmul_swiglu(st, s->gate, s->xb, B, &L->wg, &L->wu);
+        cu_matmul_add(st, s->x, s->gate, B, &L->wd, NULL);
+    }
+    cu_rmsnorm(st, s->xb, s->x, m->final_norm, B, H, eps);
+    if (!m->dspark) {
+        /* mask row j (1..B-1) drafts the token at position s+j */
+        cu_matmul(st, s->base, s->xb + H, n, m->lm_head, NULL);
+        if (chain) argmax_rows(s, s->draft, s->base, n);
+    } else {
+        cu_matmul(st, s->base, s->xb, n, m->lm_head, NULL);
+        if (chain)
+            for (int j = 0; j < n; j++) enqueue_dspark_row(s, j, j ? s->draft + j - 1 : tok, 1);
+    }
+    if (chain) {
+        cudaMemcpyAsync(s->h_ids, s->draft, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost, st);
+        if (m->has_conf) cudaMemcpyAsync(s->h_out, s->conf, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost, st);
+    }
+}
+
+typedef void (*enqueue_fn)(cuda_dstate *s, int n, int chain);
+
+/* Runs f(s, n, chain) from the graph in *slot, captured on first use, or
+   directly when graphs are off or capture fails (then they stay off for
+   this state). */
+static void run_pass(cuda_dstate *s, cudaGraphExec_t *slot, enqueue_fn f, int n, int chain) {
+    if (s->use_graphs && slot && !*slot) {
+        cudaGraph_t graph = NULL;
+        int ok = cudaStreamBeginCapture(s->st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+        if (ok) {
+            f(s, n, chain);
+            ok = cudaStreamEndCapture(s->st, &graph) == cudaSuccess && graph;
+        }
+        ok = ok && cudaGraphInstantiate(slot, graph, 0) == cudaSuccess;
+        if (graph) cudaGraphDestroy(graph);
+        if (!ok) {
+            cudaGetLastError();
+            *slot = NULL;
+            s->use_graphs = 0;
+        }
+    }
+    if (s->use_graphs && slot && *slot) cudaGraphLaunch(*slot, s->st);
+    else f(s, n, chain);
+}
+
+static int finish(cuda_dstate *s, char *err, size_t errlen) {
+    CK_LAUNCH();
+    CK(cudaStreamSynchronize(s->st));
+    return 0;
+}
+
+/* ---- entry points ------------------------------------------------------------ */
+
+extern "C" int cuda_dstate_ingest(cuda_dstate *s, int pos0, int n, const float *taps, int rows, int row0, char *err,
+                                  size_t errlen) {
+    const cuda_dmodel *m = s->m;
+    const int H = m->cfg.hidden_size, nt = m->nt;
+    if (pos0 < 0 || pos0 > s->len || pos0 + n > s->cap)
+        return ds_err(err, errlen, "CUDA drafter: context rows %d..%d do not follow the %d cached (capacity %d)", pos0,
+                      pos0 + n, s->len, s->cap);
+    CK(cudaSetDevice(m->gpu));
+    s->len = pos0;
+    for (int i = 0; i < n; i += CTX_ROWS) {
+        int M = n - i < CTX_ROWS ? n - i : CTX_ROWS;
+        /* the rows' taps side by side: the input of fc */
+        for (int r = 0; r < M; r++)
+            for (int t = 0; t < nt; t++)
+                memcpy(s->h_feat + ((size_t)r * nt + t) * H, taps + ((size_t)t * rows + (size_t)(row0 + i + r)) * H,
+                       sizeof(float) * (size_t)H);
+        for (int r = 0; r < M; r++) s->h_in[IN_POS(s) + r] = pos0 + i + r;
+        s->h_in[IN_LEN(s)] = pos0 + i;
+        run_pass(s, M <= GRAPH_ROWS ? &s->g_ingest[M] : NULL, enqueue_ingest, M, 0);
+        if (finish(s, err, errlen) != 0) return -1; /* the staging buffer is reused next chunk */
+        s->len = pos0 + i + M;
+        s->n_ctx_last = M;
+    }
+    return 0;
+}
+
+extern "C" int cuda_dstate_propose(cuda_dstate *s, int anchor, int n, int chain, int *draft, float *conf, char *err,
+                                   size_t errlen) {
+    const cuda_dmodel *m = s->m;
+    const int B = m->B, rows = m->dspark ? B : B - 1;
+    if (n < 1 || n > rows || s->len + B > s->cap)
+        return ds_err(err, errlen, "CUDA drafter: cannot draft %d rows at position %d (capacity %d)", n, s->len,
+                      s->cap);
+    CK(cudaSetDevice(m->gpu));
+    s->h_in[0] = anchor;
+    for (int i = 1; i < B; i++) s->h_in[i] = m->mask_id;
+    for (int i = 0; i < B; i++) s->h_in[IN_POS(s) + i] = s->len + i;
+    s->h_in[IN_LEN(s)] = s->len;
+    chain = chain ? 1 : 0;
+    run_pass(s, &s->g_block[n * 2 + chain], enqueue_block, n, chain);
+    if (finish(s, err, errlen) != 0) return -1;
+    if (chain) {
+        memcpy(draft, s->h_ids, sizeof(int) * (size_t)n);
+        if (conf && m->has_conf) memcpy(conf, s->h_out, sizeof(float) * (size_t)n);
+    }
+    return 0;
+}
+
+extern "C" int cuda_dstate_row(cuda_dstate *s, int j, int prev, float *conf, float *z, char *err, size_t errlen) {
+    const cuda_dmodel *m = s->m;
+    const int B = m->B, V = m->cfg.vocab_size;
+    if (!m->dspark || j < 0 || j >= B) return ds_err(err, errlen, "CUDA drafter: no DSpark row %d", j);
+    CK(cudaSetDevice(m->gpu));
+    s->h_in[IN_PREV(s)] = prev;
+    CK(cudaMemcpyAsync(s->d_in + IN_PREV(s), s->h_in + IN_PREV(s), sizeof(int), cudaMemcpyHostToDevice, s->st));
+    enqueue_dspark_row(s, j, s->d_in + IN_PREV(s), 0);
+    const float *zj = (m->R ? s->z : s->base) + (size_t)j * V;
+    CK(cudaMemcpyAsync(s->h_out + B, zj, sizeof(float) * (size_t)V, cudaMemcpyDeviceToHost, s->st));
+    if (m->has_conf) CK(cudaMemcpyAsync(s->h_out, s->conf + j, sizeof(float), cudaMemcpyDeviceToHost, s->st));
+    if (finish(s, err, errlen) != 0) return -1;
+    if (conf && m->has_conf) *conf = s->h_out[0];
+    memcpy(z, s->h_out + B, sizeof(float) * (size_t)V);
+    return 0;
+}
+
+extern "C" int cuda_dstate_read_last(const cuda_dstate *s, float *base, float *z, int rows, char *err,
+                                     size_t errlen) {
+    const cuda_dmodel *m = s->m;
+    size_t n = (size_t)rows * m->cfg.vocab_size;
+    if (rows <= 0) return 0;
+    CK(cudaSetDevice(m->gpu));
+    if (base) CK(cudaMemcpyAsync(base, s->base, sizeof(float) * n, cudaMemcpyDeviceToHost, s->st));
+    if (z && m->R) CK(cudaMemcpyAsync(z, s->z, sizeof(float) * n, cudaMemcpyDeviceToHost, s->st));
+    CK(cudaStreamSynchronize(s->st));
+    return 0;
+}
+
+extern "C" int cuda_dstate_read_ctx(const cuda_dstate *s, float *g, char *err, size_t errlen) {
+    const cuda_dmodel *m = s->m;
+    if (s->n_ctx_last <= 0) return 0;
+    CK(cudaSetDevice(m->gpu));
+    CK(cudaMemcpyAsync(g, s->g, sizeof(float) * (size_t)s->n_ctx_last * m->cfg.hidden_size, cudaMemcpyDeviceToHost,
+                       s->st));
+    CK(cudaStreamSynchronize(s->st));
+    return s->n_ctx_last;
+}
