@@ -5,12 +5,15 @@
 # anchor) as t(w)/t(1), and the drafter's round cost (a fixed part plus a
 # part per drafted token), also in units of t(1).
 #   bench/drafter-cost.sh MODEL_DIR DRAFTER_DIR [THREADS (0 = all)]
+# DSPARK_BIN names another dspark binary (e.g. a CUDA build, with
+# DSPARK_DEVICE=cuda); otherwise ./dspark is built and used.
 set -e
 cd "$(dirname "$0")/.."
-make -s dspark
+BIN=${DSPARK_BIN:-./dspark}
+[ -n "$DSPARK_BIN" ] || make -s dspark
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
-DSPARK_CACHE_DIR=$D ./dspark run --model "$1" --drafter "$2" --mode auto --prompt-ids 1,2,3 -n 2 \
+DSPARK_CACHE_DIR=$D "$BIN" run --model "$1" --drafter "$2" --mode auto --prompt-ids 1,2,3 -n 2 \
     -t "${3:-0}" >/dev/null 2>"$D/log" || { cat "$D/log" >&2; exit 1; }
 python3 - "$D/calibration.json" "$1" "$2" <<'PY'
 import json, sys

@@ -3,19 +3,29 @@
 # bf16 checkpoints, in one run on a GPU machine:
 #   - the copy bandwidth (device to device, read + write) and the decode
 #     ceiling it implies (weight bytes per token / bandwidth);
-#   - for each model: prefill and decode at contexts 512 and 8192 (and a
-#     16k prefill for 8B), and the verify cost curve t(k)/t(1), k = 1..16
-#     (bench/verify-cost.c with DSPARK_DEVICE=cuda);
-#   - transformers' own greedy decode of the same checkpoint as a reference.
+#   - the matmul kernels alone on the 8B shapes (bench/cuda-ops-bench.c);
+#   - for each model: decode at contexts 512 and 8192 and the verify cost
+#     curve t(k)/t(1), k = 1..16, with argmax ids coming back as in a greedy
+#     verify (bench/verify-cost.c with DSPARK_DEVICE=cuda), the 16-row
+#     verify with vocabulary-wide logits coming back (a sampled verify), and
+#     prefill at 512, 4096 and 16384 tokens;
+#   - for 8B: a speculative round with random drafters of the published
+#     Qwen3-8B DFlash (block 16) and DSpark (block 7) shapes on the GPU:
+#     decode tok/s of `dspark run` (random weights accept nothing, so it is
+#     rounds per second) and the calibrated drafter round cost;
+#   - transformers' own greedy decode of the same checkpoint;
+#   - llama.cpp's CUDA build on the same weights, when L points at an
+#     unpacked llama.cpp build (bench/gpu-llama.sh).
 # Usage (on the GPU machine, from a tree where scripts/cuda-pack's
 # build/devpack.tar.gz was unpacked into $P):
-#   P=/tmp/p bench/gpu-bench.sh [OUT_DIR]
+#   P=/tmp/p [L=/tmp/llama] bench/gpu-bench.sh [OUT_DIR]
 set -e
 P=${P:-/tmp/p}
 OUT=${1:-bench/out/gpu}
 W=${WORK:-/tmp/gpu-bench}
 mkdir -p "$OUT" "$W"
 export LD_LIBRARY_PATH="$P/libs:$LD_LIBRARY_PATH"
+ids=$(awk 'BEGIN { for (i = 1; i <= 512; i++) printf "%s%d", (i > 1 ? "," : ""), (i * 7919) % 150000 }')
 {
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 python3 - <<'PY'
@@ -27,14 +37,34 @@ for _ in range(10): b.copy_(a)
 torch.cuda.synchronize(); t = (time.time() - t) / 10
 print(f"copy bandwidth: {2 * a.numel() / t / 1e12:.2f} TB/s (read + write of 4 GiB)")
 PY
+echo "== matmul kernels, Qwen3-8B shapes (us per launch)"
+"$P/cuda-ops-bench" 20
 for shape in 4b 8b; do
   d="$W/qwen3-$shape-random"
-  [ -f "$d/model.safetensors" ] || "$P/mkrandom" "$d" "$shape"
+  [ -f "$d/model.safetensors" ] || "$P/mkrandom" "$d" "$shape" >/dev/null
   echo "== qwen3-$shape-random"
-  for ctx in 512 8192; do
-    DSPARK_DEVICE=cuda "$P/verify-cost" "$d" $ctx 1 10
-  done
-  [ "$shape" = 8b ] && DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 16384 1 3 | head -3
+  DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 512 1 10
+  DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 8192 1 5 | grep -E "^#|^ 1 |^16 "
+  DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 512 1 5 logits | grep -E "^ 1 |^16 " | sed 's/$/  (logits back)/'
+  DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 4096 1 1 | head -1
+  [ "$shape" = 8b ] && DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 16384 1 1 | head -1
+  if [ "$shape" = 8b ]; then
+    for k in dflash dspark; do
+      dd="$W/$k-8b-random"
+      [ -f "$dd/model.safetensors" ] || "$P/mkrandom" "$dd" "$k-8b" >/dev/null
+      for cap in 15 7 3; do
+        [ "$k" = dspark ] && [ "$cap" = 15 ] && continue
+        printf "%s round, %s drafts: " "$k" "$cap"
+        "$P/dspark" run --device cuda --model "$d" --drafter "$dd" --mode "$k" --max-draft "$cap" \
+          --prompt-ids "$ids" -n 64 --ignore-eos --print-ids 2>&1 >/dev/null | grep -o "decode [^,]*tok/s.*" | head -1
+      done
+      DSPARK_BIN="$P/dspark" DSPARK_DEVICE=cuda sh bench/drafter-cost.sh "$d" "$dd" | tail -1
+    done
+    printf "baseline: "
+    "$P/dspark" run --device cuda --model "$d" --mode baseline --prompt-ids "$ids" -n 64 --ignore-eos --print-ids \
+      2>&1 >/dev/null | grep -o "decode [^,]*tok/s" | head -1
+  fi
   python3 bench/gpu-hf-ref.py "$d" 512 128 2>/dev/null || echo "transformers reference failed"
+  if [ -n "$L" ] && [ "$shape" = 8b ]; then L="$L" P="$P" sh bench/gpu-llama.sh "$d" "$OUT" || echo "llama.cpp run failed"; fi
 done
 } 2>&1 | tee "$OUT/gpu-bench.txt"

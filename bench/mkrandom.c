@@ -7,6 +7,10 @@
  * Or a drafter in the published layouts for such a target (5 layers of the
  * target's width, taps [1, 7, 13, 19, 25] by the published fallback):
  *   mkrandom OUT_DIR dspark-0.6b|dflash-0.6b|dspark-1.7b|dflash-1.7b [target seed]
+ * or one of the published Qwen3-8B drafters' shapes (5 layers of width 4096,
+ * taps [1, 9, 17, 25, 33] of a 36-layer target; the DSpark embedding and
+ * head copies are drawn on their own, so they stay unaliased copies):
+ *   mkrandom OUT_DIR dspark-8b|dflash-8b
  * DSpark's embed_tokens and lm_head copies are drawn with the target's seed,
  * so they are byte-identical to the target's tied embedding (and get
  * aliased), as in the published checkpoints. */
@@ -58,10 +62,11 @@ int main(int argc, char **argv) {
     int big = strstr(shape, "1.7b") != NULL;
     int dspark = !strncmp(shape, "dspark", 6), dflash = !strncmp(shape, "dflash", 6);
     int q4b = !strcmp(shape, "4b"), q8b = !strcmp(shape, "8b"); /* 8B: untied LM head */
+    int d8b = (dspark || dflash) && strstr(shape, "8b") != NULL;  /* a drafter for Qwen3-8B */
     uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 10) | 1 : 1234;
     rng = seed;
     long H = big ? 2048 : 1024, I = big ? 6144 : 3072, L = 28, NH = 16, NKV = 8, HD = 128, V = 151936;
-    if (q4b || q8b) {
+    if (q4b || q8b || d8b) {
         H = q4b ? 2560 : 4096;
         I = q4b ? 9728 : 12288;
         L = 36;
@@ -80,13 +85,19 @@ int main(int argc, char **argv) {
         perror(path);
         return 1;
     }
-    if (dspark || dflash)
-        fprintf(f, "{\"architectures\":[\"%s\"],\"block_size\":%d,%s\"num_target_layers\":28,",
-                dspark ? "Qwen3DSparkModel" : "DFlashDraftModel", dspark ? 7 : 16,
-                dspark ? "\"mask_token_id\":151669,\"target_layer_ids\":[1,7,13,19,25],\"markov_rank\":256,"
-                         "\"markov_head_type\":\"vanilla\",\"enable_confidence_head\":true,"
-                         "\"confidence_head_with_markov\":true,"
-                       : "\"dflash_config\":{\"mask_token_id\":151669,\"target_layer_ids\":[1,7,13,19,25]},");
+    const char *taps = d8b ? "[1,9,17,25,33]" : "[1,7,13,19,25]";
+    if (dspark)
+        fprintf(f,
+                "{\"architectures\":[\"Qwen3DSparkModel\"],\"block_size\":7,\"num_target_layers\":%d,"
+                "\"mask_token_id\":151669,\"target_layer_ids\":%s,\"markov_rank\":256,"
+                "\"markov_head_type\":\"vanilla\",\"enable_confidence_head\":true,"
+                "\"confidence_head_with_markov\":true,",
+                d8b ? 36 : 28, taps);
+    else if (dflash)
+        fprintf(f,
+                "{\"architectures\":[\"DFlashDraftModel\"],\"block_size\":16,\"num_target_layers\":%d,"
+                "\"dflash_config\":{\"mask_token_id\":151669,\"target_layer_ids\":%s},",
+                d8b ? 36 : 28, taps);
     else
         fprintf(f, "{\"architectures\":[\"Qwen3ForCausalLM\"],");
     fprintf(f,
@@ -166,7 +177,7 @@ int main(int argc, char **argv) {
         if (dspark) rng = t[i].norm == 2 ? seed : own++; /* copies replay the target's first draws */
         while (cnt) {
             size_t k = cnt < (1u << 20) ? cnt : (1u << 20);
-            if (q4b || q8b) /* uniform in +-0.02*sqrt(3): the same deviation, several times faster */
+            if (q4b || q8b || d8b) /* uniform in +-0.02*sqrt(3): the same deviation, several times faster */
                 for (size_t j = 0; j < k; j++)
                     buf[j] = bf16((t[i].norm == 1 ? 1.0f : 0.0f) + 0.0693f * ((float)unif() - 0.5f));
             else

@@ -26,6 +26,10 @@
  *
  * The block always runs at full width; only the proposal is cut to the cap.
  *
+ * When the target runs on a GPU (model_cuda), the drafter's weights, context
+ * cache and forward pass go to the same GPU (cuda_drafter.h); the interface
+ * and the bookkeeping here are the same.
+ *
  * Loading checks every tensor name and shape, refuses configs we do not
  * implement (sliding-window or causal drafters, rope scaling, other Markov
  * head types), and checks the pairing with the target: hidden size, vocab,
