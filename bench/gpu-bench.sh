@@ -19,6 +19,9 @@
 # Usage (on the GPU machine, from a tree where scripts/cuda-pack's
 # build/devpack.tar.gz was unpacked into $P):
 #   P=/tmp/p [L=/tmp/llama] bench/gpu-bench.sh [OUT_DIR]
+# SHAPES="8b" measures one model only; OPS=0 skips the op table, HF=0 the
+# transformers reference; FAST=1 skips the 4k/16k prefills, the per-row
+# attention comparison and the calibrated drafter costs.
 set -e
 P=${P:-/tmp/p}
 OUT=${1:-bench/out/gpu}
@@ -37,34 +40,39 @@ for _ in range(10): b.copy_(a)
 torch.cuda.synchronize(); t = (time.time() - t) / 10
 print(f"copy bandwidth: {2 * a.numel() / t / 1e12:.2f} TB/s (read + write of 4 GiB)")
 PY
-echo "== matmul kernels, Qwen3-8B shapes (us per launch)"
-"$P/cuda-ops-bench" 20
-for shape in 4b 8b; do
+if [ "${OPS:-1}" != 0 ]; then
+  echo "== matmul kernels, Qwen3-8B shapes (us per launch)"
+  "$P/cuda-ops-bench" 20
+fi
+for shape in ${SHAPES:-4b 8b}; do
   d="$W/qwen3-$shape-random"
   [ -f "$d/model.safetensors" ] || "$P/mkrandom" "$d" "$shape" >/dev/null
   echo "== qwen3-$shape-random"
   DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 512 1 10
   DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 8192 1 5 | grep -E "^#|^ 1 |^16 "
+  [ -n "$FAST" ] || DSPARK_CUDA_ATTN=rowwise DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 8192 1 3 | grep -E "^ 1 |^16 " |
+    sed 's/$/  (attention block per row)/'
   DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 512 1 5 logits | grep -E "^ 1 |^16 " | sed 's/$/  (logits back)/'
-  DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 4096 1 1 | head -1
-  [ "$shape" = 8b ] && DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 16384 1 1 | head -1
+  [ -n "$FAST" ] || DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 4096 1 1 | head -1
+  [ -n "$FAST" ] || [ "$shape" != 8b ] || DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 16384 1 1 | head -1
   if [ "$shape" = 8b ]; then
     for k in dflash dspark; do
       dd="$W/$k-8b-random"
       [ -f "$dd/model.safetensors" ] || "$P/mkrandom" "$dd" "$k-8b" >/dev/null
       for cap in 15 7 3; do
         [ "$k" = dspark ] && [ "$cap" = 15 ] && continue
+        [ -n "$FAST" ] && [ "$cap" != 15 ] && { [ "$k" = dflash ] || [ "$cap" != 7 ]; } && continue
         printf "%s round, %s drafts: " "$k" "$cap"
         "$P/dspark" run --device cuda --model "$d" --drafter "$dd" --mode "$k" --max-draft "$cap" \
           --prompt-ids "$ids" -n 64 --ignore-eos --print-ids 2>&1 >/dev/null | grep -o "decode [^,]*tok/s.*" | head -1
       done
-      DSPARK_BIN="$P/dspark" DSPARK_DEVICE=cuda sh bench/drafter-cost.sh "$d" "$dd" | tail -1
+      [ -n "$FAST" ] || DSPARK_BIN="$P/dspark" DSPARK_DEVICE=cuda sh bench/drafter-cost.sh "$d" "$dd" | tail -1
     done
     printf "baseline: "
     "$P/dspark" run --device cuda --model "$d" --mode baseline --prompt-ids "$ids" -n 64 --ignore-eos --print-ids \
       2>&1 >/dev/null | grep -o "decode [^,]*tok/s" | head -1
   fi
-  python3 bench/gpu-hf-ref.py "$d" 512 128 2>/dev/null || echo "transformers reference failed"
+  [ "${HF:-1}" = 0 ] || python3 bench/gpu-hf-ref.py "$d" 512 128 2>/dev/null || echo "transformers reference failed"
   if [ -n "$L" ] && [ "$shape" = 8b ]; then L="$L" P="$P" sh bench/gpu-llama.sh "$d" "$OUT" || echo "llama.cpp run failed"; fi
 done
 } 2>&1 | tee "$OUT/gpu-bench.txt"

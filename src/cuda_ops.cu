@@ -636,6 +636,106 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_part(const float *q, const
     }
 }
 
+/* Attention by (chunk, kv head, group of up to ATT_ROWS rows): the block
+   stages the chunk's K (rows padded by 4 floats, so lanes reading different
+   rows hit different banks) and V in shared memory once for all its rows,
+   and each warp then takes whole rows (w, w+4, ...): lane l scores
+   positions l and l+32 for the G query heads sharing the kv head (full
+   dot products, q broadcast from shared memory), the warp reduces max and
+   sum, and lane l accumulates output dims 4l..4l+3 (and 4l+128..) over the
+   row's visible positions in order. A row's operations are the same in any
+   batch (one warp, fixed orders), its partials go where k_attn_part's do
+   and k_attn_combine merges them. */
+template <int G>
+__global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
+                                                           float *mpart, float *spart, int nh, int nkv, int hd, int cap,
+                                                           const int *d_len, int M, float scale, int nchunk, int m0,
+                                                           int causal) {
+    static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
+    pdl_trigger();
+    pdl_wait();
+    extern __shared__ float4 sm4[];
+    const int h4 = hd / 4, kst = h4 + 1; /* K row stride in float4s: hd + 4 floats */
+    float4 *ks = sm4, *vs = ks + ATT_CHUNK * kst, *qs = vs + ATT_CHUNK * h4;      /* qs: [warp][G][h4] */
+    float *es = reinterpret_cast<float *>(qs + ATT_WARPS * G * h4);              /* es: [warp][G][ATT_CHUNK] */
+    int c = blockIdx.x % nchunk, kvh = blockIdx.x / nchunk;
+    int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
+    int p0 = c * ATT_CHUNK, len = *d_len;
+    int Lmax = len + (causal ? m0 + R : M); /* positions the group's last row sees */
+    if (p0 >= Lmax) return;
+    int nmax = Lmax - p0 < ATT_CHUNK ? Lmax - p0 : ATT_CHUNK;
+    {
+        const float4 *kg = reinterpret_cast<const float4 *>(kc + ((size_t)kvh * cap + p0) * hd);
+        const float4 *vg = reinterpret_cast<const float4 *>(vc + ((size_t)kvh * cap + p0) * hd);
+        for (int i = threadIdx.x; i < nmax * h4; i += ATT_THREADS) {
+            int p = i / h4, j = i % h4;
+            cp_async16(ks + p * kst + j, kg + i);
+            cp_async16(vs + i, vg + i);
+        }
+        cp_async_wait_all();
+        __syncthreads();
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float4 *qw = qs + warp * G * h4;
+    float *ew = es + warp * G * ATT_CHUNK;
+    for (int r = warp; r < R; r += ATT_WARPS) {
+        int m = m0 + r, L = len + (causal ? m + 1 : M);
+        if (p0 >= L) continue;
+        int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
+        const float4 *qg = reinterpret_cast<const float4 *>(q + ((size_t)m * nh + kvh * G) * hd);
+        for (int i = lane; i < G * h4; i += 32) qw[i] = qg[i];
+        __syncwarp();
+        float sc0[G], sc1[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) sc0[g] = sc1[g] = 0.0f;
+        const float4 *k0 = ks + lane * kst, *k1 = ks + (lane + 32) * kst;
+        for (int j = 0; j < h4; j++) {
+            float4 a = k0[j], b = k1[j];
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float4 qq = qw[g * h4 + j];
+                sc0[g] = fmaf(qq.x, a.x, sc0[g]); sc0[g] = fmaf(qq.y, a.y, sc0[g]);
+                sc0[g] = fmaf(qq.z, a.z, sc0[g]); sc0[g] = fmaf(qq.w, a.w, sc0[g]);
+                sc1[g] = fmaf(qq.x, b.x, sc1[g]); sc1[g] = fmaf(qq.y, b.y, sc1[g]);
+                sc1[g] = fmaf(qq.z, b.z, sc1[g]); sc1[g] = fmaf(qq.w, b.w, sc1[g]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float s0 = lane < np ? sc0[g] * scale : -INFINITY, s1 = lane + 32 < np ? sc1[g] * scale : -INFINITY;
+            float mx = warp_max(fmaxf(s0, s1));
+            float e0 = lane < np ? expf(s0 - mx) : 0.0f, e1 = lane + 32 < np ? expf(s1 - mx) : 0.0f;
+            float sum = warp_sum(e0 + e1);
+            ew[g * ATT_CHUNK + lane] = e0;
+            ew[g * ATT_CHUNK + lane + 32] = e1;
+            if (lane == 0) {
+                size_t slot = ((size_t)(m - m0) * nh + kvh * G + g) * nchunk + c;
+                mpart[slot] = mx;
+                spart[slot] = sum;
+            }
+        }
+        __syncwarp();
+        for (int d4 = lane; d4 < h4; d4 += 32) {
+            float4 o[G];
+#pragma unroll
+            for (int g = 0; g < G; g++) o[g] = make_float4(0, 0, 0, 0);
+            for (int p = 0; p < np; p++) {
+                float4 v = vs[p * h4 + d4];
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float e = ew[g * ATT_CHUNK + p];
+                    o[g].x = fmaf(e, v.x, o[g].x); o[g].y = fmaf(e, v.y, o[g].y);
+                    o[g].z = fmaf(e, v.z, o[g].z); o[g].w = fmaf(e, v.w, o[g].w);
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                reinterpret_cast<float4 *>(opart + (((size_t)(m - m0) * nh + kvh * G + g) * nchunk + c) * hd)[d4] = o[g];
+        }
+        __syncwarp();
+    }
+}
+
 /* grid (rows x heads); thread d combines the row's chunks in order */
 __global__ void k_attn_combine(float *out, const float *opart, const float *mpart, const float *spart, int nh, int hd,
                                const int *d_len, int nchunk, int m0, int M, int causal) {
@@ -690,26 +790,53 @@ static void launch(void (*k)(KA...), dim3 grid, dim3 block, cudaStream_t st, A..
     launch_smem(k, grid, block, 0, st, args...);
 }
 
+/* DSPARK_CUDA_ATTN=rowwise: the kernel with a block per (row, kv head,
+   chunk) instead of one per (kv head, chunk) shared by the rows (for
+   comparisons) */
+static int attn_rowwise(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DSPARK_CUDA_ATTN");
+        on = e && !strcmp(e, "rowwise");
+    }
+    return on;
+}
+
+template <int G>
+static void attn_launch(cudaStream_t st, int rowwise, int R, float *opart, float *mpart, float *spart, const float *q,
+                        const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
+                        float scale, int nchunk, int m0, int causal) {
+    static int sized = 0; /* the chunk buffers can pass the default 48 KiB of shared memory */
+    size_t h4 = (size_t)hd / 4;
+    size_t smem_part = 2 * ATT_CHUNK * h4 * sizeof(float4);
+    size_t smem_rows = (ATT_CHUNK * (h4 + 1) + ATT_CHUNK * h4 + ATT_WARPS * G * h4) * sizeof(float4) +
+                       ATT_WARPS * G * ATT_CHUNK * sizeof(float);
+    if (!sized) {
+        size_t h4max = ATT_MAX_HD / 4;
+        cudaFuncSetAttribute(k_attn_part<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)(2 * ATT_CHUNK * h4max * sizeof(float4)));
+        cudaFuncSetAttribute(k_attn_rows<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)((ATT_CHUNK * (h4max + 1) + ATT_CHUNK * h4max + ATT_WARPS * G * h4max) *
+                                       sizeof(float4) +
+                                   ATT_WARPS * G * ATT_CHUNK * sizeof(float)));
+        sized = 1;
+    }
+    if (rowwise)
+        launch_smem(k_attn_part<G>, R * nkv * nchunk, ATT_THREADS, smem_part, st, q, kc, vc, opart, mpart, spart, nh,
+                    nkv, hd, cap, d_len, M, scale, nchunk, m0, causal);
+    else
+        launch_smem(k_attn_rows<G>, nkv * nchunk, ATT_THREADS, smem_rows, st, q, kc, vc, opart, mpart, spart, nh, nkv,
+                    hd, cap, d_len, M, scale, nchunk, m0, causal);
+}
+
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal) {
-    int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
+    int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK, rw = attn_rowwise();
     size_t parts = (size_t)ATT_ROWS * nh * nchunk;
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
-    size_t smem = 2 * ATT_CHUNK * (size_t)hd * sizeof(float);
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
-        dim3 grd(R * nkv * nchunk);
-#define PART(g)                                                                                               \
-    do {                                                                                                      \
-        static int sized_ = 0; /* the chunk buffer can pass the default 48 KiB of shared memory */           \
-        if (!sized_) {                                                                                        \
-            cudaFuncSetAttribute(k_attn_part<g>, cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
-                                 (int)(2 * ATT_CHUNK * ATT_MAX_HD * sizeof(float)));                          \
-            sized_ = 1;                                                                                       \
-        }                                                                                                     \
-        launch_smem(k_attn_part<g>, grd, ATT_THREADS, smem, st, q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, \
-                    d_len, M, scale, nchunk, m0, causal);                                                     \
-    } while (0)
+#define PART(g) attn_launch<g>(st, rw, R, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale, nchunk, m0, causal)
         switch (G) {
         case 1: PART(1); break;
         case 2: PART(2); break;
