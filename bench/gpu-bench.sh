@@ -21,7 +21,8 @@
 #   P=/tmp/p [L=/tmp/llama] bench/gpu-bench.sh [OUT_DIR]
 # SHAPES="8b" measures one model only; OPS=0 skips the op table, HF=0 the
 # transformers reference; FAST=1 skips the 4k/16k prefills, the per-row
-# attention comparison and the calibrated drafter costs.
+# attention comparison, the logits-back verify, the calibrated drafter
+# costs and the plain `dspark run` baseline.
 set -e
 P=${P:-/tmp/p}
 OUT=${1:-bench/out/gpu}
@@ -52,7 +53,8 @@ for shape in ${SHAPES:-4b 8b}; do
   DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 8192 1 5 | grep -E "^#|^ 1 |^16 "
   [ -n "$FAST" ] || DSPARK_CUDA_ATTN=rowwise DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 8192 1 3 | grep -E "^ 1 |^16 " |
     sed 's/$/  (attention block per row)/'
-  DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 512 1 5 logits | grep -E "^ 1 |^16 " | sed 's/$/  (logits back)/'
+  [ -n "$FAST" ] || DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 512 1 5 logits | grep -E "^ 1 |^16 " |
+    sed 's/$/  (logits back)/'
   [ -n "$FAST" ] || DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 4096 1 1 | head -1
   [ -n "$FAST" ] || [ "$shape" != 8b ] || DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 16384 1 1 | head -1
   if [ "$shape" = 8b ]; then
@@ -68,8 +70,8 @@ for shape in ${SHAPES:-4b 8b}; do
       done
       [ -n "$FAST" ] || DSPARK_BIN="$P/dspark" DSPARK_DEVICE=cuda sh bench/drafter-cost.sh "$d" "$dd" | tail -1
     done
-    printf "baseline: "
-    "$P/dspark" run --device cuda --model "$d" --mode baseline --prompt-ids "$ids" -n 64 --ignore-eos --print-ids \
+    [ -n "$FAST" ] || printf "baseline: "
+    [ -n "$FAST" ] || "$P/dspark" run --device cuda --model "$d" --mode baseline --prompt-ids "$ids" -n 64 --ignore-eos --print-ids \
       2>&1 >/dev/null | grep -o "decode [^,]*tok/s" | head -1
   fi
   [ "${HF:-1}" = 0 ] || python3 bench/gpu-hf-ref.py "$d" 512 128 2>/dev/null || echo "transformers reference failed"
