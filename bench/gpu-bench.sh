@@ -20,8 +20,8 @@
 # build/devpack.tar.gz was unpacked into $P):
 #   P=/tmp/p [L=/tmp/llama] bench/gpu-bench.sh [OUT_DIR]
 # SHAPES="8b" measures one model only; OPS=0 skips the op table, HF=0 the
-# transformers reference; FAST=1 skips the 4k/16k prefills, the per-row
-# attention comparison, the logits-back verify, the calibrated drafter
+# transformers reference; FAST=1 skips the 4k/16k prefills, the
+# logits-back verify, the calibrated drafter
 # costs and the plain `dspark run` baseline.
 set -e
 P=${P:-/tmp/p}
@@ -51,8 +51,6 @@ for shape in ${SHAPES:-4b 8b}; do
   echo "== qwen3-$shape-random"
   DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 512 1 10
   DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 8192 1 5 | grep -E "^#|^ 1 |^16 "
-  [ -n "$FAST" ] || DSPARK_CUDA_ATTN=rowwise DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 8192 1 3 | grep -E "^ 1 |^16 " |
-    sed 's/$/  (attention block per row)/'
   [ -n "$FAST" ] || DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 512 1 5 logits | grep -E "^ 1 |^16 " |
     sed 's/$/  (logits back)/'
   [ -n "$FAST" ] || DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 4096 1 1 | head -1

@@ -22,21 +22,9 @@
 #include "stopstr.h"
 #include "strbuf.h"
 #include "think.h"
+#include "util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static int utf8_ok(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned char b = u[i];
-        size_t len = b < 0x80 ? 1 : b >= 0xC2 && b < 0xE0 ? 2 : b >= 0xE0 && b < 0xF0 ? 3 : b >= 0xF0 && b < 0xF5 ? 4 : 0;
-        if (!len || i + len > n) return 0;
-        for (size_t k = 1; k < len; k++)
-            if ((u[i + k] & 0xC0) != 0x80) return 0;
-        i += len;
-    }
-    return 1;
-}
 
 static int same(const strbuf *a, const strbuf *b) { return a->n == b->n && !memcmp(sb_str(a), sb_str(b), a->n); }
 
@@ -70,7 +58,7 @@ static const char *field(const char **p, const char *end) {
 }
 
 static void check_think(const char *text, size_t n, const char *open, const char *close, int prefilled, uint8_t seed) {
-    int valid = utf8_ok(text, n) && (!open || (utf8_ok(open, strlen(open)) && utf8_ok(close, strlen(close))));
+    int valid = ds_utf8_valid(text, n) && (!open || (ds_utf8_valid(open, strlen(open)) && ds_utf8_valid(close, strlen(close))));
     strbuf r = {0}, a = {0}, wr = {0}, wa = {0};
     think_split t;
     think_init(&t, open, close, prefilled);
@@ -81,12 +69,12 @@ static void check_think(const char *text, size_t n, const char *open, const char
         if (k > n - i) k = n - i;
         size_t r0 = r.n, a0 = a.n;
         think_push(&t, text + i, k, &r, &a);
-        if (valid && (!utf8_ok(sb_str(&r) + r0, r.n - r0) || !utf8_ok(sb_str(&a) + a0, a.n - a0))) __builtin_trap();
+        if (valid && (!ds_utf8_valid(sb_str(&r) + r0, r.n - r0) || !ds_utf8_valid(sb_str(&a) + a0, a.n - a0))) __builtin_trap();
         i += k;
     }
     size_t r0 = r.n, a0 = a.n;
     think_finish(&t, &r, &a);
-    if (valid && (!utf8_ok(sb_str(&r) + r0, r.n - r0) || !utf8_ok(sb_str(&a) + a0, a.n - a0))) __builtin_trap();
+    if (valid && (!ds_utf8_valid(sb_str(&r) + r0, r.n - r0) || !ds_utf8_valid(sb_str(&a) + a0, a.n - a0))) __builtin_trap();
     if (think_in_reasoning(&t) && t.held.n) __builtin_trap();
     think_free(&t);
     if (rule_applies(text, n, open, close, prefilled)) {
@@ -114,7 +102,7 @@ static void check_stops(const char *text, size_t n, const char *const *stops, in
     size_t maxlen = 0;
     for (int i = 0; i < k; i++)
         if (strlen(stops[i]) > maxlen) maxlen = strlen(stops[i]);
-    int valid = maxlen && utf8_ok(text, n); /* no stop strings: a plain pass-through */
+    int valid = maxlen && ds_utf8_valid(text, n); /* no stop strings: a plain pass-through */
     /* the reference */
     int want = -1;
     size_t keep = n;
@@ -139,7 +127,7 @@ static void check_stops(const char *text, size_t n, const char *const *stops, in
         if (c > n - i) c = n - i;
         size_t o0 = out.n;
         hit = stop_push(&m, text + i, c, &out);
-        if (valid && !utf8_ok(sb_str(&out) + o0, out.n - o0)) __builtin_trap();
+        if (valid && !ds_utf8_valid(sb_str(&out) + o0, out.n - o0)) __builtin_trap();
         if (!hit && maxlen && m.held.n > maxlen - 1 + 3) __builtin_trap();
         if (!maxlen && m.held.n) __builtin_trap();
         i += c;
@@ -147,7 +135,7 @@ static void check_stops(const char *text, size_t n, const char *const *stops, in
     if (!hit) {
         size_t o0 = out.n;
         stop_flush(&m, &out);
-        if (valid && !utf8_ok(sb_str(&out) + o0, out.n - o0)) __builtin_trap();
+        if (valid && !ds_utf8_valid(sb_str(&out) + o0, out.n - o0)) __builtin_trap();
     }
     if (out.n != keep || memcmp(sb_str(&out), text, keep)) __builtin_trap();
     if (want < 0 ? stop_which(&m) != NULL : !stop_which(&m) || strcmp(stop_which(&m), stops[want]))

@@ -23,8 +23,7 @@ struct cuda_model {
     dmat embed, lm_head;
     float *final_norm, *inv_freq;
     dlayer *layers;
-    void **allocs;
-    int n_allocs, cap_allocs;
+    dev_pool pool; /* every device allocation of the weights */
 };
 
 struct cuda_ctx {
@@ -50,37 +49,6 @@ struct cuda_ctx {
     int *ev_op, n_ev;
 };
 
-static int dev_alloc(cuda_model *m, void **p, size_t n, char *err, size_t errlen) {
-    CK(cudaMalloc(p, n ? n : 1));
-    if (m->n_allocs == m->cap_allocs) {
-        m->cap_allocs = m->cap_allocs ? m->cap_allocs * 2 : 64;
-        m->allocs = (void **)xrealloc(m->allocs, sizeof(void *) * (size_t)m->cap_allocs);
-    }
-    m->allocs[m->n_allocs++] = *p;
-    return 0;
-}
-
-static int up_f32(cuda_model *m, float **dst, const float *src, size_t n, char *err, size_t errlen) {
-    *dst = NULL;
-    if (!src) return 0;
-    if (dev_alloc(m, (void **)dst, sizeof(float) * n, err, errlen)) return -1;
-    CK(cudaMemcpy(*dst, src, sizeof(float) * n, cudaMemcpyHostToDevice));
-    return 0;
-}
-
-static int up_mat(cuda_model *m, dmat *d, const tensor *t, char *err, size_t errlen) {
-    if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
-        return ds_err(err, errlen, "CUDA backend: %s has dtype %s (bf16, f16 or f32 needed)", t->name,
-                      dtype_name(t->dtype));
-    d->dt = t->dtype;
-    d->N = (int)t->shape[0];
-    d->K = t->ndim > 1 ? (int)t->shape[1] : 1;
-    if (dev_alloc(m, &d->p, t->nbytes, err, errlen)) return -1;
-    CK(cudaMemcpy(d->p, t->data, t->nbytes, cudaMemcpyHostToDevice));
-    return 0;
-}
-
-
 /* q, k and v stacked into one matrix (and their biases into one vector,
    zeros for a missing one) so a single launch reads all three */
 static int up_qkv(cuda_model *m, dlayer *D, const wlayer *L, char *err, size_t errlen) {
@@ -96,7 +64,7 @@ static int up_qkv(cuda_model *m, dlayer *D, const wlayer *L, char *err, size_t e
     D->wqkv.dt = t[0]->dtype;
     D->wqkv.K = (int)t[0]->shape[1];
     D->wqkv.N = (int)(t[0]->shape[0] + t[1]->shape[0] + t[2]->shape[0]);
-    if (dev_alloc(m, &D->wqkv.p, bytes, err, errlen)) return -1;
+    if (cu_dev_alloc(&m->pool, &D->wqkv.p, bytes, err, errlen)) return -1;
     size_t off = 0;
     for (int i = 0; i < 3; i++) {
         CK(cudaMemcpy((char *)D->wqkv.p + off, t[i]->data, t[i]->nbytes, cudaMemcpyHostToDevice));
@@ -107,7 +75,7 @@ static int up_qkv(cuda_model *m, dlayer *D, const wlayer *L, char *err, size_t e
     float *h = (float *)xcalloc((size_t)D->wqkv.N, sizeof(float));
     for (int i = 0, o = 0; i < 3; o += (int)t[i]->shape[0], i++)
         if (b[i]) memcpy(h + o, b[i], sizeof(float) * (size_t)t[i]->shape[0]);
-    int rc = up_f32(m, &D->bqkv, h, (size_t)D->wqkv.N, err, errlen);
+    int rc = cu_up_f32(&m->pool, &D->bqkv, h, (size_t)D->wqkv.N, err, errlen);
     free(h);
     return rc;
 }
@@ -151,25 +119,25 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
     m->gpu = gpu;
     const model_config *c = &m->cfg;
     int H = c->hidden_size, hd = c->head_dim;
-    int rc = up_mat(m, &m->embed, w->embed, err, errlen);
+    int rc = cu_up_mat(&m->pool, &m->embed, w->embed, err, errlen);
     if (!rc) {
         if (w->lm_head == w->embed) m->lm_head = m->embed;
-        else rc = up_mat(m, &m->lm_head, w->lm_head, err, errlen);
+        else rc = cu_up_mat(&m->pool, &m->lm_head, w->lm_head, err, errlen);
     }
-    if (!rc) rc = up_f32(m, &m->final_norm, w->final_norm, (size_t)H, err, errlen);
-    if (!rc) rc = up_f32(m, &m->inv_freq, w->inv_freq, (size_t)hd / 2, err, errlen);
+    if (!rc) rc = cu_up_f32(&m->pool, &m->final_norm, w->final_norm, (size_t)H, err, errlen);
+    if (!rc) rc = cu_up_f32(&m->pool, &m->inv_freq, w->inv_freq, (size_t)hd / 2, err, errlen);
     m->layers = (dlayer *)xcalloc((size_t)c->n_layers, sizeof(dlayer));
     for (int l = 0; !rc && l < c->n_layers; l++) {
         const wlayer *L = &w->layers[l];
         dlayer *D = &m->layers[l];
-        rc = up_qkv(m, D, L, err, errlen) || up_mat(m, &D->wo, L->wo, err, errlen) ||
-             up_mat(m, &D->wg, L->wg, err, errlen) || up_mat(m, &D->wu, L->wu, err, errlen) ||
-             up_mat(m, &D->wd, L->wd, err, errlen) ||
-             up_f32(m, &D->attn_norm, L->attn_norm, (size_t)H, err, errlen) ||
-             up_f32(m, &D->mlp_norm, L->mlp_norm, (size_t)H, err, errlen) ||
-             up_f32(m, &D->q_norm, L->q_norm, (size_t)hd, err, errlen) ||
-             up_f32(m, &D->k_norm, L->k_norm, (size_t)hd, err, errlen) ||
-             up_f32(m, &D->bo, L->bo, (size_t)H, err, errlen);
+        rc = up_qkv(m, D, L, err, errlen) || cu_up_mat(&m->pool, &D->wo, L->wo, err, errlen) ||
+             cu_up_mat(&m->pool, &D->wg, L->wg, err, errlen) || cu_up_mat(&m->pool, &D->wu, L->wu, err, errlen) ||
+             cu_up_mat(&m->pool, &D->wd, L->wd, err, errlen) ||
+             cu_up_f32(&m->pool, &D->attn_norm, L->attn_norm, (size_t)H, err, errlen) ||
+             cu_up_f32(&m->pool, &D->mlp_norm, L->mlp_norm, (size_t)H, err, errlen) ||
+             cu_up_f32(&m->pool, &D->q_norm, L->q_norm, (size_t)hd, err, errlen) ||
+             cu_up_f32(&m->pool, &D->k_norm, L->k_norm, (size_t)hd, err, errlen) ||
+             cu_up_f32(&m->pool, &D->bo, L->bo, (size_t)H, err, errlen);
         rc = rc ? -1 : 0;
         if (!rc && (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N))
             rc = ds_err(err, errlen, "CUDA backend: layer %d: gate and up projections differ in dtype or shape", l);
@@ -188,8 +156,7 @@ int cu_model_gpu(const cuda_model *m) { return m->gpu; }
 
 extern "C" void cuda_model_free(cuda_model *m) {
     if (!m) return;
-    for (int i = 0; i < m->n_allocs; i++) cudaFree(m->allocs[i]);
-    free(m->allocs);
+    cu_pool_free(&m->pool);
     free(m->layers);
     free(m);
 }
@@ -238,8 +205,7 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
         cuda_ctx_free(x);
         return -1;
     }
-    const char *g = getenv("DSPARK_CUDA_GRAPHS");
-    x->use_graphs = !(g && !strcmp(g, "0"));
+    x->use_graphs = cu_graphs_enabled();
     const char *tr = getenv("DSPARK_CUDA_TRACE");
     if (tr && !strcmp(tr, "1")) {
         x->use_graphs = 0;

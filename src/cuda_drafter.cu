@@ -1,8 +1,7 @@
 // cuda_drafter: see cuda_drafter.h. The drafters' weights and per-sequence
 // state on the device, and their forward pass on the launchers of
-// cuda_ops.cuh, plus the small kernels only drafters need: DSpark's
-// confidence head and an argmax split over many blocks for the greedy
-// drafts (the tap concatenation happens while staging on the host).
+// cuda_ops.cuh, plus the one kernel only drafters need: DSpark's confidence
+// head (the tap concatenation happens while staging on the host).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -17,7 +16,6 @@
 
 #define CTX_ROWS 128  /* context rows per ingest pass (a prefill chunk of the spec loop) */
 #define GRAPH_ROWS 17 /* ingest passes of up to this many rows (a round's commit) replay graphs */
-#define AM_PARTS 64   /* blocks per row of the split argmax */
 
 namespace {
 
@@ -26,9 +24,6 @@ struct dr_layer {
     float *attn_norm, *mlp_norm, *q_norm, *k_norm; /* [H], [H], [hd], [hd] */
 };
 
-__device__ __forceinline__ float wide(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float wide(__half v) { return __half2float(v); }
-__device__ __forceinline__ float wide(float v) { return v; }
 
 /* DSpark's confidence c = sigmoid(w . [h ; e] + b) for one row, one block
    of 256 threads: fixed strided partial sums, then a fixed tree (the same
@@ -37,8 +32,8 @@ template <typename T>
 __global__ void k_confidence(float *out, const float *h, const float *e, const T *w, int H, int R, float b) {
     __shared__ float part[256];
     float s = 0.0f;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) s = fmaf(h[i], wide(w[i]), s);
-    for (int i = threadIdx.x; i < R; i += blockDim.x) s = fmaf(e[i], wide(w[H + i]), s);
+    for (int i = threadIdx.x; i < H; i += blockDim.x) s = fmaf(h[i], widen(w[i]), s);
+    for (int i = threadIdx.x; i < R; i += blockDim.x) s = fmaf(e[i], widen(w[H + i]), s);
     part[threadIdx.x] = s;
     __syncthreads();
     for (int o = blockDim.x / 2; o > 0; o >>= 1) {
@@ -46,55 +41,6 @@ __global__ void k_confidence(float *out, const float *h, const float *e, const T
         __syncthreads();
     }
     if (threadIdx.x == 0) *out = 1.0f / (1.0f + expf(-(part[0] + b)));
-}
-
-/* The first largest entry of a row, split over AM_PARTS blocks per row
-   (one block per row over a whole vocabulary is bound by the latency of
-   its few warps' loads, about 0.1 ms per row): each block keeps the first
-   largest of its slice, the final pass the first largest of the parts.
-   Ties go to the lower index at every step, so the result is op_argmax's. */
-__device__ __forceinline__ void am_keep(float &v, int &i, float v2, int i2) {
-    if (i2 >= 0 && (i < 0 || v2 > v || (v2 == v && i2 < i))) v = v2, i = i2;
-}
-
-__device__ void am_tree(float *bv, int *bi, float v, int i) {
-    bv[threadIdx.x] = v;
-    bi[threadIdx.x] = i;
-    __syncthreads();
-    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-        if ((int)threadIdx.x < o) {
-            float a = bv[threadIdx.x];
-            int ia = bi[threadIdx.x];
-            am_keep(a, ia, bv[threadIdx.x + o], bi[threadIdx.x + o]);
-            bv[threadIdx.x] = a;
-            bi[threadIdx.x] = ia;
-        }
-        __syncthreads();
-    }
-}
-
-__global__ void k_argmax_part(float *pv, int *pi, const float *x, int n, int per) {
-    __shared__ float bv[256];
-    __shared__ int bi[256];
-    const float *xr = x + (size_t)blockIdx.y * n;
-    int lo = blockIdx.x * per, hi = lo + per < n ? lo + per : n;
-    float v = -INFINITY;
-    int best = -1;
-    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x)
-        if (best < 0 || xr[i] > v) v = xr[i], best = i;
-    am_tree(bv, bi, v, best);
-    if (threadIdx.x == 0) {
-        pv[blockIdx.y * gridDim.x + blockIdx.x] = bv[0];
-        pi[blockIdx.y * gridDim.x + blockIdx.x] = bi[0];
-    }
-}
-
-__global__ void k_argmax_final(int *out, const float *pv, const int *pi, int parts) {
-    __shared__ float bv[AM_PARTS];
-    __shared__ int bi[AM_PARTS];
-    int t = threadIdx.x, r = blockIdx.x;
-    am_tree(bv, bi, t < parts ? pv[r * parts + t] : -INFINITY, t < parts ? pi[r * parts + t] : -1);
-    if (t == 0) out[r] = bi[0] < 0 ? 0 : bi[0];
 }
 
 } // namespace
@@ -109,8 +55,7 @@ struct cuda_dmodel {
     const dmat *embed, *lm_head;               /* [V][H]: own_* or the target's */
     dmat w1, w2, conf_w;                       /* [V][R], [V][R], [1][H(+R)] */
     float conf_b;
-    void **allocs;
-    int n_allocs, cap_allocs;
+    dev_pool pool; /* every device allocation of the weights */
 };
 
 /* h_in / d_in layout: the block's ids, the positions, the cache length
@@ -128,8 +73,6 @@ struct cuda_dstate {
     float *feat, *g;                        /* [CTX_ROWS][nt*H], [CTX_ROWS][H] */
     float *base, *z, *e, *conf;             /* [B][V] head rows, [B][V] biased rows, [R], [B] */
     float *part;                            /* split attention partials */
-    float *am_v;                            /* [B][AM_PARTS] argmax partials (values; indices in am_i) */
-    int *am_i;
     int *d_in, *draft;                      /* IN_* layout; [B] greedy drafts */
     int *h_in, *h_ids;                      /* pinned: IN_* layout; [B] drafts */
     float *h_feat, *h_out;                  /* pinned: [CTX_ROWS][nt*H]; [B] confidences + [V] one z row */
@@ -141,48 +84,18 @@ struct cuda_dstate {
 
 /* ---- weights --------------------------------------------------------------- */
 
-static int dev_alloc(cuda_dmodel *m, void **p, size_t n, char *err, size_t errlen) {
-    CK(cudaMalloc(p, n ? n : 1));
-    if (m->n_allocs == m->cap_allocs) {
-        m->cap_allocs = m->cap_allocs ? m->cap_allocs * 2 : 64;
-        m->allocs = (void **)xrealloc(m->allocs, sizeof(void *) * (size_t)m->cap_allocs);
-    }
-    m->allocs[m->n_allocs++] = *p;
-    return 0;
-}
-
-static int up_f32(cuda_dmodel *m, float **dst, const float *src, size_t n, char *err, size_t errlen) {
-    *dst = NULL;
-    if (!src) return 0;
-    if (dev_alloc(m, (void **)dst, sizeof(float) * n, err, errlen)) return -1;
-    CK(cudaMemcpy(*dst, src, sizeof(float) * n, cudaMemcpyHostToDevice));
-    return 0;
-}
-
-static int up_mat(cuda_dmodel *m, dmat *d, const tensor *t, char *err, size_t errlen) {
-    if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
-        return ds_err(err, errlen, "CUDA drafter: %s has dtype %s (bf16, f16 or f32 needed)", t->name,
-                      dtype_name(t->dtype));
-    d->dt = t->dtype;
-    d->N = (int)t->shape[0];
-    d->K = t->ndim > 1 ? (int)t->shape[1] : 1;
-    if (dev_alloc(m, &d->p, t->nbytes, err, errlen)) return -1;
-    CK(cudaMemcpy(d->p, t->data, t->nbytes, cudaMemcpyHostToDevice));
-    return 0;
-}
-
 static int up_layers(cuda_dmodel *m, const wlayer *src, char *err, size_t errlen) {
     const model_config *c = &m->cfg;
     size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         const wlayer *L = &src[l];
         dr_layer *D = &m->layers[l];
-        if (up_mat(m, &D->wq, L->wq, err, errlen) || up_mat(m, &D->wk, L->wk, err, errlen) ||
-            up_mat(m, &D->wv, L->wv, err, errlen) || up_mat(m, &D->wo, L->wo, err, errlen) ||
-            up_mat(m, &D->wg, L->wg, err, errlen) || up_mat(m, &D->wu, L->wu, err, errlen) ||
-            up_mat(m, &D->wd, L->wd, err, errlen) || up_f32(m, &D->attn_norm, L->attn_norm, H, err, errlen) ||
-            up_f32(m, &D->mlp_norm, L->mlp_norm, H, err, errlen) ||
-            up_f32(m, &D->q_norm, L->q_norm, hd, err, errlen) || up_f32(m, &D->k_norm, L->k_norm, hd, err, errlen))
+        if (cu_up_mat(&m->pool, &D->wq, L->wq, err, errlen) || cu_up_mat(&m->pool, &D->wk, L->wk, err, errlen) ||
+            cu_up_mat(&m->pool, &D->wv, L->wv, err, errlen) || cu_up_mat(&m->pool, &D->wo, L->wo, err, errlen) ||
+            cu_up_mat(&m->pool, &D->wg, L->wg, err, errlen) || cu_up_mat(&m->pool, &D->wu, L->wu, err, errlen) ||
+            cu_up_mat(&m->pool, &D->wd, L->wd, err, errlen) || cu_up_f32(&m->pool, &D->attn_norm, L->attn_norm, H, err, errlen) ||
+            cu_up_f32(&m->pool, &D->mlp_norm, L->mlp_norm, H, err, errlen) ||
+            cu_up_f32(&m->pool, &D->q_norm, L->q_norm, hd, err, errlen) || cu_up_f32(&m->pool, &D->k_norm, L->k_norm, hd, err, errlen))
             return -1;
         if (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N)
             return ds_err(err, errlen, "CUDA drafter: layer %d: gate and up projections differ in dtype or shape", l);
@@ -223,24 +136,24 @@ extern "C" int cuda_dmodel_create(cuda_dmodel **out, const cuda_dweights *w, str
     const model_config *c = &m->cfg;
     size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
     m->layers = (dr_layer *)xcalloc((size_t)c->n_layers, sizeof(dr_layer));
-    int rc = up_mat(m, &m->fc, w->fc, err, errlen) || up_f32(m, &m->hidden_norm, w->hidden_norm, H, err, errlen) ||
-             up_f32(m, &m->final_norm, w->final_norm, H, err, errlen) ||
-             up_f32(m, &m->inv_freq, w->inv_freq, hd / 2, err, errlen) || up_layers(m, w->layers, err, errlen);
+    int rc = cu_up_mat(&m->pool, &m->fc, w->fc, err, errlen) || cu_up_f32(&m->pool, &m->hidden_norm, w->hidden_norm, H, err, errlen) ||
+             cu_up_f32(&m->pool, &m->final_norm, w->final_norm, H, err, errlen) ||
+             cu_up_f32(&m->pool, &m->inv_freq, w->inv_freq, hd / 2, err, errlen) || up_layers(m, w->layers, err, errlen);
     if (!rc && w->embed) {
-        rc = up_mat(m, &m->own_embed, w->embed, err, errlen);
+        rc = cu_up_mat(&m->pool, &m->own_embed, w->embed, err, errlen);
         m->embed = &m->own_embed;
     } else if (!rc) {
         m->embed = cu_model_embed(target);
     }
     if (!rc && w->lm_head) {
         if (w->lm_head == w->embed) m->own_head = m->own_embed;
-        else rc = up_mat(m, &m->own_head, w->lm_head, err, errlen);
+        else rc = cu_up_mat(&m->pool, &m->own_head, w->lm_head, err, errlen);
         m->lm_head = &m->own_head;
     } else if (!rc) {
         m->lm_head = cu_model_lm_head(target);
     }
-    if (!rc && m->R) rc = up_mat(m, &m->w1, w->w1, err, errlen) || up_mat(m, &m->w2, w->w2, err, errlen);
-    if (!rc && m->has_conf) rc = up_mat(m, &m->conf_w, w->conf_w, err, errlen);
+    if (!rc && m->R) rc = cu_up_mat(&m->pool, &m->w1, w->w1, err, errlen) || cu_up_mat(&m->pool, &m->w2, w->w2, err, errlen);
+    if (!rc && m->has_conf) rc = cu_up_mat(&m->pool, &m->conf_w, w->conf_w, err, errlen);
     if (rc) {
         cuda_dmodel_free(m);
         return -1;
@@ -251,8 +164,7 @@ extern "C" int cuda_dmodel_create(cuda_dmodel **out, const cuda_dweights *w, str
 
 extern "C" void cuda_dmodel_free(cuda_dmodel *m) {
     if (!m) return;
-    for (int i = 0; i < m->n_allocs; i++) cudaFree(m->allocs[i]);
-    free(m->allocs);
+    cu_pool_free(&m->pool);
     free(m->layers);
     free(m);
 }
@@ -278,15 +190,14 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
                       (double)sizeof(float) * kvf / (1 << 30), cap, cudaGetErrorString(e));
     }
     float **bufs[] = {&s->x, &s->xb, &s->q, &s->att, &s->k, &s->v, &s->gate, &s->feat,
-                      &s->g, &s->base, &s->z, &s->e, &s->conf, &s->part, &s->am_v};
+                      &s->g, &s->base, &s->z, &s->e, &s->conf, &s->part};
     size_t sizes[] = {B * H, B * H, B * QD, B * QD, R * KD, R * KD, B * I, (size_t)CTX_ROWS * m->nt * H,
                       (size_t)CTX_ROWS * H, B * V, m->R ? B * V : 1, m->R ? (size_t)m->R : 1, (size_t)B,
-                      cu_attn_part_floats(c->n_heads, c->head_dim, cap), (size_t)B * AM_PARTS};
+                      cu_attn_part_floats(c->n_heads, c->head_dim, cap)};
     int ok = 1;
     for (size_t i = 0; ok && i < sizeof sizes / sizeof sizes[0]; i++)
         ok = cudaMalloc((void **)bufs[i], sizeof(float) * sizes[i]) == cudaSuccess;
     ok = ok && cudaMalloc((void **)&s->d_in, sizeof(int) * IN_INTS(s)) == cudaSuccess &&
-         cudaMalloc((void **)&s->am_i, sizeof(int) * B * AM_PARTS) == cudaSuccess &&
          cudaMalloc((void **)&s->draft, sizeof(int) * B) == cudaSuccess &&
          cudaMallocHost((void **)&s->h_in, sizeof(int) * IN_INTS(s)) == cudaSuccess &&
          cudaMallocHost((void **)&s->h_ids, sizeof(int) * B) == cudaSuccess &&
@@ -299,8 +210,7 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
         return ds_err(err, errlen, "CUDA: cannot allocate the drafter's scratch");
     }
     s->g_block = (cudaGraphExec_t *)xcalloc((size_t)(B + 1) * 2, sizeof(cudaGraphExec_t));
-    const char *gv = getenv("DSPARK_CUDA_GRAPHS");
-    s->use_graphs = !(gv && !strcmp(gv, "0"));
+    s->use_graphs = cu_graphs_enabled();
     *out = s;
     return 0;
 }
@@ -310,10 +220,9 @@ extern "C" void cuda_dstate_free(cuda_dstate *s) {
     cudaSetDevice(s->m->gpu);
     if (s->st) cudaStreamSynchronize(s->st);
     float *bufs[] = {s->kv, s->x, s->xb, s->q, s->att, s->k, s->v, s->gate, s->feat, s->g, s->base, s->z, s->e,
-                     s->conf, s->part, s->am_v};
+                     s->conf, s->part};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFree(s->d_in);
-    cudaFree(s->am_i);
     cudaFree(s->draft);
     if (s->h_in) cudaFreeHost(s->h_in);
     if (s->h_ids) cudaFreeHost(s->h_ids);
@@ -346,13 +255,6 @@ static float *layer_k(const cuda_dstate *s, int l) {
 static float *layer_v(const cuda_dstate *s, int l) {
     const model_config *c = &s->m->cfg;
     return layer_k(s, l) + (size_t)c->n_kv_heads * c->head_dim * (size_t)s->cap;
-}
-
-/* out[m] = op_argmax of x[m][0..V) for M <= B rows */
-static void argmax_rows(cuda_dstate *s, int *out, const float *x, int M) {
-    int V = s->m->cfg.vocab_size, per = (V + AM_PARTS - 1) / AM_PARTS;
-    k_argmax_part<<<dim3(AM_PARTS, M), 256, 0, s->st>>>(s->am_v, s->am_i, x, V, per);
-    k_argmax_final<<<M, AM_PARTS, 0, s->st>>>(out, s->am_v, s->am_i, AM_PARTS);
 }
 
 /* M context rows: C = RMSNorm(fc . F, hidden_norm); per layer the keys
@@ -403,7 +305,7 @@ static void enqueue_dspark_row(cuda_dstate *s, int j, const int *prev, int chain
         }
     }
     if (m->R) cu_matmul(st, zj, s->e, 1, &m->w2, bj); /* the head row enters as the bias */
-    if (chain) argmax_rows(s, s->draft + j, zj, 1);
+    if (chain) cu_argmax(st, s->draft + j, zj, 1, V);
 }
 
 /* The block [anchor, mask x (B-1)] at positions *d_len.. through the
@@ -439,7 +341,7 @@ static void enqueue_block(cuda_dstate *s, int n, int chain) {
     if (!m->dspark) {
         /* mask row j (1..B-1) drafts the token at position s+j */
         cu_matmul(st, s->base, s->xb + H, n, m->lm_head, NULL);
-        if (chain) argmax_rows(s, s->draft, s->base, n);
+        if (chain) cu_argmax(st, s->draft, s->base, n, c->vocab_size);
     } else {
         cu_matmul(st, s->base, s->xb, n, m->lm_head, NULL);
         if (chain)

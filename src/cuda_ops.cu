@@ -42,32 +42,17 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 /* 8 consecutive weights widened to f32 */
-__device__ __forceinline__ void load8(const __nv_bfloat16 *p, float *w) {
+template <typename T> __device__ __forceinline__ void load8(const T *p, float *w) {
     uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-    for (int i = 0; i < 4; i++) {
-        float2 f = __bfloat1622float2(h[i]);
-        w[2 * i] = f.x;
-        w[2 * i + 1] = f.y;
-    }
-}
-__device__ __forceinline__ void load8(const __half *p, float *w) {
-    uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
-    for (int i = 0; i < 4; i++) {
-        float2 f = __half22float2(h[i]);
-        w[2 * i] = f.x;
-        w[2 * i + 1] = f.y;
-    }
+    const T *h = reinterpret_cast<const T *>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; i++) w[i] = widen(h[i]);
 }
 __device__ __forceinline__ void load8(const float *p, float *w) {
     float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
     w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
     w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
 }
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
-__device__ __forceinline__ float widen(float v) { return v; }
 
 #define MM_NPW 4   /* outputs per block: each x load serves MM_NPW weight rows */
 #define MM_WARPS 4 /* warps per block, splitting K */
@@ -520,121 +505,14 @@ __global__ void k_embed(float *out, const T *e, const int *tok, int H) {
 #define ATT_THREADS 128
 #define ATT_WARPS (ATT_THREADS / 32)
 
-/* Split attention (flash-decoding), used by the forward pass. Positions are
-   cut into chunks of ATT_CHUNK by absolute position; a block handles one
-   (row, kv head, chunk) for all the query heads sharing that kv head (GQA:
-   each K/V row is read once for the group), and writes per query head the
-   chunk's max score, sum of exponentials and unnormalised output. A second
+/* Split attention (flash-decoding). Positions are cut into chunks of
+   ATT_CHUNK by absolute position; each chunk gives, per row and query head,
+   its max score, sum of exponentials and unnormalised output, and a second
    kernel combines a row's chunks in chunk order. The chunking depends only
    on the row's own number of visible positions, so a row gives the same
    bits in any batch. The grid covers every chunk the cache could hold
-   (blocks past the row's last position exit at once), so a captured graph
+   (blocks past the last position exit at once), so a captured graph
    replays at any cache length. */
-
-template <int G>
-__global__ void __launch_bounds__(ATT_THREADS) k_attn_part(const float *q, const float *kc, const float *vc, float *opart,
-                                                           float *mpart, float *spart, int nh, int nkv, int hd, int cap,
-                                                           const int *d_len, int M, float scale, int nchunk, int m0,
-                                                           int causal) {
-    pdl_trigger();
-    pdl_wait();
-    extern __shared__ float4 kvs[]; /* the chunk's K rows, then its V rows */
-    __shared__ float sc[G][ATT_CHUNK];
-    __shared__ float4 part[ATT_WARPS][G][ATT_MAX_HD / 4];
-    int c = blockIdx.x % nchunk, kvh = (blockIdx.x / nchunk) % nkv, m = m0 + (int)blockIdx.x / (nchunk * nkv);
-    int L = *d_len + (causal ? m + 1 : M);
-    int p0 = c * ATT_CHUNK;
-    if (p0 >= L) return;
-    int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h4 = hd / 4;
-    /* the whole chunk is requested at once (asynchronous copies, no
-       registers held), so its latency is paid once, not per position */
-    {
-        const float4 *kg = reinterpret_cast<const float4 *>(kc + ((size_t)kvh * cap + p0) * hd);
-        const float4 *vg = reinterpret_cast<const float4 *>(vc + ((size_t)kvh * cap + p0) * hd);
-        for (int i = threadIdx.x; i < np * h4; i += ATT_THREADS) {
-            cp_async16(kvs + i, kg + i);
-            cp_async16(kvs + ATT_CHUNK * h4 + i, vg + i);
-        }
-        cp_async_wait_all();
-        __syncthreads();
-    }
-    const float *kb = reinterpret_cast<const float *>(kvs), *vb = reinterpret_cast<const float *>(kvs + ATT_CHUNK * h4);
-    const float4 z4 = make_float4(0, 0, 0, 0);
-    float4 qa[G], qb[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        const float4 *qr = reinterpret_cast<const float4 *>(q + ((size_t)m * nh + kvh * G + g) * hd);
-        qa[g] = lane < h4 ? qr[lane] : z4;
-        qb[g] = lane + 32 < h4 ? qr[lane + 32] : z4;
-    }
-    /* scores: warp w takes positions w, w+4, ...; lanes split head_dim */
-#pragma unroll 2
-    for (int p = warp; p < np; p += ATT_WARPS) {
-        const float4 *kr = reinterpret_cast<const float4 *>(kb + (size_t)p * hd);
-        float4 ka = lane < h4 ? kr[lane] : z4, kb4 = lane + 32 < h4 ? kr[lane + 32] : z4;
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float s = 0.0f;
-            s = fmaf(qa[g].x, ka.x, s); s = fmaf(qa[g].y, ka.y, s); s = fmaf(qa[g].z, ka.z, s); s = fmaf(qa[g].w, ka.w, s);
-            s = fmaf(qb[g].x, kb4.x, s); s = fmaf(qb[g].y, kb4.y, s); s = fmaf(qb[g].z, kb4.z, s); s = fmaf(qb[g].w, kb4.w, s);
-            s = warp_sum(s);
-            if (lane == 0) sc[g][p] = s * scale;
-        }
-    }
-    __syncthreads();
-    /* per head: max and sum of exponentials, one warp per head */
-    for (int g = warp; g < G; g += ATT_WARPS) {
-        float mx = -INFINITY;
-        for (int p = lane; p < np; p += 32) mx = fmaxf(mx, sc[g][p]);
-        mx = warp_max(mx);
-        float sum = 0.0f;
-        for (int p = lane; p < np; p += 32) {
-            float e = expf(sc[g][p] - mx);
-            sc[g][p] = e;
-            sum += e;
-        }
-        sum = warp_sum(sum);
-        if (lane == 0) {
-            size_t slot = ((size_t)(m - m0) * nh + kvh * G + g) * nchunk + c;
-            mpart[slot] = mx;
-            spart[slot] = sum;
-        }
-    }
-    __syncthreads();
-    /* unnormalised outputs: warp w sums its positions for every head, each V row read once */
-    float4 oa[G], ob[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) oa[g] = ob[g] = z4;
-#pragma unroll 2
-    for (int p = warp; p < np; p += ATT_WARPS) {
-        const float4 *vr = reinterpret_cast<const float4 *>(vb + (size_t)p * hd);
-        float4 va = lane < h4 ? vr[lane] : z4, v2 = lane + 32 < h4 ? vr[lane + 32] : z4;
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float e = sc[g][p];
-            oa[g].x = fmaf(e, va.x, oa[g].x); oa[g].y = fmaf(e, va.y, oa[g].y);
-            oa[g].z = fmaf(e, va.z, oa[g].z); oa[g].w = fmaf(e, va.w, oa[g].w);
-            ob[g].x = fmaf(e, v2.x, ob[g].x); ob[g].y = fmaf(e, v2.y, ob[g].y);
-            ob[g].z = fmaf(e, v2.z, ob[g].z); ob[g].w = fmaf(e, v2.w, ob[g].w);
-        }
-    }
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        if (lane < h4) part[warp][g][lane] = oa[g];
-        if (lane + 32 < h4) part[warp][g][lane + 32] = ob[g];
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < G * h4; i += ATT_THREADS) {
-        int g = i / h4, j = i % h4;
-        float4 a4 = part[0][g][j];
-        for (int w = 1; w < ATT_WARPS; w++) {
-            float4 b4 = part[w][g][j];
-            a4.x += b4.x; a4.y += b4.y; a4.z += b4.z; a4.w += b4.w;
-        }
-        reinterpret_cast<float4 *>(opart + (((size_t)(m - m0) * nh + kvh * G + g) * nchunk + c) * hd)[j] = a4;
-    }
-}
 
 /* Attention by (chunk, kv head, group of up to ATT_ROWS rows): the block
    stages the chunk's K (rows padded by 4 floats, so lanes reading different
@@ -644,8 +522,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_part(const float *q, const
    dot products, q broadcast from shared memory), the warp reduces max and
    sum, and lane l accumulates output dims 4l..4l+3 (and 4l+128..) over the
    row's visible positions in order. A row's operations are the same in any
-   batch (one warp, fixed orders), its partials go where k_attn_part's do
-   and k_attn_combine merges them. */
+   batch (one warp, fixed orders), and k_attn_combine merges its chunks. */
 template <int G>
 __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
@@ -757,16 +634,62 @@ __global__ void k_attn_combine(float *out, const float *opart, const float *mpar
     }
 }
 
+/* ---- weight uploads -------------------------------------------------------- */
+
+int cu_dev_alloc(dev_pool *pl, void **p, size_t n, char *err, size_t errlen) {
+    CK(cudaMalloc(p, n ? n : 1));
+    if (pl->n == pl->cap) {
+        pl->cap = pl->cap ? pl->cap * 2 : 64;
+        pl->p = (void **)xrealloc(pl->p, sizeof(void *) * (size_t)pl->cap);
+    }
+    pl->p[pl->n++] = *p;
+    return 0;
+}
+
+int cu_up_f32(dev_pool *pl, float **dst, const float *src, size_t n, char *err, size_t errlen) {
+    *dst = NULL;
+    if (!src) return 0;
+    if (cu_dev_alloc(pl, (void **)dst, sizeof(float) * n, err, errlen)) return -1;
+    CK(cudaMemcpy(*dst, src, sizeof(float) * n, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+int cu_up_mat(dev_pool *pl, dmat *d, const tensor *t, char *err, size_t errlen) {
+    if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
+        return ds_err(err, errlen, "CUDA: %s has dtype %s (bf16, f16 or f32 needed)", t->name, dtype_name(t->dtype));
+    d->dt = t->dtype;
+    d->N = (int)t->shape[0];
+    d->K = t->ndim > 1 ? (int)t->shape[1] : 1;
+    if (cu_dev_alloc(pl, &d->p, t->nbytes, err, errlen)) return -1;
+    CK(cudaMemcpy(d->p, t->data, t->nbytes, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+void cu_pool_free(dev_pool *pl) {
+    for (int i = 0; i < pl->n; i++) cudaFree(pl->p[i]);
+    free(pl->p);
+    pl->p = NULL;
+    pl->n = pl->cap = 0;
+}
+
 /* ---- launchers ----------------------------------------------------------- */
 
 /* Every kernel is launched with programmatic dependent launch allowed
    (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0. */
+static int env_is(const char *name, const char *value) {
+    const char *e = getenv(name);
+    return e && !strcmp(e, value);
+}
+
 static int pdl_enabled(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DSPARK_CUDA_PDL");
-        on = !(e && !strcmp(e, "0"));
-    }
+    if (on < 0) on = !env_is("DSPARK_CUDA_PDL", "0");
+    return on;
+}
+
+int cu_graphs_enabled(void) {
+    static int on = -1;
+    if (on < 0) on = !env_is("DSPARK_CUDA_GRAPHS", "0");
     return on;
 }
 
@@ -790,53 +713,32 @@ static void launch(void (*k)(KA...), dim3 grid, dim3 block, cudaStream_t st, A..
     launch_smem(k, grid, block, 0, st, args...);
 }
 
-/* DSPARK_CUDA_ATTN=rowwise: the kernel with a block per (row, kv head,
-   chunk) instead of one per (kv head, chunk) shared by the rows (for
-   comparisons) */
-static int attn_rowwise(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DSPARK_CUDA_ATTN");
-        on = e && !strcmp(e, "rowwise");
-    }
-    return on;
-}
-
 template <int G>
-static void attn_launch(cudaStream_t st, int rowwise, int R, float *opart, float *mpart, float *spart, const float *q,
+static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
                         const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
                         float scale, int nchunk, int m0, int causal) {
-    static int sized = 0; /* the chunk buffers can pass the default 48 KiB of shared memory */
-    size_t h4 = (size_t)hd / 4;
-    size_t smem_part = 2 * ATT_CHUNK * h4 * sizeof(float4);
-    size_t smem_rows = (ATT_CHUNK * (h4 + 1) + ATT_CHUNK * h4 + ATT_WARPS * G * h4) * sizeof(float4) +
-                       ATT_WARPS * G * ATT_CHUNK * sizeof(float);
+    /* k_attn_rows' buffers: padded K, V, each warp's q rows and weights */
+    auto smem = [](size_t h4) {
+        return (ATT_CHUNK * (h4 + 1) + ATT_CHUNK * h4 + ATT_WARPS * G * h4) * sizeof(float4) +
+               ATT_WARPS * G * ATT_CHUNK * sizeof(float);
+    };
+    static int sized = 0; /* they can pass the default 48 KiB of shared memory */
     if (!sized) {
-        size_t h4max = ATT_MAX_HD / 4;
-        cudaFuncSetAttribute(k_attn_part<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)(2 * ATT_CHUNK * h4max * sizeof(float4)));
-        cudaFuncSetAttribute(k_attn_rows<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)((ATT_CHUNK * (h4max + 1) + ATT_CHUNK * h4max + ATT_WARPS * G * h4max) *
-                                       sizeof(float4) +
-                                   ATT_WARPS * G * ATT_CHUNK * sizeof(float)));
+        cudaFuncSetAttribute(k_attn_rows<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem(ATT_MAX_HD / 4));
         sized = 1;
     }
-    if (rowwise)
-        launch_smem(k_attn_part<G>, R * nkv * nchunk, ATT_THREADS, smem_part, st, q, kc, vc, opart, mpart, spart, nh,
-                    nkv, hd, cap, d_len, M, scale, nchunk, m0, causal);
-    else
-        launch_smem(k_attn_rows<G>, nkv * nchunk, ATT_THREADS, smem_rows, st, q, kc, vc, opart, mpart, spart, nh, nkv,
-                    hd, cap, d_len, M, scale, nchunk, m0, causal);
+    launch_smem(k_attn_rows<G>, nkv * nchunk, ATT_THREADS, smem((size_t)hd / 4), st, q, kc, vc, opart, mpart, spart,
+                nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal);
 }
 
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal) {
-    int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK, rw = attn_rowwise();
+    int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
     size_t parts = (size_t)ATT_ROWS * nh * nchunk;
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
-#define PART(g) attn_launch<g>(st, rw, R, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale, nchunk, m0, causal)
+#define PART(g) attn_launch<g>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale, nchunk, m0, causal)
         switch (G) {
         case 1: PART(1); break;
         case 2: PART(2); break;
@@ -992,10 +894,7 @@ static void mma_tiles(cudaStream_t st, float *y, const float *x, int M, const dm
    same way. */
 static int fma_forced(void) { /* DSPARK_CUDA_MM=fma: the FMA kernel everywhere (for comparisons) */
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("DSPARK_CUDA_MM");
-        on = e && !strcmp(e, "fma");
-    }
+    if (on < 0) on = env_is("DSPARK_CUDA_MM", "fma");
     return on;
 }
 

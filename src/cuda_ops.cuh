@@ -11,6 +11,8 @@
 #ifndef DS_CUDA_OPS_CUH
 #define DS_CUDA_OPS_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 extern "C" {
@@ -47,6 +49,26 @@ struct dmat {
     ds_dtype dt;
     int N, K;
 };
+
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+__device__ __forceinline__ float widen(float v) { return v; }
+
+/* 0 when DSPARK_CUDA_GRAPHS=0: forwards are launched kernel by kernel
+   instead of replayed from captured graphs */
+int cu_graphs_enabled(void);
+
+/* The device allocations of one set of weights, freed together. */
+struct dev_pool {
+    void **p;
+    int n, cap;
+};
+int cu_dev_alloc(dev_pool *pl, void **p, size_t n, char *err, size_t errlen);
+/* n host floats to the device; a NULL src leaves *dst NULL */
+int cu_up_f32(dev_pool *pl, float **dst, const float *src, size_t n, char *err, size_t errlen);
+/* a bf16 / f16 / f32 matrix tensor to the device, in its dtype */
+int cu_up_mat(dev_pool *pl, dmat *d, const tensor *t, char *err, size_t errlen);
+void cu_pool_free(dev_pool *pl);
 
 /* the target's device embedding and LM head (the same dmat when tied), and
    its GPU index: drafters on the same GPU bind them */

@@ -50,23 +50,18 @@ cJSON *tc_need(cJSON *v) {
     return v;
 }
 
-cJSON *tc_str(const char *s, size_t n) {
+/* a cJSON value made by make from s[0..n) (not NUL-terminated) */
+static cJSON *json_n(cJSON *(*make)(const char *), const char *s, size_t n) {
     char *t = xmalloc(n + 1);
     memcpy(t, s, n);
     t[n] = 0;
-    cJSON *v = tc_need(cJSON_CreateString(t));
+    cJSON *v = tc_need(make(t));
     free(t);
     return v;
 }
 
-static cJSON *raw_n(const char *s, size_t n) {
-    char *t = xmalloc(n + 1);
-    memcpy(t, s, n);
-    t[n] = 0;
-    cJSON *v = tc_need(cJSON_CreateRaw(t));
-    free(t);
-    return v;
-}
+cJSON *tc_str(const char *s, size_t n) { return json_n(cJSON_CreateString, s, n); }
+static cJSON *raw_n(const char *s, size_t n) { return json_n(cJSON_CreateRaw, s, n); }
 
 void tc_obj_set(cJSON *obj, const char *key, cJSON *v) {
     if (cJSON_GetObjectItemCaseSensitive(obj, key)) cJSON_ReplaceItemInObjectCaseSensitive(obj, key, v);

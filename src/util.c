@@ -208,3 +208,16 @@ void ds_unique_id(char *out, size_t n, const char *prefix) {
     fill_random(&r, sizeof r);
     snprintf(out, n, "%s%016llx%08x", prefix, (unsigned long long)ds_mix64(c ^ id_key), (unsigned)r);
 }
+
+int ds_utf8_valid(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned char b = u[i];
+        size_t len = b < 0x80 ? 1 : b >= 0xC2 && b < 0xE0 ? 2 : b >= 0xE0 && b < 0xF0 ? 3 : b >= 0xF0 && b < 0xF5 ? 4 : 0;
+        if (!len || i + len > n) return 0;
+        for (size_t k = 1; k < len; k++)
+            if ((u[i + k] & 0xC0) != 0x80) return 0;
+        i += len;
+    }
+    return 1;
+}

@@ -33,6 +33,10 @@ int ds_path_join(char *out, size_t n, const char *dir, const char *name);
 
 double ds_now(void); /* monotonic seconds */
 
+/* 1 when s[0..n) is well-formed UTF-8 as far as lead bytes go: C2..F4
+ * leads, each with its count of continuation bytes, no sequence cut. */
+int ds_utf8_valid(const char *s, size_t n);
+
 /* FNV-1a 64-bit over bytes, chainable: pass the previous hash as seed
  * (DS_FNV_SEED for the first call). */
 #define DS_FNV_SEED 0xcbf29ce484222325ULL

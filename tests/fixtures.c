@@ -107,15 +107,3 @@ int test_run_cli(const char *args, char **out, char **errtxt) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-int test_utf8_valid(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned char b = u[i];
-        size_t len = b < 0x80 ? 1 : b >= 0xC2 && b < 0xE0 ? 2 : b >= 0xE0 && b < 0xF0 ? 3 : b >= 0xF0 && b < 0xF5 ? 4 : 0;
-        if (!len || i + len > n) return 0;
-        for (size_t k = 1; k < len; k++)
-            if ((u[i + k] & 0xC0) != 0x80) return 0;
-        i += len;
-    }
-    return 1;
-}

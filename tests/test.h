@@ -25,9 +25,6 @@ int test_write_tiny_qwen3(const char *dir);
 /* Copies the real Qwen3 tokenizer.json and tokenizer_config.json into dir
  * (created). 0, or -1 when they are unavailable. */
 int test_copy_qwen3_tokenizer(const char *dir);
-/* 1 when s[0..n) is well-formed UTF-8 as far as lead bytes go: C2..F4
- * leads, each with its count of continuation bytes, no sequence cut. */
-int test_utf8_valid(const char *s, size_t n);
 /* Runs `$DSPARK_BIN ARGS` (default ./dspark) and returns its exit code;
  * stdout and stderr into malloc'd strings when out / errtxt are given. */
 int test_run_cli(const char *args, char **out, char **errtxt);

@@ -59,7 +59,11 @@ static void *serve_loop(void *arg) {
             if (strstr(buf, "\r\n\r\n")) break;
         }
         buf[n] = 0;
-        if (s->n_req < 4) snprintf(s->req[s->n_req], sizeof s->req[0], "%s", buf);
+        if (s->n_req < 4) { /* the head of the request is enough for the checks */
+            size_t k = n < sizeof s->req[0] - 1 ? n : sizeof s->req[0] - 1;
+            memcpy(s->req[s->n_req], buf, k);
+            s->req[s->n_req][k] = 0;
+        }
         s->n_req++;
         int status = s->status;
         const char *body = s->body;

@@ -10,6 +10,7 @@
 #include "stopstr.h"
 #include "strbuf.h"
 #include "test.h"
+#include "util.h"
 
 
 /* Whole-text reference: the earliest occurrence of any stop string (the
@@ -37,13 +38,13 @@ static int reference(const char *text, const char *const *stops, int k, size_t *
 static const char *run_chunks(const char *text, const char *const *stops, int k, size_t chunk, strbuf *out,
                               stop_matcher *m) {
     size_t n = strlen(text);
-    int valid = test_utf8_valid(text, n);
+    int valid = ds_utf8_valid(text, n);
     stop_init(m, stops, k);
     int hit = 0;
     for (size_t i = 0; i < n && !hit; i += chunk) {
         size_t o0 = out->n;
         hit = stop_push(m, text + i, n - i < chunk ? n - i : chunk, out);
-        if (valid) CHECK_MSG(test_utf8_valid(sb_str(out) + o0, out->n - o0), "partial UTF-8 released (chunk %zu)", chunk);
+        if (valid) CHECK_MSG(ds_utf8_valid(sb_str(out) + o0, out->n - o0), "partial UTF-8 released (chunk %zu)", chunk);
     }
     if (!hit) stop_flush(m, out);
     if (stop_matched(m)) { /* later pushes append nothing */

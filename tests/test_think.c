@@ -10,6 +10,7 @@
 #include "strbuf.h"
 #include "test.h"
 #include "think.h"
+#include "util.h"
 
 #define QO "<think>"
 #define QC "</think>"
@@ -22,7 +23,7 @@
 static void stream(const char *text, const char *open, const char *close, int prefilled, size_t chunk, strbuf *reason,
                    strbuf *answer) {
     size_t n = strlen(text);
-    int valid = test_utf8_valid(text, n);
+    int valid = ds_utf8_valid(text, n);
     think_split t;
     think_init(&t, open, close, prefilled);
     for (size_t i = 0;; i += chunk) {
@@ -33,8 +34,8 @@ static void stream(const char *text, const char *open, const char *close, int pr
         else
             think_finish(&t, reason, answer);
         if (valid) {
-            CHECK_MSG(test_utf8_valid(sb_str(reason) + r0, reason->n - r0), "partial UTF-8 released to reason (chunk %zu)", chunk);
-            CHECK_MSG(test_utf8_valid(sb_str(answer) + a0, answer->n - a0), "partial UTF-8 released to answer (chunk %zu)", chunk);
+            CHECK_MSG(ds_utf8_valid(sb_str(reason) + r0, reason->n - r0), "partial UTF-8 released to reason (chunk %zu)", chunk);
+            CHECK_MSG(ds_utf8_valid(sb_str(answer) + a0, answer->n - a0), "partial UTF-8 released to answer (chunk %zu)", chunk);
         }
         if (last) break;
     }
