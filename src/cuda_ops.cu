@@ -961,25 +961,12 @@ template <typename T> static int dup_to_dev(T **d, const T *h, size_t n, char *e
     return 0;
 }
 
+static int test_matmul_dev(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
+                           const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
+
 extern "C" int cuda_test_matmul(float *y, const float *x, int M, const void *w, ds_dtype dt, int N, int K,
                                 const float *bias, char *err, size_t errlen) {
-    float *dx, *dy, *db = NULL;
-    void *dw;
-    size_t wb = (size_t)N * K * dtype_size(dt);
-    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, (float *)NULL, (size_t)M * N, err, errlen))
-        return -1;
-    CK(cudaMalloc(&dw, wb));
-    CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
-    if (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) return -1;
-    dmat W = {dw, dt, N, K};
-    cu_matmul(0, dy, dx, M, &W, db);
-    CK_LAUNCH();
-    CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost));
-    cudaFree(dx);
-    cudaFree(dy);
-    cudaFree(dw);
-    cudaFree(db);
-    return 0;
+    return test_matmul_dev(y, x, M, w, NULL, dt, N, K, bias, NULL, 0, 0, err, errlen);
 }
 
 extern "C" int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err,
@@ -1056,13 +1043,19 @@ extern "C" int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, in
     return 0;
 }
 
-/* mode 1: y[M][N] += x . W^T (+ bias); mode 2: y = silu(x . W^T) * (x . W2^T) */
-extern "C" int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt,
-                                      int N, int K, const float *bias, int mode, char *err, size_t errlen) {
-    float *dx, *dy, *db = NULL;
+/* The fused matmuls on host arrays: mode 0 store, 1 residual add (y is
+   read), 2 SwiGLU of W and W2; with gn the RMSNorm of x is folded in. */
+static int test_matmul_dev(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
+                           const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen) {
+    float *dx, *dy, *db = NULL, *dg = NULL;
     void *dw, *dw2 = NULL;
     size_t wb = (size_t)N * K * dtype_size(dt);
-    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, y, (size_t)M * N, err, errlen)) return -1;
+    dmat W = {NULL, dt, N, K};
+    if (gn && !cu_fuses_norm(&W)) return ds_err(err, errlen, "no folded norm for this matrix (K %% 8 or dtype)");
+    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) ||
+        dup_to_dev(&dy, mode == 1 ? y : (float *)NULL, (size_t)M * N, err, errlen) ||
+        (gn && dup_to_dev(&dg, gn, (size_t)K, err, errlen)))
+        return -1;
     CK(cudaMalloc(&dw, wb));
     CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
     if (w2) {
@@ -1070,17 +1063,36 @@ extern "C" int cuda_test_matmul_fused(float *y, const float *x, int M, const voi
         CK(cudaMemcpy(dw2, w2, wb, cudaMemcpyHostToDevice));
     }
     if (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) return -1;
-    dmat W = {dw, dt, N, K}, W2 = {dw2, dt, N, K};
-    if (mode == 1) cu_matmul_add(0, dy, dx, M, &W, db);
-    else cu_matmul_swiglu(0, dy, dx, M, &W, &W2);
+    W.p = dw;
+    dmat W2 = {dw2, dt, N, K};
+    if (mode == 2 && gn) cu_matmul_swiglu_norm(0, dy, dx, M, &W, &W2, dg, eps);
+    else if (mode == 2) cu_matmul_swiglu(0, dy, dx, M, &W, &W2);
+    else if (gn) cu_matmul_norm(0, dy, dx, M, &W, db, dg, eps);
+    else if (mode == 1) cu_matmul_add(0, dy, dx, M, &W, db);
+    else cu_matmul(0, dy, dx, M, &W, db);
     CK_LAUNCH();
     CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost));
     cudaFree(dx);
     cudaFree(dy);
+    cudaFree(dg);
     cudaFree(dw);
     cudaFree(dw2);
     cudaFree(db);
     return 0;
+}
+
+/* mode 1: y[M][N] += x . W^T (+ bias); mode 2: y = silu(x . W^T) * (x . W2^T) */
+extern "C" int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt,
+                                      int N, int K, const float *bias, int mode, char *err, size_t errlen) {
+    return test_matmul_dev(y, x, M, w, mode == 2 ? w2 : NULL, dt, N, K, bias, NULL, 0, mode, err, errlen);
+}
+
+/* y = RMSNorm(x, gn).W^T (+ bias) (mode 0) or silu(RMSNorm(x).W^T) *
+   (RMSNorm(x).W2^T) (mode 2), with the norm folded into the matmul */
+extern "C" int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt,
+                                     int N, int K, const float *bias, const float *gn, float eps, int mode, char *err,
+                                     size_t errlen) {
+    return test_matmul_dev(y, x, M, w, w2, dt, N, K, bias, gn, eps, mode, err, errlen);
 }
 
 /* ---- op benchmark ---------------------------------------------------------- */
@@ -1144,40 +1156,6 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int r
     return 0;
 }
 
-/* y = RMSNorm(x, gn).W^T (+ bias) (mode 0) or silu(RMSNorm(x).W^T) *
-   (RMSNorm(x).W2^T) (mode 2), with the norm folded into the matmul */
-extern "C" int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt,
-                                     int N, int K, const float *bias, const float *gn, float eps, int mode, char *err,
-                                     size_t errlen) {
-    float *dx, *dy, *db = NULL, *dg;
-    void *dw, *dw2 = NULL;
-    size_t wb = (size_t)N * K * dtype_size(dt);
-    dmat W = {NULL, dt, N, K};
-    if (!cu_fuses_norm(&W)) return ds_err(err, errlen, "no folded norm for this matrix (K %% 8 or dtype)");
-    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, (float *)NULL, (size_t)M * N, err, errlen) ||
-        dup_to_dev(&dg, gn, (size_t)K, err, errlen))
-        return -1;
-    CK(cudaMalloc(&dw, wb));
-    CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
-    if (w2) {
-        CK(cudaMalloc(&dw2, wb));
-        CK(cudaMemcpy(dw2, w2, wb, cudaMemcpyHostToDevice));
-    }
-    if (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) return -1;
-    W.p = dw;
-    dmat W2 = {dw2, dt, N, K};
-    if (mode == 2) cu_matmul_swiglu_norm(0, dy, dx, M, &W, &W2, dg, eps);
-    else cu_matmul_norm(0, dy, dx, M, &W, db, dg, eps);
-    CK_LAUNCH();
-    CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost));
-    cudaFree(dx);
-    cudaFree(dy);
-    cudaFree(dg);
-    cudaFree(dw);
-    cudaFree(dw2);
-    cudaFree(db);
-    return 0;
-}
 
 extern "C" int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen) {
     float *dx;
