@@ -44,7 +44,7 @@ SIMD_FLAGS = -mavx2 -mfma -mf16c
 LIB_SRC  = $(filter-out src/main.c src/cuda_none.c,$(wildcard src/*.c))
 ifeq ($(CUDA),1)
   CU_OBJ   = $(patsubst src/%.cu,$(BUILD)/src/%.o,$(wildcard src/*.cu))
-  LIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+  LIBS    += -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
   TEST_CUDA_SRC = $(wildcard tests/cuda/*.c)
 else
   LIB_SRC += src/cuda_none.c
@@ -113,13 +113,16 @@ cuda:
 	$(MAKE) CUDA=1 all
 
 # On a machine with an NVIDIA GPU: every CUDA op against the CPU op, then the
-# golden forward and lossless tests with the model on the GPU.
+# golden forward and lossless tests with the model on the GPU, then the
+# golden forwards again with the cuBLAS prefill path taking groups of 4 rows
+# (the test models' prompts are shorter than a real group).
 test-cuda:
 	$(MAKE) CUDA=1 build/cuda/dspark build/cuda/dspark-tests
 	DSPARK_BIN=$(abspath build/cuda/dspark) build/cuda/dspark-tests cuda_
 	DSPARK_DEVICE=cuda DSPARK_BIN=$(abspath build/cuda/dspark) build/cuda/dspark-tests \
 	  model_golden_all model_golden_chunked model_taps spec_lossless spec_kv spec_sampled drafter_golden \
 	  drafter_lossless drafter_bundled drafter_cache drafter_prefix drafter_sampling
+	DSPARK_DEVICE=cuda DSPARK_CUDA_GEMM_ROWS=4 build/cuda/dspark-tests model_golden_all model_golden_chunked model_taps
 
 # Not part of `make test`.
 test-claude: $(BIN)

@@ -1,8 +1,9 @@
 /* cuda-ops-bench: the CUDA matmul kernels on Qwen3-8B's bf16 shapes for the
  * row counts of decode and verification (1..16) and a prefill chunk:
  * microseconds per launch and the weight bandwidth that implies, for the
- * tensor-core kernel at 1, 2 and 4 weight tiles per warp and for the FMA
- * kernel. Weights are cycled through copies that miss L2, as in a forward
+ * tensor-core kernel with its default tile counts and at 1, 2 and 4 weight
+ * tiles per warp, for the FMA kernel, and for the prefill path (cuBLAS on
+ * whole groups of rows). Weights are cycled through copies that miss L2, as in a forward
  * pass. Built by scripts/cuda-pack; run on the GPU machine:
  *   cuda-ops-bench [reps] */
 #include <stdio.h>
@@ -18,7 +19,7 @@ int main(int argc, char **argv) {
     } mats[] = {{"qkv 6144x4096", 6144, 4096, 0},      {"o 4096x4096 (+res)", 4096, 4096, 1},
                 {"gate+up 2x12288x4096", 12288, 4096, 2}, {"down 4096x12288 (+res)", 4096, 12288, 1},
                 {"lm_head 151936x4096", 151936, 4096, 0}};
-    const int rows[] = {1, 2, 4, 8, 12, 16, 17, 64};
+    const int rows[] = {1, 2, 4, 8, 12, 16, 17, 64, 256};
     char err[256];
     printf("| matrix | kernel |");
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) printf(" M=%d |", rows[r]);
@@ -27,12 +28,15 @@ int main(int argc, char **argv) {
     printf("---|\n");
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
         double bytes = 2.0 * mats[i].N * mats[i].K * (mats[i].mode == 2 ? 2 : 1);
-        const int kinds[][2] = {{0, 1}, {0, 2}, {0, 4}, {3, 0}}; /* {fma?, tiles} */
-        for (int k = 0; k < 4; k++) {
-            int mode = kinds[k][0] == 3 ? 3 : mats[i].mode;
+        const int kinds[][2] = {{0, 0}, {0, 1}, {0, 2}, {0, 4}, {3, 0}, {4, 0}}; /* {fma / cuBLAS?, tiles} */
+        for (int k = 0; k < 6; k++) {
+            int mode = kinds[k][0] ? kinds[k][0] : mats[i].mode;
+            if (mode == 4 && mats[i].mode != 0) continue; /* the prefill path: plain stores only */
             if (mode == 3 && mats[i].mode == 2) continue; /* the FMA SwiGLU is timed in the forward */
             if (kinds[k][1] == 1 && mats[i].mode == 2) continue;
             if (kinds[k][0] == 3) printf("| %s | fma |", mats[i].name);
+            else if (kinds[k][0] == 4) printf("| %s | prefill (cuBLAS from %d rows) |", mats[i].name, CUDA_GEMM_MIN_ROWS);
+            else if (kinds[k][1] == 0) printf("| %s | mma (default tiles) |", mats[i].name);
             else printf("| %s | mma x%d |", mats[i].name, kinds[k][1]);
             double us1 = 0;
             for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {

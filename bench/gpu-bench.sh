@@ -29,6 +29,10 @@ OUT=${1:-bench/out/gpu}
 W=${WORK:-/tmp/gpu-bench}
 mkdir -p "$OUT" "$W"
 export LD_LIBRARY_PATH="$P/libs:$LD_LIBRARY_PATH"
+# cuBLAS is not packed: the machine's own CUDA 13 one
+if ldd "$P/dspark" | grep -q 'libcublas.*not found'; then
+    export LD_LIBRARY_PATH="$(sh "$(dirname "$0")/cuda-libs.sh"):$LD_LIBRARY_PATH"
+fi
 ids=$(awk 'BEGIN { for (i = 1; i <= 512; i++) printf "%s%d", (i > 1 ? "," : ""), (i * 7919) % 150000 }')
 {
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader

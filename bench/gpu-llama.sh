@@ -63,18 +63,7 @@ fi
 # else the cudart shipped in $L/libs
 LIBS="$L/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if LD_LIBRARY_PATH="$LIBS" ldd "$L/llama-bench" | grep -q 'libcublas.*not found'; then
-    d=$(python3 - <<'PY' 2>/dev/null || true
-import glob, os, site
-roots = site.getsitepackages() + [site.getusersitepackages()]
-roots += ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"] + glob.glob("/usr/local/cuda-13*/lib64")
-for r in roots:
-    for pat in ("libcublasLt.so.13*", "nvidia/**/libcublasLt.so.13*", "torch/lib/libcublasLt.so.13*"):
-        hits = glob.glob(os.path.join(r, pat), recursive=True)
-        if hits:
-            print(os.path.dirname(hits[0]))
-            raise SystemExit
-PY
-)
+    d=$(sh "$(dirname "$0")/cuda-libs.sh")
     [ -n "$d" ] && LIBS="$d:$LIBS"
 fi
 export LD_LIBRARY_PATH="$LIBS"

@@ -38,6 +38,8 @@ struct cuda_ctx {
     float *h_pinned;                 /* pinned host staging for logits */
     size_t pinned_floats;
     cudaStream_t st;
+    int chunk;    /* rows per forward chunk: max_batch, a whole number of cuBLAS groups when it holds one */
+    cu_gemm *gemm; /* cuBLAS for the groups of prefill-sized chunks (NULL: chunks are narrower) */
     /* CUDA graphs of whole forwards, by (what comes back: logits, ids or
        both; rows; logits rows), for batches of up to GRAPH_ROWS rows
        without taps */
@@ -205,6 +207,17 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
         cuda_ctx_free(x);
         return -1;
     }
+    x->chunk = max_batch;
+    int G = cu_gemm_rows();
+    if (G > 0 && max_batch >= G && m->layers[0].wqkv.dt == DT_BF16) {
+        x->chunk = max_batch / G * G;
+        size_t kmax = H > I ? H : I, nmax = QD + 2 * KD > I ? QD + 2 * KD : I;
+        if (QD > kmax) kmax = QD;
+        if (cu_gemm_create(&x->gemm, x->chunk, (int)kmax, (int)nmax, err, errlen) != 0) {
+            cuda_ctx_free(x);
+            return -1;
+        }
+    }
     x->use_graphs = cu_graphs_enabled();
     const char *tr = getenv("DSPARK_CUDA_TRACE");
     if (tr && !strcmp(tr, "1")) {
@@ -231,6 +244,7 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
         for (int i = 0; i <= GRAPH_ROWS; i++)
             for (int j = 0; j <= GRAPH_ROWS; j++)
                 if (x->graphs[o][i][j]) cudaGraphExecDestroy(x->graphs[o][i][j]);
+    cu_gemm_free(x->gemm);
     if (x->st) cudaStreamDestroy(x->st);
     if (x->h_pinned) cudaFreeHost(x->h_pinned);
     if (x->h_in) cudaFreeHost(x->h_in);
@@ -294,6 +308,33 @@ static void trace_report(cuda_ctx *x, int M) {
     x->n_ev = 0;
 }
 
+/* One layer matmul of the chunk, epilogue epi (MM_*), with the RMSNorm gn
+   of its input when not NULL: whole cuBLAS groups first, the other rows by
+   the kernels (the norm folded in where the tensor-core kernel takes W). */
+static void mm(cuda_ctx *x, int epi, float *y, const float *in, int M, const dmat *W, const dmat *W2,
+               const float *bias, const float *gn) {
+    float eps = x->m->cfg.rms_norm_eps;
+    int Mg = cu_gemm_takes(x->gemm, W, M);
+    if (Mg) cu_gemm_matmul(x->gemm, x->st, epi, y, in, Mg, W, W2, bias, gn, eps);
+    if (Mg == M) return;
+    y += (size_t)Mg * W->N;
+    in += (size_t)Mg * W->K;
+    M -= Mg;
+    if (gn && cu_fuses_norm(W)) {
+        if (epi == MM_SWIGLU) cu_matmul_swiglu_norm(x->st, y, in, M, W, W2, gn, eps);
+        else cu_matmul_norm(x->st, y, in, M, W, bias, gn, eps); /* the forward never adds to a normed input */
+        return;
+    }
+    if (gn) {
+        cu_rmsnorm(x->st, x->xb, in, gn, M, W->K, eps);
+        mark(x, OP_NORM);
+        in = x->xb;
+    }
+    if (epi == MM_SWIGLU) cu_matmul_swiglu(x->st, y, in, M, W, W2);
+    else if (epi == MM_ADD) cu_matmul_add(x->st, y, in, M, W, bias);
+    else cu_matmul(x->st, y, in, M, W, bias);
+}
+
 enum { OUT_LOGITS = 1, OUT_IDS = 2 };
 
 /* logits[n] of the final-normed rows h[n] */
@@ -331,30 +372,23 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     for (int l = 0; l < c->n_layers; l++) {
         const dlayer *L = &m->layers[l];
         float *kc = x->kv + (size_t)l * 2 * KD * x->cap, *vc = kc + KD * x->cap;
-        if (cu_fuses_norm(&L->wqkv)) {
-            cu_matmul_norm(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps);
-        } else {
-            cu_rmsnorm(st, x->xb, x->x, L->attn_norm, M, H, eps);
-            mark(x, OP_NORM);
-            cu_matmul(st, x->qkv, x->xb, M, &L->wqkv, L->bqkv);
-        }
+        mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
         mark(x, OP_QKV);
         cu_qkv_post_fused(st, x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, M, nh, nkv, hd, x->cap,
                           x->d_len, eps);
         mark(x, OP_POST);
-        cu_attention(st, x->att, x->q, kc, vc, x->part, M, nh, nkv, hd, x->cap, x->d_len, scale, 1);
+        /* the cuBLAS groups' rows by the prefill kernel, the others as decode and verify rows */
+        int Mt = x->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(x->gemm, &L->wqkv, M) : 0;
+        if (Mt) cu_attention_tiled(st, x->att, x->q, kc, vc, x->part, Mt, nh, nkv, hd, x->cap, x->d_len, scale);
+        if (Mt < M)
+            cu_attention(st, x->att + (size_t)Mt * nh * hd, x->q + (size_t)Mt * nh * hd, kc, vc, x->part, M - Mt, nh,
+                         nkv, hd, x->cap, x->d_len, scale, 1, Mt);
         mark(x, OP_ATTN);
-        cu_matmul_add(st, x->x, x->att, M, &L->wo, L->bo);
+        mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL);
         mark(x, OP_O);
-        if (cu_fuses_norm(&L->wg)) {
-            cu_matmul_swiglu_norm(st, x->gate, x->x, M, &L->wg, &L->wu, L->mlp_norm, eps);
-        } else {
-            cu_rmsnorm(st, x->xb, x->x, L->mlp_norm, M, H, eps);
-            mark(x, OP_NORM);
-            cu_matmul_swiglu(st, x->gate, x->xb, M, &L->wg, &L->wu);
-        }
+        mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm);
         mark(x, OP_GU);
-        cu_matmul_add(st, x->x, x->gate, M, &L->wd, NULL);
+        mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL);
         mark(x, OP_DOWN);
         if (b) copy_taps(x, b, l, row0, M);
     }
@@ -425,6 +459,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
            then the head row by row (each row alone gives the same bits) */
         enqueue_chunk(x, M, 0, 0, b, row0);
         CK(cudaStreamSynchronize(x->st));
+        if (cu_gemm_check(x->gemm, err, errlen)) return -1;
         for (int i = 0; i < n_sel; i++) {
             int r = b->logit_rows[*next_logit + i] - row0;
             lm_head(x, x->x + (size_t)r * H, 1);
@@ -449,6 +484,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     else enqueue_chunk(x, M, n_sel, out, b, row0);
     CK_LAUNCH();
     CK(cudaStreamSynchronize(x->st));
+    if (cu_gemm_check(x->gemm, err, errlen)) return -1;
     if (x->ev) trace_report(x, M);
     if (n_sel && b->logits)
         memcpy(b->logits + (size_t)*next_logit * V, x->h_pinned, sizeof(float) * (size_t)n_sel * V);
@@ -465,8 +501,8 @@ extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errle
                       x->len, b->n, x->cap);
     CK(cudaSetDevice(x->m->gpu));
     int next_logit = 0, len0 = x->len;
-    for (int row0 = 0; row0 < b->n; row0 += x->max_batch) {
-        int M = b->n - row0 < x->max_batch ? b->n - row0 : x->max_batch;
+    for (int row0 = 0; row0 < b->n; row0 += x->chunk) {
+        int M = b->n - row0 < x->chunk ? b->n - row0 : x->chunk;
         if (forward_chunk(x, b, row0, M, &next_logit, err, errlen) != 0) {
             x->len = len0;
             return -1;

@@ -14,7 +14,11 @@
  * fixed lane split of K and a fixed shuffle tree; attention per (row, head)
  * over that row's own positions), so a row verified inside a k+1-row batch is
  * bit-identical to the same row decoded alone: greedy speculative decoding
- * on the GPU equals greedy plain decoding on the GPU. */
+ * on the GPU equals greedy plain decoding on the GPU. Prompt prefill is the
+ * exception: each whole group of CUDA_GEMM_MIN_ROWS rows has its layer
+ * matmuls done by cuBLAS (cuda_gemm.cu), within the golden tolerance but
+ * not bit-identical to the kernels' rows; that width stays above every
+ * verify width and a row's result depends only on its group. */
 #ifndef DS_CUDA_BACKEND_H
 #define DS_CUDA_BACKEND_H
 
@@ -27,6 +31,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* rows per cuBLAS group: a forward's layer matmuls use cuBLAS for each
+ * whole group of this many rows from the call's first row; above
+ * SPEC_MAX_DRAFT + 1 and dividing spec's prefill chunk (spec.c checks) */
+#define CUDA_GEMM_MIN_ROWS 128
 
 typedef struct cuda_model cuda_model;
 typedef struct cuda_ctx cuda_ctx;
@@ -69,22 +78,29 @@ int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const
  * mode 2 the SwiGLU of the normed input (K a multiple of 8, bf16 / f16) */
 int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
                           const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
+/* the prefill path of bf16 matmuls: cuBLAS for each whole group of
+ * CUDA_GEMM_MIN_ROWS rows (or DSPARK_CUDA_GEMM_ROWS), the kernels for the
+ * rest; mode 0 store, 1 residual add, 2 SwiGLU; gn (or NULL) an RMSNorm */
+int cuda_test_matmul_prefill(float *y, const float *x, int M, const void *w, const void *w2, int N, int K,
+                             const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
 /* out[m] = op_argmax(x[m], n) */
 int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen);
 int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);
 int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq, char *err,
                    size_t errlen);
 /* op_attention's contract: q[M][nh*hd]; k/v caches [nkv][cap][hd] holding
- * n_past + M positions; row i sees positions 0 .. n_past + i. */
+ * n_past + M positions; row i sees positions 0 .. n_past + i. tiled: the
+ * prefill kernel (head_dim <= 128) instead of decode and verify's. */
 int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int hd, const float *kc, const float *vc,
-                        int cap, int n_past, float scale, char *err, size_t errlen);
+                        int cap, int n_past, float scale, int tiled, char *err, size_t errlen);
 int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, int H, const int *tok, int M, char *err,
                     size_t errlen);
 
 /* ---- op benchmark (bench/cuda-ops-bench.c) ---- */
 /* Mean microseconds of one M x N x K bf16 matmul launch over reps, weights
  * cycled through enough copies to miss L2. mode 0 store, 1 residual add,
- * 2 SwiGLU (two N x K matrices), 3 the FMA kernel; tiles: weight tiles per
+ * 2 SwiGLU (two N x K matrices), 3 the FMA kernel, 4 the prefill path
+ * (cuBLAS for whole groups of CUDA_GEMM_MIN_ROWS rows); tiles: weight tiles per
  * warp of the tensor-core kernel (1, 2 or 4). */
 int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int reps, double *us, char *err, size_t errlen);
 

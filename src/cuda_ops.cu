@@ -31,16 +31,6 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-/* Programmatic dependent launch: a kernel lets the next one in its stream be
-   scheduled once all its blocks have started (pdl_trigger) and waits for the
-   previous kernel's completion and memory (pdl_wait) before it reads
-   anything an earlier kernel wrote. The matmuls issue their first weight
-   loads before waiting, so one kernel's weight stream overlaps the previous
-   kernel's tail. Launched without the attribute, both are no-ops. Every
-   write comes after the wait, so a kernel never races an earlier one. */
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-
 /* 8 consecutive weights widened to f32 */
 template <typename T> __device__ __forceinline__ void load8(const T *p, float *w) {
     uint4 u = *reinterpret_cast<const uint4 *>(p);
@@ -91,8 +81,7 @@ __device__ __forceinline__ void mm_group(float (&acc)[MM_NPW][ROWS], const float
 /* EPI: MM_STORE y = x.W^T (+b); MM_ADD y += x.W^T (+b) (the residual add
    fused); MM_SWIGLU: W holds the gate rows and W2 the up rows, a block
    computes gate and up for MM_NPW/2 outputs (each exactly as the plain
-   kernel would) and writes silu(gate) * up. */
-enum { MM_STORE, MM_ADD, MM_SWIGLU };
+   kernel would) and writes silu(gate) * up (the enum is in cuda_ops.cuh). */
 
 template <typename T, int ROWS, int EPI>
 __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y, const float *__restrict__ x,
@@ -527,7 +516,7 @@ template <int G>
 __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
-                                                           int causal) {
+                                                           int causal, int first) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
     pdl_trigger();
     pdl_wait();
@@ -537,7 +526,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
     float *es = reinterpret_cast<float *>(qs + ATT_WARPS * G * h4);              /* es: [warp][G][ATT_CHUNK] */
     int c = blockIdx.x % nchunk, kvh = blockIdx.x / nchunk;
     int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
-    int p0 = c * ATT_CHUNK, len = *d_len;
+    int p0 = c * ATT_CHUNK, len = *d_len + first;
     int Lmax = len + (causal ? m0 + R : M); /* positions the group's last row sees */
     if (p0 >= Lmax) return;
     int nmax = Lmax - p0 < ATT_CHUNK ? Lmax - p0 : ATT_CHUNK;
@@ -613,13 +602,14 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
     }
 }
 
-/* grid (rows x heads); thread d combines the row's chunks in order */
+/* grid (rows x heads); thread d combines the row's partials (one per span
+   positions) in order */
 __global__ void k_attn_combine(float *out, const float *opart, const float *mpart, const float *spart, int nh, int hd,
-                               const int *d_len, int nchunk, int m0, int M, int causal) {
+                               const int *d_len, int nchunk, int m0, int M, int causal, int first, int span) {
     pdl_trigger();
     pdl_wait();
     int m = m0 + (int)blockIdx.x / nh, h = blockIdx.x % nh;
-    int L = *d_len + (causal ? m + 1 : M), nc = (L + ATT_CHUNK - 1) / ATT_CHUNK;
+    int L = *d_len + first + (causal ? m + 1 : M), nc = (L + span - 1) / span;
     size_t base = ((size_t)(m - m0) * nh + h) * nchunk;
     float mx = -INFINITY;
     for (int c = 0; c < nc; c++) mx = fmaxf(mx, mpart[base + c]);
@@ -631,6 +621,154 @@ __global__ void k_attn_combine(float *out, const float *opart, const float *mpar
 #pragma unroll 4
         for (int c = 0; c < nc; c++) acc = fmaf(expf(mpart[base + c] - mx), opart[(base + c) * hd + d], acc);
         out[((size_t)m * nh + h) * hd + d] = acc * inv;
+    }
+}
+
+/* Prefill attention (cu_attention_tiled): a block takes AT_QV query vectors
+   (R = AT_QV / G consecutive rows x the G query heads of one kv head) and one
+   span of AT_SPLIT positions, stages the span's K and V in chunks of AT_P
+   positions in shared memory with the queries, and keeps an online softmax
+   per vector. Thread t owns vectors 8 (t / 16) .. + 7: it scores positions
+   t % 16 + 16 i of each chunk (full dot products, dims in order), the 16
+   threads of a vector group reduce the chunk's max and sum by butterfly, and
+   it accumulates output dims 4 (t % 16) .. + 3 (and + 64) over the chunk's
+   positions in order. A vector's operations depend only on its row (masked
+   positions add exact zeros), so the result does not depend on the batch;
+   k_attn_combine merges a row's spans. */
+#define AT_QV 128
+#define AT_P 64
+#define AT_SPLIT 2048
+#define AT_THREADS 256
+#define AT_MAX_HD 128
+
+static size_t at_smem(int hd) {
+    return sizeof(float) * ((size_t)AT_QV * (hd + 4) + (size_t)AT_P * (hd + 4) + (size_t)AT_P * hd + (size_t)AT_P * AT_QV);
+}
+
+template <int G>
+__global__ void __launch_bounds__(AT_THREADS) k_attn_tile(const float *q, const float *kc, const float *vc,
+                                                          float *opart, float *mpart, float *spart, int nh, int hd,
+                                                          int cap, const int *d_len, int M, float scale, int nsplit,
+                                                          int first) {
+    constexpr int R = AT_QV / G;
+    pdl_trigger();
+    pdl_wait();
+    extern __shared__ float4 at_sm4[];
+    float *Qs = reinterpret_cast<float *>(at_sm4);
+    const int qst = hd + 4, h4 = hd / 4;
+    float *Ks = Qs + AT_QV * qst, *Vs = Ks + AT_P * qst, *Ps = Vs + AT_P * hd; /* Ps: [AT_P][AT_QV] */
+    const int m0 = blockIdx.x * R, kvh = blockIdx.y, sp = blockIdx.z;
+    const int rows = M - m0 < R ? M - m0 : R, nv = rows * G;
+    const int len = *d_len + first; /* row 0's position */
+    const int p_begin = sp * AT_SPLIT, last = len + m0 + rows; /* positions the block's last row sees */
+    if (p_begin >= last) return;
+    const int p_end = last - p_begin < AT_SPLIT ? last : p_begin + AT_SPLIT;
+    const int t = threadIdx.x, vg = t / 16, pg = t % 16;
+    for (int i = t; i < AT_QV * h4; i += AT_THREADS) {
+        int v = i / h4, d4 = i % h4;
+        float4 val = make_float4(0, 0, 0, 0);
+        if (v < nv)
+            val = reinterpret_cast<const float4 *>(q + ((size_t)(m0 + v / G) * nh + kvh * G + v % G) * hd)[d4];
+        reinterpret_cast<float4 *>(Qs + v * qst)[d4] = val;
+    }
+    float mx[8], sum[8], o[8][8];
+    int lim[8]; /* positions vector j sees: 0 .. lim - 1 */
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int v = vg * 8 + j;
+        mx[j] = -INFINITY;
+        sum[j] = 0.0f;
+        lim[j] = v < nv ? len + m0 + v / G + 1 : 0;
+#pragma unroll
+        for (int d = 0; d < 8; d++) o[j][d] = 0.0f;
+    }
+    const float *kg = kc + (size_t)kvh * cap * hd, *vgp = vc + (size_t)kvh * cap * hd;
+    for (int p0 = p_begin; p0 < p_end; p0 += AT_P) {
+        int np = p_end - p0 < AT_P ? p_end - p0 : AT_P;
+        __syncthreads(); /* the previous chunk's readers are done */
+        for (int i = t; i < np * h4; i += AT_THREADS) {
+            int p = i / h4, d4 = i % h4;
+            cp_async16(Ks + p * qst + 4 * d4, kg + (size_t)(p0 + p) * hd + 4 * d4);
+            cp_async16(Vs + p * hd + 4 * d4, vgp + (size_t)(p0 + p) * hd + 4 * d4);
+        }
+        cp_async_wait_all();
+        __syncthreads();
+        float s[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[j][i] = 0.0f;
+        for (int d4 = 0; d4 < h4; d4++) {
+            float4 kk[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) kk[i] = reinterpret_cast<const float4 *>(Ks + (pg + 16 * i) * qst)[d4];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float4 qq = reinterpret_cast<const float4 *>(Qs + (vg * 8 + j) * qst)[d4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float a = s[j][i];
+                    a = fmaf(qq.x, kk[i].x, a); a = fmaf(qq.y, kk[i].y, a);
+                    a = fmaf(qq.z, kk[i].z, a); a = fmaf(qq.w, kk[i].w, a);
+                    s[j][i] = a;
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float cm = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int p = pg + 16 * i;
+                s[j][i] = p < np && p0 + p < lim[j] ? s[j][i] * scale : -INFINITY;
+                cm = fmaxf(cm, s[j][i]);
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, off));
+            float mn = fmaxf(mx[j], cm);
+            float corr = mn == -INFINITY ? 1.0f : expf(mx[j] - mn), cs = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float e = s[j][i] == -INFINITY ? 0.0f : expf(s[j][i] - mn);
+                Ps[(pg + 16 * i) * AT_QV + vg * 8 + j] = e;
+                cs += e;
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, off);
+            mx[j] = mn;
+            sum[j] = sum[j] * corr + cs;
+#pragma unroll
+            for (int d = 0; d < 8; d++) o[j][d] *= corr;
+        }
+        __syncthreads();
+        const bool hi = 16 + pg < h4;
+        for (int p = 0; p < np; p++) {
+            float4 pa = reinterpret_cast<const float4 *>(Ps + p * AT_QV + vg * 8)[0];
+            float4 pb = reinterpret_cast<const float4 *>(Ps + p * AT_QV + vg * 8)[1];
+            const float pv[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+            float4 va = pg < h4 ? reinterpret_cast<const float4 *>(Vs + p * hd)[pg] : make_float4(0, 0, 0, 0);
+            float4 vb = hi ? reinterpret_cast<const float4 *>(Vs + p * hd)[16 + pg] : make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                o[j][0] = fmaf(pv[j], va.x, o[j][0]); o[j][1] = fmaf(pv[j], va.y, o[j][1]);
+                o[j][2] = fmaf(pv[j], va.z, o[j][2]); o[j][3] = fmaf(pv[j], va.w, o[j][3]);
+                o[j][4] = fmaf(pv[j], vb.x, o[j][4]); o[j][5] = fmaf(pv[j], vb.y, o[j][5]);
+                o[j][6] = fmaf(pv[j], vb.z, o[j][6]); o[j][7] = fmaf(pv[j], vb.w, o[j][7]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int v = vg * 8 + j;
+        if (v >= nv || lim[j] <= p_begin) continue; /* the combine never reads spans a row does not reach */
+        size_t slot = ((size_t)(m0 + v / G) * nh + kvh * G + v % G) * nsplit + sp;
+        if (pg == 0) {
+            mpart[slot] = mx[j];
+            spart[slot] = sum[j];
+        }
+        float4 *dst = reinterpret_cast<float4 *>(opart + slot * hd);
+        if (pg < h4) dst[pg] = make_float4(o[j][0], o[j][1], o[j][2], o[j][3]);
+        if (16 + pg < h4) dst[16 + pg] = make_float4(o[j][4], o[j][5], o[j][6], o[j][7]);
     }
 }
 
@@ -674,49 +812,16 @@ void cu_pool_free(dev_pool *pl) {
 
 /* ---- launchers ----------------------------------------------------------- */
 
-/* Every kernel is launched with programmatic dependent launch allowed
-   (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0. */
-static int env_is(const char *name, const char *value) {
-    const char *e = getenv(name);
-    return e && !strcmp(e, value);
-}
-
-static int pdl_enabled(void) {
-    static int on = -1;
-    if (on < 0) on = !env_is("DSPARK_CUDA_PDL", "0");
-    return on;
-}
-
 int cu_graphs_enabled(void) {
     static int on = -1;
     if (on < 0) on = !env_is("DSPARK_CUDA_GRAPHS", "0");
     return on;
 }
 
-template <typename... KA, typename... A>
-static void launch_smem(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cfg.attrs = &at;
-    cfg.numAttrs = pdl_enabled();
-    cudaLaunchKernelEx(&cfg, k, (KA)args...);
-}
-
-template <typename... KA, typename... A>
-static void launch(void (*k)(KA...), dim3 grid, dim3 block, cudaStream_t st, A... args) {
-    launch_smem(k, grid, block, 0, st, args...);
-}
-
 template <int G>
 static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
                         const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
-                        float scale, int nchunk, int m0, int causal) {
+                        float scale, int nchunk, int m0, int causal, int first) {
     /* k_attn_rows' buffers: padded K, V, each warp's q rows and weights */
     auto smem = [](size_t h4) {
         return (ATT_CHUNK * (h4 + 1) + ATT_CHUNK * h4 + ATT_WARPS * G * h4) * sizeof(float4) +
@@ -728,17 +833,18 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
         sized = 1;
     }
     launch_smem(k_attn_rows<G>, nkv * nchunk, ATT_THREADS, smem((size_t)hd / 4), st, q, kc, vc, opart, mpart, spart,
-                nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal);
+                nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first);
 }
 
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
-                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal) {
+                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first) {
     int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
     size_t parts = (size_t)ATT_ROWS * nh * nchunk;
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
-#define PART(g) attn_launch<g>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale, nchunk, m0, causal)
+#define PART(g) \
+    attn_launch<g>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale, nchunk, m0, causal, first)
         switch (G) {
         case 1: PART(1); break;
         case 2: PART(2); break;
@@ -750,7 +856,54 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
         default: PART(8); break;
         }
 #undef PART
-        launch(k_attn_combine, R * nh, 128, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal);
+        launch(k_attn_combine, R * nh, 128, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
+               ATT_CHUNK);
+    }
+}
+int cu_attn_tiled_ok(int nh, int nkv, int hd) {
+    return hd % 4 == 0 && hd <= AT_MAX_HD && nh % nkv == 0 && nh / nkv <= ATT_MAX_G;
+}
+
+template <int G>
+static void tile_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q, const float *kc,
+                        const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
+                        int nsplit, int first) {
+    static int sized = 0;
+    if (!sized) {
+        cudaFuncSetAttribute(k_attn_tile<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)at_smem(AT_MAX_HD));
+        sized = 1;
+    }
+    constexpr int R = AT_QV / G;
+    launch_smem(k_attn_tile<G>, dim3((M + R - 1) / R, nkv, nsplit), AT_THREADS, at_smem(hd), st, q, kc, vc, opart,
+                mpart, spart, nh, hd, cap, d_len, M, scale, nsplit, first);
+}
+
+void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part,
+                        int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale) {
+    int G = nh / nkv, nsplit = (cap + AT_SPLIT - 1) / AT_SPLIT;
+    /* the partials share cu_attention's scratch: at most its slot count of rows x spans per pass */
+    size_t parts = (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK);
+    float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
+    int step = (int)(parts / ((size_t)nh * nsplit));
+    int R = AT_QV / G;
+    if (step >= R) step -= step % R;
+    for (int m0 = 0; m0 < M; m0 += step) {
+        int n = M - m0 < step ? M - m0 : step;
+        const float *qm = q + (size_t)m0 * nh * hd;
+#define TILE(g) tile_launch<g>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0)
+        switch (G) {
+        case 1: TILE(1); break;
+        case 2: TILE(2); break;
+        case 3: TILE(3); break;
+        case 4: TILE(4); break;
+        case 5: TILE(5); break;
+        case 6: TILE(6); break;
+        case 7: TILE(7); break;
+        default: TILE(8); break;
+        }
+#undef TILE
+        launch(k_attn_combine, n * nh, 128, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
+               n, 1, m0, AT_SPLIT);
     }
 }
 
@@ -855,9 +1008,13 @@ static void matmul_rows(cudaStream_t st, float *y, const float *x, int M, const 
     }
 }
 
-/* Weight tiles per warp of the tensor-core kernel (free to change: it does
-   not enter a row's operations); the op benchmark sets it. */
-static int g_mma_tiles = 1;
+/* Weight tiles per warp of the tensor-core kernel: free to choose (they do
+   not enter a row's operations), so they follow the batch width, from the
+   per-matrix timings of bench/cuda-ops-bench.c on an H200: up to 8 rows one
+   16-row tile (SwiGLU: two gate and two up tiles), 9-16 rows two (each
+   activation load then serves twice the weights). g_mma_tiles (1, 2 or 4)
+   forces a count for the op benchmark; 0 chooses. */
+static int g_mma_tiles = 0;
 
 template <typename T, int TILES, int MT, int EPI>
 static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
@@ -879,9 +1036,10 @@ static void mma_rows(cudaStream_t st, float *y, const float *x, int M, const dma
 template <typename T, int EPI>
 static void mma_tiles(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                       const float *bias, const float *gn, float eps) {
-    if (g_mma_tiles >= 4) mma_rows<T, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps);
+    int tiles = g_mma_tiles ? g_mma_tiles : EPI == MM_SWIGLU ? (M <= 8 ? 4 : 2) : (M <= 8 ? 1 : 2);
+    if (tiles >= 4) mma_rows<T, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps);
     else if constexpr (EPI != MM_SWIGLU) {
-        if (g_mma_tiles == 1) mma_rows<T, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps);
+        if (tiles == 1) mma_rows<T, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps);
         else mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps);
     } else
         mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps);
@@ -962,11 +1120,12 @@ template <typename T> static int dup_to_dev(T **d, const T *h, size_t n, char *e
 }
 
 static int test_matmul_dev(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
-                           const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
+                           const float *bias, const float *gn, float eps, int mode, int gemm, char *err,
+                           size_t errlen);
 
 extern "C" int cuda_test_matmul(float *y, const float *x, int M, const void *w, ds_dtype dt, int N, int K,
                                 const float *bias, char *err, size_t errlen) {
-    return test_matmul_dev(y, x, M, w, NULL, dt, N, K, bias, NULL, 0, 0, err, errlen);
+    return test_matmul_dev(y, x, M, w, NULL, dt, N, K, bias, NULL, 0, 0, 0, err, errlen);
 }
 
 extern "C" int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err,
@@ -1000,7 +1159,9 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
 }
 
 extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int hd, const float *kc,
-                                   const float *vc, int cap, int n_past, float scale, char *err, size_t errlen) {
+                                   const float *vc, int cap, int n_past, float scale, int tiled, char *err,
+                                   size_t errlen) {
+    if (tiled && !cu_attn_tiled_ok(nh, nkv, hd)) return ds_err(err, errlen, "no prefill attention kernel for these heads");
     float *dq, *dk, *dv, *dout;
     int *dlen;
     if (dup_to_dev(&dlen, &n_past, 1, err, errlen)) return -1;
@@ -1010,7 +1171,8 @@ extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, in
         return -1;
     float *part;
     if (dup_to_dev(&part, (float *)NULL, cu_attn_part_floats(nh, hd, cap), err, errlen)) return -1;
-    cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1);
+    if (tiled) cu_attention_tiled(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale);
+    else cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0);
     CK_LAUNCH();
     cudaFree(part);
     CK_LAUNCH();
@@ -1044,9 +1206,11 @@ extern "C" int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, in
 }
 
 /* The fused matmuls on host arrays: mode 0 store, 1 residual add (y is
-   read), 2 SwiGLU of W and W2; with gn the RMSNorm of x is folded in. */
+   read), 2 SwiGLU of W and W2; with gn the RMSNorm of x is folded in; gemm:
+   the forward's choice, cuBLAS for the whole groups of cu_gemm_rows(). */
 static int test_matmul_dev(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
-                           const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen) {
+                           const float *bias, const float *gn, float eps, int mode, int gemm, char *err,
+                           size_t errlen) {
     float *dx, *dy, *db = NULL, *dg = NULL;
     void *dw, *dw2 = NULL;
     size_t wb = (size_t)N * K * dtype_size(dt);
@@ -1065,26 +1229,40 @@ static int test_matmul_dev(float *y, const float *x, int M, const void *w, const
     if (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) return -1;
     W.p = dw;
     dmat W2 = {dw2, dt, N, K};
-    if (mode == 2 && gn) cu_matmul_swiglu_norm(0, dy, dx, M, &W, &W2, dg, eps);
+    cu_gemm *g = NULL;
+    int Mg = 0;
+    if (gemm) { /* cuBLAS for the whole groups, the kernels for the rest */
+        if (cu_gemm_create(&g, M, K, N, err, errlen) != 0) return -1;
+        Mg = cu_gemm_takes(g, &W, M);
+        if (Mg) cu_gemm_matmul(g, 0, mode, dy, dx, Mg, &W, &W2, db, dg, eps);
+    }
+    float *dy0 = dy, *dx0 = dx;
+    dy += (size_t)Mg * N;
+    dx += (size_t)Mg * K;
+    M -= Mg;
+    if (M == 0) {
+    } else if (mode == 2 && gn) cu_matmul_swiglu_norm(0, dy, dx, M, &W, &W2, dg, eps);
     else if (mode == 2) cu_matmul_swiglu(0, dy, dx, M, &W, &W2);
     else if (gn) cu_matmul_norm(0, dy, dx, M, &W, db, dg, eps);
     else if (mode == 1) cu_matmul_add(0, dy, dx, M, &W, db);
     else cu_matmul(0, dy, dx, M, &W, db);
     CK_LAUNCH();
-    CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost));
-    cudaFree(dx);
-    cudaFree(dy);
+    CK(cudaMemcpy(y, dy0, sizeof(float) * (size_t)(Mg + M) * N, cudaMemcpyDeviceToHost));
+    int rc = cu_gemm_check(g, err, errlen);
+    cu_gemm_free(g);
+    cudaFree(dx0);
+    cudaFree(dy0);
     cudaFree(dg);
     cudaFree(dw);
     cudaFree(dw2);
     cudaFree(db);
-    return 0;
+    return rc;
 }
 
 /* mode 1: y[M][N] += x . W^T (+ bias); mode 2: y = silu(x . W^T) * (x . W2^T) */
 extern "C" int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt,
                                       int N, int K, const float *bias, int mode, char *err, size_t errlen) {
-    return test_matmul_dev(y, x, M, w, mode == 2 ? w2 : NULL, dt, N, K, bias, NULL, 0, mode, err, errlen);
+    return test_matmul_dev(y, x, M, w, mode == 2 ? w2 : NULL, dt, N, K, bias, NULL, 0, mode, 0, err, errlen);
 }
 
 /* y = RMSNorm(x, gn).W^T (+ bias) (mode 0) or silu(RMSNorm(x).W^T) *
@@ -1092,7 +1270,15 @@ extern "C" int cuda_test_matmul_fused(float *y, const float *x, int M, const voi
 extern "C" int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt,
                                      int N, int K, const float *bias, const float *gn, float eps, int mode, char *err,
                                      size_t errlen) {
-    return test_matmul_dev(y, x, M, w, w2, dt, N, K, bias, gn, eps, mode, err, errlen);
+    return test_matmul_dev(y, x, M, w, w2, dt, N, K, bias, gn, eps, mode, 0, err, errlen);
+}
+
+/* the prefill path: cuBLAS for whole groups of cu_gemm_rows() rows, the
+   kernels for the rest; mode and gn as above (gn NULL: no norm) */
+extern "C" int cuda_test_matmul_prefill(float *y, const float *x, int M, const void *w, const void *w2, int N, int K,
+                                        const float *bias, const float *gn, float eps, int mode, char *err,
+                                        size_t errlen) {
+    return test_matmul_dev(y, x, M, w, mode == 2 ? w2 : NULL, DT_BF16, N, K, bias, gn, eps, mode, 1, err, errlen);
 }
 
 /* ---- op benchmark ---------------------------------------------------------- */
@@ -1124,6 +1310,8 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int r
     cudaMemset(y, 0, sizeof(float) * (size_t)M * N);
     int saved = g_mma_tiles;
     g_mma_tiles = tiles;
+    cu_gemm *gm = NULL;
+    if (mode == 4 && cu_gemm_create(&gm, M, K, N, err, errlen) != 0) return -1;
     cudaStream_t st;
     cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     cudaDeviceSynchronize();
@@ -1134,6 +1322,9 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int r
         if (r == 0) cudaEventRecord(a, st);
         int c = (r + 3) % copies;
         dmat W = {w + wn * nw * c, DT_BF16, N, K}, W2 = {w + wn * nw * c + wn, DT_BF16, N, K};
+        int Mg = mode == 4 ? cu_gemm_takes(gm, &W, M) : 0;
+        if (Mg) cu_gemm_matmul(gm, st, MM_STORE, y, x, Mg, &W, NULL, NULL, NULL, 0);
+        if (Mg == M) continue;
         if (mode == 3 && M <= 8) matmul_rows<8, MM_STORE>(st, y, x, M, &W, NULL, NULL);
         else if (mode == 3) matmul_rows<16, MM_STORE>(st, y, x, M, &W, NULL, NULL);
         else if (mode == 2) cu_matmul_swiglu(st, y, x, M, &W, &W2);
@@ -1145,6 +1336,7 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int r
     float ms = 0;
     cudaEventElapsedTime(&ms, a, b);
     g_mma_tiles = saved;
+    cu_gemm_free(gm);
     cudaStreamDestroy(st);
     cudaEventDestroy(a);
     cudaEventDestroy(b);

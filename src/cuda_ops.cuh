@@ -33,6 +33,7 @@ extern "C" {
         if (e_ != cudaSuccess) return ds_err(err, errlen, "CUDA kernel launch: %s", cudaGetErrorString(e_)); \
     } while (0)
 
+#define CU_GEMM_MIN_ROWS CUDA_GEMM_MIN_ROWS
 #define ATT_MAX_HD 256 /* largest head_dim the attention kernels take */
 #define ATT_MAX_G 8    /* query heads per kv head */
 #define ATT_CHUNK 64   /* positions per split-attention partial */
@@ -43,6 +44,56 @@ extern "C" {
 static inline size_t cu_attn_part_floats(int nh, int hd, int cap) {
     return (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK) * (hd + 2);
 }
+
+/* ---- launching ---------------------------------------------------------- */
+
+/* Programmatic dependent launch: a kernel lets the next one in its stream be
+   scheduled once all its blocks have started (pdl_trigger) and waits for the
+   previous kernel's completion and memory (pdl_wait) before it reads
+   anything an earlier kernel wrote. The matmuls issue their first weight
+   loads before waiting, so one kernel's weight stream overlaps the previous
+   kernel's tail. Launched without the attribute, both are no-ops. Every
+   write comes after the wait, so a kernel never races an earlier one. */
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+/* Every kernel is launched with programmatic dependent launch allowed
+   (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0. */
+static inline int env_is(const char *name, const char *value) {
+    const char *e = getenv(name);
+    return e && !strcmp(e, value);
+}
+
+static inline int pdl_enabled(void) {
+    static int on = -1;
+    if (on < 0) on = !env_is("DSPARK_CUDA_PDL", "0");
+    return on;
+}
+
+
+template <typename... KA, typename... A>
+static inline void launch_smem(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = &at;
+    cfg.numAttrs = pdl_enabled();
+    cudaLaunchKernelEx(&cfg, k, (KA)args...);
+}
+
+template <typename... KA, typename... A>
+static inline void launch(void (*k)(KA...), dim3 grid, dim3 block, cudaStream_t st, A... args) {
+    launch_smem(k, grid, block, 0, st, args...);
+}
+
+/* matmul epilogues: y = x.W^T (+ b); y += x.W^T (+ b), the residual add
+   fused; y = silu(x.W^T) * (x.W2^T) with W the gate and W2 the up rows */
+enum { MM_STORE, MM_ADD, MM_SWIGLU };
 
 struct dmat {
     void *p;
@@ -107,12 +158,43 @@ void cu_qkv_post_fused(cudaStream_t st, float *q, const float *qkv, float *kc, f
                        const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                        const int *d_len, float eps);
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
-   out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + m; else every
-   row sees 0 .. *d_len + M - 1 (a drafter's block). part: scratch of
+   out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
+   else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
    cu_attn_part_floats(nh, hd, cap). */
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
-                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal);
+                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first);
+/* Causal attention of prefill rows, as cu_attention with first 0, by a
+   kernel that stages the cache once per 128 query vectors (a different
+   summation order: the forward uses it for the cuBLAS groups only) */
+void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part,
+                        int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale);
+/* 1 when cu_attention_tiled takes these heads (head_dim <= 128) */
+int cu_attn_tiled_ok(int nh, int nkv, int hd);
 /* out[m] = the first index of the largest of x[m][0..n) (op_argmax's rule) */
 void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n);
+
+/* ---- cuBLAS for prefill-sized batches (cuda_gemm.cu) ---- */
+
+/* Whole groups of cu_gemm_rows() rows of a batch (CUDA_GEMM_MIN_ROWS, above
+   any verify width; DSPARK_CUDA_GEMM_ROWS=N overrides it, 0 switches cuBLAS
+   off, and a value at or below a verify width is for tests only: verify
+   rows would then differ from decode rows) run their layer matmuls through
+   cuBLAS bf16 GEMMs on the activations split into bf16 head and tail rows,
+   one GEMM per group; the rows past the last whole group take the
+   tensor-core kernel. */
+struct cu_gemm;
+int cu_gemm_rows(void);
+/* scratch for batches of up to rows rows, matrices up to nmax x kmax */
+int cu_gemm_create(cu_gemm **out, int rows, int kmax, int nmax, char *err, size_t errlen);
+void cu_gemm_free(cu_gemm *g);
+/* the leading rows of an M-row batch that g (may be NULL) takes for W: a
+   multiple of cu_gemm_rows(), 0 when W is not bf16 or M is below a group */
+int cu_gemm_takes(const cu_gemm *g, const dmat *W, int M);
+/* y (epilogue epi, MM_*) = [RMSNorm(x, gn)] . W^T (+ bias); SwiGLU with W2;
+   M a value cu_gemm_takes returned */
+void cu_gemm_matmul(cu_gemm *g, cudaStream_t st, int epi, float *y, const float *x, int M, const dmat *W,
+                    const dmat *W2, const float *bias, const float *gn, float eps);
+/* the first cuBLAS failure since the last check, as an error */
+int cu_gemm_check(cu_gemm *g, char *err, size_t errlen);
 
 #endif

@@ -4,11 +4,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_backend.h"
 #include "ops.h"
 #include "util.h"
 
 /* prompt rows per forward while prefilling for a feature-reading drafter */
 #define PREFILL_CHUNK 128
+
+/* On the GPU a verify (at most SPEC_MAX_DRAFT + 1 rows) must take the
+   batch-invariant kernels, never the cuBLAS prefill path, and prefilling in
+   PREFILL_CHUNK-row calls must cut the same cuBLAS groups as one call over
+   the whole prompt (cuda_backend.h) */
+_Static_assert(SPEC_MAX_DRAFT + 1 < CUDA_GEMM_MIN_ROWS, "verify widths reach the cuBLAS prefill path");
+_Static_assert(PREFILL_CHUNK % CUDA_GEMM_MIN_ROWS == 0, "prefill chunks cut the cuBLAS groups differently");
 /* prompt rows between progress reports on the plain prefill path */
 #define PROGRESS_CHUNK 512
 

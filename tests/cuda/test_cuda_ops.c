@@ -158,17 +158,48 @@ TEST(cuda_attention_vs_cpu) {
         fill(v, kn, 1.0f);
         float scale = 1.0f / sqrtf((float)hd);
         op_attention(NULL, oc, q, M, nh, nkv, hd, k, v, cap, np, scale);
-        CHECK(cuda_test_attention(og, q, M, nh, nkv, hd, k, v, cap, np, scale, err, sizeof err) == 0);
+        CHECK(cuda_test_attention(og, q, M, nh, nkv, hd, k, v, cap, np, scale, 0, err, sizeof err) == 0);
         double e = rel_err(og, oc, qn);
         CHECK_MSG(e < 1e-5, "attention M=%d nh=%d nkv=%d hd=%d n_past=%d: %.3g", M, nh, nkv, hd, np, e);
         /* the last row alone (n_past + M - 1 positions before it) gives the same bits */
         float *last = xmalloc(sizeof(float) * (size_t)nh * hd);
-        cuda_test_attention(last, q + (size_t)(M - 1) * nh * hd, 1, nh, nkv, hd, k, v, cap, np + M - 1, scale, err,
+        cuda_test_attention(last, q + (size_t)(M - 1) * nh * hd, 1, nh, nkv, hd, k, v, cap, np + M - 1, scale, 0, err,
                             sizeof err);
         CHECK_MSG(!memcmp(last, og + (size_t)(M - 1) * nh * hd, sizeof(float) * nh * hd),
                   "attention: last row of M=%d differs from the row alone", M);
         free(last);
         free(q), free(k), free(v), free(oc), free(og);
+    }
+}
+
+/* The prefill attention kernel against the CPU, across its span boundary
+   (2048 positions) and with partial row tiles; a row's bits do not depend on
+   the batch (the first rows alone equal the same rows in the wide batch). */
+TEST(cuda_attention_tiled_vs_cpu) {
+    if (!have_gpu()) return;
+    char err[512];
+    /* M, nh, nkv, hd, n_past */
+    const int shapes[][5] = {{200, 32, 8, 128, 300}, {130, 4, 4, 64, 2000}, {77, 6, 2, 128, 0}, {40, 16, 2, 32, 4100},
+                             {129, 3, 1, 96, 5}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], nh = shapes[s][1], nkv = shapes[s][2], hd = shapes[s][3], np = shapes[s][4];
+        int cap = np + M + 3;
+        size_t qn = (size_t)M * nh * hd, kn = (size_t)nkv * cap * hd;
+        float *q = xmalloc(sizeof(float) * qn), *k = xmalloc(sizeof(float) * kn), *v = xmalloc(sizeof(float) * kn);
+        float *oc = xmalloc(sizeof(float) * qn), *og = xmalloc(sizeof(float) * qn), *o2 = xmalloc(sizeof(float) * qn);
+        fill(q, qn, 1.0f);
+        fill(k, kn, 1.0f);
+        fill(v, kn, 1.0f);
+        float scale = 1.0f / sqrtf((float)hd);
+        op_attention(NULL, oc, q, M, nh, nkv, hd, k, v, cap, np, scale);
+        CHECK_MSG(cuda_test_attention(og, q, M, nh, nkv, hd, k, v, cap, np, scale, 1, err, sizeof err) == 0, "%s", err);
+        double e = rel_err(og, oc, qn);
+        CHECK_MSG(e < 1e-5, "prefill attention M=%d nh=%d nkv=%d hd=%d n_past=%d: %.3g", M, nh, nkv, hd, np, e);
+        int half = M / 2;
+        CHECK(cuda_test_attention(o2, q, half, nh, nkv, hd, k, v, cap, np, scale, 1, err, sizeof err) == 0);
+        CHECK_MSG(!memcmp(o2, og, sizeof(float) * (size_t)half * nh * hd),
+                  "prefill attention: the first %d rows differ from the same rows of %d", half, M);
+        free(q), free(k), free(v), free(oc), free(og), free(o2);
     }
 }
 
@@ -273,5 +304,75 @@ TEST(cuda_argmax_vs_cpu) {
             CHECK_MSG(got[m] == op_argmax(x + (size_t)m * n, n), "argmax n=%d row %d: %d vs %d", n, m, got[m],
                       op_argmax(x + (size_t)m * n, n));
         free(x);
+    }
+}
+
+/* The prefill path: cuBLAS on bf16 head + tail rows for each whole group of
+   CUDA_GEMM_MIN_ROWS rows, the kernels for the rest. Against the CPU (plain,
+   bias, residual add, folded norm, SwiGLU of the normed input), and a row's
+   bits depend only on its group: a group computed alone equals the same
+   group inside a wider batch, and the rows past the last group equal the
+   kernels' rows. */
+TEST(cuda_matmul_prefill_vs_cpu) {
+    if (!have_gpu()) return;
+    const int G = CUDA_GEMM_MIN_ROWS;
+    const int shapes[][3] = {{G, 100, 264}, {2 * G + 44, 77, 136}, {G + 1, 1000, 256}, {2 * G, 512, 1024}};
+    char err[512];
+    const float eps = 1e-6f;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        size_t MK = (size_t)M * K, MN = (size_t)M * N, NK = (size_t)N * K;
+        float *x = xmalloc(sizeof(float) * MK), *xn = xmalloc(sizeof(float) * MK), *g = xmalloc(sizeof(float) * K);
+        float *w1 = xmalloc(sizeof(float) * NK), *w2 = xmalloc(sizeof(float) * NK), *b = xmalloc(sizeof(float) * N);
+        float *y0 = xmalloc(sizeof(float) * MN), *a = xmalloc(sizeof(float) * MN), *c = xmalloc(sizeof(float) * MN);
+        float *yg = xmalloc(sizeof(float) * MN), *part = xmalloc(sizeof(float) * MN);
+        fill(x, MK, 3.0f);
+        for (int i = 0; i < K; i++) g[i] = 1.0f + frand() * 0.5f;
+        fill(w1, NK, 0.1f);
+        fill(w2, NK, 0.1f);
+        fill(b, (size_t)N, 0.5f);
+        fill(y0, MN, 2.0f);
+        void *p1 = make_weights(DT_BF16, w1, NK), *p2 = make_weights(DT_BF16, w2, NK);
+        tensor t1 = {.name = "w1", .dtype = DT_BF16, .ndim = 2, .shape = {N, K}, .data = p1, .nbytes = NK * 2};
+        tensor t2 = {.name = "w2", .dtype = DT_BF16, .ndim = 2, .shape = {N, K}, .data = p2, .nbytes = NK * 2};
+        op_rmsnorm(xn, x, g, M, K, eps);
+        /* case: 0 store + bias, 1 residual add, 2 norm + store, 3 norm + SwiGLU */
+        for (int cs = 0; cs < 4; cs++) {
+            int mode = cs == 1 ? 1 : cs == 3 ? 2 : 0;
+            const float *in = cs >= 2 ? xn : x, *gn = cs >= 2 ? g : NULL, *bias = cs == 0 ? b : NULL;
+            op_matmul(NULL, a, in, M, &t1, bias);
+            if (cs == 1)
+                for (size_t i = 0; i < MN; i++) a[i] += y0[i];
+            if (cs == 3) {
+                op_matmul(NULL, c, in, M, &t2, NULL);
+                op_swiglu(a, a, c, (int)MN);
+            }
+            memcpy(yg, y0, sizeof(float) * MN);
+            CHECK_MSG(cuda_test_matmul_prefill(yg, x, M, p1, p2, N, K, bias, gn, eps, mode, err, sizeof err) == 0,
+                      "%s", err);
+            double e = rel_err(yg, a, MN);
+            CHECK_MSG(e < 1e-4, "prefill matmul case %d M=%d N=%d K=%d: %.3g", cs, M, N, K, e);
+            /* the second group alone, or the first when there is one */
+            int g0 = M >= 2 * G ? G : 0;
+            memcpy(part, y0 + (size_t)g0 * N, sizeof(float) * (size_t)G * N);
+            CHECK(cuda_test_matmul_prefill(part, x + (size_t)g0 * K, G, p1, p2, N, K, bias, gn, eps, mode, err,
+                                           sizeof err) == 0);
+            CHECK_MSG(!memcmp(part, yg + (size_t)g0 * N, sizeof(float) * (size_t)G * N),
+                      "prefill matmul case %d M=%d: the group at row %d differs when computed alone", cs, M, g0);
+            /* the rows past the last group: the kernels' rows */
+            int t0 = M / G * G;
+            if (t0 < M) {
+                memcpy(part, y0 + (size_t)t0 * N, sizeof(float) * (size_t)(M - t0) * N);
+                int rc = gn ? cuda_test_matmul_norm(part, x + (size_t)t0 * K, M - t0, p1, p2, DT_BF16, N, K, bias, gn,
+                                                    eps, mode, err, sizeof err)
+                            : cuda_test_matmul_fused(part, x + (size_t)t0 * K, M - t0, p1, p2, DT_BF16, N, K, bias,
+                                                     mode, err, sizeof err);
+                CHECK(rc == 0);
+                CHECK_MSG(!memcmp(part, yg + (size_t)t0 * N, sizeof(float) * (size_t)(M - t0) * N),
+                          "prefill matmul case %d M=%d: the rows past the last group differ from the kernels'", cs, M);
+            }
+        }
+        free(x), free(xn), free(g), free(w1), free(w2), free(b), free(y0), free(a), free(c), free(yg), free(part);
+        free(p1), free(p2);
     }
 }
