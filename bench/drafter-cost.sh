@@ -14,7 +14,7 @@ BIN=${DSPARK_BIN:-./dspark}
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 DSPARK_CACHE_DIR=$D "$BIN" run --model "$1" --drafter "$2" --mode auto --prompt-ids 1,2,3 -n 2 \
-    -t "${3:-0}" >/dev/null 2>"$D/log" || { cat "$D/log" >&2; exit 1; }
+    ${3:+-t "$3"} >/dev/null 2>"$D/log" || { cat "$D/log" >&2; exit 1; }
 python3 - "$D/calibration.json" "$1" "$2" <<'PY'
 import json, sys
 e = list(json.load(open(sys.argv[1]))["entries"].values())[0]

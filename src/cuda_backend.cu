@@ -11,6 +11,7 @@
 
 #define TRACE_EVENTS 1024
 #define GRAPH_ROWS 17 /* widest batch replayed from a graph: a verify of 16 drafts + the anchor */
+#define GRAPH_TAPS 8  /* most tapped layers a graph copies out (the published drafters tap 5) */
 
 struct dlayer {
     dmat wqkv, wo, wg, wu, wd; /* wqkv: q, k and v projections stacked [QD + 2 KD][H] */
@@ -40,10 +41,15 @@ struct cuda_ctx {
     cudaStream_t st;
     int chunk;    /* rows per forward chunk: max_batch, a whole number of cuBLAS groups when it holds one */
     cu_gemm *gemm; /* cuBLAS for the groups of prefill-sized chunks (NULL: chunks are narrower) */
-    /* CUDA graphs of whole forwards, by (what comes back: logits, ids or
-       both; rows; logits rows), for batches of up to GRAPH_ROWS rows
-       without taps */
-    cudaGraphExec_t graphs[4][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
+    /* CUDA graphs of whole forwards, by (with taps or not; what comes
+       back: logits, ids or both; rows; logits rows), for batches of up to
+       GRAPH_ROWS rows. Tapped graphs copy the tap layers into d_taps (the
+       host copies follow the replay); they are captured for one set of tap
+       layers, tap_layers (a drafter's), and other sets run without graphs. */
+    cudaGraphExec_t graphs[2][4][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
+    float *d_taps; /* [GRAPH_TAPS][GRAPH_ROWS][hidden] */
+    int tap_layers[GRAPH_TAPS], n_tap_layers;
+    int tap_dev;   /* set while capturing a tapped graph: copy_taps writes d_taps */
     int use_graphs;
     /* DSPARK_CUDA_TRACE=1: forwards run without graphs, with events between
        the ops, and print where each one's GPU time went (bench use) */
@@ -182,9 +188,9 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
         return ds_err(err, errlen, "CUDA: cannot allocate the %.2f GiB KV cache for %d positions: %s",
                       (double)sizeof(float) * kvf / (1 << 30), n_ctx, cudaGetErrorString(e));
     }
-    float **bufs[] = {&x->x, &x->xb, &x->q, &x->att, &x->qkv, &x->gate, &x->logits, &x->part};
+    float **bufs[] = {&x->x, &x->xb, &x->q, &x->att, &x->qkv, &x->gate, &x->logits, &x->part, &x->d_taps};
     size_t sizes[] = {B * H, B * H, B * QD, B * QD, B * (QD + 2 * KD), B * I, B * (size_t)c->vocab_size,
-                      cu_attn_part_floats(c->n_heads, c->head_dim, n_ctx)};
+                      cu_attn_part_floats(c->n_heads, c->head_dim, n_ctx), (size_t)GRAPH_TAPS * GRAPH_ROWS * H};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         e = cudaMalloc((void **)bufs[i], sizeof(float) * sizes[i]);
         if (e != cudaSuccess) {
@@ -233,17 +239,18 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
 extern "C" void cuda_ctx_free(cuda_ctx *x) {
     if (!x) return;
     cudaFree(x->kv);
-    float *bufs[] = {x->x, x->xb, x->q, x->att, x->qkv, x->gate, x->logits, x->part};
+    float *bufs[] = {x->x, x->xb, x->q, x->att, x->qkv, x->gate, x->logits, x->part, x->d_taps};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFree(x->tok);
     cudaFree(x->pos);
     cudaFree(x->d_len);
     cudaFree(x->d_ids);
     if (x->h_ids) cudaFreeHost(x->h_ids);
-    for (int o = 0; o < 4; o++)
-        for (int i = 0; i <= GRAPH_ROWS; i++)
-            for (int j = 0; j <= GRAPH_ROWS; j++)
-                if (x->graphs[o][i][j]) cudaGraphExecDestroy(x->graphs[o][i][j]);
+    for (int t = 0; t < 2; t++)
+        for (int o = 0; o < 4; o++)
+            for (int i = 0; i <= GRAPH_ROWS; i++)
+                for (int j = 0; j <= GRAPH_ROWS; j++)
+                    if (x->graphs[t][o][i][j]) cudaGraphExecDestroy(x->graphs[t][o][i][j]);
     cu_gemm_free(x->gemm);
     if (x->st) cudaStreamDestroy(x->st);
     if (x->h_pinned) cudaFreeHost(x->h_pinned);
@@ -271,15 +278,31 @@ static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen) {
     return 0;
 }
 
-/* Taps go straight into the caller's (pageable) buffer; the chunk's stream
-   synchronisation completes them. */
+/* Taps go straight into the caller's (pageable) buffer, the chunk's stream
+   synchronisation completing them; inside a tapped graph into d_taps. */
 static void copy_taps(cuda_ctx *x, const model_batch *b, int layer, int row0, int M) {
     int H = x->m->cfg.hidden_size;
     for (int t = 0; t < b->n_taps; t++) {
         if (b->tap_layers[t] != layer) continue;
+        if (x->tap_dev) {
+            cudaMemcpyAsync(x->d_taps + (size_t)t * GRAPH_ROWS * H, x->x, sizeof(float) * (size_t)M * H,
+                            cudaMemcpyDeviceToDevice, x->st);
+            continue;
+        }
         float *dst = b->taps + ((size_t)t * (size_t)b->n + (size_t)row0) * (size_t)H;
         cudaMemcpyAsync(dst, x->x, sizeof(float) * (size_t)M * H, cudaMemcpyDeviceToHost, x->st);
     }
+}
+
+/* 1 when b's taps can come from a tapped graph: few enough, and the set the
+   tapped graphs hold (the first tapped batch fixes it) */
+static int taps_graphable(cuda_ctx *x, const model_batch *b) {
+    if (b->n_taps > GRAPH_TAPS) return 0;
+    if (!x->n_tap_layers) {
+        memcpy(x->tap_layers, b->tap_layers, sizeof(int) * (size_t)b->n_taps);
+        x->n_tap_layers = b->n_taps;
+    }
+    return x->n_tap_layers == b->n_taps && !memcmp(x->tap_layers, b->tap_layers, sizeof(int) * (size_t)b->n_taps);
 }
 
 enum { OP_IN, OP_EMBED, OP_NORM, OP_QKV, OP_POST, OP_ATTN, OP_O, OP_GU, OP_DOWN, OP_HEAD, OP_OUT, OP_N };
@@ -352,8 +375,9 @@ static void lm_head(cuda_ctx *x, const float *h, int n) {
 /* Enqueues one chunk of M rows whose ids, positions and cache length are in
    h_in (pinned): the uploads, every layer, and, when n_sel > 0, the final
    norm and LM head for the chunk's last n_sel rows with the logits copied
-   to h_pinned (out & OUT_LOGITS) and their argmax to h_ids (OUT_IDS). taps
-   (NULL inside graphs) copies tapped layers to the host. */
+   to h_pinned (out & OUT_LOGITS) and their argmax to h_ids (OUT_IDS). b
+   (NULL: no taps) names the layers to tap, copied to the host or, while a
+   tapped graph is captured (tap_dev), to d_taps. */
 static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_batch *b, int row0) {
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
@@ -406,14 +430,17 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     }
 }
 
-/* The graph for (M, n_sel), captured on first use; NULL when capture fails
-   (graphs are then switched off for this context). */
-static cudaGraphExec_t graph_for(cuda_ctx *x, int M, int n_sel, int out) {
-    cudaGraphExec_t *g = &x->graphs[out][M][n_sel];
+/* The graph for (taps or not, M, n_sel), captured on first use; NULL when
+   capture fails (graphs are then switched off for this context). tb: the
+   batch whose tap layers a tapped graph copies (NULL: untapped). */
+static cudaGraphExec_t graph_for(cuda_ctx *x, int M, int n_sel, int out, const model_batch *tb) {
+    cudaGraphExec_t *g = &x->graphs[tb ? 1 : 0][out][M][n_sel];
     if (*g) return *g;
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(x->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) goto fail;
-    enqueue_chunk(x, M, n_sel, out, NULL, 0);
+    x->tap_dev = tb != NULL;
+    enqueue_chunk(x, M, n_sel, out, tb, 0);
+    x->tap_dev = 0;
     if (cudaStreamEndCapture(x->st, &graph) != cudaSuccess || !graph) goto fail;
     if (cudaGraphInstantiate(g, graph, 0) != cudaSuccess) goto fail;
     cudaGraphDestroy(graph);
@@ -479,9 +506,19 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
         return 0;
     }
     int out = (b->logits ? OUT_LOGITS : 0) | (b->argmax ? OUT_IDS : 0);
-    cudaGraphExec_t g = x->use_graphs && M <= GRAPH_ROWS && b->n_taps == 0 ? graph_for(x, M, n_sel, out) : NULL;
-    if (g) CK(cudaGraphLaunch(g, x->st));
-    else enqueue_chunk(x, M, n_sel, out, b, row0);
+    int tapped = b->n_taps > 0;
+    cudaGraphExec_t g = x->use_graphs && M <= GRAPH_ROWS && (!tapped || taps_graphable(x, b))
+                            ? graph_for(x, M, n_sel, out, tapped ? b : NULL)
+                            : NULL;
+    if (g) {
+        CK(cudaGraphLaunch(g, x->st));
+        for (int t = 0; t < b->n_taps; t++) /* the replay's taps to the caller */
+            CK(cudaMemcpyAsync(b->taps + ((size_t)t * (size_t)b->n + (size_t)row0) * (size_t)H,
+                               x->d_taps + (size_t)t * GRAPH_ROWS * H, sizeof(float) * (size_t)M * H,
+                               cudaMemcpyDeviceToHost, x->st));
+    } else {
+        enqueue_chunk(x, M, n_sel, out, tapped ? b : NULL, row0);
+    }
     CK_LAUNCH();
     CK(cudaStreamSynchronize(x->st));
     if (cu_gemm_check(x->gemm, err, errlen)) return -1;

@@ -152,8 +152,10 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     float *p = xmalloc(sizeof(float) * (size_t)V), *r = xmalloc(sizeof(float) * (size_t)V);
     int rows[SPEC_MAX_DRAFT + 1], tok[SPEC_MAX_DRAFT + 1], am[SPEC_MAX_DRAFT + 1];
     /* greedy with nobody reading logits rows: verify asks for the rows'
-       argmax only (a GPU then reads back ids, not vocab-wide rows) */
-    const int ids_only = sampler_is_greedy(smp) && !o->emit_logits && !last_logits;
+       argmax only (a GPU then reads back ids, not vocab-wide rows); the
+       last logits row, when asked for, is recomputed at the end */
+    const int ids_only = sampler_is_greedy(smp) && !o->emit_logits;
+    int last_in = -1; /* the input id of the row behind the last emitted id, after an ids-only round */
     gen_state g = {.o = o, .st = st, .out_ids = out_ids, .n_prompt = n_prompt, .cap = seq_capacity(s)};
     int rc = 0, last_row = 0;
     const int nt = d ? d->n_taps : 0, H = model_cfg(seq_model(s))->hidden_size;
@@ -222,13 +224,17 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
             if (o->cancel && *o->cancel) break;
             stop = push(&g, tok[i], ids_only ? NULL : logits + (size_t)i * V);
             last_row = i;
+            last_in = ids_only ? rows[i] : -1;
             ne++;
         }
         st->n_round_tok += ne;
         if (o->on_round) o->on_round(o->hook_ctx, nd, a, ne, ds_now() - tr);
         /* keep the anchor and the emitted ids but the last (the next anchor) */
         seq_truncate(s, L + (ne ? ne : 1));
-        if (ne == 0) break; /* cancelled */
+        if (ne == 0) { /* cancelled */
+            last_in = -1;
+            break;
+        }
         if (d) {
             double td = ds_now();
             /* the rows kept in the target cache: the anchor and ne-1 drafts */
@@ -239,7 +245,15 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         anchor = tok[ne - 1];
     }
 finish:
-    if (last_logits) memcpy(last_logits, logits + (size_t)last_row * V, sizeof(float) * (size_t)V);
+    if (last_logits && last_in >= 0 && rc == 0) {
+        /* the row that gave the last id, computed again alone: its input is
+           the cache's last position, and a row's bits do not depend on the
+           batch it is computed in */
+        seq_truncate(s, seq_len(s) - 1);
+        if (seq_append_taps(s, &last_in, 1, 1, last_logits, 0, NULL, NULL, err, errlen) != 0) rc = -1;
+    } else if (last_logits) {
+        memcpy(last_logits, logits + (size_t)last_row * V, sizeof(float) * (size_t)V);
+    }
     st->cancelled = o->cancel && *o->cancel;
     st->t_decode = ds_now() - t1;
 done:

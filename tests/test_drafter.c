@@ -399,18 +399,30 @@ static void st_features(void *self, int pos0, int n, const float *taps, int rows
     s->inner.features(s->inner.self, pos0, n, taps, rows, row0);
 }
 
-static int gen(const target *t, drafter *d, int k, const int *prompt, int n, int max_new, int *out, spec_stats *st) {
+static void ignore_logits(void *ctx, int id, const float *logits) {
+    (void)ctx, (void)id, (void)logits;
+}
+
+/* last (or NULL): the last logits row; rows: every verify brings its logits
+   rows back (an emit_logits hook) instead of the greedy ids-only path */
+static int gen_last(const target *t, drafter *d, int k, const int *prompt, int n, int max_new, int *out,
+                    spec_stats *st, float *last, int rows) {
     seq *s;
     char err[512];
     if (seq_create(&s, t->m, 512, 64, t->tp, err, sizeof err) != 0) return -1;
     sampler *smp = greedy(t->V);
     int stop[2] = {7, 9};
-    spec_opts so = {.max_new = max_new, .max_draft = k, .stop = stop, .n_stop = 2};
-    int rc = spec_generate(s, smp, d, prompt, n, &so, out, NULL, st, err, sizeof err);
+    spec_opts so = {.max_new = max_new, .max_draft = k, .stop = stop, .n_stop = 2,
+                    .emit_logits = rows ? ignore_logits : NULL};
+    int rc = spec_generate(s, smp, d, prompt, n, &so, out, last, st, err, sizeof err);
     if (rc != 0) test_fail(__FILE__, __LINE__, "%s", err);
     sampler_free(smp);
     seq_free(s);
     return rc ? -1 : st->n_gen;
+}
+
+static int gen(const target *t, drafter *d, int k, const int *prompt, int n, int max_new, int *out, spec_stats *st) {
+    return gen_last(t, d, k, prompt, n, max_new, out, st, NULL, 0);
 }
 
 TEST(drafter_lossless_greedy) {
@@ -436,12 +448,18 @@ TEST(drafter_lossless_greedy) {
             }
             int base[64], got[64];
             spec_stats st;
-            int nb = gen(&t, NULL, 0, prompt, n, 40, base, &st);
+            /* the baseline's last logits row as its own decode step computed
+               it; the ids-only runs recompute it at the end */
+            float *lb = xmalloc(sizeof(float) * (size_t)t.V), *lg = xmalloc(sizeof(float) * (size_t)t.V);
+            int nb = gen_last(&t, NULL, 0, prompt, n, 40, base, &st, lb, 1);
             for (int k = 1; k <= 16; k++) {
                 drafter d = dstate_drafter(ds);
-                int ng = gen(&t, &d, k, prompt, n, 40, got, &st);
+                int ng = gen_last(&t, &d, k, prompt, n, 40, got, &st, k % 4 == 1 ? lg : NULL, 0);
                 if (ng != nb || memcmp(got, base, sizeof(int) * (size_t)nb))
                     if (mismatches++ < 5) test_fail(__FILE__, __LINE__, "%s prompt %d k %d", names[di], pi, k);
+                if (k % 4 == 1 && memcmp(lg, lb, sizeof(float) * (size_t)t.V))
+                    if (mismatches++ < 5)
+                        test_fail(__FILE__, __LINE__, "%s prompt %d k %d: last logits row differs", names[di], pi, k);
                 /* steered: real acceptances through the same drafter state */
                 int ref[128];
                 memcpy(ref, prompt, sizeof(int) * (size_t)n);
@@ -451,14 +469,20 @@ TEST(drafter_lossless_greedy) {
                 drafter sd = {.self = &sv, .deterministic = 1, .n_taps = sv.inner.n_taps,
                               .tap_layers = sv.inner.tap_layers, .reset = st_reset, .propose = st_propose,
                               .commit = st_commit, .features = st_features};
-                ng = gen(&t, &sd, k, prompt, n, 40, got, &st);
+                ng = gen_last(&t, &sd, k, prompt, n, 40, got, &st, lg, 0);
                 accepted += st.n_accepted;
                 if (ng != nb || memcmp(got, base, sizeof(int) * (size_t)nb))
                     if (mismatches++ < 5)
                         test_fail(__FILE__, __LINE__, "%s steered prompt %d k %d", names[di], pi, k);
+                if (memcmp(lg, lb, sizeof(float) * (size_t)t.V))
+                    if (mismatches++ < 5)
+                        test_fail(__FILE__, __LINE__, "%s steered prompt %d k %d: last logits row differs", names[di],
+                                  pi, k);
                 /* the drafter's context is exactly the committed positions */
                 CHECK_EQ_INT(dstate_ctx_len(ds), n + ng - 1);
             }
+            free(lb);
+            free(lg);
         }
         CHECK_MSG(accepted > 100, "%s: steered drafts were hardly accepted (%ld)", names[di], accepted);
         dstate_free(ds);
