@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "cuda_ops.cuh"
 
 
@@ -499,9 +501,12 @@ __global__ void k_embed(float *out, const T *e, const int *tok, int H) {
    its max score, sum of exponentials and unnormalised output, and a second
    kernel combines a row's chunks in chunk order. The chunking depends only
    on the row's own number of visible positions, so a row gives the same
-   bits in any batch. The grid covers every chunk the cache could hold
-   (blocks past the last position exit at once), so a captured graph
-   replays at any cache length. */
+   bits in any batch. Each kv head has up to ATT_BLOCKS blocks that take its
+   chunks in turn (c, c + ATT_BLOCKS, ...) up to the last visible position,
+   read from device memory, so a captured graph replays at any cache length
+   without a grid sized for the whole window (which, for a 40k-position
+   window, launched thousands of blocks that had nothing to do). */
+#define ATT_BLOCKS 32
 
 /* Attention by (chunk, kv head, group of up to ATT_ROWS rows): the block
    stages the chunk's K (rows padded by 4 floats, so lanes reading different
@@ -524,81 +529,86 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
     const int h4 = hd / 4, kst = h4 + 1; /* K row stride in float4s: hd + 4 floats */
     float4 *ks = sm4, *vs = ks + ATT_CHUNK * kst, *qs = vs + ATT_CHUNK * h4;      /* qs: [warp][G][h4] */
     float *es = reinterpret_cast<float *>(qs + ATT_WARPS * G * h4);              /* es: [warp][G][ATT_CHUNK] */
-    int c = blockIdx.x % nchunk, kvh = blockIdx.x / nchunk;
+    const int nb = gridDim.x / nkv, kvh = blockIdx.x / nb; /* nb blocks per kv head take its chunks in turn */
     int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
-    int p0 = c * ATT_CHUNK, len = *d_len + first;
+    int len = *d_len + first;
     int Lmax = len + (causal ? m0 + R : M); /* positions the group's last row sees */
-    if (p0 >= Lmax) return;
-    int nmax = Lmax - p0 < ATT_CHUNK ? Lmax - p0 : ATT_CHUNK;
-    {
-        const float4 *kg = reinterpret_cast<const float4 *>(kc + ((size_t)kvh * cap + p0) * hd);
-        const float4 *vg = reinterpret_cast<const float4 *>(vc + ((size_t)kvh * cap + p0) * hd);
-        for (int i = threadIdx.x; i < nmax * h4; i += ATT_THREADS) {
-            int p = i / h4, j = i % h4;
-            cp_async16(ks + p * kst + j, kg + i);
-            cp_async16(vs + i, vg + i);
-        }
-        cp_async_wait_all();
-        __syncthreads();
-    }
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float4 *qw = qs + warp * G * h4;
-    float *ew = es + warp * G * ATT_CHUNK;
-    for (int r = warp; r < R; r += ATT_WARPS) {
-        int m = m0 + r, L = len + (causal ? m + 1 : M);
-        if (p0 >= L) continue;
-        int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
-        const float4 *qg = reinterpret_cast<const float4 *>(q + ((size_t)m * nh + kvh * G) * hd);
-        for (int i = lane; i < G * h4; i += 32) qw[i] = qg[i];
-        __syncwarp();
-        float sc0[G], sc1[G];
-#pragma unroll
-        for (int g = 0; g < G; g++) sc0[g] = sc1[g] = 0.0f;
-        const float4 *k0 = ks + lane * kst, *k1 = ks + (lane + 32) * kst;
-        for (int j = 0; j < h4; j++) {
-            float4 a = k0[j], b = k1[j];
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                float4 qq = qw[g * h4 + j];
-                sc0[g] = fmaf(qq.x, a.x, sc0[g]); sc0[g] = fmaf(qq.y, a.y, sc0[g]);
-                sc0[g] = fmaf(qq.z, a.z, sc0[g]); sc0[g] = fmaf(qq.w, a.w, sc0[g]);
-                sc1[g] = fmaf(qq.x, b.x, sc1[g]); sc1[g] = fmaf(qq.y, b.y, sc1[g]);
-                sc1[g] = fmaf(qq.z, b.z, sc1[g]); sc1[g] = fmaf(qq.w, b.w, sc1[g]);
+    for (int c = blockIdx.x % nb; c < nchunk; c += nb) {
+        int p0 = c * ATT_CHUNK;
+        if (p0 >= Lmax) break;
+        int nmax = Lmax - p0 < ATT_CHUNK ? Lmax - p0 : ATT_CHUNK;
+        __syncthreads(); /* the previous chunk's readers are done with ks / vs */
+        {
+            const float4 *kg = reinterpret_cast<const float4 *>(kc + ((size_t)kvh * cap + p0) * hd);
+            const float4 *vg = reinterpret_cast<const float4 *>(vc + ((size_t)kvh * cap + p0) * hd);
+            for (int i = threadIdx.x; i < nmax * h4; i += ATT_THREADS) {
+                int p = i / h4, j = i % h4;
+                cp_async16(ks + p * kst + j, kg + i);
+                cp_async16(vs + i, vg + i);
             }
+            cp_async_wait_all();
+            __syncthreads();
         }
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        float4 *qw = qs + warp * G * h4;
+        float *ew = es + warp * G * ATT_CHUNK;
+        for (int r = warp; r < R; r += ATT_WARPS) {
+            int m = m0 + r, L = len + (causal ? m + 1 : M);
+            if (p0 >= L) continue;
+            int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
+            const float4 *qg = reinterpret_cast<const float4 *>(q + ((size_t)m * nh + kvh * G) * hd);
+            for (int i = lane; i < G * h4; i += 32) qw[i] = qg[i];
+            __syncwarp();
+            float sc0[G], sc1[G];
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            float s0 = lane < np ? sc0[g] * scale : -INFINITY, s1 = lane + 32 < np ? sc1[g] * scale : -INFINITY;
-            float mx = warp_max(fmaxf(s0, s1));
-            float e0 = lane < np ? expf(s0 - mx) : 0.0f, e1 = lane + 32 < np ? expf(s1 - mx) : 0.0f;
-            float sum = warp_sum(e0 + e1);
-            ew[g * ATT_CHUNK + lane] = e0;
-            ew[g * ATT_CHUNK + lane + 32] = e1;
-            if (lane == 0) {
-                size_t slot = ((size_t)(m - m0) * nh + kvh * G + g) * nchunk + c;
-                mpart[slot] = mx;
-                spart[slot] = sum;
-            }
-        }
-        __syncwarp();
-        for (int d4 = lane; d4 < h4; d4 += 32) {
-            float4 o[G];
-#pragma unroll
-            for (int g = 0; g < G; g++) o[g] = make_float4(0, 0, 0, 0);
-            for (int p = 0; p < np; p++) {
-                float4 v = vs[p * h4 + d4];
+            for (int g = 0; g < G; g++) sc0[g] = sc1[g] = 0.0f;
+            const float4 *k0 = ks + lane * kst, *k1 = ks + (lane + 32) * kst;
+            for (int j = 0; j < h4; j++) {
+                float4 a = k0[j], b = k1[j];
 #pragma unroll
                 for (int g = 0; g < G; g++) {
-                    float e = ew[g * ATT_CHUNK + p];
-                    o[g].x = fmaf(e, v.x, o[g].x); o[g].y = fmaf(e, v.y, o[g].y);
-                    o[g].z = fmaf(e, v.z, o[g].z); o[g].w = fmaf(e, v.w, o[g].w);
+                    float4 qq = qw[g * h4 + j];
+                    sc0[g] = fmaf(qq.x, a.x, sc0[g]); sc0[g] = fmaf(qq.y, a.y, sc0[g]);
+                    sc0[g] = fmaf(qq.z, a.z, sc0[g]); sc0[g] = fmaf(qq.w, a.w, sc0[g]);
+                    sc1[g] = fmaf(qq.x, b.x, sc1[g]); sc1[g] = fmaf(qq.y, b.y, sc1[g]);
+                    sc1[g] = fmaf(qq.z, b.z, sc1[g]); sc1[g] = fmaf(qq.w, b.w, sc1[g]);
                 }
             }
 #pragma unroll
-            for (int g = 0; g < G; g++)
-                reinterpret_cast<float4 *>(opart + (((size_t)(m - m0) * nh + kvh * G + g) * nchunk + c) * hd)[d4] = o[g];
+            for (int g = 0; g < G; g++) {
+                float s0 = lane < np ? sc0[g] * scale : -INFINITY, s1 = lane + 32 < np ? sc1[g] * scale : -INFINITY;
+                float mx = warp_max(fmaxf(s0, s1));
+                float e0 = lane < np ? expf(s0 - mx) : 0.0f, e1 = lane + 32 < np ? expf(s1 - mx) : 0.0f;
+                float sum = warp_sum(e0 + e1);
+                ew[g * ATT_CHUNK + lane] = e0;
+                ew[g * ATT_CHUNK + lane + 32] = e1;
+                if (lane == 0) {
+                    size_t slot = ((size_t)(m - m0) * nh + kvh * G + g) * nchunk + c;
+                    mpart[slot] = mx;
+                    spart[slot] = sum;
+                }
+            }
+            __syncwarp();
+            for (int d4 = lane; d4 < h4; d4 += 32) {
+                float4 o[G];
+#pragma unroll
+                for (int g = 0; g < G; g++) o[g] = make_float4(0, 0, 0, 0);
+                for (int p = 0; p < np; p++) {
+                    float4 v = vs[p * h4 + d4];
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        float e = ew[g * ATT_CHUNK + p];
+                        o[g].x = fmaf(e, v.x, o[g].x); o[g].y = fmaf(e, v.y, o[g].y);
+                        o[g].z = fmaf(e, v.z, o[g].z); o[g].w = fmaf(e, v.w, o[g].w);
+                    }
+                }
+#pragma unroll
+                for (int g = 0; g < G; g++)
+                    reinterpret_cast<float4 *>(opart + (((size_t)(m - m0) * nh + kvh * G + g) * nchunk + c) *
+                                               hd)[d4] = o[g];
+            }
+            __syncwarp();
         }
-        __syncwarp();
     }
 }
 
@@ -818,6 +828,21 @@ int cu_graphs_enabled(void) {
     return on;
 }
 
+/* f(std::integral_constant<int, G>) for a runtime G of 1 .. ATT_MAX_G: the
+   attention kernels are instantiated per query heads per kv head */
+template <typename F> static void with_g(int G, F f) {
+    switch (G) {
+    case 1: f(std::integral_constant<int, 1>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    case 3: f(std::integral_constant<int, 3>()); break;
+    case 4: f(std::integral_constant<int, 4>()); break;
+    case 5: f(std::integral_constant<int, 5>()); break;
+    case 6: f(std::integral_constant<int, 6>()); break;
+    case 7: f(std::integral_constant<int, 7>()); break;
+    default: f(std::integral_constant<int, 8>()); break;
+    }
+}
+
 template <int G>
 static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
                         const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
@@ -832,7 +857,8 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
         cudaFuncSetAttribute(k_attn_rows<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem(ATT_MAX_HD / 4));
         sized = 1;
     }
-    launch_smem(k_attn_rows<G>, nkv * nchunk, ATT_THREADS, smem((size_t)hd / 4), st, q, kc, vc, opart, mpart, spart,
+    int nb = nchunk < ATT_BLOCKS ? nchunk : ATT_BLOCKS;
+    launch_smem(k_attn_rows<G>, nkv * nb, ATT_THREADS, smem((size_t)hd / 4), st, q, kc, vc, opart, mpart, spart,
                 nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first);
 }
 
@@ -843,23 +869,15 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
-#define PART(g) \
-    attn_launch<g>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale, nchunk, m0, causal, first)
-        switch (G) {
-        case 1: PART(1); break;
-        case 2: PART(2); break;
-        case 3: PART(3); break;
-        case 4: PART(4); break;
-        case 5: PART(5); break;
-        case 6: PART(6); break;
-        case 7: PART(7); break;
-        default: PART(8); break;
-        }
-#undef PART
+        with_g(G, [&](auto g) {
+            attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
+                                            nchunk, m0, causal, first);
+        });
         launch(k_attn_combine, R * nh, 128, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
                ATT_CHUNK);
     }
 }
+
 int cu_attn_tiled_ok(int nh, int nkv, int hd) {
     return hd % 4 == 0 && hd <= AT_MAX_HD && nh % nkv == 0 && nh / nkv <= ATT_MAX_G;
 }
@@ -887,21 +905,14 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
     int step = (int)(parts / ((size_t)nh * nsplit));
     int R = AT_QV / G;
     if (step >= R) step -= step % R;
+    if (step < 1) step = 1;
     for (int m0 = 0; m0 < M; m0 += step) {
         int n = M - m0 < step ? M - m0 : step;
         const float *qm = q + (size_t)m0 * nh * hd;
-#define TILE(g) tile_launch<g>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0)
-        switch (G) {
-        case 1: TILE(1); break;
-        case 2: TILE(2); break;
-        case 3: TILE(3); break;
-        case 4: TILE(4); break;
-        case 5: TILE(5); break;
-        case 6: TILE(6); break;
-        case 7: TILE(7); break;
-        default: TILE(8); break;
-        }
-#undef TILE
+        with_g(G, [&](auto g) {
+            tile_launch<decltype(g)::value>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale,
+                                            nsplit, m0);
+        });
         launch(k_attn_combine, n * nh, 128, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
                n, 1, m0, AT_SPLIT);
     }
