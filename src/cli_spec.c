@@ -142,9 +142,30 @@ static void calibrate(cli_spec *sp, const opts *o, const cli_engine *e, seq *s) 
         fprintf(stderr, "dspark: warning: cannot save calibration: %s\n", err);
 }
 
+static void open_lookup(cli_spec *sp) {
+    sp->lk = lookup_create(3, 1);
+    sp->d = lookup_drafter(sp->lk);
+    sp->block_cap = 15;
+}
+
+/* the cap calibration gives at the prior acceptance (the fallback when it
+   cannot measure): 0 when drafting does not pay on this machine */
+static void calibrated_cap(cli_spec *sp, const opts *o, const cli_engine *e, seq *s) {
+    sp->max_draft = sp->mode == CLI_MODE_LOOKUP ? 6 : sp->mode == CLI_MODE_DSPARK ? 2 : sp->block_cap;
+    sp->cap_source = "fallback";
+    calibrate(sp, o, e, s);
+    if (sp->have_costs) {
+        double alpha[CALIB_MAX_K];
+        calib_prior(alpha, sp->block_cap, CALIB_PRIOR_A1, CALIB_PRIOR_DECAY);
+        sp->max_draft = calib_best_cap(&sp->costs, alpha, sp->block_cap, NULL);
+        sp->cap_source = "calibrated";
+    }
+}
+
 void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engine *e, seq *s, sampler *smp) {
     memset(sp, 0, sizeof *sp);
     sp->mode = mode_of(mode ? mode : o->mode ? o->mode : "baseline");
+    const int picked = sp->mode == CLI_MODE_AUTO; /* auto chooses the mode: it may still settle on lookup */
     if (sp->mode == CLI_MODE_BASELINE) {
         if (o->max_draft || o->max_draft_auto || o->drafter || o->has_conf)
             cli_die("--max-draft, --drafter and --confidence-threshold need a speculative --mode");
@@ -181,9 +202,7 @@ void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engi
     }
     if (sp->mode == CLI_MODE_LOOKUP) {
         if (o->has_conf) cli_die("--confidence-threshold needs a DSpark drafter");
-        sp->lk = lookup_create(3, 1);
-        sp->d = lookup_drafter(sp->lk);
-        sp->block_cap = 15;
+        open_lookup(sp);
     } else {
         open_neural(sp, o, e, s, smp, dir);
     }
@@ -192,20 +211,32 @@ void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engi
         sp->cap_source = "pinned";
         return;
     }
-    sp->max_draft = sp->mode == CLI_MODE_LOOKUP ? 6 : sp->mode == CLI_MODE_DSPARK ? 2 : sp->block_cap;
-    sp->cap_source = "fallback";
-    calibrate(sp, o, e, s);
-    if (sp->have_costs) {
-        double alpha[CALIB_MAX_K];
-        calib_prior(alpha, sp->block_cap, CALIB_PRIOR_A1, CALIB_PRIOR_DECAY);
-        int k = calib_best_cap(&sp->costs, alpha, sp->block_cap, NULL);
-        sp->max_draft = k;
-        sp->cap_source = "calibrated";
+    calibrated_cap(sp, o, e, s);
+    int losing = sp->have_costs && sp->max_draft == 0;
+    /* auto with the registry's drafter: when that drafter does not pay on
+       this machine even at the published acceptance (a target small enough
+       to be compute-bound, whose drafter costs most of a step), lookup,
+       which drafts for free, is the faster lossless mode */
+    if (losing && picked && sp->dm && !o->drafter && !o->max_draft_auto && !o->has_conf) {
+        fprintf(stderr,
+                "dspark: note: --mode auto uses lookup: %s drafting does not pay on this machine even at the "
+                "published acceptance (calibrated cap 0); --mode %s runs it with an adaptive cap\n",
+                cli_mode_name(sp->mode), cli_mode_name(sp->mode));
+        dstate_free(sp->ds);
+        dmodel_free(sp->dm);
+        sp->ds = NULL;
+        sp->dm = NULL;
+        sp->drafter_dir[0] = '\0';
+        memset(&sp->costs, 0, sizeof sp->costs);
+        sp->have_costs = 0;
+        sp->mode = CLI_MODE_LOOKUP;
+        open_lookup(sp);
+        calibrated_cap(sp, o, e, s);
+        losing = sp->have_costs && sp->max_draft == 0;
     }
     /* When drafting does not pay at the prior acceptance on this machine,
        only observed acceptance can say otherwise: the adaptive cap starts
        parked, probes, and drafts only while drafting wins. */
-    int losing = sp->have_costs && sp->max_draft == 0;
     if (o->max_draft_auto || losing) {
         calib_ctl_init(&sp->ctl, sp->have_costs ? &sp->costs : NULL, sp->block_cap);
         sp->adaptive = 1;
@@ -228,8 +259,7 @@ void cli_spec_clone(cli_spec *dst, const cli_spec *src, const opts *o, const cli
     dst->ds = NULL;
     dst->borrowed_dm = src->dm != NULL;
     if (src->mode == CLI_MODE_LOOKUP) {
-        dst->lk = lookup_create(3, 1);
-        dst->d = lookup_drafter(dst->lk);
+        open_lookup(dst);
     } else if (src->dm) {
         if (dstate_create(&dst->ds, src->dm, seq_capacity(s), e->tp, smp, err, sizeof err) != 0) cli_die("%s", err);
         dstate_set_confidence_threshold(dst->ds, o->conf_threshold);

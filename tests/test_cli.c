@@ -1,9 +1,12 @@
 /* CLI tests: run the dspark binary (DSPARK_BIN, set by `make test`) the way
  * a user does and check outputs against the golden fixtures, exit codes and
  * error messages. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+
+#include <cjson/cJSON.h>
 
 #include "calib.h"
 #include "test.h"
@@ -279,4 +282,69 @@ TEST(cli_calibration_cache_corrupt_rewritten) {
     CHECK_EQ_INT(test_run_cli(args, NULL, &err), 0);
     CHECK_MSG(err && !strstr(err, "calibrating") && strstr(err, "(calibrated"), "%s", err ? err : "");
     free(err);
+}
+
+/* rewrites every cached calibration entry of a neural drafter: draft_s /
+   draft_tok_s as given, and, when flat, every verify width at t(1) */
+static int doctor_calibration(const char *path, double draft_s, double draft_tok_s, int flat) {
+    char e[256];
+    size_t n;
+    char *txt = ds_read_file(path, &n, e, sizeof e);
+    if (!txt) return -1;
+    cJSON *root = cJSON_Parse(txt), *entries = root ? cJSON_GetObjectItem(root, "entries") : NULL;
+    free(txt);
+    int changed = 0;
+    cJSON *it;
+    cJSON_ArrayForEach(it, entries) {
+        if (!strstr(it->string, "drafter=dspark:")) continue;
+        cJSON_ReplaceItemInObject(it, "draft_s", cJSON_CreateNumber(draft_s));
+        cJSON_ReplaceItemInObject(it, "draft_tok_s", cJSON_CreateNumber(draft_tok_s));
+        cJSON *v = cJSON_GetObjectItem(it, "verify_s"), *w;
+        double t1 = cJSON_GetArrayItem(v, 0)->valuedouble;
+        if (flat)
+            cJSON_ArrayForEach(w, v) cJSON_SetNumberValue(w, t1);
+        changed++;
+    }
+    char *out = root ? cJSON_Print(root) : NULL;
+    FILE *f = out && changed ? fopen(path, "w") : NULL;
+    int rc = f && fputs(out, f) >= 0 ? 0 : -1;
+    if (f && fclose(f) != 0) rc = -1;
+    free(out);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* --mode auto on the bundled model (its drafters registered beside it):
+   with a calibration where the DSpark drafter cannot pay even at the
+   published acceptance it settles on lookup and says why; where drafting is
+   cheap it keeps DSpark. The calibration cache is doctored so the outcome
+   does not depend on this machine's speed. */
+TEST(cli_run_auto_falls_back_to_lookup) {
+    char dir[600], file[800], args[1024], *err = NULL;
+    snprintf(dir, sizeof dir, "%s/auto-calib", test_tmp_dir());
+    snprintf(file, sizeof file, "%s/calibration.json", dir);
+    const char *saved = getenv("DSPARK_CACHE_DIR");
+    char *keep = saved ? xstrdup(saved) : NULL;
+    setenv("DSPARK_CACHE_DIR", dir, 1);
+    snprintf(args, sizeof args, "run --prompt-ids 5,6,7,8 -n 8 -t 2 --mode auto");
+    CHECK_EQ_INT(test_run_cli(args, NULL, &err), 0); /* calibrates and caches */
+    free(err);
+    CHECK(doctor_calibration(file, 1.0, 0.1, 0) == 0);
+    CHECK_EQ_INT(test_run_cli(args, NULL, &err), 0);
+    CHECK_MSG(err && strstr(err, "uses lookup: dspark drafting does not pay") && strstr(err, "mode lookup, cap "),
+              "%s", err);
+    free(err);
+    CHECK(doctor_calibration(file, 0.0, 0.0, 1) == 0);
+    CHECK_EQ_INT(test_run_cli(args, NULL, &err), 0);
+    CHECK_MSG(err && !strstr(err, "uses lookup") && strstr(err, "mode dspark, cap "), "%s", err);
+    free(err);
+    /* an explicit mode keeps its drafter (adaptive cap when it loses) */
+    CHECK(doctor_calibration(file, 1.0, 0.1, 0) == 0);
+    snprintf(args, sizeof args, "run --prompt-ids 5,6,7,8 -n 8 -t 2 --mode dspark");
+    CHECK_EQ_INT(test_run_cli(args, NULL, &err), 0);
+    CHECK_MSG(err && strstr(err, "mode dspark, cap ") && strstr(err, "calibrated 0: auto"), "%s", err);
+    free(err);
+    if (keep) setenv("DSPARK_CACHE_DIR", keep, 1);
+    else unsetenv("DSPARK_CACHE_DIR");
+    free(keep);
 }
