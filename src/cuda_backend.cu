@@ -219,6 +219,7 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
         x->chunk = max_batch / G * G;
         size_t kmax = H > I ? H : I, nmax = QD + 2 * KD > I ? QD + 2 * KD : I;
         if (QD > kmax) kmax = QD;
+        if (H > nmax) nmax = H;
         if (cu_gemm_create(&x->gemm, x->chunk, (int)kmax, (int)nmax, err, errlen) != 0) {
             cuda_ctx_free(x);
             return -1;
