@@ -306,7 +306,7 @@ int cmd_bench(const opts *o) {
         int r = chat_template_load(&ct, o->model, err, sizeof err);
         if (r < 0) cli_die("%s", err);
         n_pr = text_prompts(pr, o, tok, r == 0 ? ct : NULL);
-        source = r == 0 ? "built-in, through the chat template (enable_thinking=false)"
+        source = r == 0 ? "built-in, through the chat template (enable_thinking=false) but the raw completion"
                         : "built-in raw text (the model has no chat template)";
         chat_template_free(ct);
     } else {
