@@ -68,22 +68,6 @@ typedef struct {
     int V, H;
 } pair;
 
-static int open_pair(pair *p, const char *tdir, const char *ddir) {
-    char err[1024];
-    memset(p, 0, sizeof *p);
-    model_load_opts cpu = {.device = "cpu"}, gpu = {.device = "cuda"};
-    if (model_load(&p->tc, tdir, &cpu, err, sizeof err) != 0 || model_load(&p->tg, tdir, &gpu, err, sizeof err) != 0 ||
-        dmodel_load(&p->dc, ddir, p->tc, NULL, err, sizeof err) != 0 ||
-        dmodel_load(&p->dg, ddir, p->tg, NULL, err, sizeof err) != 0) {
-        test_fail(__FILE__, __LINE__, "%s", err);
-        return -1;
-    }
-    p->tp = tp_create(2);
-    p->V = model_cfg(p->tc)->vocab_size;
-    p->H = model_cfg(p->tc)->hidden_size;
-    return 0;
-}
-
 static void close_pair(pair *p) {
     dmodel_free(p->dc);
     dmodel_free(p->dg);
@@ -92,14 +76,35 @@ static void close_pair(pair *p) {
     tp_free(p->tp);
 }
 
-static void dirs(const char *which, char *tdir, char *ddir, size_t n) {
+static void dirs(const char *which, char *tdir, size_t tn, char *ddir, size_t dn) {
     if (!strncmp(which, "bundled-", 8)) {
-        snprintf(tdir, n, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
-        snprintf(ddir, n, "%s-%s", tdir, which + 8);
+        snprintf(tdir, tn, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
+        snprintf(ddir, dn, "%s-%s", tdir, which + 8);
     } else {
-        snprintf(tdir, n, "%s/drafters/target", test_data_dir());
-        snprintf(ddir, n, "%s/drafters/%s", test_data_dir(), which);
+        snprintf(tdir, tn, "%s/drafters/target", test_data_dir());
+        snprintf(ddir, dn, "%s/drafters/%s", test_data_dir(), which);
     }
+}
+
+/* the pair for "dspark", "dflash", "dspark-r0" (the test drafters) or
+   "bundled-dflash" / "bundled-dspark"; -1 (closed, failure reported) when
+   something does not load */
+static int open_pair(pair *p, const char *which) {
+    char tdir[512], ddir[600], err[1024];
+    dirs(which, tdir, sizeof tdir, ddir, sizeof ddir);
+    memset(p, 0, sizeof *p);
+    model_load_opts cpu = {.device = "cpu"}, gpu = {.device = "cuda"};
+    if (model_load(&p->tc, tdir, &cpu, err, sizeof err) != 0 || model_load(&p->tg, tdir, &gpu, err, sizeof err) != 0 ||
+        dmodel_load(&p->dc, ddir, p->tc, NULL, err, sizeof err) != 0 ||
+        dmodel_load(&p->dg, ddir, p->tg, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        close_pair(p);
+        return -1;
+    }
+    p->tp = tp_create(2);
+    p->V = model_cfg(p->tc)->vocab_size;
+    p->H = model_cfg(p->tc)->hidden_size;
+    return 0;
 }
 
 /* The CPU target's taps for ids at the sequence's end, fed to both
@@ -131,13 +136,9 @@ static void prompt_ids(int *ids, int n, int V, uint32_t seed) {
    on the GPU. */
 static void compare_greedy(const char *which) {
     if (!have_gpu()) return;
-    char tdir[600], ddir[700], err[512];
-    dirs(which, tdir, ddir, sizeof tdir);
+    char err[512];
     pair p;
-    if (open_pair(&p, tdir, ddir) != 0) {
-        close_pair(&p);
-        return;
-    }
+    if (open_pair(&p, which) != 0) return;
     const drafter_config *c = dmodel_cfg(p.dc);
     const int V = p.V, H = p.H, B = c->block_size, dspark = c->kind == DRAFTER_DSPARK;
     const int rows = dspark ? B : B - 1;
@@ -299,13 +300,9 @@ static int clear_draw(const float *qc, const float *qg, int V, double u) {
    filters are the host sampler's, the same code on both). */
 static void compare_sampled(const char *which) {
     if (!have_gpu()) return;
-    char tdir[600], ddir[700], err[512];
-    dirs(which, tdir, ddir, sizeof tdir);
+    char err[512];
     pair p;
-    if (open_pair(&p, tdir, ddir) != 0) {
-        close_pair(&p);
-        return;
-    }
+    if (open_pair(&p, which) != 0) return;
     const drafter_config *c = dmodel_cfg(p.dc);
     const int V = p.V, H = p.H, B = c->block_size;
     sampler_params sp = {.temperature = 0.8f, .top_p = 1, .seed = 4242};
