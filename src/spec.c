@@ -155,7 +155,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
        argmax only (a GPU then reads back ids, not vocab-wide rows); the
        last logits row, when asked for, is recomputed at the end */
     const int ids_only = sampler_is_greedy(smp) && !o->emit_logits;
-    int last_in = -1; /* the input id of the row behind the last emitted id, after an ids-only round */
+    int last_in = -1; /* the input id of the row behind the last emitted id (-1: none since the prefill) */
     gen_state g = {.o = o, .st = st, .out_ids = out_ids, .n_prompt = n_prompt, .cap = seq_capacity(s)};
     int rc = 0, last_row = 0;
     const int nt = d ? d->n_taps : 0, H = model_cfg(seq_model(s))->hidden_size;
@@ -224,7 +224,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
             if (o->cancel && *o->cancel) break;
             stop = push(&g, tok[i], ids_only ? NULL : logits + (size_t)i * V);
             last_row = i;
-            last_in = ids_only ? rows[i] : -1;
+            last_in = rows[i];
             ne++;
         }
         st->n_round_tok += ne;
@@ -245,14 +245,16 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         anchor = tok[ne - 1];
     }
 finish:
-    if (last_logits && last_in >= 0 && rc == 0) {
+    if (last_logits && ids_only && last_in >= 0 && rc == 0) {
         /* the row that gave the last id, computed again alone: its input is
            the cache's last position, and a row's bits do not depend on the
            batch it is computed in */
         seq_truncate(s, seq_len(s) - 1);
         if (seq_append_taps(s, &last_in, 1, 1, last_logits, 0, NULL, NULL, err, errlen) != 0) rc = -1;
     } else if (last_logits) {
-        memcpy(last_logits, logits + (size_t)last_row * V, sizeof(float) * (size_t)V);
+        /* ids-only rounds write no logits rows: row 0 is then the prefill's
+           (all there is when no round ran; a cancelled run's is stale) */
+        memcpy(last_logits, logits + (size_t)(ids_only ? 0 : last_row) * V, sizeof(float) * (size_t)V);
     }
     st->cancelled = o->cancel && *o->cancel;
     st->t_decode = ds_now() - t1;
