@@ -306,8 +306,8 @@ static int taps_graphable(cuda_ctx *x, const model_batch *b) {
     return x->n_tap_layers == b->n_taps && !memcmp(x->tap_layers, b->tap_layers, sizeof(int) * (size_t)b->n_taps);
 }
 
-enum { OP_IN, OP_EMBED, OP_NORM, OP_QKV, OP_POST, OP_ATTN, OP_O, OP_GU, OP_DOWN, OP_HEAD, OP_OUT, OP_N };
-static const char *const op_names[OP_N] = {"upload", "embed", "norms", "qkv", "qk-norm+rope", "attention",
+enum { OP_IN, OP_EMBED, OP_QKV, OP_POST, OP_ATTN, OP_O, OP_GU, OP_DOWN, OP_HEAD, OP_OUT, OP_N };
+static const char *const op_names[OP_N] = {"upload", "embed", "qkv", "qk-norm+rope", "attention",
                                            "o+res", "gate/up", "down+res", "lm head", "logits copy"};
 
 /* trace: an event after each op, labelled with the op it ends */
@@ -332,31 +332,11 @@ static void trace_report(cuda_ctx *x, int M) {
     x->n_ev = 0;
 }
 
-/* One layer matmul of the chunk, epilogue epi (MM_*), with the RMSNorm gn
-   of its input when not NULL: whole cuBLAS groups first, the other rows by
-   the kernels (the norm folded in where the tensor-core kernel takes W). */
+/* one layer matmul of the chunk (cu_layer_matmul, this context's cuBLAS
+   groups and norm scratch) */
 static void mm(cuda_ctx *x, int epi, float *y, const float *in, int M, const dmat *W, const dmat *W2,
                const float *bias, const float *gn) {
-    float eps = x->m->cfg.rms_norm_eps;
-    int Mg = cu_gemm_takes(x->gemm, W, M);
-    if (Mg) cu_gemm_matmul(x->gemm, x->st, epi, y, in, Mg, W, W2, bias, gn, eps);
-    if (Mg == M) return;
-    y += (size_t)Mg * W->N;
-    in += (size_t)Mg * W->K;
-    M -= Mg;
-    if (gn && cu_fuses_norm(W)) {
-        if (epi == MM_SWIGLU) cu_matmul_swiglu_norm(x->st, y, in, M, W, W2, gn, eps);
-        else cu_matmul_norm(x->st, y, in, M, W, bias, gn, eps); /* the forward never adds to a normed input */
-        return;
-    }
-    if (gn) {
-        cu_rmsnorm(x->st, x->xb, in, gn, M, W->K, eps);
-        mark(x, OP_NORM);
-        in = x->xb;
-    }
-    if (epi == MM_SWIGLU) cu_matmul_swiglu(x->st, y, in, M, W, W2);
-    else if (epi == MM_ADD) cu_matmul_add(x->st, y, in, M, W, bias);
-    else cu_matmul(x->st, y, in, M, W, bias);
+    cu_layer_matmul(x->st, x->gemm, epi, y, in, M, W, W2, bias, gn, x->m->cfg.rms_norm_eps, x->xb);
 }
 
 enum { OUT_LOGITS = 1, OUT_IDS = 2 };

@@ -1099,6 +1099,28 @@ void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, con
     matmul_norm<MM_SWIGLU>(st, y, x, M, Wg, Wu, NULL, gn, eps);
 }
 
+void cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
+                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb) {
+    int Mg = cu_gemm_takes(g, W, M);
+    if (Mg) cu_gemm_matmul(g, st, epi, y, x, Mg, W, W2, bias, gn, eps);
+    if (Mg == M) return;
+    y += (size_t)Mg * W->N;
+    x += (size_t)Mg * W->K;
+    M -= Mg;
+    if (gn && cu_fuses_norm(W)) {
+        if (epi == MM_SWIGLU) cu_matmul_swiglu_norm(st, y, x, M, W, W2, gn, eps);
+        else cu_matmul_norm(st, y, x, M, W, bias, gn, eps);
+        return;
+    }
+    if (gn) {
+        cu_rmsnorm(st, xb, x, gn, M, W->K, eps);
+        x = xb;
+    }
+    if (epi == MM_SWIGLU) cu_matmul_swiglu(st, y, x, M, W, W2);
+    else if (epi == MM_ADD) cu_matmul_add(st, y, x, M, W, bias);
+    else cu_matmul(st, y, x, M, W, bias);
+}
+
 void cu_matmul(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias) {
     matmul_epi<MM_STORE>(st, y, x, M, W, NULL, bias);
 }
@@ -1240,29 +1262,15 @@ static int test_matmul_dev(float *y, const float *x, int M, const void *w, const
     if (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) return -1;
     W.p = dw;
     dmat W2 = {dw2, dt, N, K};
-    cu_gemm *g = NULL;
-    int Mg = 0;
-    if (gemm) { /* cuBLAS for the whole groups, the kernels for the rest */
-        if (cu_gemm_create(&g, M, K, N, err, errlen) != 0) return -1;
-        Mg = cu_gemm_takes(g, &W, M);
-        if (Mg) cu_gemm_matmul(g, 0, mode, dy, dx, Mg, &W, &W2, db, dg, eps);
-    }
-    float *dy0 = dy, *dx0 = dx;
-    dy += (size_t)Mg * N;
-    dx += (size_t)Mg * K;
-    M -= Mg;
-    if (M == 0) {
-    } else if (mode == 2 && gn) cu_matmul_swiglu_norm(0, dy, dx, M, &W, &W2, dg, eps);
-    else if (mode == 2) cu_matmul_swiglu(0, dy, dx, M, &W, &W2);
-    else if (gn) cu_matmul_norm(0, dy, dx, M, &W, db, dg, eps);
-    else if (mode == 1) cu_matmul_add(0, dy, dx, M, &W, db);
-    else cu_matmul(0, dy, dx, M, &W, db);
+    cu_gemm *g = NULL; /* gemm: cuBLAS for the whole groups, as in the forward */
+    if (gemm && cu_gemm_create(&g, M, K, N, err, errlen) != 0) return -1;
+    cu_layer_matmul(0, g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL);
     CK_LAUNCH();
-    CK(cudaMemcpy(y, dy0, sizeof(float) * (size_t)(Mg + M) * N, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost));
     int rc = cu_gemm_check(g, err, errlen);
     cu_gemm_free(g);
-    cudaFree(dx0);
-    cudaFree(dy0);
+    cudaFree(dx);
+    cudaFree(dy);
     cudaFree(dg);
     cudaFree(dw);
     cudaFree(dw2);

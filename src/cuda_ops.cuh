@@ -197,4 +197,12 @@ void cu_gemm_matmul(cu_gemm *g, cudaStream_t st, int epi, float *y, const float 
 /* the first cuBLAS failure since the last check, as an error */
 int cu_gemm_check(cu_gemm *g, char *err, size_t errlen);
 
+/* One layer matmul of M rows, epilogue epi (MM_*), of the RMSNorm (gn, eps)
+   of x when gn is not NULL: the whole cuBLAS groups g takes (g may be NULL)
+   first, then the other rows by the kernels, the norm folded in where the
+   tensor-core kernel takes W and otherwise written to xb ([M][K] scratch)
+   first. With gn, only MM_STORE and MM_SWIGLU occur in the forward. */
+void cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
+                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb);
+
 #endif
