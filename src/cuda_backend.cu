@@ -49,7 +49,6 @@ struct cuda_ctx {
     cudaGraphExec_t graphs[2][4][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
     float *d_taps; /* [GRAPH_TAPS][GRAPH_ROWS][hidden] */
     int tap_layers[GRAPH_TAPS], n_tap_layers;
-    int tap_dev;   /* set while capturing a tapped graph: copy_taps writes d_taps */
     int use_graphs;
     /* DSPARK_CUDA_TRACE=1: forwards run without graphs, with events between
        the ops, and print where each one's GPU time went (bench use) */
@@ -280,12 +279,12 @@ static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen) {
 }
 
 /* Taps go straight into the caller's (pageable) buffer, the chunk's stream
-   synchronisation completing them; inside a tapped graph into d_taps. */
-static void copy_taps(cuda_ctx *x, const model_batch *b, int layer, int row0, int M) {
+   synchronisation completing them; to_dev (a tapped graph) into d_taps. */
+static void copy_taps(cuda_ctx *x, const model_batch *b, int layer, int row0, int M, int to_dev) {
     int H = x->m->cfg.hidden_size;
     for (int t = 0; t < b->n_taps; t++) {
         if (b->tap_layers[t] != layer) continue;
-        if (x->tap_dev) {
+        if (to_dev) {
             cudaMemcpyAsync(x->d_taps + (size_t)t * GRAPH_ROWS * H, x->x, sizeof(float) * (size_t)M * H,
                             cudaMemcpyDeviceToDevice, x->st);
             continue;
@@ -358,8 +357,8 @@ static void lm_head(cuda_ctx *x, const float *h, int n) {
    norm and LM head for the chunk's last n_sel rows with the logits copied
    to h_pinned (out & OUT_LOGITS) and their argmax to h_ids (OUT_IDS). b
    (NULL: no taps) names the layers to tap, copied to the host or, while a
-   tapped graph is captured (tap_dev), to d_taps. */
-static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_batch *b, int row0) {
+   tapped graph is captured (to_dev), to d_taps. */
+static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_batch *b, int row0, int to_dev) {
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
     const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
@@ -372,7 +371,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     mark(x, OP_IN);
     cu_embed(st, x->x, &m->embed, x->tok, M);
     mark(x, OP_EMBED);
-    if (b) copy_taps(x, b, -1, row0, M);
+    if (b) copy_taps(x, b, -1, row0, M, to_dev);
     size_t KD = (size_t)nkv * hd;
     for (int l = 0; l < c->n_layers; l++) {
         const dlayer *L = &m->layers[l];
@@ -395,7 +394,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         mark(x, OP_GU);
         mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL);
         mark(x, OP_DOWN);
-        if (b) copy_taps(x, b, l, row0, M);
+        if (b) copy_taps(x, b, l, row0, M, to_dev);
     }
     if (n_sel) {
         int V = c->vocab_size;
@@ -419,9 +418,7 @@ static cudaGraphExec_t graph_for(cuda_ctx *x, int M, int n_sel, int out, const m
     if (*g) return *g;
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(x->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) goto fail;
-    x->tap_dev = tb != NULL;
-    enqueue_chunk(x, M, n_sel, out, tb, 0);
-    x->tap_dev = 0;
+    enqueue_chunk(x, M, n_sel, out, tb, 0, 1);
     if (cudaStreamEndCapture(x->st, &graph) != cudaSuccess || !graph) goto fail;
     if (cudaGraphInstantiate(g, graph, 0) != cudaSuccess) goto fail;
     cudaGraphDestroy(graph);
@@ -465,7 +462,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     if (tail_rows(b, row0, M, *next_logit, &n_sel) != 0) {
         /* rare: logits of rows that are not the chunk's tail; run the layers,
            then the head row by row (each row alone gives the same bits) */
-        enqueue_chunk(x, M, 0, 0, b, row0);
+        enqueue_chunk(x, M, 0, 0, b, row0, 0);
         CK(cudaStreamSynchronize(x->st));
         if (cu_gemm_check(x->gemm, err, errlen)) return -1;
         for (int i = 0; i < n_sel; i++) {
@@ -498,7 +495,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
                                x->d_taps + (size_t)t * GRAPH_ROWS * H, sizeof(float) * (size_t)M * H,
                                cudaMemcpyDeviceToHost, x->st));
     } else {
-        enqueue_chunk(x, M, n_sel, out, tapped ? b : NULL, row0);
+        enqueue_chunk(x, M, n_sel, out, tapped ? b : NULL, row0, 0);
     }
     CK_LAUNCH();
     CK(cudaStreamSynchronize(x->st));
