@@ -32,6 +32,9 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* all but the most recently committed group have landed */
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 /* 8 consecutive weights widened to f32 */
 template <typename T> __device__ __forceinline__ void load8(const T *p, float *w) {
@@ -493,7 +496,7 @@ __global__ void k_embed(float *out, const T *e, const int *tok, int H) {
     for (int i = threadIdx.x; i < H; i += blockDim.x) out[(size_t)m * H + i] = widen(row[i]);
 }
 
-#define ATT_THREADS 128
+#define ATT_THREADS 256
 #define ATT_WARPS (ATT_THREADS / 32)
 
 /* Split attention (flash-decoding). Positions are cut into chunks of
@@ -501,137 +504,220 @@ __global__ void k_embed(float *out, const T *e, const int *tok, int H) {
    its max score, sum of exponentials and unnormalised output, and a second
    kernel combines a row's chunks in chunk order. The chunking depends only
    on the row's own number of visible positions, so a row gives the same
-   bits in any batch. Each kv head has up to ATT_BLOCKS blocks that take its
-   chunks in turn (c, c + ATT_BLOCKS, ...) up to the last visible position,
-   read from device memory, so a captured graph replays at any cache length
-   without a grid sized for the whole window (which, for a 40k-position
-   window, launched thousands of blocks that had nothing to do). */
-#define ATT_BLOCKS 32
+   bits in any batch. Each kv head has nb blocks (about one per SM over all
+   kv heads: attn_blocks) that take its chunks in turn (c, c + nb, ...) up
+   to the last visible position, read from device memory, so a captured
+   graph replays at any cache length without a grid sized for the whole
+   window (which, for a 40k-position window, launched thousands of blocks
+   that had nothing to do). */
 
 /* Attention by (chunk, kv head, group of up to ATT_ROWS rows): the block
    stages the chunk's K (rows padded by 4 floats, so lanes reading different
    rows hit different banks) and V in shared memory once for all its rows,
-   and each warp then takes whole rows (w, w+4, ...): lane l scores
-   positions l and l+32 for the G query heads sharing the kv head (full
-   dot products, q broadcast from shared memory), the warp reduces max and
-   sum, and lane l accumulates output dims 4l..4l+3 (and 4l+128..) over the
-   row's visible positions in order. A row's operations are the same in any
-   batch (one warp, fixed orders), and k_attn_combine merges its chunks. */
+   two chunks in flight (the next one's copy is issued before the current
+   one is used), and the warps take items: a row with all G query heads
+   sharing the kv head (each K/V value read from shared memory serves G
+   heads), or, while the rows' heads fit the warps one each (decode), one
+   (row, head) pair. In an item, lane l scores positions l and l+32 for each of
+   its heads (full dot products, q broadcast from shared memory), the warp
+   reduces max and sum per head, and lane l accumulates output dims
+   4l..4l+3 (and 4l+128..) over the row's visible positions in order. A
+   head's arithmetic is the same whatever the item holds (heads never mix),
+   so a row's bits are the same in any batch; k_attn_combine merges its
+   chunks. */
+template <int GI>
+__device__ __forceinline__ void attn_item(const float *q, const float4 *ks, const float4 *vs, float4 *qw, float *ew,
+                                          float *opart, float *mpart, float *spart, int m, int m0, int hq, int nh,
+                                          int hd, int np, float scale, int c, int nchunk, int lane) {
+    const int h4 = hd / 4, kst = h4 + 1;
+    const float4 *qg = reinterpret_cast<const float4 *>(q + ((size_t)m * nh + hq) * hd);
+    for (int i = lane; i < GI * h4; i += 32) qw[i] = qg[i];
+    __syncwarp();
+    float sc0[GI], sc1[GI];
+#pragma unroll
+    for (int g = 0; g < GI; g++) sc0[g] = sc1[g] = 0.0f;
+    const float4 *k0 = ks + lane * kst, *k1 = ks + (lane + 32) * kst;
+    for (int j = 0; j < h4; j++) {
+        float4 a = k0[j], b = k1[j];
+#pragma unroll
+        for (int g = 0; g < GI; g++) {
+            float4 qq = qw[g * h4 + j];
+            sc0[g] = fmaf(qq.x, a.x, sc0[g]); sc0[g] = fmaf(qq.y, a.y, sc0[g]);
+            sc0[g] = fmaf(qq.z, a.z, sc0[g]); sc0[g] = fmaf(qq.w, a.w, sc0[g]);
+            sc1[g] = fmaf(qq.x, b.x, sc1[g]); sc1[g] = fmaf(qq.y, b.y, sc1[g]);
+            sc1[g] = fmaf(qq.z, b.z, sc1[g]); sc1[g] = fmaf(qq.w, b.w, sc1[g]);
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GI; g++) {
+        float s0 = lane < np ? sc0[g] * scale : -INFINITY, s1 = lane + 32 < np ? sc1[g] * scale : -INFINITY;
+        float mx = warp_max(fmaxf(s0, s1));
+        float e0 = lane < np ? expf(s0 - mx) : 0.0f, e1 = lane + 32 < np ? expf(s1 - mx) : 0.0f;
+        float sum = warp_sum(e0 + e1);
+        ew[g * ATT_CHUNK + lane] = e0;
+        ew[g * ATT_CHUNK + lane + 32] = e1;
+        if (lane == 0) {
+            size_t slot = ((size_t)(m - m0) * nh + hq + g) * nchunk + c;
+            mpart[slot] = mx;
+            spart[slot] = sum;
+        }
+    }
+    __syncwarp();
+    for (int d4 = lane; d4 < h4; d4 += 32) {
+        float4 o[GI];
+#pragma unroll
+        for (int g = 0; g < GI; g++) o[g] = make_float4(0, 0, 0, 0);
+        for (int p = 0; p < np; p++) {
+            float4 v = vs[p * h4 + d4];
+#pragma unroll
+            for (int g = 0; g < GI; g++) {
+                float e = ew[g * ATT_CHUNK + p];
+                o[g].x = fmaf(e, v.x, o[g].x); o[g].y = fmaf(e, v.y, o[g].y);
+                o[g].z = fmaf(e, v.z, o[g].z); o[g].w = fmaf(e, v.w, o[g].w);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GI; g++)
+            reinterpret_cast<float4 *>(opart + (((size_t)(m - m0) * nh + hq + g) * nchunk + c) * hd)[d4] = o[g];
+    }
+    __syncwarp();
+}
+
+/* shared memory of k_attn_rows with ns stages of padded K and V, each
+   warp's q rows and weights */
+static size_t att_smem(int G, int h4, int ns) {
+    return (ns * (ATT_CHUNK * (h4 + 1) + ATT_CHUNK * h4) + ATT_WARPS * G * h4) * sizeof(float4) +
+           ATT_WARPS * G * ATT_CHUNK * sizeof(float);
+}
+
 template <int G>
 __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
-                                                           int causal, int first) {
+                                                           int causal, int first, int two) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
     pdl_trigger();
     pdl_wait();
     extern __shared__ float4 sm4[];
     const int h4 = hd / 4, kst = h4 + 1; /* K row stride in float4s: hd + 4 floats */
-    float4 *ks = sm4, *vs = ks + ATT_CHUNK * kst, *qs = vs + ATT_CHUNK * h4;      /* qs: [warp][G][h4] */
-    float *es = reinterpret_cast<float *>(qs + ATT_WARPS * G * h4);              /* es: [warp][G][ATT_CHUNK] */
+    const int stage = ATT_CHUNK * kst + ATT_CHUNK * h4;                        /* float4s per stage */
+    float4 *qs = sm4 + (two ? 2 : 1) * stage;                                 /* qs: [warp][G][h4] */
+    float *es = reinterpret_cast<float *>(qs + ATT_WARPS * G * h4);           /* es: [warp][G][ATT_CHUNK] */
     const int nb = gridDim.x / nkv, kvh = blockIdx.x / nb; /* nb blocks per kv head take its chunks in turn */
-    int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
-    int len = *d_len + first;
-    int Lmax = len + (causal ? m0 + R : M); /* positions the group's last row sees */
-    for (int c = blockIdx.x % nb; c < nchunk; c += nb) {
-        int p0 = c * ATT_CHUNK;
-        if (p0 >= Lmax) break;
-        int nmax = Lmax - p0 < ATT_CHUNK ? Lmax - p0 : ATT_CHUNK;
-        __syncthreads(); /* the previous chunk's readers are done with ks / vs */
-        {
-            const float4 *kg = reinterpret_cast<const float4 *>(kc + ((size_t)kvh * cap + p0) * hd);
-            const float4 *vg = reinterpret_cast<const float4 *>(vc + ((size_t)kvh * cap + p0) * hd);
-            for (int i = threadIdx.x; i < nmax * h4; i += ATT_THREADS) {
-                int p = i / h4, j = i % h4;
-                cp_async16(ks + p * kst + j, kg + i);
-                cp_async16(vs + i, vg + i);
-            }
-            cp_async_wait_all();
-            __syncthreads();
+    const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
+    const int len = *d_len + first;
+    const int Lmax = len + (causal ? m0 + R : M); /* positions the group's last row sees */
+    const int whole = R * G > ATT_WARPS, items = whole ? R : R * G;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float4 *qw = qs + warp * G * h4;
+    float *ew = es + warp * G * ATT_CHUNK;
+    auto issue = [&](int c, int buf) { /* chunk c's K and V into stage buf, as one cp.async group */
+        int p0 = c * ATT_CHUNK, nmax = Lmax - p0 < ATT_CHUNK ? Lmax - p0 : ATT_CHUNK;
+        float4 *ks = sm4 + buf * stage, *vs = ks + ATT_CHUNK * kst;
+        const float4 *kg = reinterpret_cast<const float4 *>(kc + ((size_t)kvh * cap + p0) * hd);
+        const float4 *vg = reinterpret_cast<const float4 *>(vc + ((size_t)kvh * cap + p0) * hd);
+        for (int i = threadIdx.x; i < nmax * h4; i += ATT_THREADS) {
+            int p = i / h4, j = i % h4;
+            cp_async16(ks + p * kst + j, kg + i);
+            cp_async16(vs + i, vg + i);
         }
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-        float4 *qw = qs + warp * G * h4;
-        float *ew = es + warp * G * ATT_CHUNK;
-        for (int r = warp; r < R; r += ATT_WARPS) {
+        cp_async_commit();
+    };
+    int c = blockIdx.x % nb, buf = 0;
+    auto valid = [&](int ch) { return ch < nchunk && ch * ATT_CHUNK < Lmax; };
+    if (valid(c)) issue(c, 0);
+    for (; valid(c); c += nb) {
+        /* two stages: the next chunk's copy goes out before this one is
+           used (its stage was last read before the previous closing
+           barrier); one stage (large heads): after */
+        if (two && valid(c + nb)) {
+            issue(c + nb, buf ^ 1);
+            cp_async_wait_one();
+        } else {
+            cp_async_wait_all();
+        }
+        __syncthreads();
+        const int p0 = c * ATT_CHUNK;
+        const float4 *ks = sm4 + buf * stage, *vs = ks + ATT_CHUNK * kst;
+        for (int it = warp; it < items; it += ATT_WARPS) {
+            int r = whole ? it : it / G, g0 = whole ? 0 : it % G;
             int m = m0 + r, L = len + (causal ? m + 1 : M);
             if (p0 >= L) continue;
             int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
-            const float4 *qg = reinterpret_cast<const float4 *>(q + ((size_t)m * nh + kvh * G) * hd);
-            for (int i = lane; i < G * h4; i += 32) qw[i] = qg[i];
-            __syncwarp();
-            float sc0[G], sc1[G];
-#pragma unroll
-            for (int g = 0; g < G; g++) sc0[g] = sc1[g] = 0.0f;
-            const float4 *k0 = ks + lane * kst, *k1 = ks + (lane + 32) * kst;
-            for (int j = 0; j < h4; j++) {
-                float4 a = k0[j], b = k1[j];
-#pragma unroll
-                for (int g = 0; g < G; g++) {
-                    float4 qq = qw[g * h4 + j];
-                    sc0[g] = fmaf(qq.x, a.x, sc0[g]); sc0[g] = fmaf(qq.y, a.y, sc0[g]);
-                    sc0[g] = fmaf(qq.z, a.z, sc0[g]); sc0[g] = fmaf(qq.w, a.w, sc0[g]);
-                    sc1[g] = fmaf(qq.x, b.x, sc1[g]); sc1[g] = fmaf(qq.y, b.y, sc1[g]);
-                    sc1[g] = fmaf(qq.z, b.z, sc1[g]); sc1[g] = fmaf(qq.w, b.w, sc1[g]);
-                }
-            }
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                float s0 = lane < np ? sc0[g] * scale : -INFINITY, s1 = lane + 32 < np ? sc1[g] * scale : -INFINITY;
-                float mx = warp_max(fmaxf(s0, s1));
-                float e0 = lane < np ? expf(s0 - mx) : 0.0f, e1 = lane + 32 < np ? expf(s1 - mx) : 0.0f;
-                float sum = warp_sum(e0 + e1);
-                ew[g * ATT_CHUNK + lane] = e0;
-                ew[g * ATT_CHUNK + lane + 32] = e1;
-                if (lane == 0) {
-                    size_t slot = ((size_t)(m - m0) * nh + kvh * G + g) * nchunk + c;
-                    mpart[slot] = mx;
-                    spart[slot] = sum;
-                }
-            }
-            __syncwarp();
-            for (int d4 = lane; d4 < h4; d4 += 32) {
-                float4 o[G];
-#pragma unroll
-                for (int g = 0; g < G; g++) o[g] = make_float4(0, 0, 0, 0);
-                for (int p = 0; p < np; p++) {
-                    float4 v = vs[p * h4 + d4];
-#pragma unroll
-                    for (int g = 0; g < G; g++) {
-                        float e = ew[g * ATT_CHUNK + p];
-                        o[g].x = fmaf(e, v.x, o[g].x); o[g].y = fmaf(e, v.y, o[g].y);
-                        o[g].z = fmaf(e, v.z, o[g].z); o[g].w = fmaf(e, v.w, o[g].w);
-                    }
-                }
-#pragma unroll
-                for (int g = 0; g < G; g++)
-                    reinterpret_cast<float4 *>(opart + (((size_t)(m - m0) * nh + kvh * G + g) * nchunk + c) *
-                                               hd)[d4] = o[g];
-            }
-            __syncwarp();
+            if (whole)
+                attn_item<G>(q, ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G, nh, hd, np, scale, c, nchunk,
+                             lane);
+            else
+                attn_item<1>(q, ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G + g0, nh, hd, np, scale, c,
+                             nchunk, lane);
         }
+        __syncthreads(); /* this stage's readers are done before it is refilled */
+        if (two) buf ^= 1;
+        else if (valid(c + nb)) issue(c + nb, 0);
     }
 }
 
-/* grid (rows x heads); thread d combines the row's partials (one per span
-   positions) in order */
-__global__ void k_attn_combine(float *out, const float *opart, const float *mpart, const float *spart, int nh, int hd,
-                               const int *d_len, int nchunk, int m0, int M, int causal, int first, int span) {
+/* grid (rows x heads), COMB_THREADS threads: merges a row's partials (one
+   per span positions) for one head. The max is exact in any order; the
+   chunk weights exp(m_c - max) are computed once each into shared memory
+   (COMB_W at a time); the sum of exponentials is lane l's chunks
+   (l, l + 32, ...) in order, then a butterfly; and thread t accumulates
+   dims t, t + COMB_THREADS over the chunks in order. Nothing depends on
+   the batch. */
+#define COMB_THREADS 128
+#define COMB_W 1024
+__global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const float *opart, const float *mpart,
+                                                               const float *spart, int nh, int hd, const int *d_len,
+                                                               int nchunk, int m0, int M, int causal, int first,
+                                                               int span) {
+    static_assert(ATT_MAX_HD <= 2 * COMB_THREADS, "two dims per thread");
+    __shared__ float w[COMB_W], red[COMB_THREADS / 32], bc[2];
     pdl_trigger();
     pdl_wait();
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     int m = m0 + (int)blockIdx.x / nh, h = blockIdx.x % nh;
     int L = *d_len + first + (causal ? m + 1 : M), nc = (L + span - 1) / span;
     size_t base = ((size_t)(m - m0) * nh + h) * nchunk;
     float mx = -INFINITY;
-    for (int c = 0; c < nc; c++) mx = fmaxf(mx, mpart[base + c]);
-    float s = 0.0f;
-    for (int c = 0; c < nc; c++) s += expf(mpart[base + c] - mx) * spart[base + c];
-    float inv = 1.0f / s;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
-#pragma unroll 4
-        for (int c = 0; c < nc; c++) acc = fmaf(expf(mpart[base + c] - mx), opart[(base + c) * hd + d], acc);
-        out[((size_t)m * nh + h) * hd + d] = acc * inv;
+    for (int c = tid; c < nc; c += COMB_THREADS) mx = fmaxf(mx, mpart[base + c]);
+    mx = warp_max(mx);
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    if (tid == 0) {
+        float v = red[0];
+        for (int i = 1; i < COMB_THREADS / 32; i++) v = fmaxf(v, red[i]);
+        bc[0] = v;
     }
+    __syncthreads();
+    mx = bc[0];
+    if (warp == 0) {
+        float s = 0.0f;
+        for (int c = lane; c < nc; c += 32) s = fmaf(expf(mpart[base + c] - mx), spart[base + c], s);
+        s = warp_sum(s);
+        if (lane == 0) bc[1] = 1.0f / s;
+    }
+    float acc0 = 0.0f, acc1 = 0.0f;
+    const int d0 = tid, d1 = tid + COMB_THREADS;
+    for (int t0 = 0; t0 < nc; t0 += COMB_W) {
+        int n = nc - t0 < COMB_W ? nc - t0 : COMB_W;
+        __syncthreads(); /* the previous tile's weights are used up */
+        for (int c = tid; c < n; c += COMB_THREADS) w[c] = expf(mpart[base + t0 + c] - mx);
+        __syncthreads();
+        const float *op = opart + (base + t0) * hd;
+        if (d0 < hd) {
+#pragma unroll 4
+            for (int c = 0; c < n; c++) acc0 = fmaf(w[c], op[(size_t)c * hd + d0], acc0);
+        }
+        if (d1 < hd) {
+#pragma unroll 4
+            for (int c = 0; c < n; c++) acc1 = fmaf(w[c], op[(size_t)c * hd + d1], acc1);
+        }
+    }
+    __syncthreads();
+    float inv = bc[1];
+    float *o = out + ((size_t)m * nh + h) * hd;
+    if (d0 < hd) o[d0] = acc0 * inv;
+    if (d1 < hd) o[d1] = acc1 * inv;
 }
 
 /* Prefill attention (cu_attention_tiled): a block takes AT_QV query vectors
@@ -843,23 +929,36 @@ template <typename F> static void with_g(int G, F f) {
     }
 }
 
+/* blocks per kv head for k_attn_rows: about one block per SM over all kv
+   heads (each holds two chunks of K and V in shared memory, so one fits an
+   SM), at least one, and no more than there are chunks */
+static int attn_blocks(int nkv, int nchunk) {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 128;
+    }
+    int nb = sms / nkv;
+    if (nb < 1) nb = 1;
+    return nb < nchunk ? nb : nchunk;
+}
+
 template <int G>
 static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
                         const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
                         float scale, int nchunk, int m0, int causal, int first) {
-    /* k_attn_rows' buffers: padded K, V, each warp's q rows and weights */
-    auto smem = [](size_t h4) {
-        return (ATT_CHUNK * (h4 + 1) + ATT_CHUNK * h4 + ATT_WARPS * G * h4) * sizeof(float4) +
-               ATT_WARPS * G * ATT_CHUNK * sizeof(float);
-    };
-    static int sized = 0; /* they can pass the default 48 KiB of shared memory */
-    if (!sized) {
-        cudaFuncSetAttribute(k_attn_rows<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem(ATT_MAX_HD / 4));
-        sized = 1;
+    static int optin = 0; /* the buffers pass the default 48 KiB of shared memory */
+    if (!optin) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+            optin = 48 << 10;
+        cudaFuncSetAttribute(k_attn_rows<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
     }
-    int nb = nchunk < ATT_BLOCKS ? nchunk : ATT_BLOCKS;
-    launch_smem(k_attn_rows<G>, nkv * nb, ATT_THREADS, smem((size_t)hd / 4), st, q, kc, vc, opart, mpart, spart,
-                nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first);
+    int two = att_smem(G, hd / 4, 2) <= (size_t)optin;
+    launch_smem(k_attn_rows<G>, nkv * attn_blocks(nkv, nchunk), ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st,
+                q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two);
 }
 
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
@@ -873,7 +972,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
             attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
                                             nchunk, m0, causal, first);
         });
-        launch(k_attn_combine, R * nh, 128, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
+        launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
                ATT_CHUNK);
     }
 }
@@ -913,7 +1012,7 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
             tile_launch<decltype(g)::value>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale,
                                             nsplit, m0);
         });
-        launch(k_attn_combine, n * nh, 128, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
+        launch(k_attn_combine, n * nh, COMB_THREADS, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
                n, 1, m0, AT_SPLIT);
     }
 }
