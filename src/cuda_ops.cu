@@ -36,6 +36,17 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 /* all but the most recently committed group have landed */
 __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
+/* the current device's SM count (launch shapes are chosen from it) */
+static int sm_count(void) {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 128;
+    }
+    return sms;
+}
+
 /* 8 consecutive weights widened to f32 */
 template <typename T> __device__ __forceinline__ void load8(const T *p, float *w) {
     uint4 u = *reinterpret_cast<const uint4 *>(p);
@@ -323,8 +334,8 @@ __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_ch
    load anyway, so the norm needs no kernel of its own, and every block
    computes r in the same fixed order (per lane in chunk order, lanes of a
    row by butterfly, warps in order). */
-template <typename T, int TILES, int MT, int EPI>
-__global__ void __launch_bounds__(32 * MMA_KS) k_mma(float *__restrict__ y, const float *__restrict__ x,
+template <typename T, int TILES, int MT, int EPI, int OCC>
+__global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y, const float *__restrict__ x,
                                                     const T *__restrict__ W, const T *__restrict__ W2,
                                                     const float *__restrict__ bias, int M, int N, int K,
                                                     const float *__restrict__ gn, float eps) {
@@ -349,9 +360,11 @@ __global__ void __launch_bounds__(32 * MMA_KS) k_mma(float *__restrict__ y, cons
         for (int j = 0; j < MT; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
-    /* U chunks in flight per warp; the first group's weights are requested
-       before waiting for the previous kernel */
-    constexpr int U = TILES * MT <= 2 ? 4 : 2;
+    /* U chunks in flight per warp (three when registers are capped for
+       three blocks per SM); the first group's weights are requested before
+       waiting for the previous kernel. U does not change the order in
+       which a warp's chunks are accumulated. */
+    constexpr int U = OCC >= 3 ? 3 : TILES * MT <= 2 ? 4 : 2;
     const int nc = (K + 31) / 32;
     mma_chunk<T, TILES, MT> ch[U];
     float ss[MT];
@@ -525,32 +538,45 @@ __global__ void k_embed(float *out, const T *e, const int *tok, int H) {
    head's arithmetic is the same whatever the item holds (heads never mix),
    so a row's bits are the same in any batch; k_attn_combine merges its
    chunks. */
+/* stage the GI query vectors of (row m, heads hq..) in the warp's qw */
 template <int GI>
-__device__ __forceinline__ void attn_item(const float *q, const float4 *ks, const float4 *vs, float4 *qw, float *ew,
-                                          float *opart, float *mpart, float *spart, int m, int m0, int hq, int nh,
-                                          int hd, int np, float scale, int c, int nchunk, int lane) {
-    const int h4 = hd / 4, kst = h4 + 1;
+__device__ __forceinline__ void attn_stage_q(const float *q, float4 *qw, int m, int hq, int nh, int hd, int lane) {
+    const int h4 = hd / 4;
     const float4 *qg = reinterpret_cast<const float4 *>(q + ((size_t)m * nh + hq) * hd);
     for (int i = lane; i < GI * h4; i += 32) qw[i] = qg[i];
     __syncwarp();
-    float sc0[GI], sc1[GI];
+}
+
+/* one item over one chunk, its q in qw. A score is a dot product kept as
+   four partial sums (dims 4j, 4j+1, 4j+2, 4j+3 over j in order) added as
+   (x + y) + (z + w), and an output dim the sum over even and over odd
+   positions in order, then added: short dependency chains, the same
+   operations for a head whatever else the item holds. */
+template <int GI>
+__device__ __forceinline__ void attn_item(const float4 *ks, const float4 *vs, const float4 *qw, float *ew,
+                                          float *opart, float *mpart, float *spart, int m, int m0, int hq, int nh,
+                                          int hd, int np, float scale, int c, int nchunk, int lane) {
+    const int h4 = hd / 4, kst = h4 + 1;
+    float4 sc0[GI], sc1[GI];
 #pragma unroll
-    for (int g = 0; g < GI; g++) sc0[g] = sc1[g] = 0.0f;
+    for (int g = 0; g < GI; g++) sc0[g] = sc1[g] = make_float4(0, 0, 0, 0);
     const float4 *k0 = ks + lane * kst, *k1 = ks + (lane + 32) * kst;
+#pragma unroll 4
     for (int j = 0; j < h4; j++) {
         float4 a = k0[j], b = k1[j];
 #pragma unroll
         for (int g = 0; g < GI; g++) {
             float4 qq = qw[g * h4 + j];
-            sc0[g] = fmaf(qq.x, a.x, sc0[g]); sc0[g] = fmaf(qq.y, a.y, sc0[g]);
-            sc0[g] = fmaf(qq.z, a.z, sc0[g]); sc0[g] = fmaf(qq.w, a.w, sc0[g]);
-            sc1[g] = fmaf(qq.x, b.x, sc1[g]); sc1[g] = fmaf(qq.y, b.y, sc1[g]);
-            sc1[g] = fmaf(qq.z, b.z, sc1[g]); sc1[g] = fmaf(qq.w, b.w, sc1[g]);
+            sc0[g].x = fmaf(qq.x, a.x, sc0[g].x); sc0[g].y = fmaf(qq.y, a.y, sc0[g].y);
+            sc0[g].z = fmaf(qq.z, a.z, sc0[g].z); sc0[g].w = fmaf(qq.w, a.w, sc0[g].w);
+            sc1[g].x = fmaf(qq.x, b.x, sc1[g].x); sc1[g].y = fmaf(qq.y, b.y, sc1[g].y);
+            sc1[g].z = fmaf(qq.z, b.z, sc1[g].z); sc1[g].w = fmaf(qq.w, b.w, sc1[g].w);
         }
     }
 #pragma unroll
     for (int g = 0; g < GI; g++) {
-        float s0 = lane < np ? sc0[g] * scale : -INFINITY, s1 = lane + 32 < np ? sc1[g] * scale : -INFINITY;
+        float d0 = (sc0[g].x + sc0[g].y) + (sc0[g].z + sc0[g].w), d1 = (sc1[g].x + sc1[g].y) + (sc1[g].z + sc1[g].w);
+        float s0 = lane < np ? d0 * scale : -INFINITY, s1 = lane + 32 < np ? d1 * scale : -INFINITY;
         float mx = warp_max(fmaxf(s0, s1));
         float e0 = lane < np ? expf(s0 - mx) : 0.0f, e1 = lane + 32 < np ? expf(s1 - mx) : 0.0f;
         float sum = warp_sum(e0 + e1);
@@ -564,21 +590,35 @@ __device__ __forceinline__ void attn_item(const float *q, const float4 *ks, cons
     }
     __syncwarp();
     for (int d4 = lane; d4 < h4; d4 += 32) {
-        float4 o[GI];
+        float4 oe[GI], oo[GI];
 #pragma unroll
-        for (int g = 0; g < GI; g++) o[g] = make_float4(0, 0, 0, 0);
-        for (int p = 0; p < np; p++) {
+        for (int g = 0; g < GI; g++) oe[g] = oo[g] = make_float4(0, 0, 0, 0);
+        int p = 0;
+#pragma unroll 2
+        for (; p + 1 < np; p += 2) {
+            float4 v = vs[p * h4 + d4], u = vs[(p + 1) * h4 + d4];
+#pragma unroll
+            for (int g = 0; g < GI; g++) {
+                float e = ew[g * ATT_CHUNK + p], f = ew[g * ATT_CHUNK + p + 1];
+                oe[g].x = fmaf(e, v.x, oe[g].x); oe[g].y = fmaf(e, v.y, oe[g].y);
+                oe[g].z = fmaf(e, v.z, oe[g].z); oe[g].w = fmaf(e, v.w, oe[g].w);
+                oo[g].x = fmaf(f, u.x, oo[g].x); oo[g].y = fmaf(f, u.y, oo[g].y);
+                oo[g].z = fmaf(f, u.z, oo[g].z); oo[g].w = fmaf(f, u.w, oo[g].w);
+            }
+        }
+        if (p < np) {
             float4 v = vs[p * h4 + d4];
 #pragma unroll
             for (int g = 0; g < GI; g++) {
                 float e = ew[g * ATT_CHUNK + p];
-                o[g].x = fmaf(e, v.x, o[g].x); o[g].y = fmaf(e, v.y, o[g].y);
-                o[g].z = fmaf(e, v.z, o[g].z); o[g].w = fmaf(e, v.w, o[g].w);
+                oe[g].x = fmaf(e, v.x, oe[g].x); oe[g].y = fmaf(e, v.y, oe[g].y);
+                oe[g].z = fmaf(e, v.z, oe[g].z); oe[g].w = fmaf(e, v.w, oe[g].w);
             }
         }
 #pragma unroll
         for (int g = 0; g < GI; g++)
-            reinterpret_cast<float4 *>(opart + (((size_t)(m - m0) * nh + hq + g) * nchunk + c) * hd)[d4] = o[g];
+            reinterpret_cast<float4 *>(opart + (((size_t)(m - m0) * nh + hq + g) * nchunk + c) * hd)[d4] =
+                make_float4(oe[g].x + oo[g].x, oe[g].y + oo[g].y, oe[g].z + oo[g].z, oe[g].w + oo[g].w);
     }
     __syncwarp();
 }
@@ -623,6 +663,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
         }
         cp_async_commit();
     };
+    if (!whole && warp < items) attn_stage_q<1>(q, qw, m0 + warp / G, kvh * G + warp % G, nh, hd, lane);
     int c = blockIdx.x % nb, buf = 0;
     auto valid = [&](int ch) { return ch < nchunk && ch * ATT_CHUNK < Lmax; };
     if (valid(c)) issue(c, 0);
@@ -644,12 +685,13 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
             int m = m0 + r, L = len + (causal ? m + 1 : M);
             if (p0 >= L) continue;
             int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
-            if (whole)
-                attn_item<G>(q, ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G, nh, hd, np, scale, c, nchunk,
+            if (whole) {
+                attn_stage_q<G>(q, qw, m, kvh * G, nh, hd, lane);
+                attn_item<G>(ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G, nh, hd, np, scale, c, nchunk, lane);
+            } else { /* the warp's one item: its q was staged before the loop */
+                attn_item<1>(ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G + g0, nh, hd, np, scale, c, nchunk,
                              lane);
-            else
-                attn_item<1>(q, ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G + g0, nh, hd, np, scale, c,
-                             nchunk, lane);
+            }
         }
         __syncthreads(); /* this stage's readers are done before it is refilled */
         if (two) buf ^= 1;
@@ -933,13 +975,7 @@ template <typename F> static void with_g(int G, F f) {
    heads (each holds two chunks of K and V in shared memory, so one fits an
    SM), at least one, and no more than there are chunks */
 static int attn_blocks(int nkv, int nchunk) {
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 128;
-    }
-    int nb = sms / nkv;
+    int nb = sm_count() / nkv;
     if (nb < 1) nb = 1;
     return nb < nchunk ? nb : nchunk;
 }
@@ -1126,13 +1162,25 @@ static void matmul_rows(cudaStream_t st, float *y, const float *x, int M, const 
    forces a count for the op benchmark; 0 chooses. */
 static int g_mma_tiles = 0;
 
+/* One tile of one row group per block: two blocks fit an SM (registers),
+   or three with registers capped for it. A grid of more than two and up
+   to three blocks per SM (the qkv projection of the Qwen3 shapes: 384 on
+   132 SMs) runs as one wave of the capped kernel instead of one and a half
+   waves; the others keep the uncapped one (measured faster for them). The
+   choice depends on the weight's shape only, and neither changes a row's
+   operations. */
 template <typename T, int TILES, int MT, int EPI>
 static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                        const float *bias, const float *gn, float eps) {
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES;
     dim3 grd((W->N + OT * 16 - 1) / (OT * 16), (M + MT * 8 - 1) / (MT * 8));
-    launch(k_mma<T, TILES, MT, EPI>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p, W2 ? (const T *)W2->p : NULL, bias,
-           M, W->N, W->K, gn, eps);
+    int blocks = (int)(grd.x * grd.y), sms = sm_count();
+    if (TILES * MT == 1 && blocks > 2 * sms && blocks <= 3 * sms)
+        launch(k_mma<T, TILES, MT, EPI, 3>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p, W2 ? (const T *)W2->p : NULL,
+               bias, M, W->N, W->K, gn, eps);
+    else
+        launch(k_mma<T, TILES, MT, EPI, 1>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p, W2 ? (const T *)W2->p : NULL,
+               bias, M, W->N, W->K, gn, eps);
 }
 
 template <typename T, int TILES, int EPI>
