@@ -70,29 +70,37 @@ int calib_measure_verify(seq *s, int n_w, int ctx_len, int reps, calib_costs *ou
     int *ids = xmalloc(sizeof(int) * (size_t)(ctx_len + n_w));
     for (int i = 0; i < ctx_len + n_w; i++) ids[i] = (int)(((int64_t)i * 7919) % vocab);
     float *logits = xmalloc(sizeof(float) * (size_t)n_w * (size_t)vocab);
-    double *samples = xmalloc(sizeof(double) * (size_t)reps * (size_t)(n_w + 1)); /* [w][rep] */
+    /* at least reps passes; more, up to CALIB_MAX_REPS, while the passes so
+       far took less than CALIB_MIN_SECONDS: a small model's forwards are
+       short enough for one preempted sample to set a width's time */
+    const int most = reps > CALIB_MAX_REPS ? reps : CALIB_MAX_REPS;
+    double *samples = xmalloc(sizeof(double) * (size_t)most * (size_t)(n_w + 1)); /* [w][rep], stride most */
     int rc = -1;
     seq_reset(s);
     if (seq_prefill(s, ids, ctx_len, logits, err, errlen) < 0) goto done;
     /* warm-up at the widest width: faults in every scratch page and KV slot the passes touch */
     if (seq_append(s, ids + ctx_len, n_w, n_w, logits, err, errlen) != 0) goto done;
     seq_truncate(s, ctx_len);
-    for (int r = 0; r < reps; r++)
+    double start = ds_now();
+    int done_reps = 0;
+    while (done_reps < reps || (done_reps < most && ds_now() - start < CALIB_MIN_SECONDS)) {
         for (int w = 1; w <= n_w; w++) {
             double t0 = ds_now();
             if (seq_append(s, ids + ctx_len, w, w, logits, err, errlen) != 0) goto done;
             double t = ds_now() - t0;
             seq_truncate(s, ctx_len);
-            samples[(size_t)w * (size_t)reps + (size_t)r] = t > 1e-9 ? t : 1e-9;
+            samples[(size_t)w * (size_t)most + (size_t)done_reps] = t > 1e-9 ? t : 1e-9;
         }
+        done_reps++;
+    }
     memset(out, 0, sizeof *out);
     out->n_w = n_w;
     for (int w = 1; w <= n_w; w++) {
-        double *v = samples + (size_t)w * (size_t)reps;
+        double *v = samples + (size_t)w * (size_t)most;
         /* the fastest repetition: interference from other processes only
            ever adds time, and a cached cost measured on a busy machine
            would mislead every later run */
-        qsort(v, (size_t)reps, sizeof *v, cmp_double);
+        qsort(v, (size_t)done_reps, sizeof *v, cmp_double);
         out->verify_s[w] = v[0];
     }
     out->draft_s = 0;

@@ -54,6 +54,12 @@
  * about 0.7 s + 3.1 * 1.4 s = 5 s for n_w = 16, 2 s for n_w = 8. */
 #define CALIB_DEFAULT_REPS 3
 #define CALIB_DEFAULT_CTX 128
+/* more passes, up to CALIB_MAX_REPS, while all passes so far took under
+ * CALIB_MIN_SECONDS: for a model whose forward takes a fraction of a
+ * millisecond (the bundled one: 0.3 ms) three samples let one preempted
+ * run set a width's time (a t(1) too high flattens the whole curve) */
+#define CALIB_MIN_SECONDS 0.3
+#define CALIB_MAX_REPS 200
 
 typedef struct {
     int n_w;                          /* widths measured: 1..n_w */
@@ -66,8 +72,8 @@ typedef struct {
 
 /* Measures the verify curve on s: resets s, prefills a dummy context of
  * ctx_len tokens (ids (i * 7919) % vocab), runs one warm-up n_w-row forward,
- * then `reps` passes over w = 1..n_w (interleaved, so slow drift affects all
- * widths alike) of seq_append(w rows, w logits rows) + seq_truncate back to
+ * then at least `reps` passes over w = 1..n_w (interleaved, so slow drift
+ * affects all widths alike; more while under CALIB_MIN_SECONDS in all) of seq_append(w rows, w logits rows) + seq_truncate back to
  * ctx_len, and stores the fastest per width in out->verify_s (draft_s = 0;
  * the minimum, because interference from other processes only adds time).
  * Requires 1 <= n_w <= CALIB_MAX_W, 1 <= reps <= 1000, ctx_len >= 1 and

@@ -148,6 +148,17 @@ static void open_lookup(cli_spec *sp) {
     sp->block_cap = 15;
 }
 
+/* lookup with this machine's verify costs sizes each draft by its match
+   (lookup_set_costs); the cap then only bounds it */
+#define LOOKUP_SIZED_CAP 8
+static void lookup_costs(cli_spec *sp) {
+    double t[CALIB_MAX_W];
+    int n = sp->costs.n_w < CALIB_MAX_W ? sp->costs.n_w : CALIB_MAX_W;
+    for (int w = 1; w <= n; w++) t[w - 1] = calib_verify_time(&sp->costs, w);
+    lookup_set_costs(sp->lk, t, n);
+    sp->lookup_sized = 1;
+}
+
 /* the cap calibration gives at the prior acceptance (the fallback when it
    cannot measure): 0 when drafting does not pay on this machine */
 static void calibrated_cap(cli_spec *sp, const opts *o, const cli_engine *e, seq *s) {
@@ -159,6 +170,11 @@ static void calibrated_cap(cli_spec *sp, const opts *o, const cli_engine *e, seq
         calib_prior(alpha, sp->block_cap, CALIB_PRIOR_A1, CALIB_PRIOR_DECAY);
         sp->max_draft = calib_best_cap(&sp->costs, alpha, sp->block_cap, NULL);
         sp->cap_source = "calibrated";
+        if (sp->lk) {
+            lookup_costs(sp);
+            sp->max_draft = sp->costs.n_w - 1 < LOOKUP_SIZED_CAP ? sp->costs.n_w - 1 : LOOKUP_SIZED_CAP;
+            sp->cap_source = "calibrated, sized by match";
+        }
     }
 }
 
@@ -260,6 +276,7 @@ void cli_spec_clone(cli_spec *dst, const cli_spec *src, const opts *o, const cli
     dst->borrowed_dm = src->dm != NULL;
     if (src->mode == CLI_MODE_LOOKUP) {
         open_lookup(dst);
+        if (dst->lookup_sized) lookup_costs(dst);
     } else if (src->dm) {
         if (dstate_create(&dst->ds, src->dm, seq_capacity(s), e->tp, smp, err, sizeof err) != 0) cli_die("%s", err);
         dstate_set_confidence_threshold(dst->ds, o->conf_threshold);

@@ -22,6 +22,20 @@ int lookup_len(const lookup *l);
 /* Up to k ids continuing the context into out; returns the count (0 when
  * no n-gram of the suffix occurred before). *n_used: the matched n (or 0). */
 int lookup_propose(lookup *l, int k, int *out, int *n_used);
+/* Match-sized drafts. Without costs the drafter proposes up to k ids
+ * from any match. Given this machine's verify times t[w-1] for widths
+ * w = 1..n (any unit; calibration's), it sizes each proposal by the order
+ * g of its match instead: the length L <= k maximising expected tokens per
+ * verify time, (1 + a + a^2 + ... + a^L) / t(L + 1), against plain decoding
+ * (L = 0), where a is the per-draft acceptance of g-gram matches so far
+ * (accepted drafts / (accepted + rejections)), starting from a prior of a
+ * few rounds. Where a wider verify costs little (a GPU) even unigram
+ * matches draft; where each row costs a third of a step (a small target on
+ * a CPU) only matches that have proven reliable do. */
+void lookup_set_costs(lookup *l, const double *t, int n);
+/* The draft length the drafter would propose for a g-gram match with up
+ * to k ids available (k without costs). */
+int lookup_draft_len(const lookup *l, int g, int k);
 /* The drafter interface over l (deterministic). */
 drafter lookup_drafter(lookup *l);
 

@@ -163,8 +163,10 @@ static void lossless_model(const char *name) {
     tmodel t;
     if (open_model(&t, name) != 0) return;
     int base[256], got[256], prompt[64];
-    lookup *lk = lookup_create(3, 1);
-    long rep_acc = 0;
+    lookup *lk = lookup_create(3, 1), *lk_sized = lookup_create(3, 1);
+    const double steep[9] = {1, 1.4, 1.9, 2.1, 2.6, 2.8, 3.2, 3.4, 3.6}; /* a small model on a CPU */
+    lookup_set_costs(lk_sized, steep, 9);
+    long rep_acc = 0, rep_sized = 0;
     int n_prompts = N_REP + N_RAND + 1, mismatches = 0;
     for (int pi = 0; pi < n_prompts; pi++) {
         int n;
@@ -197,13 +199,18 @@ static void lossless_model(const char *name) {
             if (nb < 0) break;
             for (int k = 1; k <= 16; k++) {
                 if (cfg >= 2 && k != 1 && k != 2 && k != 5 && k != 16) continue;
-                for (int which = 0; which < 2; which++) {
+                for (int which = 0; which < 3; which++) {
                     long acc = 0;
                     int ng;
+                    if (which == 2 && cfg >= 2) continue;
                     if (which == 0) {
                         drafter d = lookup_drafter(lk);
                         ng = run_spec(&t, &g, &d, k, prompt, n, got, &acc);
                         if (pi < N_REP && cfg == 1) rep_acc += acc;
+                    } else if (which == 2) { /* lookup sizing its drafts by match, learning as it goes */
+                        drafter d = lookup_drafter(lk_sized);
+                        ng = run_spec(&t, &g, &d, k, prompt, n, got, &acc);
+                        if (pi < N_REP && cfg == 1) rep_sized += acc;
                     } else {
                         int ref[600];
                         memcpy(ref, prompt, sizeof(int) * (size_t)n);
@@ -224,8 +231,10 @@ static void lossless_model(const char *name) {
         }
     }
     CHECK_MSG(rep_acc > 0, "%s: lookup accepted nothing on repetitive prompts", name);
+    CHECK_MSG(rep_sized > 0, "%s: sized lookup accepted nothing on repetitive prompts", name);
     CHECK_EQ_INT(mismatches, 0);
     lookup_free(lk);
+    lookup_free(lk_sized);
     close_model(&t);
 }
 
@@ -448,6 +457,45 @@ static int brute_propose(const int *ids, int n, int nmax, int nmin, int k, int *
         }
     }
     return 0;
+}
+
+TEST(spec_lookup_sized_drafts) {
+    lookup *l = lookup_create(3, 1);
+    CHECK_EQ_INT(lookup_draft_len(l, 1, 5), 5); /* no costs: whatever the match gives */
+    /* each verify row about a third of a step (the bundled model on two
+       cores): a unigram match (prior acceptance 0.3) does not pay for one
+       row, (1 + 0.3) / 1.4 < 1; a trigram match (0.8) pays best at three,
+       (1 + .8 + .64 + .512) / 2.1 = 1.41 against 1.29 at one and 1.29 at four */
+    const double steep[9] = {1, 1.4, 1.9, 2.1, 2.6, 2.8, 3.2, 3.4, 3.6};
+    lookup_set_costs(l, steep, 9);
+    CHECK_EQ_INT(lookup_draft_len(l, 1, 8), 0);
+    CHECK_EQ_INT(lookup_draft_len(l, 3, 8), 3);
+    CHECK_EQ_INT(lookup_draft_len(l, 3, 1), 1); /* bounded by what the match gives */
+    /* a wider verify almost free (a GPU): unigram matches draft too */
+    double flat[9];
+    for (int i = 0; i < 9; i++) flat[i] = 1 + 0.01 * i;
+    lookup_set_costs(l, flat, 9);
+    CHECK(lookup_draft_len(l, 1, 8) >= 2);
+    CHECK(lookup_draft_len(l, 3, 8) >= 6);
+    /* through the drafter: trigram drafts that keep being rejected stop */
+    lookup_set_costs(l, steep, 9);
+    drafter d = lookup_drafter(l);
+    int a[] = {1, 2, 3, 4, 5, 1, 2, 3}, out[16], wrong = 9;
+    d.reset(d.self, a, 8);
+    int first = d.propose(d.self, 8, out, NULL);
+    CHECK_EQ_INT(first, 3);
+    CHECK(out[0] == 4 && out[1] == 5 && out[2] == 1);
+    int m = first;
+    for (int i = 0; i < 40 && m > 0; i++) {
+        d.commit(d.self, &wrong, 1); /* the target disagreed with the first draft */
+        lookup_reset(l, a, 8);       /* the same context again, the statistics kept */
+        m = d.propose(d.self, 8, out, NULL);
+    }
+    CHECK_EQ_INT(m, 0);
+    /* a new sequence starts from the priors again */
+    d.reset(d.self, a, 8);
+    CHECK_EQ_INT(d.propose(d.self, 8, out, NULL), 3);
+    lookup_free(l);
 }
 
 TEST(spec_lookup_index) {
