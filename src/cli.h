@@ -78,7 +78,6 @@ typedef struct {
     int mode;                /* resolved: never CLI_MODE_AUTO after cli_spec_open */
     char drafter_dir[4096];  /* neural modes */
     lookup *lk;
-    int lookup_sized; /* lookup sizes its drafts by match (it has the calibrated verify costs) */
     dmodel *dm;
     dstate *ds;
     drafter d;

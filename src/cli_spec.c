@@ -156,7 +156,6 @@ static void lookup_costs(cli_spec *sp) {
     int n = sp->costs.n_w < CALIB_MAX_W ? sp->costs.n_w : CALIB_MAX_W;
     for (int w = 1; w <= n; w++) t[w - 1] = calib_verify_time(&sp->costs, w);
     lookup_set_costs(sp->lk, t, n);
-    sp->lookup_sized = 1;
 }
 
 /* the cap calibration gives at the prior acceptance (the fallback when it
@@ -165,17 +164,17 @@ static void calibrated_cap(cli_spec *sp, const opts *o, const cli_engine *e, seq
     sp->max_draft = sp->mode == CLI_MODE_LOOKUP ? 6 : sp->mode == CLI_MODE_DSPARK ? 2 : sp->block_cap;
     sp->cap_source = "fallback";
     calibrate(sp, o, e, s);
-    if (sp->have_costs) {
-        double alpha[CALIB_MAX_K];
-        calib_prior(alpha, sp->block_cap, CALIB_PRIOR_A1, CALIB_PRIOR_DECAY);
-        sp->max_draft = calib_best_cap(&sp->costs, alpha, sp->block_cap, NULL);
-        sp->cap_source = "calibrated";
-        if (sp->lk) {
-            lookup_costs(sp);
-            sp->max_draft = sp->costs.n_w - 1 < LOOKUP_SIZED_CAP ? sp->costs.n_w - 1 : LOOKUP_SIZED_CAP;
-            sp->cap_source = "calibrated, sized by match";
-        }
+    if (!sp->have_costs) return;
+    if (sp->lk) {
+        lookup_costs(sp);
+        sp->max_draft = sp->costs.n_w - 1 < LOOKUP_SIZED_CAP ? sp->costs.n_w - 1 : LOOKUP_SIZED_CAP;
+        sp->cap_source = "calibrated, sized by match";
+        return;
     }
+    double alpha[CALIB_MAX_K];
+    calib_prior(alpha, sp->block_cap, CALIB_PRIOR_A1, CALIB_PRIOR_DECAY);
+    sp->max_draft = calib_best_cap(&sp->costs, alpha, sp->block_cap, NULL);
+    sp->cap_source = "calibrated";
 }
 
 void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engine *e, seq *s, sampler *smp) {
@@ -276,7 +275,7 @@ void cli_spec_clone(cli_spec *dst, const cli_spec *src, const opts *o, const cli
     dst->borrowed_dm = src->dm != NULL;
     if (src->mode == CLI_MODE_LOOKUP) {
         open_lookup(dst);
-        if (dst->lookup_sized) lookup_costs(dst);
+        if (dst->have_costs) lookup_costs(dst); /* calibrated (not pinned): sized by match */
     } else if (src->dm) {
         if (dstate_create(&dst->ds, src->dm, seq_capacity(s), e->tp, smp, err, sizeof err) != 0) cli_die("%s", err);
         dstate_set_confidence_threshold(dst->ds, o->conf_threshold);

@@ -171,17 +171,17 @@ static int d_propose(void *self, int k, int *draft, float *q) {
     (void)q;
     lookup *l = self;
     int g = 0, m = lookup_propose(l, k, draft, &g);
-    if (m > 0 && l->n_t >= 2) m = lookup_draft_len(l, g, m);
     l->last_m = 0;
-    if (m > 0 && l->n_t >= 2) { /* kept to learn from the commit */
-        if (m > l->last_cap) {
-            l->last = xrealloc(l->last, sizeof(int) * (size_t)m);
-            l->last_cap = m;
-        }
-        memcpy(l->last, draft, sizeof(int) * (size_t)m);
-        l->last_g = g;
-        l->last_m = m;
+    if (m <= 0 || l->n_t < 2) return m;
+    m = lookup_draft_len(l, g, m);
+    if (m == 0) return 0;
+    if (m > l->last_cap) { /* kept to learn from the commit */
+        l->last = xrealloc(l->last, sizeof(int) * (size_t)m);
+        l->last_cap = m;
     }
+    memcpy(l->last, draft, sizeof(int) * (size_t)m);
+    l->last_g = g;
+    l->last_m = m;
     return m;
 }
 /* ids: the round's emitted tokens (accepted drafts, then the target's
