@@ -47,6 +47,27 @@ static inline size_t cu_attn_part_floats(int nh, int hd, int cap) {
 
 /* ---- launching ---------------------------------------------------------- */
 
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* the current device's SM count (launch shapes are chosen from it) */
+static inline int sm_count(void) {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 128;
+    }
+    return sms;
+}
+
 /* Programmatic dependent launch: a kernel lets the next one in its stream be
    scheduled once all its blocks have started (pdl_trigger) and waits for the
    previous kernel's completion and memory (pdl_wait) before it reads

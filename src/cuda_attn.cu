@@ -1,0 +1,524 @@
+// cuda_attn: the attention kernels (split attention over the KV cache for
+// decode, verify and drafter blocks, its combine, and the prefill attention
+// for whole cuBLAS groups) and their launchers, declared in cuda_ops.cuh.
+#include <cuda_runtime.h>
+
+#include <math.h>
+
+#include <type_traits>
+
+#include "cuda_ops.cuh"
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* all but the most recently committed group have landed */
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+#define ATT_THREADS 256
+#define ATT_WARPS (ATT_THREADS / 32)
+
+/* Split attention (flash-decoding). Positions are cut into chunks of
+   ATT_CHUNK by absolute position; each chunk gives, per row and query head,
+   its max score, sum of exponentials and unnormalised output, and a second
+   kernel combines a row's chunks in chunk order. The chunking depends only
+   on the row's own number of visible positions, so a row gives the same
+   bits in any batch. Each kv head has nb blocks (about one per SM over all
+   kv heads: attn_blocks) that take its chunks in turn (c, c + nb, ...) up
+   to the last visible position, read from device memory, so a captured
+   graph replays at any cache length without a grid sized for the whole
+   window (which, for a 40k-position window, launched thousands of blocks
+   that had nothing to do). */
+
+/* Attention by (chunk, kv head, group of up to ATT_ROWS rows): the block
+   stages the chunk's K (rows padded by 4 floats, so lanes reading different
+   rows hit different banks) and V in shared memory once for all its rows,
+   two chunks in flight (the next one's copy is issued before the current
+   one is used), and the warps take items: a row with all G query heads
+   sharing the kv head (each K/V value read from shared memory serves G
+   heads), or, while the rows' heads fit the warps one each (decode), one
+   (row, head) pair. In an item, lane l scores positions l and l+32 for each of
+   its heads (full dot products, q broadcast from shared memory), the warp
+   reduces max and sum per head, and lane l accumulates output dims
+   4l..4l+3 (and 4l+128..) over the row's visible positions in order. A
+   head's arithmetic is the same whatever the item holds (heads never mix),
+   so a row's bits are the same in any batch; k_attn_combine merges its
+   chunks. */
+/* stage the GI query vectors of (row m, heads hq..) in the warp's qw */
+template <int GI>
+__device__ __forceinline__ void attn_stage_q(const float *q, float4 *qw, int m, int hq, int nh, int hd, int lane) {
+    const int h4 = hd / 4;
+    const float4 *qg = reinterpret_cast<const float4 *>(q + ((size_t)m * nh + hq) * hd);
+    for (int i = lane; i < GI * h4; i += 32) qw[i] = qg[i];
+    __syncwarp();
+}
+
+/* one item over one chunk, its q in qw. A score is a dot product kept as
+   four partial sums (dims 4j, 4j+1, 4j+2, 4j+3 over j in order) added as
+   (x + y) + (z + w), and an output dim the sum over even and over odd
+   positions in order, then added: short dependency chains, the same
+   operations for a head whatever else the item holds. */
+template <int GI>
+__device__ __forceinline__ void attn_item(const float4 *ks, const float4 *vs, const float4 *qw, float *ew,
+                                          float *opart, float *mpart, float *spart, int m, int m0, int hq, int nh,
+                                          int hd, int np, float scale, int c, int nchunk, int lane) {
+    const int h4 = hd / 4, kst = h4 + 1;
+    float4 sc0[GI], sc1[GI];
+#pragma unroll
+    for (int g = 0; g < GI; g++) sc0[g] = sc1[g] = make_float4(0, 0, 0, 0);
+    const float4 *k0 = ks + lane * kst, *k1 = ks + (lane + 32) * kst;
+#pragma unroll 4
+    for (int j = 0; j < h4; j++) {
+        float4 a = k0[j], b = k1[j];
+#pragma unroll
+        for (int g = 0; g < GI; g++) {
+            float4 qq = qw[g * h4 + j];
+            sc0[g].x = fmaf(qq.x, a.x, sc0[g].x); sc0[g].y = fmaf(qq.y, a.y, sc0[g].y);
+            sc0[g].z = fmaf(qq.z, a.z, sc0[g].z); sc0[g].w = fmaf(qq.w, a.w, sc0[g].w);
+            sc1[g].x = fmaf(qq.x, b.x, sc1[g].x); sc1[g].y = fmaf(qq.y, b.y, sc1[g].y);
+            sc1[g].z = fmaf(qq.z, b.z, sc1[g].z); sc1[g].w = fmaf(qq.w, b.w, sc1[g].w);
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GI; g++) {
+        float d0 = (sc0[g].x + sc0[g].y) + (sc0[g].z + sc0[g].w), d1 = (sc1[g].x + sc1[g].y) + (sc1[g].z + sc1[g].w);
+        float s0 = lane < np ? d0 * scale : -INFINITY, s1 = lane + 32 < np ? d1 * scale : -INFINITY;
+        float mx = warp_max(fmaxf(s0, s1));
+        float e0 = lane < np ? expf(s0 - mx) : 0.0f, e1 = lane + 32 < np ? expf(s1 - mx) : 0.0f;
+        float sum = warp_sum(e0 + e1);
+        ew[g * ATT_CHUNK + lane] = e0;
+        ew[g * ATT_CHUNK + lane + 32] = e1;
+        if (lane == 0) {
+            size_t slot = ((size_t)(m - m0) * nh + hq + g) * nchunk + c;
+            mpart[slot] = mx;
+            spart[slot] = sum;
+        }
+    }
+    __syncwarp();
+    for (int d4 = lane; d4 < h4; d4 += 32) {
+        float4 oe[GI], oo[GI];
+#pragma unroll
+        for (int g = 0; g < GI; g++) oe[g] = oo[g] = make_float4(0, 0, 0, 0);
+        int p = 0;
+#pragma unroll 2
+        for (; p + 1 < np; p += 2) {
+            float4 v = vs[p * h4 + d4], u = vs[(p + 1) * h4 + d4];
+#pragma unroll
+            for (int g = 0; g < GI; g++) {
+                float e = ew[g * ATT_CHUNK + p], f = ew[g * ATT_CHUNK + p + 1];
+                oe[g].x = fmaf(e, v.x, oe[g].x); oe[g].y = fmaf(e, v.y, oe[g].y);
+                oe[g].z = fmaf(e, v.z, oe[g].z); oe[g].w = fmaf(e, v.w, oe[g].w);
+                oo[g].x = fmaf(f, u.x, oo[g].x); oo[g].y = fmaf(f, u.y, oo[g].y);
+                oo[g].z = fmaf(f, u.z, oo[g].z); oo[g].w = fmaf(f, u.w, oo[g].w);
+            }
+        }
+        if (p < np) {
+            float4 v = vs[p * h4 + d4];
+#pragma unroll
+            for (int g = 0; g < GI; g++) {
+                float e = ew[g * ATT_CHUNK + p];
+                oe[g].x = fmaf(e, v.x, oe[g].x); oe[g].y = fmaf(e, v.y, oe[g].y);
+                oe[g].z = fmaf(e, v.z, oe[g].z); oe[g].w = fmaf(e, v.w, oe[g].w);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GI; g++)
+            reinterpret_cast<float4 *>(opart + (((size_t)(m - m0) * nh + hq + g) * nchunk + c) * hd)[d4] =
+                make_float4(oe[g].x + oo[g].x, oe[g].y + oo[g].y, oe[g].z + oo[g].z, oe[g].w + oo[g].w);
+    }
+    __syncwarp();
+}
+
+/* shared memory of k_attn_rows with ns stages of padded K and V, each
+   warp's q rows and weights */
+static size_t att_smem(int G, int h4, int ns) {
+    return (ns * (ATT_CHUNK * (h4 + 1) + ATT_CHUNK * h4) + ATT_WARPS * G * h4) * sizeof(float4) +
+           ATT_WARPS * G * ATT_CHUNK * sizeof(float);
+}
+
+template <int G>
+__global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
+                                                           float *mpart, float *spart, int nh, int nkv, int hd, int cap,
+                                                           const int *d_len, int M, float scale, int nchunk, int m0,
+                                                           int causal, int first, int two) {
+    static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
+    pdl_trigger();
+    pdl_wait();
+    extern __shared__ float4 sm4[];
+    const int h4 = hd / 4, kst = h4 + 1; /* K row stride in float4s: hd + 4 floats */
+    const int stage = ATT_CHUNK * kst + ATT_CHUNK * h4;                        /* float4s per stage */
+    float4 *qs = sm4 + (two ? 2 : 1) * stage;                                 /* qs: [warp][G][h4] */
+    float *es = reinterpret_cast<float *>(qs + ATT_WARPS * G * h4);           /* es: [warp][G][ATT_CHUNK] */
+    const int nb = gridDim.x / nkv, kvh = blockIdx.x / nb; /* nb blocks per kv head take its chunks in turn */
+    const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
+    const int len = *d_len + first;
+    const int Lmax = len + (causal ? m0 + R : M); /* positions the group's last row sees */
+    const int whole = R * G > ATT_WARPS, items = whole ? R : R * G;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float4 *qw = qs + warp * G * h4;
+    float *ew = es + warp * G * ATT_CHUNK;
+    auto issue = [&](int c, int buf) { /* chunk c's K and V into stage buf, as one cp.async group */
+        int p0 = c * ATT_CHUNK, nmax = Lmax - p0 < ATT_CHUNK ? Lmax - p0 : ATT_CHUNK;
+        float4 *ks = sm4 + buf * stage, *vs = ks + ATT_CHUNK * kst;
+        const float4 *kg = reinterpret_cast<const float4 *>(kc + ((size_t)kvh * cap + p0) * hd);
+        const float4 *vg = reinterpret_cast<const float4 *>(vc + ((size_t)kvh * cap + p0) * hd);
+        for (int i = threadIdx.x; i < nmax * h4; i += ATT_THREADS) {
+            int p = i / h4, j = i % h4;
+            cp_async16(ks + p * kst + j, kg + i);
+            cp_async16(vs + i, vg + i);
+        }
+        cp_async_commit();
+    };
+    if (!whole && warp < items) attn_stage_q<1>(q, qw, m0 + warp / G, kvh * G + warp % G, nh, hd, lane);
+    int c = blockIdx.x % nb, buf = 0;
+    auto valid = [&](int ch) { return ch < nchunk && ch * ATT_CHUNK < Lmax; };
+    if (valid(c)) issue(c, 0);
+    for (; valid(c); c += nb) {
+        /* two stages: the next chunk's copy goes out before this one is
+           used (its stage was last read before the previous closing
+           barrier); one stage (large heads): after */
+        if (two && valid(c + nb)) {
+            issue(c + nb, buf ^ 1);
+            cp_async_wait_one();
+        } else {
+            cp_async_wait_all();
+        }
+        __syncthreads();
+        const int p0 = c * ATT_CHUNK;
+        const float4 *ks = sm4 + buf * stage, *vs = ks + ATT_CHUNK * kst;
+        for (int it = warp; it < items; it += ATT_WARPS) {
+            int r = whole ? it : it / G, g0 = whole ? 0 : it % G;
+            int m = m0 + r, L = len + (causal ? m + 1 : M);
+            if (p0 >= L) continue;
+            int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
+            if (whole) {
+                attn_stage_q<G>(q, qw, m, kvh * G, nh, hd, lane);
+                attn_item<G>(ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G, nh, hd, np, scale, c, nchunk, lane);
+            } else { /* the warp's one item: its q was staged before the loop */
+                attn_item<1>(ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G + g0, nh, hd, np, scale, c, nchunk,
+                             lane);
+            }
+        }
+        __syncthreads(); /* this stage's readers are done before it is refilled */
+        if (two) buf ^= 1;
+        else if (valid(c + nb)) issue(c + nb, 0);
+    }
+}
+
+/* grid (rows x heads), COMB_THREADS threads: merges a row's partials (one
+   per span positions) for one head. The max is exact in any order; the
+   chunk weights exp(m_c - max) are computed once each into shared memory
+   (COMB_W at a time); the sum of exponentials is lane l's chunks
+   (l, l + 32, ...) in order, then a butterfly; and thread t accumulates
+   dims t, t + COMB_THREADS over the chunks in order. Nothing depends on
+   the batch. */
+#define COMB_THREADS 128
+#define COMB_W 1024
+__global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const float *opart, const float *mpart,
+                                                               const float *spart, int nh, int hd, const int *d_len,
+                                                               int nchunk, int m0, int M, int causal, int first,
+                                                               int span) {
+    static_assert(ATT_MAX_HD <= 2 * COMB_THREADS, "two dims per thread");
+    __shared__ float w[COMB_W], red[COMB_THREADS / 32], bc[2];
+    pdl_trigger();
+    pdl_wait();
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int m = m0 + (int)blockIdx.x / nh, h = blockIdx.x % nh;
+    int L = *d_len + first + (causal ? m + 1 : M), nc = (L + span - 1) / span;
+    size_t base = ((size_t)(m - m0) * nh + h) * nchunk;
+    float mx = -INFINITY;
+    for (int c = tid; c < nc; c += COMB_THREADS) mx = fmaxf(mx, mpart[base + c]);
+    mx = warp_max(mx);
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    if (tid == 0) {
+        float v = red[0];
+        for (int i = 1; i < COMB_THREADS / 32; i++) v = fmaxf(v, red[i]);
+        bc[0] = v;
+    }
+    __syncthreads();
+    mx = bc[0];
+    if (warp == 0) {
+        float s = 0.0f;
+        for (int c = lane; c < nc; c += 32) s = fmaf(expf(mpart[base + c] - mx), spart[base + c], s);
+        s = warp_sum(s);
+        if (lane == 0) bc[1] = 1.0f / s;
+    }
+    float acc0 = 0.0f, acc1 = 0.0f;
+    const int d0 = tid, d1 = tid + COMB_THREADS;
+    for (int t0 = 0; t0 < nc; t0 += COMB_W) {
+        int n = nc - t0 < COMB_W ? nc - t0 : COMB_W;
+        __syncthreads(); /* the previous tile's weights are used up */
+        for (int c = tid; c < n; c += COMB_THREADS) w[c] = expf(mpart[base + t0 + c] - mx);
+        __syncthreads();
+        const float *op = opart + (base + t0) * hd;
+        if (d0 < hd) {
+#pragma unroll 4
+            for (int c = 0; c < n; c++) acc0 = fmaf(w[c], op[(size_t)c * hd + d0], acc0);
+        }
+        if (d1 < hd) {
+#pragma unroll 4
+            for (int c = 0; c < n; c++) acc1 = fmaf(w[c], op[(size_t)c * hd + d1], acc1);
+        }
+    }
+    __syncthreads();
+    float inv = bc[1];
+    float *o = out + ((size_t)m * nh + h) * hd;
+    if (d0 < hd) o[d0] = acc0 * inv;
+    if (d1 < hd) o[d1] = acc1 * inv;
+}
+
+/* Prefill attention (cu_attention_tiled): a block takes AT_QV query vectors
+   (R = AT_QV / G consecutive rows x the G query heads of one kv head) and one
+   span of AT_SPLIT positions, stages the span's K and V in chunks of AT_P
+   positions in shared memory with the queries, and keeps an online softmax
+   per vector. Thread t owns vectors 8 (t / 16) .. + 7: it scores positions
+   t % 16 + 16 i of each chunk (full dot products, dims in order), the 16
+   threads of a vector group reduce the chunk's max and sum by butterfly, and
+   it accumulates output dims 4 (t % 16) .. + 3 (and + 64) over the chunk's
+   positions in order. A vector's operations depend only on its row (masked
+   positions add exact zeros), so the result does not depend on the batch;
+   k_attn_combine merges a row's spans. */
+#define AT_QV 128
+#define AT_P 64
+#define AT_SPLIT 2048
+#define AT_THREADS 256
+#define AT_MAX_HD 128
+
+static size_t at_smem(int hd) {
+    return sizeof(float) * ((size_t)AT_QV * (hd + 4) + (size_t)AT_P * (hd + 4) + (size_t)AT_P * hd + (size_t)AT_P * AT_QV);
+}
+
+template <int G>
+__global__ void __launch_bounds__(AT_THREADS) k_attn_tile(const float *q, const float *kc, const float *vc,
+                                                          float *opart, float *mpart, float *spart, int nh, int hd,
+                                                          int cap, const int *d_len, int M, float scale, int nsplit,
+                                                          int first) {
+    constexpr int R = AT_QV / G;
+    pdl_trigger();
+    pdl_wait();
+    extern __shared__ float4 at_sm4[];
+    float *Qs = reinterpret_cast<float *>(at_sm4);
+    const int qst = hd + 4, h4 = hd / 4;
+    float *Ks = Qs + AT_QV * qst, *Vs = Ks + AT_P * qst, *Ps = Vs + AT_P * hd; /* Ps: [AT_P][AT_QV] */
+    const int m0 = blockIdx.x * R, kvh = blockIdx.y, sp = blockIdx.z;
+    const int rows = M - m0 < R ? M - m0 : R, nv = rows * G;
+    const int len = *d_len + first; /* row 0's position */
+    const int p_begin = sp * AT_SPLIT, last = len + m0 + rows; /* positions the block's last row sees */
+    if (p_begin >= last) return;
+    const int p_end = last - p_begin < AT_SPLIT ? last : p_begin + AT_SPLIT;
+    const int t = threadIdx.x, vg = t / 16, pg = t % 16;
+    for (int i = t; i < AT_QV * h4; i += AT_THREADS) {
+        int v = i / h4, d4 = i % h4;
+        float4 val = make_float4(0, 0, 0, 0);
+        if (v < nv)
+            val = reinterpret_cast<const float4 *>(q + ((size_t)(m0 + v / G) * nh + kvh * G + v % G) * hd)[d4];
+        reinterpret_cast<float4 *>(Qs + v * qst)[d4] = val;
+    }
+    float mx[8], sum[8], o[8][8];
+    int lim[8]; /* positions vector j sees: 0 .. lim - 1 */
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int v = vg * 8 + j;
+        mx[j] = -INFINITY;
+        sum[j] = 0.0f;
+        lim[j] = v < nv ? len + m0 + v / G + 1 : 0;
+#pragma unroll
+        for (int d = 0; d < 8; d++) o[j][d] = 0.0f;
+    }
+    const float *kg = kc + (size_t)kvh * cap * hd, *vgp = vc + (size_t)kvh * cap * hd;
+    for (int p0 = p_begin; p0 < p_end; p0 += AT_P) {
+        int np = p_end - p0 < AT_P ? p_end - p0 : AT_P;
+        __syncthreads(); /* the previous chunk's readers are done */
+        for (int i = t; i < np * h4; i += AT_THREADS) {
+            int p = i / h4, d4 = i % h4;
+            cp_async16(Ks + p * qst + 4 * d4, kg + (size_t)(p0 + p) * hd + 4 * d4);
+            cp_async16(Vs + p * hd + 4 * d4, vgp + (size_t)(p0 + p) * hd + 4 * d4);
+        }
+        cp_async_wait_all();
+        __syncthreads();
+        float s[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[j][i] = 0.0f;
+        for (int d4 = 0; d4 < h4; d4++) {
+            float4 kk[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) kk[i] = reinterpret_cast<const float4 *>(Ks + (pg + 16 * i) * qst)[d4];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float4 qq = reinterpret_cast<const float4 *>(Qs + (vg * 8 + j) * qst)[d4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float a = s[j][i];
+                    a = fmaf(qq.x, kk[i].x, a); a = fmaf(qq.y, kk[i].y, a);
+                    a = fmaf(qq.z, kk[i].z, a); a = fmaf(qq.w, kk[i].w, a);
+                    s[j][i] = a;
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float cm = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int p = pg + 16 * i;
+                s[j][i] = p < np && p0 + p < lim[j] ? s[j][i] * scale : -INFINITY;
+                cm = fmaxf(cm, s[j][i]);
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, off));
+            float mn = fmaxf(mx[j], cm);
+            float corr = mn == -INFINITY ? 1.0f : expf(mx[j] - mn), cs = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float e = s[j][i] == -INFINITY ? 0.0f : expf(s[j][i] - mn);
+                Ps[(pg + 16 * i) * AT_QV + vg * 8 + j] = e;
+                cs += e;
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, off);
+            mx[j] = mn;
+            sum[j] = sum[j] * corr + cs;
+#pragma unroll
+            for (int d = 0; d < 8; d++) o[j][d] *= corr;
+        }
+        __syncthreads();
+        const bool hi = 16 + pg < h4;
+        for (int p = 0; p < np; p++) {
+            float4 pa = reinterpret_cast<const float4 *>(Ps + p * AT_QV + vg * 8)[0];
+            float4 pb = reinterpret_cast<const float4 *>(Ps + p * AT_QV + vg * 8)[1];
+            const float pv[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+            float4 va = pg < h4 ? reinterpret_cast<const float4 *>(Vs + p * hd)[pg] : make_float4(0, 0, 0, 0);
+            float4 vb = hi ? reinterpret_cast<const float4 *>(Vs + p * hd)[16 + pg] : make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                o[j][0] = fmaf(pv[j], va.x, o[j][0]); o[j][1] = fmaf(pv[j], va.y, o[j][1]);
+                o[j][2] = fmaf(pv[j], va.z, o[j][2]); o[j][3] = fmaf(pv[j], va.w, o[j][3]);
+                o[j][4] = fmaf(pv[j], vb.x, o[j][4]); o[j][5] = fmaf(pv[j], vb.y, o[j][5]);
+                o[j][6] = fmaf(pv[j], vb.z, o[j][6]); o[j][7] = fmaf(pv[j], vb.w, o[j][7]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int v = vg * 8 + j;
+        if (v >= nv || lim[j] <= p_begin) continue; /* the combine never reads spans a row does not reach */
+        size_t slot = ((size_t)(m0 + v / G) * nh + kvh * G + v % G) * nsplit + sp;
+        if (pg == 0) {
+            mpart[slot] = mx[j];
+            spart[slot] = sum[j];
+        }
+        float4 *dst = reinterpret_cast<float4 *>(opart + slot * hd);
+        if (pg < h4) dst[pg] = make_float4(o[j][0], o[j][1], o[j][2], o[j][3]);
+        if (16 + pg < h4) dst[16 + pg] = make_float4(o[j][4], o[j][5], o[j][6], o[j][7]);
+    }
+}
+
+/* ---- launchers ----------------------------------------------------------- */
+
+/* f(std::integral_constant<int, G>) for a runtime G of 1 .. ATT_MAX_G: the
+   attention kernels are instantiated per query heads per kv head */
+template <typename F> static void with_g(int G, F f) {
+    switch (G) {
+    case 1: f(std::integral_constant<int, 1>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    case 3: f(std::integral_constant<int, 3>()); break;
+    case 4: f(std::integral_constant<int, 4>()); break;
+    case 5: f(std::integral_constant<int, 5>()); break;
+    case 6: f(std::integral_constant<int, 6>()); break;
+    case 7: f(std::integral_constant<int, 7>()); break;
+    default: f(std::integral_constant<int, 8>()); break;
+    }
+}
+
+/* blocks per kv head for k_attn_rows: about one block per SM over all kv
+   heads (each holds two chunks of K and V in shared memory, so one fits an
+   SM), at least one, and no more than there are chunks */
+static int attn_blocks(int nkv, int nchunk) {
+    int nb = sm_count() / nkv;
+    if (nb < 1) nb = 1;
+    return nb < nchunk ? nb : nchunk;
+}
+
+template <int G>
+static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
+                        const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
+                        float scale, int nchunk, int m0, int causal, int first) {
+    static int optin = 0; /* the buffers pass the default 48 KiB of shared memory */
+    if (!optin) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+            optin = 48 << 10;
+        cudaFuncSetAttribute(k_attn_rows<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    }
+    int two = att_smem(G, hd / 4, 2) <= (size_t)optin;
+    launch_smem(k_attn_rows<G>, nkv * attn_blocks(nkv, nchunk), ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st,
+                q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two);
+}
+
+void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
+                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first) {
+    int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
+    size_t parts = (size_t)ATT_ROWS * nh * nchunk;
+    float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
+    for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
+        int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
+        with_g(G, [&](auto g) {
+            attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
+                                            nchunk, m0, causal, first);
+        });
+        launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
+               ATT_CHUNK);
+    }
+}
+
+int cu_attn_tiled_ok(int nh, int nkv, int hd) {
+    return hd % 4 == 0 && hd <= AT_MAX_HD && nh % nkv == 0 && nh / nkv <= ATT_MAX_G;
+}
+
+template <int G>
+static void tile_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q, const float *kc,
+                        const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
+                        int nsplit, int first) {
+    static int sized = 0;
+    if (!sized) {
+        cudaFuncSetAttribute(k_attn_tile<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)at_smem(AT_MAX_HD));
+        sized = 1;
+    }
+    constexpr int R = AT_QV / G;
+    launch_smem(k_attn_tile<G>, dim3((M + R - 1) / R, nkv, nsplit), AT_THREADS, at_smem(hd), st, q, kc, vc, opart,
+                mpart, spart, nh, hd, cap, d_len, M, scale, nsplit, first);
+}
+
+void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part,
+                        int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale) {
+    int G = nh / nkv, nsplit = (cap + AT_SPLIT - 1) / AT_SPLIT;
+    /* the partials share cu_attention's scratch: at most its slot count of rows x spans per pass */
+    size_t parts = (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK);
+    float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
+    int step = (int)(parts / ((size_t)nh * nsplit));
+    int R = AT_QV / G;
+    if (step >= R) step -= step % R;
+    if (step < 1) step = 1;
+    for (int m0 = 0; m0 < M; m0 += step) {
+        int n = M - m0 < step ? M - m0 : step;
+        const float *qm = q + (size_t)m0 * nh * hd;
+        with_g(G, [&](auto g) {
+            tile_launch<decltype(g)::value>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale,
+                                            nsplit, m0);
+        });
+        launch(k_attn_combine, n * nh, COMB_THREADS, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
+               n, 1, m0, AT_SPLIT);
+    }
+}
+
+/* one block of 1024 threads per row; thread t scans elements in increasing
+   order (float4 groups t, t+1024, ..., four loads in flight) keeping the
+   first largest, then a fixed tree keeps the lower index on ties: the first
+   largest of the row, op_argmax's answer */
