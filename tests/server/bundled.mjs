@@ -105,15 +105,19 @@ test("speculative decoding drafted tokens (dspark mode)", async () => {
 });
 
 test("keep-alives while the request waits for a slow prefill", async () => {
-    // a blocker ahead in the queue, then four streams with a long prompt
-    const blocker = client.completions.create({ model, prompt: LONG, max_tokens: 64, temperature: 0 }).catch((e) => e);
+    // a blocker ahead in the queue, then four streams with a long prompt; every
+    // prompt starts with its own line, so none is served from the prefix cache
+    // (an earlier test ran LONG) and each waits out a whole prefill (~0.2 s on
+    // two cores, several keep-alive intervals)
+    const fresh = (tag) => `# ${tag} ${process.pid} ${Date.now()}\n` + LONG;
+    const blocker = client.completions.create({ model, prompt: fresh("blocker"), max_tokens: 64, temperature: 0 }).catch((e) => e);
     await sleep(20);
-    const long = [{ role: "user", content: LONG }];
+    const long = [{ role: "user", content: fresh("chat") }];
     const [chat, comp, msgs, resp] = await Promise.all([
         streamSSE("/v1/chat/completions", { model, messages: long, max_tokens: 8, stream: true }),
-        streamSSE("/v1/completions", { model, prompt: LONG + "\n", max_tokens: 8, stream: true }),
-        streamSSE("/v1/messages", { model, messages: long, max_tokens: 8, stream: true }),
-        streamSSE("/v1/responses", { model, input: LONG, max_output_tokens: 8, stream: true }),
+        streamSSE("/v1/completions", { model, prompt: fresh("completions"), max_tokens: 8, stream: true }),
+        streamSSE("/v1/messages", { model, messages: [{ role: "user", content: fresh("messages") }], max_tokens: 8, stream: true }),
+        streamSSE("/v1/responses", { model, input: fresh("responses"), max_output_tokens: 8, stream: true }),
     ]);
     const b = await blocker;
     assert.ok(!(b instanceof Error), `the blocker request failed: ${b}`);
@@ -147,7 +151,7 @@ test("keep-alives while the request waits for a slow prefill", async () => {
     // the SDKs read through keep-alives: same text as a plain request
     const ref = await client.chat.completions.create({ model, messages: long, max_tokens: 8, temperature: 0 });
     let st = "";
-    const blocker2 = client.completions.create({ model, prompt: LONG, max_tokens: 32, temperature: 0 }).catch((e) => e);
+    const blocker2 = client.completions.create({ model, prompt: fresh("blocker2"), max_tokens: 32, temperature: 0 }).catch((e) => e);
     for await (const c of await client.chat.completions.create({ model, messages: long, max_tokens: 8, stream: true }))
         st += c.choices?.[0]?.delta?.content ?? "";
     await blocker2;
