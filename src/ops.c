@@ -389,9 +389,16 @@ void op_embed(float *y, const tensor *emb, const int *tokens, int M) {
         op_to_f32(y + (size_t)m * D, (const char *)emb->data + (size_t)tokens[m] * D * es, emb->dtype, D);
 }
 
-int op_argmax(const float *x, int n) {
+int scalar_argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
     return best;
+}
+
+int op_argmax(const float *x, int n) {
+#ifdef DS_HAVE_AVX2_PATH
+    if (ops_simd_active()) return avx2_argmax(x, n);
+#endif
+    return scalar_argmax(x, n);
 }

@@ -510,6 +510,35 @@ void avx2_rmsnorm(float *y, const float *x, const float *w, int M, int D, float 
     }
 }
 
+/* The scalar op_argmax's answer: the first index of the largest value,
+ * NaNs never chosen (but x[0], which then wins). Pass 1 keeps a running
+ * maximum that skips NaNs (vmaxps returns its second operand when the
+ * first is NaN), pass 2 finds the first element equal to it. */
+int avx2_argmax(const float *x, int n) {
+    if (n < 16 || x[0] != x[0]) return scalar_argmax(x, n);
+    __m256 m0 = _mm256_set1_ps(x[0]), m1 = m0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, _mm256_max_ps(m0, m1));
+    float mx = lanes[0];
+    for (int j = 1; j < 8; j++)
+        if (lanes[j] > mx) mx = lanes[j];
+    for (int j = i; j < n; j++)
+        if (x[j] > mx) mx = x[j];
+    const __m256 mv = _mm256_set1_ps(mx);
+    for (i = 0; i + 8 <= n; i += 8) {
+        int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), mv, _CMP_EQ_OQ));
+        if (bits) return i + __builtin_ctz((unsigned)bits);
+    }
+    for (; i < n; i++)
+        if (x[i] == mx) return i;
+    return 0; /* not reached: mx is one of the elements */
+}
+
 void avx2_swiglu(float *y, const float *gate, const float *up, int n) {
     const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
     int i = 0;

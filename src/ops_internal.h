@@ -62,6 +62,9 @@ typedef struct {
 
 /* scalar kernels (ops.c) */
 void scalar_attn_task(const attn_args *a, int g, int m0, int qb);
+/* op_argmax without SIMD: the first index of the largest value (NaNs never
+ * win, but x[0] does when it is NaN) */
+int scalar_argmax(const float *x, int n);
 
 /* Kernel level: 0 scalar, 1 AVX2 (+FMA+F16C), 2 AVX-512 (F/BW/VL/DQ; the
  * matmul runs ops_avx512.c, the other ops the AVX2 kernels). ops_set_level
@@ -81,6 +84,7 @@ void avx2_matmul_rows(float *y, const float *x, int M, int K, int N, const void 
 void avx2_attn_task(const attn_args *a, int g, int m0, int qb);
 void avx2_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps);
 void avx2_swiglu(float *y, const float *gate, const float *up, int n);
+int avx2_argmax(const float *x, int n);
 void avx2_add(float *y, const float *x, int n);
 void avx2_to_f32(float *y, const void *x, ds_dtype dt, int64_t n);
 /* y[i] = exp(x[i]), relative error below 1e-6; exposed for tests */

@@ -624,6 +624,37 @@ TEST(ops_argmax) {
     free(r);
 }
 
+/* The SIMD argmax against the scalar loop's answer (the first index of the
+   largest value; NaNs never win unless x[0] is one) on every length up to
+   80 and a vocabulary-sized row, with ties, NaNs, infinities and signed
+   zeros placed at random, and at x[0]. */
+TEST(ops_argmax_simd_matches_scalar) {
+    static float x[152000];
+    unsigned s = 12345;
+    const float specials[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 5.0f, 5.0f};
+    for (int trial = 0; trial < 4000; trial++) {
+        int n = trial < 3900 ? 1 + trial % 80 : 151936 - trial % 37;
+        for (int i = 0; i < n; i++) {
+            s = s * 1103515245u + 12345u;
+            x[i] = (float)((s >> 16) % 9) - 4.0f; /* few distinct values: many ties */
+        }
+        int n_sp = trial % 5;
+        for (int j = 0; j < n_sp; j++) {
+            s = s * 1103515245u + 12345u;
+            int at = (int)((s >> 8) % (unsigned)n);
+            x[trial % 13 == 0 && j == 0 ? 0 : at] = specials[(s >> 4) % 8];
+        }
+        int want = scalar_argmax(x, n);
+        int prev = ops_use_simd(1);
+        int got = op_argmax(x, n);
+        ops_use_simd(prev);
+        if (got != want) {
+            test_fail(__FILE__, __LINE__, "argmax n %d trial %d: simd %d, scalar %d", n, trial, got, want);
+            return;
+        }
+    }
+}
+
 TEST(ops_simd_switch) {
     int prev = ops_use_simd(0);
     CHECK_EQ_INT(ops_simd_active(), 0);
