@@ -14,7 +14,7 @@
 
 const char TOKENIZE_HELP[] =
     "usage: dspark tokenize --model DIR [--file F | TEXT] [--jsonl] [--add-special]\n"
-    "Prints the token ids of TEXT (or of file F) as a JSON array.\n"
+    "Prints the token ids of TEXT (or of file F) as a JSON array; -- before a TEXT that starts with -.\n"
     "  --jsonl        encode each line separately (without its newline), one array per line\n"
     "  --add-special  add what the tokenizer's post-processor adds (e.g. BOS)\n"
     "Needs only tokenizer.json (and tokenizer_config.json) in DIR.\n";

@@ -73,9 +73,14 @@ int main(int argc, char **argv) {
                 break;
             }
         cli_parse(&o, n, argv + 2, c->name, c->flags);
-        if (rest) {
+        if (rest && !strcmp(c->name, "claude")) {
             o.rest = argv + rest;
             o.n_rest = argc - rest;
+        } else if (rest) { /* elsewhere "--" ends the options: TEXT may then start with '-' */
+            for (int j = rest; j < argc; j++) {
+                if (o.text) cli_die("%s: unexpected argument \"%s\" (see dspark %s --help)", c->name, argv[j], c->name);
+                o.text = argv[j];
+            }
         }
         if (o.help) {
             fputs(c->help, stdout);

@@ -97,6 +97,16 @@ TEST(cli_tokenize_detokenize) {
     CHECK_EQ_INT(test_run_cli(args, &out, NULL), 0);
     CHECK_MSG(out && !strcmp(out, "[9707,1879]\n[]\n[7975]\n"), "got %s", out);
     free(out);
+    /* "--" ends the options: a text starting with '-'; a second text is refused */
+    snprintf(args, sizeof args, "tokenize --model %s/qwen3 -- '-x'", tdir);
+    CHECK_EQ_INT(test_run_cli(args, &out, NULL), 0);
+    CHECK_MSG(out && !strcmp(out, "[6558]\n"), "got %s", out); /* "-x" is one token of Qwen3 */
+    free(out);
+    char *err = NULL;
+    snprintf(args, sizeof args, "tokenize --model %s/qwen3 -- a b", tdir);
+    CHECK(test_run_cli(args, NULL, &err) != 0);
+    CHECK_MSG(err && strstr(err, "unexpected argument \"b\""), "got %s", err);
+    free(err);
     snprintf(args, sizeof args, "detokenize --model %s/qwen3 9707,1879,11,220,108386,11162,234,235", tdir);
     CHECK_EQ_INT(test_run_cli(args, &out, NULL), 0);
     CHECK_MSG(out && !strcmp(out, "Hello world, 你好 🌍\n"), "got %s", out);
