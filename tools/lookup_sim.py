@@ -12,7 +12,9 @@ set) on --store prompts cut from the Python files under --corpus (half raw
 windows of 200-1200 bytes, half chat turns giving a documented function's
 signature and docstring), 256 greedy tokens each, and on `dspark bench`'s
 four built-in prompts (128 tokens); it caches the ids in OUT_DIR and prints
-the table. Deterministic for a given corpus, model and binary."""
+the table. The context lookup searches is the prompt's text tokenized (for a
+chat turn without the template's few marker tokens) plus the output so far.
+Deterministic for a given corpus, model and binary."""
 import argparse
 import ast
 import collections
@@ -22,19 +24,19 @@ import os
 import random
 import subprocess
 
-BENCH = [
+BENCH = [  # (text, through the chat template)
     ("I'm planning a one-week trip to Japan in April with a friend. We like food, easy hikes and quiet towns "
      "more than big cities, and our budget is moderate. Could you suggest an itinerary, how to get around, "
-     "and a few things we should book in advance?", False),
+     "and a few things we should book in advance?", True),
     ("Write a Python function merge_intervals(intervals) that takes a list of [start, end] pairs of integers, "
      "merges every pair of overlapping or touching intervals, and returns the merged intervals sorted by start. "
      "It must not modify its input. Include type hints, a docstring and a few doctest examples, and state the "
-     "time complexity.", False),
+     "time complexity.", True),
     ("A train leaves a station at 9:00 travelling at 80 km/h. A second train leaves the same station at 10:30 "
      "on a parallel track in the same direction at 120 km/h. At what time does the second train catch up with "
-     "the first, and how far from the station are they then? Solve it step by step.", False),
+     "the first, and how far from the station are they then? Solve it step by step.", True),
     ('import os\n\n\ndef find_files(root, suffix):\n    """Return the paths of all files under root whose name '
-     'ends with suffix."""\n    result = []\n    for dirpath, dirnames, filenames in os.walk(root):\n', True),
+     'ends with suffix."""\n    result = []\n    for dirpath, dirnames, filenames in os.walk(root):\n', False),
 ]
 
 
