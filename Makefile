@@ -118,11 +118,7 @@ cuda:
 # (the test models' prompts are shorter than a real group).
 test-cuda:
 	$(MAKE) CUDA=1 build/cuda/dspark build/cuda/dspark-tests
-	DSPARK_BIN=$(abspath build/cuda/dspark) build/cuda/dspark-tests cuda_
-	DSPARK_DEVICE=cuda DSPARK_BIN=$(abspath build/cuda/dspark) build/cuda/dspark-tests \
-	  model_golden_all model_golden_chunked model_taps spec_lossless spec_kv spec_sampled drafter_golden \
-	  drafter_lossless drafter_bundled drafter_cache drafter_prefix drafter_sampling
-	DSPARK_DEVICE=cuda DSPARK_CUDA_GEMM_ROWS=4 build/cuda/dspark-tests model_golden_all model_golden_chunked model_taps
+	scripts/test-cuda build/cuda
 
 # Not part of `make test`.
 test-claude: $(BIN)
