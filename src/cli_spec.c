@@ -149,8 +149,9 @@ static void open_lookup(cli_spec *sp) {
 }
 
 /* lookup with this machine's verify costs sizes each draft by its match
-   (lookup_set_costs); the cap then only bounds it */
-#define LOOKUP_SIZED_CAP 8
+   (lookup_set_costs; n-gram matches draft 8 at most, copy runs more); the
+   cap then only bounds it */
+#define LOOKUP_SIZED_CAP 15
 static void lookup_costs(cli_spec *sp) {
     double t[CALIB_MAX_W];
     int n = sp->costs.n_w < CALIB_MAX_W ? sp->costs.n_w : CALIB_MAX_W;

@@ -13,6 +13,12 @@ typedef struct {
 } slot;
 
 #define LOOKUP_MAX_W 64 /* verify widths kept from lookup_set_costs */
+/* Sized drafts: from an n-gram match at most SHORT_CAP ids; from a copy
+   run (the match goes on back at least LONG_MATCH ids, followed up to
+   LONG_SPAN) up to twice its length, within the cap the loop gives. */
+#define SHORT_CAP 8
+#define LONG_MATCH 8
+#define LONG_SPAN 64
 
 struct lookup {
     int nmax, nmin;
@@ -25,7 +31,7 @@ struct lookup {
        length, ids) waits for its commit */
     double t[LOOKUP_MAX_W];
     int n_t;
-    long acc[LOOKUP_MAX_NGRAM + 1], rej[LOOKUP_MAX_NGRAM + 1];
+    long acc[LOOKUP_LONG + 1], rej[LOOKUP_LONG + 1]; /* by match order, LOOKUP_LONG for copy runs */
     int last_g, last_m, *last;
     int last_cap;
 };
@@ -33,8 +39,10 @@ struct lookup {
 /* Prior per-draft acceptance of a g-gram match and its weight in rounds.
    Measured with lookup over raw completions of this repository's Python
    tools by the bundled code model: about 0.3 for unigram matches, 0.45
-   for bigrams and 0.8 for trigrams and longer. */
-static double prior_acc(int g) { return g <= 1 ? 0.3 : g == 2 ? 0.45 : 0.8; }
+   for bigrams and 0.8 for trigrams and longer; 0.9 for copy runs, below
+   what the held-out prompts' outputs give (0.99 per draft in copy runs,
+   tools/lookup_sim.py's replay; 0.55 / 0.73 / 0.83 for shorter matches). */
+static double prior_acc(int g) { return g <= 1 ? 0.3 : g == 2 ? 0.45 : g == LOOKUP_LONG ? 0.9 : 0.8; }
 #define PRIOR_ROUNDS 8.0
 
 static uint64_t ngram_key(const int *ids, int n) {
@@ -113,8 +121,11 @@ void lookup_push(lookup *l, const int *ids, int n) {
     }
 }
 
-int lookup_propose(lookup *l, int k, int *out, int *n_used) {
-    if (n_used) *n_used = 0;
+/* lookup_propose, also giving how far back the match runs (g, or more up
+   to LONG_SPAN: the ids before both occurrences that agree too) */
+static int match(lookup *l, int k, int *out, int *n_used, int *run) {
+    *n_used = 0;
+    *run = 0;
     for (int g = l->nmax; g >= l->nmin; g--) {
         if (g > l->n) continue;
         const int *suf = l->ids + l->n - g;
@@ -122,12 +133,21 @@ int lookup_propose(lookup *l, int k, int *out, int *n_used) {
         if (!s->key) continue;
         int e = s->pos; /* ids[e-g..e) is the occurrence, e < n */
         if (memcmp(l->ids + e - g, suf, sizeof(int) * (size_t)g) != 0) continue; /* hash collision */
+        int r = g;
+        while (r < LONG_SPAN && e - r - 1 >= 0 && l->ids[e - r - 1] == l->ids[l->n - r - 1]) r++;
         int m = l->n - e < k ? l->n - e : k;
         memcpy(out, l->ids + e, sizeof(int) * (size_t)m);
-        if (n_used) *n_used = g;
+        *n_used = g;
+        *run = r;
         return m;
     }
     return 0;
+}
+
+int lookup_propose(lookup *l, int k, int *out, int *n_used) {
+    int g, run, m = match(l, k, out, &g, &run);
+    if (n_used) *n_used = g;
+    return m;
 }
 
 void lookup_set_costs(lookup *l, const double *t, int n) {
@@ -143,7 +163,7 @@ void lookup_set_costs(lookup *l, const double *t, int n) {
 int lookup_draft_len(const lookup *l, int g, int k) {
     if (l->n_t < 2 || k <= 0) return k < 0 ? 0 : k;
     if (g < 0) g = 0;
-    if (g > LOOKUP_MAX_NGRAM) g = LOOKUP_MAX_NGRAM;
+    if (g > LOOKUP_LONG) g = LOOKUP_LONG;
     double a = (l->acc[g] + PRIOR_ROUNDS * prior_acc(g)) / (l->acc[g] + l->rej[g] + PRIOR_ROUNDS);
     double best = 1.0 / l->t[0], e = 1, p = 1;
     int best_L = 0;
@@ -170,9 +190,15 @@ static int d_reset(void *self, const int *ids, int n) {
 static int d_propose(void *self, int k, int *draft, float *q) {
     (void)q;
     lookup *l = self;
-    int g = 0, m = lookup_propose(l, k, draft, &g);
+    int g, run, m = match(l, k, draft, &g, &run);
     l->last_m = 0;
     if (m <= 0 || l->n_t < 2) return m;
+    if (run >= LONG_MATCH) {
+        g = LOOKUP_LONG;
+        if (m > 2 * run) m = 2 * run;
+    } else if (m > SHORT_CAP) {
+        m = SHORT_CAP;
+    }
     m = lookup_draft_len(l, g, m);
     if (m == 0) return 0;
     if (m > l->last_cap) { /* kept to learn from the commit */

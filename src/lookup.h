@@ -10,6 +10,9 @@
 #include "spec.h"
 
 #define LOOKUP_MAX_NGRAM 8
+/* The match class of a copy run (lookup_draft_len's g): the match goes on
+ * back 8 ids or more. */
+#define LOOKUP_LONG (LOOKUP_MAX_NGRAM + 1)
 
 typedef struct lookup lookup;
 
@@ -24,17 +27,21 @@ int lookup_len(const lookup *l);
 int lookup_propose(lookup *l, int k, int *out, int *n_used);
 /* Match-sized drafts. Without costs the drafter proposes up to k ids
  * from any match. Given this machine's verify times t[w-1] for widths
- * w = 1..n (any unit; calibration's), it sizes each proposal by the order
- * g of its match instead: the length L <= k maximising expected tokens per
- * verify time, (1 + a + a^2 + ... + a^L) / t(L + 1), against plain decoding
- * (L = 0), where a is the per-draft acceptance of g-gram matches so far
- * (accepted drafts / (accepted + rejections)), starting from a prior of a
- * few rounds. Where a wider verify costs little (a GPU) even unigram
- * matches draft; where each row costs a third of a step (a small target on
- * a CPU) only matches that have proven reliable do. */
+ * w = 1..n (any unit; calibration's), it sizes each proposal by the class
+ * of its match instead: its order g, or LOOKUP_LONG when the match runs
+ * back 8 ids or more (a copy run: code or text the output repeats). The
+ * length is the L maximising expected tokens per verify time,
+ * (1 + a + a^2 + ... + a^L) / t(L + 1), against plain decoding (L = 0),
+ * where a is the per-draft acceptance of that class so far (accepted
+ * drafts / (accepted + rejections)), starting from a prior of a few
+ * rounds; at most 8 from an n-gram match, and from a copy run up to twice
+ * its length (within k). Where a wider verify costs little (a GPU) even
+ * unigram matches draft and copy runs draft long; where each row costs a
+ * third of a step (a small target on a CPU) only matches that have proven
+ * reliable do. */
 void lookup_set_costs(lookup *l, const double *t, int n);
-/* The draft length the drafter would propose for a g-gram match with up
- * to k ids available (k without costs). */
+/* The draft length the drafter would propose for a match of class g (the
+ * order, or LOOKUP_LONG) with up to k ids available (k without costs). */
 int lookup_draft_len(const lookup *l, int g, int k);
 /* The drafter interface over l (deterministic). */
 drafter lookup_drafter(lookup *l);

@@ -495,6 +495,28 @@ TEST(spec_lookup_sized_drafts) {
     /* a new sequence starts from the priors again */
     d.reset(d.self, a, 8);
     CHECK_EQ_INT(d.propose(d.self, 8, out, NULL), 3);
+    /* copy runs (the match runs back 8 ids or more) have their own, higher
+       prior: they draft longer than trigram matches under the same costs */
+    CHECK(lookup_draft_len(l, LOOKUP_LONG, 15) > lookup_draft_len(l, 3, 15));
+    lookup_set_costs(l, (double[16]){1, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.07, 1.08, 1.09, 1.1, 1.11, 1.12,
+                                     1.13, 1.14, 1.15},
+                     16);
+    /* 1..20 then 1..10: the suffix matches back 10 ids, so up to 15 (the
+       cap) of the 20 that followed */
+    int run[30], wantc[15];
+    for (int i = 0; i < 30; i++) run[i] = 1 + i % 20;
+    d.reset(d.self, run, 30);
+    CHECK_EQ_INT(d.propose(d.self, 15, out, NULL), 15);
+    for (int i = 0; i < 15; i++) wantc[i] = 1 + (10 + i) % 20;
+    CHECK(memcmp(out, wantc, sizeof wantc) == 0);
+    /* a trigram match that runs back less than 8 ids ("51 52 53", preceded
+       by 50 there and by 60 here): at most 8, though these costs and the
+       trigram prior would take more */
+    int shortm[24] = {50, 51, 52, 53, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 60, 51, 52, 53};
+    CHECK(lookup_draft_len(l, 3, 15) > 8);
+    d.reset(d.self, shortm, 24);
+    int ms = d.propose(d.self, 15, out, NULL);
+    CHECK_MSG(ms == 8, "short match proposed %d", ms);
     lookup_free(l);
 }
 
