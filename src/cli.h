@@ -31,6 +31,7 @@ typedef struct {
     float conf_threshold;
     int n_predict, threads, ctx, top_k, print_ids, jsonl, add_special, ignore_eos, help, skip_special;
     int chat, no_gen_prompt, no_thinking, use_mmap;
+    int no_lookup_drafts; /* --no-lookup-drafts: DSpark / DFlash rounds never use lookup's copy runs */
     const char *modes, *json; /* bench: --modes LIST, --json FILE */
     int trials;               /* bench: --trials N (0 = default) */
     /* serve / claude */
@@ -88,6 +89,7 @@ typedef struct {
     int have_costs;
     calib_ctl ctl;
     int adaptive;
+    lookup_hybrid *hy; /* DSpark / DFlash: lookup's copy runs as drafts (d wraps the drafter) */
     int borrowed_dm; /* a clone: dm belongs to the cli_spec it was cloned from */
 } cli_spec;
 

@@ -54,7 +54,8 @@ const char BENCH_HELP[] =
     "      --device D           cpu (default), cuda or cuda:N (a `make cuda` build; also $DSPARK_DEVICE)\n"
     "      --max-draft N|auto   drafts per verify round for the speculative modes\n"
     "                           (default: calibrated; see dspark run --help)\n"
-    "      --confidence-threshold C   DSpark: end blocks at confidence below C\n";
+    "      --confidence-threshold C   DSpark: end blocks at confidence below C\n"
+    "      --no-lookup-drafts   DSpark/DFlash: no lookup drafts in copy runs (see dspark run --help)\n";
 
 #define BENCH_MAX_MODES 4 /* baseline, lookup, dspark, dflash */
 #define BENCH_MAX_PROMPTS 4

@@ -34,6 +34,7 @@ const char CHAT_HELP[] =
     "      --drafter DIR        DSpark or DFlash drafter checkpoint for the model\n"
     "      --max-draft N|auto   drafts per verify round (default: calibrated)\n"
     "      --confidence-threshold C   DSpark: end blocks at confidence below C\n"
+    "      --no-lookup-drafts   DSpark/DFlash: no lookup drafts in copy runs (see dspark run --help)\n"
     "      --temp T --top-k K --top-p P --min-p P --seed S   sampling (default greedy)\n"
     "  -t, --threads N  -c, --context-window N  --mmap (map weights instead of reading them)\n"
     "      --device cpu|cuda[:N]  where the model runs (default cpu; also $DSPARK_DEVICE)\n"

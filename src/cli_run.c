@@ -48,6 +48,9 @@ const char RUN_HELP[] =
     "      --confidence-threshold C\n"
     "                           DSpark: end a block at the first draft whose confidence\n"
     "                           is below C (0..1)\n"
+    "      --no-lookup-drafts   DSpark/DFlash: never draft from lookup (by default a round\n"
+    "                           whose context ends in a copy run of 5+ tokens seen before\n"
+    "                           drafts that run's continuation instead of the drafter's block)\n"
     "A stamp line goes to stderr: prompt tokens, prefill tok/s, generated tokens,\n"
     "decode tok/s, the mode with its draft cap, tokens per verify round and how many\n"
     "rounds accepted 0, 1, 2, ... drafts, and an FNV-1a hash of the last logits row.\n";

@@ -178,6 +178,14 @@ static void calibrated_cap(cli_spec *sp, const opts *o, const cli_engine *e, seq
     sp->cap_source = "calibrated";
 }
 
+/* DSpark / DFlash: lookup's copy runs replace the drafter's block in the
+   rounds they start (unless --no-lookup-drafts) */
+static void hybrid(cli_spec *sp, const opts *o, const cli_engine *e) {
+    if (!sp->ds || o->no_lookup_drafts) return;
+    sp->hy = lookup_hybrid_create(sp->d, model_cfg(e->m)->vocab_size);
+    sp->d = lookup_hybrid_drafter(sp->hy);
+}
+
 void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engine *e, seq *s, sampler *smp) {
     memset(sp, 0, sizeof *sp);
     sp->mode = mode_of(mode ? mode : o->mode ? o->mode : "baseline");
@@ -225,6 +233,7 @@ void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engi
     if (o->max_draft) {
         sp->max_draft = o->max_draft;
         sp->cap_source = "pinned";
+        hybrid(sp, o, e);
         return;
     }
     calibrated_cap(sp, o, e, s);
@@ -259,9 +268,11 @@ void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engi
         sp->max_draft = sp->block_cap;
         sp->cap_source = o->max_draft_auto ? "auto" : "calibrated 0: auto";
     }
+    hybrid(sp, o, e);
 }
 
 void cli_spec_close(cli_spec *sp) {
+    lookup_hybrid_free(sp->hy);
     lookup_free(sp->lk);
     dstate_free(sp->ds);
     if (!sp->borrowed_dm) dmodel_free(sp->dm);
@@ -273,6 +284,7 @@ void cli_spec_clone(cli_spec *dst, const cli_spec *src, const opts *o, const cli
     *dst = *src;
     dst->lk = NULL;
     dst->ds = NULL;
+    dst->hy = NULL;
     dst->borrowed_dm = src->dm != NULL;
     if (src->mode == CLI_MODE_LOOKUP) {
         open_lookup(dst);
@@ -281,22 +293,36 @@ void cli_spec_clone(cli_spec *dst, const cli_spec *src, const opts *o, const cli
         if (dstate_create(&dst->ds, src->dm, seq_capacity(s), e->tp, smp, err, sizeof err) != 0) cli_die("%s", err);
         dstate_set_confidence_threshold(dst->ds, o->conf_threshold);
         dst->d = dstate_drafter(dst->ds);
+        if (src->hy) hybrid(dst, o, e);
     }
     if (dst->adaptive) calib_ctl_init(&dst->ctl, dst->have_costs ? &dst->costs : NULL, dst->block_cap);
 }
 
 drafter *cli_spec_drafter(cli_spec *sp) { return sp && sp->mode != CLI_MODE_BASELINE ? &sp->d : NULL; }
 
-static int ctl_next(void *c) { return calib_ctl_next(c); }
-static void ctl_observe(void *c, int proposed, int accepted) { calib_ctl_observe(c, proposed, accepted); }
+/* The cap of the coming round: a whole block (a pinned cap stays) when
+   lookup has a copy run to draft (free, parked or not), else the adaptive controller's or the
+   fixed cap; lookup's rounds say nothing about the drafter's acceptance,
+   so the controller does not see them. */
+static int ctl_next(void *p) {
+    cli_spec *sp = p;
+    if (sp->hy && lookup_hybrid_ready(sp->hy)) return strcmp(sp->cap_source, "pinned") ? sp->block_cap : sp->max_draft;
+    return sp->adaptive ? calib_ctl_next(&sp->ctl) : sp->max_draft;
+}
+static void ctl_observe(void *p, int proposed, int accepted) {
+    cli_spec *sp = p;
+    if (sp->hy && lookup_hybrid_last_was_lookup(sp->hy)) return;
+    if (sp->adaptive) calib_ctl_observe(&sp->ctl, proposed, accepted);
+}
 
 void cli_spec_apply(cli_spec *sp, spec_opts *so) {
     if (!sp || sp->mode == CLI_MODE_BASELINE) return;
     so->max_draft = sp->max_draft;
-    if (sp->adaptive) {
+    if (sp->adaptive || sp->hy) {
+        if (sp->hy) so->max_draft = sp->block_cap;
         so->next_cap = ctl_next;
         so->observe = ctl_observe;
-        so->ctl = &sp->ctl;
+        so->ctl = sp;
     }
 }
 

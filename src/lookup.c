@@ -228,3 +228,76 @@ drafter lookup_drafter(lookup *l) {
     drafter d = {.self = l, .deterministic = 1, .reset = d_reset, .propose = d_propose, .commit = d_commit};
     return d;
 }
+
+/* ---- hybrid: lookup's copy runs inside a neural drafter's rounds ---- */
+
+struct lookup_hybrid {
+    lookup *l;
+    drafter inner;
+    int vocab, last_lookup;
+};
+
+static int copy_run(lookup *l, int k, int *out) {
+    int g, run, m = match(l, k, out, &g, &run);
+    return m > 0 && run >= LOOKUP_HYBRID_RUN ? m : 0;
+}
+
+static int h_reset(void *self, const int *ids, int n) {
+    lookup_hybrid *h = self;
+    lookup_reset(h->l, ids, n);
+    h->last_lookup = 0;
+    return h->inner.reset(h->inner.self, ids, n);
+}
+static int h_propose(void *self, int k, int *draft, float *q) {
+    lookup_hybrid *h = self;
+    int m = copy_run(h->l, k, draft);
+    h->last_lookup = m > 0;
+    if (!m) return h->inner.propose(h->inner.self, k, draft, q);
+    if (q) /* a deterministic draft: q one-hot at it */
+        for (int i = 0; i < m; i++) {
+            float *qi = q + (size_t)i * (size_t)h->vocab;
+            memset(qi, 0, sizeof(float) * (size_t)h->vocab);
+            qi[draft[i]] = 1.0f;
+        }
+    return m;
+}
+static void h_commit(void *self, const int *ids, int n) {
+    lookup_hybrid *h = self;
+    lookup_push(h->l, ids, n);
+    h->inner.commit(h->inner.self, ids, n);
+}
+static void h_features(void *self, int pos0, int n, const float *taps, int rows, int row0) {
+    lookup_hybrid *h = self;
+    h->inner.features(h->inner.self, pos0, n, taps, rows, row0);
+}
+
+lookup_hybrid *lookup_hybrid_create(drafter inner, int vocab) {
+    lookup_hybrid *h = xcalloc(1, sizeof *h);
+    h->l = lookup_create(3, 1);
+    h->inner = inner;
+    h->vocab = vocab;
+    return h;
+}
+
+void lookup_hybrid_free(lookup_hybrid *h) {
+    if (!h) return;
+    lookup_free(h->l);
+    free(h);
+}
+
+drafter lookup_hybrid_drafter(lookup_hybrid *h) {
+    drafter d = h->inner;
+    d.self = h;
+    d.reset = h_reset;
+    d.propose = h_propose;
+    d.commit = h_commit;
+    d.features = h->inner.features ? h_features : NULL;
+    return d;
+}
+
+int lookup_hybrid_ready(lookup_hybrid *h) {
+    int one;
+    return copy_run(h->l, 1, &one) > 0;
+}
+
+int lookup_hybrid_last_was_lookup(const lookup_hybrid *h) { return h->last_lookup; }

@@ -46,4 +46,21 @@ int lookup_draft_len(const lookup *l, int g, int k);
 /* The drafter interface over l (deterministic). */
 drafter lookup_drafter(lookup *l);
 
+/* Hybrid drafting for the DSpark / DFlash modes, as mlx-dspark's lookup
+ * drafts: an n-gram index rides along the neural drafter (inner) and,
+ * when the context ends in a copy run (the latest earlier occurrence of
+ * its last LOOKUP_HYBRID_RUN ids or more), that run's continuation is the
+ * round's draft instead of the drafter's block: free, and accepted almost
+ * always. q is then one-hot at each draft. reset / commit / features go to
+ * both (the drafter keeps its context features whatever drafted). */
+#define LOOKUP_HYBRID_RUN 5
+typedef struct lookup_hybrid lookup_hybrid;
+lookup_hybrid *lookup_hybrid_create(drafter inner, int vocab);
+void lookup_hybrid_free(lookup_hybrid *h);
+drafter lookup_hybrid_drafter(lookup_hybrid *h);
+/* The context ends in a copy run now (the next proposal is lookup's). */
+int lookup_hybrid_ready(lookup_hybrid *h);
+/* The last proposal was lookup's (not the drafter's). */
+int lookup_hybrid_last_was_lookup(const lookup_hybrid *h);
+
 #endif

@@ -26,7 +26,7 @@ static const char MAIN_HELP[] =
     "  version     print version and CPU features\n";
 
 #define SAMPLING " --mmap --device --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
-#define SPEC " --mode --drafter --max-draft --confidence-threshold "
+#define SPEC " --mode --drafter --max-draft --confidence-threshold --no-lookup-drafts "
 #define TEMPLATE_VARS " --var --no-thinking --system "
 
 typedef struct {
@@ -46,7 +46,7 @@ static const command COMMANDS[] = {
     {"template", cmd_template, TEMPLATE_HELP,
      " --model -m --messages --tools --no-generation-prompt" TEMPLATE_VARS},
     {"bench", cmd_bench, BENCH_HELP,
-     " --model -m --drafter --modes --trials --json --prompt-ids --max-draft --confidence-threshold"
+     " --model -m --drafter --modes --trials --json --prompt-ids --max-draft --confidence-threshold --no-lookup-drafts"
      " --threads -t --context-window -c -n --n-predict --mmap --device "},
     {"serve", cmd_serve, SERVE_HELP,
      " --model -m --host --port --api-key --context-window -c --threads -t --mmap --device --no-thinking --cache-slots"

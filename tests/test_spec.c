@@ -520,6 +520,80 @@ TEST(spec_lookup_sized_drafts) {
     lookup_free(l);
 }
 
+/* A stand-in neural drafter for the hybrid: counts its calls, proposes
+   77, 78, ... with a uniform q */
+typedef struct {
+    int proposes, commits, features, resets, V;
+} fake_inner;
+static int fi_reset(void *self, const int *ids, int n) {
+    (void)ids;
+    ((fake_inner *)self)->resets++;
+    return n;
+}
+static int fi_propose(void *self, int k, int *draft, float *q) {
+    fake_inner *f = self;
+    f->proposes++;
+    for (int i = 0; i < k; i++) {
+        draft[i] = 77 + i;
+        for (int v = 0; q && v < f->V; v++) q[(size_t)i * f->V + v] = 1.0f / f->V;
+    }
+    return k;
+}
+static void fi_commit(void *self, const int *ids, int n) {
+    (void)ids;
+    (void)n;
+    ((fake_inner *)self)->commits++;
+}
+static void fi_features(void *self, int pos0, int n, const float *taps, int rows, int row0) {
+    (void)pos0, (void)n, (void)taps, (void)rows, (void)row0;
+    ((fake_inner *)self)->features++;
+}
+
+/* Hybrid drafting: a copy run of 5+ ids drafts lookup's continuation
+   (q one-hot) without asking the drafter; otherwise the drafter's block;
+   reset / commit / features reach both. */
+TEST(spec_lookup_hybrid) {
+    enum { V = 100 };
+    fake_inner f = {.V = V};
+    static const int taps_layers[1] = {2};
+    drafter inner = {.self = &f, .deterministic = 0, .n_taps = 1, .tap_layers = taps_layers, .reset = fi_reset,
+                     .propose = fi_propose, .commit = fi_commit, .features = fi_features};
+    lookup_hybrid *h = lookup_hybrid_create(inner, V);
+    drafter d = lookup_hybrid_drafter(h);
+    CHECK(d.n_taps == 1 && d.tap_layers == taps_layers && !d.deterministic);
+    int out[8], ctx[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    static float q[8 * V];
+    d.reset(d.self, ctx, 12);
+    CHECK_EQ_INT(f.resets, 1);
+    CHECK(!lookup_hybrid_ready(h));
+    CHECK_EQ_INT(d.propose(d.self, 4, out, q), 4); /* no earlier occurrence: the drafter's */
+    CHECK(out[0] == 77 && f.proposes == 1 && !lookup_hybrid_last_was_lookup(h));
+    /* 3 4 5 6 7 again: a copy run of 5, continued by 8 9 10 11 12 */
+    int more[5] = {3, 4, 5, 6, 7};
+    d.commit(d.self, more, 5);
+    d.features(d.self, 12, 5, NULL, 5, 0);
+    CHECK(f.commits == 1 && f.features == 1);
+    CHECK(lookup_hybrid_ready(h));
+    CHECK_EQ_INT(d.propose(d.self, 4, out, q), 4);
+    CHECK(out[0] == 8 && out[1] == 9 && out[2] == 10 && out[3] == 11);
+    CHECK(f.proposes == 1 && lookup_hybrid_last_was_lookup(h));
+    for (int i = 0; i < 4; i++)
+        for (int v = 0; v < V; v++) CHECK(q[(size_t)i * V + v] == (v == out[i] ? 1.0f : 0.0f));
+    /* a run of 4 is not a copy run: "41 42 43 44" again, after 50 here and
+       40 there */
+    int ctx2[10] = {40, 41, 42, 43, 44, 50, 41, 42, 43, 44};
+    d.reset(d.self, ctx2, 10);
+    CHECK(!lookup_hybrid_ready(h));
+    CHECK_EQ_INT(d.propose(d.self, 2, out, NULL), 2);
+    CHECK(out[0] == 77 && f.proposes == 2);
+    lookup_hybrid_free(h);
+    /* what spec_accept makes of an explicit one-hot q (a non-deterministic
+       drafter's lookup round) is what it makes of q = NULL */
+    const double p0[6] = {0.1, 0.3, 0.05, 0.25, 0.2, 0.1}, p1[6] = {0.2, 0.2, 0.2, 0.1, 0.1, 0.2};
+    const double onehot[6] = {0, 0, 0, 1, 0, 0};
+    accept_case(p0, p1, onehot, 3, 0, 1.0f, "explicit one-hot q d=3");
+}
+
 TEST(spec_lookup_index) {
     lookup *l = lookup_create(3, 1);
     int out[16], used;
