@@ -222,13 +222,17 @@ TEST(cli_run_drafter_modes_equal_baseline) {
                            "--mode dflash --drafter %s/dflash",
                            "--mode dflash --drafter %s/dspark-r0 --max-draft 16",
                            "--mode auto --drafter %s/dflash --max-draft auto",
-                           "--mode lookup --max-draft auto"};
+                           "--mode lookup --max-draft auto",
+                           "--mode dspark --drafter %s/dspark --no-lookup-drafts",
+                           "--mode dflash --drafter %s/dflash --max-draft 15 --no-lookup-drafts"};
     char *base = NULL;
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
         char mode[1024], args[2048], *out = NULL, *err = NULL;
         snprintf(mode, sizeof mode, modes[i], dd);
-        snprintf(args, sizeof args, "run --model %s --prompt-ids 376,280,119,187,320 -n 60 --print-ids -t 2 %s", tgt,
-                 mode);
+        /* the prompt ends in a copy run of its first 5 ids: lookup drafts too */
+        snprintf(args, sizeof args,
+                 "run --model %s --prompt-ids 376,280,119,187,320,11,12,376,280,119,187,320 -n 60 --print-ids -t 2 %s",
+                 tgt, mode);
         CHECK_EQ_INT(test_run_cli(args, &out, &err), 0);
         if (i == 0) {
             base = out;
