@@ -338,4 +338,6 @@ void cli_spec_describe(const cli_spec *sp, const spec_stats *st, char *out, size
                                 st->t_decode > 0 ? 100.0 * st->t_draft / st->t_decode : 0.0);
     for (int a = 0; a <= SPEC_MAX_DRAFT && o + 16 < n; a++)
         if (st->accept_hist[a]) o += (size_t)snprintf(out + o, n - o, " %d:%d", a, st->accept_hist[a]);
+    if (sp->hy && o < n) snprintf(out + o, n - o, ", lookup drafted %d of %d rounds", lookup_hybrid_rounds(sp->hy),
+                                  st->n_rounds);
 }

@@ -235,6 +235,7 @@ struct lookup_hybrid {
     lookup *l;
     drafter inner;
     int vocab, last_lookup;
+    int rounds; /* proposals from lookup since the reset */
 };
 
 static int copy_run(lookup *l, int k, int *out) {
@@ -246,6 +247,7 @@ static int h_reset(void *self, const int *ids, int n) {
     lookup_hybrid *h = self;
     lookup_reset(h->l, ids, n);
     h->last_lookup = 0;
+    h->rounds = 0;
     return h->inner.reset(h->inner.self, ids, n);
 }
 static int h_propose(void *self, int k, int *draft, float *q) {
@@ -253,6 +255,7 @@ static int h_propose(void *self, int k, int *draft, float *q) {
     int m = copy_run(h->l, k, draft);
     h->last_lookup = m > 0;
     if (!m) return h->inner.propose(h->inner.self, k, draft, q);
+    h->rounds++;
     if (q) /* a deterministic draft: q one-hot at it */
         for (int i = 0; i < m; i++) {
             float *qi = q + (size_t)i * (size_t)h->vocab;
@@ -301,3 +304,5 @@ int lookup_hybrid_ready(lookup_hybrid *h) {
 }
 
 int lookup_hybrid_last_was_lookup(const lookup_hybrid *h) { return h->last_lookup; }
+
+int lookup_hybrid_rounds(const lookup_hybrid *h) { return h->rounds; }

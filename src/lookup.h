@@ -62,5 +62,7 @@ drafter lookup_hybrid_drafter(lookup_hybrid *h);
 int lookup_hybrid_ready(lookup_hybrid *h);
 /* The last proposal was lookup's (not the drafter's). */
 int lookup_hybrid_last_was_lookup(const lookup_hybrid *h);
+/* Proposals lookup made since the last reset (the sequence's start). */
+int lookup_hybrid_rounds(const lookup_hybrid *h);
 
 #endif

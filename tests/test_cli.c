@@ -244,6 +244,9 @@ TEST(cli_run_drafter_modes_equal_baseline) {
         if (i == 1) CHECK_MSG(err && strstr(err, "mode dspark, cap ") && strstr(err, "(calibrated"), "%s", err);
         if (i == 3 || i == 8) CHECK_MSG(err && strstr(err, "(auto)"), "%s", err);
         if (i == 8) CHECK_MSG(err && strstr(err, "mode dflash"), "%s", err);
+        /* the stamp says how many rounds lookup drafted (DSpark / DFlash with lookup drafts) */
+        if (i == 1 || i == 6) CHECK_MSG(err && strstr(err, ", lookup drafted "), "%s", err);
+        if (i == 10 || i == 11) CHECK_MSG(err && !strstr(err, "lookup drafted"), "%s", err);
         free(err);
     }
     free(base);
