@@ -408,8 +408,9 @@ int cmd_bench(const opts *o) {
     int pw = 6;
     for (int p = 0; p < n_pr; p++)
         if ((int)strlen(pr[p].name) > pw) pw = (int)strlen(pr[p].name);
-    printf("dspark bench: model %s, drafter %s, threads %d, n %d, trials %d, cpu %s, date %s\n", o->model,
-           ddir ? ddir : "none", threads, n_predict, trials, cpu_name(), date);
+    printf("dspark bench: model %s, drafter %s%s, threads %d, n %d, trials %d, cpu %s, date %s\n", o->model,
+           ddir ? ddir : "none", !ddir ? "" : o->no_lookup_drafts ? " (lookup drafts off)" : " (with lookup drafts)",
+           threads, n_predict, trials, cpu_name(), date);
     printf("prompts: %s:", source);
     for (int p = 0; p < n_pr; p++) printf(" %s %d tok%s", pr[p].name, pr[p].n, p + 1 < n_pr ? "," : "\n");
     printf("greedy; tok/s are medians over trials; speedup: decode tok/s over the baseline's; tok/round and\n"

@@ -53,7 +53,8 @@ TEST(bench_drafter_table_and_json) {
              drafters(), drafters(), json);
     CHECK_EQ_INT(test_run_cli(args, &out, &err), 0);
     CHECK_MSG(out && strstr(out, "dspark bench: model ") && strstr(out, "trials 2") && strstr(out, "n 24") &&
-                  strstr(out, "synthetic token ids") && strstr(out, "drafter ") && strstr(out, "cpu "),
+                  strstr(out, "synthetic token ids") && strstr(out, "drafter ") && strstr(out, "(with lookup drafts)") &&
+                  strstr(out, "cpu "),
               "header: %s", out ? out : "");
     CHECK_MSG(out && !strstr(out, "MISMATCH") && !strstr(out, "| NO"), "%s", out ? out : "");
     const char *prompts[] = {"ids-mixed", "ids-repeat", "ids-stride"};
