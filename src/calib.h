@@ -73,9 +73,10 @@ typedef struct {
 /* Measures the verify curve on s: resets s, prefills a dummy context of
  * ctx_len tokens (ids (i * 7919) % vocab), runs one warm-up n_w-row forward,
  * then at least `reps` passes over w = 1..n_w (interleaved, so slow drift
- * affects all widths alike; more while under CALIB_MIN_SECONDS in all) of seq_append(w rows, w logits rows) + seq_truncate back to
- * ctx_len, and stores the fastest per width in out->verify_s (draft_s = 0;
- * the minimum, because interference from other processes only adds time).
+ * affects all widths alike; more while under CALIB_MIN_SECONDS in all) of
+ * seq_append(w rows, w logits rows) + seq_truncate back to ctx_len, and
+ * stores the fastest per width in out->verify_s (draft_s = 0; the minimum,
+ * because interference from other processes only adds time).
  * Requires 1 <= n_w <= CALIB_MAX_W, 1 <= reps <= 1000, ctx_len >= 1 and
  * ctx_len + n_w <= seq_capacity(s). s is empty afterwards, also on error.
  * Returns 0, or -1 with err filled. */

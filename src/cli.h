@@ -90,6 +90,7 @@ typedef struct {
     calib_ctl ctl;
     int adaptive;
     lookup_hybrid *hy; /* DSpark / DFlash: lookup's copy runs as drafts (d wraps the drafter) */
+    int hy_cap;        /* the cap of a round lookup drafts: the block, or the pinned cap */
     int borrowed_dm; /* a clone: dm belongs to the cli_spec it was cloned from */
 } cli_spec;
 

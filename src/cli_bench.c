@@ -415,11 +415,11 @@ int cmd_bench(const opts *o) {
     for (int p = 0; p < n_pr; p++) printf(" %s %d tok%s", pr[p].name, pr[p].n, p + 1 < n_pr ? "," : "\n");
     printf("greedy; tok/s are medians over trials; speedup: decode tok/s over the baseline's; tok/round and\n"
            "accept (accepted / drafted) over all trials; identical: every trial's ids equal the baseline's\n\n");
+    char caps[BENCH_MAX_MODES][64];
     int cw = 15; /* the cap column: as wide as its widest text */
     for (int m = 0; m < n_modes; m++) {
-        char cap[64];
-        cap_text(&sp[m], cap, sizeof cap);
-        if ((int)strlen(cap) > cw) cw = (int)strlen(cap);
+        cap_text(&sp[m], caps[m], sizeof caps[m]);
+        if ((int)strlen(caps[m]) > cw) cw = (int)strlen(caps[m]);
     }
     static const char dashes[] = "----------------------------------------------------------------";
     printf("| %-*s | %-8s | %-*s | %12s | %13s | %9s | %6s | %7s | %-9s |\n", pw, "prompt", "mode", cw, "cap",
@@ -429,24 +429,23 @@ int cmd_bench(const opts *o) {
     for (int p = 0; p < n_pr; p++)
         for (int m = 0; m < n_modes; m++) {
             const bench_cell *c = &cells[p][m];
-            char cap[64], acc[16], spd[16];
-            cap_text(&sp[m], cap, sizeof cap);
+            char acc[16], spd[16];
             if (c->drafted) snprintf(acc, sizeof acc, "%.2f", (double)c->accepted / c->drafted);
             else snprintf(acc, sizeof acc, "-");
             if (isnan(c->speedup)) snprintf(spd, sizeof spd, "-");
             else snprintf(spd, sizeof spd, "%.2fx", c->speedup);
             printf("| %-*s | %-8s | %-*s | %12.2f | %13.2f | %9.2f | %6s | %7s | %-9s |\n", pw, pr[p].name,
-                   cli_mode_name(sp[m].mode), cw, cap, c->tok_s_med, c->prefill_med,
+                   cli_mode_name(sp[m].mode), cw, caps[m], c->tok_s_med, c->prefill_med,
                    c->rounds ? (double)c->round_tok / c->rounds : 0.0, acc, spd, c->identical ? "yes" : "NO");
         }
     printf("\n| %-8s | %-*s | %-15s | %-13s |\n", "mode", cw, "cap", "geomean speedup", "all identical");
     printf("|----------|%.*s|----------------:|---------------|\n", cw + 2, dashes);
     for (int m = 0; m < n_modes; m++) {
-        char cap[64], g[16];
-        cap_text(&sp[m], cap, sizeof cap);
+        char g[16];
         if (isnan(geo[m])) snprintf(g, sizeof g, "-");
         else snprintf(g, sizeof g, "%.2fx", geo[m]);
-        printf("| %-8s | %-*s | %15s | %-13s |\n", cli_mode_name(sp[m].mode), cw, cap, g, all_ident[m] ? "yes" : "NO");
+        printf("| %-8s | %-*s | %15s | %-13s |\n", cli_mode_name(sp[m].mode), cw, caps[m], g,
+               all_ident[m] ? "yes" : "NO");
     }
     for (int p = 0; p < n_pr; p++)
         for (int m = 0; m < n_modes; m++)

@@ -183,6 +183,7 @@ static void calibrated_cap(cli_spec *sp, const opts *o, const cli_engine *e, seq
 static void hybrid(cli_spec *sp, const opts *o, const cli_engine *e) {
     if (!sp->ds || o->no_lookup_drafts) return;
     sp->hy = lookup_hybrid_create(sp->d, model_cfg(e->m)->vocab_size);
+    sp->hy_cap = o->max_draft ? o->max_draft : sp->block_cap;
     sp->d = lookup_hybrid_drafter(sp->hy);
 }
 
@@ -300,13 +301,13 @@ void cli_spec_clone(cli_spec *dst, const cli_spec *src, const opts *o, const cli
 
 drafter *cli_spec_drafter(cli_spec *sp) { return sp && sp->mode != CLI_MODE_BASELINE ? &sp->d : NULL; }
 
-/* The cap of the coming round: a whole block (a pinned cap stays) when
-   lookup has a copy run to draft (free, parked or not), else the adaptive controller's or the
-   fixed cap; lookup's rounds say nothing about the drafter's acceptance,
-   so the controller does not see them. */
+/* The cap of the coming round: hy_cap (a whole block, or the pinned cap)
+   when lookup has a copy run to draft (free, parked or not), else the
+   adaptive controller's or the fixed cap; lookup's rounds say nothing
+   about the drafter's acceptance, so the controller does not see them. */
 static int ctl_next(void *p) {
     cli_spec *sp = p;
-    if (sp->hy && lookup_hybrid_ready(sp->hy)) return strcmp(sp->cap_source, "pinned") ? sp->block_cap : sp->max_draft;
+    if (sp->hy && lookup_hybrid_ready(sp->hy)) return sp->hy_cap;
     return sp->adaptive ? calib_ctl_next(&sp->ctl) : sp->max_draft;
 }
 static void ctl_observe(void *p, int proposed, int accepted) {
@@ -317,9 +318,8 @@ static void ctl_observe(void *p, int proposed, int accepted) {
 
 void cli_spec_apply(cli_spec *sp, spec_opts *so) {
     if (!sp || sp->mode == CLI_MODE_BASELINE) return;
-    so->max_draft = sp->max_draft;
+    so->max_draft = sp->hy ? sp->hy_cap : sp->max_draft; /* hy_cap >= max_draft */
     if (sp->adaptive || sp->hy) {
-        if (sp->hy) so->max_draft = sp->block_cap;
         so->next_cap = ctl_next;
         so->observe = ctl_observe;
         so->ctl = sp;

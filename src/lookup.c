@@ -236,6 +236,7 @@ struct lookup_hybrid {
     drafter inner;
     int vocab, last_lookup;
     int rounds; /* proposals from lookup since the reset */
+    int probed; /* 1: lookup_hybrid_ready found no copy run since the context last changed */
 };
 
 static int copy_run(lookup *l, int k, int *out) {
@@ -248,11 +249,12 @@ static int h_reset(void *self, const int *ids, int n) {
     lookup_reset(h->l, ids, n);
     h->last_lookup = 0;
     h->rounds = 0;
+    h->probed = 0;
     return h->inner.reset(h->inner.self, ids, n);
 }
 static int h_propose(void *self, int k, int *draft, float *q) {
     lookup_hybrid *h = self;
-    int m = copy_run(h->l, k, draft);
+    int m = h->probed ? 0 : copy_run(h->l, k, draft); /* the cap's probe already looked */
     h->last_lookup = m > 0;
     if (!m) return h->inner.propose(h->inner.self, k, draft, q);
     h->rounds++;
@@ -267,6 +269,7 @@ static int h_propose(void *self, int k, int *draft, float *q) {
 static void h_commit(void *self, const int *ids, int n) {
     lookup_hybrid *h = self;
     lookup_push(h->l, ids, n);
+    h->probed = 0;
     h->inner.commit(h->inner.self, ids, n);
 }
 static void h_features(void *self, int pos0, int n, const float *taps, int rows, int row0) {
@@ -299,8 +302,9 @@ drafter lookup_hybrid_drafter(lookup_hybrid *h) {
 }
 
 int lookup_hybrid_ready(lookup_hybrid *h) {
-    int one;
-    return copy_run(h->l, 1, &one) > 0;
+    int one, ready = copy_run(h->l, 1, &one) > 0;
+    h->probed = !ready;
+    return ready;
 }
 
 int lookup_hybrid_last_was_lookup(const lookup_hybrid *h) { return h->last_lookup; }
