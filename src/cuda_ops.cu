@@ -626,23 +626,31 @@ static void matmul_rows(cudaStream_t st, float *y, const float *x, int M, const 
    not enter a row's operations), so they follow the batch width, from the
    per-matrix timings of bench/cuda-ops-bench.c on an H200: up to 8 rows one
    16-row tile (SwiGLU: two gate and two up tiles), 9-16 rows two (each
-   activation load then serves twice the weights). g_mma_tiles (1, 2 or 4)
-   forces a count for the op benchmark; 0 chooses. */
+   activation load then serves twice the weights) but where one tile per
+   block fits the grid in one wave at two blocks per SM (o and down of the
+   Qwen3 shapes at 9-16 rows: 19-20 us and 49-51 us against 21 and 55-57
+   with two tiles; qkv and the LM head, more than one wave, are slower that
+   way). g_mma_tiles (1, 2 or 4) forces a count for the op benchmark; 0
+   chooses. */
 static int g_mma_tiles = 0;
 
 /* One tile of one row group per block: two blocks fit an SM (registers),
    or three with registers capped for it. A grid of more than two and up
    to three blocks per SM (the qkv projection of the Qwen3 shapes: 384 on
    132 SMs) runs as one wave of the capped kernel instead of one and a half
-   waves; the others keep the uncapped one (measured faster for them). The
-   choice depends on the weight's shape only, and neither changes a row's
-   operations. */
+   waves; the others keep the uncapped one (measured faster for them). One
+   tile of two row groups (9-16 rows, see mma_tiles) has its registers
+   capped for two blocks per SM (152 would allow one). The choice depends
+   on the weight's shape only, and none changes a row's operations. */
 template <typename T, int TILES, int MT, int EPI>
 static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                        const float *bias, const float *gn, float eps) {
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES;
     dim3 grd((W->N + OT * 16 - 1) / (OT * 16), (M + MT * 8 - 1) / (MT * 8));
     int blocks = (int)(grd.x * grd.y), sms = sm_count();
+    if constexpr (TILES == 1 && MT == 2) /* registers capped for two blocks per SM (see mma_tiles) */
+        return launch(k_mma<T, TILES, MT, EPI, 2>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p,
+                      W2 ? (const T *)W2->p : NULL, bias, M, W->N, W->K, gn, eps);
     if (TILES * MT == 1 && blocks > 2 * sms && blocks <= 3 * sms)
         launch(k_mma<T, TILES, MT, EPI, 3>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p, W2 ? (const T *)W2->p : NULL,
                bias, M, W->N, W->K, gn, eps);
@@ -663,6 +671,10 @@ template <typename T, int EPI>
 static void mma_tiles(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                       const float *bias, const float *gn, float eps) {
     int tiles = g_mma_tiles ? g_mma_tiles : EPI == MM_SWIGLU ? (M <= 8 ? 4 : 2) : (M <= 8 ? 1 : 2);
+    /* 9-16 rows of a matrix whose 16-row tiles fit one wave at two blocks
+       per SM (o and down of the Qwen3 shapes): one tile per block, the
+       register-capped kernel, twice the blocks of two tiles in flight */
+    if (!g_mma_tiles && EPI != MM_SWIGLU && M > 8 && M <= 16 && (W->N + 15) / 16 <= 2 * sm_count()) tiles = 1;
     if (tiles >= 4) mma_rows<T, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps);
     else if constexpr (EPI != MM_SWIGLU) {
         if (tiles == 1) mma_rows<T, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps);
