@@ -402,3 +402,16 @@ int op_argmax(const float *x, int n) {
 #endif
     return scalar_argmax(x, n);
 }
+
+double op_exp_sum(float *e, const float *x, int n, float mx, float scale) {
+#ifdef DS_HAVE_AVX2_PATH
+    if (ops_simd_active()) return avx2_exp_sum(e, x, n, mx, scale);
+#endif
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        float a = (x[i] - mx) * scale;
+        e[i] = a < -104.0f ? 0.0f : expf(a);
+        sum += e[i];
+    }
+    return sum;
+}

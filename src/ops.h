@@ -61,5 +61,10 @@ void op_to_f32(float *y, const void *x, ds_dtype dt, int64_t n);
 
 /* Index of the largest value (the first one on ties). */
 int op_argmax(const float *x, int n);
+/* e[i] = exp((x[i] - mx) * scale), exactly 0 where the argument is below
+ * -104 (-inf included), and the sum of e in double: a softmax's numerators
+ * and normaliser in one pass. The SIMD path's exp differs from expf in the
+ * last bits (relative error about 1.5e-7). */
+double op_exp_sum(float *e, const float *x, int n, float mx, float scale);
 
 #endif

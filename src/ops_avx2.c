@@ -347,6 +347,37 @@ void avx2_exp(float *y, const float *x, int n) {
     }
 }
 
+/* op_exp_sum: exp256 of (x - mx) * scale, zeroed below -104; the sum in
+ * two double accumulators of four lanes each (the tail padded with -inf,
+ * which adds zeros) */
+double avx2_exp_sum(float *e, const float *x, int n, float mx, float scale) {
+    const __m256 m = _mm256_set1_ps(mx), sc = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-104.0f);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (int i = 0; i < n; i += 8) {
+        __m256 xv;
+        float t[8];
+        if (i + 8 <= n) {
+            xv = _mm256_loadu_ps(x + i);
+        } else {
+            for (int j = 0; j < 8; j++) t[j] = i + j < n ? x[i + j] : -INFINITY;
+            xv = _mm256_loadu_ps(t);
+        }
+        __m256 a = _mm256_mul_ps(_mm256_sub_ps(xv, m), sc);
+        __m256 v = _mm256_andnot_ps(_mm256_cmp_ps(a, lo, _CMP_LT_OQ), exp256(a));
+        if (i + 8 <= n) {
+            _mm256_storeu_ps(e + i, v);
+        } else {
+            _mm256_storeu_ps(t, v);
+            memcpy(e + i, t, (size_t)(n - i) * sizeof(float));
+        }
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    }
+    double l[4];
+    _mm256_storeu_pd(l, _mm256_add_pd(s0, s1));
+    return (l[0] + l[1]) + (l[2] + l[3]);
+}
+
 /* ------------------------------------------------------------- attention */
 
 /* out[i][d0..d0+8*DN) (+)= sum_t p[i][t] * v[t][d0..] for t in [t0, t1),

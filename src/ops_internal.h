@@ -85,6 +85,7 @@ void avx2_attn_task(const attn_args *a, int g, int m0, int qb);
 void avx2_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps);
 void avx2_swiglu(float *y, const float *gate, const float *up, int n);
 int avx2_argmax(const float *x, int n);
+double avx2_exp_sum(float *e, const float *x, int n, float mx, float scale);
 void avx2_add(float *y, const float *x, int n);
 void avx2_to_f32(float *y, const void *x, ds_dtype dt, int64_t n);
 /* y[i] = exp(x[i]), relative error below 1e-6; exposed for tests */

@@ -17,7 +17,10 @@ struct sampler {
     sampler_params p;
     int vocab;
     uint64_t rng[4]; /* xoshiro256** state */
-    cand *c;         /* [vocab] scratch */
+    cand *c, *c2;    /* [vocab] scratch: the kept candidates, a sort's buffer */
+    float *e;        /* [vocab] scratch: exp((logit - max) / T) */
+    double esum;     /* the sum of e */
+    int dense;       /* the last filter kept every token (no top-k/p, min-p) */
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -69,6 +72,8 @@ int sampler_create(sampler **out, const sampler_params *p, int vocab, char *err,
     s->vocab = vocab;
     set_params(s, p);
     s->c = xmalloc(sizeof(cand) * (size_t)vocab);
+    s->c2 = xmalloc(sizeof(cand) * (size_t)vocab);
+    s->e = xmalloc(sizeof(float) * (size_t)vocab);
     *out = s;
     return 0;
 }
@@ -82,6 +87,8 @@ int sampler_reset(sampler *s, const sampler_params *p, char *err, size_t errlen)
 void sampler_free(sampler *s) {
     if (!s) return;
     free(s->c);
+    free(s->c2);
+    free(s->e);
     free(s);
 }
 
@@ -123,63 +130,128 @@ static void top_sort(cand *c, int n, int k) {
     qsort(c, (size_t)k, sizeof(cand), cmp_cand);
 }
 
-/* Builds the kept candidate set in s->c[0..n) with probabilities summing
- * to 1, most probable first. Returns n. */
+/* The candidates with e >= thr, in id order, their e as p. */
+static int collect(cand *c, const float *e, int V, float thr) {
+    int n = 0;
+    for (int i = 0; i < V; i++)
+        if (e[i] >= thr) {
+            c[n].p = e[i];
+            c[n].id = i;
+            n++;
+        }
+    return n;
+}
+
+/* The largest power-of-two threshold on e with at least k tokens at or
+   above it, 0 (every token) when none is: the candidates top-k needs
+   (e <= 1; one pass by float exponent, four interleaved counts so that
+   runs of one exponent do not chain). */
+static float top_k_threshold(const float *e, int V, int k) {
+    int cnt[4][128] = {{0}};
+    for (int i = 0; i < V; i++) {
+        uint32_t b;
+        memcpy(&b, &e[i], sizeof b);
+        b >>= 23;
+        cnt[i & 3][b > 127 ? 127 : b]++;
+    }
+    int c = 0;
+    for (uint32_t b = 127; b > 0; b--) {
+        c += cnt[0][b] + cnt[1][b] + cnt[2][b] + cnt[3][b];
+        if (c >= k) {
+            uint32_t t = b << 23;
+            float f;
+            memcpy(&f, &t, sizeof f);
+            return f;
+        }
+    }
+    return 0.0f;
+}
+
+/* c[0..n) sorted as cmp_cand orders them (p descending, ties by id
+   ascending, given c in id order): a stable LSD radix sort on the bits of
+   p >= 0, complemented, through tmp[n] */
+static void radix_sort(cand *c, cand *tmp, int n) {
+    for (int shift = 0; shift < 32; shift += 8) {
+        int cnt[257] = {0};
+        for (int i = 0; i < n; i++) {
+            uint32_t k;
+            memcpy(&k, &c[i].p, sizeof k);
+            cnt[((~k) >> shift & 255) + 1]++;
+        }
+        for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
+        for (int i = 0; i < n; i++) {
+            uint32_t k;
+            memcpy(&k, &c[i].p, sizeof k);
+            tmp[cnt[(~k) >> shift & 255]++] = c[i];
+        }
+        memcpy(c, tmp, sizeof(cand) * (size_t)n);
+    }
+}
+
+/* Top-p's candidates: below this e (relative to the top token's 1) tokens
+   are left out when the ones above carry the nucleus's mass, else none is */
+#define TOP_P_PREFILTER 0x1p-24f
+
+/* The softmax numerators e = exp((logit - max) / T) into s->e and their sum
+   into s->esum; then the filters in transformers' order, each on the
+   distribution the previous one left (renormalised): top-k, top-p (the
+   smallest most-probable prefix reaching the mass), min-p (relative to the
+   top token). With no filter every token is kept (s->dense: p = e / esum
+   in id order, nothing sorted); otherwise the kept set is s->c[0..n), most
+   probable first (ties by id), with probabilities summing to 1. Returns n. */
 static int filter(sampler *s, const float *logits) {
     const int V = s->vocab;
+    float mx = logits[op_argmax(logits, V)];
+    if (mx != mx) { /* a NaN first logit: the largest of the others */
+        mx = -INFINITY;
+        for (int i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    }
+    s->esum = op_exp_sum(s->e, logits, V, mx, 1.0f / s->p.temperature);
+    const int top_k = s->p.top_k > 0 && s->p.top_k < V ? s->p.top_k : 0;
+    const int top_p = s->p.top_p < 1.0f, min_p = s->p.min_p > 0.0f;
+    s->dense = !top_k && !top_p && !min_p;
+    if (s->dense) return V;
     cand *c = s->c;
-    float mx = -INFINITY;
-    for (int i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
-    const float inv_t = 1.0f / s->p.temperature;
-    double sum = 0;
-    for (int i = 0; i < V; i++) {
-        float e = expf((logits[i] - mx) * inv_t);
-        c[i].p = e;
-        c[i].id = i;
-        sum += e;
-    }
-    for (int i = 0; i < V; i++) c[i].p = (float)(c[i].p / sum);
-    int n = V;
-    if (s->p.top_k > 0 && s->p.top_k < n) {
-        top_sort(c, n, s->p.top_k);
-        n = s->p.top_k;
-    } else if (s->p.top_p < 1.0f || s->p.min_p > 0.0f) {
-        /* sort a prefix big enough for the nucleus; fall back to all */
-        int k = n < 256 ? n : 256;
-        for (;;) {
-            top_sort(c, n, k);
-            double cum = 0;
-            for (int i = 0; i < k; i++) cum += c[i].p;
-            if (k == n || cum >= s->p.top_p) break;
-            k = k * 4 < n ? k * 4 : n;
-        }
-        /* the prefix [0,k) is sorted and holds the nucleus; tail not needed
-           for top-p, but min-p may keep more: min-p keeps p >= min_p*p_max,
-           and everything kept by top-p is sorted, so restrict to k */
-        if (s->p.top_p >= 1.0f) {
-            /* only min-p: it may keep candidates beyond k; sort all */
-            if (k < n) top_sort(c, n, n);
+    /* min-p alone keeps exactly the tokens with e >= min_p (the top one's e
+       is exp(0) = 1) */
+    float thr = top_k ? top_k_threshold(s->e, V, top_k) : top_p ? TOP_P_PREFILTER : s->p.min_p;
+    int n;
+    double mass = s->esum;
+    for (;;) {
+        n = collect(c, s->e, V, thr);
+        if (top_k) {
+            top_sort(c, n, top_k);
+            n = top_k;
+            mass = 0;
+            for (int i = 0; i < n; i++) mass += c[i].p;
+        } else if (top_p) {
+            double kept = 0;
+            for (int i = 0; i < n; i++) kept += c[i].p;
+            if (kept < s->p.top_p * mass && thr > 0.0f) { /* the nucleus reaches below the prefilter */
+                thr = 0.0f;
+                continue;
+            }
+            radix_sort(c, s->c2, n);
         } else {
-            n = k;
+            radix_sort(c, s->c2, n);
         }
+        break;
     }
-    if (s->p.top_p < 1.0f) {
-        /* keep the smallest prefix whose mass reaches top_p (at least 1) */
+    if (top_p) {
+        /* the smallest prefix whose mass reaches top_p (at least 1) */
         double cum = 0;
-        int keep = n;
         for (int i = 0; i < n; i++) {
             cum += c[i].p;
-            if (cum >= s->p.top_p) {
-                keep = i + 1;
+            if (cum >= s->p.top_p * mass) {
+                n = i + 1;
                 break;
             }
         }
-        n = keep;
     }
-    if (s->p.min_p > 0.0f) {
-        float thr = s->p.min_p * c[0].p;
+    if (min_p) {
+        float t = s->p.min_p * c[0].p;
         int keep = 1;
-        while (keep < n && c[keep].p >= thr) keep++;
+        while (keep < n && c[keep].p >= t) keep++;
         n = keep;
     }
     double z = 0;
@@ -192,6 +264,18 @@ int sampler_sample(sampler *s, const float *logits) {
     if (sampler_is_greedy(s)) return op_argmax(logits, s->vocab);
     int n = filter(s, logits);
     double u = sampler_uniform(s), cum = 0;
+    if (s->dense) {
+        const float *e = s->e;
+        double target = u * s->esum;
+        int last = 0;
+        for (int i = 0; i < n; i++) {
+            if (e[i] <= 0.0f) continue;
+            cum += e[i];
+            last = i;
+            if (target < cum) return i;
+        }
+        return last;
+    }
     for (int i = 0; i < n; i++) {
         cum += s->c[i].p;
         if (u < cum) return s->c[i].id;
@@ -200,12 +284,18 @@ int sampler_sample(sampler *s, const float *logits) {
 }
 
 void sampler_probs(sampler *s, const float *logits, float *probs) {
-    memset(probs, 0, sizeof(float) * (size_t)s->vocab);
     if (sampler_is_greedy(s)) {
+        memset(probs, 0, sizeof(float) * (size_t)s->vocab);
         probs[op_argmax(logits, s->vocab)] = 1.0f;
         return;
     }
     int n = filter(s, logits);
+    if (s->dense) {
+        const float inv = (float)(1.0 / s->esum), *e = s->e;
+        for (int i = 0; i < n; i++) probs[i] = e[i] * inv;
+        return;
+    }
+    memset(probs, 0, sizeof(float) * (size_t)s->vocab);
     for (int i = 0; i < n; i++) probs[s->c[i].id] = s->c[i].p;
 }
 

@@ -655,6 +655,43 @@ TEST(ops_argmax_simd_matches_scalar) {
     }
 }
 
+/* op_exp_sum: each e within 4e-7 relative of exp in double of the same
+   f32 argument on both paths, exact zeros below -104 and for -inf, the
+   sums within 1e-6 */
+TEST(ops_exp_sum_simd_and_scalar) {
+    static float x[5003], e[5003];
+    unsigned s = 777;
+    for (int i = 0; i < 5003; i++) {
+        s = s * 1103515245u + 12345u;
+        x[i] = (float)((s >> 8) & 0xffff) / 65536.0f * 60.0f - 50.0f;
+    }
+    x[7] = -INFINITY;
+    x[11] = -200.0f;
+    x[5002] = 10.0f; /* the maximum, in the tail past the last 8 */
+    for (int simd = 0; simd <= 1; simd++) {
+        int prev = ops_use_simd(simd);
+        for (int n = 1; n <= 5003; n += n < 40 ? 1 : 997) {
+            float mx = -INFINITY;
+            for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+            double sum = op_exp_sum(e, x, n, mx, 1.0f / 0.7f), want = 0;
+            for (int i = 0; i < n; i++) {
+                float af = (x[i] - mx) * (1.0f / 0.7f);
+                double w = af < -104.0f ? 0 : exp((double)af);
+                want += e[i];
+                if (w == 0) {
+                    CHECK_MSG(e[i] == 0.0f, "simd %d n %d: e[%d] = %g, want 0", simd, n, i, (double)e[i]);
+                } else if (w > 1e-30 && fabs(e[i] - w) > 4e-7 * w) {
+                    test_fail(__FILE__, __LINE__, "simd %d n %d: e[%d] = %.9g, want %.9g", simd, n, i, (double)e[i], w);
+                    ops_use_simd(prev);
+                    return;
+                }
+            }
+            CHECK_MSG(fabs(sum - want) <= 1e-6 * want, "simd %d n %d: sum %.12g, sum of e %.12g", simd, n, sum, want);
+        }
+        ops_use_simd(prev);
+    }
+}
+
 TEST(ops_simd_switch) {
     int prev = ops_use_simd(0);
     CHECK_EQ_INT(ops_simd_active(), 0);

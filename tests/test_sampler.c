@@ -122,6 +122,96 @@ TEST(sampler_large_vocab_top_p) {
     sampler_free(s);
 }
 
+/* The filtered distribution on large vocabularies (a peaked head and a
+   long flat tail, so the filters' candidate thresholds are taken and,
+   where the nucleus or the top-k reaches into the tail, given up) against
+   the filters computed here in double precision by a full sort. */
+static uint32_t lcg = 12345;
+static float urand(void) {
+    lcg = lcg * 1103515245u + 12345u;
+    return (float)((lcg >> 8) & 0xffffff) / 16777216.0f;
+}
+static const double *ref_e;
+static int by_e(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    if (ref_e[x] != ref_e[y]) return ref_e[x] < ref_e[y] ? 1 : -1;
+    return x - y;
+}
+static void ref_filter(const float *l, int V, sampler_params p, double *out) {
+    double mx = -INFINITY;
+    for (int i = 0; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+    double *e = malloc(sizeof(double) * V);
+    int *id = malloc(sizeof(int) * V);
+    for (int i = 0; i < V; i++) e[i] = exp((l[i] - mx) / p.temperature), id[i] = i;
+    ref_e = e;
+    qsort(id, V, sizeof(int), by_e);
+    int n = p.top_k > 0 && p.top_k < V ? p.top_k : V;
+    double mass = 0;
+    for (int i = 0; i < n; i++) mass += e[id[i]];
+    if (p.top_p > 0 && p.top_p < 1) {
+        double cum = 0;
+        for (int i = 0; i < n; i++) {
+            cum += e[id[i]];
+            if (cum >= p.top_p * mass) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (p.min_p > 0) {
+        int keep = 1;
+        while (keep < n && e[id[keep]] >= p.min_p * e[id[0]]) keep++;
+        n = keep;
+    }
+    double z = 0;
+    for (int i = 0; i < n; i++) z += e[id[i]];
+    memset(out, 0, sizeof(double) * V);
+    for (int i = 0; i < n; i++) out[id[i]] = e[id[i]] / z;
+    free(e);
+    free(id);
+}
+
+TEST(sampler_filters_large_vocab_vs_reference) {
+    const int Vs[] = {6144, 151936};
+    const sampler_params ps[] = {
+        {.temperature = 0.7f, .top_p = 1.0f},  {.temperature = 1.0f, .top_k = 20, .top_p = 1.0f},
+        {.temperature = 0.3f, .top_k = 50, .top_p = 1.0f}, /* few tokens above 2^-24: the top-k reaches the tail */
+        {.temperature = 0.7f, .top_p = 0.95f}, {.temperature = 1.5f, .top_p = 0.995f},
+        {.temperature = 0.55f, .top_p = 0.99999f}, /* the nucleus reaches the tail, below 2^-24 of the top */
+        {.temperature = 1.0f, .top_k = 40, .top_p = 0.8f}, {.temperature = 1.0f, .top_p = 1.0f, .min_p = 0.05f},
+        {.temperature = 0.8f, .top_k = 100, .top_p = 0.9f, .min_p = 0.01f},
+    };
+    for (int v = 0; v < 2; v++) {
+        int V = Vs[v];
+        float *l = malloc(sizeof(float) * V), *pr = malloc(sizeof(float) * V);
+        double *want = malloc(sizeof(double) * V);
+        for (int i = 0; i < V; i++) l[i] = urand() * 4.0f - 2.0f;       /* flat tail */
+        for (int i = 0; i < 30; i++) l[(i * 7919) % V] = 6.0f + urand() * 6.0f; /* peaked head */
+        l[V - 1] = -INFINITY; /* a masked token */
+        for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+            sampler *s;
+            char err[256];
+            CHECK(sampler_create(&s, &ps[k], V, err, sizeof err) == 0);
+            sampler_probs(s, l, pr);
+            ref_filter(l, V, ps[k], want);
+            int bad = 0;
+            double sum = 0;
+            for (int i = 0; i < V && bad < 3; i++) {
+                sum += pr[i];
+                if ((pr[i] > 0) != (want[i] > 0) || fabs(pr[i] - want[i]) > 1e-5 + 1e-4 * want[i]) {
+                    test_fail(__FILE__, __LINE__, "V %d params %zu token %d: p %.9g want %.9g", V, k, i,
+                              (double)pr[i], want[i]);
+                    bad++;
+                }
+            }
+            CHECK_NEAR(sum, 1.0, 1e-4);
+            CHECK_EQ_INT(pr[V - 1] == 0.0f, 1);
+            sampler_free(s);
+        }
+        free(l), free(pr), free(want);
+    }
+}
+
 TEST(sampler_bad_params) {
     sampler *s;
     char err[256];
