@@ -260,22 +260,25 @@ static int filter(sampler *s, const float *logits) {
     return n;
 }
 
+/* The first index where the running sum of the weights w[0..n) passes
+   target (the last positive one if rounding leaves it short). */
+static int walk(const float *w, int n, double target) {
+    double cum = 0;
+    int last = 0;
+    for (int i = 0; i < n; i++) {
+        if (w[i] <= 0.0f) continue;
+        cum += w[i];
+        last = i;
+        if (target < cum) return i;
+    }
+    return last;
+}
+
 int sampler_sample(sampler *s, const float *logits) {
     if (sampler_is_greedy(s)) return op_argmax(logits, s->vocab);
     int n = filter(s, logits);
     double u = sampler_uniform(s), cum = 0;
-    if (s->dense) {
-        const float *e = s->e;
-        double target = u * s->esum;
-        int last = 0;
-        for (int i = 0; i < n; i++) {
-            if (e[i] <= 0.0f) continue;
-            cum += e[i];
-            last = i;
-            if (target < cum) return i;
-        }
-        return last;
-    }
+    if (s->dense) return walk(s->e, n, u * s->esum);
     for (int i = 0; i < n; i++) {
         cum += s->c[i].p;
         if (u < cum) return s->c[i].id;
@@ -299,14 +302,4 @@ void sampler_probs(sampler *s, const float *logits, float *probs) {
     for (int i = 0; i < n; i++) probs[s->c[i].id] = s->c[i].p;
 }
 
-int sampler_draw(sampler *s, const float *w, int n, double mass) {
-    double u = sampler_uniform(s) * mass, cum = 0;
-    int last = 0;
-    for (int i = 0; i < n; i++) {
-        if (w[i] <= 0.0f) continue;
-        cum += w[i];
-        last = i;
-        if (u < cum) return i;
-    }
-    return last;
-}
+int sampler_draw(sampler *s, const float *w, int n, double mass) { return walk(w, n, sampler_uniform(s) * mass); }
