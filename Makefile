@@ -3,7 +3,7 @@
 #   make demo       deps + build + the bundled model in baseline and speculative modes
 #   make test       build and run the unit + golden test suite
 #   make test SAN=1 the same suite under AddressSanitizer + UBSan (build/san/)
-#   make bench      CPU benchmark against llama.cpp (see bench/README.md)
+#   make bench      CPU benchmark against llama.cpp (bench/cpu-bench.sh; docs/BENCHMARKS.md)
 #   make fuzz       build the libFuzzer targets (clang) and run each briefly
 #   make cuda       build build/cuda/dspark with the CUDA backend (nvcc, sm_90)
 #   make test-cuda  the CUDA op tests and the golden / lossless tests on the GPU
