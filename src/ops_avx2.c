@@ -348,30 +348,32 @@ void avx2_exp(float *y, const float *x, int n) {
 }
 
 /* op_exp_sum: exp256 of (x - mx) * scale, zeroed below -104; the sum in
- * two double accumulators of four lanes each (the tail padded with -inf,
- * which adds zeros) */
+ * two double accumulators of four lanes each (a tail shorter than 8 goes
+ * through a buffer padded with -inf, which adds zeros) */
+AI __m256 exp_shift(__m256 x, __m256 mx, __m256 scale) {
+    __m256 a = _mm256_mul_ps(_mm256_sub_ps(x, mx), scale);
+    return _mm256_andnot_ps(_mm256_cmp_ps(a, _mm256_set1_ps(-104.0f), _CMP_LT_OQ), exp256(a));
+}
+AI void add_pd(__m256d *s0, __m256d *s1, __m256 v) {
+    *s0 = _mm256_add_pd(*s0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    *s1 = _mm256_add_pd(*s1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
 double avx2_exp_sum(float *e, const float *x, int n, float mx, float scale) {
-    const __m256 m = _mm256_set1_ps(mx), sc = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-104.0f);
+    const __m256 m = _mm256_set1_ps(mx), sc = _mm256_set1_ps(scale);
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    for (int i = 0; i < n; i += 8) {
-        __m256 xv;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = exp_shift(_mm256_loadu_ps(x + i), m, sc);
+        _mm256_storeu_ps(e + i, v);
+        add_pd(&s0, &s1, v);
+    }
+    if (i < n) {
         float t[8];
-        if (i + 8 <= n) {
-            xv = _mm256_loadu_ps(x + i);
-        } else {
-            for (int j = 0; j < 8; j++) t[j] = i + j < n ? x[i + j] : -INFINITY;
-            xv = _mm256_loadu_ps(t);
-        }
-        __m256 a = _mm256_mul_ps(_mm256_sub_ps(xv, m), sc);
-        __m256 v = _mm256_andnot_ps(_mm256_cmp_ps(a, lo, _CMP_LT_OQ), exp256(a));
-        if (i + 8 <= n) {
-            _mm256_storeu_ps(e + i, v);
-        } else {
-            _mm256_storeu_ps(t, v);
-            memcpy(e + i, t, (size_t)(n - i) * sizeof(float));
-        }
-        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+        for (int j = 0; j < 8; j++) t[j] = i + j < n ? x[i + j] : -INFINITY;
+        __m256 v = exp_shift(_mm256_loadu_ps(t), m, sc);
+        _mm256_storeu_ps(t, v);
+        memcpy(e + i, t, (size_t)(n - i) * sizeof(float));
+        add_pd(&s0, &s1, v);
     }
     double l[4];
     _mm256_storeu_pd(l, _mm256_add_pd(s0, s1));

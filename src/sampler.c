@@ -94,42 +94,6 @@ void sampler_free(sampler *s) {
 
 int sampler_is_greedy(const sampler *s) { return s->p.temperature <= 0.0f; }
 
-static int cmp_cand(const void *a, const void *b) {
-    const cand *x = a, *y = b;
-    if (x->p != y->p) return x->p < y->p ? 1 : -1;
-    return x->id - y->id;
-}
-
-/* Sorts the k most probable candidates of c[0..n) to the front
- * (descending); the rest are left in unspecified order. */
-static void top_sort(cand *c, int n, int k) {
-    if (k >= n) {
-        qsort(c, (size_t)n, sizeof(cand), cmp_cand);
-        return;
-    }
-    /* quickselect the k largest to the front, then sort them */
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {
-        cand piv = c[(lo + hi) / 2];
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (cmp_cand(&c[i], &piv) < 0) i++;
-            while (cmp_cand(&c[j], &piv) > 0) j--;
-            if (i <= j) {
-                cand t = c[i];
-                c[i] = c[j];
-                c[j] = t;
-                i++;
-                j--;
-            }
-        }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
-    }
-    qsort(c, (size_t)k, sizeof(cand), cmp_cand);
-}
-
 /* The candidates with e >= thr, in id order, their e as p. */
 static int collect(cand *c, const float *e, int V, float thr) {
     int n = 0;
@@ -167,9 +131,9 @@ static float top_k_threshold(const float *e, int V, int k) {
     return 0.0f;
 }
 
-/* c[0..n) sorted as cmp_cand orders them (p descending, ties by id
-   ascending, given c in id order): a stable LSD radix sort on the bits of
-   p >= 0, complemented, through tmp[n] */
+/* c[0..n) (in id order) sorted by p descending, ties by id ascending: a
+   stable LSD radix sort on the bits of p >= 0, complemented, through
+   tmp[n] */
 static void radix_sort(cand *c, cand *tmp, int n) {
     for (int shift = 0; shift < 32; shift += 8) {
         int cnt[257] = {0};
@@ -215,27 +179,18 @@ static int filter(sampler *s, const float *logits) {
     /* min-p alone keeps exactly the tokens with e >= min_p (the top one's e
        is exp(0) = 1) */
     float thr = top_k ? top_k_threshold(s->e, V, top_k) : top_p ? TOP_P_PREFILTER : s->p.min_p;
-    int n;
+    int n = collect(c, s->e, V, thr);
+    if (top_p && !top_k) { /* thr is the prefilter */
+        double kept = 0;
+        for (int i = 0; i < n; i++) kept += c[i].p;
+        if (kept < s->p.top_p * s->esum) n = collect(c, s->e, V, 0.0f); /* the nucleus reaches below */
+    }
+    radix_sort(c, s->c2, n);
     double mass = s->esum;
-    for (;;) {
-        n = collect(c, s->e, V, thr);
-        if (top_k) {
-            top_sort(c, n, top_k);
-            n = top_k;
-            mass = 0;
-            for (int i = 0; i < n; i++) mass += c[i].p;
-        } else if (top_p) {
-            double kept = 0;
-            for (int i = 0; i < n; i++) kept += c[i].p;
-            if (kept < s->p.top_p * mass && thr > 0.0f) { /* the nucleus reaches below the prefilter */
-                thr = 0.0f;
-                continue;
-            }
-            radix_sort(c, s->c2, n);
-        } else {
-            radix_sort(c, s->c2, n);
-        }
-        break;
+    if (top_k) {
+        n = top_k;
+        mass = 0;
+        for (int i = 0; i < n; i++) mass += c[i].p;
     }
     if (top_p) {
         /* the smallest prefix whose mass reaches top_p (at least 1) */
