@@ -34,25 +34,28 @@ typedef struct {
     int (*fn)(const opts *o);
     const char *help;
     const char *flags; /* accepted options, space-separated and padded */
+    int client;        /* talks to a server: loads no model, and the arguments
+                          after "--" go to the program it starts */
 } command;
 
 static const command COMMANDS[] = {
     {"run", cmd_run, RUN_HELP,
-     " --model -m --prompt -p --prompt-ids --print-ids --ignore-eos --chat" SPEC SAMPLING TEMPLATE_VARS},
-    {"chat", cmd_chat, CHAT_HELP, " --model -m" SPEC SAMPLING TEMPLATE_VARS},
-    {"logits", cmd_logits, LOGITS_HELP, " --model -m --prompt-ids --out -o --threads -t --context-window -c --mmap --device "},
-    {"tokenize", cmd_tokenize, TOKENIZE_HELP, " --model -m --file -f --jsonl --add-special "},
-    {"detokenize", cmd_detokenize, DETOKENIZE_HELP, " --model -m --skip-special "},
+     " --model -m --prompt -p --prompt-ids --print-ids --ignore-eos --chat" SPEC SAMPLING TEMPLATE_VARS, 0},
+    {"chat", cmd_chat, CHAT_HELP, " --model -m" SPEC SAMPLING TEMPLATE_VARS, 0},
+    {"logits", cmd_logits, LOGITS_HELP,
+     " --model -m --prompt-ids --out -o --threads -t --context-window -c --mmap --device ", 0},
+    {"tokenize", cmd_tokenize, TOKENIZE_HELP, " --model -m --file -f --jsonl --add-special ", 0},
+    {"detokenize", cmd_detokenize, DETOKENIZE_HELP, " --model -m --skip-special ", 0},
     {"template", cmd_template, TEMPLATE_HELP,
-     " --model -m --messages --tools --no-generation-prompt" TEMPLATE_VARS},
+     " --model -m --messages --tools --no-generation-prompt" TEMPLATE_VARS, 0},
     {"bench", cmd_bench, BENCH_HELP,
      " --model -m --drafter --modes --trials --json --prompt-ids --max-draft --confidence-threshold --no-lookup-drafts"
-     " --threads -t --context-window -c -n --n-predict --mmap --device "},
+     " --threads -t --context-window -c -n --n-predict --mmap --device ", 0},
     {"serve", cmd_serve, SERVE_HELP,
      " --model -m --host --port --api-key --context-window -c --threads -t --mmap --device --no-thinking --cache-slots"
      " --reasoning-effort"
-     SPEC " --temp --top-k --top-p --min-p --seed -n --n-predict "},
-    {"claude", cmd_claude, CLAUDE_HELP, " --url --api-key --print-env "},
+     SPEC " --temp --top-k --top-p --min-p --seed -n --n-predict ", 0},
+    {"claude", cmd_claude, CLAUDE_HELP, " --url --api-key --print-env ", 1},
 };
 
 int main(int argc, char **argv) {
@@ -65,7 +68,7 @@ int main(int argc, char **argv) {
         const command *c = &COMMANDS[i];
         if (strcmp(cmd, c->name)) continue;
         opts o;
-        int n = argc - 2, rest = 0; /* arguments after "--" are passed through (claude) */
+        int n = argc - 2, rest = 0; /* where the arguments after "--" start */
         for (int j = 2; j < argc; j++)
             if (!strcmp(argv[j], "--")) {
                 n = j - 2;
@@ -73,7 +76,7 @@ int main(int argc, char **argv) {
                 break;
             }
         cli_parse(&o, n, argv + 2, c->name, c->flags);
-        if (rest && !strcmp(c->name, "claude")) {
+        if (rest && c->client) {
             o.rest = argv + rest;
             o.n_rest = argc - rest;
         } else if (rest) { /* elsewhere "--" ends the options: TEXT may then start with '-' */
@@ -87,7 +90,7 @@ int main(int argc, char **argv) {
             return 0;
         }
         static char def[4096];
-        if (!o.model && strcmp(c->name, "claude")) { /* claude talks to a server; it loads no model */
+        if (!o.model && !c->client) {
             if (!registry_default_model(def, sizeof def))
                 cli_die("%s: --model DIR is required: the bundled model %s was not found beside the dspark binary "
                         "(models/%s) and DSPARK_MODEL is not set",
