@@ -34,7 +34,9 @@ struct cuda_ctx {
     float *x, *xb, *q, *att, *qkv, *gate, *logits;
     float *part;                     /* split attention partials */
     int *tok, *pos, *d_len;          /* device: ids, positions, cache length before the batch */
-    int *d_ids, *h_ids;              /* argmax of the logits rows: device, pinned host */
+    int *d_ids, *h_ids;              /* argmax or samples of the logits rows: device, pinned host */
+    cu_sample_args *h_samp, *d_samp; /* the device sampler's arguments: pinned host, device */
+    float *escr;                     /* the device sampler's scratch rows */
     int *h_in;                       /* pinned: [B] ids, [B] positions, [1] length */
     float *h_pinned;                 /* pinned host staging for logits */
     size_t pinned_floats;
@@ -46,7 +48,7 @@ struct cuda_ctx {
        GRAPH_ROWS rows. Tapped graphs copy the tap layers into d_taps (the
        host copies follow the replay); they are captured for one set of tap
        layers, tap_layers (a drafter's), and other sets run without graphs. */
-    cudaGraphExec_t graphs[2][4][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
+    cudaGraphExec_t graphs[2][5][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
     float *d_taps; /* [GRAPH_TAPS][GRAPH_ROWS][hidden] */
     int tap_layers[GRAPH_TAPS], n_tap_layers;
     int use_graphs;
@@ -202,6 +204,10 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
         cudaMalloc((void **)&x->d_len, sizeof(int)) != cudaSuccess ||
         cudaMalloc((void **)&x->d_ids, sizeof(int) * B) != cudaSuccess ||
         cudaMallocHost((void **)&x->h_ids, sizeof(int) * B) != cudaSuccess ||
+        cudaMallocHost((void **)&x->h_samp, sizeof(cu_sample_args)) != cudaSuccess ||
+        cudaMalloc((void **)&x->d_samp, sizeof(cu_sample_args)) != cudaSuccess ||
+        cudaMalloc((void **)&x->escr, sizeof(float) * (B < MODEL_SAMPLE_ROWS ? B : MODEL_SAMPLE_ROWS) *
+                                          (size_t)c->vocab_size) != cudaSuccess ||
         cudaMallocHost((void **)&x->h_in, sizeof(int) * (2 * B + 1)) != cudaSuccess ||
         cudaStreamCreateWithFlags(&x->st, cudaStreamNonBlocking) != cudaSuccess) {
         cuda_ctx_free(x);
@@ -246,8 +252,11 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
     cudaFree(x->d_len);
     cudaFree(x->d_ids);
     if (x->h_ids) cudaFreeHost(x->h_ids);
+    if (x->h_samp) cudaFreeHost(x->h_samp);
+    cudaFree(x->d_samp);
+    cudaFree(x->escr);
     for (int t = 0; t < 2; t++)
-        for (int o = 0; o < 4; o++)
+        for (int o = 0; o < 5; o++)
             for (int i = 0; i <= GRAPH_ROWS; i++)
                 for (int j = 0; j <= GRAPH_ROWS; j++)
                     if (x->graphs[t][o][i][j]) cudaGraphExecDestroy(x->graphs[t][o][i][j]);
@@ -338,7 +347,9 @@ static void mm(cuda_ctx *x, int epi, float *y, const float *in, int M, const dma
     cu_layer_matmul(x->st, x->gemm, epi, y, in, M, W, W2, bias, gn, x->m->cfg.rms_norm_eps, x->xb);
 }
 
-enum { OUT_LOGITS = 1, OUT_IDS = 2 };
+/* what a forward's logits rows give back: the rows, their argmax, both,
+   or the device sampler's answers (model_batch.smp) */
+enum { OUT_LOGITS = 1, OUT_IDS = 2, OUT_SAMPLE = 4 };
 
 /* logits[n] of the final-normed rows h[n] */
 static void lm_head(cuda_ctx *x, const float *h, int n) {
@@ -355,7 +366,8 @@ static void lm_head(cuda_ctx *x, const float *h, int n) {
 /* Enqueues one chunk of M rows whose ids, positions and cache length are in
    h_in (pinned): the uploads, every layer, and, when n_sel > 0, the final
    norm and LM head for the chunk's last n_sel rows with the logits copied
-   to h_pinned (out & OUT_LOGITS) and their argmax to h_ids (OUT_IDS). b
+   to h_pinned (out & OUT_LOGITS) and their argmax (OUT_IDS) or samples
+   (OUT_SAMPLE, with the arguments in h_samp) to h_ids. b
    (NULL: no taps) names the layers to tap, copied to the host or, while a
    tapped graph is captured (to_dev), to d_taps. */
 static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_batch *b, int row0, int to_dev) {
@@ -368,6 +380,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     cudaMemcpyAsync(x->tok, x->h_in, sizeof(int) * M, cudaMemcpyHostToDevice, st);
     cudaMemcpyAsync(x->pos, x->h_in + B, sizeof(int) * M, cudaMemcpyHostToDevice, st);
     cudaMemcpyAsync(x->d_len, x->h_in + 2 * B, sizeof(int), cudaMemcpyHostToDevice, st);
+    if (out == OUT_SAMPLE) cudaMemcpyAsync(x->d_samp, x->h_samp, sizeof(cu_sample_args), cudaMemcpyHostToDevice, st);
     mark(x, OP_IN);
     cu_embed(st, x->x, &m->embed, x->tok, M);
     mark(x, OP_EMBED);
@@ -400,8 +413,9 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         int V = c->vocab_size;
         lm_head(x, x->x + (size_t)(M - n_sel) * H, n_sel);
         mark(x, OP_HEAD);
-        if (out & OUT_IDS) {
-            cu_argmax(st, x->d_ids, x->logits, n_sel, V);
+        if (out & (OUT_IDS | OUT_SAMPLE)) {
+            if (out & OUT_IDS) cu_argmax(st, x->d_ids, x->logits, n_sel, V);
+            else cu_sample_rows(st, x->d_ids, x->logits, x->escr, n_sel, V, x->d_samp);
             cudaMemcpyAsync(x->h_ids, x->d_ids, sizeof(int) * (size_t)n_sel, cudaMemcpyDeviceToHost, st);
         }
         if (out & OUT_LOGITS)
@@ -483,7 +497,11 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
         x->len += M;
         return 0;
     }
-    int out = (b->logits ? OUT_LOGITS : 0) | (b->argmax ? OUT_IDS : 0);
+    int out = b->smp ? OUT_SAMPLE : (b->logits ? OUT_LOGITS : 0) | (b->argmax ? OUT_IDS : 0);
+    if (b->smp && n_sel) {
+        cu_sample_args_set(x->h_samp, sampler_get_params(b->smp), b->draft, b->u, b->n_logits);
+        x->h_samp->row0 = *next_logit;
+    }
     int tapped = b->n_taps > 0;
     cudaGraphExec_t g = x->use_graphs && M <= GRAPH_ROWS && (!tapped || taps_graphable(x, b))
                             ? graph_for(x, M, n_sel, out, tapped ? b : NULL)
@@ -504,6 +522,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     if (n_sel && b->logits)
         memcpy(b->logits + (size_t)*next_logit * V, x->h_pinned, sizeof(float) * (size_t)n_sel * V);
     if (n_sel && b->argmax) memcpy(b->argmax + *next_logit, x->h_ids, sizeof(int) * (size_t)n_sel);
+    if (n_sel && b->smp) memcpy(b->sampled + *next_logit, x->h_ids, sizeof(int) * (size_t)n_sel);
     *next_logit += n_sel;
     x->len += M;
     return 0;

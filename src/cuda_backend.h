@@ -25,6 +25,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "sampler.h"
 #include "tensor.h"
 #include "wbind.h"
 
@@ -83,6 +84,10 @@ int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const 
  * rest; mode 0 store, 1 residual add, 2 SwiGLU; gn (or NULL) an RMSNorm */
 int cuda_test_matmul_prefill(float *y, const float *x, int M, const void *w, const void *w2, int N, int K,
                              const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
+/* out[n] = sampler_rows's answers (sampler.h) for logits[n][V] under p
+ * (temperature > 0), computed by the device sampler */
+int cuda_test_sample_rows(int *out, const float *logits, int n, int V, const sampler_params *p, const int *draft,
+                          const double *u, char *err, size_t errlen);
 /* out[m] = op_argmax(x[m], n) */
 int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen);
 int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);

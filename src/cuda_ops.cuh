@@ -18,6 +18,7 @@
 extern "C" {
 #include "cuda_backend.h"
 #include "model.h"
+#include "sampler.h"
 #include "util.h"
 }
 
@@ -193,6 +194,35 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
 int cu_attn_tiled_ok(int nh, int nkv, int hd);
 /* out[m] = the first index of the largest of x[m][0..n) (op_argmax's rule) */
 void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n);
+
+/* ---- sampling (cuda_sample.cu) ---- */
+
+/* what the device sampler reads: the sampler's parameters and a verify's
+   drafts and uniforms (sampler_rows's arguments for n rows), and which of
+   those rows a launch's logits rows are (row0 on) */
+struct cu_sample_args {
+    float inv_t, top_p, min_p;
+    int top_k, n, row0;
+    int draft[MODEL_SAMPLE_ROWS];
+    double u[MODEL_SAMPLE_ROWS];
+};
+static inline void cu_sample_args_set(cu_sample_args *a, const sampler_params *p, const int *draft, const double *u,
+                                      int n) {
+    a->inv_t = 1.0f / p->temperature;
+    a->top_p = p->top_p > 0.0f && p->top_p < 1.0f ? p->top_p : 1.0f;
+    a->min_p = p->min_p;
+    a->top_k = p->top_k;
+    a->n = n;
+    a->row0 = 0;
+    for (int i = 0; i < n; i++) {
+        a->draft[i] = i < n - 1 ? draft[i] : -1;
+        a->u[i] = u[i];
+    }
+}
+/* out[i] = sampler_rows's answer for row a->row0 + i of its a->n rows, i <
+   m, from the logits rows x[m][V], with the arguments *a in device memory;
+   escr: [m][V] floats of scratch */
+void cu_sample_rows(cudaStream_t st, int *out, const float *x, float *escr, int m, int V, const cu_sample_args *a);
 
 /* ---- cuBLAS for prefill-sized batches (cuda_gemm.cu) ---- */
 

@@ -11,6 +11,7 @@
 #include "kv.h"
 #include "ops.h"
 #include "safetensors.h"
+#include "sampler.h"
 #include "wbind.h"
 #include "util.h"
 
@@ -300,7 +301,11 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
     if (b->n <= 0) return ds_err(err, errlen, "forward: empty batch");
     if (b->n_logits < 0 || b->n_logits > b->n)
         return ds_err(err, errlen, "forward: %d logit rows requested for a batch of %d", b->n_logits, b->n);
-    if (b->n_logits && !b->logits && !b->argmax) return ds_err(err, errlen, "forward: no logits buffer");
+    if (b->n_logits && !b->logits && !b->argmax && !b->smp) return ds_err(err, errlen, "forward: no logits buffer");
+    if (b->smp && (!b->n_logits || b->n_logits > MODEL_SAMPLE_ROWS || b->logits || b->argmax || b->logit_rows ||
+                   !b->u || !b->sampled || (b->n_logits > 1 && !b->draft)))
+        return ds_err(err, errlen, "forward: sampling takes the last 1..%d rows with uniforms, drafts and an output, "
+                      "and no logits or argmax", MODEL_SAMPLE_ROWS);
     if (mctx_len(x) + b->n > mctx_capacity(x))
         return ds_err(err, errlen, "context window full: %d cached + %d new positions exceed the %d-position window",
                       mctx_len(x), b->n, mctx_capacity(x));
@@ -319,7 +324,7 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
     if (b->n_taps && !b->taps) return ds_err(err, errlen, "forward: no taps buffer");
     if (x->cu) return cuda_forward(x->cu, b, err, errlen);
     model_batch bb = *b;
-    if (b->n_logits && !b->logits) { /* argmax only: the rows go to scratch */
+    if (b->n_logits && !b->logits) { /* argmax or samples only: the rows go to scratch */
         size_t need = (size_t)b->n_logits * (size_t)c->vocab_size;
         if (x->n_logit_scratch < need) {
             free(x->logit_scratch);
@@ -335,5 +340,6 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
     }
     for (int i = 0; b->argmax && i < b->n_logits; i++)
         b->argmax[i] = op_argmax(bb.logits + (size_t)i * c->vocab_size, c->vocab_size);
+    if (b->smp) sampler_rows(b->smp, bb.logits, b->n_logits, b->draft, b->u, b->sampled);
     return 0;
 }

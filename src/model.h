@@ -23,6 +23,11 @@
 
 typedef struct model model;
 typedef struct model_ctx model_ctx;
+typedef struct sampler sampler;
+
+/* most logits rows one forward samples (model_batch.smp): a verify of
+   SPEC_MAX_DRAFT drafts and its anchor */
+#define MODEL_SAMPLE_ROWS 65
 
 typedef struct {
     int use_mmap; /* map the weight files instead of reading them into memory */
@@ -71,6 +76,13 @@ typedef struct {
     float *logits;         /* [n_logits][vocab] output; may be NULL when argmax is set */
     int *argmax;           /* [n_logits] output, or NULL: each logits row's first largest entry (op_argmax);
                               without logits a GPU reads back only these ids */
+    /* or, with smp set: sampler_rows(smp, rows, n_logits, draft, u,
+       sampled) over the logits rows (a GPU samples on the device and reads
+       back only these ids; at most MODEL_SAMPLE_ROWS rows) */
+    sampler *smp;
+    const int *draft;      /* [n_logits - 1] */
+    const double *u;       /* [n_logits] */
+    int *sampled;          /* [n_logits] output */
     int n_taps;            /* layers to tap (0 = none) */
     const int *tap_layers; /* [n_taps] in -1 .. n_layers-1 */
     float *taps;           /* [n_taps][n][hidden] output */

@@ -18,9 +18,8 @@ struct sampler {
     int vocab;
     uint64_t rng[4]; /* xoshiro256** state */
     cand *c, *c2;    /* [vocab] scratch: the kept candidates, a sort's buffer */
-    float *e;        /* [vocab] scratch: exp((logit - max) / T) */
-    double esum;     /* the sum of e */
-    int dense;       /* the last filter kept every token (no top-k/p, min-p) */
+    float *e;        /* [vocab] scratch: exp((logit - max) / T), zero outside the kept set */
+    double mass;     /* the sum of e over the kept set */
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -45,6 +44,19 @@ static uint64_t next_u64(sampler *s) {
 }
 
 double sampler_uniform(sampler *s) { return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+void sampler_peek(sampler *s, double *u, int n) {
+    uint64_t keep[4];
+    memcpy(keep, s->rng, sizeof keep);
+    for (int i = 0; i < n; i++) u[i] = sampler_uniform(s);
+    memcpy(s->rng, keep, sizeof keep);
+}
+
+void sampler_skip(sampler *s, int n) {
+    for (int i = 0; i < n; i++) next_u64(s);
+}
+
+const sampler_params *sampler_get_params(const sampler *s) { return &s->p; }
 
 static int check_params(const sampler_params *p, char *err, size_t errlen) {
     if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
@@ -156,37 +168,40 @@ static void radix_sort(cand *c, cand *tmp, int n) {
    are left out when the ones above carry the nucleus's mass, else none is */
 #define TOP_P_PREFILTER 0x1p-24f
 
-/* The softmax numerators e = exp((logit - max) / T) into s->e and their sum
-   into s->esum; then the filters in transformers' order, each on the
-   distribution the previous one left (renormalised): top-k, top-p (the
-   smallest most-probable prefix reaching the mass), min-p (relative to the
-   top token). With no filter every token is kept (s->dense: p = e / esum
-   in id order, nothing sorted); otherwise the kept set is s->c[0..n), most
-   probable first (ties by id), with probabilities summing to 1. Returns n. */
-static int filter(sampler *s, const float *logits) {
+/* The filtered distribution of a logits row, as weights: the softmax
+   numerators e = exp((logit - max) / T) in s->e, zero outside the kept
+   set, and their sum in s->mass (p = e / mass). The filters run in
+   transformers' order, each on the distribution the previous one left
+   (renormalised): top-k, top-p (the smallest most-probable prefix reaching
+   the mass), min-p (relative to the top token); ties are ordered by id.
+   Without a filter nothing is sorted; otherwise only the candidates above a
+   threshold that provably holds the kept set are. */
+static void filter(sampler *s, const float *logits) {
     const int V = s->vocab;
     float mx = logits[op_argmax(logits, V)];
     if (mx != mx) { /* a NaN first logit: the largest of the others */
         mx = -INFINITY;
         for (int i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
     }
-    s->esum = op_exp_sum(s->e, logits, V, mx, 1.0f / s->p.temperature);
+    float *e = s->e;
+    const double esum = op_exp_sum(e, logits, V, mx, 1.0f / s->p.temperature);
     const int top_k = s->p.top_k > 0 && s->p.top_k < V ? s->p.top_k : 0;
     const int top_p = s->p.top_p < 1.0f, min_p = s->p.min_p > 0.0f;
-    s->dense = !top_k && !top_p && !min_p;
-    if (s->dense) return V;
+    s->mass = esum;
+    if (!top_k && !top_p && !min_p) return;
     cand *c = s->c;
     /* min-p alone keeps exactly the tokens with e >= min_p (the top one's e
        is exp(0) = 1) */
-    float thr = top_k ? top_k_threshold(s->e, V, top_k) : top_p ? TOP_P_PREFILTER : s->p.min_p;
-    int n = collect(c, s->e, V, thr);
+    float thr = top_k ? top_k_threshold(e, V, top_k) : top_p ? TOP_P_PREFILTER : s->p.min_p;
+    int n = collect(c, e, V, thr);
     if (top_p && !top_k) { /* thr is the prefilter */
         double kept = 0;
         for (int i = 0; i < n; i++) kept += c[i].p;
-        if (kept < s->p.top_p * s->esum) n = collect(c, s->e, V, 0.0f); /* the nucleus reaches below */
+        if (kept < s->p.top_p * esum) n = collect(c, e, V, 0.0f); /* the nucleus reaches below */
     }
     radix_sort(c, s->c2, n);
-    double mass = s->esum;
+    const int ncand = n;
+    double mass = esum;
     if (top_k) {
         n = top_k;
         mass = 0;
@@ -209,10 +224,14 @@ static int filter(sampler *s, const float *logits) {
         while (keep < n && c[keep].p >= t) keep++;
         n = keep;
     }
+    /* the kept set is the first n in (e descending, id) order: every e above
+       the last one's, and of the ties with it those sorted before the cut */
+    const float cut = c[n - 1].p;
+    for (int i = 0; i < V; i++) e[i] = e[i] >= cut ? e[i] : 0.0f;
+    for (int i = n; i < ncand && c[i].p == cut; i++) e[c[i].id] = 0.0f;
     double z = 0;
     for (int i = 0; i < n; i++) z += c[i].p;
-    for (int i = 0; i < n; i++) c[i].p = (float)(c[i].p / z);
-    return n;
+    s->mass = z;
 }
 
 /* The first index where the running sum of the weights w[0..n) passes
@@ -221,7 +240,7 @@ static int walk(const float *w, int n, double target) {
     double cum = 0;
     int last = 0;
     for (int i = 0; i < n; i++) {
-        if (w[i] <= 0.0f) continue;
+        if (!(w[i] > 0.0f)) continue;
         cum += w[i];
         last = i;
         if (target < cum) return i;
@@ -231,14 +250,8 @@ static int walk(const float *w, int n, double target) {
 
 int sampler_sample(sampler *s, const float *logits) {
     if (sampler_is_greedy(s)) return op_argmax(logits, s->vocab);
-    int n = filter(s, logits);
-    double u = sampler_uniform(s), cum = 0;
-    if (s->dense) return walk(s->e, n, u * s->esum);
-    for (int i = 0; i < n; i++) {
-        cum += s->c[i].p;
-        if (u < cum) return s->c[i].id;
-    }
-    return s->c[n - 1].id;
+    filter(s, logits);
+    return walk(s->e, s->vocab, sampler_uniform(s) * s->mass);
 }
 
 void sampler_probs(sampler *s, const float *logits, float *probs) {
@@ -247,14 +260,36 @@ void sampler_probs(sampler *s, const float *logits, float *probs) {
         probs[op_argmax(logits, s->vocab)] = 1.0f;
         return;
     }
-    int n = filter(s, logits);
-    if (s->dense) {
-        const float inv = (float)(1.0 / s->esum), *e = s->e;
-        for (int i = 0; i < n; i++) probs[i] = e[i] * inv;
-        return;
+    filter(s, logits);
+    const float inv = (float)(1.0 / s->mass), *e = s->e;
+    for (int i = 0; i < s->vocab; i++) probs[i] = e[i] * inv;
+}
+
+void sampler_rows(sampler *s, const float *logits, int n, const int *draft, const double *u, int *out) {
+    const int V = s->vocab;
+    for (int j = 0; j < n; j++) {
+        const float *row = logits + (size_t)j * V;
+        if (sampler_is_greedy(s)) {
+            int am = op_argmax(row, V);
+            out[j] = j < n - 1 && am == draft[j] ? -1 : am;
+            continue;
+        }
+        filter(s, row);
+        if (j == n - 1) {
+            out[j] = walk(s->e, V, u[j] * s->mass);
+            continue;
+        }
+        int d = draft[j];
+        double pd = d >= 0 && d < V ? s->e[d] : 0.0;
+        if (u[j] * s->mass < pd) { /* accepted: u < p(d) */
+            out[j] = -1;
+            continue;
+        }
+        double rest = s->mass - pd; /* the residual: p without d, unless that leaves nothing */
+        if (rest > 1e-8 * s->mass) s->e[d] = 0.0f;
+        else rest = s->mass;
+        out[j] = walk(s->e, V, u[j + 1] * rest);
     }
-    memset(probs, 0, sizeof(float) * (size_t)s->vocab);
-    for (int i = 0; i < n; i++) probs[s->c[i].id] = s->c[i].p;
 }
 
 int sampler_draw(sampler *s, const float *w, int n, double mass) { return walk(w, n, sampler_uniform(s) * mass); }

@@ -3,7 +3,12 @@
  * filtering (in that order, as transformers applies its warpers), then a
  * draw from a seeded generator, so a given seed reproduces a run. The
  * filtered distribution is also exposed (sampler_probs) because
- * speculative decoding must accept drafts against exactly it. */
+ * speculative decoding must accept drafts against exactly it.
+ *
+ * A draw walks the kept tokens in id order, adding their weights
+ * exp((logit - max) / T) until the running sum passes u times the kept
+ * mass, u uniform in [0, 1); the GPU's sampler (model_batch.smp) follows
+ * the same rule. */
 #ifndef DS_SAMPLER_H
 #define DS_SAMPLER_H
 
@@ -35,6 +40,20 @@ int sampler_sample(sampler *s, const float *logits);
 void sampler_probs(sampler *s, const float *logits, float *probs);
 /* A uniform draw in [0, 1) from the sampler's generator. */
 double sampler_uniform(sampler *s);
+/* The next n uniform draws into u without consuming them; sampler_skip
+ * consumes n (so a caller can draw ahead and keep only what it used). */
+void sampler_peek(sampler *s, double *u, int n);
+void sampler_skip(sampler *s, int n);
+/* The parameters in effect (top_p 1 when it was given as 0). */
+const sampler_params *sampler_get_params(const sampler *s);
+/* A speculative verify's rows, sampled with given uniforms: logits[n][vocab],
+ * draft[n-1] the token fed after row j (the draft row j judges), u[n].
+ * Row j < n-1: out[j] = -1 when the draft is accepted (u[j] < p_j(draft)),
+ * else a draw with u[j+1] from p_j without the draft (from p_j when that
+ * leaves no mass). Row n-1: a draw from p_{n-1} with u[n-1]. The first row
+ * with out[j] >= 0 ends the round; a round ending at row a < n-1 used a + 2
+ * uniforms, one that accepted every draft n. Greedy: argmax, no uniforms. */
+void sampler_rows(sampler *s, const float *logits, int n, const int *draft, const double *u, int *out);
 /* An index drawn from the non-negative weights w[0..n) summing to mass > 0
  * (a probability vector: mass 1), with the sampler's generator. */
 int sampler_draw(sampler *s, const float *w, int n, double mass);

@@ -47,6 +47,12 @@ int seq_append_taps(seq *s, const int *ids, int n, int n_logits, float *logits, 
 int seq_append_argmax(seq *s, const int *ids, int n, int *argmax, int n_taps, const int *tap_layers, float *taps,
                       char *err, size_t errlen);
 
+/* Appends ids[0..n) in one forward and writes sampler_rows's answers for
+ * its rows (drafts ids[1..n), uniforms u[n]) to out[n], with taps as
+ * seq_append_taps; no logits come back (a GPU samples on the device). */
+int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double *u, int *out, int n_taps,
+                      const int *tap_layers, float *taps, char *err, size_t errlen);
+
 /* Rolls back to the first len ids (len <= seq_len). */
 void seq_truncate(seq *s, int len);
 

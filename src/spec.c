@@ -16,9 +16,20 @@
    PREFILL_CHUNK-row calls must cut the same cuBLAS groups as one call over
    the whole prompt (cuda_backend.h) */
 _Static_assert(SPEC_MAX_DRAFT + 1 < CUDA_GEMM_MIN_ROWS, "verify widths reach the cuBLAS prefill path");
+_Static_assert(SPEC_MAX_DRAFT + 1 <= MODEL_SAMPLE_ROWS, "a verify has more rows than a forward samples");
 _Static_assert(PREFILL_CHUNK % CUDA_GEMM_MIN_ROWS == 0, "prefill chunks cut the cuBLAS groups differently");
 /* prompt rows between progress reports on the plain prefill path */
 #define PROGRESS_CHUNK 512
+
+/* The round that sampler_rows's answers out[0..k] give: the accepted count
+   a, the extra token *y, and the uniforms it used (sampler_rows) */
+static int take_rows(const int *out, int k, int *y, int *used) {
+    int a = 0;
+    while (a < k && out[a] < 0) a++;
+    *y = out[a];
+    *used = a < k ? a + 2 : k + 1;
+    return a;
+}
 
 int spec_accept(sampler *smp, const float *logits, int vocab, const int *draft, const float *q, int k, float *p,
                 float *r, int *y) {
@@ -28,20 +39,28 @@ int spec_accept(sampler *smp, const float *logits, int vocab, const int *draft, 
         *y = op_argmax(logits + (size_t)a * vocab, vocab);
         return a;
     }
+    if (!q) { /* one-hot drafts: the rows' rule, with uniforms drawn ahead */
+        double u[SPEC_MAX_DRAFT + 1];
+        int out[SPEC_MAX_DRAFT + 1], used;
+        sampler_peek(smp, u, k + 1);
+        sampler_rows(smp, logits, k + 1, draft, u, out);
+        int a = take_rows(out, k, y, &used);
+        sampler_skip(smp, used);
+        return a;
+    }
     for (int j = 0; j < k; j++) {
         const float *row = logits + (size_t)j * vocab;
-        const float *qj = q ? q + (size_t)j * vocab : NULL;
+        const float *qj = q + (size_t)j * vocab;
         int d = draft[j];
         sampler_probs(smp, row, p);
-        double qd = qj ? qj[d] : 1.0;
+        double qd = qj[d];
         if (qd < 1e-8) qd = 1e-8;
         double u = sampler_uniform(smp);
         if (u < (double)p[d] / qd) continue; /* accepted: u < min(1, p/q) */
         /* rejected: y ~ normalize(max(0, p - q)) */
         double mass = 0;
         for (int i = 0; i < vocab; i++) {
-            float qi = qj ? qj[i] : (i == d ? 1.0f : 0.0f);
-            float v = p[i] - qi;
+            float v = p[i] - qj[i];
             r[i] = v > 0.0f ? v : 0.0f;
             mass += r[i];
         }
@@ -151,10 +170,12 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     float *q = (d && !d->deterministic && K > 0) ? xmalloc(sizeof(float) * (size_t)K * (size_t)V) : NULL;
     float *p = xmalloc(sizeof(float) * (size_t)V), *r = xmalloc(sizeof(float) * (size_t)V);
     int rows[SPEC_MAX_DRAFT + 1], tok[SPEC_MAX_DRAFT + 1], am[SPEC_MAX_DRAFT + 1];
-    /* greedy with nobody reading logits rows: verify asks for the rows'
-       argmax only (a GPU then reads back ids, not vocab-wide rows); the
-       last logits row, when asked for, is recomputed at the end */
-    const int ids_only = sampler_is_greedy(smp) && !o->emit_logits;
+    /* nobody reading logits rows: a greedy verify asks for the rows' argmax
+       only, a sampled one with one-hot drafts for sampler_rows's answers
+       (a GPU then samples on the device and reads back ids, not
+       vocab-wide rows); the last logits row, when asked for, is recomputed
+       at the end */
+    const int ids_only = !o->emit_logits && (sampler_is_greedy(smp) || !d || d->deterministic);
     int last_in = -1; /* the input id of the row behind the last emitted id (-1: none since the prefill) */
     gen_state g = {.o = o, .st = st, .out_ids = out_ids, .n_prompt = n_prompt, .cap = seq_capacity(s)};
     int rc = 0, last_row = 0;
@@ -197,13 +218,24 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         }
         rows[0] = anchor;
         int y, a = 0;
-        if (ids_only) {
+        if (ids_only && sampler_is_greedy(smp)) {
             if (seq_append_argmax(s, rows, nd + 1, am, nt, nt ? d->tap_layers : NULL, taps, err, errlen) != 0) {
                 rc = -1;
                 break;
             }
             while (a < nd && am[a] == rows[a + 1]) a++; /* spec_accept's greedy rule */
             y = am[a];
+        } else if (ids_only) {
+            double u[SPEC_MAX_DRAFT + 1];
+            int used;
+            sampler_peek(smp, u, nd + 1);
+            if (seq_append_sample(s, rows, nd + 1, smp, u, am, nt, nt ? d->tap_layers : NULL, taps, err,
+                                  errlen) != 0) {
+                rc = -1;
+                break;
+            }
+            a = take_rows(am, nd, &y, &used);
+            sampler_skip(smp, used);
         } else {
             if (seq_append_taps(s, rows, nd + 1, nd + 1, logits, nt, nt ? d->tap_layers : NULL, taps, err, errlen) !=
                 0) {

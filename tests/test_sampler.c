@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sample_ref.h"
 #include "sampler.h"
 #include "test.h"
 
@@ -131,46 +132,6 @@ static float urand(void) {
     lcg = lcg * 1103515245u + 12345u;
     return (float)((lcg >> 8) & 0xffffff) / 16777216.0f;
 }
-static const double *ref_e;
-static int by_e(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    if (ref_e[x] != ref_e[y]) return ref_e[x] < ref_e[y] ? 1 : -1;
-    return x - y;
-}
-static void ref_filter(const float *l, int V, sampler_params p, double *out) {
-    double mx = -INFINITY;
-    for (int i = 0; i < V; i++) mx = l[i] > mx ? l[i] : mx;
-    double *e = malloc(sizeof(double) * V);
-    int *id = malloc(sizeof(int) * V);
-    for (int i = 0; i < V; i++) e[i] = exp((l[i] - mx) / p.temperature), id[i] = i;
-    ref_e = e;
-    qsort(id, V, sizeof(int), by_e);
-    int n = p.top_k > 0 && p.top_k < V ? p.top_k : V;
-    double mass = 0;
-    for (int i = 0; i < n; i++) mass += e[id[i]];
-    if (p.top_p > 0 && p.top_p < 1) {
-        double cum = 0;
-        for (int i = 0; i < n; i++) {
-            cum += e[id[i]];
-            if (cum >= p.top_p * mass) {
-                n = i + 1;
-                break;
-            }
-        }
-    }
-    if (p.min_p > 0) {
-        int keep = 1;
-        while (keep < n && e[id[keep]] >= p.min_p * e[id[0]]) keep++;
-        n = keep;
-    }
-    double z = 0;
-    for (int i = 0; i < n; i++) z += e[id[i]];
-    memset(out, 0, sizeof(double) * V);
-    for (int i = 0; i < n; i++) out[id[i]] = e[id[i]] / z;
-    free(e);
-    free(id);
-}
-
 TEST(sampler_filters_large_vocab_vs_reference) {
     const int Vs[] = {6144, 151936};
     const sampler_params ps[] = {
@@ -210,6 +171,75 @@ TEST(sampler_filters_large_vocab_vs_reference) {
         }
         free(l), free(pr), free(want);
     }
+}
+
+/* sampler_rows (a verify's rows with given uniforms: accept / residual
+   draw / bonus draw) against the reference rule: every row equal, but for
+   uniforms within rounding of a boundary; with ties in the logits so the
+   filters cut through tied tokens */
+TEST(sampler_rows_vs_reference) {
+    const int Vs[] = {1000, 151936};
+    const sampler_params ps[] = {
+        {.temperature = 0.7f, .top_p = 1.0f},
+        {.temperature = 1.0f, .top_k = 20, .top_p = 1.0f},
+        {.temperature = 0.7f, .top_p = 0.95f},
+        {.temperature = 1.0f, .top_k = 40, .top_p = 0.8f},
+        {.temperature = 1.0f, .top_p = 1.0f, .min_p = 0.05f},
+        {.temperature = 0.8f, .top_k = 100, .top_p = 0.9f, .min_p = 0.01f},
+    };
+    enum { N = 6, ROUNDS = 8 };
+    for (int v = 0; v < 2; v++) {
+        int V = Vs[v];
+        float *l = malloc(sizeof(float) * (size_t)N * V);
+        for (int j = 0; j < N; j++) {
+            float *r = l + (size_t)j * V;
+            for (int i = 0; i < V; i++) r[i] = urand() * 4.0f - 2.0f;
+            for (int i = 0; i < 30; i++) r[(i * 7919 + j) % V] = 6.0f + urand() * 6.0f;
+            if (j % 2) /* quantised: many exact ties */
+                for (int i = 0; i < V; i++) r[i] = roundf(r[i] * 2.0f) * 0.5f;
+        }
+        for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+            sampler *s;
+            char err[256];
+            CHECK(sampler_create(&s, &ps[k], V, err, sizeof err) == 0);
+            int exact = 0, total = 0;
+            for (int round = 0; round < ROUNDS; round++) {
+                int draft[N], got[N], ex;
+                double u[N];
+                for (int j = 0; j < N; j++) {
+                    /* drafts: the row's top token, a head token or any token */
+                    int pick = (int)(urand() * 3);
+                    draft[j] = pick == 0 ? (int)(urand() * V) : ((int)(urand() * 30) * 7919 + j) % V;
+                    u[j] = urand();
+                }
+                sampler_rows(s, l, N, draft, u, got);
+                CHECK_EQ_INT(ref_rows_check(l, N, V, ps[k], draft, u, got, &ex), 0);
+                exact += ex;
+                total += N;
+            }
+            CHECK_MSG(exact >= total - 2, "V %d params %zu: %d of %d rows equal outright", V, k, exact, total);
+            sampler_free(s);
+        }
+        free(l);
+    }
+}
+
+/* drawing ahead: peek leaves the generator where it was, skip consumes */
+TEST(sampler_peek_skip) {
+    sampler_params p = {.temperature = 1.0f, .seed = 9};
+    sampler *a, *b;
+    char err[256];
+    CHECK(sampler_create(&a, &p, 4, err, sizeof err) == 0);
+    CHECK(sampler_create(&b, &p, 4, err, sizeof err) == 0);
+    double u[5], w[5];
+    sampler_peek(a, u, 5);
+    sampler_peek(a, w, 5);
+    CHECK(!memcmp(u, w, sizeof u));
+    for (int i = 0; i < 5; i++) CHECK(sampler_uniform(b) == u[i]);
+    sampler_skip(a, 3);
+    CHECK(sampler_uniform(a) == u[3]);
+    sampler_free(a);
+    sampler_free(b);
 }
 
 TEST(sampler_bad_params) {

@@ -1,0 +1,96 @@
+/* The sampler's rule computed independently in double precision with a full
+ * sort (sampler.h): the reference the host sampler and the GPU's are held
+ * to (test_sampler.c, tests/cuda/test_cuda_sample.c). */
+#include "sample_ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const double *ref_e;
+static int by_e(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    if (ref_e[x] != ref_e[y]) return ref_e[x] < ref_e[y] ? 1 : -1;
+    return x - y;
+}
+
+void ref_filter(const float *l, int V, sampler_params p, double *out) {
+    double mx = -INFINITY;
+    for (int i = 0; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+    double *e = malloc(sizeof(double) * V);
+    int *id = malloc(sizeof(int) * V);
+    for (int i = 0; i < V; i++) e[i] = exp((l[i] - mx) / p.temperature), id[i] = i;
+    ref_e = e;
+    qsort(id, V, sizeof(int), by_e);
+    int n = p.top_k > 0 && p.top_k < V ? p.top_k : V;
+    double mass = 0;
+    for (int i = 0; i < n; i++) mass += e[id[i]];
+    if (p.top_p > 0 && p.top_p < 1) {
+        double cum = 0;
+        for (int i = 0; i < n; i++) {
+            cum += e[id[i]];
+            if (cum >= p.top_p * mass) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (p.min_p > 0) {
+        int keep = 1;
+        while (keep < n && e[id[keep]] >= p.min_p * e[id[0]]) keep++;
+        n = keep;
+    }
+    double z = 0;
+    for (int i = 0; i < n; i++) z += e[id[i]];
+    memset(out, 0, sizeof(double) * V);
+    for (int i = 0; i < n; i++) out[id[i]] = e[id[i]] / z;
+    free(e);
+    free(id);
+}
+
+/* the first id in order (skipping skip) where the running sum of p passes
+   u times the sum */
+static int walk(const double *p, int V, int skip, double u) {
+    double tot = 0, cum = 0;
+    for (int i = 0; i < V; i++) tot += i == skip ? 0 : p[i];
+    int last = 0;
+    for (int i = 0; i < V; i++) {
+        if (i == skip || p[i] <= 0) continue;
+        cum += p[i];
+        last = i;
+        if (u * tot < cum) return i;
+    }
+    return last;
+}
+
+static int ref_row(const double *p, int V, int j, int n, const int *draft, double ua, double ub) {
+    if (j == n - 1) return walk(p, V, -1, ua);
+    int d = draft[j];
+    double pd = d >= 0 && d < V ? p[d] : 0;
+    if (ua < pd) return -1;
+    return walk(p, V, 1 - pd > 1e-8 ? d : -1, ub);
+}
+
+int ref_rows_check(const float *logits, int n, int V, sampler_params p, const int *draft, const double *u,
+                   const int *got, int *exact) {
+    double *pr = malloc(sizeof(double) * V);
+    int bad = 0;
+    if (exact) *exact = 0;
+    for (int j = 0; j < n; j++) {
+        ref_filter(logits + (size_t)j * V, V, p, pr);
+        double ua = u[j], ub = j < n - 1 ? u[j + 1] : 0;
+        int want = ref_row(pr, V, j, n, draft, ua, ub);
+        if (want == got[j]) {
+            if (exact) (*exact)++;
+            continue;
+        }
+        /* rounding: u within REF_SLACK of a boundary may fall either side */
+        int ok = 0;
+        for (int a = -1; a <= 1 && !ok; a++)
+            for (int b = -1; b <= 1 && !ok; b++)
+                ok = ref_row(pr, V, j, n, draft, ua + a * REF_SLACK, ub + b * REF_SLACK) == got[j];
+        bad += !ok;
+    }
+    free(pr);
+    return bad;
+}
