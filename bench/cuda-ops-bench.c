@@ -4,10 +4,13 @@
  * tensor-core kernel with its default tile counts and at 1, 2 and 4 weight
  * tiles per warp, for the FMA kernel, and for the prefill path (cuBLAS on
  * whole groups of rows). Weights are cycled through copies that miss L2, as in a forward
- * pass. Built by scripts/cuda-pack; run on the GPU machine:
- *   cuda-ops-bench [reps] */
+ * pass. Then the device sampler (src/cuda_sample.cu) on Qwen3's vocabulary,
+ * one row and a 16-draft verify's 17, flat and peaked logits. Built by
+ * scripts/cuda-pack; run on the GPU machine:
+ *   cuda-ops-bench [reps] [sample]   (sample: the sampler table only) */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_backend.h"
 
@@ -26,7 +29,8 @@ int main(int argc, char **argv) {
     printf(" GB/s at M=1 |\n|---|---|");
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) printf("---|");
     printf("---|\n");
-    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+    const int only_sampler = argc > 2 && !strcmp(argv[2], "sample");
+    for (size_t i = 0; !only_sampler && i < sizeof mats / sizeof mats[0]; i++) {
         double bytes = 2.0 * mats[i].N * mats[i].K * (mats[i].mode == 2 ? 2 : 1);
         const int kinds[][2] = {{0, 0}, {0, 1}, {0, 2}, {0, 4}, {3, 0}, {4, 0}}; /* {fma / cuBLAS?, tiles} */
         for (int k = 0; k < 6; k++) {
@@ -52,6 +56,29 @@ int main(int argc, char **argv) {
             printf(" %.0f |\n", bytes / us1 / 1e3);
             fflush(stdout);
         }
+    }
+    const struct {
+        const char *name;
+        sampler_params p;
+    } smp[] = {{"temperature 1.0", {.temperature = 1.0f, .top_p = 1.0f}},
+               {"top-k 20", {.temperature = 0.7f, .top_k = 20, .top_p = 1.0f}},
+               {"top-p 0.95", {.temperature = 0.7f, .top_p = 0.95f}},
+               {"top-k 20, top-p 0.95", {.temperature = 0.6f, .top_k = 20, .top_p = 0.95f}},
+               {"min-p 0.05", {.temperature = 1.0f, .top_p = 1.0f, .min_p = 0.05f}}};
+    printf("\n| device sampler, V 151936 | flat, 1 row | flat, 17 rows | peaked, 1 row | peaked, 17 rows |\n"
+           "|---|---|---|---|---|\n");
+    for (size_t i = 0; i < sizeof smp / sizeof smp[0]; i++) {
+        printf("| %s |", smp[i].name);
+        for (int c = 0; c < 4; c++) {
+            double us;
+            if (cuda_bench_sample(151936, c % 2 ? 17 : 1, c / 2, &smp[i].p, reps, &us, err, sizeof err) != 0) {
+                fprintf(stderr, "cuda-ops-bench: %s\n", err);
+                return 1;
+            }
+            printf(" %.1f us |", us);
+        }
+        printf("\n");
+        fflush(stdout);
     }
     return 0;
 }

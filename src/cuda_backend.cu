@@ -207,7 +207,7 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
         cudaMallocHost((void **)&x->h_samp, sizeof(cu_sample_args)) != cudaSuccess ||
         cudaMalloc((void **)&x->d_samp, sizeof(cu_sample_args)) != cudaSuccess ||
         cudaMalloc((void **)&x->escr, sizeof(float) * (B < MODEL_SAMPLE_ROWS ? B : MODEL_SAMPLE_ROWS) *
-                                          (size_t)c->vocab_size) != cudaSuccess ||
+                                          cu_sample_stride(c->vocab_size)) != cudaSuccess ||
         cudaMallocHost((void **)&x->h_in, sizeof(int) * (2 * B + 1)) != cudaSuccess ||
         cudaStreamCreateWithFlags(&x->st, cudaStreamNonBlocking) != cudaSuccess) {
         cuda_ctx_free(x);

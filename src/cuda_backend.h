@@ -108,6 +108,11 @@ int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, int H, const 
  * (cuBLAS for whole groups of CUDA_GEMM_MIN_ROWS rows); tiles: weight tiles per
  * warp of the tensor-core kernel (1, 2 or 4). */
 int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int reps, double *us, char *err, size_t errlen);
+/* Mean microseconds of the device sampler over rows logits rows of V tokens
+ * (peaked: a trained model's shape; else flat, a random model's), every row
+ * rejecting its draft so that each draws. */
+int cuda_bench_sample(int V, int rows, int peaked, const sampler_params *p, int reps, double *us, char *err,
+                      size_t errlen);
 
 #ifdef __cplusplus
 }

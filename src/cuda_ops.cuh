@@ -219,9 +219,11 @@ static inline void cu_sample_args_set(cu_sample_args *a, const sampler_params *p
         a->u[i] = u[i];
     }
 }
+/* floats per row of the device sampler's scratch */
+static inline size_t cu_sample_stride(int V) { return ((size_t)V + 3) / 4 * 4; }
 /* out[i] = sampler_rows's answer for row a->row0 + i of its a->n rows, i <
    m, from the logits rows x[m][V], with the arguments *a in device memory;
-   escr: [m][V] floats of scratch */
+   escr: [m][cu_sample_stride(V)] floats of scratch (16-byte aligned) */
 void cu_sample_rows(cudaStream_t st, int *out, const float *x, float *escr, int m, int V, const cu_sample_args *a);
 
 /* ---- cuBLAS for prefill-sized batches (cuda_gemm.cu) ---- */

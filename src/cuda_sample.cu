@@ -1,28 +1,41 @@
 // cuda_sample: sampler_rows (sampler.h) on the device, so a sampled decode
 // or verify reads back token ids instead of vocabulary-wide logits rows.
 //
-// One block per logits row. The softmax numerators e = exp((logit - max) / T)
-// go to a scratch row; every mass is a sum of integer weights
+// A cluster of SMP_CLUSTER blocks per logits row, each block a slice of the
+// vocabulary, combining their sums through distributed shared memory. The
+// softmax numerators e = exp((logit - max) / T) go to a scratch row; every
+// mass is a sum of integer weights
 // W = floor(e * 2^S) (e <= 1, S chosen so a row's sum stays below 2^62),
 // exact in any order, so the kept set and the draws are deterministic
 // however the threads' additions interleave. The filters keep a prefix of
 // the (e descending, id ascending) order, as the host's do:
 //   top-k: the largest key v (the bits of e, monotone for e >= 0) with at
-//          least k tokens at or above it, found by a 16-way search over the
-//          key range (8 passes over the row); of the tokens tied at v, the
+//          least k tokens at or above it, found by an 8-way search over the
+//          key range (10 passes over the row); of the tokens tied at v, the
 //          first ones in id order;
 //   top-p: the same search over mass: the largest v whose tokens at or
 //          above it carry top_p of the kept mass;
 //   min-p: e >= min_p (the top token's e is exp(0) = 1).
 // Dropped tokens get e = 0. A draw walks the kept tokens in id order until
-// the running weight passes u times the kept mass: per-warp sums over
-// contiguous id ranges, then one warp scans its range.
+// the running weight passes u times the kept mass: each thread sums a
+// contiguous part of the ids, a scan over the cluster finds the part
+// holding the target, and its thread walks it. The scratch rows are padded with zeros
+// to whole float4s, so the unordered passes load 16 bytes at a time.
+#include <cooperative_groups.h>
+
 #include "cuda_ops.cuh"
 
+#ifndef SMP_THREADS
 #define SMP_THREADS 512
+#endif
 #define SMP_WARPS (SMP_THREADS / 32)
-#define SMP_WAYS 16 /* thresholds per search pass */
+#ifndef SMP_WAYS
+#define SMP_WAYS 8 /* thresholds per search pass */
+#endif
 
+#define SMP_CLUSTER 8 /* blocks per row, one slice of the vocabulary each */
+
+namespace cg = cooperative_groups;
 typedef unsigned long long u64;
 
 __device__ __forceinline__ u64 warp_sum64(u64 v) {
@@ -32,7 +45,35 @@ __device__ __forceinline__ u64 warp_sum64(u64 v) {
 
 __device__ __forceinline__ u64 weight(float e, float scale) { return __float2ull_rz(e * scale); }
 
-/* the block's sums of v[0..N) (every thread gets them); sm: [SMP_WARPS][N] */
+/* A block's share of a row: the float4s [q0, q1) of the scratch row e, ids
+   4 q0 .. 4 q1 - 1; and the shared memory its reductions use. Every
+   cluster-wide reduction publishes the block's part in one of two buffers
+   (alternating), so one cluster barrier per reduction suffices: a block
+   reuses a buffer only after every block passed the next reduction's
+   barrier, which each reaches after reading the previous one. */
+struct slice {
+    float *e;
+    int q0, q1;
+    u64 *sm;      /* [SMP_WARPS][SMP_WAYS + 1] */
+    u64 *cx;      /* [2][SMP_WAYS + 1]: what the block publishes */
+    u64 *bc;      /* [SMP_WAYS + 1]: the cluster's sums, for the block */
+    int flip;
+};
+
+/* f(e, i) for every element of the block's share (two float4 loads in
+   flight per thread) */
+template <typename F>
+__device__ __forceinline__ void each4(const slice &s, F f) {
+    const float4 *e4 = reinterpret_cast<const float4 *>(s.e);
+    for (int q = s.q0 + threadIdx.x; q < s.q1; q += 2 * SMP_THREADS) {
+        int q2 = q + SMP_THREADS;
+        float4 x = e4[q], y = q2 < s.q1 ? e4[q2] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        f(x.x, 4 * q), f(x.y, 4 * q + 1), f(x.z, 4 * q + 2), f(x.w, 4 * q + 3);
+        if (q2 < s.q1) f(y.x, 4 * q2), f(y.y, 4 * q2 + 1), f(y.z, 4 * q2 + 2), f(y.w, 4 * q2 + 3);
+    }
+}
+
+/* the block's sums of v[0..N) (every thread gets them) */
 template <int N>
 __device__ void block_sums(u64 (&v)[N], u64 *sm) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -51,211 +92,289 @@ __device__ void block_sums(u64 (&v)[N], u64 *sm) {
     __syncthreads();
 }
 
-__device__ u64 block_mass(const float *e, int V, float scale, u64 *sm) {
-    u64 s[1] = {0};
-    for (int i = threadIdx.x; i < V; i += SMP_THREADS) s[0] += weight(e[i], scale);
-    block_sums<1>(s, sm);
-    return s[0];
+/* the cluster's sums of v[0..N) over its blocks' parts p[N] (block totals,
+   the same in every thread of a block); with below, the sums over the
+   blocks of lower rank only */
+template <int N>
+__device__ void cluster_combine(u64 (&p)[N], slice &s, bool below) {
+    cg::cluster_group cl = cg::this_cluster();
+    u64 *mine = s.cx + s.flip * (SMP_WAYS + 1);
+    s.flip ^= 1;
+    if (threadIdx.x < N) mine[threadIdx.x] = p[threadIdx.x];
+    cl.sync();
+    if (threadIdx.x < N) {
+        u64 t = 0;
+        int nr = below ? (int)cl.block_rank() : SMP_CLUSTER;
+        for (int r = 0; r < nr; r++) t += cl.map_shared_rank(mine, r)[threadIdx.x];
+        s.bc[threadIdx.x] = t;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int b = 0; b < N; b++) p[b] = s.bc[b];
+    __syncthreads();
 }
 
-/* S(>= t): the count (MASS 0) or weight of the tokens whose key is >= t */
-template <bool MASS>
-__device__ __forceinline__ u64 amount(float e, float scale) {
-    return MASS ? weight(e, scale) : 1ull;
+template <int N>
+__device__ void cluster_sums(u64 (&v)[N], slice &s) {
+    block_sums<N>(v, s.sm);
+    cluster_combine<N>(v, s, false);
 }
 
-/* The largest key v with S(>= v) >= target (target >= 1, <= S(>= 0)), with
-   S(> v) in *above and S(>= v) in *at. Each pass splits the open range
-   [lo, hi) into SMP_WAYS steps and measures S at each step's start. */
+/* the sum of v over the threads before this one in the cluster (block
+   rank, then thread order) */
+__device__ u64 cluster_excl_scan(u64 v, slice &s) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    u64 inc = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        u64 y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+    }
+    if (lane == 31) s.sm[w] = inc;
+    __syncthreads();
+    u64 before = 0, tot[1] = {0};
+    for (int i = 0; i < SMP_WARPS; i++) {
+        if (i < w) before += s.sm[i];
+        tot[0] += s.sm[i];
+    }
+    __syncthreads();
+    cluster_combine<1>(tot, s, true);
+    return tot[0] + before + inc - v;
+}
+
+__device__ u64 cluster_mass(slice &s, float scale) {
+    u64 v[1] = {0};
+    each4(s, [&](float x, int) { v[0] += weight(x, scale); });
+    cluster_sums<1>(v, s);
+    return v[0];
+}
+
+/* The largest key v with S(>= v) >= target (target >= 1, <= S(>= 0) =
+   total), S(>= t) being the count (MASS false) or weight of the tokens
+   whose key (the bits of e) is >= t; S(> v) in *above, S(>= v) in *at.
+   Each pass splits the open range (lo, hi) into SMP_WAYS steps and
+   measures S at each step's start; tokens at or below lo add to none,
+   tokens at or above hi to all. */
 template <bool MASS>
-__device__ unsigned find_cut(const float *e, int V, float scale, u64 target, u64 total, u64 *above, u64 *at,
-                             u64 *sm) {
+__device__ unsigned find_cut(slice &sl, float scale, u64 target, u64 total, u64 *above, u64 *at) {
     unsigned lo = 0, hi = 0x3f800001u; /* keys of e in [0, 1] */
     u64 s_lo = total, s_hi = 0;         /* S(>= lo) >= target > S(>= hi) */
     while (hi - lo > 1) {
-        unsigned step = (hi - lo + SMP_WAYS - 1) / SMP_WAYS;
-        unsigned t[SMP_WAYS];
+        unsigned step = (hi - lo + SMP_WAYS - 1) / SMP_WAYS, t[SMP_WAYS];
 #pragma unroll
         for (int b = 0; b < SMP_WAYS; b++) {
             u64 x = (u64)lo + (u64)(b + 1) * step;
             t[b] = x < hi ? (unsigned)x : hi;
         }
-        u64 s[SMP_WAYS];
+        u64 s[SMP_WAYS + 1];
 #pragma unroll
-        for (int b = 0; b < SMP_WAYS; b++) s[b] = 0;
-        for (int i = threadIdx.x; i < V; i += SMP_THREADS) {
-            float x = e[i];
+        for (int b = 0; b <= SMP_WAYS; b++) s[b] = 0;
+        each4(sl, [&](float x, int) {
             unsigned k = __float_as_uint(x);
-            if (k <= lo) continue;
-            u64 a = amount<MASS>(x, scale);
+            if (k <= lo) return;
+            u64 a = MASS ? weight(x, scale) : 1ull;
+            if (k >= hi) {
+                s[SMP_WAYS] += a;
+                return;
+            }
 #pragma unroll
             for (int b = 0; b < SMP_WAYS; b++) s[b] += k >= t[b] ? a : 0ull;
-        }
-        block_sums<SMP_WAYS>(s, sm);
-        /* S(>= t[b]) is s[b]; the last step start still reaching target */
-        int b = -1;
+        });
+        cluster_sums<SMP_WAYS + 1>(s, sl);
+        /* S(>= t[b]) = s[b] + the tokens at or above hi; S falls with t */
+        unsigned nlo = lo, nhi = hi;
+        u64 nslo = s_lo, nshi = s_hi;
 #pragma unroll
-        for (int i = 0; i < SMP_WAYS; i++)
-            if (t[i] < hi && s[i] >= target) b = i;
-        if (b >= 0) {
-            lo = t[b];
-            s_lo = s[b];
+        for (int b = 0; b < SMP_WAYS; b++) {
+            u64 sb = s[b] + s[SMP_WAYS];
+            if (t[b] >= hi) continue;
+            if (sb >= target) nlo = t[b], nslo = sb;
+            else if (nhi == hi) nhi = t[b], nshi = sb;
         }
-        int nb = b + 1;
-        if (nb < SMP_WAYS && t[nb] < hi) {
-            hi = t[nb];
-            s_hi = s[nb];
-        } else if (b < 0) {
-            hi = t[0];
-            s_hi = s[0];
-        }
+        lo = nlo, hi = nhi, s_lo = nslo, s_hi = nshi;
     }
     *above = s_hi;
     *at = s_lo;
     return lo;
 }
 
-/* Contiguous id range of warp w: [w * R, min(V, (w + 1) * R)) */
-__device__ __forceinline__ int warp_range(int V) { return ((V + SMP_WARPS - 1) / SMP_WARPS + 31) & ~31; }
+/* The ids [c0, c1) of this thread's contiguous part of the block's share
+   (for the passes that go in id order) */
+__device__ __forceinline__ void my_chunk(const slice &s, int *c0, int *c1) {
+    int c = (s.q1 - s.q0 + SMP_THREADS - 1) / SMP_THREADS;
+    *c0 = min(s.q1, s.q0 + (int)threadIdx.x * c) * 4;
+    *c1 = min(s.q1, s.q0 + ((int)threadIdx.x + 1) * c) * 4;
+}
 
 /* Keeps the tokens with key > v and the first r tokens with key == v in id
    order (ties: how many have key == v); the others get e = 0. */
-__device__ void keep_prefix(float *e, int V, unsigned v, u64 r, u64 ties, u64 *sm) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, R = warp_range(V);
-    const int i0 = w * R, i1 = min(V, i0 + R);
-    u64 base = 0;
-    if (r < ties) { /* ranks among the ties: count each warp's range first */
-        unsigned c = 0;
-        for (int i = i0 + lane; i < i1; i += 32) c += __float_as_uint(e[i]) == v;
-        u64 cc[1] = {c};
-        cc[0] = warp_sum64(cc[0]);
-        if (lane == 0) sm[w] = cc[0];
-        __syncthreads();
-        for (int i = 0; i < w; i++) base += sm[i];
-        __syncthreads();
-    }
-    for (int s = i0; s < i1; s += 32) {
-        int i = s + lane;
-        unsigned k = i < i1 ? __float_as_uint(e[i]) : 0u;
-        unsigned tie = __ballot_sync(0xffffffffu, i < i1 && k == v);
-        if (i < i1) {
-            u64 rank = base + __popc(tie & ((1u << lane) - 1u));
-            if (k < v || (k == v && rank >= r)) e[i] = 0.0f;
+__device__ void keep_prefix(slice &s, unsigned v, u64 r, u64 ties) {
+    float *e = s.e;
+    if (r >= ties) {
+        float4 *e4 = reinterpret_cast<float4 *>(e);
+        for (int q = s.q0 + threadIdx.x; q < s.q1; q += SMP_THREADS) {
+            float4 x = e4[q];
+            x.x = __float_as_uint(x.x) < v ? 0.0f : x.x;
+            x.y = __float_as_uint(x.y) < v ? 0.0f : x.y;
+            x.z = __float_as_uint(x.z) < v ? 0.0f : x.z;
+            x.w = __float_as_uint(x.w) < v ? 0.0f : x.w;
+            e4[q] = x;
         }
-        base += __popc(tie);
+        __syncthreads();
+        return;
+    }
+    /* ranks among the ties: each thread's part in id order */
+    int c0, c1;
+    my_chunk(s, &c0, &c1);
+    u64 c = 0;
+    for (int i = c0; i < c1; i++) c += __float_as_uint(e[i]) == v;
+    u64 rank = cluster_excl_scan(c, s);
+    for (int i = c0; i < c1; i++) {
+        unsigned k = __float_as_uint(e[i]);
+        if (k < v || (k == v && rank++ >= r)) e[i] = 0.0f;
     }
     __syncthreads();
 }
 
 /* The first id (skipping id `skip`) where the running weight of e in id
-   order passes target (< the weight of all but skip) */
-__device__ int draw(const float *e, int V, float scale, int skip, u64 target, u64 *sm, int *sres) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, R = warp_range(V);
-    const int i0 = w * R, i1 = min(V, i0 + R);
-    u64 s = 0;
-    for (int i = i0 + lane; i < i1; i += 32) s += i == skip ? 0ull : weight(e[i], scale);
-    s = warp_sum64(s);
-    if (lane == 0) sm[w] = s;
-    __syncthreads();
-    /* the warp whose range holds the target, and the weight before it */
-    u64 before = 0;
-    int ww = -1;
-    for (int i = 0; i < SMP_WARPS; i++) {
-        if (ww < 0 && target < before + sm[i]) ww = i;
-        if (ww < 0) before += sm[i];
-    }
-    if (threadIdx.x == 0) *sres = -1;
-    __syncthreads();
-    if (w == ww) {
-        u64 base = before;
-        for (int s0 = i0; s0 < i1; s0 += 32) {
-            int i = s0 + lane;
-            u64 x = i < i1 && i != skip ? weight(e[i], scale) : 0ull, inc = x;
-            for (int o = 1; o < 32; o <<= 1) {
-                u64 y = __shfl_up_sync(0xffffffffu, inc, o);
-                if (lane >= o) inc += y;
-            }
-            unsigned hit = __ballot_sync(0xffffffffu, x > 0 && target < base + inc);
-            if (hit) {
-                if (lane == __ffs(hit) - 1) *sres = i;
+   order passes target (target < the weight of all but skip): each thread
+   sums its part, the one whose part holds the target walks it */
+__device__ int draw(slice &s, float scale, int skip, u64 target) {
+    int c0, c1;
+    my_chunk(s, &c0, &c1);
+    u64 w = 0;
+    for (int i = c0; i < c1; i++) w += i == skip ? 0ull : weight(s.e[i], scale);
+    u64 before = cluster_excl_scan(w, s), hit[1] = {0};
+    if (before <= target && target < before + w) {
+        u64 cum = before;
+        for (int i = c0; i < c1; i++) {
+            if (i == skip) continue;
+            cum += weight(s.e[i], scale);
+            if (target < cum) {
+                hit[0] = (u64)i + 1;
                 break;
             }
-            base += __shfl_sync(0xffffffffu, inc, 31);
         }
     }
-    __syncthreads();
-    int r = *sres;
-    __syncthreads();
-    return r < 0 ? 0 : r;
+    cluster_sums<1>(hit, s); /* one thread of the cluster found it */
+    return hit[0] ? (int)hit[0] - 1 : 0;
 }
 
 __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const float *logits, float *escr, int V,
                                                              const cu_sample_args *a, float scale) {
     pdl_trigger();
     pdl_wait();
-    __shared__ u64 sm[SMP_WARPS * SMP_WAYS];
+    __shared__ u64 sm[SMP_WARPS * (SMP_WAYS + 1)], cx[2 * (SMP_WAYS + 1)], bc[SMP_WAYS + 1];
     __shared__ float fm[SMP_WARPS];
-    __shared__ int sres;
-    const int t = threadIdx.x, lane = t & 31, w = t >> 5, n = a->n, j = a->row0 + blockIdx.x;
-    const float *l = logits + (size_t)blockIdx.x * V;
-    float *e = escr + (size_t)blockIdx.x * V;
-    /* the largest logit (NaN ones are skipped), then e */
+    cg::cluster_group cl = cg::this_cluster();
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5, n = a->n, row = blockIdx.x / SMP_CLUSTER;
+    const int j = a->row0 + row, V4 = (V + 3) / 4, Q = (V4 + SMP_CLUSTER - 1) / SMP_CLUSTER;
+    const float *l = logits + (size_t)row * V;
+    slice s;
+    s.e = escr + (size_t)row * V4 * 4;
+    s.q0 = min(V4, (int)cl.block_rank() * Q);
+    s.q1 = min(V4, s.q0 + Q);
+    s.sm = sm, s.cx = cx, s.bc = bc, s.flip = 0;
+    const int i0 = 4 * s.q0, i1 = 4 * s.q1;
+    /* the largest logit (NaN ones are skipped): the block's, then the
+       cluster's (as ordered integers: the float order for non-NaN values) */
     float m = -INFINITY;
-    for (int i = t; i < V; i += SMP_THREADS) m = fmaxf(m, l[i]);
+    for (int i = i0 + t; i < i1; i += 4 * SMP_THREADS) {
+        float x0 = i < V ? l[i] : -INFINITY, x1 = i + SMP_THREADS < min(V, i1) ? l[i + SMP_THREADS] : -INFINITY;
+        float x2 = i + 2 * SMP_THREADS < min(V, i1) ? l[i + 2 * SMP_THREADS] : -INFINITY;
+        float x3 = i + 3 * SMP_THREADS < min(V, i1) ? l[i + 3 * SMP_THREADS] : -INFINITY;
+        m = fmaxf(fmaxf(m, fmaxf(x0, x1)), fmaxf(x2, x3));
+    }
     m = warp_max(m);
     if (lane == 0) fm[w] = m;
     __syncthreads();
     m = -INFINITY;
     for (int i = 0; i < SMP_WARPS; i++) m = fmaxf(m, fm[i]);
+    {
+        unsigned b = __float_as_uint(m);
+        u64 key[1] = {b & 0x80000000u ? ~b : b | 0x80000000u}, best = 0;
+        if (t == 0) cx[0] = key[0];
+        cl.sync();
+        for (int r = 0; r < SMP_CLUSTER; r++) best = max(best, cl.map_shared_rank(cx, r)[0]);
+        unsigned k = (unsigned)best;
+        m = __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
+        cl.sync(); /* cx is reused */
+    }
     const float inv_t = a->inv_t;
-    for (int i = t; i < V; i += SMP_THREADS) {
-        float x = expf((l[i] - m) * inv_t);
-        e[i] = x >= 0.0f ? x : 0.0f; /* NaN (a NaN logit, or no finite one) weighs nothing */
+    for (int i = i0 + t; i < i1; i += SMP_THREADS) {
+        float x = i < V ? expf((l[i] - m) * inv_t) : 0.0f;
+        s.e[i] = x >= 0.0f ? x : 0.0f; /* NaN (a NaN logit, or no finite one) weighs nothing */
     }
     __syncthreads();
-    u64 total = block_mass(e, V, scale, sm);
+    u64 total = cluster_mass(s, scale);
     if (a->top_k > 0 && a->top_k < V) {
         u64 above, at;
-        unsigned v = find_cut<false>(e, V, scale, (u64)a->top_k, (u64)V, &above, &at, sm);
-        keep_prefix(e, V, v, (u64)a->top_k - above, at - above, sm);
-        total = block_mass(e, V, scale, sm);
+        /* padding counts as V4 * 4 - V more tokens of e = 0, below any cut
+           that keeps fewer than V */
+        unsigned v = find_cut<false>(s, scale, (u64)a->top_k, (u64)V4 * 4, &above, &at);
+        keep_prefix(s, v, (u64)a->top_k - above, at - above);
+        total = cluster_mass(s, scale);
     }
     if (a->top_p < 1.0f && total > 0) {
         u64 target = (u64)ceil((double)a->top_p * (double)total), above, at;
         if (target < 1) target = 1;
         if (target > total) target = total;
-        unsigned v = find_cut<true>(e, V, scale, target, total, &above, &at, sm);
+        unsigned v = find_cut<true>(s, scale, target, total, &above, &at);
         u64 wv = weight(__uint_as_float(v), scale); /* > 0: the tokens at v carry mass */
-        keep_prefix(e, V, v, (target - above + wv - 1) / wv, (at - above) / wv, sm);
-        total = block_mass(e, V, scale, sm);
+        keep_prefix(s, v, (target - above + wv - 1) / wv, (at - above) / wv);
+        total = cluster_mass(s, scale);
     }
     if (a->min_p > 0.0f) {
-        for (int i = t; i < V; i += SMP_THREADS)
-            if (e[i] < a->min_p) e[i] = 0.0f;
+        for (int i = i0 + t; i < i1; i += SMP_THREADS)
+            if (s.e[i] < a->min_p) s.e[i] = 0.0f;
         __syncthreads();
-        total = block_mass(e, V, scale, sm);
+        total = cluster_mass(s, scale);
     }
     /* sampler_rows's answer for the row */
     double u = a->u[j];
-    int skip = -1;
-    u64 mass = total, tgt;
+    int skip = -1, r = -1;
+    u64 mass = total;
     if (j < n - 1) {
         int d = a->draft[j];
-        u64 wd = d >= 0 && d < V ? weight(e[d], scale) : 0ull;
-        if (u * (double)total < (double)wd) { /* accepted */
-            if (t == 0) out[blockIdx.x] = -1;
-            return;
+        u64 wd[1] = {t == 0 && d >= i0 && d < i1 && d < V ? weight(s.e[d], scale) : 0ull};
+        cluster_sums<1>(wd, s);
+        if (u * (double)total < (double)wd[0]) { /* accepted */
+            r = -1;
+        } else {
+            if ((double)(total - wd[0]) > 1e-8 * (double)total) {
+                skip = d;
+                mass = total - wd[0];
+            }
+            u = a->u[j + 1];
+            r = -2;
         }
-        if ((double)(total - wd) > 1e-8 * (double)total) {
-            skip = d;
-            mass = total - wd;
-        }
-        u = a->u[j + 1];
+    } else {
+        r = -2;
     }
-    tgt = (u64)(u * (double)mass);
-    if (tgt >= mass) tgt = mass ? mass - 1 : 0;
-    int r = draw(e, V, scale, skip, tgt, sm, &sres);
-    if (t == 0) out[blockIdx.x] = r;
+    if (r == -2) {
+        u64 tgt = (u64)(u * (double)mass);
+        if (tgt >= mass) tgt = mass ? mass - 1 : 0;
+        r = draw(s, scale, skip, tgt);
+    }
+    if (t == 0 && cl.block_rank() == 0) out[row] = r;
+    cl.sync(); /* no block leaves while another may still read its shared memory */
+}
+
+static void launch_sample(int m, cudaStream_t st, int *out, const float *logits, float *escr, int V,
+                          const cu_sample_args *a, float scale) {
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = SMP_CLUSTER;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(m * SMP_CLUSTER);
+    cfg.blockDim = dim3(SMP_THREADS);
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = 1 + pdl_enabled();
+    cudaLaunchKernelEx(&cfg, k_sample_rows, out, logits, escr, V, a, scale);
 }
 
 void cu_sample_rows(cudaStream_t st, int *out, const float *logits, float *escr, int m, int V,
@@ -263,7 +382,7 @@ void cu_sample_rows(cudaStream_t st, int *out, const float *logits, float *escr,
     int bits = 1;
     while ((1ll << bits) < (long long)V) bits++;
     float scale = ldexpf(1.0f, 61 - bits); /* V * 2^(61 - bits) <= 2^61 */
-    launch(k_sample_rows, m, SMP_THREADS, st, out, logits, escr, V, a, scale);
+    launch_sample(m, st, out, logits, escr, V, a, scale);
 }
 
 extern "C" int cuda_test_sample_rows(int *out, const float *logits, int n, int V, const sampler_params *p,
@@ -275,7 +394,7 @@ extern "C" int cuda_test_sample_rows(int *out, const float *logits, int n, int V
     int *dout = NULL;
     cu_sample_args *da = NULL;
     CK(cudaMalloc(&dl, sizeof(float) * (size_t)n * V));
-    CK(cudaMalloc(&de, sizeof(float) * (size_t)n * V));
+    CK(cudaMalloc(&de, sizeof(float) * (size_t)n * cu_sample_stride(V)));
     CK(cudaMalloc(&dout, sizeof(int) * (size_t)n));
     CK(cudaMalloc(&da, sizeof h));
     CK(cudaMemcpy(dl, logits, sizeof(float) * (size_t)n * V, cudaMemcpyHostToDevice));
@@ -283,6 +402,55 @@ extern "C" int cuda_test_sample_rows(int *out, const float *logits, int n, int V
     cu_sample_rows(0, dout, dl, de, n, V, da);
     CK_LAUNCH();
     CK(cudaMemcpy(out, dout, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost));
+    cudaFree(dl);
+    cudaFree(de);
+    cudaFree(dout);
+    cudaFree(da);
+    return 0;
+}
+
+extern "C" int cuda_bench_sample(int V, int rows, int peaked, const sampler_params *p, int reps, double *us, char *err,
+                                 size_t errlen) {
+    if (rows < 1 || rows > MODEL_SAMPLE_ROWS) return ds_err(err, errlen, "cuda_bench_sample: %d rows", rows);
+    size_t n = (size_t)rows * V;
+    float *h = (float *)xmalloc(sizeof(float) * n);
+    uint32_t r = 1u;
+    for (size_t i = 0; i < n; i++) {
+        r = r * 1664525u + 1013904223u;
+        float x = (float)(r >> 8) / 16777216.0f; /* [0, 1) */
+        /* flat: a random-weight model's row; peaked: a trained model's
+           (a head of 30 tokens 8-16 nats above a tail spread over 8) */
+        h[i] = peaked ? ((i % (size_t)V) % 5003 < 30 ? 8.0f + 8.0f * x : -8.0f * x) : x;
+    }
+    int draft[MODEL_SAMPLE_ROWS];
+    double u[MODEL_SAMPLE_ROWS];
+    for (int i = 0; i < rows; i++) draft[i] = (i * 7919) % V, u[i] = 0.999; /* rejected: every row draws */
+    cu_sample_args a;
+    cu_sample_args_set(&a, p, draft, u, rows);
+    float *dl = NULL, *de = NULL;
+    int *dout = NULL;
+    cu_sample_args *da = NULL;
+    cudaEvent_t e0, e1;
+    CK(cudaMalloc(&dl, sizeof(float) * n));
+    CK(cudaMalloc(&de, sizeof(float) * (size_t)rows * cu_sample_stride(V)));
+    CK(cudaMalloc(&dout, sizeof(int) * (size_t)rows));
+    CK(cudaMalloc(&da, sizeof a));
+    CK(cudaMemcpy(dl, h, sizeof(float) * n, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(da, &a, sizeof a, cudaMemcpyHostToDevice));
+    free(h);
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cu_sample_rows(0, dout, dl, de, rows, V, da);
+    cudaEventRecord(e0, 0);
+    for (int i = 0; i < reps; i++) cu_sample_rows(0, dout, dl, de, rows, V, da);
+    cudaEventRecord(e1, 0);
+    CK(cudaEventSynchronize(e1));
+    CK_LAUNCH();
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    *us = 1e3 * ms / reps;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
     cudaFree(dl);
     cudaFree(de);
     cudaFree(dout);
