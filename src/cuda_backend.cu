@@ -89,6 +89,12 @@ static int up_qkv(cuda_model *m, dlayer *D, const wlayer *L, char *err, size_t e
     return rc;
 }
 
+extern "C" int cuda_model_samples(const cuda_model *m) {
+    const char *e = getenv("DSPARK_CUDA_SAMPLE");
+    if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) return e[0] == '1';
+    return m->cfg.vocab_size >= CUDA_SAMPLE_MIN_VOCAB;
+}
+
 extern "C" int cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;

@@ -7,6 +7,10 @@
 #define NOT_BUILT(err, errlen) ds_err(err, errlen, "this dspark was built without CUDA (build it with `make cuda`)")
 
 int cuda_device_count(void) { return 0; }
+int cuda_model_samples(const cuda_model *m) {
+    (void)m;
+    return 0;
+}
 int cuda_describe(int gpu, char *out, size_t n) {
     (void)gpu;
     return NOT_BUILT(out, n);

@@ -148,6 +148,7 @@ const char *model_device(const model *m) { return m->device; }
 size_t model_weight_bytes(const model *m) { return m->weight_bytes; }
 const tensor *model_embed(const model *m) { return m->embed; }
 struct cuda_model *model_cuda(const model *m) { return m->cu; }
+int model_samples_rows(const model *m) { return !m->cu || cuda_model_samples(m->cu); }
 const tensor *model_lm_head(const model *m) { return m->lm_head; }
 
 int model_default_context(const model *m) {

@@ -48,6 +48,11 @@ const tensor *model_lm_head(const model *m);
 /* The model's GPU copy (cuda_backend.h) when its device is cuda, else NULL;
  * drafters of a GPU target run on the same GPU and bind its tensors. */
 struct cuda_model *model_cuda(const model *m);
+/* 1 when a sampled verify should ask this model for sampler_rows's answers
+ * (model_batch.smp) rather than for the logits rows: on the CPU always (the
+ * same host code, no copy), on a GPU when its sampler beats bringing the
+ * rows back (cuda_model_samples). */
+int model_samples_rows(const model *m);
 /* "cpu", or the GPU's description ("cuda:0: NVIDIA H200, ...") */
 const char *model_device(const model *m);
 /* Total bytes of weight data the forward pass streams per token. */

@@ -175,7 +175,8 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
        (a GPU then samples on the device and reads back ids, not
        vocab-wide rows); the last logits row, when asked for, is recomputed
        at the end */
-    const int ids_only = !o->emit_logits && (sampler_is_greedy(smp) || !d || d->deterministic);
+    const int ids_only = !o->emit_logits && (sampler_is_greedy(smp) ||
+                                             ((!d || d->deterministic) && model_samples_rows(seq_model(s))));
     int last_in = -1; /* the input id of the row behind the last emitted id (-1: none since the prefill) */
     gen_state g = {.o = o, .st = st, .out_ids = out_ids, .n_prompt = n_prompt, .cap = seq_capacity(s)};
     int rc = 0, last_row = 0;

@@ -121,6 +121,9 @@ TEST(cuda_sampled_generate_device_vs_host) {
     if (!have_gpu()) return;
     char dir[1024], err[1024];
     snprintf(dir, sizeof dir, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
+    /* the bundled vocabulary is below CUDA_SAMPLE_MIN_VOCAB: the device
+       sampler only by request */
+    setenv("DSPARK_CUDA_SAMPLE", "1", 1);
     model *m;
     model_load_opts gpu = {.device = "cuda"};
     if (model_load(&m, dir, &gpu, err, sizeof err) != 0) {
@@ -150,4 +153,5 @@ TEST(cuda_sampled_generate_device_vs_host) {
             if (lk) CHECK_MSG(sa.n_accepted > 0, "params %zu: no lookup draft accepted (the test needs some)", k);
         }
     model_free(m);
+    unsetenv("DSPARK_CUDA_SAMPLE");
 }
