@@ -18,8 +18,9 @@ struct sampler {
     int vocab;
     uint64_t rng[4]; /* xoshiro256** state */
     cand *c, *c2;    /* [vocab] scratch: the kept candidates, a sort's buffer */
-    float *e;        /* [vocab] scratch: exp((logit - max) / T), zero outside the kept set */
+    float *e;        /* [vocab] scratch: exp((logit - max) / T) */
     double mass;     /* the sum of e over the kept set */
+    int nkept;       /* the kept set: every token (e) when 0, else c[0..nkept) in id order */
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -168,9 +169,30 @@ static void radix_sort(cand *c, cand *tmp, int n) {
    are left out when the ones above carry the nucleus's mass, else none is */
 #define TOP_P_PREFILTER 0x1p-24f
 
+/* c[0..n) sorted by id (an LSD radix sort on the ids < V, through tmp) */
+static void sort_by_id(cand *c, cand *tmp, int n, int V) {
+    if (n <= 32) {
+        for (int i = 1; i < n; i++) {
+            cand x = c[i];
+            int j = i;
+            for (; j > 0 && c[j - 1].id > x.id; j--) c[j] = c[j - 1];
+            c[j] = x;
+        }
+        return;
+    }
+    for (int shift = 0; (V - 1) >> shift; shift += 8) {
+        int cnt[257] = {0};
+        for (int i = 0; i < n; i++) cnt[(c[i].id >> shift & 255) + 1]++;
+        for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
+        for (int i = 0; i < n; i++) tmp[cnt[c[i].id >> shift & 255]++] = c[i];
+        memcpy(c, tmp, sizeof(cand) * (size_t)n);
+    }
+}
+
 /* The filtered distribution of a logits row, as weights: the softmax
-   numerators e = exp((logit - max) / T) in s->e, zero outside the kept
-   set, and their sum in s->mass (p = e / mass). The filters run in
+   numerators e = exp((logit - max) / T), and the kept set (s->nkept: 0
+   for every token, weights s->e; else s->c[0..nkept) in id order, their e
+   as p) with its weight in s->mass (p = e / mass). The filters run in
    transformers' order, each on the distribution the previous one left
    (renormalised): top-k, top-p (the smallest most-probable prefix reaching
    the mass), min-p (relative to the top token); ties are ordered by id.
@@ -188,6 +210,7 @@ static void filter(sampler *s, const float *logits) {
     const int top_k = s->p.top_k > 0 && s->p.top_k < V ? s->p.top_k : 0;
     const int top_p = s->p.top_p < 1.0f, min_p = s->p.min_p > 0.0f;
     s->mass = esum;
+    s->nkept = 0;
     if (!top_k && !top_p && !min_p) return;
     cand *c = s->c;
     /* min-p alone keeps exactly the tokens with e >= min_p (the top one's e
@@ -200,7 +223,6 @@ static void filter(sampler *s, const float *logits) {
         if (kept < s->p.top_p * esum) n = collect(c, e, V, 0.0f); /* the nucleus reaches below */
     }
     radix_sort(c, s->c2, n);
-    const int ncand = n;
     double mass = esum;
     if (top_k) {
         n = top_k;
@@ -224,14 +246,11 @@ static void filter(sampler *s, const float *logits) {
         while (keep < n && c[keep].p >= t) keep++;
         n = keep;
     }
-    /* the kept set is the first n in (e descending, id) order: every e above
-       the last one's, and of the ties with it those sorted before the cut */
-    const float cut = c[n - 1].p;
-    for (int i = 0; i < V; i++) e[i] = e[i] >= cut ? e[i] : 0.0f;
-    for (int i = n; i < ncand && c[i].p == cut; i++) e[c[i].id] = 0.0f;
     double z = 0;
     for (int i = 0; i < n; i++) z += c[i].p;
     s->mass = z;
+    s->nkept = n;
+    sort_by_id(c, s->c2, n, V);
 }
 
 /* The first index where the running sum of the weights w[0..n) passes
@@ -248,10 +267,45 @@ static int walk(const float *w, int n, double target) {
     return last;
 }
 
+/* The kept token whose weight the running sum in id order passes target
+   at, token skip left out (-1: none) */
+static int walk_kept(const sampler *s, int skip, double target) {
+    if (!s->nkept) {
+        if (skip < 0) return walk(s->e, s->vocab, target);
+        float keep = s->e[skip];
+        s->e[skip] = 0.0f;
+        int r = walk(s->e, s->vocab, target);
+        s->e[skip] = keep;
+        return r;
+    }
+    double cum = 0;
+    int last = s->c[0].id;
+    for (int i = 0; i < s->nkept; i++) {
+        if (s->c[i].id == skip || !(s->c[i].p > 0.0f)) continue;
+        cum += s->c[i].p;
+        last = s->c[i].id;
+        if (target < cum) return last;
+    }
+    return last;
+}
+
+/* The kept weight of token d (0 outside the kept set) */
+static double kept_weight(const sampler *s, int d) {
+    if (d < 0 || d >= s->vocab) return 0.0;
+    if (!s->nkept) return s->e[d];
+    int lo = 0, hi = s->nkept;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (s->c[mid].id < d) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < s->nkept && s->c[lo].id == d ? s->c[lo].p : 0.0;
+}
+
 int sampler_sample(sampler *s, const float *logits) {
     if (sampler_is_greedy(s)) return op_argmax(logits, s->vocab);
     filter(s, logits);
-    return walk(s->e, s->vocab, sampler_uniform(s) * s->mass);
+    return walk_kept(s, -1, sampler_uniform(s) * s->mass);
 }
 
 void sampler_probs(sampler *s, const float *logits, float *probs) {
@@ -261,8 +315,13 @@ void sampler_probs(sampler *s, const float *logits, float *probs) {
         return;
     }
     filter(s, logits);
-    const float inv = (float)(1.0 / s->mass), *e = s->e;
-    for (int i = 0; i < s->vocab; i++) probs[i] = e[i] * inv;
+    const float inv = (float)(1.0 / s->mass);
+    if (!s->nkept) {
+        for (int i = 0; i < s->vocab; i++) probs[i] = s->e[i] * inv;
+        return;
+    }
+    memset(probs, 0, sizeof(float) * (size_t)s->vocab);
+    for (int i = 0; i < s->nkept; i++) probs[s->c[i].id] = s->c[i].p * inv;
 }
 
 void sampler_rows(sampler *s, const float *logits, int n, const int *draft, const double *u, int *out) {
@@ -276,19 +335,18 @@ void sampler_rows(sampler *s, const float *logits, int n, const int *draft, cons
         }
         filter(s, row);
         if (j == n - 1) {
-            out[j] = walk(s->e, V, u[j] * s->mass);
+            out[j] = walk_kept(s, -1, u[j] * s->mass);
             continue;
         }
         int d = draft[j];
-        double pd = d >= 0 && d < V ? s->e[d] : 0.0;
+        double pd = kept_weight(s, d);
         if (u[j] * s->mass < pd) { /* accepted: u < p(d) */
             out[j] = -1;
             continue;
         }
         double rest = s->mass - pd; /* the residual: p without d, unless that leaves nothing */
-        if (rest > 1e-8 * s->mass) s->e[d] = 0.0f;
-        else rest = s->mass;
-        out[j] = walk(s->e, V, u[j + 1] * rest);
+        int skip = rest > 1e-8 * s->mass ? d : -1;
+        out[j] = walk_kept(s, skip, u[j + 1] * (skip < 0 ? s->mass : rest));
     }
 }
 
