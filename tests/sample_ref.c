@@ -7,6 +7,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test.h"
+
+float ref_urand(uint32_t *seed) {
+    *seed = *seed * 1103515245u + 12345u;
+    return (float)((*seed >> 8) & 0xffffff) / 16777216.0f;
+}
+
+float *ref_test_rows(int n, int V, uint32_t *seed) {
+    float *l = malloc(sizeof(float) * (size_t)n * V);
+    for (int j = 0; j < n; j++) {
+        float *r = l + (size_t)j * V;
+        for (int i = 0; i < V; i++) r[i] = ref_urand(seed) * 4.0f - 2.0f;
+        for (int i = 0; i < 30; i++) r[(i * 7919 + j) % V] = 6.0f + ref_urand(seed) * 6.0f;
+        if (j % 2) /* quantised: many exact ties */
+            for (int i = 0; i < V; i++) r[i] = roundf(r[i] * 2.0f) * 0.5f;
+        if (j == 4) r[V / 2] = -INFINITY; /* a masked token */
+    }
+    return l;
+}
+
+int ref_test_draft(int j, int V, uint32_t *seed) {
+    int pick = (int)(ref_urand(seed) * 3);
+    return pick == 0 ? (int)(ref_urand(seed) * V) : ((int)(ref_urand(seed) * 30) * 7919 + j) % V;
+}
+
 static const double *ref_e;
 static int by_e(const void *a, const void *b) {
     int x = *(const int *)a, y = *(const int *)b;
@@ -93,4 +118,39 @@ int ref_rows_check(const float *logits, int n, int V, sampler_params p, const in
     }
     free(pr);
     return bad;
+}
+
+void ref_rows_suite(rows_fn f, void *ctx, const int *Vs, int nV, const sampler_params *ps, int np, uint32_t seed) {
+    enum { N = 7, ROUNDS = 6 };
+    for (int v = 0; v < nV; v++) {
+        int V = Vs[v];
+        float *l = ref_test_rows(N, V, &seed);
+        for (int k = 0; k < np; k++) {
+            int exact = 0, total = 0;
+            for (int round = 0; round < ROUNDS; round++) {
+                int draft[N], got[N], ex, n = round == 0 ? 1 : N;
+                double u[N];
+                for (int j = 0; j < N; j++) {
+                    draft[j] = ref_test_draft(j, V, &seed);
+                    u[j] = ref_urand(&seed);
+                }
+                char err[512];
+                /* n == 1: a plain decode step (a row alone, drawn) */
+                const float *rows = n == 1 ? l + (size_t)(N - 1) * V : l;
+                if (f(ctx, rows, n, V, &ps[k], draft, u, got, err, sizeof err) != 0) {
+                    test_fail(__FILE__, __LINE__, "V %d params %d: %s", V, k, err);
+                    continue;
+                }
+                int bad = ref_rows_check(rows, n, V, ps[k], draft, u, got, &ex);
+                if (bad)
+                    test_fail(__FILE__, __LINE__, "V %d params %d round %d: %d rows differ from the reference", V, k,
+                              round, bad);
+                exact += ex;
+                total += n;
+            }
+            if (exact < total - 2)
+                test_fail(__FILE__, __LINE__, "V %d params %d: %d of %d rows equal outright", V, k, exact, total);
+        }
+        free(l);
+    }
 }

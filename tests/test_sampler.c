@@ -177,6 +177,16 @@ TEST(sampler_filters_large_vocab_vs_reference) {
    draw / bonus draw) against the reference rule: every row equal, but for
    uniforms within rounding of a boundary; with ties in the logits so the
    filters cut through tied tokens */
+static int host_rows(void *ctx, const float *rows, int n, int V, const sampler_params *p, const int *draft,
+                     const double *u, int *got, char *err, size_t errlen) {
+    (void)ctx;
+    sampler *s;
+    if (sampler_create(&s, p, V, err, errlen) != 0) return -1;
+    sampler_rows(s, rows, n, draft, u, got);
+    sampler_free(s);
+    return 0;
+}
+
 TEST(sampler_rows_vs_reference) {
     const int Vs[] = {1000, 151936};
     const sampler_params ps[] = {
@@ -187,41 +197,7 @@ TEST(sampler_rows_vs_reference) {
         {.temperature = 1.0f, .top_p = 1.0f, .min_p = 0.05f},
         {.temperature = 0.8f, .top_k = 100, .top_p = 0.9f, .min_p = 0.01f},
     };
-    enum { N = 6, ROUNDS = 8 };
-    for (int v = 0; v < 2; v++) {
-        int V = Vs[v];
-        float *l = malloc(sizeof(float) * (size_t)N * V);
-        for (int j = 0; j < N; j++) {
-            float *r = l + (size_t)j * V;
-            for (int i = 0; i < V; i++) r[i] = urand() * 4.0f - 2.0f;
-            for (int i = 0; i < 30; i++) r[(i * 7919 + j) % V] = 6.0f + urand() * 6.0f;
-            if (j % 2) /* quantised: many exact ties */
-                for (int i = 0; i < V; i++) r[i] = roundf(r[i] * 2.0f) * 0.5f;
-        }
-        for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
-            sampler *s;
-            char err[256];
-            CHECK(sampler_create(&s, &ps[k], V, err, sizeof err) == 0);
-            int exact = 0, total = 0;
-            for (int round = 0; round < ROUNDS; round++) {
-                int draft[N], got[N], ex;
-                double u[N];
-                for (int j = 0; j < N; j++) {
-                    /* drafts: the row's top token, a head token or any token */
-                    int pick = (int)(urand() * 3);
-                    draft[j] = pick == 0 ? (int)(urand() * V) : ((int)(urand() * 30) * 7919 + j) % V;
-                    u[j] = urand();
-                }
-                sampler_rows(s, l, N, draft, u, got);
-                CHECK_EQ_INT(ref_rows_check(l, N, V, ps[k], draft, u, got, &ex), 0);
-                exact += ex;
-                total += N;
-            }
-            CHECK_MSG(exact >= total - 2, "V %d params %zu: %d of %d rows equal outright", V, k, exact, total);
-            sampler_free(s);
-        }
-        free(l);
-    }
+    ref_rows_suite(host_rows, NULL, Vs, 2, ps, (int)(sizeof ps / sizeof ps[0]), 4242u);
 }
 
 /* drawing ahead: peek leaves the generator where it was, skip consumes */

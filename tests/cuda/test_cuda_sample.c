@@ -21,16 +21,16 @@
 #include "test.h"
 #include "util.h"
 
-static uint32_t lcg = 777u;
-static float urand(void) {
-    lcg = lcg * 1103515245u + 12345u;
-    return (float)((lcg >> 8) & 0xffffff) / 16777216.0f;
-}
-
 static int have_gpu(void) {
     if (cuda_device_count() > 0) return 1;
     test_fail(__FILE__, __LINE__, "no CUDA device visible (make test-cuda needs a GPU)");
     return 0;
+}
+
+static int device_rows(void *ctx, const float *rows, int n, int V, const sampler_params *p, const int *draft,
+                       const double *u, int *got, char *err, size_t errlen) {
+    (void)ctx;
+    return cuda_test_sample_rows(got, rows, n, V, p, draft, u, err, errlen);
 }
 
 TEST(cuda_sample_rows_vs_reference) {
@@ -47,41 +47,7 @@ TEST(cuda_sample_rows_vs_reference) {
         {.temperature = 0.8f, .top_k = 100, .top_p = 0.9f, .min_p = 0.01f},
         {.temperature = 1.0f, .top_k = 1, .top_p = 1.0f},
     };
-    enum { N = 7, ROUNDS = 6 };
-    for (int v = 0; v < 4; v++) {
-        int V = Vs[v];
-        float *l = malloc(sizeof(float) * (size_t)N * V);
-        for (int j = 0; j < N; j++) {
-            float *r = l + (size_t)j * V;
-            for (int i = 0; i < V; i++) r[i] = urand() * 4.0f - 2.0f;
-            for (int i = 0; i < 30; i++) r[(i * 7919 + j) % V] = 6.0f + urand() * 6.0f;
-            if (j % 2) /* quantised: many exact ties */
-                for (int i = 0; i < V; i++) r[i] = roundf(r[i] * 2.0f) * 0.5f;
-            if (j == 4) r[V / 2] = -INFINITY; /* a masked token */
-        }
-        for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
-            int exact = 0, total = 0;
-            for (int round = 0; round < ROUNDS; round++) {
-                int draft[N], got[N], ex, n = round == 0 ? 1 : N;
-                double u[N];
-                for (int j = 0; j < N; j++) {
-                    int pick = (int)(urand() * 3);
-                    draft[j] = pick == 0 ? (int)(urand() * V) : ((int)(urand() * 30) * 7919 + j) % V;
-                    u[j] = urand();
-                }
-                char err[512];
-                /* n == 1: a plain decode step (row 0 alone, drawn) */
-                const float *rows = n == 1 ? l + (size_t)(N - 1) * V : l;
-                CHECK_MSG(cuda_test_sample_rows(got, rows, n, V, &ps[k], draft, u, err, sizeof err) == 0, "%s", err);
-                int bad = ref_rows_check(rows, n, V, ps[k], draft, u, got, &ex);
-                CHECK_MSG(bad == 0, "V %d params %zu round %d: %d rows differ from the reference", V, k, round, bad);
-                exact += ex;
-                total += n;
-            }
-            CHECK_MSG(exact >= total - 2, "V %d params %zu: %d of %d rows equal outright", V, k, exact, total);
-        }
-        free(l);
-    }
+    ref_rows_suite(device_rows, NULL, Vs, 4, ps, (int)(sizeof ps / sizeof ps[0]), 777u);
 }
 
 typedef struct {
