@@ -12,6 +12,8 @@
 #define TRACE_EVENTS 1024
 #define GRAPH_ROWS 17 /* widest batch replayed from a graph: a verify of 16 drafts + the anchor */
 #define GRAPH_TAPS 8  /* most tapped layers a graph copies out (the published drafters tap 5) */
+/* d_taps, where taps are copied on the device, is what taps_on_device leaves */
+static_assert(GRAPH_ROWS == MODEL_DEVICE_TAP_ROWS && GRAPH_TAPS == MODEL_DEVICE_TAPS, "device taps buffer");
 
 struct dlayer {
     dmat wqkv, wo, wg, wu, wd; /* wqkv: q, k and v projections stacked [QD + 2 KD][H] */
@@ -300,8 +302,8 @@ static void copy_taps(cuda_ctx *x, const model_batch *b, int layer, int row0, in
     for (int t = 0; t < b->n_taps; t++) {
         if (b->tap_layers[t] != layer) continue;
         if (to_dev) {
-            cudaMemcpyAsync(x->d_taps + (size_t)t * GRAPH_ROWS * H, x->x, sizeof(float) * (size_t)M * H,
-                            cudaMemcpyDeviceToDevice, x->st);
+            cudaMemcpyAsync(x->d_taps + ((size_t)t * GRAPH_ROWS + (size_t)row0) * H, x->x,
+                            sizeof(float) * (size_t)M * H, cudaMemcpyDeviceToDevice, x->st);
             continue;
         }
         float *dst = b->taps + ((size_t)t * (size_t)b->n + (size_t)row0) * (size_t)H;
@@ -509,17 +511,19 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
         x->h_samp->row0 = *next_logit;
     }
     int tapped = b->n_taps > 0;
-    cudaGraphExec_t g = x->use_graphs && M <= GRAPH_ROWS && (!tapped || taps_graphable(x, b))
+    /* (a tapped graph leaves its taps at row 0 of d_taps) */
+    cudaGraphExec_t g = x->use_graphs && M <= GRAPH_ROWS && (!tapped || (taps_graphable(x, b) &&
+                                                                          (!b->taps_on_device || row0 == 0)))
                             ? graph_for(x, M, n_sel, out, tapped ? b : NULL)
                             : NULL;
     if (g) {
         CK(cudaGraphLaunch(g, x->st));
-        for (int t = 0; t < b->n_taps; t++) /* the replay's taps to the caller */
+        for (int t = 0; !b->taps_on_device && t < b->n_taps; t++) /* the replay's taps to the caller */
             CK(cudaMemcpyAsync(b->taps + ((size_t)t * (size_t)b->n + (size_t)row0) * (size_t)H,
                                x->d_taps + (size_t)t * GRAPH_ROWS * H, sizeof(float) * (size_t)M * H,
                                cudaMemcpyDeviceToHost, x->st));
     } else {
-        enqueue_chunk(x, M, n_sel, out, tapped ? b : NULL, row0, 0);
+        enqueue_chunk(x, M, n_sel, out, tapped ? b : NULL, row0, b->taps_on_device);
     }
     CK_LAUNCH();
     CK(cudaStreamSynchronize(x->st));
@@ -532,6 +536,11 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     *next_logit += n_sel;
     x->len += M;
     return 0;
+}
+
+extern "C" const float *cuda_ctx_taps(const cuda_ctx *x, int *rows) {
+    if (rows) *rows = GRAPH_ROWS;
+    return x->d_taps;
 }
 
 extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errlen) {

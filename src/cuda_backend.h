@@ -74,6 +74,9 @@ int cuda_ctx_len(const cuda_ctx *c);
 int cuda_ctx_capacity(const cuda_ctx *c);
 void cuda_ctx_truncate(cuda_ctx *c, int len);
 
+/* The device buffer of the taps a forward left on the device
+ * (model_batch.taps_on_device): [n_taps][*rows][hidden]. */
+const float *cuda_ctx_taps(const cuda_ctx *c, int *rows);
 /* model_forward on the device (b is a model_batch, already validated). */
 int cuda_forward(cuda_ctx *c, const void *b, char *err, size_t errlen);
 

@@ -78,7 +78,7 @@ struct cuda_dstate {
     float *h_feat, *h_out;                  /* pinned: [CTX_ROWS][nt*H]; [B] confidences + [V] one z row */
     cudaStream_t st;
     /* graphs: propose by (rows, chain), ingest by rows (<= GRAPH_ROWS) */
-    cudaGraphExec_t *g_block, g_ingest[GRAPH_ROWS + 1];
+    cudaGraphExec_t *g_block, g_ingest[2][GRAPH_ROWS + 1]; /* [features uploaded from the host or on the device] */
     int use_graphs;
 };
 
@@ -232,7 +232,8 @@ extern "C" void cuda_dstate_free(cuda_dstate *s) {
         for (int i = 0; i < (s->m->B + 1) * 2; i++)
             if (s->g_block[i]) cudaGraphExecDestroy(s->g_block[i]);
     for (int i = 0; i <= GRAPH_ROWS; i++)
-        if (s->g_ingest[i]) cudaGraphExecDestroy(s->g_ingest[i]);
+        for (int h = 0; h < 2; h++)
+            if (s->g_ingest[h][i]) cudaGraphExecDestroy(s->g_ingest[h][i]);
     free(s->g_block);
     if (s->st) cudaStreamDestroy(s->st);
     free(s);
@@ -259,15 +260,15 @@ static float *layer_v(const cuda_dstate *s, int l) {
 
 /* M context rows: C = RMSNorm(fc . F, hidden_norm); per layer the keys
    RoPE(k_norm(k_proj C)) and values v_proj C stored at *d_len + row. */
+/* chain 1: the features are in s->feat already (cuda_dstate_ingest_dev) */
 static void enqueue_ingest(cuda_dstate *s, int M, int chain) {
-    (void)chain;
     const cuda_dmodel *m = s->m;
     const model_config *c = &m->cfg;
     const int H = c->hidden_size, nkv = c->n_kv_heads, hd = c->head_dim;
     cudaStream_t st = s->st;
     int *pos = s->d_in + IN_POS(s), *d_len = s->d_in + IN_LEN(s);
     cudaMemcpyAsync(s->d_in, s->h_in, sizeof(int) * IN_INTS(s), cudaMemcpyHostToDevice, st);
-    cudaMemcpyAsync(s->feat, s->h_feat, sizeof(float) * (size_t)M * m->nt * H, cudaMemcpyHostToDevice, st);
+    if (!chain) cudaMemcpyAsync(s->feat, s->h_feat, sizeof(float) * (size_t)M * m->nt * H, cudaMemcpyHostToDevice, st);
     cu_matmul(st, s->g, s->feat, M, &m->fc, NULL);
     cu_rmsnorm(st, s->g, s->g, m->hidden_norm, M, H, c->rms_norm_eps);
     for (int l = 0; l < c->n_layers; l++) {
@@ -386,15 +387,31 @@ static int finish(cuda_dstate *s, char *err, size_t errlen) {
 
 /* ---- entry points ------------------------------------------------------------ */
 
-extern "C" int cuda_dstate_ingest(cuda_dstate *s, int pos0, int n, const float *taps, int rows, int row0, char *err,
-                                  size_t errlen) {
-    const cuda_dmodel *m = s->m;
-    const int H = m->cfg.hidden_size, nt = m->nt;
+/* ingest's rows i .. i+M-1 of n from pos0 on: the positions, then fc and
+   the layers over s->feat (from h_feat, or already there: dev) */
+static int ingest_rows(cuda_dstate *s, int pos0, int i, int M, int dev, char *err, size_t errlen) {
+    for (int r = 0; r < M; r++) s->h_in[IN_POS(s) + r] = pos0 + i + r;
+    s->h_in[IN_LEN(s)] = pos0 + i;
+    run_pass(s, M <= GRAPH_ROWS ? &s->g_ingest[dev][M] : NULL, enqueue_ingest, M, dev);
+    if (finish(s, err, errlen) != 0) return -1; /* the staging buffers are reused next chunk */
+    s->len = pos0 + i + M;
+    s->n_ctx_last = M;
+    return 0;
+}
+
+static int ingest_check(cuda_dstate *s, int pos0, int n, char *err, size_t errlen) {
     if (pos0 < 0 || pos0 > s->len || pos0 + n > s->cap)
         return ds_err(err, errlen, "CUDA drafter: context rows %d..%d do not follow the %d cached (capacity %d)", pos0,
                       pos0 + n, s->len, s->cap);
-    CK(cudaSetDevice(m->gpu));
+    CK(cudaSetDevice(s->m->gpu));
     s->len = pos0;
+    return 0;
+}
+
+extern "C" int cuda_dstate_ingest(cuda_dstate *s, int pos0, int n, const float *taps, int rows, int row0, char *err,
+                                  size_t errlen) {
+    const int H = s->m->cfg.hidden_size, nt = s->m->nt;
+    if (ingest_check(s, pos0, n, err, errlen) != 0) return -1;
     for (int i = 0; i < n; i += CTX_ROWS) {
         int M = n - i < CTX_ROWS ? n - i : CTX_ROWS;
         /* the rows' taps side by side: the input of fc */
@@ -402,12 +419,23 @@ extern "C" int cuda_dstate_ingest(cuda_dstate *s, int pos0, int n, const float *
             for (int t = 0; t < nt; t++)
                 memcpy(s->h_feat + ((size_t)r * nt + t) * H, taps + ((size_t)t * rows + (size_t)(row0 + i + r)) * H,
                        sizeof(float) * (size_t)H);
-        for (int r = 0; r < M; r++) s->h_in[IN_POS(s) + r] = pos0 + i + r;
-        s->h_in[IN_LEN(s)] = pos0 + i;
-        run_pass(s, M <= GRAPH_ROWS ? &s->g_ingest[M] : NULL, enqueue_ingest, M, 0);
-        if (finish(s, err, errlen) != 0) return -1; /* the staging buffer is reused next chunk */
-        s->len = pos0 + i + M;
-        s->n_ctx_last = M;
+        if (ingest_rows(s, pos0, i, M, 0, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+extern "C" int cuda_dstate_ingest_dev(cuda_dstate *s, int pos0, int n, const float *taps, int rows, int row0,
+                                      char *err, size_t errlen) {
+    const int H = s->m->cfg.hidden_size, nt = s->m->nt;
+    if (ingest_check(s, pos0, n, err, errlen) != 0) return -1;
+    for (int i = 0; i < n; i += CTX_ROWS) {
+        int M = n - i < CTX_ROWS ? n - i : CTX_ROWS;
+        /* each tap's rows into its column block of fc's input, on the device */
+        for (int t = 0; t < nt; t++)
+            CK(cudaMemcpy2DAsync(s->feat + (size_t)t * H, sizeof(float) * (size_t)nt * H,
+                                 taps + ((size_t)t * rows + (size_t)(row0 + i)) * H, sizeof(float) * (size_t)H,
+                                 sizeof(float) * (size_t)H, (size_t)M, cudaMemcpyDeviceToDevice, s->st));
+        if (ingest_rows(s, pos0, i, M, 1, err, errlen) != 0) return -1;
     }
     return 0;
 }

@@ -78,6 +78,11 @@ void cuda_dstate_truncate(cuda_dstate *s, int len);
    taps[t][row0 + i][H] for each tap t of the host array taps[n_taps][rows][H]. */
 int cuda_dstate_ingest(cuda_dstate *s, int pos0, int n, const float *taps, int rows, int row0, char *err,
                        size_t errlen);
+/* The same from taps in device memory on the drafter's GPU (a target
+ * forward's taps_on_device buffer), copied there without the host; the
+ * copy is complete when this returns. */
+int cuda_dstate_ingest_dev(cuda_dstate *s, int pos0, int n, const float *taps, int rows, int row0, char *err,
+                           size_t errlen);
 
 /* The block at positions len .. len+B-1 with the anchor, and the LM head
    for n rows (DFlash: mask rows 1..n; DSpark: rows 0..n-1). chain: choose

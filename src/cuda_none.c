@@ -42,6 +42,11 @@ void cuda_ctx_truncate(cuda_ctx *c, int len) {
     (void)c;
     (void)len;
 }
+const float *cuda_ctx_taps(const cuda_ctx *c, int *rows) {
+    (void)c;
+    if (rows) *rows = 0;
+    return NULL;
+}
 int cuda_forward(cuda_ctx *c, const void *b, char *err, size_t errlen) {
     (void)c;
     (void)b;
@@ -87,6 +92,10 @@ int cuda_dstate_ingest(cuda_dstate *s, int pos0, int n, const float *taps, int r
     (void)rows;
     (void)row0;
     return NOT_BUILT(err, errlen);
+}
+int cuda_dstate_ingest_dev(cuda_dstate *s, int pos0, int n, const float *taps, int rows, int row0, char *err,
+                           size_t errlen) {
+    return cuda_dstate_ingest(s, pos0, n, taps, rows, row0, err, errlen);
 }
 int cuda_dstate_propose(cuda_dstate *s, int anchor, int n, int chain, int *draft, float *conf, char *err,
                         size_t errlen) {

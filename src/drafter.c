@@ -172,14 +172,27 @@ static void ingest(dstate *s, int pos0, int m, const float *taps, int rows, int 
     s->n_lastctx = m;
 }
 
-static void d_features(void *self, int pos0, int n, const float *taps, int rows, int row0) {
-    dstate *s = self;
-    if (s->broken) return;
-    /* context must stay contiguous from position 0 and leave room for a block */
+/* 1 when context rows pos0.. (n of them) can be taken: the context must stay
+   contiguous from position 0 and leave room for a block */
+static int features_fit(dstate *s, int pos0, int n) {
+    if (s->broken) return 0;
     if (pos0 > ctx_len(s) || pos0 + n + s->dm->cfg.block_size > ctx_capacity(s)) {
         s->broken = 1;
-        return;
+        return 0;
     }
+    return 1;
+}
+
+static void d_features_dev(void *self, int pos0, int n, const float *taps, int rows, int row0) {
+    dstate *s = self;
+    char err[256];
+    if (features_fit(s, pos0, n) && cuda_dstate_ingest_dev(s->cu, pos0, n, taps, rows, row0, err, sizeof err) != 0)
+        s->broken = 1;
+}
+
+static void d_features(void *self, int pos0, int n, const float *taps, int rows, int row0) {
+    dstate *s = self;
+    if (!features_fit(s, pos0, n)) return;
     if (s->cu) {
         char err[256];
         if (cuda_dstate_ingest(s->cu, pos0, n, taps, rows, row0, err, sizeof err) != 0) s->broken = 1;
@@ -329,6 +342,7 @@ drafter dstate_drafter(dstate *s) {
                  .reset = d_reset,
                  .propose = d_propose,
                  .commit = d_commit,
-                 .features = d_features};
+                 .features = d_features,
+                 .features_dev = s->cu ? d_features_dev : NULL};
     return d;
 }

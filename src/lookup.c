@@ -277,6 +277,11 @@ static void h_features(void *self, int pos0, int n, const float *taps, int rows,
     h->inner.features(h->inner.self, pos0, n, taps, rows, row0);
 }
 
+static void h_features_dev(void *self, int pos0, int n, const float *taps, int rows, int row0) {
+    lookup_hybrid *h = self;
+    h->inner.features_dev(h->inner.self, pos0, n, taps, rows, row0);
+}
+
 lookup_hybrid *lookup_hybrid_create(drafter inner, int vocab) {
     lookup_hybrid *h = xcalloc(1, sizeof *h);
     h->l = lookup_create(3, 1);
@@ -298,6 +303,7 @@ drafter lookup_hybrid_drafter(lookup_hybrid *h) {
     d.propose = h_propose;
     d.commit = h_commit;
     d.features = h->inner.features ? h_features : NULL;
+    d.features_dev = h->inner.features_dev ? h_features_dev : NULL;
     return d;
 }
 

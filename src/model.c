@@ -297,6 +297,8 @@ static void forward_chunk(model_ctx *x, const model_batch *b, int row0, int M, i
     }
 }
 
+const float *mctx_device_taps(const model_ctx *x, int *rows) { return x->cu ? cuda_ctx_taps(x->cu, rows) : NULL; }
+
 int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) {
     const model_config *c = &x->m->cfg;
     if (b->n <= 0) return ds_err(err, errlen, "forward: empty batch");
@@ -322,7 +324,11 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
     for (int t = 0; t < b->n_taps; t++)
         if (b->tap_layers[t] < -1 || b->tap_layers[t] >= c->n_layers)
             return ds_err(err, errlen, "forward: tap layer %d outside -1..%d", b->tap_layers[t], c->n_layers - 1);
-    if (b->n_taps && !b->taps) return ds_err(err, errlen, "forward: no taps buffer");
+    if (b->n_taps && !b->taps && !b->taps_on_device) return ds_err(err, errlen, "forward: no taps buffer");
+    if (b->n_taps && b->taps_on_device &&
+        (!x->cu || b->n > MODEL_DEVICE_TAP_ROWS || b->n_taps > MODEL_DEVICE_TAPS))
+        return ds_err(err, errlen, "forward: taps stay on the device only on a GPU, for at most %d rows and %d layers",
+                      MODEL_DEVICE_TAP_ROWS, MODEL_DEVICE_TAPS);
     if (x->cu) return cuda_forward(x->cu, b, err, errlen);
     model_batch bb = *b;
     if (b->n_logits && !b->logits) { /* argmax or samples only: the rows go to scratch */

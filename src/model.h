@@ -91,8 +91,20 @@ typedef struct {
     int n_taps;            /* layers to tap (0 = none) */
     const int *tap_layers; /* [n_taps] in -1 .. n_layers-1 */
     float *taps;           /* [n_taps][n][hidden] output */
+    /* on a GPU, for at most MODEL_DEVICE_TAP_ROWS rows and
+       MODEL_DEVICE_TAPS layers: the taps stay in device memory
+       (mctx_device_taps) and taps is not used */
+    int taps_on_device;
 } model_batch;
 
+#define MODEL_DEVICE_TAP_ROWS 17
+#define MODEL_DEVICE_TAPS 8
+
 int model_forward(model_ctx *c, const model_batch *b, char *err, size_t errlen);
+
+/* On a GPU: the device buffer the last forward with taps_on_device left its
+ * taps in, [n_taps][*rows][hidden] (its first rows), valid until the next
+ * forward; NULL on the CPU. */
+const float *mctx_device_taps(const model_ctx *c, int *rows);
 
 #endif

@@ -10,6 +10,7 @@ struct seq {
     model_ctx *ctx;
     int *toks; /* [capacity] ids in the KV cache, in order */
     int n;
+    int taps_on_device; /* seq_keep_taps_on_device */
 };
 
 int seq_create(seq **out, const model *m, int n_ctx, int max_batch, tpool *tp, char *err, size_t errlen) {
@@ -79,7 +80,9 @@ static int append(seq *s, const model_batch *b, char *err, size_t errlen) {
     if (n <= 0 || b->n_logits < 0 || b->n_logits > n) return ds_err(err, errlen, "seq_append: bad row counts");
     if (s->n + n > mctx_capacity(s->ctx))
         return ds_err(err, errlen, "context window full (%d tokens)", mctx_capacity(s->ctx));
-    if (model_forward(s->ctx, b, err, errlen) != 0) {
+    model_batch bb = *b;
+    bb.taps_on_device = s->taps_on_device && b->n_taps > 0;
+    if (model_forward(s->ctx, &bb, err, errlen) != 0) {
         mctx_truncate(s->ctx, s->n);
         return -1;
     }
@@ -108,6 +111,9 @@ int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double 
                      .n_taps = n_taps, .tap_layers = tap_layers, .taps = taps};
     return append(s, &b, err, errlen);
 }
+
+void seq_keep_taps_on_device(seq *s, int on) { s->taps_on_device = on; }
+const float *seq_device_taps(const seq *s, int *rows) { return mctx_device_taps(s->ctx, rows); }
 
 void seq_truncate(seq *s, int len) {
     if (len < 0) len = 0;

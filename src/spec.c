@@ -198,6 +198,12 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     int anchor = sampler_sample(smp, logits);
     int stop = push(&g, anchor, logits);
     if (d) d->commit(d->self, &anchor, 1);
+    /* a drafter on the target's GPU reads the verifies' taps there */
+    int tap_rows = 0;
+    const float *dev_taps = nt && d->features_dev && nt <= MODEL_DEVICE_TAPS && K + 1 <= MODEL_DEVICE_TAP_ROWS
+                                ? seq_device_taps(s, &tap_rows)
+                                : NULL;
+    seq_keep_taps_on_device(s, dev_taps != NULL);
     while (!stop) {
         if (o->cancel && *o->cancel) break;
         int L = seq_len(s); /* = n_prompt + n_gen - 1: the anchor is not in the cache */
@@ -271,12 +277,14 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         if (d) {
             double td = ds_now();
             /* the rows kept in the target cache: the anchor and ne-1 drafts */
-            if (nt) d->features(d->self, L, ne, taps, nd + 1, 0);
+            if (dev_taps) d->features_dev(d->self, L, ne, dev_taps, tap_rows, 0);
+            else if (nt) d->features(d->self, L, ne, taps, nd + 1, 0);
             d->commit(d->self, tok, ne);
             st->t_draft += ds_now() - td;
         }
         anchor = tok[ne - 1];
     }
+    seq_keep_taps_on_device(s, 0);
 finish:
     if (last_logits && ids_only && last_in >= 0 && rc == 0) {
         /* the row that gave the last id, computed again alone: its input is

@@ -53,6 +53,10 @@ typedef struct {
        (the model_batch taps layout). Features the drafter held at positions
        >= pos0 are dropped first. NULL when n_taps is 0. */
     void (*features)(void *self, int pos0, int n, const float *taps, int rows, int row0);
+    /* features from taps in the target GPU's memory (mctx_device_taps's
+       buffer, the same layout); NULL unless the drafter runs on the GPU of
+       its target, which then keeps a verify's taps there */
+    void (*features_dev)(void *self, int pos0, int n, const float *taps, int rows, int row0);
 } drafter;
 
 typedef struct {

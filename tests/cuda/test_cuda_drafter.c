@@ -268,6 +268,80 @@ static void compare_greedy(const char *which) {
     close_pair(&p);
 }
 
+/* A GPU drafter fed a verify's taps where the GPU target left them
+   (seq_keep_taps_on_device, features_dev) holds the same context features,
+   bit for bit, and proposes the same drafts as one fed the same forward's
+   taps through the host. */
+static void compare_device_taps(const char *which) {
+    if (!have_gpu()) return;
+    char err[512];
+    pair p;
+    if (open_pair(&p, which) != 0) return;
+    const int V = p.V, H = p.H;
+    sampler_params sp = {.temperature = 0, .top_p = 1};
+    sampler *smp;
+    seq *s;
+    dstate *sa, *sb;
+    CHECK(sampler_create(&smp, &sp, V, err, sizeof err) == 0);
+    CHECK_MSG(seq_create(&s, p.tg, 256, 64, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(dstate_create(&sa, p.dg, 256, p.tp, smp, err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(dstate_create(&sb, p.dg, 256, p.tp, smp, err, sizeof err) == 0, "%s", err);
+    drafter da = dstate_drafter(sa), db = dstate_drafter(sb);
+    CHECK(da.features_dev != NULL);
+    const int nt = da.n_taps;
+    int ids[40];
+    prompt_ids(ids, 40, V, 7u);
+    da.reset(da.self, ids, 40);
+    db.reset(db.self, ids, 40);
+    int anchor = feed2(s, &da, &db, ids, 40, V, H);
+    da.commit(da.self, &anchor, 1);
+    db.commit(db.self, &anchor, 1);
+    float *taps = xmalloc(sizeof(float) * (size_t)nt * MODEL_DEVICE_TAP_ROWS * (size_t)H);
+    for (int r = 0; r < 6; r++) {
+        int d1[64], d2[64], rows[MODEL_DEVICE_TAP_ROWS], am[MODEL_DEVICE_TAP_ROWS], am2[MODEL_DEVICE_TAP_ROWS];
+        int k = da.propose(da.self, 64, d1, NULL);
+        CHECK_EQ_INT(db.propose(db.self, 64, d2, NULL), k);
+        CHECK(!memcmp(d1, d2, sizeof(int) * (size_t)k));
+        if (k > MODEL_DEVICE_TAP_ROWS - 1) k = MODEL_DEVICE_TAP_ROWS - 1;
+        rows[0] = anchor;
+        memcpy(rows + 1, d1, sizeof(int) * (size_t)k);
+        int L = seq_len(s), trows = 0;
+        CHECK_MSG(seq_append_argmax(s, rows, k + 1, am, nt, da.tap_layers, taps, err, sizeof err) == 0, "%s", err);
+        seq_truncate(s, L); /* the same forward again, its taps left on the device */
+        seq_keep_taps_on_device(s, 1);
+        CHECK_MSG(seq_append_argmax(s, rows, k + 1, am2, nt, da.tap_layers, NULL, err, sizeof err) == 0, "%s", err);
+        seq_keep_taps_on_device(s, 0);
+        CHECK(!memcmp(am, am2, sizeof(int) * (size_t)(k + 1)));
+        const float *dt = seq_device_taps(s, &trows);
+        CHECK(dt != NULL && trows >= k + 1);
+        int a = 0;
+        while (a < k && am[a] == rows[a + 1]) a++;
+        int ne = a + 1, cm[MODEL_DEVICE_TAP_ROWS];
+        da.features(da.self, L, ne, taps, k + 1, 0);
+        db.features_dev(db.self, L, ne, dt, trows, 0);
+        seq_truncate(s, L + ne);
+        memcpy(cm, rows + 1, sizeof(int) * (size_t)a);
+        cm[a] = am[a];
+        da.commit(da.self, cm, ne);
+        db.commit(db.self, cm, ne);
+        int na, nb;
+        const float *ca = dstate_last_ctx(sa, &na), *cb = dstate_last_ctx(sb, &nb);
+        CHECK_EQ_INT(na, ne);
+        CHECK_EQ_INT(nb, ne);
+        CHECK_MSG(!memcmp(ca, cb, sizeof(float) * (size_t)na * H), "%s round %d: context features differ", which, r);
+        anchor = am[a];
+    }
+    free(taps);
+    dstate_free(sa);
+    dstate_free(sb);
+    seq_free(s);
+    sampler_free(smp);
+    close_pair(&p);
+}
+
+TEST(cuda_drafter_device_taps_dspark) { compare_device_taps("dspark"); }
+TEST(cuda_drafter_device_taps_bundled_dflash) { compare_device_taps("bundled-dflash"); }
+
 TEST(cuda_drafter_dflash_vs_cpu) { compare_greedy("dflash"); }
 TEST(cuda_drafter_dspark_vs_cpu) { compare_greedy("dspark"); }
 TEST(cuda_drafter_dspark_r0_vs_cpu) { compare_greedy("dspark-r0"); }
