@@ -48,8 +48,9 @@ struct cuda_ctx {
     /* CUDA graphs of whole forwards, by (with taps or not; what comes
        back: logits, ids or both; rows; logits rows), for batches of up to
        GRAPH_ROWS rows. Tapped graphs copy the tap layers into d_taps (the
-       host copies follow the replay); they are captured for one set of tap
-       layers, tap_layers (a drafter's), and other sets run without graphs. */
+       host copies follow the replay, unless the taps stay there:
+       taps_on_device); they are captured for one set of tap layers,
+       tap_layers (a drafter's), and other sets run without graphs. */
     cudaGraphExec_t graphs[2][5][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
     float *d_taps; /* [GRAPH_TAPS][GRAPH_ROWS][hidden] */
     int tap_layers[GRAPH_TAPS], n_tap_layers;
@@ -376,8 +377,9 @@ static void lm_head(cuda_ctx *x, const float *h, int n) {
    norm and LM head for the chunk's last n_sel rows with the logits copied
    to h_pinned (out & OUT_LOGITS) and their argmax (OUT_IDS) or samples
    (OUT_SAMPLE, with the arguments in h_samp) to h_ids. b
-   (NULL: no taps) names the layers to tap, copied to the host or, while a
-   tapped graph is captured (to_dev), to d_taps. */
+   (NULL: no taps) names the layers to tap, copied to the host or, when
+   to_dev (a tapped graph's capture, or taps_on_device), to d_taps from row
+   row0 on. */
 static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_batch *b, int row0, int to_dev) {
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
@@ -484,7 +486,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     if (tail_rows(b, row0, M, *next_logit, &n_sel) != 0) {
         /* rare: logits of rows that are not the chunk's tail; run the layers,
            then the head row by row (each row alone gives the same bits) */
-        enqueue_chunk(x, M, 0, 0, b, row0, 0);
+        enqueue_chunk(x, M, 0, 0, b, row0, b->taps_on_device);
         CK(cudaStreamSynchronize(x->st));
         if (cu_gemm_check(x->gemm, err, errlen)) return -1;
         for (int i = 0; i < n_sel; i++) {

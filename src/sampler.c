@@ -269,7 +269,7 @@ static int walk(const float *w, int n, double target) {
 
 /* The kept token whose weight the running sum in id order passes target
    at, token skip left out (-1: none) */
-static int walk_kept(const sampler *s, int skip, double target) {
+static int walk_kept(sampler *s, int skip, double target) {
     if (!s->nkept) {
         if (skip < 0) return walk(s->e, s->vocab, target);
         float keep = s->e[skip];
