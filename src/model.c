@@ -347,6 +347,6 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
     }
     for (int i = 0; b->argmax && i < b->n_logits; i++)
         b->argmax[i] = op_argmax(bb.logits + (size_t)i * c->vocab_size, c->vocab_size);
-    if (b->smp) sampler_rows(b->smp, bb.logits, b->n_logits, b->draft, b->u, b->sampled);
+    if (b->smp) sampler_rows(b->smp, bb.logits, b->n_logits, b->draft, b->u, b->sampled, 0);
     return 0;
 }

@@ -82,8 +82,8 @@ typedef struct {
     int *argmax;           /* [n_logits] output, or NULL: each logits row's first largest entry (op_argmax);
                               without logits a GPU reads back only these ids */
     /* or, with smp set: sampler_rows(smp, rows, n_logits, draft, u,
-       sampled) over the logits rows (a GPU samples on the device and reads
-       back only these ids; at most MODEL_SAMPLE_ROWS rows) */
+       sampled, 0) over the logits rows (a GPU samples on the device, every
+       row, and reads back only these ids; at most MODEL_SAMPLE_ROWS rows) */
     sampler *smp;
     const int *draft;      /* [n_logits - 1] */
     const double *u;       /* [n_logits] */

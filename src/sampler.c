@@ -324,9 +324,13 @@ void sampler_probs(sampler *s, const float *logits, float *probs) {
     for (int i = 0; i < s->nkept; i++) probs[s->c[i].id] = s->c[i].p * inv;
 }
 
-void sampler_rows(sampler *s, const float *logits, int n, const int *draft, const double *u, int *out) {
+void sampler_rows(sampler *s, const float *logits, int n, const int *draft, const double *u, int *out, int all) {
     const int V = s->vocab;
     for (int j = 0; j < n; j++) {
+        if (!all && j && out[j - 1] >= 0) { /* the round ended at row j - 1 */
+            out[j] = -2;
+            continue;
+        }
         const float *row = logits + (size_t)j * V;
         if (sampler_is_greedy(s)) {
             int am = op_argmax(row, V);

@@ -43,7 +43,7 @@ int spec_accept(sampler *smp, const float *logits, int vocab, const int *draft, 
         double u[SPEC_MAX_DRAFT + 1];
         int out[SPEC_MAX_DRAFT + 1], used;
         sampler_peek(smp, u, k + 1);
-        sampler_rows(smp, logits, k + 1, draft, u, out);
+        sampler_rows(smp, logits, k + 1, draft, u, out, 0);
         int a = take_rows(out, k, y, &used);
         sampler_skip(smp, used);
         return a;

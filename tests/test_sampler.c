@@ -182,7 +182,7 @@ static int host_rows(void *ctx, const float *rows, int n, int V, const sampler_p
     (void)ctx;
     sampler *s;
     if (sampler_create(&s, p, V, err, errlen) != 0) return -1;
-    sampler_rows(s, rows, n, draft, u, got);
+    sampler_rows(s, rows, n, draft, u, got, 1);
     sampler_free(s);
     return 0;
 }
