@@ -12,7 +12,8 @@
 #   - for 8B: a speculative round with random drafters of the published
 #     Qwen3-8B DFlash (block 16) and DSpark (block 7) shapes on the GPU:
 #     decode tok/s of `dspark run` (random weights accept nothing, so it is
-#     rounds per second) and the calibrated drafter round cost;
+#     rounds per second) and the calibrated drafter round cost; sampled
+#     decode under several sampling settings (bench/gpu-sampled.sh);
 #   - transformers' own greedy decode of the same checkpoint;
 #   - llama.cpp's CUDA build on the same weights, when L points at an
 #     unpacked llama.cpp build (bench/gpu-llama.sh).
@@ -72,6 +73,7 @@ for shape in ${SHAPES:-4b 8b}; do
       done
       [ -n "$FAST" ] || DSPARK_BIN="$P/dspark" DSPARK_DEVICE=cuda sh bench/drafter-cost.sh "$d" "$dd" | tail -1
     done
+    [ -n "$FAST" ] || { echo "== sampled decode (bench/gpu-sampled.sh)"; P="$P" sh bench/gpu-sampled.sh "$d" 1; }
     [ -n "$FAST" ] || printf "baseline: "
     [ -n "$FAST" ] || "$P/dspark" run --device cuda --model "$d" --mode baseline --prompt-ids "$ids" -n 64 --ignore-eos --print-ids \
       2>&1 >/dev/null | grep -o "decode [^,]*tok/s" | head -1
