@@ -607,28 +607,49 @@ static int mx_propose(void *self, int k, int *draft, float *q) {
     return got;
 }
 
+/* Deterministic drafts for the mixer's context: the target's own greedy
+   continuation (the inner drafter still proposes and reads its features,
+   its drafts are dropped) */
+static int mx_propose_greedy(void *self, int k, int *draft, float *q) {
+    (void)q;
+    mixer *m = self;
+    char err[256];
+    int got = m->inner.propose(m->inner.self, k, draft, NULL);
+    if (seq_prefill(m->ws, m->ids, m->n, m->lg, err, sizeof err) < 0) return 0;
+    for (int j = 0; j < got; j++) {
+        draft[j] = op_argmax(m->lg, m->V);
+        if (j + 1 < got && seq_step(m->ws, draft[j], m->lg, err, sizeof err) != 0) return j + 1;
+    }
+    return got;
+}
+
 /* Sampled speculative decoding keeps the target's distribution: the joint
    distribution of the 1st (from the prefill) and 2nd (from a verify round)
    generated tokens (top-k 4 keeps the cells few) over many seeds equals
    baseline's, with DSpark (its sampled drafts and q) and DFlash (one-hot
    argmax drafts) inside a mixer whose q is deliberately unlike p (half a
    sharper target distribution, half the random drafter's), so that about
-   half the drafts are accepted and the rest resample from max(0, p - q).
-   Two-sample chi-square test; with the residual replaced by p it fails. */
+   half the drafts are accepted and the rest resample from max(0, p - q);
+   and, with DFlash reading the taps, deterministic drafts (the target's
+   greedy continuation: one-hot q, so the rounds go through the forward's
+   sampler_rows with the taps). Two-sample chi-square test; with the
+   residual replaced by p it fails. */
 TEST(drafter_sampling_distribution) {
     target t;
     if (open_target(&t, "drafters/target") != 0) return;
     char err[1024];
     enum { N = 2500, MAXC = 4096 };
     const int prompt[6] = {376, 280, 119, 187, 320, 332};
-    const char *names[] = {NULL, "dspark", "dflash"};
-    static long cnt[3][MAXC];
+    /* the last: DFlash's features, the target's greedy drafts */
+    const char *names[] = {NULL, "dspark", "dflash", "dflash"};
+    enum { NM = 4 };
+    static long cnt[NM][MAXC];
     int n_keys = 0; /* cells: (t2 * V + t3) */
     static int cell_key[MAXC];
-    long accepted[3] = {0};
+    long accepted[NM] = {0};
     memset(cnt, 0, sizeof cnt);
     float *qi = xmalloc(sizeof(float) * 8 * (size_t)t.V), *lg = xmalloc(sizeof(float) * (size_t)t.V);
-    for (int mi = 0; mi < 3; mi++) {
+    for (int mi = 0; mi < NM; mi++) {
         dmodel *dm = NULL;
         dstate *ds = NULL;
         seq *s, *ws = NULL;
@@ -659,6 +680,7 @@ TEST(drafter_sampling_distribution) {
                 d = (drafter){.self = &mx, .deterministic = 0, .n_taps = mx.inner.n_taps,
                               .tap_layers = mx.inner.tap_layers, .reset = mx_reset, .propose = mx_propose,
                               .commit = mx_commit, .features = mx_features};
+                if (mi == NM - 1) d.deterministic = 1, d.propose = mx_propose_greedy;
             }
             spec_opts so = {.max_new = 3, .max_draft = 3, .ignore_eos = 1};
             spec_stats st;
@@ -686,7 +708,7 @@ TEST(drafter_sampling_distribution) {
     }
     free(qi);
     free(lg);
-    for (int mi = 1; mi < 3; mi++) {
+    for (int mi = 1; mi < NM; mi++) {
         double chi = 0;
         int df = -1;
         for (int c = 0; c < n_keys; c++) {
