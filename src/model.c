@@ -305,6 +305,8 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
     if (b->n_logits < 0 || b->n_logits > b->n)
         return ds_err(err, errlen, "forward: %d logit rows requested for a batch of %d", b->n_logits, b->n);
     if (b->n_logits && !b->logits && !b->argmax && !b->smp) return ds_err(err, errlen, "forward: no logits buffer");
+    if (b->smp && sampler_is_greedy(b->smp))
+        return ds_err(err, errlen, "forward: a greedy sampler takes argmax, not sampling");
     if (b->smp && (!b->n_logits || b->n_logits > MODEL_SAMPLE_ROWS || b->logits || b->argmax || b->logit_rows ||
                    !b->u || !b->sampled || (b->n_logits > 1 && !b->draft)))
         return ds_err(err, errlen, "forward: sampling takes the last 1..%d rows with uniforms, drafts and an output, "

@@ -144,23 +144,24 @@ static float top_k_threshold(const float *e, int V, int k) {
     return 0.0f;
 }
 
-/* c[0..n) (in id order) sorted by p descending, ties by id ascending: a
-   stable LSD radix sort on the bits of p >= 0, complemented, through
-   tmp[n] */
-static void radix_sort(cand *c, cand *tmp, int n) {
-    for (int shift = 0; shift < 32; shift += 8) {
+/* a candidate's sort key: its id, or the complemented bits of its p >= 0
+   (ascending keys: p descending) */
+static uint32_t cand_key(const cand *x, int by_id) {
+    if (by_id) return (uint32_t)x->id;
+    uint32_t k;
+    memcpy(&k, &x->p, sizeof k);
+    return ~k;
+}
+
+/* c[0..n) sorted stably by cand_key over its low `bits` bits: an LSD radix
+   sort through tmp[n]. By p (32 bits) from id order: p descending, ties by
+   id ascending. */
+static void radix_sort(cand *c, cand *tmp, int n, int by_id, int bits) {
+    for (int shift = 0; shift < bits; shift += 8) {
         int cnt[257] = {0};
-        for (int i = 0; i < n; i++) {
-            uint32_t k;
-            memcpy(&k, &c[i].p, sizeof k);
-            cnt[((~k) >> shift & 255) + 1]++;
-        }
+        for (int i = 0; i < n; i++) cnt[(cand_key(&c[i], by_id) >> shift & 255) + 1]++;
         for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
-        for (int i = 0; i < n; i++) {
-            uint32_t k;
-            memcpy(&k, &c[i].p, sizeof k);
-            tmp[cnt[(~k) >> shift & 255]++] = c[i];
-        }
+        for (int i = 0; i < n; i++) tmp[cnt[cand_key(&c[i], by_id) >> shift & 255]++] = c[i];
         memcpy(c, tmp, sizeof(cand) * (size_t)n);
     }
 }
@@ -169,23 +170,20 @@ static void radix_sort(cand *c, cand *tmp, int n) {
    are left out when the ones above carry the nucleus's mass, else none is */
 #define TOP_P_PREFILTER 0x1p-24f
 
-/* c[0..n) sorted by id (an LSD radix sort on the ids < V, through tmp) */
+/* c[0..n) sorted by id (ids < V): insertion for a few, else the radix sort
+   over the bits the ids use */
 static void sort_by_id(cand *c, cand *tmp, int n, int V) {
-    if (n <= 32) {
-        for (int i = 1; i < n; i++) {
-            cand x = c[i];
-            int j = i;
-            for (; j > 0 && c[j - 1].id > x.id; j--) c[j] = c[j - 1];
-            c[j] = x;
-        }
+    if (n > 32) {
+        int bits = 0;
+        while ((V - 1) >> bits) bits += 8;
+        radix_sort(c, tmp, n, 1, bits);
         return;
     }
-    for (int shift = 0; (V - 1) >> shift; shift += 8) {
-        int cnt[257] = {0};
-        for (int i = 0; i < n; i++) cnt[(c[i].id >> shift & 255) + 1]++;
-        for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
-        for (int i = 0; i < n; i++) tmp[cnt[c[i].id >> shift & 255]++] = c[i];
-        memcpy(c, tmp, sizeof(cand) * (size_t)n);
+    for (int i = 1; i < n; i++) {
+        cand x = c[i];
+        int j = i;
+        for (; j > 0 && c[j - 1].id > x.id; j--) c[j] = c[j - 1];
+        c[j] = x;
     }
 }
 
@@ -222,7 +220,7 @@ static void filter(sampler *s, const float *logits) {
         for (int i = 0; i < n; i++) kept += c[i].p;
         if (kept < s->p.top_p * esum) n = collect(c, e, V, 0.0f); /* the nucleus reaches below */
     }
-    radix_sort(c, s->c2, n);
+    radix_sort(c, s->c2, n, 0, 32);
     double mass = esum;
     if (top_k) {
         n = top_k;
@@ -253,13 +251,14 @@ static void filter(sampler *s, const float *logits) {
     sort_by_id(c, s->c2, n, V);
 }
 
-/* The first index where the running sum of the weights w[0..n) passes
-   target (the last positive one if rounding leaves it short). */
-static int walk(const float *w, int n, double target) {
+/* The first index where the running sum of the weights w[0..n), index skip
+   left out (-1: none), passes target (the last positive one if rounding
+   leaves it short). */
+static int walk(const float *w, int n, int skip, double target) {
     double cum = 0;
     int last = 0;
     for (int i = 0; i < n; i++) {
-        if (!(w[i] > 0.0f)) continue;
+        if (i == skip || !(w[i] > 0.0f)) continue;
         cum += w[i];
         last = i;
         if (target < cum) return i;
@@ -269,15 +268,8 @@ static int walk(const float *w, int n, double target) {
 
 /* The kept token whose weight the running sum in id order passes target
    at, token skip left out (-1: none) */
-static int walk_kept(sampler *s, int skip, double target) {
-    if (!s->nkept) {
-        if (skip < 0) return walk(s->e, s->vocab, target);
-        float keep = s->e[skip];
-        s->e[skip] = 0.0f;
-        int r = walk(s->e, s->vocab, target);
-        s->e[skip] = keep;
-        return r;
-    }
+static int walk_kept(const sampler *s, int skip, double target) {
+    if (!s->nkept) return walk(s->e, s->vocab, skip, target);
     double cum = 0;
     int last = s->c[0].id;
     for (int i = 0; i < s->nkept; i++) {
@@ -331,13 +323,7 @@ void sampler_rows(sampler *s, const float *logits, int n, const int *draft, cons
             out[j] = -2;
             continue;
         }
-        const float *row = logits + (size_t)j * V;
-        if (sampler_is_greedy(s)) {
-            int am = op_argmax(row, V);
-            out[j] = j < n - 1 && am == draft[j] ? -1 : am;
-            continue;
-        }
-        filter(s, row);
+        filter(s, logits + (size_t)j * V);
         if (j == n - 1) {
             out[j] = walk_kept(s, -1, u[j] * s->mass);
             continue;
@@ -354,4 +340,4 @@ void sampler_rows(sampler *s, const float *logits, int n, const int *draft, cons
     }
 }
 
-int sampler_draw(sampler *s, const float *w, int n, double mass) { return walk(w, n, sampler_uniform(s) * mass); }
+int sampler_draw(sampler *s, const float *w, int n, double mass) { return walk(w, n, -1, sampler_uniform(s) * mass); }

@@ -52,7 +52,8 @@ const sampler_params *sampler_get_params(const sampler *s);
  * else a draw with u[j+1] from p_j without the draft (from p_j when that
  * leaves no mass). Row n-1: a draw from p_{n-1} with u[n-1]. The first row
  * with out[j] >= 0 ends the round; a round ending at row a < n-1 used a + 2
- * uniforms, one that accepted every draft n. Greedy: argmax, no uniforms.
+ * uniforms, one that accepted every draft n. s samples (not greedy: a
+ * greedy round compares drafts with op_argmax).
  * With all 0 the rows after the round's end are not sampled (out -2 there),
  * as a round needs; a GPU answers every row anyway. */
 void sampler_rows(sampler *s, const float *logits, int n, const int *draft, const double *u, int *out, int all);

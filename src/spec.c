@@ -21,13 +21,14 @@ _Static_assert(PREFILL_CHUNK % CUDA_GEMM_MIN_ROWS == 0, "prefill chunks cut the 
 /* prompt rows between progress reports on the plain prefill path */
 #define PROGRESS_CHUNK 512
 
-/* The round that sampler_rows's answers out[0..k] give: the accepted count
-   a, the extra token *y, and the uniforms it used (sampler_rows) */
-static int take_rows(const int *out, int k, int *y, int *used) {
+/* The round that sampler_rows's answers out[0..k] give, its uniforms
+   drawn ahead by sampler_peek: the accepted count a and the extra token *y;
+   consumes the uniforms the round used (sampler_rows) */
+static int take_rows(sampler *smp, const int *out, int k, int *y) {
     int a = 0;
     while (a < k && out[a] < 0) a++;
     *y = out[a];
-    *used = a < k ? a + 2 : k + 1;
+    sampler_skip(smp, a < k ? a + 2 : k + 1);
     return a;
 }
 
@@ -41,12 +42,10 @@ int spec_accept(sampler *smp, const float *logits, int vocab, const int *draft, 
     }
     if (!q) { /* one-hot drafts: the rows' rule, with uniforms drawn ahead */
         double u[SPEC_MAX_DRAFT + 1];
-        int out[SPEC_MAX_DRAFT + 1], used;
+        int out[SPEC_MAX_DRAFT + 1];
         sampler_peek(smp, u, k + 1);
         sampler_rows(smp, logits, k + 1, draft, u, out, 0);
-        int a = take_rows(out, k, y, &used);
-        sampler_skip(smp, used);
-        return a;
+        return take_rows(smp, out, k, y);
     }
     for (int j = 0; j < k; j++) {
         const float *row = logits + (size_t)j * vocab;
@@ -234,15 +233,13 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
             y = am[a];
         } else if (ids_only) {
             double u[SPEC_MAX_DRAFT + 1];
-            int used;
             sampler_peek(smp, u, nd + 1);
             if (seq_append_sample(s, rows, nd + 1, smp, u, am, nt, nt ? d->tap_layers : NULL, taps, err,
                                   errlen) != 0) {
                 rc = -1;
                 break;
             }
-            a = take_rows(am, nd, &y, &used);
-            sampler_skip(smp, used);
+            a = take_rows(smp, am, nd, &y);
         } else {
             if (seq_append_taps(s, rows, nd + 1, nd + 1, logits, nt, nt ? d->tap_layers : NULL, taps, err, errlen) !=
                 0) {
