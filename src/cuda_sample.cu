@@ -25,13 +25,9 @@
 
 #include "cuda_ops.cuh"
 
-#ifndef SMP_THREADS
 #define SMP_THREADS 512
-#endif
 #define SMP_WARPS (SMP_THREADS / 32)
-#ifndef SMP_WAYS
 #define SMP_WAYS 8 /* thresholds per search pass */
-#endif
 
 #define SMP_CLUSTER 8 /* blocks per row, one slice of the vocabulary each */
 
@@ -385,27 +381,48 @@ void cu_sample_rows(cudaStream_t st, int *out, const float *logits, float *escr,
     launch_sample(m, st, out, logits, escr, V, a, scale);
 }
 
-extern "C" int cuda_test_sample_rows(int *out, const float *logits, int n, int V, const sampler_params *p,
-                                     const int *draft, const double *u, char *err, size_t errlen) {
-    if (n < 1 || n > MODEL_SAMPLE_ROWS) return ds_err(err, errlen, "cuda_test_sample_rows: %d rows", n);
+/* device copies of logits rows, their sampler's scratch, answers and
+   arguments, for the test and benchmark entry points */
+struct smp_bufs {
+    float *l, *e;
+    int *out;
+    cu_sample_args *a;
+};
+
+static void bufs_free(smp_bufs *b) {
+    cudaFree(b->l);
+    cudaFree(b->e);
+    cudaFree(b->out);
+    cudaFree(b->a);
+}
+
+static int bufs_up(smp_bufs *b, const float *logits, int n, int V, const sampler_params *p, const int *draft,
+                   const double *u, char *err, size_t errlen) {
+    *b = smp_bufs{};
+    if (n < 1 || n > MODEL_SAMPLE_ROWS) return ds_err(err, errlen, "device sampler: %d rows", n);
     cu_sample_args h;
     cu_sample_args_set(&h, p, draft, u, n);
-    float *dl = NULL, *de = NULL;
-    int *dout = NULL;
-    cu_sample_args *da = NULL;
-    CK(cudaMalloc(&dl, sizeof(float) * (size_t)n * V));
-    CK(cudaMalloc(&de, sizeof(float) * (size_t)n * cu_sample_stride(V)));
-    CK(cudaMalloc(&dout, sizeof(int) * (size_t)n));
-    CK(cudaMalloc(&da, sizeof h));
-    CK(cudaMemcpy(dl, logits, sizeof(float) * (size_t)n * V, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(da, &h, sizeof h, cudaMemcpyHostToDevice));
-    cu_sample_rows(0, dout, dl, de, n, V, da);
-    CK_LAUNCH();
-    CK(cudaMemcpy(out, dout, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost));
-    cudaFree(dl);
-    cudaFree(de);
-    cudaFree(dout);
-    cudaFree(da);
+    if (cudaMalloc(&b->l, sizeof(float) * (size_t)n * V) != cudaSuccess ||
+        cudaMalloc(&b->e, sizeof(float) * (size_t)n * cu_sample_stride(V)) != cudaSuccess ||
+        cudaMalloc(&b->out, sizeof(int) * (size_t)n) != cudaSuccess || cudaMalloc(&b->a, sizeof h) != cudaSuccess ||
+        cudaMemcpy(b->l, logits, sizeof(float) * (size_t)n * V, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(b->a, &h, sizeof h, cudaMemcpyHostToDevice) != cudaSuccess) {
+        bufs_free(b);
+        return ds_err(err, errlen, "device sampler: cannot set up %d rows of %d: %s", n, V,
+                      cudaGetErrorString(cudaGetLastError()));
+    }
+    return 0;
+}
+
+extern "C" int cuda_test_sample_rows(int *out, const float *logits, int n, int V, const sampler_params *p,
+                                     const int *draft, const double *u, char *err, size_t errlen) {
+    smp_bufs b;
+    if (bufs_up(&b, logits, n, V, p, draft, u, err, errlen) != 0) return -1;
+    cu_sample_rows(0, b.out, b.l, b.e, n, V, b.a);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaMemcpy(out, b.out, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost);
+    bufs_free(&b);
+    if (e != cudaSuccess) return ds_err(err, errlen, "device sampler: %s", cudaGetErrorString(e));
     return 0;
 }
 
@@ -425,35 +442,25 @@ extern "C" int cuda_bench_sample(int V, int rows, int peaked, const sampler_para
     int draft[MODEL_SAMPLE_ROWS];
     double u[MODEL_SAMPLE_ROWS];
     for (int i = 0; i < rows; i++) draft[i] = (i * 7919) % V, u[i] = 0.999; /* rejected: every row draws */
-    cu_sample_args a;
-    cu_sample_args_set(&a, p, draft, u, rows);
-    float *dl = NULL, *de = NULL;
-    int *dout = NULL;
-    cu_sample_args *da = NULL;
-    cudaEvent_t e0, e1;
-    CK(cudaMalloc(&dl, sizeof(float) * n));
-    CK(cudaMalloc(&de, sizeof(float) * (size_t)rows * cu_sample_stride(V)));
-    CK(cudaMalloc(&dout, sizeof(int) * (size_t)rows));
-    CK(cudaMalloc(&da, sizeof a));
-    CK(cudaMemcpy(dl, h, sizeof(float) * n, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(da, &a, sizeof a, cudaMemcpyHostToDevice));
+    smp_bufs b;
+    int rc = bufs_up(&b, h, rows, V, p, draft, u, err, errlen);
     free(h);
+    if (rc != 0) return -1;
+    cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    cu_sample_rows(0, dout, dl, de, rows, V, da);
+    cu_sample_rows(0, b.out, b.l, b.e, rows, V, b.a);
     cudaEventRecord(e0, 0);
-    for (int i = 0; i < reps; i++) cu_sample_rows(0, dout, dl, de, rows, V, da);
+    for (int i = 0; i < reps; i++) cu_sample_rows(0, b.out, b.l, b.e, rows, V, b.a);
     cudaEventRecord(e1, 0);
-    CK(cudaEventSynchronize(e1));
-    CK_LAUNCH();
+    cudaError_t e = cudaEventSynchronize(e1);
+    if (e == cudaSuccess) e = cudaGetLastError();
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
     *us = 1e3 * ms / reps;
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    cudaFree(dl);
-    cudaFree(de);
-    cudaFree(dout);
-    cudaFree(da);
+    bufs_free(&b);
+    if (e != cudaSuccess) return ds_err(err, errlen, "device sampler: %s", cudaGetErrorString(e));
     return 0;
 }
