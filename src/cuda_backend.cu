@@ -425,7 +425,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         mark(x, OP_HEAD);
         if (out & (OUT_IDS | OUT_SAMPLE)) {
             if (out & OUT_IDS) cu_argmax(st, x->d_ids, x->logits, n_sel, V);
-            else cu_sample_rows(st, x->d_ids, x->logits, x->escr, n_sel, V, x->d_samp);
+            else cu_sample_rows(st, x->d_ids, x->logits, x->escr, n_sel, V, x->d_samp, NULL, 0);
             cudaMemcpyAsync(x->h_ids, x->d_ids, sizeof(int) * (size_t)n_sel, cudaMemcpyDeviceToHost, st);
         }
         if (out & OUT_LOGITS)
@@ -511,6 +511,10 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     if (b->smp && n_sel) {
         cu_sample_args_set(x->h_samp, sampler_get_params(b->smp), b->draft, b->u, b->n_logits);
         x->h_samp->row0 = *next_logit;
+        if (b->draft_q) {
+            x->h_samp->q = b->draft_q->e;
+            x->h_samp->qtot = b->draft_q->tot;
+        }
     }
     int tapped = b->n_taps > 0;
     /* (a tapped graph leaves its taps at row 0 of d_taps) */

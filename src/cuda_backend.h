@@ -100,6 +100,14 @@ int cuda_test_matmul_prefill(float *y, const float *x, int M, const void *w, con
  * (temperature > 0), computed by the device sampler */
 int cuda_test_sample_rows(int *out, const float *logits, int n, int V, const sampler_params *p, const int *draft,
                           const double *u, char *err, size_t errlen);
+/* A sampled verify of drafts with distributions (DSpark's): drafts[n-1]
+ * drawn by the device sampler from qlogits[n-1][V] under p with uq[n-1] (as
+ * a GPU drafter draws them), then out[n] = the device sampler's answers for
+ * logits[n][V] with u[n] against those drafts and their distributions
+ * (spec_accept's rule: accepted when u < p(d) / q(d), else a draw from
+ * max(0, p - q)) */
+int cuda_test_sample_rows_q(int *drafts, int *out, const float *logits, const float *qlogits, int n, int V,
+                            const sampler_params *p, const double *uq, const double *u, char *err, size_t errlen);
 /* out[m] = op_argmax(x[m], n) */
 int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen);
 int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);

@@ -74,6 +74,12 @@ struct cuda_dstate {
     float *base, *z, *e, *conf;             /* [B][V] head rows, [B][V] biased rows, [R], [B] */
     float *part;                            /* split attention partials */
     int *d_in, *draft;                      /* IN_* layout; [B] greedy drafts */
+    /* DSpark's sampled drafts: the device sampler's scratch rows (each
+       row's filtered distribution, a verify's q) and kept masses, and its
+       arguments (pinned, device) */
+    float *qscr;
+    unsigned long long *qtot;
+    cu_sample_args *h_samp, *d_samp;
     int *h_in, *h_ids;                      /* pinned: IN_* layout; [B] drafts */
     float *h_feat, *h_out;                  /* pinned: [CTX_ROWS][nt*H]; [B] confidences + [V] one z row */
     cudaStream_t st;
@@ -199,6 +205,10 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
         ok = cudaMalloc((void **)bufs[i], sizeof(float) * sizes[i]) == cudaSuccess;
     ok = ok && cudaMalloc((void **)&s->d_in, sizeof(int) * IN_INTS(s)) == cudaSuccess &&
          cudaMalloc((void **)&s->draft, sizeof(int) * B) == cudaSuccess &&
+         (!m->dspark || (cudaMalloc((void **)&s->qscr, sizeof(float) * B * cu_sample_stride((int)V)) == cudaSuccess &&
+                         cudaMalloc((void **)&s->qtot, sizeof(unsigned long long) * B) == cudaSuccess &&
+                         cudaMalloc((void **)&s->d_samp, sizeof(cu_sample_args)) == cudaSuccess &&
+                         cudaMallocHost((void **)&s->h_samp, sizeof(cu_sample_args)) == cudaSuccess)) &&
          cudaMallocHost((void **)&s->h_in, sizeof(int) * IN_INTS(s)) == cudaSuccess &&
          cudaMallocHost((void **)&s->h_ids, sizeof(int) * B) == cudaSuccess &&
          cudaMallocHost((void **)&s->h_feat, sizeof(float) * CTX_ROWS * m->nt * H) == cudaSuccess &&
@@ -209,7 +219,7 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
         cudaGetLastError();
         return ds_err(err, errlen, "CUDA: cannot allocate the drafter's scratch");
     }
-    s->g_block = (cudaGraphExec_t *)xcalloc((size_t)(B + 1) * 2, sizeof(cudaGraphExec_t));
+    s->g_block = (cudaGraphExec_t *)xcalloc((size_t)(B + 1) * 3, sizeof(cudaGraphExec_t));
     s->use_graphs = cu_graphs_enabled();
     *out = s;
     return 0;
@@ -224,12 +234,16 @@ extern "C" void cuda_dstate_free(cuda_dstate *s) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFree(s->d_in);
     cudaFree(s->draft);
+    cudaFree(s->qscr);
+    cudaFree(s->qtot);
+    cudaFree(s->d_samp);
+    if (s->h_samp) cudaFreeHost(s->h_samp);
     if (s->h_in) cudaFreeHost(s->h_in);
     if (s->h_ids) cudaFreeHost(s->h_ids);
     if (s->h_feat) cudaFreeHost(s->h_feat);
     if (s->h_out) cudaFreeHost(s->h_out);
     if (s->g_block)
-        for (int i = 0; i < (s->m->B + 1) * 2; i++)
+        for (int i = 0; i < (s->m->B + 1) * 3; i++)
             if (s->g_block[i]) cudaGraphExecDestroy(s->g_block[i]);
     for (int i = 0; i <= GRAPH_ROWS; i++)
         for (int h = 0; h < 2; h++)
@@ -284,6 +298,11 @@ static void enqueue_ingest(cuda_dstate *s, int M, int chain) {
 /* DSpark row j after the head: e = W1[*prev]; its confidence; its logits
    z_j = base_j + W2 . e (the head row itself without a Markov head); with
    chain, draft[j] = argmax z_j (the next row's prev). */
+/* chain: 0 the rows only (the host continues), CHAIN_GREEDY the drafts by
+   argmax on the device, CHAIN_SAMPLED (DSpark) drawn there by the device
+   sampler with the arguments in d_samp */
+enum { CHAIN_GREEDY = 1, CHAIN_SAMPLED = 2 };
+
 static void enqueue_dspark_row(cuda_dstate *s, int j, const int *prev, int chain) {
     const cuda_dmodel *m = s->m;
     const int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
@@ -306,7 +325,10 @@ static void enqueue_dspark_row(cuda_dstate *s, int j, const int *prev, int chain
         }
     }
     if (m->R) cu_matmul(st, zj, s->e, 1, &m->w2, bj); /* the head row enters as the bias */
-    if (chain) cu_argmax(st, s->draft + j, zj, 1, V);
+    if (chain == CHAIN_SAMPLED)
+        cu_sample_rows(st, s->draft + j, zj, s->qscr + j * cu_sample_stride(V), 1, V, s->d_samp, s->qtot + j, j);
+    else if (chain)
+        cu_argmax(st, s->draft + j, zj, 1, V);
 }
 
 /* The block [anchor, mask x (B-1)] at positions *d_len.. through the
@@ -322,6 +344,7 @@ static void enqueue_block(cuda_dstate *s, int n, int chain) {
     cudaStream_t st = s->st;
     int *tok = s->d_in, *pos = s->d_in + IN_POS(s), *d_len = s->d_in + IN_LEN(s);
     cudaMemcpyAsync(s->d_in, s->h_in, sizeof(int) * IN_INTS(s), cudaMemcpyHostToDevice, st);
+    if (chain == CHAIN_SAMPLED) cudaMemcpyAsync(s->d_samp, s->h_samp, sizeof *s->h_samp, cudaMemcpyHostToDevice, st);
     cu_embed(st, s->x, m->embed, tok, B);
     for (int l = 0; l < c->n_layers; l++) {
         const dr_layer *L = &m->layers[l];
@@ -346,7 +369,7 @@ static void enqueue_block(cuda_dstate *s, int n, int chain) {
     } else {
         cu_matmul(st, s->base, s->xb, n, m->lm_head, NULL);
         if (chain)
-            for (int j = 0; j < n; j++) enqueue_dspark_row(s, j, j ? s->draft + j - 1 : tok, 1);
+            for (int j = 0; j < n; j++) enqueue_dspark_row(s, j, j ? s->draft + j - 1 : tok, chain);
     }
     if (chain) {
         cudaMemcpyAsync(s->h_ids, s->draft, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost, st);
@@ -440,8 +463,8 @@ extern "C" int cuda_dstate_ingest_dev(cuda_dstate *s, int pos0, int n, const flo
     return 0;
 }
 
-extern "C" int cuda_dstate_propose(cuda_dstate *s, int anchor, int n, int chain, int *draft, float *conf, char *err,
-                                   size_t errlen) {
+static int propose(cuda_dstate *s, int anchor, int n, int chain, int *draft, float *conf, char *err,
+                   size_t errlen) {
     const cuda_dmodel *m = s->m;
     const int B = m->B, rows = m->dspark ? B : B - 1;
     if (n < 1 || n > rows || s->len + B > s->cap)
@@ -452,14 +475,34 @@ extern "C" int cuda_dstate_propose(cuda_dstate *s, int anchor, int n, int chain,
     for (int i = 1; i < B; i++) s->h_in[i] = m->mask_id;
     for (int i = 0; i < B; i++) s->h_in[IN_POS(s) + i] = s->len + i;
     s->h_in[IN_LEN(s)] = s->len;
-    chain = chain ? 1 : 0;
-    run_pass(s, &s->g_block[n * 2 + chain], enqueue_block, n, chain);
+    run_pass(s, &s->g_block[n * 3 + chain], enqueue_block, n, chain);
     if (finish(s, err, errlen) != 0) return -1;
     if (chain) {
         memcpy(draft, s->h_ids, sizeof(int) * (size_t)n);
         if (conf && m->has_conf) memcpy(conf, s->h_out, sizeof(float) * (size_t)n);
     }
     return 0;
+}
+
+extern "C" int cuda_dstate_propose(cuda_dstate *s, int anchor, int n, int chain, int *draft, float *conf, char *err,
+                                   size_t errlen) {
+    return propose(s, anchor, n, chain ? CHAIN_GREEDY : 0, draft, conf, err, errlen);
+}
+
+extern "C" int cuda_dstate_propose_sampled(cuda_dstate *s, int anchor, int n, const sampler_params *p,
+                                           const double *u, int *draft, float *conf, char *err, size_t errlen) {
+    if (!s->m->dspark || p->temperature <= 0.0f)
+        return ds_err(err, errlen, "CUDA drafter: sampled drafts are DSpark's, with a temperature");
+    if (n < 1 || n > s->m->B) return ds_err(err, errlen, "CUDA drafter: cannot draft %d rows", n);
+    /* every row a draw (n = 1) with its own uniform */
+    cu_sample_args_set(s->h_samp, p, NULL, u, 1);
+    for (int j = 0; j < n; j++) s->h_samp->u[j] = u[j];
+    return propose(s, anchor, n, CHAIN_SAMPLED, draft, conf, err, errlen);
+}
+
+extern "C" void cuda_dstate_qrows(const cuda_dstate *s, const float **q, const unsigned long long **tot) {
+    *q = s->qscr;
+    *tot = s->qtot;
 }
 
 extern "C" int cuda_dstate_row(cuda_dstate *s, int j, int prev, float *conf, float *z, char *err, size_t errlen) {

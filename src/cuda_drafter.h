@@ -30,6 +30,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "sampler.h"
 #include "tensor.h"
 #include "wbind.h"
 
@@ -92,6 +93,17 @@ int cuda_dstate_ingest_dev(cuda_dstate *s, int pos0, int n, const float *taps, i
    continues). */
 int cuda_dstate_propose(cuda_dstate *s, int anchor, int n, int chain, int *draft, float *conf, char *err,
                         size_t errlen);
+/* DSpark, sampling (p->temperature > 0): as a chained propose, but draft j
+   is drawn on the device by the device sampler (sampler_rows's draw rule)
+   with u[j] from its row's distribution under p, which stays on the device
+   for the verify (cuda_dstate_qrows). Every one of the n rows is drawn;
+   the caller keeps those before the first low confidence. */
+int cuda_dstate_propose_sampled(cuda_dstate *s, int anchor, int n, const sampler_params *p, const double *u,
+                                int *draft, float *conf, char *err, size_t errlen);
+/* The last sampled propose's draft distributions in device memory, as a
+   verify's q reads them (cu_sample_args.q / qtot): the device sampler's
+   scratch rows and their kept masses. */
+void cuda_dstate_qrows(const cuda_dstate *s, const float **q, const unsigned long long **tot);
 /* DSpark after a propose without chain: row j given the previous id
    (the anchor for j = 0): its confidence into *conf (when the head
    exists) and its logits z = head row j (+ W2 . W1[prev]) into z[V]. */

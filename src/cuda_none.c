@@ -107,6 +107,22 @@ int cuda_dstate_propose(cuda_dstate *s, int anchor, int n, int chain, int *draft
     (void)conf;
     return NOT_BUILT(err, errlen);
 }
+int cuda_dstate_propose_sampled(cuda_dstate *s, int anchor, int n, const sampler_params *p, const double *u,
+                                int *draft, float *conf, char *err, size_t errlen) {
+    (void)s;
+    (void)anchor;
+    (void)n;
+    (void)p;
+    (void)u;
+    (void)draft;
+    (void)conf;
+    return NOT_BUILT(err, errlen);
+}
+void cuda_dstate_qrows(const cuda_dstate *s, const float **q, const unsigned long long **tot) {
+    (void)s;
+    *q = NULL;
+    *tot = NULL;
+}
 int cuda_dstate_row(cuda_dstate *s, int j, int prev, float *conf, float *z, char *err, size_t errlen) {
     (void)s;
     (void)j;

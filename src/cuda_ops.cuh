@@ -199,12 +199,19 @@ void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n);
 
 /* what the device sampler reads: the sampler's parameters and a verify's
    drafts and uniforms (sampler_rows's arguments for n rows), and which of
-   those rows a launch's logits rows are (row0 on) */
+   those rows a launch's logits rows are (row0 on). q (NULL: one-hot
+   drafts): the drafts' own distributions, as the device sampler left them
+   when it drew them (a GPU drafter's rows: the filtered numerators e in its
+   scratch rows, stride cu_sample_stride, and their kept masses qtot); a
+   draft d is then accepted when u < p(d) / q(d), and a rejected row draws
+   from max(0, p - q) (spec_accept's rule). */
 struct cu_sample_args {
     float inv_t, top_p, min_p;
     int top_k, n, row0;
     int draft[MODEL_SAMPLE_ROWS];
     double u[MODEL_SAMPLE_ROWS];
+    const float *q;
+    const unsigned long long *qtot;
 };
 static inline void cu_sample_args_set(cu_sample_args *a, const sampler_params *p, const int *draft, const double *u,
                                       int n) {
@@ -214,6 +221,8 @@ static inline void cu_sample_args_set(cu_sample_args *a, const sampler_params *p
     a->top_k = p->top_k;
     a->n = n;
     a->row0 = 0;
+    a->q = NULL;
+    a->qtot = NULL;
     for (int i = 0; i < n; i++) {
         a->draft[i] = i < n - 1 ? draft[i] : -1;
         a->u[i] = u[i];
@@ -221,10 +230,15 @@ static inline void cu_sample_args_set(cu_sample_args *a, const sampler_params *p
 }
 /* floats per row of the device sampler's scratch */
 static inline size_t cu_sample_stride(int V) { return ((size_t)V + 3) / 4 * 4; }
-/* out[i] = sampler_rows's answer for row a->row0 + i of its a->n rows, i <
-   m, from the logits rows x[m][V], with the arguments *a in device memory;
-   escr: [m][cu_sample_stride(V)] floats of scratch (16-byte aligned) */
-void cu_sample_rows(cudaStream_t st, int *out, const float *x, float *escr, int m, int V, const cu_sample_args *a);
+/* out[i] = sampler_rows's answer for row a->row0 + row_off + i of its a->n
+   rows, i < m, from the logits rows x[m][V], with the arguments *a in
+   device memory; escr: [m][cu_sample_stride(V)] floats of scratch (16-byte
+   aligned), which keeps each row's filtered numerators; tot (NULL: not
+   wanted): each row's kept mass, tot[i]. With a->n = 1 every row is a
+   draw (with u[its row]): a drafter's rows, whose escr and tot a verify
+   then reads as its q. */
+void cu_sample_rows(cudaStream_t st, int *out, const float *x, float *escr, int m, int V, const cu_sample_args *a,
+                    unsigned long long *tot, int row_off);
 
 /* ---- cuBLAS for prefill-sized batches (cuda_gemm.cu) ---- */
 

@@ -231,20 +231,20 @@ __device__ void keep_prefix(slice &s, unsigned v, u64 r, u64 ties) {
     __syncthreads();
 }
 
-/* The first id (skipping id `skip`) where the running weight of e in id
-   order passes target (target < the weight of all but skip): each thread
-   sums its part, the one whose part holds the target walks it */
-__device__ int draw(slice &s, float scale, int skip, u64 target) {
+/* The first id where the running weight wf(i) in id order passes target
+   (target < the weights' total): each thread sums its part, the one whose
+   part holds the target walks it */
+template <typename WF>
+__device__ int draw(slice &s, WF wf, u64 target) {
     int c0, c1;
     my_chunk(s, &c0, &c1);
     u64 w = 0;
-    for (int i = c0; i < c1; i++) w += i == skip ? 0ull : weight(s.e[i], scale);
+    for (int i = c0; i < c1; i++) w += wf(i);
     u64 before = cluster_excl_scan(w, s), hit[1] = {0};
     if (before <= target && target < before + w) {
         u64 cum = before;
         for (int i = c0; i < c1; i++) {
-            if (i == skip) continue;
-            cum += weight(s.e[i], scale);
+            cum += wf(i);
             if (target < cum) {
                 hit[0] = (u64)i + 1;
                 break;
@@ -255,15 +255,18 @@ __device__ int draw(slice &s, float scale, int skip, u64 target) {
     return hit[0] ? (int)hit[0] - 1 : 0;
 }
 
+#define SMP_RES_SCALE 2305843009213693952.0 /* 2^61: a residual probability's integer weight */
+
 __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const float *logits, float *escr, int V,
-                                                             const cu_sample_args *a, float scale) {
+                                                             const cu_sample_args *a, float scale, u64 *tot,
+                                                             int row_off) {
     pdl_trigger();
     pdl_wait();
     __shared__ u64 sm[SMP_WARPS * (SMP_WAYS + 1)], cx[2 * (SMP_WAYS + 1)], bc[SMP_WAYS + 1];
     __shared__ float fm[SMP_WARPS];
     cg::cluster_group cl = cg::this_cluster();
     const int t = threadIdx.x, lane = t & 31, w = t >> 5, n = a->n, row = blockIdx.x / SMP_CLUSTER;
-    const int j = a->row0 + row, V4 = (V + 3) / 4, Q = (V4 + SMP_CLUSTER - 1) / SMP_CLUSTER;
+    const int j = a->row0 + row_off + row, V4 = (V + 3) / 4, Q = (V4 + SMP_CLUSTER - 1) / SMP_CLUSTER;
     const float *l = logits + (size_t)row * V;
     slice s;
     s.e = escr + (size_t)row * V4 * 4;
@@ -325,38 +328,68 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const flo
         __syncthreads();
         total = cluster_mass(s, scale);
     }
-    /* sampler_rows's answer for the row */
+    if (tot && t == 0 && cl.block_rank() == 0) tot[row] = total;
+    /* sampler_rows's answer for the row: draft accepted (-1), or a draw
+       from p without the draft (one-hot drafts) or from max(0, p - q) */
     double u = a->u[j];
-    int skip = -1, r = -1;
-    u64 mass = total;
+    int r = -2;
+    auto wp = [&](int i) { return weight(s.e[i], scale); };
     if (j < n - 1) {
         int d = a->draft[j];
-        u64 wd[1] = {t == 0 && d >= i0 && d < i1 && d < V ? weight(s.e[d], scale) : 0ull};
-        cluster_sums<1>(wd, s);
-        if (u * (double)total < (double)wd[0]) { /* accepted */
-            r = -1;
-        } else {
-            if ((double)(total - wd[0]) > 1e-8 * (double)total) {
-                skip = d;
-                mass = total - wd[0];
+        const bool in = d >= i0 && d < i1 && d < V;
+        u64 wd[2] = {t == 0 && in ? weight(s.e[d], scale) : 0ull, 0ull};
+        const float *qe = a->q ? a->q + (size_t)j * V4 * 4 : NULL;
+        if (qe) wd[1] = t == 0 && in ? weight(qe[d], scale) : 0ull;
+        cluster_sums<2>(wd, s);
+        if (!qe) {
+            if (u * (double)total < (double)wd[0]) {
+                r = -1;
+            } else {
+                u = a->u[j + 1];
+                if ((double)(total - wd[0]) > 1e-8 * (double)total) {
+                    u64 mass = total - wd[0];
+                    u64 tgt = (u64)(u * (double)mass);
+                    if (tgt >= mass) tgt = mass - 1;
+                    r = draw(s, [&](int i) { return i == d ? 0ull : wp(i); }, tgt);
+                }
             }
-            u = a->u[j + 1];
-            r = -2;
+        } else {
+            const u64 zq = a->qtot[j];
+            double pd = total ? (double)wd[0] / (double)total : 0.0, qd = zq ? (double)wd[1] / (double)zq : 0.0;
+            if (qd < 1e-8) qd = 1e-8;
+            if (u < pd / qd) {
+                r = -1;
+            } else {
+                /* residual weights floor(max(0, p - q) * 2^61), each from its own
+                   token's masses: deterministic in any order */
+                const double ip = total ? 1.0 / (double)total : 0.0, iq = zq ? 1.0 / (double)zq : 0.0;
+                auto wr = [&](int i) {
+                    double v = (double)weight(s.e[i], scale) * ip - (double)weight(qe[i], scale) * iq;
+                    return v > 0.0 ? (u64)(v * SMP_RES_SCALE) : 0ull;
+                };
+                u64 mr[1] = {0};
+                for (int i = i0 + t; i < i1; i += SMP_THREADS) mr[0] += wr(i);
+                cluster_sums<1>(mr, s);
+                u = a->u[j + 1];
+                if ((double)mr[0] > 1e-8 * SMP_RES_SCALE) {
+                    u64 tgt = (u64)(u * (double)mr[0]);
+                    if (tgt >= mr[0]) tgt = mr[0] - 1;
+                    r = draw(s, wr, tgt);
+                }
+            }
         }
-    } else {
-        r = -2;
     }
-    if (r == -2) {
-        u64 tgt = (u64)(u * (double)mass);
-        if (tgt >= mass) tgt = mass ? mass - 1 : 0;
-        r = draw(s, scale, skip, tgt);
+    if (r == -2) { /* the last row, or a residual with no mass: a draw from p */
+        u64 tgt = (u64)(u * (double)total);
+        if (tgt >= total) tgt = total ? total - 1 : 0;
+        r = draw(s, wp, tgt);
     }
     if (t == 0 && cl.block_rank() == 0) out[row] = r;
     cl.sync(); /* no block leaves while another may still read its shared memory */
 }
 
 static void launch_sample(int m, cudaStream_t st, int *out, const float *logits, float *escr, int V,
-                          const cu_sample_args *a, float scale) {
+                          const cu_sample_args *a, float scale, u64 *tot, int row_off) {
     cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeClusterDimension;
     at[0].val.clusterDim.x = SMP_CLUSTER;
@@ -370,15 +403,15 @@ static void launch_sample(int m, cudaStream_t st, int *out, const float *logits,
     cfg.stream = st;
     cfg.attrs = at;
     cfg.numAttrs = 1 + pdl_enabled();
-    cudaLaunchKernelEx(&cfg, k_sample_rows, out, logits, escr, V, a, scale);
+    cudaLaunchKernelEx(&cfg, k_sample_rows, out, logits, escr, V, a, scale, tot, row_off);
 }
 
 void cu_sample_rows(cudaStream_t st, int *out, const float *logits, float *escr, int m, int V,
-                    const cu_sample_args *a) {
+                    const cu_sample_args *a, u64 *tot, int row_off) {
     int bits = 1;
     while ((1ll << bits) < (long long)V) bits++;
     float scale = ldexpf(1.0f, 61 - bits); /* V * 2^(61 - bits) <= 2^61 */
-    launch_sample(m, st, out, logits, escr, V, a, scale);
+    launch_sample(m, st, out, logits, escr, V, a, scale, tot, row_off);
 }
 
 /* device copies of logits rows, their sampler's scratch, answers and
@@ -418,10 +451,64 @@ extern "C" int cuda_test_sample_rows(int *out, const float *logits, int n, int V
                                      const int *draft, const double *u, char *err, size_t errlen) {
     smp_bufs b;
     if (bufs_up(&b, logits, n, V, p, draft, u, err, errlen) != 0) return -1;
-    cu_sample_rows(0, b.out, b.l, b.e, n, V, b.a);
+    cu_sample_rows(0, b.out, b.l, b.e, n, V, b.a, NULL, 0);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) e = cudaMemcpy(out, b.out, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost);
     bufs_free(&b);
+    if (e != cudaSuccess) return ds_err(err, errlen, "device sampler: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+extern "C" int cuda_test_sample_rows_q(int *drafts, int *out, const float *logits, const float *qlogits, int n, int V,
+                                       const sampler_params *p, const double *uq, const double *u, char *err,
+                                       size_t errlen) {
+    if (n < 2 || n > MODEL_SAMPLE_ROWS) return ds_err(err, errlen, "device sampler: %d rows with drafts", n);
+    /* the drafts: each q row drawn as a drafter's, its scratch and mass kept */
+    const size_t sw = cu_sample_stride(V);
+    float *ql = NULL, *qe = NULL;
+    u64 *qt = NULL;
+    int *dd = NULL;
+    cu_sample_args hq, *dq = NULL;
+    cu_sample_args_set(&hq, p, NULL, uq, 1);
+    for (int i = 0; i < n - 1; i++) hq.u[i] = uq[i];
+    cudaError_t e = cudaSuccess;
+    if (cudaMalloc(&ql, sizeof(float) * (size_t)(n - 1) * V) != cudaSuccess ||
+        cudaMalloc(&qe, sizeof(float) * (size_t)(n - 1) * sw) != cudaSuccess ||
+        cudaMalloc(&qt, sizeof(u64) * (size_t)(n - 1)) != cudaSuccess ||
+        cudaMalloc(&dd, sizeof(int) * (size_t)(n - 1)) != cudaSuccess || cudaMalloc(&dq, sizeof hq) != cudaSuccess ||
+        cudaMemcpy(ql, qlogits, sizeof(float) * (size_t)(n - 1) * V, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(dq, &hq, sizeof hq, cudaMemcpyHostToDevice) != cudaSuccess)
+        e = cudaGetLastError();
+    if (e == cudaSuccess) {
+        cu_sample_rows(0, dd, ql, qe, n - 1, V, dq, qt, 0);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaMemcpy(drafts, dd, sizeof(int) * (size_t)(n - 1), cudaMemcpyDeviceToHost);
+    /* the verify of those drafts against q */
+    smp_bufs b = {};
+    int rc = 0;
+    if (e == cudaSuccess) {
+        rc = bufs_up(&b, logits, n, V, p, drafts, u, err, errlen);
+        if (rc == 0) {
+            cu_sample_args h;
+            cu_sample_args_set(&h, p, drafts, u, n);
+            h.q = qe;
+            h.qtot = qt;
+            e = cudaMemcpy(b.a, &h, sizeof h, cudaMemcpyHostToDevice);
+            if (e == cudaSuccess) {
+                cu_sample_rows(0, b.out, b.l, b.e, n, V, b.a, NULL, 0);
+                e = cudaGetLastError();
+            }
+            if (e == cudaSuccess) e = cudaMemcpy(out, b.out, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost);
+            bufs_free(&b);
+        }
+    }
+    cudaFree(ql);
+    cudaFree(qe);
+    cudaFree(qt);
+    cudaFree(dd);
+    cudaFree(dq);
+    if (rc != 0) return -1;
     if (e != cudaSuccess) return ds_err(err, errlen, "device sampler: %s", cudaGetErrorString(e));
     return 0;
 }
@@ -449,9 +536,9 @@ extern "C" int cuda_bench_sample(int V, int rows, int peaked, const sampler_para
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    cu_sample_rows(0, b.out, b.l, b.e, rows, V, b.a);
+    cu_sample_rows(0, b.out, b.l, b.e, rows, V, b.a, NULL, 0);
     cudaEventRecord(e0, 0);
-    for (int i = 0; i < reps; i++) cu_sample_rows(0, b.out, b.l, b.e, rows, V, b.a);
+    for (int i = 0; i < reps; i++) cu_sample_rows(0, b.out, b.l, b.e, rows, V, b.a, NULL, 0);
     cudaEventRecord(e1, 0);
     cudaError_t e = cudaEventSynchronize(e1);
     if (e == cudaSuccess) e = cudaGetLastError();

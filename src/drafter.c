@@ -282,6 +282,31 @@ static int propose_cuda(dstate *s, int k, int *draft, float *q, int spos) {
     return n;
 }
 
+/* propose_dev (a GPU DSpark, sampling): the drafts drawn on the device with
+   the caller's uniforms, their distributions left there */
+static int d_propose_dev(void *self, int k, int *draft, const double *u, model_draft_q *q) {
+    dstate *s = self;
+    const dmodel *dm = s->dm;
+    const int B = dm->cfg.block_size;
+    s->n_last = s->n_conf = 0;
+    int spos = s->n_ids - 1;
+    if (s->broken || spos < 0 || ctx_len(s) != spos || spos + B > ctx_capacity(s) || k <= 0) return 0;
+    int n = k < B ? k : B;
+    char err[256];
+    float conf[DRAFTER_MAX_BLOCK];
+    if (cuda_dstate_propose_sampled(s->cu, s->ids[spos], n, sampler_get_params(s->smp), u, draft, conf, err,
+                                    sizeof err) != 0)
+        return 0;
+    s->n_last = n;
+    cuda_dstate_qrows(s->cu, &q->e, &q->tot);
+    for (int j = 0; dm->conf_w && j < n; j++) {
+        s->conf[j] = conf[j];
+        s->n_conf = j + 1;
+        if (s->conf[j] < s->conf_th) return j;
+    }
+    return n;
+}
+
 static int d_propose(void *self, int k, int *draft, float *q) {
     dstate *s = self;
     const dmodel *dm = s->dm;
@@ -343,6 +368,7 @@ drafter dstate_drafter(dstate *s) {
                  .propose = d_propose,
                  .commit = d_commit,
                  .features = d_features,
-                 .features_dev = s->cu ? d_features_dev : NULL};
+                 .features_dev = s->cu ? d_features_dev : NULL,
+                 .propose_dev = s->cu && c->kind == DRAFTER_DSPARK ? d_propose_dev : NULL};
     return d;
 }

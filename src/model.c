@@ -311,6 +311,9 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
                    !b->u || !b->sampled || (b->n_logits > 1 && !b->draft)))
         return ds_err(err, errlen, "forward: sampling takes the last 1..%d rows with uniforms, drafts and an output, "
                       "and no logits or argmax", MODEL_SAMPLE_ROWS);
+    if (b->draft_q && (!x->cu || !b->smp || !cuda_model_samples(x->m->cu)))
+        return ds_err(err, errlen, "forward: drafts' distributions in device memory need a GPU target that samples "
+                      "the rows there");
     if (mctx_len(x) + b->n > mctx_capacity(x))
         return ds_err(err, errlen, "context window full: %d cached + %d new positions exceed the %d-position window",
                       mctx_len(x), b->n, mctx_capacity(x));

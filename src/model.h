@@ -72,6 +72,15 @@ int mctx_len(const model_ctx *c);      /* positions in the KV cache */
 int mctx_capacity(const model_ctx *c);
 void mctx_truncate(model_ctx *c, int len); /* roll back to len positions */
 
+/* Drafts' own distributions in a GPU's memory, as the device sampler left
+ * them when it drew the drafts there (a GPU DSpark's sampled rows,
+ * cuda_dstate_qrows): its scratch rows of filtered numerators and their
+ * kept masses. */
+typedef struct {
+    const float *e;
+    const unsigned long long *tot;
+} model_draft_q;
+
 typedef struct {
     int n;                 /* rows */
     const int *tokens;     /* [n] token ids */
@@ -88,6 +97,11 @@ typedef struct {
     const int *draft;      /* [n_logits - 1] */
     const double *u;       /* [n_logits] */
     int *sampled;          /* [n_logits] output */
+    /* NULL: the drafts are one-hot (sampler_rows's rule); else, on a GPU
+       sampling the rows, their distributions there: a draft is accepted
+       when u < p(d) / q(d) and a rejected row draws from max(0, p - q)
+       (spec_accept's rule) */
+    const model_draft_q *draft_q;
     int n_taps;            /* layers to tap (0 = none) */
     const int *tap_layers; /* [n_taps] in -1 .. n_layers-1 */
     float *taps;           /* [n_taps][n][hidden] output */

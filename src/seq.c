@@ -105,10 +105,10 @@ int seq_append_argmax(seq *s, const int *ids, int n, int *argmax, int n_taps, co
     return append(s, &b, err, errlen);
 }
 
-int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double *u, int *out, int n_taps,
-                      const int *tap_layers, float *taps, char *err, size_t errlen) {
+int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double *u, const model_draft_q *q, int *out,
+                      int n_taps, const int *tap_layers, float *taps, char *err, size_t errlen) {
     model_batch b = {.n = n, .tokens = ids, .n_logits = n, .smp = smp, .draft = ids + 1, .u = u, .sampled = out,
-                     .n_taps = n_taps, .tap_layers = tap_layers, .taps = taps};
+                     .draft_q = q, .n_taps = n_taps, .tap_layers = tap_layers, .taps = taps};
     return append(s, &b, err, errlen);
 }
 

@@ -49,9 +49,11 @@ int seq_append_argmax(seq *s, const int *ids, int n, int *argmax, int n_taps, co
 
 /* Appends ids[0..n) in one forward and writes sampler_rows's answers for
  * its rows (drafts ids[1..n), uniforms u[n]) to out[n], with taps as
- * seq_append_taps; no logits come back (a GPU samples on the device). */
-int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double *u, int *out, int n_taps,
-                      const int *tap_layers, float *taps, char *err, size_t errlen);
+ * seq_append_taps; no logits come back (a GPU samples on the device).
+ * q: NULL (one-hot drafts), or the drafts' distributions on the GPU
+ * (model_batch.draft_q). */
+int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double *u, const model_draft_q *q, int *out,
+                      int n_taps, const int *tap_layers, float *taps, char *err, size_t errlen);
 
 /* While on, tapped appends leave their taps in the GPU's memory
  * (seq_device_taps) and do not write the taps buffer (model_batch

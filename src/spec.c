@@ -174,8 +174,12 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
        (a GPU then samples on the device and reads back ids, not
        vocab-wide rows); the last logits row, when asked for, is recomputed
        at the end */
-    const int ids_only = !o->emit_logits && (sampler_is_greedy(smp) ||
-                                             ((!d || d->deterministic) && model_samples_rows(seq_model(s))));
+    const int greedy = sampler_is_greedy(smp), on_rows = !o->emit_logits && model_samples_rows(seq_model(s));
+    /* sampled drafts drawn on the target's GPU, their distributions left
+       there for the verify */
+    const int dev_q = !greedy && on_rows && d && !d->deterministic && d->propose_dev && model_cuda(seq_model(s));
+    const int ids_only = !o->emit_logits && (greedy || ((!d || d->deterministic || dev_q) && on_rows));
+    model_draft_q dq = {0};
     int last_in = -1; /* the input id of the row behind the last emitted id (-1: none since the prefill) */
     gen_state g = {.o = o, .st = st, .out_ids = out_ids, .n_prompt = n_prompt, .cap = seq_capacity(s)};
     int rc = 0, last_row = 0;
@@ -217,14 +221,21 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         double tr = ds_now();
         if (k > 0) {
             double td = ds_now();
-            nd = d->propose(d->self, k, rows + 1, q);
+            if (dev_q) {
+                double ud[SPEC_MAX_DRAFT];
+                sampler_peek(smp, ud, k);
+                nd = d->propose_dev(d->self, k, rows + 1, ud, &dq);
+                sampler_skip(smp, nd > 0 ? nd : 0); /* one uniform per draft drawn, as propose uses them */
+            } else {
+                nd = d->propose(d->self, k, rows + 1, q);
+            }
             st->t_draft += ds_now() - td;
             if (nd < 0) nd = 0;
             if (nd > k) nd = k;
         }
         rows[0] = anchor;
         int y, a = 0;
-        if (ids_only && sampler_is_greedy(smp)) {
+        if (ids_only && greedy) {
             if (seq_append_argmax(s, rows, nd + 1, am, nt, nt ? d->tap_layers : NULL, taps, err, errlen) != 0) {
                 rc = -1;
                 break;
@@ -234,7 +245,8 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         } else if (ids_only) {
             double u[SPEC_MAX_DRAFT + 1];
             sampler_peek(smp, u, nd + 1);
-            if (seq_append_sample(s, rows, nd + 1, smp, u, am, nt, nt ? d->tap_layers : NULL, taps, err,
+            if (seq_append_sample(s, rows, nd + 1, smp, u, dev_q && nd ? &dq : NULL, am, nt,
+                                  nt ? d->tap_layers : NULL, taps, err,
                                   errlen) != 0) {
                 rc = -1;
                 break;

@@ -120,6 +120,55 @@ int ref_rows_check(const float *logits, int n, int V, sampler_params p, const in
     return bad;
 }
 
+/* spec_accept's rule for row j against a draft drawn from q: accepted when
+   ua < p(d) / q(d), else a draw with ub from max(0, p - q) (from p when
+   that has no mass); the last row a draw from p */
+static int ref_row_q(const double *p, const double *q, double *r, int V, int j, int n, int d, double ua, double ub) {
+    if (j == n - 1) return walk(p, V, -1, ua);
+    double pd = d >= 0 && d < V ? p[d] : 0, qd = d >= 0 && d < V ? q[d] : 0;
+    if (qd < 1e-8) qd = 1e-8;
+    if (ua < pd / qd) return -1;
+    double mass = 0;
+    for (int i = 0; i < V; i++) {
+        r[i] = p[i] > q[i] ? p[i] - q[i] : 0;
+        mass += r[i];
+    }
+    return walk(mass > 1e-8 ? r : p, V, -1, ub);
+}
+
+int ref_rows_check_q(const float *logits, const float *qlogits, int n, int V, sampler_params p, const int *draft,
+                     const double *uq, const double *u, const int *got, int *exact, int *accepted) {
+    double *pr = malloc(sizeof(double) * V), *qr = malloc(sizeof(double) * V), *r = malloc(sizeof(double) * V);
+    int bad = 0;
+    *exact = *accepted = 0;
+    for (int j = 0; j < n; j++) {
+        ref_filter(logits + (size_t)j * V, V, p, pr);
+        if (j < n - 1) {
+            ref_filter(qlogits + (size_t)j * V, V, p, qr);
+            int ok = 0; /* the draft itself: a draw from q */
+            for (int a = -1; a <= 1 && !ok; a++) ok = walk(qr, V, -1, uq[j] + a * REF_SLACK) == draft[j];
+            bad += !ok;
+        }
+        double ua = u[j], ub = j < n - 1 ? u[j + 1] : 0;
+        int want = ref_row_q(pr, qr, r, V, j, n, j < n - 1 ? draft[j] : -1, ua, ub);
+        *accepted += got[j] == -1;
+        if (want == got[j]) {
+            (*exact)++;
+            continue;
+        }
+        int ok = 0;
+        for (int a = -1; a <= 1 && !ok; a++)
+            for (int b = -1; b <= 1 && !ok; b++)
+                ok = ref_row_q(pr, qr, r, V, j, n, j < n - 1 ? draft[j] : -1, ua + a * REF_SLACK, ub + b * REF_SLACK) ==
+                     got[j];
+        bad += !ok;
+    }
+    free(pr);
+    free(qr);
+    free(r);
+    return bad;
+}
+
 void ref_rows_suite(rows_fn f, void *ctx, const int *Vs, int nV, const sampler_params *ps, int np, uint32_t seed) {
     enum { N = 7, ROUNDS = 6 };
     for (int v = 0; v < nV; v++) {

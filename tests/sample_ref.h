@@ -27,6 +27,15 @@ void ref_filter(const float *l, int V, sampler_params p, double *out);
 int ref_rows_check(const float *logits, int n, int V, sampler_params p, const int *draft, const double *u,
                    const int *got, int *exact);
 
+/* The same for a verify whose drafts came with distributions (DSpark's):
+   draft[j] must be the draw from the filtered qlogits row j with uq[j], and
+   got[j] spec_accept's answer (accepted when u[j] < p(d) / q(d), else a
+   draw with u[j+1] from max(0, p - q)). Returns the rows (drafts and
+   answers) that differ other than at a boundary; *exact the answers equal
+   outright, *accepted the rows answered -1. */
+int ref_rows_check_q(const float *logits, const float *qlogits, int n, int V, sampler_params p, const int *draft,
+                     const double *uq, const double *u, const int *got, int *exact, int *accepted);
+
 /* the sampler under test: sampler_rows's answers got[n] for rows[n][V];
    0, or -1 with err filled */
 typedef int (*rows_fn)(void *ctx, const float *rows, int n, int V, const sampler_params *p, const int *draft,

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "drafter.h"
 #include "lookup.h"
 #include "model.h"
 #include "registry.h"
@@ -19,6 +20,7 @@
 #include "seq.h"
 #include "spec.h"
 #include "test.h"
+#include "threadpool.h"
 #include "util.h"
 
 static int have_gpu(void) {
@@ -50,6 +52,54 @@ TEST(cuda_sample_rows_vs_reference) {
     ref_rows_suite(device_rows, NULL, Vs, 4, ps, (int)(sizeof ps / sizeof ps[0]), 777u);
 }
 
+/* Drafts with distributions (DSpark's sampled drafts): the device draws
+   each draft from its q row as a GPU drafter does, and the verify accepts
+   against p / q and draws rejected rows from max(0, p - q); both against
+   the reference, with accepted and rejected rows both seen. q row j shares
+   p row j's head tokens with other values, so drafts are often but not
+   always accepted. */
+TEST(cuda_sample_rows_q_vs_reference) {
+    if (!have_gpu()) return;
+    enum { N = 7, ROUNDS = 8 };
+    const int Vs[] = {1000, 151936};
+    const sampler_params ps[] = {
+        {.temperature = 0.7f, .top_p = 1.0f},
+        {.temperature = 0.6f, .top_k = 20, .top_p = 0.95f},
+        {.temperature = 1.0f, .top_p = 0.9f},
+        {.temperature = 1.0f, .top_p = 1.0f, .min_p = 0.05f},
+        {.temperature = 1.0f, .top_k = 1, .top_p = 1.0f},
+    };
+    uint32_t seed = 99u;
+    int accepted = 0, rejected = 0;
+    for (int v = 0; v < 2; v++) {
+        int V = Vs[v];
+        float *l = ref_test_rows(N, V, &seed), *ql = ref_test_rows(N - 1, V, &seed);
+        for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+            int exact = 0, total = 0;
+            for (int round = 0; round < ROUNDS; round++) {
+                int draft[N], got[N], ex, acc;
+                double uq[N], u[N];
+                for (int j = 0; j < N; j++) uq[j] = ref_urand(&seed), u[j] = ref_urand(&seed);
+                char err[512];
+                if (cuda_test_sample_rows_q(draft, got, l, ql, N, V, &ps[k], uq, u, err, sizeof err) != 0) {
+                    test_fail(__FILE__, __LINE__, "V %d params %zu: %s", V, k, err);
+                    continue;
+                }
+                int bad = ref_rows_check_q(l, ql, N, V, ps[k], draft, uq, u, got, &ex, &acc);
+                CHECK_MSG(bad == 0, "V %d params %zu round %d: %d rows differ from the reference", V, k, round, bad);
+                for (int j = 0; j < N - 1; j++) rejected += got[j] >= 0;
+                accepted += acc;
+                exact += ex;
+                total += N;
+            }
+            CHECK_MSG(exact >= total - 2, "V %d params %zu: %d of %d rows equal outright", V, k, exact, total);
+        }
+        free(l);
+        free(ql);
+    }
+    CHECK_MSG(accepted > 20 && rejected > 20, "accepted %d, rejected %d rows (the test needs both)", accepted, rejected);
+}
+
 typedef struct {
     int n;
 } counter;
@@ -60,9 +110,11 @@ static void count_row(void *ctx, int id, const float *row) {
 }
 
 /* one sampled generation; host: logits rows come back (emitted) and the
-   host samples them, else the device samples */
-static int generate(model *m, const int *prompt, int n_prompt, sampler_params p, int with_lookup, int host, int *ids,
-                    int n, spec_stats *st, char *err, size_t errlen) {
+   host samples them, else the device samples. dm (or NULL): a drafter on
+   the target's GPU (DSpark: its drafts drawn there when the device
+   samples); else with_lookup: lookup drafts */
+static int generate(model *m, const dmodel *dm, const int *prompt, int n_prompt, sampler_params p, int with_lookup,
+                    int host, int *ids, int n, spec_stats *st, char *err, size_t errlen) {
     seq *s;
     if (seq_create(&s, m, 1024, 64, NULL, err, errlen) != 0) return -1;
     sampler *smp;
@@ -72,11 +124,23 @@ static int generate(model *m, const int *prompt, int n_prompt, sampler_params p,
     }
     lookup *lk = lookup_create(3, 1);
     drafter d = lookup_drafter(lk);
+    dstate *ds = NULL;
+    tpool *tp = NULL;
+    int rc = 0;
+    if (dm) {
+        tp = tp_create(1);
+        rc = dstate_create(&ds, dm, 1024, tp, smp, err, errlen);
+        if (rc == 0) d = dstate_drafter(ds);
+        if (rc == 0 && !d.propose_dev) rc = ds_err(err, errlen, "the GPU DSpark offers no device proposals");
+    }
     counter c = {0};
-    spec_opts o = {.max_new = n, .max_draft = with_lookup ? 8 : 0, .ignore_eos = 1,
+    spec_opts o = {.max_new = n, .max_draft = dm ? 7 : with_lookup ? 8 : 0, .ignore_eos = 1,
                    .emit_logits = host ? count_row : NULL, .emit_ctx = &c};
-    int rc = spec_generate(s, smp, with_lookup ? &d : NULL, prompt, n_prompt, &o, ids, NULL, st, err, errlen);
+    if (rc == 0) rc = spec_generate(s, smp, dm || with_lookup ? &d : NULL, prompt, n_prompt, &o, ids, NULL, st, err,
+                                    errlen);
     if (rc == 0 && host && c.n != st->n_gen) rc = ds_err(err, errlen, "logits rows emitted %d of %d", c.n, st->n_gen);
+    dstate_free(ds);
+    tp_free(tp);
     lookup_free(lk);
     sampler_free(smp);
     seq_free(s);
@@ -109,8 +173,8 @@ TEST(cuda_sampled_generate_device_vs_host) {
         for (int lk = 0; lk < 2; lk++) {
             int a[N], b[N];
             spec_stats sa, sb;
-            CHECK_MSG(generate(m, prompt, 64, ps[k], lk, 0, a, N, &sa, err, sizeof err) == 0, "%s", err);
-            CHECK_MSG(generate(m, prompt, 64, ps[k], lk, 1, b, N, &sb, err, sizeof err) == 0, "%s", err);
+            CHECK_MSG(generate(m, NULL, prompt, 64, ps[k], lk, 0, a, N, &sa, err, sizeof err) == 0, "%s", err);
+            CHECK_MSG(generate(m, NULL, prompt, 64, ps[k], lk, 1, b, N, &sb, err, sizeof err) == 0, "%s", err);
             CHECK_EQ_INT(sa.n_gen, N);
             CHECK_EQ_INT(sb.n_gen, N);
             int same = 0;
@@ -118,6 +182,57 @@ TEST(cuda_sampled_generate_device_vs_host) {
             CHECK_MSG(same == N, "params %zu lookup %d: device and host sampling part at token %d", k, lk, same);
             if (lk) CHECK_MSG(sa.n_accepted > 0, "params %zu: no lookup draft accepted (the test needs some)", k);
         }
+    model_free(m);
+    unsetenv("DSPARK_CUDA_SAMPLE");
+}
+
+/* DSpark's sampled rounds on the GPU: drafts drawn on the device and
+   accepted there against their distributions (p / q, residual max(0, p -
+   q)), against the same run with the rows brought back and both the
+   drafts and the acceptance sampled on the host: the same ids. */
+TEST(cuda_sampled_dspark_device_vs_host) {
+    if (!have_gpu()) return;
+    char dir[1024], ddir[1100], err[1024];
+    snprintf(dir, sizeof dir, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
+    snprintf(ddir, sizeof ddir, "%s-dspark", dir);
+    setenv("DSPARK_CUDA_SAMPLE", "1", 1);
+    model *m;
+    dmodel *dm = NULL;
+    model_load_opts gpu = {.device = "cuda"};
+    if (model_load(&m, dir, &gpu, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return;
+    }
+    if (dmodel_load(&dm, ddir, m, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        model_free(m);
+        return;
+    }
+    int prompt[64];
+    for (int i = 0; i < 64; i++) prompt[i] = 100 + (i % 16) * 37;
+    const sampler_params ps[] = {
+        {.temperature = 0.6f, .top_k = 20, .top_p = 0.95f, .seed = 11},
+        {.temperature = 1.0f, .top_p = 1.0f, .seed = 12},
+        {.temperature = 0.8f, .top_p = 0.9f, .min_p = 0.02f, .seed = 13},
+    };
+    enum { N = 200 };
+    for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+        int a[N], b[N];
+        spec_stats sa, sb;
+        CHECK_MSG(generate(m, dm, prompt, 64, ps[k], 0, 0, a, N, &sa, err, sizeof err) == 0, "%s", err);
+        CHECK_MSG(generate(m, dm, prompt, 64, ps[k], 0, 1, b, N, &sb, err, sizeof err) == 0, "%s", err);
+        CHECK_EQ_INT(sa.n_gen, N);
+        CHECK_EQ_INT(sb.n_gen, N);
+        int same = 0;
+        while (same < N && a[same] == b[same]) same++;
+        CHECK_MSG(same == N, "params %zu: device and host sampling part at token %d", k, same);
+        CHECK_MSG(sa.n_accepted > 0 && sa.n_accepted < sa.n_drafted,
+                  "params %zu: %ld of %ld drafts accepted (the test needs some of each)", k, sa.n_accepted,
+                  sa.n_drafted);
+        fprintf(stderr, "     params %zu: %ld of %ld drafts accepted in %d rounds\n", k, sa.n_accepted, sa.n_drafted,
+                sa.n_rounds);
+    }
+    dmodel_free(dm);
     model_free(m);
     unsetenv("DSPARK_CUDA_SAMPLE");
 }
