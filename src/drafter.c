@@ -284,8 +284,9 @@ static int propose_cuda(dstate *s, int k, int *draft, float *q, int spos) {
 
 /* propose_dev (a GPU DSpark, sampling): the drafts drawn on the device with
    the caller's uniforms, their distributions left there */
-static int d_propose_dev(void *self, int k, int *draft, const double *u, model_draft_q *q) {
+static int d_propose_dev(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q) {
     dstate *s = self;
+    *used = 0;
     const dmodel *dm = s->dm;
     const int B = dm->cfg.block_size;
     s->n_last = s->n_conf = 0;
@@ -302,8 +303,9 @@ static int d_propose_dev(void *self, int k, int *draft, const double *u, model_d
     for (int j = 0; dm->conf_w && j < n; j++) {
         s->conf[j] = conf[j];
         s->n_conf = j + 1;
-        if (s->conf[j] < s->conf_th) return j;
+        if (s->conf[j] < s->conf_th) n = j;
     }
+    *used = n; /* one draw per draft kept, as d_propose makes them */
     return n;
 }
 

@@ -266,6 +266,19 @@ static int h_propose(void *self, int k, int *draft, float *q) {
         }
     return m;
 }
+/* the same on the device: lookup's copy is deterministic (q one-hot, no
+   uniforms), else the inner drafter's device proposal */
+static int h_propose_dev(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q) {
+    lookup_hybrid *h = self;
+    int m = h->probed ? 0 : copy_run(h->l, k, draft);
+    h->last_lookup = m > 0;
+    if (!m) return h->inner.propose_dev(h->inner.self, k, draft, u, used, q);
+    h->rounds++;
+    *used = 0;
+    q->e = NULL;
+    q->tot = NULL;
+    return m;
+}
 static void h_commit(void *self, const int *ids, int n) {
     lookup_hybrid *h = self;
     lookup_push(h->l, ids, n);
@@ -304,6 +317,7 @@ drafter lookup_hybrid_drafter(lookup_hybrid *h) {
     d.commit = h_commit;
     d.features = h->inner.features ? h_features : NULL;
     d.features_dev = h->inner.features_dev ? h_features_dev : NULL;
+    d.propose_dev = h->inner.propose_dev ? h_propose_dev : NULL;
     return d;
 }
 

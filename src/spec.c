@@ -223,9 +223,11 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
             double td = ds_now();
             if (dev_q) {
                 double ud[SPEC_MAX_DRAFT];
+                int used = 0;
                 sampler_peek(smp, ud, k);
-                nd = d->propose_dev(d->self, k, rows + 1, ud, &dq);
-                sampler_skip(smp, nd > 0 ? nd : 0); /* one uniform per draft drawn, as propose uses them */
+                dq = (model_draft_q){0};
+                nd = d->propose_dev(d->self, k, rows + 1, ud, &used, &dq);
+                sampler_skip(smp, used); /* the draws propose would have made */
             } else {
                 nd = d->propose(d->self, k, rows + 1, q);
             }
@@ -245,7 +247,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         } else if (ids_only) {
             double u[SPEC_MAX_DRAFT + 1];
             sampler_peek(smp, u, nd + 1);
-            if (seq_append_sample(s, rows, nd + 1, smp, u, dev_q && nd ? &dq : NULL, am, nt,
+            if (seq_append_sample(s, rows, nd + 1, smp, u, dev_q && nd && dq.e ? &dq : NULL, am, nt,
                                   nt ? d->tap_layers : NULL, taps, err,
                                   errlen) != 0) {
                 rc = -1;

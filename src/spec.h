@@ -59,11 +59,12 @@ typedef struct {
     void (*features_dev)(void *self, int pos0, int n, const float *taps, int rows, int row0);
     /* Sampled proposals drawn on the target GPU (a GPU DSpark, sampling):
        as propose, but draft j is drawn there with the uniform u[j] (drawn
-       ahead by the caller from the shared sampler; a proposal of n drafts
-       uses u[0..n)), and the drafts' distributions stay in device memory
-       (*q, for the verify's model_batch.draft_q). NULL unless the drafter
-       can do that. */
-    int (*propose_dev)(void *self, int k, int *draft, const double *u, model_draft_q *q);
+       ahead by the caller from the shared sampler; *used: how many of u it
+       took, which the caller then consumes), and the drafts'
+       distributions stay in device memory (*q, for the verify's
+       model_batch.draft_q; q->e NULL: the drafts are deterministic, q
+       one-hot). NULL unless the drafter can do that. */
+    int (*propose_dev)(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q);
 } drafter;
 
 typedef struct {

@@ -115,6 +115,8 @@ static void count_row(void *ctx, int id, const float *row) {
    samples); else with_lookup: lookup drafts */
 static int generate(model *m, const dmodel *dm, const int *prompt, int n_prompt, sampler_params p, int with_lookup,
                     int host, int *ids, int n, spec_stats *st, char *err, size_t errlen) {
+    /* with dm, with_lookup: the drafter inside lookup's hybrid (as `dspark
+       run` drafts), which takes lookup's copy runs when it finds one */
     seq *s;
     if (seq_create(&s, m, 1024, 64, NULL, err, errlen) != 0) return -1;
     sampler *smp;
@@ -125,12 +127,17 @@ static int generate(model *m, const dmodel *dm, const int *prompt, int n_prompt,
     lookup *lk = lookup_create(3, 1);
     drafter d = lookup_drafter(lk);
     dstate *ds = NULL;
+    lookup_hybrid *h = NULL;
     tpool *tp = NULL;
     int rc = 0;
     if (dm) {
         tp = tp_create(1);
         rc = dstate_create(&ds, dm, 1024, tp, smp, err, errlen);
         if (rc == 0) d = dstate_drafter(ds);
+        if (rc == 0 && with_lookup) {
+            h = lookup_hybrid_create(d, model_cfg(m)->vocab_size);
+            d = lookup_hybrid_drafter(h);
+        }
         if (rc == 0 && !d.propose_dev) rc = ds_err(err, errlen, "the GPU DSpark offers no device proposals");
     }
     counter c = {0};
@@ -139,6 +146,7 @@ static int generate(model *m, const dmodel *dm, const int *prompt, int n_prompt,
     if (rc == 0) rc = spec_generate(s, smp, dm || with_lookup ? &d : NULL, prompt, n_prompt, &o, ids, NULL, st, err,
                                     errlen);
     if (rc == 0 && host && c.n != st->n_gen) rc = ds_err(err, errlen, "logits rows emitted %d of %d", c.n, st->n_gen);
+    lookup_hybrid_free(h);
     dstate_free(ds);
     tp_free(tp);
     lookup_free(lk);
@@ -189,7 +197,9 @@ TEST(cuda_sampled_generate_device_vs_host) {
 /* DSpark's sampled rounds on the GPU: drafts drawn on the device and
    accepted there against their distributions (p / q, residual max(0, p -
    q)), against the same run with the rows brought back and both the
-   drafts and the acceptance sampled on the host: the same ids. */
+   drafts and the acceptance sampled on the host: the same ids; alone and
+   inside lookup's hybrid (as `dspark run` drafts: lookup's copy runs,
+   one-hot, between DSpark's rounds). */
 TEST(cuda_sampled_dspark_device_vs_host) {
     if (!have_gpu()) return;
     char dir[1024], ddir[1100], err[1024];
@@ -216,22 +226,23 @@ TEST(cuda_sampled_dspark_device_vs_host) {
         {.temperature = 0.8f, .top_p = 0.9f, .min_p = 0.02f, .seed = 13},
     };
     enum { N = 200 };
-    for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
-        int a[N], b[N];
-        spec_stats sa, sb;
-        CHECK_MSG(generate(m, dm, prompt, 64, ps[k], 0, 0, a, N, &sa, err, sizeof err) == 0, "%s", err);
-        CHECK_MSG(generate(m, dm, prompt, 64, ps[k], 0, 1, b, N, &sb, err, sizeof err) == 0, "%s", err);
-        CHECK_EQ_INT(sa.n_gen, N);
-        CHECK_EQ_INT(sb.n_gen, N);
-        int same = 0;
-        while (same < N && a[same] == b[same]) same++;
-        CHECK_MSG(same == N, "params %zu: device and host sampling part at token %d", k, same);
-        CHECK_MSG(sa.n_accepted > 0 && sa.n_accepted < sa.n_drafted,
-                  "params %zu: %ld of %ld drafts accepted (the test needs some of each)", k, sa.n_accepted,
-                  sa.n_drafted);
-        fprintf(stderr, "     params %zu: %ld of %ld drafts accepted in %d rounds\n", k, sa.n_accepted, sa.n_drafted,
-                sa.n_rounds);
-    }
+    for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++)
+        for (int hy = 0; hy < 2; hy++) {
+            int a[N], b[N];
+            spec_stats sa, sb;
+            CHECK_MSG(generate(m, dm, prompt, 64, ps[k], hy, 0, a, N, &sa, err, sizeof err) == 0, "%s", err);
+            CHECK_MSG(generate(m, dm, prompt, 64, ps[k], hy, 1, b, N, &sb, err, sizeof err) == 0, "%s", err);
+            CHECK_EQ_INT(sa.n_gen, N);
+            CHECK_EQ_INT(sb.n_gen, N);
+            int same = 0;
+            while (same < N && a[same] == b[same]) same++;
+            CHECK_MSG(same == N, "params %zu hybrid %d: device and host sampling part at token %d", k, hy, same);
+            CHECK_MSG(sa.n_accepted > 0 && sa.n_accepted < sa.n_drafted,
+                      "params %zu hybrid %d: %ld of %ld drafts accepted (the test needs some of each)", k, hy,
+                      sa.n_accepted, sa.n_drafted);
+            fprintf(stderr, "     params %zu hybrid %d: %ld of %ld drafts accepted in %d rounds\n", k, hy,
+                    sa.n_accepted, sa.n_drafted, sa.n_rounds);
+        }
     dmodel_free(dm);
     model_free(m);
     unsetenv("DSPARK_CUDA_SAMPLE");
