@@ -295,13 +295,15 @@ static void enqueue_ingest(cuda_dstate *s, int M, int chain) {
     }
 }
 
-/* DSpark row j after the head: e = W1[*prev]; its confidence; its logits
-   z_j = base_j + W2 . e (the head row itself without a Markov head); with
-   chain, draft[j] = argmax z_j (the next row's prev). */
 /* chain: 0 the rows only (the host continues), CHAIN_GREEDY the drafts by
    argmax on the device, CHAIN_SAMPLED (DSpark) drawn there by the device
    sampler with the arguments in d_samp */
 enum { CHAIN_GREEDY = 1, CHAIN_SAMPLED = 2 };
+
+/* DSpark row j after the head: e = W1[*prev]; its confidence; its logits
+   z_j = base_j + W2 . e (the head row itself without a Markov head); with
+   a chain, draft[j] = argmax z_j or a draw from it (the next row's prev),
+   a draw leaving its filtered row in qscr row j and its mass in qtot[j]. */
 
 static void enqueue_dspark_row(cuda_dstate *s, int j, const int *prev, int chain) {
     const cuda_dmodel *m = s->m;

@@ -166,7 +166,6 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     if (K < 0) K = 0;
     if (K > SPEC_MAX_DRAFT) K = SPEC_MAX_DRAFT;
     float *logits = xmalloc(sizeof(float) * (size_t)(K + 1) * (size_t)V);
-    float *q = (d && !d->deterministic && K > 0) ? xmalloc(sizeof(float) * (size_t)K * (size_t)V) : NULL;
     float *p = xmalloc(sizeof(float) * (size_t)V), *r = xmalloc(sizeof(float) * (size_t)V);
     int rows[SPEC_MAX_DRAFT + 1], tok[SPEC_MAX_DRAFT + 1], am[SPEC_MAX_DRAFT + 1];
     /* nobody reading logits rows: a greedy verify asks for the rows' argmax
@@ -180,6 +179,8 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     const int dev_q = !greedy && on_rows && d && !d->deterministic && d->propose_dev && model_cuda(seq_model(s));
     const int ids_only = !o->emit_logits && (greedy || ((!d || d->deterministic || dev_q) && on_rows));
     model_draft_q dq = {0};
+    /* the drafts' distributions on the host (a drafter that samples there) */
+    float *q = (d && !d->deterministic && K > 0 && !dev_q) ? xmalloc(sizeof(float) * (size_t)K * (size_t)V) : NULL;
     int last_in = -1; /* the input id of the row behind the last emitted id (-1: none since the prefill) */
     gen_state g = {.o = o, .st = st, .out_ids = out_ids, .n_prompt = n_prompt, .cap = seq_capacity(s)};
     int rc = 0, last_row = 0;
@@ -247,8 +248,8 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         } else if (ids_only) {
             double u[SPEC_MAX_DRAFT + 1];
             sampler_peek(smp, u, nd + 1);
-            if (seq_append_sample(s, rows, nd + 1, smp, u, dev_q && nd && dq.e ? &dq : NULL, am, nt,
-                                  nt ? d->tap_layers : NULL, taps, err,
+            const model_draft_q *qd = dev_q && nd && dq.e ? &dq : NULL; /* NULL: one-hot drafts */
+            if (seq_append_sample(s, rows, nd + 1, smp, u, qd, am, nt, nt ? d->tap_layers : NULL, taps, err,
                                   errlen) != 0) {
                 rc = -1;
                 break;
