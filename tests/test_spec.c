@@ -523,7 +523,7 @@ TEST(spec_lookup_sized_drafts) {
 /* A stand-in neural drafter for the hybrid: counts its calls, proposes
    77, 78, ... with a uniform q */
 typedef struct {
-    int proposes, commits, features, resets, V;
+    int proposes, commits, features, resets, V, dev_proposes;
 } fake_inner;
 static int fi_reset(void *self, const int *ids, int n) {
     (void)ids;
@@ -539,6 +539,17 @@ static int fi_propose(void *self, int k, int *draft, float *q) {
     }
     return k;
 }
+/* its device proposal: n drafts, one uniform each, q "on the device" (a
+   marker address) */
+static const float fi_qrows[1];
+static int fi_propose_dev(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q) {
+    fake_inner *f = self;
+    f->dev_proposes++;
+    for (int i = 0; i < k; i++) draft[i] = 77 + i + (u[i] < 0.5 ? 0 : 10);
+    *used = k;
+    q->e = fi_qrows;
+    return k;
+}
 static void fi_commit(void *self, const int *ids, int n) {
     (void)ids;
     (void)n;
@@ -551,15 +562,19 @@ static void fi_features(void *self, int pos0, int n, const float *taps, int rows
 
 /* Hybrid drafting: a copy run of 5+ ids drafts lookup's continuation
    (q one-hot) without asking the drafter; otherwise the drafter's block;
-   reset / commit / features reach both. */
+   reset / commit / features reach both; and the same for proposals on the
+   device (the drafter's own state reaches it; lookup's use no uniforms and
+   leave q one-hot). */
 TEST(spec_lookup_hybrid) {
     enum { V = 100 };
     fake_inner f = {.V = V};
     static const int taps_layers[1] = {2};
     drafter inner = {.self = &f, .deterministic = 0, .n_taps = 1, .tap_layers = taps_layers, .reset = fi_reset,
-                     .propose = fi_propose, .commit = fi_commit, .features = fi_features};
+                     .propose = fi_propose, .commit = fi_commit, .features = fi_features,
+                     .propose_dev = fi_propose_dev};
     lookup_hybrid *h = lookup_hybrid_create(inner, V);
     drafter d = lookup_hybrid_drafter(h);
+    CHECK(d.propose_dev != NULL);
     CHECK(d.n_taps == 1 && d.tap_layers == taps_layers && !d.deterministic);
     int out[8], ctx[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     static float q[8 * V];
@@ -579,6 +594,17 @@ TEST(spec_lookup_hybrid) {
     CHECK(f.proposes == 1 && lookup_hybrid_last_was_lookup(h));
     for (int i = 0; i < 4; i++)
         for (int v = 0; v < V; v++) CHECK(q[(size_t)i * V + v] == (v == out[i] ? 1.0f : 0.0f));
+    /* on the device: lookup's copy again, then (no copy run) the drafter's */
+    const double u[4] = {0.7, 0.2, 0.9, 0.1};
+    int used = -1;
+    model_draft_q dq = {.e = fi_qrows};
+    CHECK_EQ_INT(d.propose_dev(d.self, 4, out, u, &used, &dq), 4);
+    CHECK(out[0] == 8 && out[3] == 11 && used == 0 && dq.e == NULL && f.dev_proposes == 0);
+    int other[1] = {99};
+    d.commit(d.self, other, 1);
+    CHECK_EQ_INT(d.propose_dev(d.self, 3, out, u, &used, &dq), 3);
+    CHECK(f.dev_proposes == 1 && used == 3 && dq.e == fi_qrows && !lookup_hybrid_last_was_lookup(h));
+    CHECK(out[0] == 87 && out[1] == 78 && out[2] == 89);
     /* a run of 4 is not a copy run: "41 42 43 44" again, after 50 here and
        40 there */
     int ctx2[10] = {40, 41, 42, 43, 44, 50, 41, 42, 43, 44};
