@@ -309,15 +309,20 @@ void lookup_hybrid_free(lookup_hybrid *h) {
     free(h);
 }
 
+/* every method named: a copy of the inner drafter would hand the hybrid,
+   as self, to any method not wrapped here */
 drafter lookup_hybrid_drafter(lookup_hybrid *h) {
-    drafter d = h->inner;
-    d.self = h;
-    d.reset = h_reset;
-    d.propose = h_propose;
-    d.commit = h_commit;
-    d.features = h->inner.features ? h_features : NULL;
-    d.features_dev = h->inner.features_dev ? h_features_dev : NULL;
-    d.propose_dev = h->inner.propose_dev ? h_propose_dev : NULL;
+    const drafter *in = &h->inner;
+    drafter d = {.self = h,
+                 .deterministic = in->deterministic,
+                 .n_taps = in->n_taps,
+                 .tap_layers = in->tap_layers,
+                 .reset = h_reset,
+                 .propose = h_propose,
+                 .commit = h_commit,
+                 .features = in->features ? h_features : NULL,
+                 .features_dev = in->features_dev ? h_features_dev : NULL,
+                 .propose_dev = in->propose_dev ? h_propose_dev : NULL};
     return d;
 }
 
