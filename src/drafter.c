@@ -249,6 +249,24 @@ static void block_forward(dstate *s, int anchor, int spos) {
     op_rmsnorm(s->xb, s->x, dm->final_norm, B, H, eps);
 }
 
+/* The anchor's position when a block can be drafted now (k > 0), else -1;
+   clears the last proposal's rows and confidences */
+static int propose_pos(dstate *s, int k) {
+    s->n_last = s->n_conf = 0;
+    int spos = s->n_ids - 1;
+    if (s->broken || spos < 0 || ctx_len(s) != spos || spos + s->dm->cfg.block_size > ctx_capacity(s) || k <= 0)
+        return -1;
+    return spos;
+}
+
+/* DSpark's confidence cut: records row j's confidence; 1 when drafting
+   stops before row j */
+static int conf_cut(dstate *s, int j, float conf) {
+    s->conf[j] = conf;
+    s->n_conf = j + 1;
+    return conf < s->conf_th;
+}
+
 /* d_propose's proposal from the GPU: the block and the head run there and,
    when the choice is greedy, so does the choice (only the ids and the
    confidences come back); sampled DSpark rows come back one at a time as
@@ -268,11 +286,7 @@ static int propose_cuda(dstate *s, int k, int *draft, float *q, int spos) {
     for (int j = 0; j < n; j++) {
         float *z = s->zl + (size_t)j * V;
         if (!chain && cuda_dstate_row(s->cu, j, prev, &conf[j], z, err, sizeof err) != 0) return j;
-        if (dm->conf_w) {
-            s->conf[j] = conf[j];
-            s->n_conf = j + 1;
-            if (s->conf[j] < s->conf_th) return j;
-        }
+        if (dm->conf_w && conf_cut(s, j, conf[j])) return j;
         if (!chain) {
             sampler_probs(s->smp, z, q + (size_t)j * V);
             draft[j] = sampler_draw(s->smp, q + (size_t)j * V, V, 1.0);
@@ -287,11 +301,9 @@ static int propose_cuda(dstate *s, int k, int *draft, float *q, int spos) {
 static int d_propose_dev(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q) {
     dstate *s = self;
     *used = 0;
-    const dmodel *dm = s->dm;
-    const int B = dm->cfg.block_size;
-    s->n_last = s->n_conf = 0;
-    int spos = s->n_ids - 1;
-    if (s->broken || spos < 0 || ctx_len(s) != spos || spos + B > ctx_capacity(s) || k <= 0) return 0;
+    *q = (model_draft_q){0};
+    const int B = s->dm->cfg.block_size, spos = propose_pos(s, k);
+    if (spos < 0) return 0;
     int n = k < B ? k : B;
     char err[256];
     float conf[DRAFTER_MAX_BLOCK];
@@ -300,11 +312,8 @@ static int d_propose_dev(void *self, int k, int *draft, const double *u, int *us
         return 0;
     s->n_last = n;
     cuda_dstate_qrows(s->cu, &q->e, &q->tot);
-    for (int j = 0; dm->conf_w && j < n; j++) {
-        s->conf[j] = conf[j];
-        s->n_conf = j + 1;
-        if (s->conf[j] < s->conf_th) n = j;
-    }
+    for (int j = 0; s->dm->conf_w && j < n; j++)
+        if (conf_cut(s, j, conf[j])) n = j;
     *used = n; /* one draw per draft kept, as d_propose makes them */
     return n;
 }
@@ -314,9 +323,8 @@ static int d_propose(void *self, int k, int *draft, float *q) {
     const dmodel *dm = s->dm;
     const drafter_config *c = &dm->cfg;
     const int B = c->block_size, H = c->base.hidden_size, V = c->base.vocab_size, R = c->markov_rank;
-    s->n_last = s->n_conf = 0;
-    int spos = s->n_ids - 1;
-    if (s->broken || spos < 0 || ctx_len(s) != spos || spos + B > ctx_capacity(s) || k <= 0) return 0;
+    const int spos = propose_pos(s, k);
+    if (spos < 0) return 0;
     if (s->cu) return propose_cuda(s, k, draft, q, spos);
     block_forward(s, s->ids[spos], spos);
     if (c->kind == DRAFTER_DFLASH) {
@@ -339,9 +347,7 @@ static int d_propose(void *self, int k, int *draft, float *q) {
             memcpy(s->cin, s->xb + (size_t)j * H, sizeof(float) * (size_t)H);
             if (c->confidence_with_markov) memcpy(s->cin + H, s->e, sizeof(float) * (size_t)R);
             op_matmul(NULL, &logit, s->cin, 1, dm->conf_w, &dm->conf_b);
-            s->conf[j] = 1.0f / (1.0f + expf(-logit));
-            s->n_conf = j + 1;
-            if (s->conf[j] < s->conf_th) return j;
+            if (conf_cut(s, j, 1.0f / (1.0f + expf(-logit)))) return j;
         }
         float *z = s->zl + (size_t)j * V;
         memcpy(z, s->base + (size_t)j * V, sizeof(float) * (size_t)V);

@@ -177,7 +177,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     /* sampled drafts drawn on the target's GPU, their distributions left
        there for the verify */
     const int dev_q = !greedy && on_rows && d && !d->deterministic && d->propose_dev && model_cuda(seq_model(s));
-    const int ids_only = !o->emit_logits && (greedy || ((!d || d->deterministic || dev_q) && on_rows));
+    const int ids_only = greedy ? !o->emit_logits : on_rows && (!d || d->deterministic || dev_q);
     model_draft_q dq = {0};
     /* the drafts' distributions on the host (a drafter that samples there) */
     float *q = (d && !d->deterministic && K > 0 && !dev_q) ? xmalloc(sizeof(float) * (size_t)K * (size_t)V) : NULL;
@@ -226,7 +226,6 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
                 double ud[SPEC_MAX_DRAFT];
                 int used = 0;
                 sampler_peek(smp, ud, k);
-                dq = (model_draft_q){0};
                 nd = d->propose_dev(d->self, k, rows + 1, ud, &used, &dq);
                 sampler_skip(smp, used); /* the draws propose would have made */
             } else {
@@ -248,7 +247,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         } else if (ids_only) {
             double u[SPEC_MAX_DRAFT + 1];
             sampler_peek(smp, u, nd + 1);
-            const model_draft_q *qd = dev_q && nd && dq.e ? &dq : NULL; /* NULL: one-hot drafts */
+            const model_draft_q *qd = nd && dq.e ? &dq : NULL; /* NULL: one-hot drafts */
             if (seq_append_sample(s, rows, nd + 1, smp, u, qd, am, nt, nt ? d->tap_layers : NULL, taps, err,
                                   errlen) != 0) {
                 rc = -1;

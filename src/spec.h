@@ -61,9 +61,9 @@ typedef struct {
        as propose, but draft j is drawn there with the uniform u[j] (drawn
        ahead by the caller from the shared sampler; *used: how many of u it
        took, which the caller then consumes), and the drafts'
-       distributions stay in device memory (*q, for the verify's
-       model_batch.draft_q; q->e NULL: the drafts are deterministic, q
-       one-hot). NULL unless the drafter can do that. */
+       distributions stay in device memory (*q, always set, for the
+       verify's model_batch.draft_q; q->e NULL: the drafts are
+       deterministic, q one-hot). NULL unless the drafter can do that. */
     int (*propose_dev)(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q);
 } drafter;
 
