@@ -88,46 +88,17 @@ static int walk(const double *p, int V, int skip, double u) {
     return last;
 }
 
-static int ref_row(const double *p, int V, int j, int n, const int *draft, double ua, double ub) {
+/* Row j's answer against draft d: the last row (j = n - 1) a draw from p
+   with ua; else accepted (-1) when ua < p(d) / q(d), or a draw with ub
+   from max(0, p - q), from p when that has no mass. q NULL: one-hot at d
+   (accepted when ua < p(d); the residual is p without d). r: [V] scratch. */
+static int ref_row(const double *p, const double *q, double *r, int V, int j, int n, int d, double ua, double ub) {
     if (j == n - 1) return walk(p, V, -1, ua);
-    int d = draft[j];
-    double pd = d >= 0 && d < V ? p[d] : 0;
-    if (ua < pd) return -1;
-    return walk(p, V, 1 - pd > 1e-8 ? d : -1, ub);
-}
-
-int ref_rows_check(const float *logits, int n, int V, sampler_params p, const int *draft, const double *u,
-                   const int *got, int *exact) {
-    double *pr = malloc(sizeof(double) * V);
-    int bad = 0;
-    if (exact) *exact = 0;
-    for (int j = 0; j < n; j++) {
-        ref_filter(logits + (size_t)j * V, V, p, pr);
-        double ua = u[j], ub = j < n - 1 ? u[j + 1] : 0;
-        int want = ref_row(pr, V, j, n, draft, ua, ub);
-        if (want == got[j]) {
-            if (exact) (*exact)++;
-            continue;
-        }
-        /* rounding: u within REF_SLACK of a boundary may fall either side */
-        int ok = 0;
-        for (int a = -1; a <= 1 && !ok; a++)
-            for (int b = -1; b <= 1 && !ok; b++)
-                ok = ref_row(pr, V, j, n, draft, ua + a * REF_SLACK, ub + b * REF_SLACK) == got[j];
-        bad += !ok;
-    }
-    free(pr);
-    return bad;
-}
-
-/* spec_accept's rule for row j against a draft drawn from q: accepted when
-   ua < p(d) / q(d), else a draw with ub from max(0, p - q) (from p when
-   that has no mass); the last row a draw from p */
-static int ref_row_q(const double *p, const double *q, double *r, int V, int j, int n, int d, double ua, double ub) {
-    if (j == n - 1) return walk(p, V, -1, ua);
-    double pd = d >= 0 && d < V ? p[d] : 0, qd = d >= 0 && d < V ? q[d] : 0;
+    int in = d >= 0 && d < V;
+    double pd = in ? p[d] : 0, qd = !q ? 1.0 : in ? q[d] : 0;
     if (qd < 1e-8) qd = 1e-8;
     if (ua < pd / qd) return -1;
+    if (!q) return walk(p, V, 1 - pd > 1e-8 ? d : -1, ub);
     double mass = 0;
     for (int i = 0; i < V; i++) {
         r[i] = p[i] > q[i] ? p[i] - q[i] : 0;
@@ -136,36 +107,38 @@ static int ref_row_q(const double *p, const double *q, double *r, int V, int j, 
     return walk(mass > 1e-8 ? r : p, V, -1, ub);
 }
 
-int ref_rows_check_q(const float *logits, const float *qlogits, int n, int V, sampler_params p, const int *draft,
-                     const double *uq, const double *u, const int *got, int *exact, int *accepted) {
-    double *pr = malloc(sizeof(double) * V), *qr = malloc(sizeof(double) * V), *r = malloc(sizeof(double) * V);
-    int bad = 0;
-    *exact = *accepted = 0;
+int ref_rows_check(const float *logits, const float *qlogits, int n, int V, sampler_params p, const int *draft,
+                   const double *uq, const double *u, const int *got, int *exact, int *accepted) {
+    double *pr = malloc(sizeof(double) * V), *qr = qlogits ? malloc(sizeof(double) * V) : NULL;
+    double *r = malloc(sizeof(double) * V);
+    int bad = 0, ex = 0, acc = 0;
     for (int j = 0; j < n; j++) {
         ref_filter(logits + (size_t)j * V, V, p, pr);
-        if (j < n - 1) {
+        int d = j < n - 1 ? draft[j] : -1;
+        if (qr && j < n - 1) {
             ref_filter(qlogits + (size_t)j * V, V, p, qr);
             int ok = 0; /* the draft itself: a draw from q */
-            for (int a = -1; a <= 1 && !ok; a++) ok = walk(qr, V, -1, uq[j] + a * REF_SLACK) == draft[j];
+            for (int a = -1; a <= 1 && !ok; a++) ok = walk(qr, V, -1, uq[j] + a * REF_SLACK) == d;
             bad += !ok;
         }
         double ua = u[j], ub = j < n - 1 ? u[j + 1] : 0;
-        int want = ref_row_q(pr, qr, r, V, j, n, j < n - 1 ? draft[j] : -1, ua, ub);
-        *accepted += got[j] == -1;
-        if (want == got[j]) {
-            (*exact)++;
+        acc += got[j] == -1;
+        if (ref_row(pr, qr, r, V, j, n, d, ua, ub) == got[j]) {
+            ex++;
             continue;
         }
+        /* rounding: u within REF_SLACK of a boundary may fall either side */
         int ok = 0;
         for (int a = -1; a <= 1 && !ok; a++)
             for (int b = -1; b <= 1 && !ok; b++)
-                ok = ref_row_q(pr, qr, r, V, j, n, j < n - 1 ? draft[j] : -1, ua + a * REF_SLACK, ub + b * REF_SLACK) ==
-                     got[j];
+                ok = ref_row(pr, qr, r, V, j, n, d, ua + a * REF_SLACK, ub + b * REF_SLACK) == got[j];
         bad += !ok;
     }
     free(pr);
     free(qr);
     free(r);
+    if (exact) *exact = ex;
+    if (accepted) *accepted = acc;
     return bad;
 }
 
@@ -190,7 +163,7 @@ void ref_rows_suite(rows_fn f, void *ctx, const int *Vs, int nV, const sampler_p
                     test_fail(__FILE__, __LINE__, "V %d params %d: %s", V, k, err);
                     continue;
                 }
-                int bad = ref_rows_check(rows, n, V, ps[k], draft, u, got, &ex);
+                int bad = ref_rows_check(rows, NULL, n, V, ps[k], draft, NULL, u, got, &ex, NULL);
                 if (bad)
                     test_fail(__FILE__, __LINE__, "V %d params %d round %d: %d rows differ from the reference", V, k,
                               round, bad);

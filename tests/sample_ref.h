@@ -21,20 +21,17 @@ float *ref_test_rows(int n, int V, uint32_t *seed);
 int ref_test_draft(int j, int V, uint32_t *seed);
 /* out[V]: the filtered, renormalised distribution of logits l under p */
 void ref_filter(const float *l, int V, sampler_params p, double *out);
-/* sampler_rows's answers got[n] for logits[n][V] against this reference:
-   the number of rows that differ other than by a uniform within REF_SLACK
-   of a boundary (0: all agree); *exact (may be NULL): rows equal outright */
-int ref_rows_check(const float *logits, int n, int V, sampler_params p, const int *draft, const double *u,
-                   const int *got, int *exact);
-
-/* The same for a verify whose drafts came with distributions (DSpark's):
-   draft[j] must be the draw from the filtered qlogits row j with uq[j], and
-   got[j] spec_accept's answer (accepted when u[j] < p(d) / q(d), else a
-   draw with u[j+1] from max(0, p - q)). Returns the rows (drafts and
-   answers) that differ other than at a boundary; *exact the answers equal
-   outright, *accepted the rows answered -1. */
-int ref_rows_check_q(const float *logits, const float *qlogits, int n, int V, sampler_params p, const int *draft,
-                     const double *uq, const double *u, const int *got, int *exact, int *accepted);
+/* A verify's answers got[n] for logits[n][V] against this reference: the
+   number of rows that differ other than by a uniform within REF_SLACK of a
+   boundary (0: all agree). qlogits NULL: one-hot drafts, sampler_rows's
+   rule (accepted when u[j] < p(d), else a draw with u[j+1] from p without
+   d). Else drafts with distributions (DSpark's): draft[j] must be the draw
+   from the filtered qlogits row j with uq[j] (counted among the rows that
+   differ if not), and got[j] spec_accept's answer (accepted when u[j] <
+   p(d) / q(d), else a draw with u[j+1] from max(0, p - q)). *exact (may be
+   NULL): answers equal outright; *accepted (may be NULL): rows answered -1. */
+int ref_rows_check(const float *logits, const float *qlogits, int n, int V, sampler_params p, const int *draft,
+                   const double *uq, const double *u, const int *got, int *exact, int *accepted);
 
 /* the sampler under test: sampler_rows's answers got[n] for rows[n][V];
    0, or -1 with err filled */

@@ -127,12 +127,8 @@ TEST(sampler_large_vocab_top_p) {
    long flat tail, so the filters' candidate thresholds are taken and,
    where the nucleus or the top-k reaches into the tail, given up) against
    the filters computed here in double precision by a full sort. */
-static uint32_t lcg = 12345;
-static float urand(void) {
-    lcg = lcg * 1103515245u + 12345u;
-    return (float)((lcg >> 8) & 0xffffff) / 16777216.0f;
-}
 TEST(sampler_filters_large_vocab_vs_reference) {
+    uint32_t lcg = 12345;
     const int Vs[] = {6144, 151936};
     const sampler_params ps[] = {
         {.temperature = 0.7f, .top_p = 1.0f},  {.temperature = 1.0f, .top_k = 20, .top_p = 1.0f},
@@ -146,8 +142,8 @@ TEST(sampler_filters_large_vocab_vs_reference) {
         int V = Vs[v];
         float *l = malloc(sizeof(float) * V), *pr = malloc(sizeof(float) * V);
         double *want = malloc(sizeof(double) * V);
-        for (int i = 0; i < V; i++) l[i] = urand() * 4.0f - 2.0f;       /* flat tail */
-        for (int i = 0; i < 30; i++) l[(i * 7919) % V] = 6.0f + urand() * 6.0f; /* peaked head */
+        for (int i = 0; i < V; i++) l[i] = ref_urand(&lcg) * 4.0f - 2.0f;       /* flat tail */
+        for (int i = 0; i < 30; i++) l[(i * 7919) % V] = 6.0f + ref_urand(&lcg) * 6.0f; /* peaked head */
         l[V - 1] = -INFINITY; /* a masked token */
         for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
             sampler *s;

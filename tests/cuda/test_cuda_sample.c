@@ -85,7 +85,7 @@ TEST(cuda_sample_rows_q_vs_reference) {
                     test_fail(__FILE__, __LINE__, "V %d params %zu: %s", V, k, err);
                     continue;
                 }
-                int bad = ref_rows_check_q(l, ql, N, V, ps[k], draft, uq, u, got, &ex, &acc);
+                int bad = ref_rows_check(l, ql, N, V, ps[k], draft, uq, u, got, &ex, &acc);
                 CHECK_MSG(bad == 0, "V %d params %zu round %d: %d rows differ from the reference", V, k, round, bad);
                 for (int j = 0; j < N - 1; j++) rejected += got[j] >= 0;
                 accepted += acc;
@@ -155,43 +155,62 @@ static int generate(model *m, const dmodel *dm, const int *prompt, int n_prompt,
     return rc;
 }
 
-TEST(cuda_sampled_generate_device_vs_host) {
-    if (!have_gpu()) return;
-    char dir[1024], err[1024];
+enum { GEN_N = 200 };
+
+/* The bundled model on the GPU, with the device sampler forced (its
+   vocabulary is below CUDA_SAMPLE_MIN_VOCAB), sampled under each of ps[np]
+   in two variants (generate's with_lookup) with no drafter or the bundled
+   drafter named by suffix ("dspark"): the device-sampled run and the
+   host-sampled one give the same GEN_N ids; st[k][v]: the device run's
+   stats. -1 when something did not load (failure reported). */
+static int device_vs_host(const char *suffix, const sampler_params *ps, int np, spec_stats st[][2]) {
+    char dir[1024], ddir[1100], err[1024];
     snprintf(dir, sizeof dir, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
-    /* the bundled vocabulary is below CUDA_SAMPLE_MIN_VOCAB: the device
-       sampler only by request */
+    snprintf(ddir, sizeof ddir, "%s-%s", dir, suffix ? suffix : "");
     setenv("DSPARK_CUDA_SAMPLE", "1", 1);
-    model *m;
+    model *m = NULL;
+    dmodel *dm = NULL;
     model_load_opts gpu = {.device = "cuda"};
-    if (model_load(&m, dir, &gpu, err, sizeof err) != 0) {
+    if (model_load(&m, dir, &gpu, err, sizeof err) != 0 ||
+        (suffix && dmodel_load(&dm, ddir, m, NULL, err, sizeof err) != 0)) {
         test_fail(__FILE__, __LINE__, "%s", err);
-        return;
+        model_free(m);
+        unsetenv("DSPARK_CUDA_SAMPLE");
+        return -1;
     }
-    /* a repetitive prompt so lookup drafts get accepted */
+    /* a repetitive prompt so that drafts get accepted */
     int prompt[64];
     for (int i = 0; i < 64; i++) prompt[i] = 100 + (i % 16) * 37;
+    for (int k = 0; k < np; k++)
+        for (int v = 0; v < 2; v++) {
+            int a[GEN_N], b[GEN_N];
+            spec_stats sb;
+            CHECK_MSG(generate(m, dm, prompt, 64, ps[k], v, 0, a, GEN_N, &st[k][v], err, sizeof err) == 0, "%s", err);
+            CHECK_MSG(generate(m, dm, prompt, 64, ps[k], v, 1, b, GEN_N, &sb, err, sizeof err) == 0, "%s", err);
+            CHECK_EQ_INT(st[k][v].n_gen, GEN_N);
+            CHECK_EQ_INT(sb.n_gen, GEN_N);
+            int same = 0;
+            while (same < GEN_N && a[same] == b[same]) same++;
+            CHECK_MSG(same == GEN_N, "params %d variant %d: device and host sampling part at token %d", k, v, same);
+        }
+    dmodel_free(dm);
+    model_free(m);
+    unsetenv("DSPARK_CUDA_SAMPLE");
+    return 0;
+}
+
+/* plain decoding and lookup drafts */
+TEST(cuda_sampled_generate_device_vs_host) {
+    if (!have_gpu()) return;
     const sampler_params ps[] = {
         {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 5},
         {.temperature = 1.0f, .top_p = 1.0f, .seed = 6},
         {.temperature = 0.6f, .top_p = 0.9f, .min_p = 0.02f, .seed = 7},
     };
-    enum { N = 200 };
-    for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++)
-        for (int lk = 0; lk < 2; lk++) {
-            int a[N], b[N];
-            spec_stats sa, sb;
-            CHECK_MSG(generate(m, NULL, prompt, 64, ps[k], lk, 0, a, N, &sa, err, sizeof err) == 0, "%s", err);
-            CHECK_MSG(generate(m, NULL, prompt, 64, ps[k], lk, 1, b, N, &sb, err, sizeof err) == 0, "%s", err);
-            CHECK_EQ_INT(sa.n_gen, N);
-            CHECK_EQ_INT(sb.n_gen, N);
-            int same = 0;
-            while (same < N && a[same] == b[same]) same++;
-            CHECK_MSG(same == N, "params %zu lookup %d: device and host sampling part at token %d", k, lk, same);
-            if (lk) CHECK_MSG(sa.n_accepted > 0, "params %zu: no lookup draft accepted (the test needs some)", k);
-        }
-    model_free(m);
-    unsetenv("DSPARK_CUDA_SAMPLE");
+    spec_stats st[3][2];
+    if (device_vs_host(NULL, ps, 3, st) != 0) return;
+    for (int k = 0; k < 3; k++)
+        CHECK_MSG(st[k][1].n_accepted > 0, "params %d: no lookup draft accepted (the test needs some)", k);
 }
 
 /* DSpark's sampled rounds on the GPU: drafts drawn on the device and
@@ -202,48 +221,20 @@ TEST(cuda_sampled_generate_device_vs_host) {
    one-hot, between DSpark's rounds). */
 TEST(cuda_sampled_dspark_device_vs_host) {
     if (!have_gpu()) return;
-    char dir[1024], ddir[1100], err[1024];
-    snprintf(dir, sizeof dir, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
-    snprintf(ddir, sizeof ddir, "%s-dspark", dir);
-    setenv("DSPARK_CUDA_SAMPLE", "1", 1);
-    model *m;
-    dmodel *dm = NULL;
-    model_load_opts gpu = {.device = "cuda"};
-    if (model_load(&m, dir, &gpu, err, sizeof err) != 0) {
-        test_fail(__FILE__, __LINE__, "%s", err);
-        return;
-    }
-    if (dmodel_load(&dm, ddir, m, NULL, err, sizeof err) != 0) {
-        test_fail(__FILE__, __LINE__, "%s", err);
-        model_free(m);
-        return;
-    }
-    int prompt[64];
-    for (int i = 0; i < 64; i++) prompt[i] = 100 + (i % 16) * 37;
     const sampler_params ps[] = {
         {.temperature = 0.6f, .top_k = 20, .top_p = 0.95f, .seed = 11},
         {.temperature = 1.0f, .top_p = 1.0f, .seed = 12},
         {.temperature = 0.8f, .top_p = 0.9f, .min_p = 0.02f, .seed = 13},
     };
-    enum { N = 200 };
-    for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++)
+    spec_stats st[3][2];
+    if (device_vs_host("dspark", ps, 3, st) != 0) return;
+    for (int k = 0; k < 3; k++)
         for (int hy = 0; hy < 2; hy++) {
-            int a[N], b[N];
-            spec_stats sa, sb;
-            CHECK_MSG(generate(m, dm, prompt, 64, ps[k], hy, 0, a, N, &sa, err, sizeof err) == 0, "%s", err);
-            CHECK_MSG(generate(m, dm, prompt, 64, ps[k], hy, 1, b, N, &sb, err, sizeof err) == 0, "%s", err);
-            CHECK_EQ_INT(sa.n_gen, N);
-            CHECK_EQ_INT(sb.n_gen, N);
-            int same = 0;
-            while (same < N && a[same] == b[same]) same++;
-            CHECK_MSG(same == N, "params %zu hybrid %d: device and host sampling part at token %d", k, hy, same);
-            CHECK_MSG(sa.n_accepted > 0 && sa.n_accepted < sa.n_drafted,
-                      "params %zu hybrid %d: %ld of %ld drafts accepted (the test needs some of each)", k, hy,
-                      sa.n_accepted, sa.n_drafted);
-            fprintf(stderr, "     params %zu hybrid %d: %ld of %ld drafts accepted in %d rounds\n", k, hy,
-                    sa.n_accepted, sa.n_drafted, sa.n_rounds);
+            const spec_stats *a = &st[k][hy];
+            CHECK_MSG(a->n_accepted > 0 && a->n_accepted < a->n_drafted,
+                      "params %d hybrid %d: %ld of %ld drafts accepted (the test needs some of each)", k, hy,
+                      a->n_accepted, a->n_drafted);
+            fprintf(stderr, "     params %d hybrid %d: %ld of %ld drafts accepted in %d rounds\n", k, hy,
+                    a->n_accepted, a->n_drafted, a->n_rounds);
         }
-    dmodel_free(dm);
-    model_free(m);
-    unsetenv("DSPARK_CUDA_SAMPLE");
 }
