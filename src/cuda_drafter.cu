@@ -304,7 +304,6 @@ enum { CHAIN_GREEDY = 1, CHAIN_SAMPLED = 2 };
    z_j = base_j + W2 . e (the head row itself without a Markov head); with
    a chain, draft[j] = argmax z_j or a draw from it (the next row's prev),
    a draw leaving its filtered row in qscr row j and its mass in qtot[j]. */
-
 static void enqueue_dspark_row(cuda_dstate *s, int j, const int *prev, int chain) {
     const cuda_dmodel *m = s->m;
     const int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
@@ -496,9 +495,7 @@ extern "C" int cuda_dstate_propose_sampled(cuda_dstate *s, int anchor, int n, co
     if (!s->m->dspark || p->temperature <= 0.0f)
         return ds_err(err, errlen, "CUDA drafter: sampled drafts are DSpark's, with a temperature");
     if (n < 1 || n > s->m->B) return ds_err(err, errlen, "CUDA drafter: cannot draft %d rows", n);
-    /* every row a draw (n = 1) with its own uniform */
-    cu_sample_args_set(s->h_samp, p, NULL, u, 1);
-    for (int j = 0; j < n; j++) s->h_samp->u[j] = u[j];
+    cu_sample_args_draws(s->h_samp, p, u, n);
     return propose(s, anchor, n, CHAIN_SAMPLED, draft, conf, err, errlen);
 }
 

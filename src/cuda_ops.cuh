@@ -228,6 +228,12 @@ static inline void cu_sample_args_set(cu_sample_args *a, const sampler_params *p
         a->u[i] = u[i];
     }
 }
+/* arguments under which every one of n rows is a draw, row i with u[i] (a
+   drafter's rows: a->n = 1) */
+static inline void cu_sample_args_draws(cu_sample_args *a, const sampler_params *p, const double *u, int n) {
+    cu_sample_args_set(a, p, NULL, u, 1);
+    for (int i = 1; i < n; i++) a->u[i] = u[i];
+}
 /* floats per row of the device sampler's scratch */
 static inline size_t cu_sample_stride(int V) { return ((size_t)V + 3) / 4 * 4; }
 /* out[i] = sampler_rows's answer for row a->row0 + row_off + i of its a->n

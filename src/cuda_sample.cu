@@ -414,10 +414,11 @@ void cu_sample_rows(cudaStream_t st, int *out, const float *logits, float *escr,
     launch_sample(m, st, out, logits, escr, V, a, scale, tot, row_off);
 }
 
-/* device copies of logits rows, their sampler's scratch, answers and
-   arguments, for the test and benchmark entry points */
+/* device copies of logits rows, their sampler's scratch, kept masses,
+   answers and arguments, for the test and benchmark entry points */
 struct smp_bufs {
     float *l, *e;
+    u64 *tot;
     int *out;
     cu_sample_args *a;
 };
@@ -425,21 +426,21 @@ struct smp_bufs {
 static void bufs_free(smp_bufs *b) {
     cudaFree(b->l);
     cudaFree(b->e);
+    cudaFree(b->tot);
     cudaFree(b->out);
     cudaFree(b->a);
 }
 
-static int bufs_up(smp_bufs *b, const float *logits, int n, int V, const sampler_params *p, const int *draft,
-                   const double *u, char *err, size_t errlen) {
+/* n: 1 .. MODEL_SAMPLE_ROWS (the callers check it before building *h) */
+static int bufs_up(smp_bufs *b, const float *logits, int n, int V, const cu_sample_args *h, char *err,
+                   size_t errlen) {
     *b = smp_bufs{};
-    if (n < 1 || n > MODEL_SAMPLE_ROWS) return ds_err(err, errlen, "device sampler: %d rows", n);
-    cu_sample_args h;
-    cu_sample_args_set(&h, p, draft, u, n);
     if (cudaMalloc(&b->l, sizeof(float) * (size_t)n * V) != cudaSuccess ||
         cudaMalloc(&b->e, sizeof(float) * (size_t)n * cu_sample_stride(V)) != cudaSuccess ||
-        cudaMalloc(&b->out, sizeof(int) * (size_t)n) != cudaSuccess || cudaMalloc(&b->a, sizeof h) != cudaSuccess ||
+        cudaMalloc(&b->tot, sizeof(u64) * (size_t)n) != cudaSuccess ||
+        cudaMalloc(&b->out, sizeof(int) * (size_t)n) != cudaSuccess || cudaMalloc(&b->a, sizeof *h) != cudaSuccess ||
         cudaMemcpy(b->l, logits, sizeof(float) * (size_t)n * V, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(b->a, &h, sizeof h, cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaMemcpy(b->a, h, sizeof *h, cudaMemcpyHostToDevice) != cudaSuccess) {
         bufs_free(b);
         return ds_err(err, errlen, "device sampler: cannot set up %d rows of %d: %s", n, V,
                       cudaGetErrorString(cudaGetLastError()));
@@ -447,13 +448,21 @@ static int bufs_up(smp_bufs *b, const float *logits, int n, int V, const sampler
     return 0;
 }
 
+/* the n rows of b sampled, their answers into out[n] */
+static cudaError_t bufs_run(smp_bufs *b, int n, int V, int *out) {
+    cu_sample_rows(0, b->out, b->l, b->e, n, V, b->a, b->tot, 0);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? cudaMemcpy(out, b->out, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost) : e;
+}
+
 extern "C" int cuda_test_sample_rows(int *out, const float *logits, int n, int V, const sampler_params *p,
                                      const int *draft, const double *u, char *err, size_t errlen) {
+    if (n < 1 || n > MODEL_SAMPLE_ROWS) return ds_err(err, errlen, "device sampler: %d rows", n);
+    cu_sample_args h;
+    cu_sample_args_set(&h, p, draft, u, n);
     smp_bufs b;
-    if (bufs_up(&b, logits, n, V, p, draft, u, err, errlen) != 0) return -1;
-    cu_sample_rows(0, b.out, b.l, b.e, n, V, b.a, NULL, 0);
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) e = cudaMemcpy(out, b.out, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost);
+    if (bufs_up(&b, logits, n, V, &h, err, errlen) != 0) return -1;
+    cudaError_t e = bufs_run(&b, n, V, out);
     bufs_free(&b);
     if (e != cudaSuccess) return ds_err(err, errlen, "device sampler: %s", cudaGetErrorString(e));
     return 0;
@@ -464,50 +473,22 @@ extern "C" int cuda_test_sample_rows_q(int *drafts, int *out, const float *logit
                                        size_t errlen) {
     if (n < 2 || n > MODEL_SAMPLE_ROWS) return ds_err(err, errlen, "device sampler: %d rows with drafts", n);
     /* the drafts: each q row drawn as a drafter's, its scratch and mass kept */
-    const size_t sw = cu_sample_stride(V);
-    float *ql = NULL, *qe = NULL;
-    u64 *qt = NULL;
-    int *dd = NULL;
-    cu_sample_args hq, *dq = NULL;
-    cu_sample_args_set(&hq, p, NULL, uq, 1);
-    for (int i = 0; i < n - 1; i++) hq.u[i] = uq[i];
-    cudaError_t e = cudaSuccess;
-    if (cudaMalloc(&ql, sizeof(float) * (size_t)(n - 1) * V) != cudaSuccess ||
-        cudaMalloc(&qe, sizeof(float) * (size_t)(n - 1) * sw) != cudaSuccess ||
-        cudaMalloc(&qt, sizeof(u64) * (size_t)(n - 1)) != cudaSuccess ||
-        cudaMalloc(&dd, sizeof(int) * (size_t)(n - 1)) != cudaSuccess || cudaMalloc(&dq, sizeof hq) != cudaSuccess ||
-        cudaMemcpy(ql, qlogits, sizeof(float) * (size_t)(n - 1) * V, cudaMemcpyHostToDevice) != cudaSuccess ||
-        cudaMemcpy(dq, &hq, sizeof hq, cudaMemcpyHostToDevice) != cudaSuccess)
-        e = cudaGetLastError();
-    if (e == cudaSuccess) {
-        cu_sample_rows(0, dd, ql, qe, n - 1, V, dq, qt, 0);
-        e = cudaGetLastError();
-    }
-    if (e == cudaSuccess) e = cudaMemcpy(drafts, dd, sizeof(int) * (size_t)(n - 1), cudaMemcpyDeviceToHost);
+    cu_sample_args h;
+    cu_sample_args_draws(&h, p, uq, n - 1);
+    smp_bufs bq, bv = {};
+    if (bufs_up(&bq, qlogits, n - 1, V, &h, err, errlen) != 0) return -1;
+    cudaError_t e = bufs_run(&bq, n - 1, V, drafts);
     /* the verify of those drafts against q */
-    smp_bufs b = {};
     int rc = 0;
     if (e == cudaSuccess) {
-        rc = bufs_up(&b, logits, n, V, p, drafts, u, err, errlen);
-        if (rc == 0) {
-            cu_sample_args h;
-            cu_sample_args_set(&h, p, drafts, u, n);
-            h.q = qe;
-            h.qtot = qt;
-            e = cudaMemcpy(b.a, &h, sizeof h, cudaMemcpyHostToDevice);
-            if (e == cudaSuccess) {
-                cu_sample_rows(0, b.out, b.l, b.e, n, V, b.a, NULL, 0);
-                e = cudaGetLastError();
-            }
-            if (e == cudaSuccess) e = cudaMemcpy(out, b.out, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost);
-            bufs_free(&b);
-        }
+        cu_sample_args_set(&h, p, drafts, u, n);
+        h.q = bq.e;
+        h.qtot = bq.tot;
+        rc = bufs_up(&bv, logits, n, V, &h, err, errlen);
+        if (rc == 0) e = bufs_run(&bv, n, V, out);
     }
-    cudaFree(ql);
-    cudaFree(qe);
-    cudaFree(qt);
-    cudaFree(dd);
-    cudaFree(dq);
+    bufs_free(&bq);
+    bufs_free(&bv);
     if (rc != 0) return -1;
     if (e != cudaSuccess) return ds_err(err, errlen, "device sampler: %s", cudaGetErrorString(e));
     return 0;
@@ -529,16 +510,18 @@ extern "C" int cuda_bench_sample(int V, int rows, int peaked, const sampler_para
     int draft[MODEL_SAMPLE_ROWS];
     double u[MODEL_SAMPLE_ROWS];
     for (int i = 0; i < rows; i++) draft[i] = (i * 7919) % V, u[i] = 0.999; /* rejected: every row draws */
+    cu_sample_args a;
+    cu_sample_args_set(&a, p, draft, u, rows);
     smp_bufs b;
-    int rc = bufs_up(&b, h, rows, V, p, draft, u, err, errlen);
+    int rc = bufs_up(&b, h, rows, V, &a, err, errlen);
     free(h);
     if (rc != 0) return -1;
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    cu_sample_rows(0, b.out, b.l, b.e, rows, V, b.a, NULL, 0);
+    cu_sample_rows(0, b.out, b.l, b.e, rows, V, b.a, b.tot, 0);
     cudaEventRecord(e0, 0);
-    for (int i = 0; i < reps; i++) cu_sample_rows(0, b.out, b.l, b.e, rows, V, b.a, NULL, 0);
+    for (int i = 0; i < reps; i++) cu_sample_rows(0, b.out, b.l, b.e, rows, V, b.a, b.tot, 0);
     cudaEventRecord(e1, 0);
     cudaError_t e = cudaEventSynchronize(e1);
     if (e == cudaSuccess) e = cudaGetLastError();
