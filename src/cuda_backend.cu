@@ -36,6 +36,7 @@ struct cuda_ctx {
     float *x, *xb, *q, *att, *qkv, *gate, *logits;
     float *part;                     /* split attention partials */
     int *tok, *pos, *d_len;          /* device: ids, positions, cache length before the batch */
+    int *qkv_cnt;                    /* device: the fused q/k/v tail's per-head counts (cu_qkv_tail) */
     int *d_ids, *h_ids;              /* argmax or samples of the logits rows: device, pinned host */
     cu_sample_args *h_samp, *d_samp; /* the device sampler's arguments: pinned host, device */
     float *escr;                     /* the device sampler's scratch rows */
@@ -211,6 +212,8 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
     if (cudaMalloc((void **)&x->tok, sizeof(int) * B) != cudaSuccess ||
         cudaMalloc((void **)&x->pos, sizeof(int) * B) != cudaSuccess ||
         cudaMalloc((void **)&x->d_len, sizeof(int)) != cudaSuccess ||
+        cudaMalloc((void **)&x->qkv_cnt, sizeof(int) * cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads)) != cudaSuccess ||
+        cudaMemset(x->qkv_cnt, 0, sizeof(int) * cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads)) != cudaSuccess ||
         cudaMalloc((void **)&x->d_ids, sizeof(int) * B) != cudaSuccess ||
         cudaMallocHost((void **)&x->h_ids, sizeof(int) * B) != cudaSuccess ||
         cudaMallocHost((void **)&x->h_samp, sizeof(cu_sample_args)) != cudaSuccess ||
@@ -259,6 +262,7 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
     cudaFree(x->tok);
     cudaFree(x->pos);
     cudaFree(x->d_len);
+    cudaFree(x->qkv_cnt);
     cudaFree(x->d_ids);
     if (x->h_ids) cudaFreeHost(x->h_ids);
     if (x->h_samp) cudaFreeHost(x->h_samp);
@@ -399,10 +403,20 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     for (int l = 0; l < c->n_layers; l++) {
         const dlayer *L = &m->layers[l];
         float *kc = x->kv + (size_t)l * 2 * KD * x->cap, *vc = kc + KD * x->cap;
-        mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
-        mark(x, OP_QKV);
-        cu_qkv_post_fused(st, x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, M, nh, nkv, hd, x->cap,
-                          x->d_len, eps);
+        /* decode and verify rows: the projection's matmul post-processes
+           q, k and v itself (no kernel of its own between it and attention) */
+        cu_qkv_tail tail = {cu_qkv_fused_args(x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, nh, nkv,
+                                              hd, x->cap, x->d_len, eps),
+                            x->qkv_cnt};
+        if (cu_gemm_takes(x->gemm, &L->wqkv, M) ||
+            !cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail)) {
+            mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
+            mark(x, OP_QKV);
+            cu_qkv_post_fused(st, x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, M, nh, nkv, hd,
+                              x->cap, x->d_len, eps);
+        } else {
+            mark(x, OP_QKV);
+        }
         mark(x, OP_POST);
         /* the cuBLAS groups' rows by the prefill kernel, the others as decode and verify rows */
         int Mt = x->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(x->gemm, &L->wqkv, M) : 0;

@@ -96,6 +96,14 @@ int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const 
  * rest; mode 0 store, 1 residual add, 2 SwiGLU; gn (or NULL) an RMSNorm */
 int cuda_test_matmul_prefill(float *y, const float *x, int M, const void *w, const void *w2, int N, int K,
                              const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
+/* RMSNorm(x, gn) . W^T + bias (W bf16 [(nh + 2 nkv) hd][K]) and the q/k/v
+ * post-processing (per-head norms qn/kn, RoPE at pos, k and v into caches
+ * of cap positions at len + row): q[M][nh*hd], kc/vc[nkv][cap][hd]; fused 1:
+ * by the matmul's own tail (twice, the second from zeroed outputs), 0: the
+ * separate kernel */
+int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int M, const void *w, int K, const float *bias,
+                  const float *gn, const float *qn, const float *kn, const int *pos, const float *inv_freq, int nh,
+                  int nkv, int hd, int cap, int len, int fused, char *err, size_t errlen);
 /* out[n] = sampler_rows's answers (sampler.h) for logits[n][V] under p
  * (temperature > 0), computed by the device sampler */
 int cuda_test_sample_rows(int *out, const float *logits, int n, int V, const sampler_params *p, const int *draft,

@@ -297,6 +297,107 @@ __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_ch
     }
 }
 
+/* (row m, head t) of cu_qkv_post by one warp, over the q heads, then the
+   k heads, then the v heads: q/k get their per-head RMSNorm (when qn/kn
+   are given) and NeoX RoPE at the row's position; k and v are written
+   into the cache at position *d_len + m. Lane l owns the pairs (i, i +
+   head_dim/2) for i = l, l + 32, ...; the norm's sum of squares adds the
+   pairs' a*a + b*b by a fixed tree (from the next power of two, halving:
+   element i takes i + o while both exist), in registers and then by
+   shuffles. The inputs are read from L2 (ld.cg): the fused tail reads
+   what other blocks of its kernel wrote. */
+#define QKV_PAIRS (ATT_MAX_HD / 64) /* pairs per lane */
+__device__ __forceinline__ void qkv_post_item(const cu_qkv_args &a, int m, int t, int lane) {
+    const int hd = a.hd, half = hd / 2;
+    const int is_q = t < a.nh, is_k = !is_q && t < a.nh + a.nkv, h = is_q ? t : is_k ? t - a.nh : t - a.nh - a.nkv;
+    const size_t slot = ((size_t)h * a.cap + (size_t)(*a.d_len + m)) * hd;
+    if (!is_q && !is_k) {
+        const float *vr = a.v + (size_t)m * a.ks + (size_t)h * hd;
+        for (int i = lane; i < hd; i += 32) a.vc[slot + i] = __ldcg(vr + i);
+        return;
+    }
+    const float *src = is_q ? a.q + (size_t)m * a.qs + (size_t)h * hd : a.k + (size_t)m * a.ks + (size_t)h * hd;
+    float va[QKV_PAIRS], vb[QKV_PAIRS], r[QKV_PAIRS];
+#pragma unroll
+    for (int j = 0; j < QKV_PAIRS; j++) {
+        int i = lane + 32 * j;
+        va[j] = i < half ? __ldcg(src + i) : 0.0f;
+        vb[j] = i < half ? __ldcg(src + i + half) : 0.0f;
+        r[j] = fmaf(va[j], va[j], vb[j] * vb[j]);
+    }
+    const float *w = is_q ? a.qn : a.kn;
+    float rs = 1.0f;
+    if (w) {
+        int p2 = 1;
+        while (p2 < half) p2 <<= 1;
+        for (int o = p2 / 2; o > 0; o >>= 1) {
+            if (o >= 32) { /* i and i + o in one lane: o is a multiple of 32 */
+#pragma unroll
+                for (int j = 0; j < QKV_PAIRS; j++) {
+                    int i = lane + 32 * j, jo = j + o / 32;
+                    float add = 0.0f;
+#pragma unroll
+                    for (int q = 0; q < QKV_PAIRS; q++) add = q == jo ? r[q] : add;
+                    if (i < o && i + o < half) r[j] += add;
+                }
+            } else {
+                float v = __shfl_down_sync(0xffffffffu, r[0], o);
+                if (lane < o && lane + o < half) r[0] += v;
+            }
+        }
+        rs = 1.0f / sqrtf(__shfl_sync(0xffffffffu, r[0], 0) / (float)hd + a.eps);
+    }
+    const float p = (float)a.pos[m];
+#pragma unroll
+    for (int j = 0; j < QKV_PAIRS; j++) {
+        int i = lane + 32 * j;
+        if (i >= half) break;
+        float x = va[j], y = vb[j];
+        if (w) {
+            x = w[i] * (x * rs);
+            y = w[i + half] * (y * rs);
+        }
+        float ang = p * a.inv_freq[i];
+        float c = cosf(ang), sn = sinf(ang);
+        float ra = fmaf(x, c, -(y * sn)), rb = fmaf(y, c, x * sn);
+        if (is_q) {
+            float *dst = a.qout + ((size_t)m * a.nh + h) * hd;
+            dst[i] = ra;
+            dst[i + half] = rb;
+        } else {
+            a.kc[slot + i] = ra;
+            a.kc[slot + i + half] = rb;
+        }
+    }
+}
+
+/* grid (rows, heads): one warp per (row, head) */
+__global__ void k_qkv_post(cu_qkv_args a) {
+    pdl_trigger();
+    pdl_wait();
+    qkv_post_item(a, blockIdx.x, blockIdx.y, threadIdx.x);
+}
+
+/* the fused projection's tail (cu_qkv_tail), after the block stored
+   columns [n0, n0 + nc) of rows [m0, m0 + R): the block that completes a
+   head (the last of its hd / nc blocks to count itself) resets the count
+   and post-processes the head, a warp a row */
+__device__ void qkv_tail(const cu_qkv_tail &t, int M, int m0, int R, int n0, int nc) {
+    __shared__ int last;
+    __threadfence(); /* this block's columns are visible before it counts */
+    __syncthreads();
+    const int head = n0 / t.a.hd;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(t.cnt + head, 1) == t.a.hd / nc - 1;
+        if (last) t.cnt[head] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int warp = threadIdx.x / 32, nw = blockDim.x / 32, rows = M - m0 < R ? M - m0 : R;
+    for (int r = warp; r < rows; r += nw) qkv_post_item(t.a, m0 + r, head, threadIdx.x % 32);
+}
+
 /* EPI as k_matmul's; MM_SWIGLU: tiles 0..TILES/2-1 are gate rows, the
    others the up rows of the same outputs. gn (or NULL): the input is
    RMSNorm(x, gn) with eps, folded in as RMSNorm(x).W = r * ((gn . x).W)
@@ -308,7 +409,7 @@ template <typename T, int TILES, int MT, int EPI, int OCC>
 __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y, const float *__restrict__ x,
                                                     const T *__restrict__ W, const T *__restrict__ W2,
                                                     const float *__restrict__ bias, int M, int N, int K,
-                                                    const float *__restrict__ gn, float eps) {
+                                                    const float *__restrict__ gn, float eps, cu_qkv_tail tail) {
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES; /* output tiles */
     constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
     __shared__ float red[MMA_KS][NV][32];
@@ -400,6 +501,8 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
             else *dst = r;
         }
     }
+    if constexpr (EPI == MM_STORE)
+        if (tail.cnt) qkv_tail(tail, M, m0, MT * 8, n0, OT * 16);
 }
 
 /* one block (256 threads) per row; fixed strided partial sums, then a fixed tree */
@@ -419,55 +522,6 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, int D, float
     }
     float r = 1.0f / sqrtf(part[0] / (float)D + eps);
     for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w[i] * (xr[i] * r);
-}
-
-/* One block of head_dim/2 threads per (row, head) over the q heads, then
-   the k heads, then the v heads: q/k get their per-head RMSNorm (when
-   qn/kn are given) and NeoX RoPE at the row's position; k and v are
-   written into the cache at position *d_len + row. Thread i owns the pair
-   (i, i + head_dim/2). */
-__global__ void k_qkv_post(float *qout, const float *q, const float *k, const float *v, int qs, int ks, float *kc,
-                           float *vc, const float *qn, const float *kn, const int *pos, const float *inv_freq, int nh,
-                           int nkv, int hd, int cap, const int *d_len, float eps) {
-    pdl_trigger();
-    pdl_wait();
-    __shared__ float red[ATT_MAX_HD / 2];
-    int m = blockIdx.x, t = blockIdx.y, half = hd / 2, i = threadIdx.x;
-    int is_q = t < nh, is_k = !is_q && t < nh + nkv, h = is_q ? t : is_k ? t - nh : t - nh - nkv;
-    size_t slot = ((size_t)h * cap + (size_t)(*d_len + m)) * hd;
-    if (!is_q && !is_k) {
-        const float *vr = v + (size_t)m * ks + (size_t)h * hd;
-        vc[slot + i] = vr[i];
-        vc[slot + i + half] = vr[i + half];
-        return;
-    }
-    const float *src = is_q ? q + (size_t)m * qs + (size_t)h * hd : k + (size_t)m * ks + (size_t)h * hd;
-    float a = src[i], b = src[i + half];
-    const float *w = is_q ? qn : kn;
-    if (w) {
-        red[i] = fmaf(a, a, b * b);
-        __syncthreads();
-        int p2 = 1;
-        while (p2 < half) p2 <<= 1;
-        for (int o = p2 / 2; o > 0; o >>= 1) { /* fixed tree, any half */
-            if (i < o && i + o < half) red[i] += red[i + o];
-            __syncthreads();
-        }
-        float r = 1.0f / sqrtf(red[0] / (float)hd + eps);
-        a = w[i] * (a * r);
-        b = w[i + half] * (b * r);
-    }
-    float ang = (float)pos[m] * inv_freq[i];
-    float c = cosf(ang), sn = sinf(ang);
-    float ra = a * c - b * sn, rb = b * c + a * sn;
-    if (is_q) {
-        float *dst = qout + ((size_t)m * nh + h) * hd;
-        dst[i] = ra;
-        dst[i + half] = rb;
-    } else {
-        kc[slot + i] = ra;
-        kc[slot + i + half] = rb;
-    }
 }
 
 template <typename T>
@@ -587,16 +641,23 @@ void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n) {
 void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
                  const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                  const int *d_len, float eps) {
-    launch(k_qkv_post, dim3(M, nh + 2 * nkv), hd / 2, st, q, q, k, v, nh * hd, nkv * hd, kc, vc, qn, kn, pos, inv_freq,
-           nh, nkv, hd, cap, d_len, eps);
+    cu_qkv_args a = {q, q, k, v, nh * hd, nkv * hd, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap, d_len, eps};
+    launch(k_qkv_post, dim3(M, nh + 2 * nkv), 32, st, a);
+}
+
+cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, const float *qn, const float *kn,
+                              const int *pos, const float *inv_freq, int nh, int nkv, int hd, int cap,
+                              const int *d_len, float eps) {
+    int qd = nh * hd, kd = nkv * hd, rs = qd + 2 * kd;
+    return cu_qkv_args{q, qkv, qkv + qd, qkv + qd + kd, rs, rs, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap,
+                       d_len, eps};
 }
 
 void cu_qkv_post_fused(cudaStream_t st, float *q, const float *qkv, float *kc, float *vc, const float *qn,
                        const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                        const int *d_len, float eps) {
-    int qd = nh * hd, kd = nkv * hd, rs = qd + 2 * kd;
-    launch(k_qkv_post, dim3(M, nh + 2 * nkv), hd / 2, st, q, qkv, qkv + qd, qkv + qd + kd, rs, rs, kc, vc, qn, kn, pos,
-           inv_freq, nh, nkv, hd, cap, d_len, eps);
+    launch(k_qkv_post, dim3(M, nh + 2 * nkv), 32, st,
+           cu_qkv_fused_args(q, qkv, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap, d_len, eps));
 }
 
 template <int ROWS, int EPI>
@@ -644,43 +705,50 @@ static int g_mma_tiles = 0;
    on the weight's shape only, and none changes a row's operations. */
 template <typename T, int TILES, int MT, int EPI>
 static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
-                       const float *bias, const float *gn, float eps) {
+                       const float *bias, const float *gn, float eps, const cu_qkv_tail *tail) {
+    const cu_qkv_tail tl = tail ? *tail : cu_qkv_tail{};
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES;
     dim3 grd((W->N + OT * 16 - 1) / (OT * 16), (M + MT * 8 - 1) / (MT * 8));
     int blocks = (int)(grd.x * grd.y), sms = sm_count();
     if constexpr (TILES == 1 && MT == 2) /* registers capped for two blocks per SM (see mma_tiles) */
         return launch(k_mma<T, TILES, MT, EPI, 2>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p,
-                      W2 ? (const T *)W2->p : NULL, bias, M, W->N, W->K, gn, eps);
+                      W2 ? (const T *)W2->p : NULL, bias, M, W->N, W->K, gn, eps, tl);
     if (TILES * MT == 1 && blocks > 2 * sms && blocks <= 3 * sms)
         launch(k_mma<T, TILES, MT, EPI, 3>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p, W2 ? (const T *)W2->p : NULL,
-               bias, M, W->N, W->K, gn, eps);
+               bias, M, W->N, W->K, gn, eps, tl);
     else
         launch(k_mma<T, TILES, MT, EPI, 1>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p, W2 ? (const T *)W2->p : NULL,
-               bias, M, W->N, W->K, gn, eps);
+               bias, M, W->N, W->K, gn, eps, tl);
 }
 
 template <typename T, int TILES, int EPI>
 static void mma_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
-                     const float *bias, const float *gn, float eps) {
-    if (M <= 8) mma_launch<T, TILES, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps);
-    else if (M <= 16) mma_launch<T, TILES, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps);
-    else mma_launch<T, 2, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps); /* reduction scratch bounds TILES x MT */
+                     const float *bias, const float *gn, float eps, const cu_qkv_tail *tail) {
+    if (M <= 8) mma_launch<T, TILES, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
+    else if (M <= 16) mma_launch<T, TILES, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
+    else mma_launch<T, 2, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail); /* reduction scratch bounds TILES x MT */
+}
+
+/* the tile count mma_tiles takes for M rows of W */
+static int mma_tile_count(int M, const dmat *W, int swiglu) {
+    if (g_mma_tiles) return g_mma_tiles;
+    /* 9-16 rows of a matrix whose 16-row tiles fit one wave at two blocks
+       per SM (o and down of the Qwen3 shapes): one tile per block, the
+       register-capped kernel, twice the blocks of two tiles in flight */
+    if (!swiglu && M > 8 && M <= 16 && (W->N + 15) / 16 <= 2 * sm_count()) return 1;
+    return swiglu ? (M <= 8 ? 4 : 2) : (M <= 8 ? 1 : 2);
 }
 
 template <typename T, int EPI>
 static void mma_tiles(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
-                      const float *bias, const float *gn, float eps) {
-    int tiles = g_mma_tiles ? g_mma_tiles : EPI == MM_SWIGLU ? (M <= 8 ? 4 : 2) : (M <= 8 ? 1 : 2);
-    /* 9-16 rows of a matrix whose 16-row tiles fit one wave at two blocks
-       per SM (o and down of the Qwen3 shapes): one tile per block, the
-       register-capped kernel, twice the blocks of two tiles in flight */
-    if (!g_mma_tiles && EPI != MM_SWIGLU && M > 8 && M <= 16 && (W->N + 15) / 16 <= 2 * sm_count()) tiles = 1;
-    if (tiles >= 4) mma_rows<T, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps);
+                      const float *bias, const float *gn, float eps, const cu_qkv_tail *tail = NULL) {
+    int tiles = mma_tile_count(M, W, EPI == MM_SWIGLU);
+    if (tiles >= 4) mma_rows<T, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
     else if constexpr (EPI != MM_SWIGLU) {
-        if (tiles == 1) mma_rows<T, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps);
-        else mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps);
+        if (tiles == 1) mma_rows<T, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
+        else mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
     } else
-        mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps);
+        mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
 }
 
 /* bf16 / f16 weights with K a multiple of 8 (16-byte rows): the
@@ -710,6 +778,18 @@ static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const d
 }
 
 int cu_fuses_norm(const dmat *W) { return !fma_forced() && W->K % 8 == 0 && (W->dt == DT_BF16 || W->dt == DT_F16); }
+
+int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
+                       const float *gn, float eps, const cu_qkv_tail *t) {
+    static int off = -1; /* DSPARK_CUDA_QKV_TAIL=0: the separate kernel (for comparisons) */
+    if (off < 0) off = env_is("DSPARK_CUDA_QKV_TAIL", "0");
+    if (off || !cu_fuses_norm(W) || M < 1 || M > 16 || t->a.hd % (16 * mma_tile_count(M, W, 0)) ||
+        t->a.hd > ATT_MAX_HD)
+        return 0;
+    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
+    else mma_tiles<__half, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
+    return 1;
+}
 
 template <int EPI>
 static void matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
@@ -808,8 +888,9 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
     if (dup_to_dev(&dx, x, (size_t)M * n_heads * head_dim, err, errlen) ||
         dup_to_dev(&df, inv_freq, (size_t)head_dim / 2, err, errlen) || dup_to_dev(&dp, pos, (size_t)M, err, errlen))
         return -1;
-    k_qkv_post<<<dim3(M, n_heads), head_dim / 2>>>(dx, dx, NULL, NULL, n_heads * head_dim, 0, NULL, NULL, NULL, NULL, dp,
-                                                   df, n_heads, 0, head_dim, 0, dp, 0.0f);
+    cu_qkv_args a = {dx, dx, NULL, NULL, n_heads * head_dim, 0, NULL, NULL, NULL, NULL, dp, df, n_heads, 0, head_dim, 0,
+                     dp, 0.0f};
+    k_qkv_post<<<dim3(M, n_heads), 32>>>(a);
     CK_LAUNCH();
     CK(cudaMemcpy(x, dx, sizeof(float) * (size_t)M * n_heads * head_dim, cudaMemcpyDeviceToHost));
     cudaFree(dx);
@@ -925,6 +1006,63 @@ extern "C" int cuda_test_matmul_prefill(float *y, const float *x, int M, const v
                                         const float *bias, const float *gn, float eps, int mode, char *err,
                                         size_t errlen) {
     return test_matmul_dev(y, x, M, w, mode == 2 ? w2 : NULL, DT_BF16, N, K, bias, gn, eps, mode, 1, err, errlen);
+}
+
+/* the fused projection's q/k/v post-processing (cu_matmul_norm_qkv, run
+   twice on the same counters, so the second run shows they were reset) or
+   the matmul and the separate kernel: q[M][nh*hd], kc/vc[nkv][cap][hd]
+   (positions len .. len + M - 1 written, the rest zero) */
+extern "C" int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int M, const void *w, int K,
+                             const float *bias, const float *gn, const float *qn, const float *kn, const int *pos,
+                             const float *inv_freq, int nh, int nkv, int hd, int cap, int len, int fused, char *err,
+                             size_t errlen) {
+    const int N = (nh + 2 * nkv) * hd;
+    const size_t wb = sizeof(__nv_bfloat16) * (size_t)N * K, cf = (size_t)nkv * cap * hd;
+    float *dx, *dy, *dq, *dkc, *dvc, *db = NULL, *dg, *dqn, *dkn, *df;
+    int *dp, *dl, *cnt;
+    void *dw;
+    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, (float *)NULL, (size_t)M * N, err, errlen) ||
+        dup_to_dev(&dq, (float *)NULL, (size_t)M * nh * hd, err, errlen) ||
+        dup_to_dev(&dkc, (float *)NULL, cf, err, errlen) || dup_to_dev(&dvc, (float *)NULL, cf, err, errlen) ||
+        (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) || dup_to_dev(&dg, gn, (size_t)K, err, errlen) ||
+        dup_to_dev(&dqn, qn, (size_t)hd, err, errlen) || dup_to_dev(&dkn, kn, (size_t)hd, err, errlen) ||
+        dup_to_dev(&df, inv_freq, (size_t)hd / 2, err, errlen) || dup_to_dev(&dp, pos, (size_t)M, err, errlen) ||
+        dup_to_dev(&dl, &len, 1, err, errlen) || dup_to_dev(&cnt, (int *)NULL, (size_t)cu_qkv_tail_cnt(nh, nkv), err,
+                                                            errlen))
+        return -1;
+    CK(cudaMalloc(&dw, wb));
+    CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
+    CK(cudaMemset(cnt, 0, sizeof(int) * cu_qkv_tail_cnt(nh, nkv)));
+    CK(cudaMemset(dq, 0, sizeof(float) * (size_t)M * nh * hd));
+    CK(cudaMemset(dkc, 0, sizeof(float) * cf));
+    CK(cudaMemset(dvc, 0, sizeof(float) * cf));
+    dmat W = {dw, DT_BF16, N, K};
+    const float eps = 1e-6f;
+    int rc = 0;
+    if (fused) {
+        cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, dkc, dvc, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt};
+        for (int r = 0; r < 2 && rc == 0; r++) {
+            if (r) { /* the second run starts from zeroed outputs */
+                CK(cudaMemset(dq, 0, sizeof(float) * (size_t)M * nh * hd));
+                CK(cudaMemset(dkc, 0, sizeof(float) * cf));
+                CK(cudaMemset(dvc, 0, sizeof(float) * cf));
+            }
+            if (!cu_matmul_norm_qkv(0, dy, dx, M, &W, db, dg, eps, &t))
+                rc = ds_err(err, errlen, "the fused q/k/v tail does not take %d rows of head_dim %d", M, hd);
+        }
+    } else {
+        cu_matmul_norm(0, dy, dx, M, &W, db, dg, eps);
+        cu_qkv_post_fused(0, dq, dy, dkc, dvc, dqn, dkn, dp, df, M, nh, nkv, hd, cap, dl, eps);
+    }
+    if (rc == 0) {
+        CK_LAUNCH();
+        CK(cudaMemcpy(q, dq, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(kc, dkc, sizeof(float) * cf, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(vc, dvc, sizeof(float) * cf, cudaMemcpyDeviceToHost));
+    }
+    void *bufs[] = {dx, dy, dq, dkc, dvc, db, dg, dqn, dkn, df, dp, dl, cnt, dw};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    return rc;
 }
 
 /* ---- op benchmark ---------------------------------------------------------- */

@@ -179,6 +179,40 @@ void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, floa
 void cu_qkv_post_fused(cudaStream_t st, float *q, const float *qkv, float *kc, float *vc, const float *qn,
                        const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                        const int *d_len, float eps);
+/* cu_qkv_post's arguments: qout[m] gets the roped q heads of q[m] (rows
+   qs apart), k[m] and v[m] (rows ks apart) go to the caches */
+struct cu_qkv_args {
+    float *qout;
+    const float *q, *k, *v;
+    int qs, ks;
+    float *kc, *vc;
+    const float *qn, *kn;
+    const int *pos;
+    const float *inv_freq;
+    int nh, nkv, hd, cap;
+    const int *d_len;
+    float eps;
+};
+/* cu_qkv_post_fused done by the projection's own matmul: each block counts
+   itself done in cnt (one int a head, zero between uses, cu_qkv_tail_cnt
+   of them), and the last block of a head's columns normalises, ropes and
+   stores that head for every row, with the same code as the separate
+   kernel, so the bits are the same either way. */
+struct cu_qkv_tail {
+    cu_qkv_args a;
+    int *cnt;
+};
+static inline int cu_qkv_tail_cnt(int nh, int nkv) { return nh + 2 * nkv; }
+/* y = RMSNorm(x, gn) . W^T + bias (W: the fused q/k/v projection) and the
+   tail t; 1 when the tensor-core kernel takes it (M <= 16 rows in head-
+   aligned column tiles), else 0 and nothing is enqueued. DSPARK_CUDA_QKV_TAIL=0
+   turns it off (for comparisons). */
+int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
+                       const float *gn, float eps, const cu_qkv_tail *t);
+/* the q/k/v arguments of a fused projection qkv (see cu_qkv_post_fused) */
+cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, const float *qn, const float *kn,
+                              const int *pos, const float *inv_freq, int nh, int nkv, int hd, int cap,
+                              const int *d_len, float eps);
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of

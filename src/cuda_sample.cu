@@ -10,9 +10,10 @@
 // however the threads' additions interleave. The filters keep a prefix of
 // the (e descending, id ascending) order, as the host's do:
 //   top-k: the largest key v (the bits of e, monotone for e >= 0) with at
-//          least k tokens at or above it, found by an 8-way search over the
-//          key range (10 passes over the row); of the tokens tied at v, the
-//          first ones in id order;
+//          least k tokens at or above it, found digit by digit from the
+//          top (bits 29-19, 18-8, 7-0 of the key: three passes over the
+//          row, each a histogram of the tokens that share the digits found
+//          so far); of the tokens tied at v, the first ones in id order;
 //   top-p: the same search over mass: the largest v whose tokens at or
 //          above it carry top_p of the kept mass;
 //   min-p: e >= min_p (the top token's e is exp(0) = 1).
@@ -27,7 +28,8 @@
 
 #define SMP_THREADS 512
 #define SMP_WARPS (SMP_THREADS / 32)
-#define SMP_WAYS 8 /* thresholds per search pass */
+#define SMP_SUMS 2    /* most sums one cluster reduction carries */
+#define SMP_BINS 2048 /* bins of a cut's digit histogram (11 bits) */
 
 #define SMP_CLUSTER 8 /* blocks per row, one slice of the vocabulary each */
 
@@ -50,9 +52,10 @@ __device__ __forceinline__ u64 weight(float e, float scale) { return __float2ull
 struct slice {
     float *e;
     int q0, q1;
-    u64 *sm;      /* [SMP_WARPS][SMP_WAYS + 1] */
-    u64 *cx;      /* [2][SMP_WAYS + 1]: what the block publishes */
-    u64 *bc;      /* [SMP_WAYS + 1]: the cluster's sums, for the block */
+    u64 *sm;      /* [SMP_WARPS][SMP_SUMS] */
+    u64 *cx;      /* [2][SMP_SUMS]: what the block publishes */
+    u64 *bc;      /* [SMP_SUMS]: the cluster's sums, for the block */
+    u64 *hist;    /* [SMP_BINS]: the block's digit histogram */
     int flip;
 };
 
@@ -93,8 +96,9 @@ __device__ void block_sums(u64 (&v)[N], u64 *sm) {
    blocks of lower rank only */
 template <int N>
 __device__ void cluster_combine(u64 (&p)[N], slice &s, bool below) {
+    static_assert(N <= SMP_SUMS, "the exchange buffers' size");
     cg::cluster_group cl = cg::this_cluster();
-    u64 *mine = s.cx + s.flip * (SMP_WAYS + 1);
+    u64 *mine = s.cx + s.flip * SMP_SUMS;
     s.flip ^= 1;
     if (threadIdx.x < N) mine[threadIdx.x] = p[threadIdx.x];
     cl.sync();
@@ -116,25 +120,34 @@ __device__ void cluster_sums(u64 (&v)[N], slice &s) {
     cluster_combine<N>(v, s, false);
 }
 
-/* the sum of v over the threads before this one in the cluster (block
-   rank, then thread order) */
-__device__ u64 cluster_excl_scan(u64 v, slice &s) {
+/* the sum of v over the threads before this one in the block; the
+   block's total in *all */
+__device__ u64 block_excl_scan(u64 v, u64 *sm, u64 *all) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     u64 inc = v;
     for (int o = 1; o < 32; o <<= 1) {
         u64 y = __shfl_up_sync(0xffffffffu, inc, o);
         if (lane >= o) inc += y;
     }
-    if (lane == 31) s.sm[w] = inc;
+    if (lane == 31) sm[w] = inc;
     __syncthreads();
-    u64 before = 0, tot[1] = {0};
+    u64 before = 0, tot = 0;
     for (int i = 0; i < SMP_WARPS; i++) {
-        if (i < w) before += s.sm[i];
-        tot[0] += s.sm[i];
+        if (i < w) before += sm[i];
+        tot += sm[i];
     }
     __syncthreads();
+    *all = tot;
+    return before + inc - v;
+}
+
+/* the sum of v over the threads before this one in the cluster (block
+   rank, then thread order) */
+__device__ u64 cluster_excl_scan(u64 v, slice &s) {
+    u64 tot[1];
+    u64 before = block_excl_scan(v, s.sm, &tot[0]);
     cluster_combine<1>(tot, s, true);
-    return tot[0] + before + inc - v;
+    return tot[0] + before;
 }
 
 __device__ u64 cluster_mass(slice &s, float scale) {
@@ -144,53 +157,81 @@ __device__ u64 cluster_mass(slice &s, float scale) {
     return v[0];
 }
 
-/* The largest key v with S(>= v) >= target (target >= 1, <= S(>= 0) =
-   total), S(>= t) being the count (MASS false) or weight of the tokens
-   whose key (the bits of e) is >= t; S(> v) in *above, S(>= v) in *at.
-   Each pass splits the open range (lo, hi) into SMP_WAYS steps and
-   measures S at each step's start; tokens at or below lo add to none,
-   tokens at or above hi to all. */
+/* The largest key v with S(>= v) >= target (target >= 1, <= S(>= 0)),
+   S(>= t) being the count (MASS false) or weight of the tokens whose key
+   (the bits of e, below 2^30 for e <= 1) is >= t; S(> v) in *above,
+   S(>= v) in *at. v is found a digit at a time from the top (bits 29-19,
+   18-8, 7-0): a pass histograms the digit of the tokens whose higher
+   digits are those found so far, the cluster adds the blocks'
+   histograms, and the digit is the highest bin where the running sum
+   from the top (above the prefix's range, then bin by bin down) reaches
+   target. Sums of integers: the same in any order. */
 template <bool MASS>
-__device__ unsigned find_cut(slice &sl, float scale, u64 target, u64 total, u64 *above, u64 *at) {
-    unsigned lo = 0, hi = 0x3f800001u; /* keys of e in [0, 1] */
-    u64 s_lo = total, s_hi = 0;         /* S(>= lo) >= target > S(>= hi) */
-    while (hi - lo > 1) {
-        unsigned step = (hi - lo + SMP_WAYS - 1) / SMP_WAYS, t[SMP_WAYS];
-#pragma unroll
-        for (int b = 0; b < SMP_WAYS; b++) {
-            u64 x = (u64)lo + (u64)(b + 1) * step;
-            t[b] = x < hi ? (unsigned)x : hi;
-        }
-        u64 s[SMP_WAYS + 1];
-#pragma unroll
-        for (int b = 0; b <= SMP_WAYS; b++) s[b] = 0;
+__device__ unsigned find_cut(slice &sl, float scale, u64 target, u64 *above, u64 *at) {
+    cg::cluster_group cl = cg::this_cluster();
+    const int shifts[3] = {19, 8, 0}, widths[3] = {11, 11, 8};
+    __shared__ u64 found[3]; /* the cut bin, the sum above it, its own */
+    unsigned pre = 0; /* the digits found so far */
+    u64 acc = 0, hv = 0; /* S(> the prefix's range); the cut bin's sum */
+    for (int r = 0; r < 3; r++) {
+        const int sh = shifts[r], nb = 1 << widths[r], top = sh + widths[r];
+        for (int i = threadIdx.x; i < nb; i += SMP_THREADS) sl.hist[i] = 0;
+        __syncthreads();
+        /* count mode: 32-bit counts (the hardware adds them; a 64-bit add
+           is a compare-and-swap loop), tokens of key 0 (dropped, padding)
+           counted apart */
+        unsigned *hc = reinterpret_cast<unsigned *>(sl.hist), zeros = 0;
         each4(sl, [&](float x, int) {
             unsigned k = __float_as_uint(x);
-            if (k <= lo) return;
-            u64 a = MASS ? weight(x, scale) : 1ull;
-            if (k >= hi) {
-                s[SMP_WAYS] += a;
-                return;
+            if ((k >> top) != pre) return;
+            if (MASS) {
+                u64 a = weight(x, scale);
+                if (a) atomicAdd(&sl.hist[(k >> sh) & (nb - 1)], a);
+            } else if (k == 0) {
+                zeros++;
+            } else {
+                atomicAdd(&hc[(k >> sh) & (nb - 1)], 1u);
             }
-#pragma unroll
-            for (int b = 0; b < SMP_WAYS; b++) s[b] += k >= t[b] ? a : 0ull;
         });
-        cluster_sums<SMP_WAYS + 1>(s, sl);
-        /* S(>= t[b]) = s[b] + the tokens at or above hi; S falls with t */
-        unsigned nlo = lo, nhi = hi;
-        u64 nslo = s_lo, nshi = s_hi;
-#pragma unroll
-        for (int b = 0; b < SMP_WAYS; b++) {
-            u64 sb = s[b] + s[SMP_WAYS];
-            if (t[b] >= hi) continue;
-            if (sb >= target) nlo = t[b], nslo = sb;
-            else if (nhi == hi) nhi = t[b], nshi = sb;
+        if (!MASS) {
+            zeros = (unsigned)warp_sum64(zeros);
+            if ((threadIdx.x & 31) == 0 && zeros) atomicAdd(&hc[0], zeros);
         }
-        lo = nlo, hi = nhi, s_lo = nslo, s_hi = nshi;
+        __syncthreads();
+        cl.sync(); /* every block's histogram is complete */
+        /* thread t: the cluster's sums of bins nb-1-c t .. nb-c (t+1), from the top */
+        const int c = (nb + SMP_THREADS - 1) / SMP_THREADS;
+        u64 h[(SMP_BINS + SMP_THREADS - 1) / SMP_THREADS], mine = 0;
+#pragma unroll
+        for (int i = 0; i < (SMP_BINS + SMP_THREADS - 1) / SMP_THREADS; i++) {
+            int b = nb - 1 - ((int)threadIdx.x * c + i);
+            h[i] = 0;
+            if (i < c && b >= 0)
+                for (int q = 0; q < SMP_CLUSTER; q++)
+                    h[i] += MASS ? cl.map_shared_rank(sl.hist, q)[b] : (u64)cl.map_shared_rank(hc, q)[b];
+            mine += h[i];
+        }
+        u64 all, cum = acc + block_excl_scan(mine, sl.sm, &all);
+        cl.sync(); /* no block clears its histogram while another reads it */
+#pragma unroll
+        for (int i = 0; i < (SMP_BINS + SMP_THREADS - 1) / SMP_THREADS; i++) {
+            int b = nb - 1 - ((int)threadIdx.x * c + i);
+            if (i < c && b >= 0 && cum < target && cum + h[i] >= target) { /* one thread, one bin */
+                found[0] = (u64)b;
+                found[1] = cum;
+                found[2] = h[i];
+            }
+            cum += h[i];
+        }
+        __syncthreads();
+        pre = (pre << widths[r]) | (unsigned)found[0];
+        acc = found[1];
+        hv = found[2];
+        __syncthreads();
     }
-    *above = s_hi;
-    *at = s_lo;
-    return lo;
+    *above = acc;
+    *at = acc + hv;
+    return pre;
 }
 
 /* The ids [c0, c1) of this thread's contiguous part of the block's share
@@ -262,7 +303,7 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const flo
                                                              int row_off) {
     pdl_trigger();
     pdl_wait();
-    __shared__ u64 sm[SMP_WARPS * (SMP_WAYS + 1)], cx[2 * (SMP_WAYS + 1)], bc[SMP_WAYS + 1];
+    __shared__ u64 sm[SMP_WARPS * SMP_SUMS], cx[2 * SMP_SUMS], bc[SMP_SUMS], hist[SMP_BINS];
     __shared__ float fm[SMP_WARPS];
     cg::cluster_group cl = cg::this_cluster();
     const int t = threadIdx.x, lane = t & 31, w = t >> 5, n = a->n, row = blockIdx.x / SMP_CLUSTER;
@@ -272,7 +313,7 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const flo
     s.e = escr + (size_t)row * V4 * 4;
     s.q0 = min(V4, (int)cl.block_rank() * Q);
     s.q1 = min(V4, s.q0 + Q);
-    s.sm = sm, s.cx = cx, s.bc = bc, s.flip = 0;
+    s.sm = sm, s.cx = cx, s.bc = bc, s.hist = hist, s.flip = 0;
     const int i0 = 4 * s.q0, i1 = 4 * s.q1;
     /* the largest logit (NaN ones are skipped): the block's, then the
        cluster's (as ordered integers: the float order for non-NaN values) */
@@ -309,7 +350,7 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const flo
         u64 above, at;
         /* padding counts as V4 * 4 - V more tokens of e = 0, below any cut
            that keeps fewer than V */
-        unsigned v = find_cut<false>(s, scale, (u64)a->top_k, (u64)V4 * 4, &above, &at);
+        unsigned v = find_cut<false>(s, scale, (u64)a->top_k, &above, &at);
         keep_prefix(s, v, (u64)a->top_k - above, at - above);
         total = cluster_mass(s, scale);
     }
@@ -317,7 +358,7 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const flo
         u64 target = (u64)ceil((double)a->top_p * (double)total), above, at;
         if (target < 1) target = 1;
         if (target > total) target = total;
-        unsigned v = find_cut<true>(s, scale, target, total, &above, &at);
+        unsigned v = find_cut<true>(s, scale, target, &above, &at);
         u64 wv = weight(__uint_as_float(v), scale); /* > 0: the tokens at v carry mass */
         keep_prefix(s, v, (target - above + wv - 1) / wv, (at - above) / wv);
         total = cluster_mass(s, scale);

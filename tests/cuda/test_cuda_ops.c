@@ -285,6 +285,62 @@ TEST(cuda_matmul_norm_vs_cpu) {
     }
 }
 
+/* the q/k/v projection's fused tail (the last block of each head
+   normalises, ropes and stores it) gives the bits of the matmul followed by
+   the separate kernel, at every decode and verify width, head_dim 64 and
+   128, and its per-head counts are reset for the next use; the separate
+   path's q is checked against the CPU ops as well */
+TEST(cuda_qkv_tail_vs_separate) {
+    if (!have_gpu()) return;
+    const int shapes[][3] = {{1, 128, 256}, {3, 64, 128}, {8, 128, 256}, {9, 128, 264}, {16, 64, 512}}; /* M, hd, K */
+    const int nh = 4, nkv = 2, cap = 40, len = 7;
+    char err[512];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], hd = shapes[s][1], K = shapes[s][2], N = (nh + 2 * nkv) * hd;
+        size_t nq = (size_t)M * nh * hd, nc = (size_t)nkv * cap * hd;
+        float *x = xmalloc(sizeof(float) * M * K), *w = xmalloc(sizeof(float) * N * K), *b = xmalloc(sizeof(float) * N);
+        float *g = xmalloc(sizeof(float) * K), *qn = xmalloc(sizeof(float) * hd), *kn = xmalloc(sizeof(float) * hd);
+        float *f = xmalloc(sizeof(float) * hd / 2);
+        float *q[2], *kc[2], *vc[2];
+        int *pos = xmalloc(sizeof(int) * M);
+        fill(x, (size_t)M * K, 2.0f);
+        fill(w, (size_t)N * K, 0.1f);
+        fill(b, (size_t)N, 0.5f);
+        for (int i = 0; i < K; i++) g[i] = 1.0f + frand() * 0.5f;
+        for (int i = 0; i < hd; i++) qn[i] = 1.0f + frand() * 0.5f, kn[i] = 1.0f + frand() * 0.5f;
+        for (int i = 0; i < hd / 2; i++) f[i] = powf(10000.0f, -2.0f * i / hd);
+        for (int m = 0; m < M; m++) pos[m] = len + m;
+        void *pw = make_weights(DT_BF16, w, (size_t)N * K);
+        for (int fused = 0; fused < 2; fused++) {
+            q[fused] = xmalloc(sizeof(float) * nq), kc[fused] = xmalloc(sizeof(float) * nc);
+            vc[fused] = xmalloc(sizeof(float) * nc);
+            CHECK_MSG(cuda_test_qkv(q[fused], kc[fused], vc[fused], x, M, pw, K, b, g, qn, kn, pos, f, nh, nkv, hd, cap,
+                                    len, fused, err, sizeof err) == 0,
+                      "%s", err);
+        }
+        CHECK_MSG(!memcmp(q[0], q[1], sizeof(float) * nq), "M=%d hd=%d: fused q differs", M, hd);
+        CHECK_MSG(!memcmp(kc[0], kc[1], sizeof(float) * nc), "M=%d hd=%d: fused k cache differs", M, hd);
+        CHECK_MSG(!memcmp(vc[0], vc[1], sizeof(float) * nc), "M=%d hd=%d: fused v cache differs", M, hd);
+        /* the separate path against the CPU ops: projection, q norm, RoPE */
+        tensor t = {.name = "w", .dtype = DT_BF16, .ndim = 2, .shape = {N, K}, .data = pw, .nbytes = (size_t)N * K * 2};
+        float *xn = xmalloc(sizeof(float) * M * K), *y = xmalloc(sizeof(float) * M * N), *qr = xmalloc(sizeof(float) * nq);
+        op_rmsnorm(xn, x, g, M, K, 1e-6f);
+        op_matmul(NULL, y, xn, M, &t, b);
+        for (int m = 0; m < M; m++) op_rmsnorm(qr + (size_t)m * nh * hd, y + (size_t)m * N, qn, nh, hd, 1e-6f);
+        op_rope(qr, M, nh, hd, pos, f);
+        double e = rel_err(q[0], qr, nq);
+        CHECK_MSG(e < 1e-5, "M=%d hd=%d: q against the CPU ops: %.3g", M, hd, e);
+        int nz = 0; /* the caches hold exactly the rows' positions */
+        for (size_t i = 0; i < nc; i++) {
+            int p = (int)(i / hd % cap);
+            if ((p >= len && p < len + M) != (vc[0][i] != 0.0f)) nz++;
+        }
+        CHECK_MSG(nz == 0, "M=%d hd=%d: %d v cache entries written at the wrong positions", M, hd, nz);
+        for (int i = 0; i < 2; i++) free(q[i]), free(kc[i]), free(vc[i]);
+        free(x), free(w), free(b), free(g), free(qn), free(kn), free(f), free(pos), free(pw), free(xn), free(y), free(qr);
+    }
+}
+
 /* device argmax = op_argmax, ties to the first index, any width */
 TEST(cuda_argmax_vs_cpu) {
     if (!have_gpu()) return;
