@@ -55,7 +55,7 @@ struct slice {
     u64 *sm;      /* [SMP_WARPS][SMP_SUMS] */
     u64 *cx;      /* [2][SMP_SUMS]: what the block publishes */
     u64 *bc;      /* [SMP_SUMS]: the cluster's sums, for the block */
-    u64 *hist;    /* [SMP_BINS]: the block's digit histogram */
+    u64 *hist;    /* [2][SMP_BINS]: the block's digit histograms, by turns */
     int flip;
 };
 
@@ -165,7 +165,11 @@ __device__ u64 cluster_mass(slice &s, float scale) {
    digits are those found so far, the cluster adds the blocks'
    histograms, and the digit is the highest bin where the running sum
    from the top (above the prefix's range, then bin by bin down) reaches
-   target. Sums of integers: the same in any order. */
+   target. Sums of integers: the same in any order. The passes use the two
+   histogram buffers by turns, so one cluster barrier a pass suffices: a
+   block clears a buffer only after the barrier of the pass in between,
+   which every block reaches after reading it; callers put a cluster
+   barrier between two searches (cluster_mass has one). */
 template <bool MASS>
 __device__ unsigned find_cut(slice &sl, float scale, u64 target, u64 *above, u64 *at) {
     cg::cluster_group cl = cg::this_cluster();
@@ -175,18 +179,19 @@ __device__ unsigned find_cut(slice &sl, float scale, u64 target, u64 *above, u64
     u64 acc = 0, hv = 0; /* S(> the prefix's range); the cut bin's sum */
     for (int r = 0; r < 3; r++) {
         const int sh = shifts[r], nb = 1 << widths[r], top = sh + widths[r];
-        for (int i = threadIdx.x; i < nb; i += SMP_THREADS) sl.hist[i] = 0;
+        u64 *hist = sl.hist + (r & 1) * SMP_BINS;
+        for (int i = threadIdx.x; i < nb; i += SMP_THREADS) hist[i] = 0;
         __syncthreads();
         /* count mode: 32-bit counts (the hardware adds them; a 64-bit add
            is a compare-and-swap loop), tokens of key 0 (dropped, padding)
            counted apart */
-        unsigned *hc = reinterpret_cast<unsigned *>(sl.hist), zeros = 0;
+        unsigned *hc = reinterpret_cast<unsigned *>(hist), zeros = 0;
         each4(sl, [&](float x, int) {
             unsigned k = __float_as_uint(x);
             if ((k >> top) != pre) return;
             if (MASS) {
                 u64 a = weight(x, scale);
-                if (a) atomicAdd(&sl.hist[(k >> sh) & (nb - 1)], a);
+                if (a) atomicAdd(&hist[(k >> sh) & (nb - 1)], a);
             } else if (k == 0) {
                 zeros++;
             } else {
@@ -208,11 +213,10 @@ __device__ unsigned find_cut(slice &sl, float scale, u64 target, u64 *above, u64
             h[i] = 0;
             if (i < c && b >= 0)
                 for (int q = 0; q < SMP_CLUSTER; q++)
-                    h[i] += MASS ? cl.map_shared_rank(sl.hist, q)[b] : (u64)cl.map_shared_rank(hc, q)[b];
+                    h[i] += MASS ? cl.map_shared_rank(hist, q)[b] : (u64)cl.map_shared_rank(hc, q)[b];
             mine += h[i];
         }
         u64 all, cum = acc + block_excl_scan(mine, sl.sm, &all);
-        cl.sync(); /* no block clears its histogram while another reads it */
 #pragma unroll
         for (int i = 0; i < (SMP_BINS + SMP_THREADS - 1) / SMP_THREADS; i++) {
             int b = nb - 1 - ((int)threadIdx.x * c + i);
@@ -303,7 +307,7 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const flo
                                                              int row_off) {
     pdl_trigger();
     pdl_wait();
-    __shared__ u64 sm[SMP_WARPS * SMP_SUMS], cx[2 * SMP_SUMS], bc[SMP_SUMS], hist[SMP_BINS];
+    __shared__ u64 sm[SMP_WARPS * SMP_SUMS], cx[2 * SMP_SUMS], bc[SMP_SUMS], hist[2 * SMP_BINS];
     __shared__ float fm[SMP_WARPS];
     cg::cluster_group cl = cg::this_cluster();
     const int t = threadIdx.x, lane = t & 31, w = t >> 5, n = a->n, row = blockIdx.x / SMP_CLUSTER;

@@ -145,8 +145,8 @@ TEST(cuda_attention_vs_cpu) {
     if (!have_gpu()) return;
     char err[512];
     /* M, nh, nkv, hd, n_past */
-    const int shapes[][5] = {{1, 4, 1, 64, 0}, {1, 32, 8, 128, 511}, {5, 8, 2, 128, 100}, {16, 16, 4, 64, 3},
-                             {33, 4, 4, 32, 7}, {2, 6, 3, 80, 1000}};
+    const int shapes[][5] = {{1, 4, 1, 64, 0},  {1, 32, 8, 128, 511}, {5, 8, 2, 128, 100}, {16, 16, 4, 64, 3},
+                             {33, 4, 4, 32, 7}, {2, 6, 3, 80, 1000},  {12, 32, 8, 128, 600}, {10, 16, 2, 64, 70}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int M = shapes[s][0], nh = shapes[s][1], nkv = shapes[s][2], hd = shapes[s][3], np = shapes[s][4];
         int cap = np + M + 5;
