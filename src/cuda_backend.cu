@@ -408,15 +408,11 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         cu_qkv_tail tail = {cu_qkv_fused_args(x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, nh, nkv,
                                               hd, x->cap, x->d_len, eps),
                             x->qkv_cnt};
-        if (cu_gemm_takes(x->gemm, &L->wqkv, M) ||
-            !cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail)) {
-            mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
-            mark(x, OP_QKV);
-            cu_qkv_post_fused(st, x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, M, nh, nkv, hd,
-                              x->cap, x->d_len, eps);
-        } else {
-            mark(x, OP_QKV);
-        }
+        int fused = !cu_gemm_takes(x->gemm, &L->wqkv, M) &&
+                    cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail);
+        if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
+        mark(x, OP_QKV);
+        if (!fused) cu_qkv_post_run(st, &tail.a, M);
         mark(x, OP_POST);
         /* the cuBLAS groups' rows by the prefill kernel, the others as decode and verify rows */
         int Mt = x->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(x->gemm, &L->wqkv, M) : 0;

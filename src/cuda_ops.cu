@@ -642,7 +642,11 @@ void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, floa
                  const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                  const int *d_len, float eps) {
     cu_qkv_args a = {q, q, k, v, nh * hd, nkv * hd, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap, d_len, eps};
-    launch(k_qkv_post, dim3(M, nh + 2 * nkv), 32, st, a);
+    cu_qkv_post_run(st, &a, M);
+}
+
+void cu_qkv_post_run(cudaStream_t st, const cu_qkv_args *a, int M) {
+    launch(k_qkv_post, dim3(M, a->nh + 2 * a->nkv), 32, st, *a);
 }
 
 cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, const float *qn, const float *kn,
@@ -651,13 +655,6 @@ cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, 
     int qd = nh * hd, kd = nkv * hd, rs = qd + 2 * kd;
     return cu_qkv_args{q, qkv, qkv + qd, qkv + qd + kd, rs, rs, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap,
                        d_len, eps};
-}
-
-void cu_qkv_post_fused(cudaStream_t st, float *q, const float *qkv, float *kc, float *vc, const float *qn,
-                       const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
-                       const int *d_len, float eps) {
-    launch(k_qkv_post, dim3(M, nh + 2 * nkv), 32, st,
-           cu_qkv_fused_args(q, qkv, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap, d_len, eps));
 }
 
 template <int ROWS, int EPI>
@@ -1039,8 +1036,8 @@ extern "C" int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int
     dmat W = {dw, DT_BF16, N, K};
     const float eps = 1e-6f;
     int rc = 0;
+    cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, dkc, dvc, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt};
     if (fused) {
-        cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, dkc, dvc, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt};
         for (int r = 0; r < 2 && rc == 0; r++) {
             if (r) { /* the second run starts from zeroed outputs */
                 CK(cudaMemset(dq, 0, sizeof(float) * (size_t)M * nh * hd));
@@ -1052,7 +1049,7 @@ extern "C" int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int
         }
     } else {
         cu_matmul_norm(0, dy, dx, M, &W, db, dg, eps);
-        cu_qkv_post_fused(0, dq, dy, dkc, dvc, dqn, dkn, dp, df, M, nh, nkv, hd, cap, dl, eps);
+        cu_qkv_post_run(0, &t.a, M);
     }
     if (rc == 0) {
         CK_LAUNCH();

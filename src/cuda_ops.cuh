@@ -174,11 +174,6 @@ void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M)
 void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
                  const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                  const int *d_len, float eps);
-/* the same from one fused projection qkv[M][nh*hd + 2*nkv*hd] (q, k, v
-   side by side per row), the roped q written to q[M][nh*hd] */
-void cu_qkv_post_fused(cudaStream_t st, float *q, const float *qkv, float *kc, float *vc, const float *qn,
-                       const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
-                       const int *d_len, float eps);
 /* cu_qkv_post's arguments: qout[m] gets the roped q heads of q[m] (rows
    qs apart), k[m] and v[m] (rows ks apart) go to the caches */
 struct cu_qkv_args {
@@ -193,7 +188,14 @@ struct cu_qkv_args {
     const int *d_len;
     float eps;
 };
-/* cu_qkv_post_fused done by the projection's own matmul: each block counts
+/* cu_qkv_post for M rows of the arguments *a */
+void cu_qkv_post_run(cudaStream_t st, const cu_qkv_args *a, int M);
+/* the arguments for one fused projection qkv[M][nh*hd + 2*nkv*hd] (q, k, v
+   side by side per row), the roped q written to q[M][nh*hd] */
+cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, const float *qn, const float *kn,
+                              const int *pos, const float *inv_freq, int nh, int nkv, int hd, int cap,
+                              const int *d_len, float eps);
+/* cu_qkv_post_run done by the projection's own matmul: each block counts
    itself done in cnt (one int a head, zero between uses, cu_qkv_tail_cnt
    of them), and the last block of a head's columns normalises, ropes and
    stores that head for every row, with the same code as the separate
@@ -209,10 +211,6 @@ static inline int cu_qkv_tail_cnt(int nh, int nkv) { return nh + 2 * nkv; }
    turns it off (for comparisons). */
 int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
                        const float *gn, float eps, const cu_qkv_tail *t);
-/* the q/k/v arguments of a fused projection qkv (see cu_qkv_post_fused) */
-cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, const float *qn, const float *kn,
-                              const int *pos, const float *inv_freq, int nh, int nkv, int hd, int cap,
-                              const int *d_len, float eps);
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of

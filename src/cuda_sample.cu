@@ -121,7 +121,7 @@ __device__ void cluster_sums(u64 (&v)[N], slice &s) {
 }
 
 /* the sum of v over the threads before this one in the block; the
-   block's total in *all */
+   block's total in *all (when not NULL) */
 __device__ u64 block_excl_scan(u64 v, u64 *sm, u64 *all) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     u64 inc = v;
@@ -137,7 +137,7 @@ __device__ u64 block_excl_scan(u64 v, u64 *sm, u64 *all) {
         tot += sm[i];
     }
     __syncthreads();
-    *all = tot;
+    if (all) *all = tot;
     return before + inc - v;
 }
 
@@ -216,7 +216,7 @@ __device__ unsigned find_cut(slice &sl, float scale, u64 target, u64 *above, u64
                     h[i] += MASS ? cl.map_shared_rank(hist, q)[b] : (u64)cl.map_shared_rank(hc, q)[b];
             mine += h[i];
         }
-        u64 all, cum = acc + block_excl_scan(mine, sl.sm, &all);
+        u64 cum = acc + block_excl_scan(mine, sl.sm, NULL);
 #pragma unroll
         for (int i = 0; i < (SMP_BINS + SMP_THREADS - 1) / SMP_THREADS; i++) {
             int b = nb - 1 - ((int)threadIdx.x * c + i);
@@ -298,6 +298,13 @@ __device__ int draw(slice &s, WF wf, u64 target) {
     }
     cluster_sums<1>(hit, s); /* one thread of the cluster found it */
     return hit[0] ? (int)hit[0] - 1 : 0;
+}
+
+/* a draw with u from the weights wf(i) of total mass (> 0) */
+template <typename WF>
+__device__ int draw_at(slice &s, WF wf, double u, u64 mass) {
+    u64 tgt = (u64)(u * (double)mass);
+    return draw(s, wf, tgt < mass ? tgt : mass - 1);
 }
 
 #define SMP_RES_SCALE 2305843009213693952.0 /* 2^61: a residual probability's integer weight */
@@ -391,12 +398,8 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const flo
                 r = -1;
             } else {
                 u = a->u[j + 1];
-                if ((double)(total - wd[0]) > 1e-8 * (double)total) {
-                    u64 mass = total - wd[0];
-                    u64 tgt = (u64)(u * (double)mass);
-                    if (tgt >= mass) tgt = mass - 1;
-                    r = draw(s, [&](int i) { return i == d ? 0ull : wp(i); }, tgt);
-                }
+                if ((double)(total - wd[0]) > 1e-8 * (double)total)
+                    r = draw_at(s, [&](int i) { return i == d ? 0ull : wp(i); }, u, total - wd[0]);
             }
         } else {
             const u64 zq = a->qtot[j];
@@ -416,19 +419,12 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const flo
                 for (int i = i0 + t; i < i1; i += SMP_THREADS) mr[0] += wr(i);
                 cluster_sums<1>(mr, s);
                 u = a->u[j + 1];
-                if ((double)mr[0] > 1e-8 * SMP_RES_SCALE) {
-                    u64 tgt = (u64)(u * (double)mr[0]);
-                    if (tgt >= mr[0]) tgt = mr[0] - 1;
-                    r = draw(s, wr, tgt);
-                }
+                if ((double)mr[0] > 1e-8 * SMP_RES_SCALE) r = draw_at(s, wr, u, mr[0]);
             }
         }
     }
-    if (r == -2) { /* the last row, or a residual with no mass: a draw from p */
-        u64 tgt = (u64)(u * (double)total);
-        if (tgt >= total) tgt = total ? total - 1 : 0;
-        r = draw(s, wp, tgt);
-    }
+    if (r == -2) /* the last row, or a residual with no mass: a draw from p */
+        r = total ? draw_at(s, wp, u, total) : draw(s, wp, 0);
     if (t == 0 && cl.block_rank() == 0) out[row] = r;
     cl.sync(); /* no block leaves while another may still read its shared memory */
 }

@@ -313,7 +313,10 @@ static int d_propose_dev(void *self, int k, int *draft, const double *u, int *us
     s->n_last = n;
     cuda_dstate_qrows(s->cu, &q->e, &q->tot);
     for (int j = 0; s->dm->conf_w && j < n; j++)
-        if (conf_cut(s, j, conf[j])) n = j;
+        if (conf_cut(s, j, conf[j])) {
+            n = j;
+            break;
+        }
     *used = n; /* one draw per draft kept, as d_propose makes them */
     return n;
 }

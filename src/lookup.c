@@ -252,12 +252,18 @@ static int h_reset(void *self, const int *ids, int n) {
     h->probed = 0;
     return h->inner.reset(h->inner.self, ids, n);
 }
-static int h_propose(void *self, int k, int *draft, float *q) {
-    lookup_hybrid *h = self;
+/* lookup's copy run for this round into draft (0: none, the drafter's
+   turn), counted */
+static int h_copy(lookup_hybrid *h, int k, int *draft) {
     int m = h->probed ? 0 : copy_run(h->l, k, draft); /* the cap's probe already looked */
     h->last_lookup = m > 0;
+    h->rounds += m > 0;
+    return m;
+}
+static int h_propose(void *self, int k, int *draft, float *q) {
+    lookup_hybrid *h = self;
+    int m = h_copy(h, k, draft);
     if (!m) return h->inner.propose(h->inner.self, k, draft, q);
-    h->rounds++;
     if (q) /* a deterministic draft: q one-hot at it */
         for (int i = 0; i < m; i++) {
             float *qi = q + (size_t)i * (size_t)h->vocab;
@@ -270,13 +276,10 @@ static int h_propose(void *self, int k, int *draft, float *q) {
    uniforms), else the inner drafter's device proposal */
 static int h_propose_dev(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q) {
     lookup_hybrid *h = self;
-    int m = h->probed ? 0 : copy_run(h->l, k, draft);
-    h->last_lookup = m > 0;
+    int m = h_copy(h, k, draft);
     if (!m) return h->inner.propose_dev(h->inner.self, k, draft, u, used, q);
-    h->rounds++;
     *used = 0;
-    q->e = NULL;
-    q->tot = NULL;
+    *q = (model_draft_q){0};
     return m;
 }
 static void h_commit(void *self, const int *ids, int n) {
