@@ -1,8 +1,8 @@
 /* cuda-ops-bench: the CUDA matmul kernels on Qwen3-8B's bf16 shapes for the
  * row counts of decode and verification (1..16) and a prefill chunk:
  * microseconds per launch and the weight bandwidth that implies, for the
- * tensor-core kernel with its default tile counts and at 1, 2 and 4 weight
- * tiles per warp, for the FMA kernel, and for the prefill path (cuBLAS on
+ * tensor-core kernel with its default tile counts (on row-major and on
+ * tile-major weights) and at 1, 2 and 4 weight tiles per warp, for the FMA kernel, and for the prefill path (cuBLAS on
  * whole groups of rows). Weights are cycled through copies that miss L2, as in a forward
  * pass. Then the device sampler (src/cuda_sample.cu) on Qwen3's vocabulary,
  * one row and a 16-draft verify's 17, flat and peaked logits. Built by
@@ -32,20 +32,22 @@ int main(int argc, char **argv) {
     const int only_sampler = argc > 2 && !strcmp(argv[2], "sample");
     for (size_t i = 0; !only_sampler && i < sizeof mats / sizeof mats[0]; i++) {
         double bytes = 2.0 * mats[i].N * mats[i].K * (mats[i].mode == 2 ? 2 : 1);
-        const int kinds[][2] = {{0, 0}, {0, 1}, {0, 2}, {0, 4}, {3, 0}, {4, 0}}; /* {fma / cuBLAS?, tiles} */
-        for (int k = 0; k < 6; k++) {
+        /* {fma / cuBLAS?, tiles, tile-major weights} */
+        const int kinds[][3] = {{0, 0, 0}, {0, 0, 1}, {0, 1, 0}, {0, 2, 0}, {0, 4, 0}, {3, 0, 0}, {4, 0, 0}};
+        for (int k = 0; k < 7; k++) {
             int mode = kinds[k][0] ? kinds[k][0] : mats[i].mode;
             if (mode == 4 && mats[i].mode != 0) continue; /* the prefill path: plain stores only */
             if (mode == 3 && mats[i].mode == 2) continue; /* the FMA SwiGLU is timed in the forward */
             if (kinds[k][1] == 1 && mats[i].mode == 2) continue;
             if (kinds[k][0] == 3) printf("| %s | fma |", mats[i].name);
             else if (kinds[k][0] == 4) printf("| %s | prefill (cuBLAS from %d rows) |", mats[i].name, CUDA_GEMM_MIN_ROWS);
-            else if (kinds[k][1] == 0) printf("| %s | mma (default tiles) |", mats[i].name);
+            else if (kinds[k][1] == 0)
+                printf("| %s | mma (default tiles%s) |", mats[i].name, kinds[k][2] ? ", tile-major weights" : "");
             else printf("| %s | mma x%d |", mats[i].name, kinds[k][1]);
             double us1 = 0;
             for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
                 double us;
-                if (cuda_bench_matmul(rows[r], mats[i].N, mats[i].K, mode, kinds[k][1], reps, &us, err,
+                if (cuda_bench_matmul(rows[r], mats[i].N, mats[i].K, mode, kinds[k][1], kinds[k][2], reps, &us, err,
                                       sizeof err) != 0) {
                     fprintf(stderr, "cuda-ops-bench: %s\n", err);
                     return 1;

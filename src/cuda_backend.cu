@@ -161,6 +161,18 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
         if (!rc && (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N))
             rc = ds_err(err, errlen, "CUDA backend: layer %d: gate and up projections differ in dtype or shape", l);
     }
+    if (!rc) { /* tile-major copies for decode and verify (see dmat), when memory allows */
+        int n = 0;
+        dmat **mats = (dmat **)xmalloc(sizeof(dmat *) * (size_t)(5 * c->n_layers + 1));
+        mats[n++] = &m->lm_head;
+        for (int l = 0; l < c->n_layers; l++) {
+            dlayer *D = &m->layers[l];
+            dmat *ls[5] = {&D->wqkv, &D->wo, &D->wg, &D->wu, &D->wd};
+            for (int i = 0; i < 5; i++) mats[n++] = ls[i];
+        }
+        rc = cu_tile_mats(&m->pool, mats, n, err, errlen);
+        free(mats);
+    }
     if (rc) {
         cuda_model_free(m);
         return -1;

@@ -134,8 +134,10 @@ int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, int H, const 
  * cycled through enough copies to miss L2. mode 0 store, 1 residual add,
  * 2 SwiGLU (two N x K matrices), 3 the FMA kernel, 4 the prefill path
  * (cuBLAS for whole groups of CUDA_GEMM_MIN_ROWS rows); tiles: weight tiles per
- * warp of the tensor-core kernel (1, 2 or 4). */
-int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int reps, double *us, char *err, size_t errlen);
+ * warp of the tensor-core kernel (1, 2 or 4); tiled: it reads tile-major
+ * copies of the weights. */
+int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int tiled, int reps, double *us, char *err,
+                      size_t errlen);
 /* Mean microseconds of the device sampler over rows logits rows of V tokens
  * (peaked: a trained model's shape; else flat, a random model's), every row
  * rejecting its draft so that each draws. */

@@ -160,6 +160,20 @@ extern "C" int cuda_dmodel_create(cuda_dmodel **out, const cuda_dweights *w, str
     }
     if (!rc && m->R) rc = cu_up_mat(&m->pool, &m->w1, w->w1, err, errlen) || cu_up_mat(&m->pool, &m->w2, w->w2, err, errlen);
     if (!rc && m->has_conf) rc = cu_up_mat(&m->pool, &m->conf_w, w->conf_w, err, errlen);
+    if (!rc) { /* tile-major copies of what goes through the matmul kernels (see dmat) */
+        int n = 0;
+        dmat **mats = (dmat **)xmalloc(sizeof(dmat *) * (size_t)(7 * c->n_layers + 4));
+        mats[n++] = &m->fc;
+        if (w->lm_head) mats[n++] = &m->own_head;
+        if (m->R) mats[n++] = &m->w2; /* w1 is only gathered from */
+        for (int l = 0; l < c->n_layers; l++) {
+            dr_layer *D = &m->layers[l];
+            dmat *ls[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->wg, &D->wu, &D->wd};
+            for (int i = 0; i < 7; i++) mats[n++] = ls[i];
+        }
+        rc = cu_tile_mats(&m->pool, mats, n, err, errlen);
+        free(mats);
+    }
     if (rc) {
         cuda_dmodel_free(m);
         return -1;

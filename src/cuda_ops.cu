@@ -220,15 +220,17 @@ template <typename T, int TILES, int MT> struct mma_chunk {
     float4 xa[MT], xb[MT];
 };
 
+/* chunk c32's weights: wa/wb point at the lane's first chunk, cs elements
+   apart chunk to chunk (32 row-major, 512 tile-major) */
 template <typename T, int TILES, int MT>
 __device__ __forceinline__ void mma_load_w(mma_chunk<T, TILES, MT> &c, const T *const (&wa)[TILES],
-                                           const T *const (&wb)[TILES], int K, int c32, int t) {
-    int k = c32 * 32 + 8 * t;
-    bool ok = k < K;
+                                           const T *const (&wb)[TILES], int K, int c32, int t, int cs) {
+    bool ok = c32 * 32 + 8 * t < K;
+    size_t o = (size_t)c32 * cs;
 #pragma unroll
     for (int i = 0; i < TILES; i++) {
-        raw_load(c.wa[i], wa[i] + k, ok);
-        raw_load(c.wb[i], wb[i] + k, ok);
+        raw_load(c.wa[i], wa[i] + o, ok);
+        raw_load(c.wb[i], wb[i] + o, ok);
     }
 }
 
@@ -409,20 +411,30 @@ template <typename T, int TILES, int MT, int EPI, int OCC>
 __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y, const float *__restrict__ x,
                                                     const T *__restrict__ W, const T *__restrict__ W2,
                                                     const float *__restrict__ bias, int M, int N, int K,
-                                                    const float *__restrict__ gn, float eps, cu_qkv_tail tail) {
+                                                    const float *__restrict__ gn, float eps, cu_qkv_tail tail,
+                                                    int tiled) {
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES; /* output tiles */
     constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
     __shared__ float red[MMA_KS][NV][32];
     __shared__ float ssw[MMA_KS][MT * 8], rr[MT * 8];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int n0 = blockIdx.x * OT * 16, m0 = blockIdx.y * MT * 8;
-    const T *wa[TILES], *wb[TILES]; /* rows g and g+8 of each tile; rows past N read row N-1 (dropped) */
+    const int nc = (K + 31) / 32, cs = tiled ? 512 : 32;
+    /* rows g and g+8 of each tile at the lane's columns 8t..8t+7 of chunk 0;
+       rows past N read row N-1 (row-major) or the zero padding (dropped) */
+    const T *wa[TILES], *wb[TILES];
 #pragma unroll
     for (int i = 0; i < TILES; i++) {
         const T *base = EPI == MM_SWIGLU && i >= OT ? W2 : W;
-        int ra = n0 + 16 * (i % OT) + g, rb = ra + 8;
-        wa[i] = base + (size_t)(ra < N ? ra : N - 1) * K;
-        wb[i] = base + (size_t)(rb < N ? rb : N - 1) * K;
+        if (tiled) {
+            int R = n0 / 16 + i % OT, last = (N - 1) / 16;
+            wa[i] = base + (size_t)(R < last ? R : last) * nc * 512 + g * 32 + 8 * t;
+            wb[i] = wa[i] + 256;
+        } else {
+            int ra = n0 + 16 * (i % OT) + g, rb = ra + 8;
+            wa[i] = base + (size_t)(ra < N ? ra : N - 1) * K + 8 * t;
+            wb[i] = base + (size_t)(rb < N ? rb : N - 1) * K + 8 * t;
+        }
     }
     float acc[TILES][MT][4];
 #pragma unroll
@@ -436,14 +448,13 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
        waiting for the previous kernel. U does not change the order in
        which a warp's chunks are accumulated. */
     constexpr int U = OCC >= 3 ? 3 : TILES * MT <= 2 ? 4 : 2;
-    const int nc = (K + 31) / 32;
     mma_chunk<T, TILES, MT> ch[U];
     float ss[MT];
 #pragma unroll
     for (int j = 0; j < MT; j++) ss[j] = 0.0f;
     pdl_trigger();
 #pragma unroll
-    for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t);
+    for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t, cs);
     pdl_wait();
     for (int c = warp;;) {
 #pragma unroll
@@ -454,7 +465,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
         c += U * MMA_KS;
         if (c >= nc) break;
 #pragma unroll
-        for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t);
+        for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t, cs);
     }
 #pragma unroll
     for (int i = 0; i < TILES; i++)
@@ -561,6 +572,52 @@ int cu_up_mat(dev_pool *pl, dmat *d, const tensor *t, char *err, size_t errlen) 
     d->K = t->ndim > 1 ? (int)t->shape[1] : 1;
     if (cu_dev_alloc(pl, &d->p, t->nbytes, err, errlen)) return -1;
     CK(cudaMemcpy(d->p, t->data, t->nbytes, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+/* one thread per 8 elements of the tile-major copy (see dmat) */
+__global__ void k_tile(uint4 *__restrict__ t, const uint4 *__restrict__ w, int N, int K, size_t groups) {
+    const int nc = (K + 31) / 32;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < groups; i += (size_t)gridDim.x * blockDim.x) {
+        size_t tile = i / 64;
+        int in = (int)(i % 64), R = (int)(tile / nc), c = (int)(tile % nc);
+        int n = R * 16 + in / 4, k = c * 32 + (in % 4) * 8;
+        t[i] = n < N && k < K ? w[((size_t)n * K + k) / 8] : make_uint4(0, 0, 0, 0);
+    }
+}
+
+int cu_tiles_ok(const dmat *W) { return (W->dt == DT_BF16 || W->dt == DT_F16) && W->K % 8 == 0; }
+
+size_t cu_tile_bytes(const dmat *W) {
+    if (!cu_tiles_ok(W)) return 0;
+    return (size_t)((W->N + 15) / 16) * (size_t)((W->K + 31) / 32) * 1024;
+}
+
+int cu_tile_mat(dev_pool *pl, dmat *W, char *err, size_t errlen) {
+    size_t bytes = cu_tile_bytes(W);
+    if (!bytes || W->t) return 0;
+    if (cu_dev_alloc(pl, &W->t, bytes, err, errlen)) return -1;
+    k_tile<<<1024, 256>>>((uint4 *)W->t, (const uint4 *)W->p, W->N, W->K, bytes / 16);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize()); /* the forwards' streams do not wait for the legacy stream */
+    return 0;
+}
+
+int cu_tiles_wanted(size_t bytes) {
+    const char *e = getenv("DSPARK_CUDA_TILED");
+    if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) return e[0] == '1';
+    size_t fr = 0, total = 0;
+    if (cudaMemGetInfo(&fr, &total) != cudaSuccess) return 0;
+    return fr > bytes && fr - bytes >= total / 4;
+}
+
+int cu_tile_mats(dev_pool *pl, dmat *const *mats, int n, char *err, size_t errlen) {
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++)
+        if (mats[i] && !mats[i]->t) bytes += cu_tile_bytes(mats[i]); /* a repeat counted twice: a safe overestimate */
+    if (!bytes || !cu_tiles_wanted(bytes)) return 0;
+    for (int i = 0; i < n; i++)
+        if (mats[i] && cu_tile_mat(pl, mats[i], err, errlen)) return -1;
     return 0;
 }
 
@@ -707,15 +764,16 @@ static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const d
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES;
     dim3 grd((W->N + OT * 16 - 1) / (OT * 16), (M + MT * 8 - 1) / (MT * 8));
     int blocks = (int)(grd.x * grd.y), sms = sm_count();
+    /* the tile-major copies when every matrix of the product has one */
+    const int tiled = W->t && (!W2 || W2->t);
+    const T *w = (const T *)(tiled ? W->t : W->p), *w2 = W2 ? (const T *)(tiled ? W2->t : W2->p) : NULL;
     if constexpr (TILES == 1 && MT == 2) /* registers capped for two blocks per SM (see mma_tiles) */
-        return launch(k_mma<T, TILES, MT, EPI, 2>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p,
-                      W2 ? (const T *)W2->p : NULL, bias, M, W->N, W->K, gn, eps, tl);
+        return launch(k_mma<T, TILES, MT, EPI, 2>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps,
+                      tl, tiled);
     if (TILES * MT == 1 && blocks > 2 * sms && blocks <= 3 * sms)
-        launch(k_mma<T, TILES, MT, EPI, 3>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p, W2 ? (const T *)W2->p : NULL,
-               bias, M, W->N, W->K, gn, eps, tl);
+        launch(k_mma<T, TILES, MT, EPI, 3>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl, tiled);
     else
-        launch(k_mma<T, TILES, MT, EPI, 1>, grd, 32 * MMA_KS, st, y, x, (const T *)W->p, W2 ? (const T *)W2->p : NULL,
-               bias, M, W->N, W->K, gn, eps, tl);
+        launch(k_mma<T, TILES, MT, EPI, 1>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl, tiled);
 }
 
 template <typename T, int TILES, int EPI>
@@ -969,10 +1027,33 @@ static int test_matmul_dev(float *y, const float *x, int M, const void *w, const
     dmat W2 = {dw2, dt, N, K};
     cu_gemm *g = NULL; /* gemm: cuBLAS for the whole groups, as in the forward */
     if (gemm && cu_gemm_create(&g, M, K, N, err, errlen) != 0) return -1;
+    size_t yn = (size_t)M * N;
+    float *y0 = mode == 1 ? (float *)xmalloc(sizeof(float) * yn) : NULL; /* the addend, for the second run */
+    if (y0) memcpy(y0, y, sizeof(float) * yn);
     cu_layer_matmul(0, g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL);
     CK_LAUNCH();
-    CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(y, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost));
     int rc = cu_gemm_check(g, err, errlen);
+    /* again from tile-major copies of the weights: the same bits */
+    dev_pool pl = {};
+    if (!rc && cu_tiles_ok(&W)) {
+        float *yt = (float *)xmalloc(sizeof(float) * yn);
+        rc = cu_tile_mat(&pl, &W, err, errlen) || (w2 && cu_tile_mat(&pl, &W2, err, errlen)) ? -1 : 0;
+        if (!rc && cudaMemcpy(dy, y0, sizeof(float) * (y0 ? yn : 0), cudaMemcpyHostToDevice) != cudaSuccess)
+            rc = ds_err(err, errlen, "CUDA: cannot reset the matmul output");
+        if (!rc) {
+            cu_layer_matmul(0, g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL);
+            if (cudaMemcpy(yt, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost) != cudaSuccess)
+                rc = ds_err(err, errlen, "CUDA: the tile-major matmul failed: %s", cudaGetErrorString(cudaGetLastError()));
+        }
+        for (size_t i = 0; !rc && i < yn; i++)
+            if (memcmp(&y[i], &yt[i], sizeof(float)))
+                rc = ds_err(err, errlen, "tile-major weights give %.9g at row %zu column %zu, row-major %.9g", yt[i],
+                            i / (size_t)N, i % (size_t)N, y[i]);
+        free(yt);
+    }
+    cu_pool_free(&pl);
+    free(y0);
     cu_gemm_free(g);
     cudaFree(dx);
     cudaFree(dy);
@@ -1074,8 +1155,8 @@ __global__ void k_fill_bf16(__nv_bfloat16 *p, size_t n, uint64_t seed) {
     }
 }
 
-extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int reps, double *us, char *err,
-                                 size_t errlen) {
+extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int tiled, int reps, double *us,
+                                 char *err, size_t errlen) {
     size_t wn = (size_t)N * K;
     int nw = mode == 2 ? 2 : 1;
     /* enough weight copies that they do not stay in L2 between launches */
@@ -1089,6 +1170,14 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int r
     k_fill_bf16<<<1024, 256>>>(w, wn * nw * copies, 1);
     k_fill_bf16<<<256, 256>>>((__nv_bfloat16 *)x, (size_t)M * K * 2, 2); /* any finite bits */
     cudaMemset(y, 0, sizeof(float) * (size_t)M * N);
+    dmat *Ws = (dmat *)xcalloc((size_t)copies * 2, sizeof(dmat)); /* per copy W, W2 */
+    dev_pool pl = {};
+    for (int c = 0; c < copies; c++) {
+        Ws[2 * c] = dmat{w + wn * nw * c, DT_BF16, N, K, NULL};
+        Ws[2 * c + 1] = dmat{w + wn * nw * c + wn, DT_BF16, N, K, NULL};
+        if (tiled && (cu_tile_mat(&pl, &Ws[2 * c], err, errlen) || (nw == 2 && cu_tile_mat(&pl, &Ws[2 * c + 1], err, errlen))))
+            return -1;
+    }
     int saved = g_mma_tiles;
     g_mma_tiles = tiles;
     cu_gemm *gm = NULL;
@@ -1102,7 +1191,7 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int r
     for (int r = -3; r < reps; r++) {
         if (r == 0) cudaEventRecord(a, st);
         int c = (r + 3) % copies;
-        dmat W = {w + wn * nw * c, DT_BF16, N, K}, W2 = {w + wn * nw * c + wn, DT_BF16, N, K};
+        const dmat &W = Ws[2 * c], &W2 = Ws[2 * c + 1];
         int Mg = mode == 4 ? cu_gemm_takes(gm, &W, M) : 0;
         if (Mg) cu_gemm_matmul(gm, st, MM_STORE, y, x, Mg, &W, NULL, NULL, NULL, 0);
         if (Mg == M) continue;
@@ -1117,6 +1206,8 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int r
     float ms = 0;
     cudaEventElapsedTime(&ms, a, b);
     g_mma_tiles = saved;
+    cu_pool_free(&pl);
+    free(Ws);
     cu_gemm_free(gm);
     cudaStreamDestroy(st);
     cudaEventDestroy(a);

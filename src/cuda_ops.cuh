@@ -117,10 +117,19 @@ static inline void launch(void (*k)(KA...), dim3 grid, dim3 block, cudaStream_t 
    fused; y = silu(x.W^T) * (x.W2^T) with W the gate and W2 the up rows */
 enum { MM_STORE, MM_ADD, MM_SWIGLU };
 
+/* A device matrix [N][K] in row-major order (p), and, when t is not NULL,
+   a tile-major copy for the tensor-core kernel: tiles of 16 rows x 32
+   columns, each 1 KB contiguous (row r of the tile at r * 32), tile (R, c)
+   (rows 16R.., columns 32c..) at ((R * ceil(K/32)) + c) * 512 elements, the
+   edges zero-padded. A warp's fragment load is then 512 contiguous bytes
+   instead of 8 rows x 64 bytes, which streams faster (bench/cuda-stream-probe.cu);
+   the products and their order are the same either way. cuBLAS (prefill)
+   and the embedding gather read p. */
 struct dmat {
     void *p;
     ds_dtype dt;
     int N, K;
+    void *t;
 };
 
 __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -142,6 +151,20 @@ int cu_up_f32(dev_pool *pl, float **dst, const float *src, size_t n, char *err, 
 /* a bf16 / f16 / f32 matrix tensor to the device, in its dtype */
 int cu_up_mat(dev_pool *pl, dmat *d, const tensor *t, char *err, size_t errlen);
 void cu_pool_free(dev_pool *pl);
+/* 1 when W can have a tile-major copy (bf16 / f16, K a multiple of 8) */
+int cu_tiles_ok(const dmat *W);
+/* W's tile-major copy (W->t), allocated in pl; nothing when !cu_tiles_ok */
+int cu_tile_mat(dev_pool *pl, dmat *W, char *err, size_t errlen);
+/* bytes of W's tile-major copy (0 when !cu_tiles_ok) */
+size_t cu_tile_bytes(const dmat *W);
+/* whether weights of `bytes` (their tile-major copies as large) get tile-major
+   copies on the current device: DSPARK_CUDA_TILED=0 / 1 decides, else
+   when, after the copies, a quarter of the device's memory stays free (for
+   the KV cache and the buffers) */
+int cu_tiles_wanted(size_t bytes);
+/* tile-major copies of the n matrices (NULL entries and repeats skipped)
+   when cu_tiles_wanted says so for their total */
+int cu_tile_mats(dev_pool *pl, dmat *const *mats, int n, char *err, size_t errlen);
 
 /* the target's device embedding and LM head (the same dmat when tied), and
    its GPU index: drafters on the same GPU bind them */
