@@ -213,16 +213,21 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
    chunk weights exp(m_c - max) are computed once each into shared memory
    (COMB_W at a time); the sum of exponentials is lane l's chunks
    (l, l + 32, ...) in order, then a butterfly; and thread t accumulates
-   dims t, t + COMB_THREADS over the chunks in order. Nothing depends on
-   the batch. */
+   dims t, t + COMB_THREADS over the chunks in order. The partial outputs
+   are staged in shared memory COMB_TF floats (whole chunks) at a time, all
+   threads loading, so a long row's chunks take a few round trips to L2
+   rather than one per few chunks. Nothing depends on the batch. */
 #define COMB_THREADS 128
 #define COMB_W 1024
+#define COMB_TF 8192
 __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const float *opart, const float *mpart,
                                                                const float *spart, int nh, int hd, const int *d_len,
                                                                int nchunk, int m0, int M, int causal, int first,
                                                                int span) {
     static_assert(ATT_MAX_HD <= 2 * COMB_THREADS, "two dims per thread");
+    static_assert(COMB_TF >= ATT_MAX_HD, "a staged tile holds a chunk");
     __shared__ float w[COMB_W], red[COMB_THREADS / 32], bc[2];
+    __shared__ float4 ot[COMB_TF / 4];
     pdl_trigger();
     pdl_wait();
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -254,14 +259,22 @@ __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const
         __syncthreads(); /* the previous tile's weights are used up */
         for (int c = tid; c < n; c += COMB_THREADS) w[c] = expf(mpart[base + t0 + c] - mx);
         __syncthreads();
-        const float *op = opart + (base + t0) * hd;
-        if (d0 < hd) {
+        const int per = COMB_TF / hd; /* chunks per staged tile */
+        for (int s0 = 0; s0 < n; s0 += per) {
+            const int ns = n - s0 < per ? n - s0 : per;
+            const float4 *src = reinterpret_cast<const float4 *>(opart + (base + t0 + s0) * hd);
+            __syncthreads(); /* the previous tile is used up */
+            for (int i = tid; i < ns * hd / 4; i += COMB_THREADS) ot[i] = src[i];
+            __syncthreads();
+            const float *of = reinterpret_cast<const float *>(ot);
+            if (d0 < hd) {
 #pragma unroll 4
-            for (int c = 0; c < n; c++) acc0 = fmaf(w[c], op[(size_t)c * hd + d0], acc0);
-        }
-        if (d1 < hd) {
+                for (int c = 0; c < ns; c++) acc0 = fmaf(w[s0 + c], of[c * hd + d0], acc0);
+            }
+            if (d1 < hd) {
 #pragma unroll 4
-            for (int c = 0; c < n; c++) acc1 = fmaf(w[c], op[(size_t)c * hd + d1], acc1);
+                for (int c = 0; c < ns; c++) acc1 = fmaf(w[s0 + c], of[c * hd + d1], acc1);
+            }
         }
     }
     __syncthreads();

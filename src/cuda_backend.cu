@@ -27,6 +27,7 @@ struct cuda_model {
     float *final_norm, *inv_freq;
     dlayer *layers;
     dev_pool pool; /* every device allocation of the weights */
+    int tiles_done; /* the tile-major copies decided (model_tiles) */
 };
 
 struct cuda_ctx {
@@ -161,24 +162,29 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
         if (!rc && (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N))
             rc = ds_err(err, errlen, "CUDA backend: layer %d: gate and up projections differ in dtype or shape", l);
     }
-    if (!rc) { /* tile-major copies for decode and verify (see dmat), when memory allows */
-        int n = 0;
-        dmat **mats = (dmat **)xmalloc(sizeof(dmat *) * (size_t)(5 * c->n_layers + 1));
-        mats[n++] = &m->lm_head;
-        for (int l = 0; l < c->n_layers; l++) {
-            dlayer *D = &m->layers[l];
-            dmat *ls[5] = {&D->wqkv, &D->wo, &D->wg, &D->wu, &D->wd};
-            for (int i = 0; i < 5; i++) mats[n++] = ls[i];
-        }
-        rc = cu_tile_mats(&m->pool, mats, n, err, errlen);
-        free(mats);
-    }
     if (rc) {
         cuda_model_free(m);
         return -1;
     }
     *out = m;
     return 0;
+}
+
+/* the matrices' tile-major copies (see dmat), decided by the first forward */
+static int model_tiles(cuda_model *m, char *err, size_t errlen) {
+    if (__atomic_load_n(&m->tiles_done, __ATOMIC_ACQUIRE)) return 0;
+    const model_config *c = &m->cfg;
+    int n = 0;
+    dmat **mats = (dmat **)xmalloc(sizeof(dmat *) * (size_t)(5 * c->n_layers + 1));
+    mats[n++] = &m->lm_head;
+    for (int l = 0; l < c->n_layers; l++) {
+        dlayer *D = &m->layers[l];
+        dmat *ls[5] = {&D->wqkv, &D->wo, &D->wg, &D->wu, &D->wd};
+        for (int i = 0; i < 5; i++) mats[n++] = ls[i];
+    }
+    int rc = cu_tile_once(&m->tiles_done, &m->pool, mats, n, err, errlen);
+    free(mats);
+    return rc;
 }
 
 const dmat *cu_model_embed(const cuda_model *m) { return &m->embed; }
@@ -577,6 +583,7 @@ extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errle
         return ds_err(err, errlen, "context window full: %d cached + %d new positions exceed the %d-position window",
                       x->len, b->n, x->cap);
     CK(cudaSetDevice(x->m->gpu));
+    if (model_tiles(x->m, err, errlen) != 0) return -1;
     int next_logit = 0, len0 = x->len;
     for (int row0 = 0; row0 < b->n; row0 += x->chunk) {
         int M = b->n - row0 < x->chunk ? b->n - row0 : x->chunk;

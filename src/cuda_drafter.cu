@@ -55,7 +55,8 @@ struct cuda_dmodel {
     const dmat *embed, *lm_head;               /* [V][H]: own_* or the target's */
     dmat w1, w2, conf_w;                       /* [V][R], [V][R], [1][H(+R)] */
     float conf_b;
-    dev_pool pool; /* every device allocation of the weights */
+    dev_pool pool;  /* every device allocation of the weights */
+    int tiles_done; /* the tile-major copies decided (dmodel_tiles) */
 };
 
 /* h_in / d_in layout: the block's ids, the positions, the cache length
@@ -160,20 +161,6 @@ extern "C" int cuda_dmodel_create(cuda_dmodel **out, const cuda_dweights *w, str
     }
     if (!rc && m->R) rc = cu_up_mat(&m->pool, &m->w1, w->w1, err, errlen) || cu_up_mat(&m->pool, &m->w2, w->w2, err, errlen);
     if (!rc && m->has_conf) rc = cu_up_mat(&m->pool, &m->conf_w, w->conf_w, err, errlen);
-    if (!rc) { /* tile-major copies of what goes through the matmul kernels (see dmat) */
-        int n = 0;
-        dmat **mats = (dmat **)xmalloc(sizeof(dmat *) * (size_t)(7 * c->n_layers + 4));
-        mats[n++] = &m->fc;
-        if (w->lm_head) mats[n++] = &m->own_head;
-        if (m->R) mats[n++] = &m->w2; /* w1 is only gathered from */
-        for (int l = 0; l < c->n_layers; l++) {
-            dr_layer *D = &m->layers[l];
-            dmat *ls[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->wg, &D->wu, &D->wd};
-            for (int i = 0; i < 7; i++) mats[n++] = ls[i];
-        }
-        rc = cu_tile_mats(&m->pool, mats, n, err, errlen);
-        free(mats);
-    }
     if (rc) {
         cuda_dmodel_free(m);
         return -1;
@@ -437,11 +424,32 @@ static int ingest_rows(cuda_dstate *s, int pos0, int i, int M, int dev, char *er
     return 0;
 }
 
+/* tile-major copies of what goes through the matmul kernels (see dmat),
+   decided by the drafter's first pass */
+static int dmodel_tiles(cuda_dmodel *m, char *err, size_t errlen) {
+    if (__atomic_load_n(&m->tiles_done, __ATOMIC_ACQUIRE)) return 0;
+    const model_config *c = &m->cfg;
+    int n = 0;
+    dmat **mats = (dmat **)xmalloc(sizeof(dmat *) * (size_t)(7 * c->n_layers + 3));
+    mats[n++] = &m->fc;
+    if (m->lm_head == &m->own_head) mats[n++] = &m->own_head; /* a borrowed head is the target's to copy */
+    if (m->R) mats[n++] = &m->w2;                             /* w1 is only gathered from */
+    for (int l = 0; l < c->n_layers; l++) {
+        dr_layer *D = &m->layers[l];
+        dmat *ls[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->wg, &D->wu, &D->wd};
+        for (int i = 0; i < 7; i++) mats[n++] = ls[i];
+    }
+    int rc = cu_tile_once(&m->tiles_done, &m->pool, mats, n, err, errlen);
+    free(mats);
+    return rc;
+}
+
 static int ingest_check(cuda_dstate *s, int pos0, int n, char *err, size_t errlen) {
     if (pos0 < 0 || pos0 > s->len || pos0 + n > s->cap)
         return ds_err(err, errlen, "CUDA drafter: context rows %d..%d do not follow the %d cached (capacity %d)", pos0,
                       pos0 + n, s->len, s->cap);
     CK(cudaSetDevice(s->m->gpu));
+    if (dmodel_tiles(s->m, err, errlen) != 0) return -1;
     s->len = pos0;
     return 0;
 }
@@ -486,6 +494,7 @@ static int propose(cuda_dstate *s, int anchor, int n, int chain, int *draft, flo
         return ds_err(err, errlen, "CUDA drafter: cannot draft %d rows at position %d (capacity %d)", n, s->len,
                       s->cap);
     CK(cudaSetDevice(m->gpu));
+    if (dmodel_tiles(s->m, err, errlen) != 0) return -1;
     s->h_in[0] = anchor;
     for (int i = 1; i < B; i++) s->h_in[i] = m->mask_id;
     for (int i = 0; i < B; i++) s->h_in[IN_POS(s) + i] = s->len + i;
@@ -523,6 +532,7 @@ extern "C" int cuda_dstate_row(cuda_dstate *s, int j, int prev, float *conf, flo
     const int B = m->B, V = m->cfg.vocab_size;
     if (!m->dspark || j < 0 || j >= B) return ds_err(err, errlen, "CUDA drafter: no DSpark row %d", j);
     CK(cudaSetDevice(m->gpu));
+    if (dmodel_tiles(s->m, err, errlen) != 0) return -1;
     s->h_in[IN_PREV(s)] = prev;
     CK(cudaMemcpyAsync(s->d_in + IN_PREV(s), s->h_in + IN_PREV(s), sizeof(int), cudaMemcpyHostToDevice, s->st));
     enqueue_dspark_row(s, j, s->d_in + IN_PREV(s), 0);

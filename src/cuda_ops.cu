@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -608,17 +609,26 @@ int cu_tiles_wanted(size_t bytes) {
     if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) return e[0] == '1';
     size_t fr = 0, total = 0;
     if (cudaMemGetInfo(&fr, &total) != cudaSuccess) return 0;
-    return fr > bytes && fr - bytes >= total / 4;
+    size_t keep = total / 16 > ((size_t)2 << 30) ? total / 16 : (size_t)2 << 30;
+    return fr > bytes && fr - bytes >= keep;
 }
 
-int cu_tile_mats(dev_pool *pl, dmat *const *mats, int n, char *err, size_t errlen) {
-    size_t bytes = 0;
-    for (int i = 0; i < n; i++)
-        if (mats[i] && !mats[i]->t) bytes += cu_tile_bytes(mats[i]); /* a repeat counted twice: a safe overestimate */
-    if (!bytes || !cu_tiles_wanted(bytes)) return 0;
-    for (int i = 0; i < n; i++)
-        if (mats[i] && cu_tile_mat(pl, mats[i], err, errlen)) return -1;
-    return 0;
+int cu_tile_once(int *done, dev_pool *pl, dmat *const *mats, int n, char *err, size_t errlen) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    if (__atomic_load_n(done, __ATOMIC_ACQUIRE)) return 0;
+    pthread_mutex_lock(&mu);
+    int rc = 0;
+    if (!*done) {
+        size_t bytes = 0;
+        for (int i = 0; i < n; i++)
+            if (mats[i] && !mats[i]->t) bytes += cu_tile_bytes(mats[i]); /* a repeat counted twice: a safe overestimate */
+        if (bytes && cu_tiles_wanted(bytes))
+            for (int i = 0; !rc && i < n; i++)
+                if (mats[i] && cu_tile_mat(pl, mats[i], err, errlen)) rc = -1;
+        if (!rc) __atomic_store_n(done, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&mu);
+    return rc;
 }
 
 void cu_pool_free(dev_pool *pl) {

@@ -157,14 +157,17 @@ int cu_tiles_ok(const dmat *W);
 int cu_tile_mat(dev_pool *pl, dmat *W, char *err, size_t errlen);
 /* bytes of W's tile-major copy (0 when !cu_tiles_ok) */
 size_t cu_tile_bytes(const dmat *W);
-/* whether weights of `bytes` (their tile-major copies as large) get tile-major
-   copies on the current device: DSPARK_CUDA_TILED=0 / 1 decides, else
-   when, after the copies, a quarter of the device's memory stays free (for
-   the KV cache and the buffers) */
+/* whether tile-major copies of `bytes` are made on the current device:
+   DSPARK_CUDA_TILED=0 / 1 decides, else whether, after them, the larger of
+   2 GiB and a sixteenth of the device's memory stays free */
 int cu_tiles_wanted(size_t bytes);
-/* tile-major copies of the n matrices (NULL entries and repeats skipped)
-   when cu_tiles_wanted says so for their total */
-int cu_tile_mats(dev_pool *pl, dmat *const *mats, int n, char *err, size_t errlen);
+/* Tile-major copies of the n matrices (NULL entries and repeats skipped)
+   when cu_tiles_wanted says so for their total, once: *done is set when
+   decided (under a lock, so concurrent first calls make one set). Called
+   by the first forward (or drafter pass) of a set of weights, not at load:
+   by then the contexts, KV caches and drafters are allocated, so the
+   copies only take memory that nothing asked for. */
+int cu_tile_once(int *done, dev_pool *pl, dmat *const *mats, int n, char *err, size_t errlen);
 
 /* the target's device embedding and LM head (the same dmat when tied), and
    its GPU index: drafters on the same GPU bind them */
