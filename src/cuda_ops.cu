@@ -780,7 +780,9 @@ static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const d
     if constexpr (TILES == 1 && MT == 2) /* registers capped for two blocks per SM (see mma_tiles) */
         return launch(k_mma<T, TILES, MT, EPI, 2>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps,
                       tl, tiled);
-    if (TILES * MT == 1 && blocks > 2 * sms && blocks <= 3 * sms)
+    static int occ3 = -1; /* DSPARK_CUDA_MM_OCC3=1: every one-tile grid on the capped kernel (for comparisons) */
+    if (occ3 < 0) occ3 = env_is("DSPARK_CUDA_MM_OCC3", "1");
+    if (TILES * MT == 1 && ((blocks > 2 * sms && blocks <= 3 * sms) || occ3))
         launch(k_mma<T, TILES, MT, EPI, 3>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl, tiled);
     else
         launch(k_mma<T, TILES, MT, EPI, 1>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl, tiled);
