@@ -597,10 +597,12 @@ size_t cu_tile_bytes(const dmat *W) {
 int cu_tile_mat(dev_pool *pl, dmat *W, char *err, size_t errlen) {
     size_t bytes = cu_tile_bytes(W);
     if (!bytes || W->t) return 0;
-    if (cu_dev_alloc(pl, &W->t, bytes, err, errlen)) return -1;
-    k_tile<<<1024, 256>>>((uint4 *)W->t, (const uint4 *)W->p, W->N, W->K, bytes / 16);
+    void *t = NULL;
+    if (cu_dev_alloc(pl, &t, bytes, err, errlen)) return -1;
+    k_tile<<<1024, 256>>>((uint4 *)t, (const uint4 *)W->p, W->N, W->K, bytes / 16);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize()); /* the forwards' streams do not wait for the legacy stream */
+    W->t = t;
     return 0;
 }
 
@@ -622,9 +624,15 @@ int cu_tile_once(int *done, dev_pool *pl, dmat *const *mats, int n, char *err, s
         size_t bytes = 0;
         for (int i = 0; i < n; i++)
             if (mats[i] && !mats[i]->t) bytes += cu_tile_bytes(mats[i]); /* a repeat counted twice: a safe overestimate */
+        /* a copy that cannot be made (memory taken meanwhile) ends the
+           copying: each matmul reads whichever layout its matrix has */
         if (bytes && cu_tiles_wanted(bytes))
-            for (int i = 0; !rc && i < n; i++)
-                if (mats[i] && cu_tile_mat(pl, mats[i], err, errlen)) rc = -1;
+            for (int i = 0; i < n; i++)
+                if (mats[i] && cu_tile_mat(pl, mats[i], err, errlen)) {
+                    cudaError_t e = cudaGetLastError();
+                    if (e != cudaSuccess && e != cudaErrorMemoryAllocation) rc = -1;
+                    break;
+                }
         if (!rc) __atomic_store_n(done, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&mu);
