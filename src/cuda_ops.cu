@@ -986,19 +986,39 @@ extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, in
         dup_to_dev(&dout, (float *)NULL, (size_t)M * nh * hd, err, errlen))
         return -1;
     float *part;
-    if (dup_to_dev(&part, (float *)NULL, cu_attn_part_floats(nh, hd, cap), err, errlen)) return -1;
+    size_t pf = cu_attn_part_floats(nh, hd, cap), on = (size_t)M * nh * hd;
+    if (dup_to_dev(&part, (float *)NULL, pf, err, errlen)) return -1;
+    CK(cudaMemset(part, 0, sizeof(float) * pf));
+    int saved = g_att_fuse;
+    if (!tiled) g_att_fuse = 0;
     if (tiled) cu_attention_tiled(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale);
     else cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0);
     CK_LAUNCH();
+    CK(cudaMemcpy(out, dout, sizeof(float) * on, cudaMemcpyDeviceToHost));
+    int rc = 0;
+    if (!tiled) { /* again with the combine fused where it applies (twice: the counters reset): the same bits */
+        float *of = (float *)xmalloc(sizeof(float) * on);
+        g_att_fuse = 1;
+        for (int rep = 0; !rc && rep < 2; rep++) {
+            cudaMemset(dout, 0, sizeof(float) * on);
+            cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0);
+            if (cudaMemcpy(of, dout, sizeof(float) * on, cudaMemcpyDeviceToHost) != cudaSuccess)
+                rc = ds_err(err, errlen, "CUDA: the fused attention failed: %s", cudaGetErrorString(cudaGetLastError()));
+            for (size_t i = 0; !rc && i < on; i++)
+                if (memcmp(&of[i], &out[i], sizeof(float)))
+                    rc = ds_err(err, errlen, "fused combine (run %d) gives %.9g at %zu, the combine kernel %.9g", rep + 1,
+                                of[i], i, out[i]);
+        }
+        free(of);
+    }
+    g_att_fuse = saved;
     cudaFree(part);
-    CK_LAUNCH();
-    CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
     cudaFree(dq);
     cudaFree(dk);
     cudaFree(dv);
     cudaFree(dout);
     cudaFree(dlen);
-    return 0;
+    return rc;
 }
 
 extern "C" int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, int H, const int *tok, int M, char *err,
