@@ -149,13 +149,19 @@ static size_t att_smem(int G, int h4, int ns) {
    once the chunks are done; sf floats of it). The partials come from
    other blocks of this kernel, so they are read from L2 (ld.cg). */
 #define MERGE_PAIRS (ATT_MAX_G * ATT_MAX_HD / ATT_THREADS) /* (item, dim) pairs per thread */
+/* floats before the staged tiles: the items' 1/sum, their chunk weights,
+   rounded up to whole float4s */
+__host__ __device__ inline size_t merge_head_floats(int items, int nchunk) {
+    return (ATT_WARPS + (size_t)items * nchunk + 3) / 4 * 4;
+}
 __device__ void attn_merge(float *out, const float *opart, const float *mpart, const float *spart, float *sm,
                            size_t sf, int nh, int hd, int len, int M, int m0, int R, int G, int kvh, int causal,
                            int nchunk) {
     const int items = R * G, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *mx = sm, *inv = sm + ATT_WARPS, *w = sm + 2 * ATT_WARPS; /* w: [items][nchunk] */
-    float *tile = w + (size_t)items * nchunk;
-    const size_t tf = sf - 2 * ATT_WARPS - (size_t)items * nchunk; /* floats for the staged tiles */
+    float *inv = sm, *w = sm + ATT_WARPS; /* w: [items][nchunk] */
+    const size_t head = merge_head_floats(items, nchunk);
+    float *tile = sm + head; /* 16-byte aligned */
+    const size_t tf = sf - head; /* floats for the staged tiles */
     auto nc_of = [&](int i) { /* chunks of item i's row */
         int L = len + (causal ? m0 + i / G + 1 : M);
         return (L + ATT_CHUNK - 1) / ATT_CHUNK;
@@ -171,10 +177,7 @@ __device__ void attn_merge(float *out, const float *opart, const float *mpart, c
         for (int c = lane; c < nc; c += 32) sum = fmaf(expf(__ldcg(mpart + b + c) - m), __ldcg(spart + b + c), sum);
         sum = warp_sum(sum);
         for (int c = lane; c < nc; c += 32) w[(size_t)warp * nchunk + c] = expf(__ldcg(mpart + b + c) - m);
-        if (lane == 0) {
-            mx[warp] = m;
-            inv[warp] = 1.0f / sum;
-        }
+        if (lane == 0) inv[warp] = 1.0f / sum;
     }
     float acc[MERGE_PAIRS];
 #pragma unroll
@@ -283,17 +286,17 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
     if constexpr (!FUSE) return;
     /* the fused combine (cu_attention): the kv head's last block to finish merges */
     __shared__ int last;
+    __threadfence(); /* this block's partials are visible before it counts itself done */
     __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence(); /* this block's partials are visible before it counts itself done */
         last = atomicAdd(&cnt[kvh], 1) == nb - 1;
+        if (last) cnt[kvh] = 0; /* ready for the next launch (every block of this one has counted) */
     }
     __syncthreads();
     if (!last) return;
     __threadfence();
     attn_merge(out, opart, mpart, spart, reinterpret_cast<float *>(sm4), (size_t)smem_floats, nh, hd, len, M, m0, R, G,
                kvh, causal, nchunk);
-    if (threadIdx.x == 0) cnt[kvh] = 0; /* ready for the next launch */
 }
 
 /* grid (rows x heads), COMB_THREADS threads: merges a row's partials (one
@@ -575,7 +578,7 @@ static int att_fuses(int R, int nh, int nkv, int hd, int nchunk) {
     if (g_att_fuse < 0) g_att_fuse = env_is("DSPARK_CUDA_ATT_FUSE", "1");
     int G = nh / nkv, items = R * G;
     if (!g_att_fuse || items > ATT_WARPS || nkv > ATT_CNT) return 0;
-    size_t need = 2 * ATT_WARPS + (size_t)items * nchunk + (size_t)items * hd;
+    size_t need = merge_head_floats(items, nchunk) + (size_t)items * hd;
     return need * sizeof(float) <= att_smem(G, hd / 4, 1);
 }
 
