@@ -214,8 +214,8 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
     cudaError_t e = cudaMalloc((void **)&x->kv, sizeof(float) * kvf);
     if (e != cudaSuccess) {
         free(x);
-        return ds_err(err, errlen, "CUDA: cannot allocate the %.2f GiB KV cache for %d positions: %s",
-                      (double)sizeof(float) * kvf / (1 << 30), n_ctx, cudaGetErrorString(e));
+        return ds_err(err, errlen, "CUDA: cannot allocate the %.2f GiB KV cache for %d positions: %s%s",
+                      (double)sizeof(float) * kvf / (1 << 30), n_ctx, cudaGetErrorString(e), cu_tiles_hint());
     }
     float **bufs[] = {&x->x, &x->xb, &x->q, &x->att, &x->qkv, &x->gate, &x->logits, &x->part, &x->d_taps};
     size_t sizes[] = {B * H, B * H, B * QD, B * QD, B * (QD + 2 * KD), B * I, B * (size_t)c->vocab_size,
@@ -225,7 +225,7 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
         if (e == cudaSuccess) e = cudaMemset(*bufs[i], 0, sizeof(float) * sizes[i]); /* the attention counters start at 0 */
         if (e != cudaSuccess) {
             cuda_ctx_free(x);
-            return ds_err(err, errlen, "CUDA: cannot allocate scratch: %s", cudaGetErrorString(e));
+            return ds_err(err, errlen, "CUDA: cannot allocate scratch: %s%s", cudaGetErrorString(e), cu_tiles_hint());
         }
     }
     if (cudaMalloc((void **)&x->tok, sizeof(int) * B) != cudaSuccess ||
@@ -242,7 +242,7 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
         cudaMallocHost((void **)&x->h_in, sizeof(int) * (2 * B + 1)) != cudaSuccess ||
         cudaStreamCreateWithFlags(&x->st, cudaStreamNonBlocking) != cudaSuccess) {
         cuda_ctx_free(x);
-        return ds_err(err, errlen, "CUDA: cannot allocate scratch");
+        return ds_err(err, errlen, "CUDA: cannot allocate scratch%s", cu_tiles_hint());
     }
     size_t lf = (size_t)(GRAPH_ROWS > max_batch ? GRAPH_ROWS : max_batch) * (size_t)c->vocab_size;
     if (ensure_pinned(x, lf, err, errlen) != 0) {

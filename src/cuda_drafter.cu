@@ -193,8 +193,8 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
     cudaError_t e = cudaMalloc((void **)&s->kv, sizeof(float) * kvf);
     if (e != cudaSuccess) {
         free(s);
-        return ds_err(err, errlen, "CUDA: cannot allocate the drafter's %.2f GiB cache for %d positions: %s",
-                      (double)sizeof(float) * kvf / (1 << 30), cap, cudaGetErrorString(e));
+        return ds_err(err, errlen, "CUDA: cannot allocate the drafter's %.2f GiB cache for %d positions: %s%s",
+                      (double)sizeof(float) * kvf / (1 << 30), cap, cudaGetErrorString(e), cu_tiles_hint());
     }
     float **bufs[] = {&s->x, &s->xb, &s->q, &s->att, &s->k, &s->v, &s->gate, &s->feat,
                       &s->g, &s->base, &s->z, &s->e, &s->conf, &s->part};
@@ -219,7 +219,7 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
     if (!ok) {
         cuda_dstate_free(s);
         cudaGetLastError();
-        return ds_err(err, errlen, "CUDA: cannot allocate the drafter's scratch");
+        return ds_err(err, errlen, "CUDA: cannot allocate the drafter's scratch%s", cu_tiles_hint());
     }
     s->g_block = (cudaGraphExec_t *)xcalloc((size_t)(B + 1) * 3, sizeof(cudaGraphExec_t));
     s->use_graphs = cu_graphs_enabled();

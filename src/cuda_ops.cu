@@ -576,6 +576,8 @@ int cu_up_mat(dev_pool *pl, dmat *d, const tensor *t, char *err, size_t errlen) 
     return 0;
 }
 
+static size_t g_tiled_bytes; /* tile-major copies made in this process */
+
 /* one thread per 8 elements of the tile-major copy (see dmat) */
 __global__ void k_tile(uint4 *__restrict__ t, const uint4 *__restrict__ w, int N, int K, size_t groups) {
     const int nc = (K + 31) / 32;
@@ -603,6 +605,7 @@ int cu_tile_mat(dev_pool *pl, dmat *W, char *err, size_t errlen) {
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize()); /* the forwards' streams do not wait for the legacy stream */
     W->t = t;
+    __atomic_add_fetch(&g_tiled_bytes, bytes, __ATOMIC_RELAXED);
     return 0;
 }
 
@@ -613,6 +616,15 @@ int cu_tiles_wanted(size_t bytes) {
     if (cudaMemGetInfo(&fr, &total) != cudaSuccess) return 0;
     size_t keep = total / 16 > ((size_t)2 << 30) ? total / 16 : (size_t)2 << 30;
     return fr > bytes && fr - bytes >= keep;
+}
+
+const char *cu_tiles_hint(void) {
+    static char h[160];
+    size_t b = __atomic_load_n(&g_tiled_bytes, __ATOMIC_RELAXED);
+    if (!b) return "";
+    snprintf(h, sizeof h, " (the weights' tile-major copies hold %.2f GiB; DSPARK_CUDA_TILED=0 leaves them out)",
+             (double)b / (1 << 30));
+    return h;
 }
 
 int cu_tile_once(int *done, dev_pool *pl, dmat *const *mats, int n, char *err, size_t errlen) {

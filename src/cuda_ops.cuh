@@ -172,6 +172,9 @@ int cu_tiles_wanted(size_t bytes);
    by then the contexts, KV caches and drafters are allocated, so the
    copies only take memory that nothing asked for. */
 int cu_tile_once(int *done, dev_pool *pl, dmat *const *mats, int n, char *err, size_t errlen);
+/* for allocation errors: a hint naming the tile-major copies when this
+   process has made some (they may hold the memory asked for), else "" */
+const char *cu_tiles_hint(void);
 
 /* the target's device embedding and LM head (the same dmat when tied), and
    its GPU index: drafters on the same GPU bind them */
