@@ -587,7 +587,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
     int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
     size_t parts = (size_t)ATT_ROWS * nh * nchunk;
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
-    int *cnt = reinterpret_cast<int *>(spart + parts); /* ATT_CNT counters (cu_attn_part_floats) */
+    int *cnt = cu_attn_counters(part, nh, hd, cap);
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS, fuse = att_fuses(R, nh, nkv, hd, nchunk);
         with_g(G, [&](auto g) {

@@ -603,7 +603,6 @@ int cu_tile_mat(dev_pool *pl, dmat *W, char *err, size_t errlen) {
     if (cu_dev_alloc(pl, &t, bytes, err, errlen)) return -1;
     k_tile<<<1024, 256>>>((uint4 *)t, (const uint4 *)W->p, W->N, W->K, bytes / 16);
     CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize()); /* the forwards' streams do not wait for the legacy stream */
     W->t = t;
     __atomic_add_fetch(&g_tiled_bytes, bytes, __ATOMIC_RELAXED);
     return 0;
@@ -645,6 +644,9 @@ int cu_tile_once(int *done, dev_pool *pl, dmat *const *mats, int n, char *err, s
                     if (e != cudaSuccess && e != cudaErrorMemoryAllocation) rc = -1;
                     break;
                 }
+        /* the forwards' streams do not wait for the legacy stream the copies ran on */
+        cudaError_t e = cudaDeviceSynchronize();
+        if (!rc && e != cudaSuccess) rc = ds_err(err, errlen, "CUDA: tile-major weight copies: %s", cudaGetErrorString(e));
         if (!rc) __atomic_store_n(done, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&mu);
@@ -1009,7 +1011,7 @@ extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, in
     float *part;
     size_t pf = cu_attn_part_floats(nh, hd, cap), on = (size_t)M * nh * hd;
     if (dup_to_dev(&part, (float *)NULL, pf, err, errlen)) return -1;
-    CK(cudaMemset(part, 0, sizeof(float) * pf));
+    CK(cu_attn_part_init(part, nh, hd, cap));
     int saved = g_att_fuse;
     if (!tiled) g_att_fuse = 0;
     if (tiled) cu_attention_tiled(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale);

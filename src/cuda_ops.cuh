@@ -49,6 +49,14 @@ extern "C" {
 static inline size_t cu_attn_part_floats(int nh, int hd, int cap) {
     return (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK) * (hd + 2) + ATT_CNT;
 }
+/* the fused combine's counters in that scratch */
+static inline int *cu_attn_counters(float *part, int nh, int hd, int cap) {
+    return reinterpret_cast<int *>(part + cu_attn_part_floats(nh, hd, cap) - ATT_CNT);
+}
+/* zero the counters of newly allocated scratch */
+static inline cudaError_t cu_attn_part_init(float *part, int nh, int hd, int cap) {
+    return cudaMemset(cu_attn_counters(part, nh, hd, cap), 0, sizeof(int) * ATT_CNT);
+}
 
 /* ---- launching ---------------------------------------------------------- */
 
@@ -157,7 +165,9 @@ int cu_up_mat(dev_pool *pl, dmat *d, const tensor *t, char *err, size_t errlen);
 void cu_pool_free(dev_pool *pl);
 /* 1 when W can have a tile-major copy (bf16 / f16, K a multiple of 8) */
 int cu_tiles_ok(const dmat *W);
-/* W's tile-major copy (W->t), allocated in pl; nothing when !cu_tiles_ok */
+/* W's tile-major copy (W->t), allocated in pl and filled on the legacy
+   default stream (the caller synchronizes before another stream reads it);
+   nothing when !cu_tiles_ok */
 int cu_tile_mat(dev_pool *pl, dmat *W, char *err, size_t errlen);
 /* bytes of W's tile-major copy (0 when !cu_tiles_ok) */
 size_t cu_tile_bytes(const dmat *W);
