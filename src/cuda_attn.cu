@@ -285,15 +285,16 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
     }
     if constexpr (!FUSE) return;
     /* the fused combine (cu_attention): the kv head's last block to finish merges */
-    __shared__ int last;
+    /* (no static shared memory here: the launch takes the whole opt-in
+       size as dynamic memory, so the flag travels by __syncthreads_or) */
     __threadfence(); /* this block's partials are visible before it counts itself done */
     __syncthreads();
+    int mine = 0;
     if (threadIdx.x == 0) {
-        last = atomicAdd(&cnt[kvh], 1) == nb - 1;
-        if (last) cnt[kvh] = 0; /* ready for the next launch (every block of this one has counted) */
+        mine = atomicAdd(&cnt[kvh], 1) == nb - 1;
+        if (mine) cnt[kvh] = 0; /* ready for the next launch (every block of this one has counted) */
     }
-    __syncthreads();
-    if (!last) return;
+    if (!__syncthreads_or(mine)) return;
     __threadfence();
     attn_merge(out, opart, mpart, spart, reinterpret_cast<float *>(sm4), (size_t)smem_floats, nh, hd, len, M, m0, R, G,
                kvh, causal, nchunk);

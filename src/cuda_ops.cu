@@ -810,18 +810,10 @@ static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const d
         launch(k_mma<T, TILES, MT, EPI, 1>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl, tiled);
 }
 
-/* DSPARK_CUDA_MT1=1: 9-16 rows as two 8-row groups of blocks instead of
-   16-row blocks (for comparisons; a row's operations are the same) */
-static int mt1_forced(void) {
-    static int on = -1;
-    if (on < 0) on = env_is("DSPARK_CUDA_MT1", "1");
-    return on;
-}
-
 template <typename T, int TILES, int EPI>
 static void mma_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                      const float *bias, const float *gn, float eps, const cu_qkv_tail *tail) {
-    if (M <= 8 || (M <= 16 && mt1_forced())) mma_launch<T, TILES, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
+    if (M <= 8) mma_launch<T, TILES, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
     else if (M <= 16) mma_launch<T, TILES, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
     else mma_launch<T, 2, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail); /* reduction scratch bounds TILES x MT */
 }
@@ -880,8 +872,7 @@ int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const d
                        const float *gn, float eps, const cu_qkv_tail *t) {
     static int off = -1; /* DSPARK_CUDA_QKV_TAIL=0: the separate kernel (for comparisons) */
     if (off < 0) off = env_is("DSPARK_CUDA_QKV_TAIL", "0");
-    /* the tail's per-head counts assume one row group of blocks */
-    if (off || !cu_fuses_norm(W) || M < 1 || M > (mt1_forced() ? 8 : 16) || t->a.hd % (16 * mma_tile_count(M, W, 0)) ||
+    if (off || !cu_fuses_norm(W) || M < 1 || M > 16 || t->a.hd % (16 * mma_tile_count(M, W, 0)) ||
         t->a.hd > ATT_MAX_HD)
         return 0;
     if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);

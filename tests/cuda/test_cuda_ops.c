@@ -158,7 +158,7 @@ TEST(cuda_attention_vs_cpu) {
         fill(v, kn, 1.0f);
         float scale = 1.0f / sqrtf((float)hd);
         op_attention(NULL, oc, q, M, nh, nkv, hd, k, v, cap, np, scale);
-        CHECK(cuda_test_attention(og, q, M, nh, nkv, hd, k, v, cap, np, scale, 0, err, sizeof err) == 0);
+        CHECK_MSG(cuda_test_attention(og, q, M, nh, nkv, hd, k, v, cap, np, scale, 0, err, sizeof err) == 0, "%s", err);
         double e = rel_err(og, oc, qn);
         CHECK_MSG(e < 1e-5, "attention M=%d nh=%d nkv=%d hd=%d n_past=%d: %.3g", M, nh, nkv, hd, np, e);
         /* the last row alone (n_past + M - 1 positions before it) gives the same bits */
