@@ -139,88 +139,11 @@ static size_t att_smem(int G, int h4, int ns) {
            ATT_WARPS * G * ATT_CHUNK * sizeof(float);
 }
 
-/* The fused combine: the last block of kv head kvh (of a launch whose
-   items, R rows x G heads, fit the warps) merges the items' chunks with
-   k_attn_combine's operations: warp i takes item i's maximum, its sum of
-   exponentials (lane l's chunks l, l + 32, ... in order, then the same
-   butterfly) and its chunk weights; then thread t accumulates (item, dim)
-   pairs t, t + ATT_THREADS, ... over the chunks in order, from tiles of
-   the items' partial outputs staged in the block's shared memory (free
-   once the chunks are done; sf floats of it). The partials come from
-   other blocks of this kernel, so they are read from L2 (ld.cg). */
-#define MERGE_PAIRS (ATT_MAX_G * ATT_MAX_HD / ATT_THREADS) /* (item, dim) pairs per thread */
-/* floats before the staged tiles: the items' 1/sum, their chunk weights,
-   rounded up to whole float4s */
-__host__ __device__ inline size_t merge_head_floats(int items, int nchunk) {
-    return (ATT_WARPS + (size_t)items * nchunk + 3) / 4 * 4;
-}
-__device__ void attn_merge(float *out, const float *opart, const float *mpart, const float *spart, float *sm,
-                           size_t sf, int nh, int hd, int len, int M, int m0, int R, int G, int kvh, int causal,
-                           int nchunk) {
-    const int items = R * G, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *inv = sm, *w = sm + ATT_WARPS; /* w: [items][nchunk] */
-    const size_t head = merge_head_floats(items, nchunk);
-    float *tile = sm + head; /* 16-byte aligned */
-    const size_t tf = sf - head; /* floats for the staged tiles */
-    auto nc_of = [&](int i) { /* chunks of item i's row */
-        int L = len + (causal ? m0 + i / G + 1 : M);
-        return (L + ATT_CHUNK - 1) / ATT_CHUNK;
-    };
-    auto base_of = [&](int i) { return ((size_t)(i / G) * nh + kvh * G + i % G) * nchunk; };
-    if (warp < items) {
-        const int nc = nc_of(warp);
-        const size_t b = base_of(warp);
-        float m = -INFINITY;
-        for (int c = lane; c < nc; c += 32) m = fmaxf(m, __ldcg(mpart + b + c));
-        m = warp_max(m);
-        float sum = 0.0f;
-        for (int c = lane; c < nc; c += 32) sum = fmaf(expf(__ldcg(mpart + b + c) - m), __ldcg(spart + b + c), sum);
-        sum = warp_sum(sum);
-        for (int c = lane; c < nc; c += 32) w[(size_t)warp * nchunk + c] = expf(__ldcg(mpart + b + c) - m);
-        if (lane == 0) inv[warp] = 1.0f / sum;
-    }
-    float acc[MERGE_PAIRS];
-#pragma unroll
-    for (int j = 0; j < MERGE_PAIRS; j++) acc[j] = 0.0f;
-    int ncmax = 0;
-    for (int i = 0; i < items; i++) ncmax = max(ncmax, nc_of(i));
-    const int per = (int)(tf / ((size_t)items * hd)); /* chunks per staged tile */
-    const int h4 = hd / 4;
-    for (int s0 = 0; s0 < ncmax; s0 += per) {
-        const int ns = ncmax - s0 < per ? ncmax - s0 : per;
-        __syncthreads(); /* the weights are written; the previous tile is used up */
-        for (int e = threadIdx.x; e < items * ns * h4; e += ATT_THREADS) {
-            int i = e / (ns * h4), c = e / h4 % ns, d4 = e % h4;
-            if (s0 + c < nc_of(i))
-                reinterpret_cast<float4 *>(tile)[e] =
-                    __ldcg(reinterpret_cast<const float4 *>(opart + (base_of(i) + s0 + c) * hd) + d4);
-        }
-        __syncthreads();
-#pragma unroll
-        for (int j = 0; j < MERGE_PAIRS; j++) {
-            int p = threadIdx.x + j * ATT_THREADS, i = p / hd, d = p % hd;
-            if (i >= items) break;
-            int n = nc_of(i) - s0 < ns ? nc_of(i) - s0 : ns;
-            const float *wi = w + (size_t)i * nchunk + s0, *ti = tile + (size_t)i * ns * hd + d;
-            float a = acc[j];
-            for (int c = 0; c < n; c++) a = fmaf(wi[c], ti[(size_t)c * hd], a);
-            acc[j] = a;
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < MERGE_PAIRS; j++) {
-        int p = threadIdx.x + j * ATT_THREADS, i = p / hd, d = p % hd;
-        if (i >= items) break;
-        out[((size_t)(m0 + i / G) * nh + kvh * G + i % G) * hd + d] = acc[j] * inv[i];
-    }
-}
-
-template <int G, bool FUSE>
+template <int G>
 __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
-                                                           int causal, int first, int two, float *out, int *cnt,
-                                                           int smem_floats) {
+                                                           int causal, int first, int two) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
     pdl_trigger();
     pdl_wait();
@@ -283,21 +206,6 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
         if (two) buf ^= 1;
         else if (valid(c + nb)) issue(c + nb, 0);
     }
-    if constexpr (!FUSE) return;
-    /* the fused combine (cu_attention): the kv head's last block to finish merges */
-    /* (no static shared memory here: the launch takes the whole opt-in
-       size as dynamic memory, so the flag travels by __syncthreads_or) */
-    __threadfence(); /* this block's partials are visible before it counts itself done */
-    __syncthreads();
-    int mine = 0;
-    if (threadIdx.x == 0) {
-        mine = atomicAdd(&cnt[kvh], 1) == nb - 1;
-        if (mine) cnt[kvh] = 0; /* ready for the next launch (every block of this one has counted) */
-    }
-    if (!__syncthreads_or(mine)) return;
-    __threadfence();
-    attn_merge(out, opart, mpart, spart, reinterpret_cast<float *>(sm4), (size_t)smem_floats, nh, hd, len, M, m0, R, G,
-               kvh, causal, nchunk);
 }
 
 /* grid (rows x heads), COMB_THREADS threads: merges a row's partials (one
@@ -553,34 +461,21 @@ static int attn_blocks(int nkv, int nchunk) {
 template <int G>
 static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
                         const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
-                        float scale, int nchunk, int m0, int causal, int first, float *out, int *cnt) {
+                        float scale, int nchunk, int m0, int causal, int first) {
     static int optin = 0; /* the buffers pass the default 48 KiB of shared memory */
     if (!optin) {
         int dev = 0;
         cudaGetDevice(&dev);
         if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
             optin = 48 << 10;
-        cudaFuncSetAttribute(k_attn_rows<G, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-        cudaFuncSetAttribute(k_attn_rows<G, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+        /* the dynamic part is what static shared memory leaves (none today) */
+        cudaFuncAttributes fa;
+        if (cudaFuncGetAttributes(&fa, k_attn_rows<G>) == cudaSuccess) optin -= (int)fa.sharedSizeBytes;
+        cudaFuncSetAttribute(k_attn_rows<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
     }
     int two = att_smem(G, hd / 4, 2) <= (size_t)optin;
-    size_t smem = att_smem(G, hd / 4, two ? 2 : 1);
-    launch_smem(cnt ? k_attn_rows<G, true> : k_attn_rows<G, false>, nkv * attn_blocks(nkv, nchunk), ATT_THREADS, smem,
-                st, q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two,
-                out, cnt, (int)(smem / sizeof(float)));
-}
-
-int g_att_fuse = -1;
-
-/* whether a launch of R rows combines in the attention kernel: the items
-   fit the warps, the counters cover the kv heads, and the shared memory
-   holds the chunk weights and a tile of at least one chunk per item */
-static int att_fuses(int R, int nh, int nkv, int hd, int nchunk) {
-    if (g_att_fuse < 0) g_att_fuse = env_is("DSPARK_CUDA_ATT_FUSE", "1");
-    int G = nh / nkv, items = R * G;
-    if (!g_att_fuse || items > ATT_WARPS || nkv > ATT_CNT) return 0;
-    size_t need = merge_head_floats(items, nchunk) + (size_t)items * hd;
-    return need * sizeof(float) <= att_smem(G, hd / 4, 1);
+    launch_smem(k_attn_rows<G>, nkv * attn_blocks(nkv, nchunk), ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st,
+                q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two);
 }
 
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
@@ -588,14 +483,12 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
     int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
     size_t parts = (size_t)ATT_ROWS * nh * nchunk;
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
-    int *cnt = cu_attn_counters(part, nh, hd, cap);
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
-        int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS, fuse = att_fuses(R, nh, nkv, hd, nchunk);
+        int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
         with_g(G, [&](auto g) {
             attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
-                                            nchunk, m0, causal, first, out, fuse ? cnt : NULL);
+                                            nchunk, m0, causal, first);
         });
-        if (fuse) continue;
         launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
                ATT_CHUNK);
     }

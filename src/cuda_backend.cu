@@ -222,7 +222,6 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
                       cu_attn_part_floats(c->n_heads, c->head_dim, n_ctx), (size_t)GRAPH_TAPS * GRAPH_ROWS * H};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         e = cudaMalloc((void **)bufs[i], sizeof(float) * sizes[i]);
-        if (e == cudaSuccess && bufs[i] == &x->part) e = cu_attn_part_init(x->part, c->n_heads, c->head_dim, n_ctx);
         if (e != cudaSuccess) {
             cuda_ctx_free(x);
             return ds_err(err, errlen, "CUDA: cannot allocate scratch: %s%s", cudaGetErrorString(e), cu_tiles_hint());

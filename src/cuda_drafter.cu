@@ -204,7 +204,6 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
     int ok = 1;
     for (size_t i = 0; ok && i < sizeof sizes / sizeof sizes[0]; i++)
         ok = cudaMalloc((void **)bufs[i], sizeof(float) * sizes[i]) == cudaSuccess;
-    ok = ok && cu_attn_part_init(s->part, c->n_heads, c->head_dim, cap) == cudaSuccess;
     ok = ok && cudaMalloc((void **)&s->d_in, sizeof(int) * IN_INTS(s)) == cudaSuccess &&
          cudaMalloc((void **)&s->draft, sizeof(int) * B) == cudaSuccess &&
          (!m->dspark || (cudaMalloc((void **)&s->qscr, sizeof(float) * B * cu_sample_stride((int)V)) == cudaSuccess &&

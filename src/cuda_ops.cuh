@@ -40,22 +40,10 @@ extern "C" {
 #define ATT_CHUNK 64   /* positions per split-attention partial */
 #define ATT_ROWS 32    /* rows per attention launch (bounds the partials scratch) */
 
-#define ATT_CNT 64     /* kv heads the fused combine's counters cover */
-
 /* floats of split-attention scratch for a cache of cap positions:
-   partial outputs, maxima and sums, then ATT_CNT counters of the fused
-   combine (zeroed once when the scratch is allocated; every use leaves
-   them zero) */
+   partial outputs, maxima and sums */
 static inline size_t cu_attn_part_floats(int nh, int hd, int cap) {
-    return (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK) * (hd + 2) + ATT_CNT;
-}
-/* the fused combine's counters in that scratch */
-static inline int *cu_attn_counters(float *part, int nh, int hd, int cap) {
-    return reinterpret_cast<int *>(part + cu_attn_part_floats(nh, hd, cap) - ATT_CNT);
-}
-/* zero the counters of newly allocated scratch */
-static inline cudaError_t cu_attn_part_init(float *part, int nh, int hd, int cap) {
-    return cudaMemset(cu_attn_counters(part, nh, hd, cap), 0, sizeof(int) * ATT_CNT);
+    return (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK) * (hd + 2);
 }
 
 /* ---- launching ---------------------------------------------------------- */
@@ -257,11 +245,7 @@ int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const d
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
-   cu_attn_part_floats(nh, hd, cap), zeroed at allocation. With
-   DSPARK_CUDA_ATT_FUSE=1 (off by default: not yet timed), a launch of at
-   most 8 (row, query head) pairs per kv head combines its chunks in
-   the attention kernel's last block per kv head instead of a second
-   kernel, with the same operations (the same bits). */
+   cu_attn_part_floats(nh, hd, cap). */
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first);
 /* Causal attention of prefill rows, as cu_attention with first 0, by a
@@ -269,8 +253,6 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
    summation order: the forward uses it for the cuBLAS groups only) */
 void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part,
                         int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale);
-/* the fused combine: -1 (DSPARK_CUDA_ATT_FUSE decides), 0 off, 1 on (tests) */
-extern int g_att_fuse;
 /* 1 when cu_attention_tiled takes these heads (head_dim <= 128) */
 int cu_attn_tiled_ok(int nh, int nkv, int hd);
 /* out[m] = the first index of the largest of x[m][0..n) (op_argmax's rule) */
