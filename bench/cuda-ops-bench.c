@@ -5,14 +5,67 @@
  * tile-major weights) and at 1, 2 and 4 weight tiles per warp, for the FMA kernel, and for the prefill path (cuBLAS on
  * whole groups of rows). Weights are cycled through copies that miss L2, as in a forward
  * pass. Then the device sampler (src/cuda_sample.cu) on Qwen3's vocabulary,
- * one row and a 16-draft verify's 17, flat and peaked logits. Built by
+ * one row and a 16-draft verify's 17, flat and peaked logits, and against
+ * the host path (readback and the host sampler) for vocabularies of 6,144
+ * to 151,936 tokens (where CUDA_SAMPLE_MIN_VOCAB comes from). Built by
  * scripts/cuda-pack; run on the GPU machine:
  *   cuda-ops-bench [reps] [sample]   (sample: the sampler table only) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_backend.h"
+#include "sampler.h"
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+/* Where sampling on the device starts to pay (CUDA_SAMPLE_MIN_VOCAB): one
+ * decode row of a trained model's shape (peaked, as cuda_bench_sample
+ * makes it) for vocabularies from the bundled model's to Qwen3's, the
+ * device sampler's kernel against the host path (the row's logits read
+ * back, then sampler_sample), microseconds. */
+static int vocab_sweep(int reps, sampler_params p1, sampler_params p2) {
+    const int vs[] = {6144, 16384, 32768, 65536, 151936};
+    const sampler_params *ps[] = {&p1, &p2};
+    const char *pn[] = {"temperature 1.0", "top-p 0.95"};
+    char err[256];
+    printf("\n| vocabulary, one peaked row | setting | device sampler | readback | host sampler | host total |\n"
+           "|---|---|---|---|---|---|\n");
+    for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
+        int V = vs[v];
+        float *l = malloc(sizeof(float) * V);
+        uint32_t r = 1u;
+        for (int i = 0; i < V; i++) {
+            r = r * 1664525u + 1013904223u;
+            float x = (float)(r >> 8) / 16777216.0f;
+            l[i] = i % 5003 < 30 ? 8.0f + 8.0f * x : -8.0f * x;
+        }
+        double rb;
+        if (cuda_bench_readback(V, 1, reps, &rb, err, sizeof err) != 0) return fprintf(stderr, "cuda-ops-bench: %s\n", err), 1;
+        for (int k = 0; k < 2; k++) {
+            double dev;
+            if (cuda_bench_sample(V, 1, 1, ps[k], reps, &dev, err, sizeof err) != 0)
+                return fprintf(stderr, "cuda-ops-bench: %s\n", err), 1;
+            sampler *s;
+            if (sampler_create(&s, ps[k], V, err, sizeof err) != 0) return fprintf(stderr, "cuda-ops-bench: %s\n", err), 1;
+            volatile int sink = sampler_sample(s, l); /* warm */
+            double t0 = now_us();
+            for (int i = 0; i < reps; i++) sink += sampler_sample(s, l);
+            double host = (now_us() - t0) / reps;
+            (void)sink;
+            sampler_free(s);
+            printf("| %d | %s | %.1f | %.1f | %.1f | %.1f |\n", V, pn[k], dev, rb, host, rb + host);
+            fflush(stdout);
+        }
+        free(l);
+    }
+    return 0;
+}
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 50;
@@ -82,5 +135,5 @@ int main(int argc, char **argv) {
         printf("\n");
         fflush(stdout);
     }
-    return 0;
+    return vocab_sweep(reps, smp[0].p, smp[2].p);
 }

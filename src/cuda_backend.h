@@ -143,6 +143,10 @@ int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int tiled, int r
  * rejecting its draft so that each draws. */
 int cuda_bench_sample(int V, int rows, int peaked, const sampler_params *p, int reps, double *us, char *err,
                       size_t errlen);
+/* Mean wall-clock microseconds to copy rows logits rows of V floats from
+ * the device into pinned host memory and wait for them (what the host
+ * sampler needs first), over reps copies. */
+int cuda_bench_readback(int V, int rows, int reps, double *us, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,7 @@
 // holding the target, and its thread walks it. The scratch rows are padded with zeros
 // to whole float4s, so the unordered passes load 16 bytes at a time.
 #include <cooperative_groups.h>
+#include <time.h>
 
 #include "cuda_ops.cuh"
 
@@ -573,5 +574,30 @@ extern "C" int cuda_bench_sample(int V, int rows, int peaked, const sampler_para
     cudaEventDestroy(e1);
     bufs_free(&b);
     if (e != cudaSuccess) return ds_err(err, errlen, "device sampler: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+extern "C" int cuda_bench_readback(int V, int rows, int reps, double *us, char *err, size_t errlen) {
+    size_t bytes = sizeof(float) * (size_t)rows * V;
+    float *d = NULL, *h = NULL;
+    cudaStream_t st = NULL;
+    cudaError_t e = cudaMalloc((void **)&d, bytes);
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&h, bytes);
+    if (e == cudaSuccess) e = cudaMemset(d, 0, bytes);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, st); /* warm */
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; e == cudaSuccess && i < reps; i++) {
+        e = cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, st);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *us = ((t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) * 1e-3) / reps;
+    if (st) cudaStreamDestroy(st);
+    cudaFreeHost(h);
+    cudaFree(d);
+    if (e != cudaSuccess) return ds_err(err, errlen, "logits readback: %s", cudaGetErrorString(e));
     return 0;
 }
