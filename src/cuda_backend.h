@@ -44,7 +44,9 @@ struct model_batch_s;
 
 /* Vocabularies from this size on are sampled on the device by default
  * (model_samples_rows); below it the host samples the rows faster than
- * the device's kernel runs (measured: 6,144 tokens host, 151,936 device). */
+ * the device's kernel runs (with top-p 0.95, readback included, the host
+ * is faster up to 16,384 tokens and the device from 32,768:
+ * cuda-ops-bench's sampler sweep). */
 #define CUDA_SAMPLE_MIN_VOCAB 32768
 /* 1 when sampled verifies of this model are sampled on the device:
  * DSPARK_CUDA_SAMPLE=1 always, =0 never, else from CUDA_SAMPLE_MIN_VOCAB
