@@ -81,7 +81,7 @@ $(BUILD)/src/%.o: src/%.c
 
 $(BUILD)/src/%.o: src/%.cu src/*.h src/*.cuh
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Isrc -lineinfo -Xcompiler -fPIC,-pthread -c $< -o $@
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Isrc -lineinfo -Xfatbin -compress-all -Xcompiler -fPIC,-pthread -c $< -o $@
 
 $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)

@@ -802,10 +802,11 @@ static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const d
     if constexpr (TILES == 1 && MT == 2) /* registers capped for two blocks per SM (see mma_tiles) */
         return launch(k_mma<T, TILES, MT, EPI, 2>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps,
                       tl, tiled);
-    if (TILES * MT == 1 && blocks > 2 * sms && blocks <= 3 * sms)
-        launch(k_mma<T, TILES, MT, EPI, 3>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl, tiled);
-    else
-        launch(k_mma<T, TILES, MT, EPI, 1>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl, tiled);
+    if constexpr (TILES * MT == 1) /* (the capped kernel exists for one tile only: others would spill) */
+        if (blocks > 2 * sms && blocks <= 3 * sms)
+            return launch(k_mma<T, TILES, MT, EPI, 3>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps,
+                          tl, tiled);
+    launch(k_mma<T, TILES, MT, EPI, 1>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl, tiled);
 }
 
 template <typename T, int TILES, int EPI>
