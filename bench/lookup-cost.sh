@@ -1,0 +1,21 @@
+#!/bin/sh
+# lookup-cost: the host's work per lookup round (bench/lookup-cost.c) on
+# this repository's C sources and Python tools, with the bundled model's
+# tokenizer and Qwen3's (fetched by scripts/fetch-test-assets), built from
+# this tree's objects (runs `make` first).
+#   bench/lookup-cost.sh [K=16]
+set -e
+cd "$(dirname "$0")/.."
+make -s -j2 dspark >/dev/null
+OBJS=$(ls build/rel/src/*.o | grep -v '/main\.o$')
+# shellcheck disable=SC2086
+cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc -o build/lookup-cost bench/lookup-cost.c $OBJS \
+    -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm
+qwen="${DSPARK_TOKENIZERS:-$HOME/.cache/dspark/tokenizers}/qwen3"
+for tk in models/dspark-coder-6m "$qwen"; do
+    [ -f "$tk/tokenizer.json" ] || { echo "lookup-cost: no tokenizer in $tk (scripts/fetch-test-assets)"; continue; }
+    echo "# tokenizer $tk, K ${1:-16}"
+    for f in src/spec.c src/serve.c src/jinja_eval.c tools/train/target.py; do
+        [ -f "$f" ] && build/lookup-cost "$tk" "$f" "${1:-16}"
+    done
+done
