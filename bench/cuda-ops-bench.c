@@ -9,7 +9,9 @@
  * the host path (readback and the host sampler) for vocabularies of 6,144
  * to 151,936 tokens (where CUDA_SAMPLE_MIN_VOCAB comes from). Built by
  * scripts/cuda-pack; run on the GPU machine:
- *   cuda-ops-bench [reps] [sample]   (sample: the sampler table only) */
+ *   cuda-ops-bench [reps] [sample]   (sample: the sampler table only)
+ *   cuda-ops-bench reps one MATRIX M  (one matrix (qkv, o, gate+up, down,
+ *                                      lm_head) at M rows: for bench/cuda-mma-profile.sh) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +79,20 @@ int main(int argc, char **argv) {
                 {"lm_head 151936x4096", 151936, 4096, 0}};
     const int rows[] = {1, 2, 4, 8, 12, 16, 17, 64, 256};
     char err[256];
+    if (argc > 4 && !strcmp(argv[2], "one")) { /* one matrix at one width, tile-major (for a profiler) */
+        int M = atoi(argv[4]);
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+            if (strncmp(mats[i].name, argv[3], strlen(argv[3])) || M < 1 || M > 4096) continue;
+            double us;
+            if (cuda_bench_matmul(M, mats[i].N, mats[i].K, mats[i].mode, 0, 1, reps, &us, err, sizeof err) != 0)
+                return fprintf(stderr, "cuda-ops-bench: %s\n", err), 1;
+            printf("%s, %d rows, tile-major: %.1f us\n", mats[i].name, M, us);
+            return 0;
+        }
+        fprintf(stderr, "cuda-ops-bench: no matrix named %s (qkv, o, gate+up, down, lm_head) or bad rows %s\n", argv[3],
+                argv[4]);
+        return 2;
+    }
     printf("| matrix | kernel |");
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) printf(" M=%d |", rows[r]);
     printf(" GB/s at M=1 |\n|---|---|");
