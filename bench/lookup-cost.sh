@@ -6,11 +6,7 @@
 #   bench/lookup-cost.sh [K=16]
 set -e
 cd "$(dirname "$0")/.."
-make -s -j2 dspark >/dev/null
-OBJS=$(ls build/rel/src/*.o | grep -v '/main\.o$')
-# shellcheck disable=SC2086
-cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc -o build/lookup-cost bench/lookup-cost.c $OBJS \
-    -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm
+sh bench/build-tool.sh lookup-cost
 qwen="${DSPARK_TOKENIZERS:-$HOME/.cache/dspark/tokenizers}/qwen3"
 for tk in models/dspark-coder-6m "$qwen"; do
     [ -f "$tk/tokenizer.json" ] || { echo "lookup-cost: no tokenizer in $tk (scripts/fetch-test-assets)"; continue; }
