@@ -15,16 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cuda_backend.h"
 #include "sampler.h"
-
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
+#include "util.h"
 
 /* Where sampling on the device starts to pay (CUDA_SAMPLE_MIN_VOCAB): one
  * decode row of a trained model's shape (peaked, as cuda_bench_sample
@@ -56,9 +50,9 @@ static int vocab_sweep(int reps, sampler_params p1, sampler_params p2) {
             sampler *s;
             if (sampler_create(&s, ps[k], V, err, sizeof err) != 0) return fprintf(stderr, "cuda-ops-bench: %s\n", err), 1;
             volatile int sink = sampler_sample(s, l); /* warm */
-            double t0 = now_us();
+            double t0 = ds_now();
             for (int i = 0; i < reps; i++) sink += sampler_sample(s, l);
-            double host = (now_us() - t0) / reps;
+            double host = (ds_now() - t0) * 1e6 / reps;
             (void)sink;
             sampler_free(s);
             printf("| %d | %s | %.1f | %.1f | %.1f | %.1f |\n", V, pn[k], dev, rb, host, rb + host);

@@ -18,22 +18,6 @@
 #include "tokenizer.h"
 #include "util.h"
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0, *len = (size_t)n;
-    return b;
-}
-
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: lookup-cost TOKENIZER_DIR TEXT_FILE [K=16] [REPS=20]\n");
@@ -51,9 +35,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     size_t len = 0;
-    char *text = slurp(argv[2], &len);
+    char *text = ds_read_file(argv[2], &len, err, sizeof err);
     if (!text) {
-        fprintf(stderr, "lookup-cost: cannot read %s\n", argv[2]);
+        fprintf(stderr, "lookup-cost: %s\n", err);
         return 1;
     }
     int *ids = NULL;

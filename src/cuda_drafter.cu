@@ -531,8 +531,7 @@ extern "C" int cuda_dstate_row(cuda_dstate *s, int j, int prev, float *conf, flo
     const cuda_dmodel *m = s->m;
     const int B = m->B, V = m->cfg.vocab_size;
     if (!m->dspark || j < 0 || j >= B) return ds_err(err, errlen, "CUDA drafter: no DSpark row %d", j);
-    CK(cudaSetDevice(m->gpu));
-    if (dmodel_tiles(s->m, err, errlen) != 0) return -1;
+    CK(cudaSetDevice(m->gpu)); /* (after the block's propose, which made the tile-major copies) */
     s->h_in[IN_PREV(s)] = prev;
     CK(cudaMemcpyAsync(s->d_in + IN_PREV(s), s->h_in + IN_PREV(s), sizeof(int), cudaMemcpyHostToDevice, s->st));
     enqueue_dspark_row(s, j, s->d_in + IN_PREV(s), 0);

@@ -23,7 +23,6 @@
 // holding the target, and its thread walks it. The scratch rows are padded with zeros
 // to whole float4s, so the unordered passes load 16 bytes at a time.
 #include <cooperative_groups.h>
-#include <time.h>
 
 #include "cuda_ops.cuh"
 
@@ -587,14 +586,12 @@ extern "C" int cuda_bench_readback(int V, int rows, int reps, double *us, char *
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, st); /* warm */
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = ds_now();
     for (int i = 0; e == cudaSuccess && i < reps; i++) {
         e = cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, st);
         if (e == cudaSuccess) e = cudaStreamSynchronize(st);
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    *us = ((t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) * 1e-3) / reps;
+    *us = (ds_now() - t0) * 1e6 / reps;
     if (st) cudaStreamDestroy(st);
     cudaFreeHost(h);
     cudaFree(d);
