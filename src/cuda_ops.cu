@@ -182,10 +182,15 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
 
 #define MMA_KS 8
 
-__device__ __forceinline__ uint32_t to_tf32(float f) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
-    return r;
+/* x = hi + lo as two TF32 operands, the bits cvt.rna.tf32.f32 gives for
+   finite x (round to nearest, ties away: add half a TF32 unit, drop the 13
+   low bits) in four integer and float instructions instead of the seven of
+   cvt's emulation, whose Inf/NaN guard is not needed: an Inf or NaN x
+   still makes lo a NaN, so the product is NaN as before. lo keeps its low
+   bits, which the tensor core ignores, so only its rounding is added. */
+__device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_t &lo) {
+    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi)) + 0x1000u;
 }
 
 __device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -280,11 +285,8 @@ __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_ch
 #pragma unroll
         for (int j = 0; j < MT; j++) {
             const float *xv = s < 2 ? &c.xa[j].x : &c.xb[j].x;
-            float v0 = xv[2 * (s & 1)], v1 = xv[2 * (s & 1) + 1];
-            h0[j] = to_tf32(v0);
-            h1[j] = to_tf32(v1);
-            l0[j] = to_tf32(v0 - __uint_as_float(h0[j]));
-            l1[j] = to_tf32(v1 - __uint_as_float(h1[j]));
+            split_tf32(xv[2 * (s & 1)], h0[j], l0[j]);
+            split_tf32(xv[2 * (s & 1) + 1], h1[j], l1[j]);
         }
 #pragma unroll
         for (int i = 0; i < TILES; i++) {
