@@ -182,15 +182,20 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
 
 #define MMA_KS 8
 
-/* x = hi + lo as two TF32 operands, the bits cvt.rna.tf32.f32 gives for
-   finite x (round to nearest, ties away: add half a TF32 unit, drop the 13
-   low bits) in four integer and float instructions instead of the seven of
-   cvt's emulation, whose Inf/NaN guard is not needed: an Inf or NaN x
-   still makes lo a NaN, so the product is NaN as before. lo keeps its low
-   bits, which the tensor core ignores, so only its rounding is added. */
+/* x = hi + lo as two TF32 operands with the bits cvt.rna.tf32.f32 gives
+   (round to nearest, ties away: add half a TF32 unit, drop the 13 low
+   bits), in five instructions instead of the seven of cvt's emulation,
+   which guards both roundings against Inf and NaN. Only lo's rounding is
+   guarded here: for a finite x, hi's rounding is exact bit arithmetic (up
+   to Inf past the largest float, as cvt does); for an Inf or NaN x, lo is
+   a NaN and stays one (adding half a unit to the bits of the NaN the GPU
+   makes, 0x7fffffff, would wrap it into a tiny negative number), so the
+   product is NaN as before. lo keeps its low bits, which the tensor core
+   ignores, so only its rounding is added. */
 __device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_t &lo) {
     hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-    lo = __float_as_uint(x - __uint_as_float(hi)) + 0x1000u;
+    const float l = x - __uint_as_float(hi);
+    lo = fabsf(l) < INFINITY ? __float_as_uint(l) + 0x1000u : __float_as_uint(l);
 }
 
 __device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -446,11 +451,11 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
         for (int j = 0; j < MT; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
-    /* U chunks in flight per warp (three when registers are capped: four
-       spill 84 bytes in the 9-16-row kernel capped for two blocks per SM,
-       which three made 6% faster, down 45.0 -> 42.3 us at 16 rows); the first group's weights are requested before
-       waiting for the previous kernel. U does not change the order in
-       which a warp's chunks are accumulated. */
+    /* U chunks in flight per warp (three when registers are capped: with
+       four the 9-16-row kernel capped for two blocks per SM spilled 84
+       bytes, and three made it 6% faster); the first group's weights are
+       requested before waiting for the previous kernel. U does not change
+       the order in which a warp's chunks are accumulated. */
     constexpr int U = OCC >= 2 ? 3 : TILES * MT <= 2 ? 4 : 2;
     mma_chunk<T, TILES, MT> ch[U];
     float ss[MT];
@@ -1255,6 +1260,34 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
     return 0;
 }
 
+
+__global__ void k_split_check(uint32_t *out, const float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    uint32_t hi, lo, rh, rl;
+    split_tf32(x[i], hi, lo);
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(rh) : "f"(x[i]));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(rl) : "f"(x[i] - __uint_as_float(rh)));
+    out[4 * i] = hi;
+    out[4 * i + 1] = lo;
+    out[4 * i + 2] = rh;
+    out[4 * i + 3] = rl;
+}
+
+/* for each x[i]: split_tf32's head and tail and cvt.rna.tf32.f32's, out[4i ..
+   4i + 3] = hi, lo, cvt hi, cvt of x - cvt hi (bit patterns) */
+extern "C" int cuda_test_split_tf32(uint32_t *out, const float *x, int n, char *err, size_t errlen) {
+    float *dx;
+    uint32_t *dout;
+    if (dup_to_dev(&dx, x, (size_t)n, err, errlen) || dup_to_dev(&dout, (uint32_t *)NULL, (size_t)4 * n, err, errlen))
+        return -1;
+    k_split_check<<<(n + 255) / 256, 256>>>(dout, dx, n);
+    CK_LAUNCH();
+    CK(cudaMemcpy(out, dout, sizeof(uint32_t) * 4 * (size_t)n, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dout);
+    return 0;
+}
 
 extern "C" int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen) {
     float *dx;

@@ -341,6 +341,59 @@ TEST(cuda_qkv_tail_vs_separate) {
     }
 }
 
+/* the matmul's activation split gives the TF32 operands cvt.rna.tf32.f32
+   gives (the 19 bits the tensor core reads) for every finite value: random
+   values over the whole exponent range, exact ties of the rounding, values
+   that round up into the next binade, subnormals, zeros and both signs;
+   and an Inf or NaN input still leaves a NaN in the tail */
+TEST(cuda_split_tf32_is_cvt_rna) {
+    if (!have_gpu()) return;
+    enum { N = 1 << 16 };
+    float *x = xmalloc(sizeof(float) * N);
+    uint32_t *out = xmalloc(sizeof(uint32_t) * 4 * N);
+    uint32_t r = 12345u;
+    for (int i = 0; i < N; i++) {
+        r = r * 1664525u + 1013904223u;
+        uint32_t b = r;
+        switch (i % 8) {
+        case 0: b = (b & 0xffffe000u) | 0x1000u; break;        /* an exact tie */
+        case 1: b = (b & 0xff800000u) | 0x007ff000u; break;    /* rounds into the next binade */
+        case 2: b &= 0x807fffffu; break;                       /* subnormal */
+        case 3: b = (b & 0x80000000u) | (b % 0x7f800000u); break; /* any finite */
+        default: b = (b & 0x80000000u) | ((b % 40u + 107u) << 23) | (b & 0x7fffffu); break; /* |x| in 2^-20 .. 2^20 */
+        }
+        if ((b & 0x7f800000u) == 0x7f800000u) b &= 0xbfffffffu; /* finite: Inf and NaN come below */
+        memcpy(&x[i], &b, 4);
+    }
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = 3.4028235e38f, x[3] = -3.4028235e38f;
+    char err[256];
+    CHECK_MSG(cuda_test_split_tf32(out, x, N, err, sizeof err) == 0, "%s", err);
+    int bad = 0;
+    for (int i = 0; i < N && bad < 5; i++) {
+        const uint32_t *o = out + 4 * (size_t)i;
+        if ((o[0] & 0xffffe000u) != (o[2] & 0xffffe000u) || (o[1] & 0xffffe000u) != (o[3] & 0xffffe000u)) {
+            uint32_t b;
+            memcpy(&b, &x[i], 4);
+            fprintf(stderr, "     x %.9g (0x%08x): split %08x %08x, cvt %08x %08x\n", x[i], b, o[0], o[1], o[2], o[3]);
+            bad++;
+        }
+    }
+    CHECK_MSG(bad == 0, "the split differs from cvt.rna.tf32.f32");
+    /* Inf, -Inf, the host's NaN, the GPU's NaN (0x7fffffff) and its negative */
+    const uint32_t special[5] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7fffffffu, 0xffffffffu};
+    float sp[5];
+    uint32_t so[20];
+    memcpy(sp, special, sizeof sp);
+    CHECK_MSG(cuda_test_split_tf32(so, sp, 5, err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < 5; i++) {
+        float lo;
+        uint32_t b = so[4 * i + 1] & 0xffffe000u;
+        memcpy(&lo, &b, 4);
+        CHECK_MSG(isnan(lo), "input 0x%08x: the tail is %g (0x%08x), not NaN", special[i], lo, so[4 * i + 1]);
+    }
+    free(x), free(out);
+}
+
 /* device argmax = op_argmax, ties to the first index, any width */
 TEST(cuda_argmax_vs_cpu) {
     if (!have_gpu()) return;
