@@ -18,7 +18,7 @@
 #   - llama.cpp's CUDA build on the same weights, when L points at an
 #     unpacked llama.cpp build (bench/gpu-llama.sh).
 # Usage (on the GPU machine, from a tree where scripts/cuda-pack's
-# build/devpack.tar.gz was unpacked into $P):
+# build/devpack.tar.xz was unpacked into $P):
 #   P=/tmp/p [L=/tmp/llama] bench/gpu-bench.sh [OUT_DIR]
 # SHAPES="8b" measures one model only; OPS=0 skips the op table, HF=0 the
 # transformers reference; FAST=1 skips the 4k/16k prefills, the
