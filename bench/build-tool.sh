@@ -1,13 +1,23 @@
 #!/bin/sh
 # build-tool: builds a bench program, bench/NAME.c, against this tree's
-# release objects (runs `make` first) into OUT (default build/NAME).
+# release objects (runs `make` first) into OUT (default build/NAME); with
+# CUDA=1, against the CUDA build's objects (build/cuda, cuBLAS and the CUDA
+# runtime linked), as scripts/cuda-pack does.
 # The bench scripts run it as:  sh bench/build-tool.sh NAME [OUT]
 set -e
 cd "$(dirname "$0")/.."
 name="${1:?usage: bench/build-tool.sh NAME [OUT]}"
-make -s -j2 dspark >/dev/null
-OBJS=$(ls build/rel/src/*.o | grep -v '/main\.o$')
+if [ "${CUDA:-0}" = 1 ]; then
+    make -s CUDA=1 -j2 build/cuda/dspark >/dev/null
+    dir=build/cuda
+    extra="-L${CUDA_HOME:-/usr/local/cuda}/lib64 -lcublas -lcudart -lstdc++"
+else
+    make -s -j2 dspark >/dev/null
+    dir=build/rel
+    extra=
+fi
+OBJS=$(ls $dir/src/*.o | grep -v '/main\.o$')
 mkdir -p "$(dirname "${2:-build/$name}")"
 # shellcheck disable=SC2086
 cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc -o "${2:-build/$name}" "bench/$name.c" $OBJS \
-    -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm
+    -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm $extra

@@ -34,7 +34,7 @@ static int vocab_sweep(int reps, sampler_params p1, sampler_params p2) {
            "|---|---|---|---|---|---|\n");
     for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
         int V = vs[v];
-        float *l = malloc(sizeof(float) * V);
+        float *l = xmalloc(sizeof(float) * V);
         uint32_t r = 1u;
         for (int i = 0; i < V; i++) {
             r = r * 1664525u + 1013904223u;
