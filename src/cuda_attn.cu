@@ -489,6 +489,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
             attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
                                             nchunk, m0, causal, first);
         });
+        cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
                ATT_CHUNK);
     }
@@ -529,6 +530,7 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
             tile_launch<decltype(g)::value>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale,
                                             nsplit, m0);
         });
+        cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, n * nh, COMB_THREADS, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
                n, 1, m0, AT_SPLIT);
     }

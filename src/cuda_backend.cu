@@ -439,7 +439,10 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
             cu_attention(st, x->att + (size_t)Mt * nh * hd, x->q + (size_t)Mt * nh * hd, kc, vc, x->part, M - Mt, nh,
                          nkv, hd, x->cap, x->d_len, scale, 1, Mt);
         mark(x, OP_ATTN);
-        mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL);
+        {
+            cu_pdl_off serial; /* the o projection right after attention: see pdl_enabled */
+            mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL);
+        }
         mark(x, OP_O);
         mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm);
         mark(x, OP_GU);

@@ -358,7 +358,10 @@ static void enqueue_block(cuda_dstate *s, int n, int chain) {
         cu_qkv_post(st, s->q, s->k, s->v, kc, vc, L->q_norm, L->k_norm, pos, m->inv_freq, B, nh, nkv, hd, s->cap,
                     d_len, eps);
         cu_attention(st, s->att, s->q, kc, vc, s->part, B, nh, nkv, hd, s->cap, d_len, scale, 0, 0);
-        cu_matmul_add(st, s->x, s->att, B, &L->wo, NULL);
+        {
+            cu_pdl_off serial; /* see pdl_enabled */
+            cu_matmul_add(st, s->x, s->att, B, &L->wo, NULL);
+        }
         cu_rmsnorm(st, s->xb, s->x, L->mlp_norm, B, H, eps);
         cu_matmul_swiglu(st, s->gate, s->xb, B, &L->wg, &L->wu);
         cu_matmul_add(st, s->x, s->gate, B, &L->wd, NULL);

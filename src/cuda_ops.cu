@@ -31,6 +31,9 @@ __device__ __forceinline__ void load8(const float *p, float *w) {
     w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
 }
 
+/* open cu_pdl_off scopes of this thread (see pdl_enabled) */
+thread_local int cu_pdl_off_depth = 0;
+
 #define MM_NPW 4   /* outputs per block: each x load serves MM_NPW weight rows */
 #define MM_WARPS 4 /* warps per block, splitting K */
 

@@ -79,17 +79,32 @@ static inline int sm_count(void) {
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-/* Every kernel is launched with programmatic dependent launch allowed
-   (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0. */
+/* Kernels are launched with programmatic dependent launch allowed
+   (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0, or while a
+   cu_pdl_off scope is open on the launching thread. Two launches go without
+   it: the attention's combine and the o projection after it. Their
+   predecessors leave registers free, so their blocks would become resident
+   early and sit waiting on every SM through the attention (or the combine);
+   measured on an H200 (docs/BENCHMARKS.md, "PDL where it pays"), that cost a
+   Qwen3-8B decode step 0.45 ms at context 512 and 0.55 ms at 8192, more than
+   PDL saves everywhere else. */
 static inline int env_is(const char *name, const char *value) {
     const char *e = getenv(name);
     return e && !strcmp(e, value);
 }
 
+extern thread_local int cu_pdl_off_depth;
+struct cu_pdl_off {
+    cu_pdl_off() { cu_pdl_off_depth++; }
+    ~cu_pdl_off() { cu_pdl_off_depth--; }
+    cu_pdl_off(const cu_pdl_off &) = delete;
+    cu_pdl_off &operator=(const cu_pdl_off &) = delete;
+};
+
 static inline int pdl_enabled(void) {
     static int on = -1;
     if (on < 0) on = !env_is("DSPARK_CUDA_PDL", "0");
-    return on;
+    return on && !cu_pdl_off_depth;
 }
 
 
