@@ -394,6 +394,33 @@ static void lm_head(cuda_ctx *x, const float *h, int n) {
     }
 }
 
+/* DSPARK_CUDA_OMIT=qkv,attn,o,gateup,down (any of them): those kernels are
+   left out of every layer (qkv with its norm/RoPE tail, attn with its
+   combine), so that each one's share of a step can be timed by leaving it
+   out (bench/cuda-step-cost.sh). The results are then wrong; a warning says
+   so once. */
+enum { OMIT_QKV = 1, OMIT_ATTN = 2, OMIT_O = 4, OMIT_GU = 8, OMIT_DOWN = 16 };
+static int cuda_omit(void) {
+    static int v = -1;
+    if (v >= 0) return v;
+    static const char *const names[] = {"qkv", "attn", "o", "gateup", "down"};
+    const char *e = getenv("DSPARK_CUDA_OMIT");
+    char buf[128], *save = NULL;
+    int o = 0;
+    snprintf(buf, sizeof buf, "%s", e ? e : "");
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int k = 0;
+        while (k < 5 && strcmp(t, names[k])) k++;
+        if (k < 5) o |= 1 << k;
+        else fprintf(stderr, "dspark: DSPARK_CUDA_OMIT: no kernel '%s' (qkv, attn, o, gateup, down)\n", t);
+    }
+    if (o)
+        fprintf(stderr, "dspark: DSPARK_CUDA_OMIT=%s: those kernels are left out of every layer, so the results are "
+                        "wrong (for timing only)\n", e);
+    v = o;
+    return v;
+}
+
 /* Enqueues one chunk of M rows whose ids, positions and cache length are in
    h_in (pinned): the uploads, every layer, and, when n_sel > 0, the final
    norm and LM head for the chunk's last n_sel rows with the logits copied
@@ -418,6 +445,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     mark(x, OP_EMBED);
     if (b) copy_taps(x, b, -1, row0, M, to_dev);
     size_t KD = (size_t)nkv * hd;
+    const int omit = cuda_omit();
     for (int l = 0; l < c->n_layers; l++) {
         const dlayer *L = &m->layers[l];
         float *kc = x->kv + (size_t)l * 2 * KD * x->cap, *vc = kc + KD * x->cap;
@@ -426,27 +454,29 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         cu_qkv_tail tail = {cu_qkv_fused_args(x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, nh, nkv,
                                               hd, x->cap, x->d_len, eps),
                             x->qkv_cnt};
-        int fused = !cu_gemm_takes(x->gemm, &L->wqkv, M) &&
-                    cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail);
+        int fused = (omit & OMIT_QKV) ||
+                    (!cu_gemm_takes(x->gemm, &L->wqkv, M) &&
+                     cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail));
         if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
         mark(x, OP_QKV);
         if (!fused) cu_qkv_post_run(st, &tail.a, M);
         mark(x, OP_POST);
         /* the cuBLAS groups' rows by the prefill kernel, the others as decode and verify rows */
         int Mt = x->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(x->gemm, &L->wqkv, M) : 0;
-        if (Mt) cu_attention_tiled(st, x->att, x->q, kc, vc, x->part, Mt, nh, nkv, hd, x->cap, x->d_len, scale);
-        if (Mt < M)
+        if (Mt && !(omit & OMIT_ATTN))
+            cu_attention_tiled(st, x->att, x->q, kc, vc, x->part, Mt, nh, nkv, hd, x->cap, x->d_len, scale);
+        if (Mt < M && !(omit & OMIT_ATTN))
             cu_attention(st, x->att + (size_t)Mt * nh * hd, x->q + (size_t)Mt * nh * hd, kc, vc, x->part, M - Mt, nh,
                          nkv, hd, x->cap, x->d_len, scale, 1, Mt);
         mark(x, OP_ATTN);
         {
             cu_pdl_off serial; /* the o projection right after attention: see pdl_enabled */
-            mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL);
+            if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL);
         }
         mark(x, OP_O);
-        mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm);
+        if (!(omit & OMIT_GU)) mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm);
         mark(x, OP_GU);
-        mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL);
+        if (!(omit & OMIT_DOWN)) mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL);
         mark(x, OP_DOWN);
         if (b) copy_taps(x, b, l, row0, M, to_dev);
     }
