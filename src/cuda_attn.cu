@@ -143,7 +143,7 @@ template <int G>
 __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
-                                                           int causal, int first, int two) {
+                                                           int causal, int first, int two, int inter) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
     pdl_trigger();
     pdl_wait();
@@ -152,7 +152,10 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
     const int stage = ATT_CHUNK * kst + ATT_CHUNK * h4;                        /* float4s per stage */
     float4 *qs = sm4 + (two ? 2 : 1) * stage;                                 /* qs: [warp][G][h4] */
     float *es = reinterpret_cast<float *>(qs + ATT_WARPS * G * h4);           /* es: [warp][G][ATT_CHUNK] */
-    const int nb = gridDim.x / nkv, kvh = blockIdx.x / nb; /* nb blocks per kv head take its chunks in turn */
+    /* nb blocks per kv head take its chunks in turn: consecutive blocks
+       share a kv head, or (inter) take the kv heads in turn, so that the
+       blocks holding a head's first chunks land on different SMs */
+    const int nb = gridDim.x / nkv, kvh = inter ? blockIdx.x % nkv : blockIdx.x / nb;
     const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
     const int len = *d_len + first;
     const int Lmax = len + (causal ? m0 + R : M); /* positions the group's last row sees */
@@ -173,7 +176,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
         cp_async_commit();
     };
     if (!whole && warp < items) attn_stage_q<1>(q, qw, m0 + warp / G, kvh * G + warp % G, nh, hd, lane);
-    int c = blockIdx.x % nb, buf = 0;
+    int c = inter ? blockIdx.x / nkv : blockIdx.x % nb, buf = 0;
     auto valid = [&](int ch) { return ch < nchunk && ch * ATT_CHUNK < Lmax; };
     if (valid(c)) issue(c, 0);
     for (; valid(c); c += nb) {
@@ -449,6 +452,15 @@ template <typename F> static void with_g(int G, F f) {
     }
 }
 
+/* DSPARK_CUDA_ATT_SPREAD (see attn_launch); on >= 0 sets it (tests) */
+int cu_attention_spread(int on) {
+    static int spread = -1;
+    if (spread < 0) spread = env_is("DSPARK_CUDA_ATT_SPREAD", "1");
+    int prev = spread;
+    if (on >= 0) spread = on != 0;
+    return prev;
+}
+
 /* blocks per kv head for k_attn_rows: about one block per SM over all kv
    heads (each holds two chunks of K and V in shared memory, so one fits an
    SM), at least one, and no more than there are chunks */
@@ -473,9 +485,33 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
         if (cudaFuncGetAttributes(&fa, k_attn_rows<G>) == cudaSuccess) optin -= (int)fa.sharedSizeBytes;
         cudaFuncSetAttribute(k_attn_rows<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
     }
-    int two = att_smem(G, hd / 4, 2) <= (size_t)optin;
-    launch_smem(k_attn_rows<G>, nkv * attn_blocks(nkv, nchunk), ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st,
-                q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two);
+    int two = att_smem(G, hd / 4, 2) <= (size_t)optin, nb = attn_blocks(nkv, nchunk), inter = 0;
+    /* DSPARK_CUDA_ATT_SPREAD=1 (off by default until timed on a GPU): one
+       K/V stage and as many blocks as fit the SMs that way (two per SM for
+       the Qwen3 shapes), the kv heads interleaved over the blocks. Measured
+       without the interleave (docs/BENCHMARKS.md, "PDL where it pays"), two
+       blocks per SM took 1.1 ms off a 16-row verify of Qwen3-8B at context
+       8192 but added 0.29 ms at 512, where the blocks with work (a head's
+       first chunks) were placed two to an SM; the interleave spreads them.
+       Either way a chunk's partials are the same bits. */
+    static int fit_hd = -1, fit = 0;
+    if (cu_attention_spread(-1)) {
+        if (fit_hd != hd) {
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k_attn_rows<G>, ATT_THREADS,
+                                                              att_smem(G, hd / 4, 1)) != cudaSuccess)
+                fit = 0;
+            fit_hd = hd;
+        }
+        if (fit >= 2 && att_smem(G, hd / 4, 1) <= (size_t)optin) {
+            two = 0;
+            inter = 1;
+            nb = fit * sm_count() / nkv;
+            if (nb < 1) nb = 1;
+            if (nb > nchunk) nb = nchunk;
+        }
+    }
+    launch_smem(k_attn_rows<G>, nkv * nb, ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st, q, kc, vc, opart, mpart,
+                spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter);
 }
 
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,

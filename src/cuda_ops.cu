@@ -998,6 +998,8 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
     return 0;
 }
 
+extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(on); }
+
 extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int hd, const float *kc,
                                    const float *vc, int cap, int n_past, float scale, int tiled, char *err,
                                    size_t errlen) {

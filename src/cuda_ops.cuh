@@ -270,6 +270,9 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
                         int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale);
 /* 1 when cu_attention_tiled takes these heads (head_dim <= 128) */
 int cu_attn_tiled_ok(int nh, int nkv, int hd);
+/* cu_attention's launch shape switch (DSPARK_CUDA_ATT_SPREAD=1, see
+   attn_launch): returns it, and sets it when on >= 0 (for the tests) */
+int cu_attention_spread(int on);
 /* out[m] = the first index of the largest of x[m][0..n) (op_argmax's rule) */
 void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n);
 

@@ -172,6 +172,38 @@ TEST(cuda_attention_vs_cpu) {
     }
 }
 
+/* The spread launch shape (DSPARK_CUDA_ATT_SPREAD: one K/V stage, the kv
+ * heads interleaved over more blocks) gives the default's bits: long caches
+ * (several chunks per block either way), verify widths, and a head group
+ * whose single stage does not fit twice on an SM (the default shape then). */
+TEST(cuda_attention_spread_same_bits) {
+    if (!have_gpu()) return;
+    char err[512];
+    /* M, nh, nkv, hd, n_past */
+    const int shapes[][5] = {{1, 32, 8, 128, 4000}, {16, 32, 8, 128, 600}, {9, 32, 8, 128, 8000}, {1, 16, 2, 64, 300},
+                             {5, 8, 2, 128, 100},   {3, 32, 4, 128, 2000}, {1, 4, 1, 64, 0}};
+    int prev = cuda_test_attention_spread(0);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], nh = shapes[s][1], nkv = shapes[s][2], hd = shapes[s][3], np = shapes[s][4];
+        int cap = np + M + 70;
+        size_t qn = (size_t)M * nh * hd, kn = (size_t)nkv * cap * hd;
+        float *q = xmalloc(sizeof(float) * qn), *k = xmalloc(sizeof(float) * kn), *v = xmalloc(sizeof(float) * kn);
+        float *o0 = xmalloc(sizeof(float) * qn), *o1 = xmalloc(sizeof(float) * qn);
+        fill(q, qn, 1.0f);
+        fill(k, kn, 1.0f);
+        fill(v, kn, 1.0f);
+        float scale = 1.0f / sqrtf((float)hd);
+        cuda_test_attention_spread(0);
+        CHECK_MSG(cuda_test_attention(o0, q, M, nh, nkv, hd, k, v, cap, np, scale, 0, err, sizeof err) == 0, "%s", err);
+        cuda_test_attention_spread(1);
+        CHECK_MSG(cuda_test_attention(o1, q, M, nh, nkv, hd, k, v, cap, np, scale, 0, err, sizeof err) == 0, "%s", err);
+        CHECK_MSG(!memcmp(o0, o1, sizeof(float) * qn), "spread attention M=%d nh=%d nkv=%d hd=%d n_past=%d differs", M,
+                  nh, nkv, hd, np);
+        free(q), free(k), free(v), free(o0), free(o1);
+    }
+    cuda_test_attention_spread(prev);
+}
+
 /* The prefill attention kernel against the CPU, across its span boundary
    (2048 positions) and with partial row tiles; a row's bits do not depend on
    the batch (the first rows alone equal the same rows in the wide batch). */
