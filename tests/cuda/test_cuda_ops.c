@@ -141,6 +141,37 @@ TEST(cuda_rmsnorm_rope_embed_vs_cpu) {
     free(ef), free(yc), free(yg);
 }
 
+/* one attention test case: shape {M, nh, nkv, hd, n_past}, a cache of
+   n_past + M + slack positions, random q, k and v */
+typedef struct {
+    int M, nh, nkv, hd, np, cap;
+    size_t qn, kn;
+    float *q, *k, *v, scale;
+} attn_case;
+
+static attn_case attn_case_make(const int shape[5], int slack) {
+    attn_case a = {.M = shape[0], .nh = shape[1], .nkv = shape[2], .hd = shape[3], .np = shape[4]};
+    a.cap = a.np + a.M + slack;
+    a.qn = (size_t)a.M * a.nh * a.hd;
+    a.kn = (size_t)a.nkv * a.cap * a.hd;
+    a.q = xmalloc(sizeof(float) * a.qn);
+    a.k = xmalloc(sizeof(float) * a.kn);
+    a.v = xmalloc(sizeof(float) * a.kn);
+    fill(a.q, a.qn, 1.0f);
+    fill(a.k, a.kn, 1.0f);
+    fill(a.v, a.kn, 1.0f);
+    a.scale = 1.0f / sqrtf((float)a.hd);
+    return a;
+}
+
+static void attn_case_free(attn_case *a) { free(a->q), free(a->k), free(a->v); }
+
+/* cuda_test_attention on case a (tiled: the prefill kernel), into out */
+static int attn_case_gpu(const attn_case *a, float *out, int M, int np, int tiled, char *err, size_t errlen) {
+    return cuda_test_attention(out, a->q + (size_t)(a->M - M) * a->nh * a->hd, M, a->nh, a->nkv, a->hd, a->k, a->v,
+                               a->cap, np, a->scale, tiled, err, errlen);
+}
+
 TEST(cuda_attention_vs_cpu) {
     if (!have_gpu()) return;
     char err[512];
@@ -148,34 +179,28 @@ TEST(cuda_attention_vs_cpu) {
     const int shapes[][5] = {{1, 4, 1, 64, 0},  {1, 32, 8, 128, 511}, {5, 8, 2, 128, 100}, {16, 16, 4, 64, 3},
                              {33, 4, 4, 32, 7}, {2, 6, 3, 80, 1000},  {12, 32, 8, 128, 600}, {10, 16, 2, 64, 70}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int M = shapes[s][0], nh = shapes[s][1], nkv = shapes[s][2], hd = shapes[s][3], np = shapes[s][4];
-        int cap = np + M + 5;
-        size_t qn = (size_t)M * nh * hd, kn = (size_t)nkv * cap * hd;
-        float *q = xmalloc(sizeof(float) * qn), *k = xmalloc(sizeof(float) * kn), *v = xmalloc(sizeof(float) * kn);
-        float *oc = xmalloc(sizeof(float) * qn), *og = xmalloc(sizeof(float) * qn);
-        fill(q, qn, 1.0f);
-        fill(k, kn, 1.0f);
-        fill(v, kn, 1.0f);
-        float scale = 1.0f / sqrtf((float)hd);
-        op_attention(NULL, oc, q, M, nh, nkv, hd, k, v, cap, np, scale);
-        CHECK_MSG(cuda_test_attention(og, q, M, nh, nkv, hd, k, v, cap, np, scale, 0, err, sizeof err) == 0, "%s", err);
-        double e = rel_err(og, oc, qn);
-        CHECK_MSG(e < 1e-5, "attention M=%d nh=%d nkv=%d hd=%d n_past=%d: %.3g", M, nh, nkv, hd, np, e);
+        attn_case a = attn_case_make(shapes[s], 5);
+        int M = a.M, nh = a.nh, hd = a.hd;
+        float *oc = xmalloc(sizeof(float) * a.qn), *og = xmalloc(sizeof(float) * a.qn);
+        op_attention(NULL, oc, a.q, M, nh, a.nkv, hd, a.k, a.v, a.cap, a.np, a.scale);
+        CHECK_MSG(attn_case_gpu(&a, og, M, a.np, 0, err, sizeof err) == 0, "%s", err);
+        double e = rel_err(og, oc, a.qn);
+        CHECK_MSG(e < 1e-5, "attention M=%d nh=%d nkv=%d hd=%d n_past=%d: %.3g", M, nh, a.nkv, hd, a.np, e);
         /* the last row alone (n_past + M - 1 positions before it) gives the same bits */
         float *last = xmalloc(sizeof(float) * (size_t)nh * hd);
-        cuda_test_attention(last, q + (size_t)(M - 1) * nh * hd, 1, nh, nkv, hd, k, v, cap, np + M - 1, scale, 0, err,
-                            sizeof err);
+        attn_case_gpu(&a, last, 1, a.np + M - 1, 0, err, sizeof err);
         CHECK_MSG(!memcmp(last, og + (size_t)(M - 1) * nh * hd, sizeof(float) * nh * hd),
                   "attention: last row of M=%d differs from the row alone", M);
         free(last);
-        free(q), free(k), free(v), free(oc), free(og);
+        free(oc), free(og);
+        attn_case_free(&a);
     }
 }
 
 /* The spread launch shape (DSPARK_CUDA_ATT_SPREAD: one K/V stage, the kv
  * heads interleaved over more blocks) gives the default's bits: long caches
- * (several chunks per block either way), verify widths, and a head group
- * whose single stage does not fit twice on an SM (the default shape then). */
+ * (several chunks per block either way), verify widths, and groups of
+ * one to eight query heads per kv head (a larger single stage). */
 TEST(cuda_attention_spread_same_bits) {
     if (!have_gpu()) return;
     char err[512];
@@ -184,22 +209,16 @@ TEST(cuda_attention_spread_same_bits) {
                              {5, 8, 2, 128, 100},   {3, 32, 4, 128, 2000}, {1, 4, 1, 64, 0}};
     int prev = cuda_test_attention_spread(0);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int M = shapes[s][0], nh = shapes[s][1], nkv = shapes[s][2], hd = shapes[s][3], np = shapes[s][4];
-        int cap = np + M + 70;
-        size_t qn = (size_t)M * nh * hd, kn = (size_t)nkv * cap * hd;
-        float *q = xmalloc(sizeof(float) * qn), *k = xmalloc(sizeof(float) * kn), *v = xmalloc(sizeof(float) * kn);
-        float *o0 = xmalloc(sizeof(float) * qn), *o1 = xmalloc(sizeof(float) * qn);
-        fill(q, qn, 1.0f);
-        fill(k, kn, 1.0f);
-        fill(v, kn, 1.0f);
-        float scale = 1.0f / sqrtf((float)hd);
+        attn_case a = attn_case_make(shapes[s], 70);
+        float *o0 = xmalloc(sizeof(float) * a.qn), *o1 = xmalloc(sizeof(float) * a.qn);
         cuda_test_attention_spread(0);
-        CHECK_MSG(cuda_test_attention(o0, q, M, nh, nkv, hd, k, v, cap, np, scale, 0, err, sizeof err) == 0, "%s", err);
+        CHECK_MSG(attn_case_gpu(&a, o0, a.M, a.np, 0, err, sizeof err) == 0, "%s", err);
         cuda_test_attention_spread(1);
-        CHECK_MSG(cuda_test_attention(o1, q, M, nh, nkv, hd, k, v, cap, np, scale, 0, err, sizeof err) == 0, "%s", err);
-        CHECK_MSG(!memcmp(o0, o1, sizeof(float) * qn), "spread attention M=%d nh=%d nkv=%d hd=%d n_past=%d differs", M,
-                  nh, nkv, hd, np);
-        free(q), free(k), free(v), free(o0), free(o1);
+        CHECK_MSG(attn_case_gpu(&a, o1, a.M, a.np, 0, err, sizeof err) == 0, "%s", err);
+        CHECK_MSG(!memcmp(o0, o1, sizeof(float) * a.qn), "spread attention M=%d nh=%d nkv=%d hd=%d n_past=%d differs",
+                  a.M, a.nh, a.nkv, a.hd, a.np);
+        free(o0), free(o1);
+        attn_case_free(&a);
     }
     cuda_test_attention_spread(prev);
 }
@@ -214,24 +233,20 @@ TEST(cuda_attention_tiled_vs_cpu) {
     const int shapes[][5] = {{200, 32, 8, 128, 300}, {130, 4, 4, 64, 2000}, {77, 6, 2, 128, 0}, {40, 16, 2, 32, 4100},
                              {129, 3, 1, 96, 5}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int M = shapes[s][0], nh = shapes[s][1], nkv = shapes[s][2], hd = shapes[s][3], np = shapes[s][4];
-        int cap = np + M + 3;
-        size_t qn = (size_t)M * nh * hd, kn = (size_t)nkv * cap * hd;
-        float *q = xmalloc(sizeof(float) * qn), *k = xmalloc(sizeof(float) * kn), *v = xmalloc(sizeof(float) * kn);
-        float *oc = xmalloc(sizeof(float) * qn), *og = xmalloc(sizeof(float) * qn), *o2 = xmalloc(sizeof(float) * qn);
-        fill(q, qn, 1.0f);
-        fill(k, kn, 1.0f);
-        fill(v, kn, 1.0f);
-        float scale = 1.0f / sqrtf((float)hd);
-        op_attention(NULL, oc, q, M, nh, nkv, hd, k, v, cap, np, scale);
-        CHECK_MSG(cuda_test_attention(og, q, M, nh, nkv, hd, k, v, cap, np, scale, 1, err, sizeof err) == 0, "%s", err);
-        double e = rel_err(og, oc, qn);
-        CHECK_MSG(e < 1e-5, "prefill attention M=%d nh=%d nkv=%d hd=%d n_past=%d: %.3g", M, nh, nkv, hd, np, e);
-        int half = M / 2;
-        CHECK(cuda_test_attention(o2, q, half, nh, nkv, hd, k, v, cap, np, scale, 1, err, sizeof err) == 0);
+        attn_case a = attn_case_make(shapes[s], 3);
+        int M = a.M, nh = a.nh, hd = a.hd;
+        float *oc = xmalloc(sizeof(float) * a.qn), *og = xmalloc(sizeof(float) * a.qn);
+        float *o2 = xmalloc(sizeof(float) * a.qn);
+        op_attention(NULL, oc, a.q, M, nh, a.nkv, hd, a.k, a.v, a.cap, a.np, a.scale);
+        CHECK_MSG(attn_case_gpu(&a, og, M, a.np, 1, err, sizeof err) == 0, "%s", err);
+        double e = rel_err(og, oc, a.qn);
+        CHECK_MSG(e < 1e-5, "prefill attention M=%d nh=%d nkv=%d hd=%d n_past=%d: %.3g", M, nh, a.nkv, hd, a.np, e);
+        int half = M / 2; /* the first half of the rows: q from row 0, as in the full batch */
+        CHECK(cuda_test_attention(o2, a.q, half, nh, a.nkv, hd, a.k, a.v, a.cap, a.np, a.scale, 1, err, sizeof err) == 0);
         CHECK_MSG(!memcmp(o2, og, sizeof(float) * (size_t)half * nh * hd),
                   "prefill attention: the first %d rows differ from the same rows of %d", half, M);
-        free(q), free(k), free(v), free(oc), free(og), free(o2);
+        free(oc), free(og), free(o2);
+        attn_case_free(&a);
     }
 }
 
