@@ -206,7 +206,8 @@ TEST(cuda_attention_spread_same_bits) {
     char err[512];
     /* M, nh, nkv, hd, n_past */
     const int shapes[][5] = {{1, 32, 8, 128, 4000}, {16, 32, 8, 128, 600}, {9, 32, 8, 128, 8000}, {1, 16, 2, 64, 300},
-                             {5, 8, 2, 128, 100},   {3, 32, 4, 128, 2000}, {1, 4, 1, 64, 0}};
+                             {5, 8, 2, 128, 100},   {3, 32, 4, 128, 2000}, {1, 4, 1, 64, 0},     {4, 8, 8, 64, 500},
+                             {2, 16, 8, 128, 1500}};
     int prev = cuda_test_attention_spread(0);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         attn_case a = attn_case_make(shapes[s], 70);
