@@ -2,7 +2,13 @@
 # gpu-llama: stock llama.cpp (its CUDA build, all layers on the GPU, flash
 # attention on) on the same bf16 checkpoint that bench/gpu-bench.sh runs, for
 # a side-by-side on one GPU. It builds and fetches nothing: $L is a prebuilt
-# llama-bench + converter + gguf-py unpacked from build/llama.tar.gz.
+# llama-bench + converter + gguf-py (and, in tok/qwen3, the Qwen3 tokenizer)
+# unpacked from an archive of such a build. That archive (about 21 MB as xz)
+# and dspark's devpack do not fit one transfer to the GPU machine together
+# with this tree: unpack it and convert the checkpoint in one call (this
+# script with REPS=1 and small sizes does both), then, while the machine is
+# still warm (its /tmp is kept), run bench/gpu-bench.sh with L=$L in the next
+# call, so that both engines are measured in that one run.
 #   - puts the real Qwen3 tokenizer next to the weights if they have none;
 #   - converts the checkpoint once to a bf16 GGUF (kept as DIR-bf16.gguf);
 #   - prefill of 512, 4096 and 16384 tokens from an empty context, and decode
