@@ -461,11 +461,12 @@ int cu_attention_spread(int on) {
     return prev;
 }
 
-/* blocks per kv head for k_attn_rows: about one block per SM over all kv
-   heads (each holds two chunks of K and V in shared memory, so one fits an
-   SM), at least one, and no more than there are chunks */
-static int attn_blocks(int nkv, int nchunk) {
-    int nb = sm_count() / nkv;
+/* blocks per kv head for k_attn_rows: about per_sm blocks per SM over all
+   kv heads (one by default: each holds two chunks of K and V in shared
+   memory, so one fits an SM), at least one, and no more than there are
+   chunks */
+static int attn_blocks(int nkv, int nchunk, int per_sm) {
+    int nb = per_sm * sm_count() / nkv;
     if (nb < 1) nb = 1;
     return nb < nchunk ? nb : nchunk;
 }
@@ -485,7 +486,7 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
         if (cudaFuncGetAttributes(&fa, k_attn_rows<G>) == cudaSuccess) optin -= (int)fa.sharedSizeBytes;
         cudaFuncSetAttribute(k_attn_rows<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
     }
-    int two = att_smem(G, hd / 4, 2) <= (size_t)optin, nb = attn_blocks(nkv, nchunk), inter = 0;
+    int two = att_smem(G, hd / 4, 2) <= (size_t)optin, per_sm = 1, inter = 0;
     /* DSPARK_CUDA_ATT_SPREAD=1 (off by default until timed on a GPU): one
        K/V stage and as many blocks as fit the SMs that way (two per SM for
        the Qwen3 shapes), the kv heads interleaved over the blocks. Measured
@@ -505,13 +506,12 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
         if (fit >= 2 && att_smem(G, hd / 4, 1) <= (size_t)optin) {
             two = 0;
             inter = 1;
-            nb = fit * sm_count() / nkv;
-            if (nb < 1) nb = 1;
-            if (nb > nchunk) nb = nchunk;
+            per_sm = fit;
         }
     }
-    launch_smem(k_attn_rows<G>, nkv * nb, ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st, q, kc, vc, opart, mpart,
-                spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter);
+    launch_smem(k_attn_rows<G>, nkv * attn_blocks(nkv, nchunk, per_sm), ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1),
+                st, q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two,
+                inter);
 }
 
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,

@@ -454,21 +454,23 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         cu_qkv_tail tail = {cu_qkv_fused_args(x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, nh, nkv,
                                               hd, x->cap, x->d_len, eps),
                             x->qkv_cnt};
-        int fused = (omit & OMIT_QKV) ||
-                    (!cu_gemm_takes(x->gemm, &L->wqkv, M) &&
-                     cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail));
-        if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
-        mark(x, OP_QKV);
-        if (!fused) cu_qkv_post_run(st, &tail.a, M);
-        mark(x, OP_POST);
-        /* the cuBLAS groups' rows by the prefill kernel, the others as decode and verify rows */
-        int Mt = x->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(x->gemm, &L->wqkv, M) : 0;
-        if (Mt && !(omit & OMIT_ATTN))
-            cu_attention_tiled(st, x->att, x->q, kc, vc, x->part, Mt, nh, nkv, hd, x->cap, x->d_len, scale);
-        if (Mt < M && !(omit & OMIT_ATTN))
-            cu_attention(st, x->att + (size_t)Mt * nh * hd, x->q + (size_t)Mt * nh * hd, kc, vc, x->part, M - Mt, nh,
-                         nkv, hd, x->cap, x->d_len, scale, 1, Mt);
-        mark(x, OP_ATTN);
+        if (!(omit & OMIT_QKV)) {
+            int fused = !cu_gemm_takes(x->gemm, &L->wqkv, M) &&
+                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail);
+            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
+            mark(x, OP_QKV);
+            if (!fused) cu_qkv_post_run(st, &tail.a, M);
+            mark(x, OP_POST);
+        }
+        if (!(omit & OMIT_ATTN)) {
+            /* the cuBLAS groups' rows by the prefill kernel, the others as decode and verify rows */
+            int Mt = x->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(x->gemm, &L->wqkv, M) : 0;
+            if (Mt) cu_attention_tiled(st, x->att, x->q, kc, vc, x->part, Mt, nh, nkv, hd, x->cap, x->d_len, scale);
+            if (Mt < M)
+                cu_attention(st, x->att + (size_t)Mt * nh * hd, x->q + (size_t)Mt * nh * hd, kc, vc, x->part, M - Mt,
+                             nh, nkv, hd, x->cap, x->d_len, scale, 1, Mt);
+            mark(x, OP_ATTN);
+        }
         {
             cu_pdl_off serial; /* the o projection right after attention: see pdl_enabled */
             if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL);
