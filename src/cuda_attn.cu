@@ -287,151 +287,212 @@ __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const
     if (d1 < hd) o[d1] = acc1 * inv;
 }
 
-/* Prefill attention (cu_attention_tiled): a block takes AT_QV query vectors
-   (R = AT_QV / G consecutive rows x the G query heads of one kv head) and one
-   span of AT_SPLIT positions, stages the span's K and V in chunks of AT_P
-   positions in shared memory with the queries, and keeps an online softmax
-   per vector. Thread t owns vectors 8 (t / 16) .. + 7: it scores positions
-   t % 16 + 16 i of each chunk (full dot products, dims in order), the 16
-   threads of a vector group reduce the chunk's max and sum by butterfly, and
-   it accumulates output dims 4 (t % 16) .. + 3 (and + 64) over the chunk's
-   positions in order. A vector's operations depend only on its row (masked
-   positions add exact zeros), so the result does not depend on the batch;
-   k_attn_combine merges a row's spans. */
-#define AT_QV 128
-#define AT_P 64
+/* Prefill attention (cu_attention_tiled) on tensor cores: a block takes
+   TC_QV query vectors (R = TC_QV / G consecutive rows x the G query heads of
+   one kv head, vector v = row v / G, head v % G) and one span of AT_SPLIT
+   positions, stages the queries once and the span's K and V in chunks of
+   TC_P positions in shared memory, and keeps an online softmax per vector.
+   Warp w owns vectors 16 w .. + 15 as the rows of mma.sync m16n8k8 TF32
+   tiles (lane g = lane / 4, t = lane % 4 holds vectors 16 w + g and + 8):
+   the scores of a chunk are Q (16 x hd) times K^T, and the output O (16 x
+   hd, in registers) becomes O corr + P (16 x TC_P) times V. K, V, Q and P are f32, so each
+   product is three mmas, hi.hi + hi.lo + lo.hi of tf32_cut's halves
+   (the lo.lo term and the truncations are about 2^-20 of the product).
+   P's accumulator layout (columns 2t, 2t+1 of each 8 positions) is used as
+   the A operand's columns t, t+4 as it stands, V's rows taken in the same
+   order (a permutation of k shared by A and B gives the same dot product).
+   The head dim is padded with zeros to HD (32, 64 or 128). An output
+   element is computed from its own vector's row of each tile only, and a
+   vector's masked positions add exact zeros (P = 0 against finite V: the
+   staged rows past a chunk's end hold zeros or an earlier chunk's values),
+   so the result does not depend on the batch; k_attn_combine merges a
+   row's spans. */
+#define TC_QV 64
+#define TC_P 64
+#define TC_MINB 2
+#define TC_THREADS 128
 #define AT_SPLIT 2048
-#define AT_THREADS 256
 #define AT_MAX_HD 128
 
-static size_t at_smem(int hd) {
-    return sizeof(float) * ((size_t)AT_QV * (hd + 4) + (size_t)AT_P * (hd + 4) + (size_t)AT_P * hd + (size_t)AT_P * AT_QV);
+static int tc_hd(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : 128; }
+static size_t tc_smem(int HD) { return sizeof(float) * (2 * (size_t)TC_P + TC_QV) * (HD + 4); }
+
+/* x as a TF32 head and tail for the attention's three-mma products: the
+   head is x as it stands (the tensor core reads a TF32 operand's top 19
+   bits and ignores the 13 below, so it multiplies x truncated), the tail x
+   minus that truncation (exact), itself truncated by the tensor core: x to
+   about 2^-21 of its size in two instructions instead of split_tf32's five */
+struct tf32x2 {
+    uint32_t h, l;
+};
+__device__ __forceinline__ tf32x2 tf32_cut(float x) {
+    uint32_t b = __float_as_uint(x);
+    return {b, __float_as_uint(x - __uint_as_float(b & 0xffffe000u))};
 }
 
-template <int G>
-__global__ void __launch_bounds__(AT_THREADS) k_attn_tile(const float *q, const float *kc, const float *vc,
-                                                          float *opart, float *mpart, float *spart, int nh, int hd,
-                                                          int cap, const int *d_len, int M, float scale, int nsplit,
-                                                          int first) {
-    constexpr int R = AT_QV / G;
+/* d[n] += a.b[n] for N tiles in three mmas each (lo.hi, hi.lo, hi.hi; a's
+   fragment a0..a3, b[n] the tile's b0, b1), each pass over all N tiles in
+   turn so that consecutive mmas are independent (the instruction's
+   latency is hidden behind the other tiles' rather than waited out) */
+template <int N>
+__device__ __forceinline__ void mma3_tf32(float (&d)[N][4], const tf32x2 (&a)[4], const tf32x2 (&b)[N][2]) {
+#pragma unroll
+    for (int n = 0; n < N; n++) mma_tf32(d[n], a[0].l, a[1].l, a[2].l, a[3].l, b[n][0].h, b[n][1].h);
+#pragma unroll
+    for (int n = 0; n < N; n++) mma_tf32(d[n], a[0].h, a[1].h, a[2].h, a[3].h, b[n][0].l, b[n][1].l);
+#pragma unroll
+    for (int n = 0; n < N; n++) mma_tf32(d[n], a[0].h, a[1].h, a[2].h, a[3].h, b[n][0].h, b[n][1].h);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q, const float *kc, const float *vc,
+                                                           float *opart, float *mpart, float *spart, int nh, int G,
+                                                           int hd, int cap, const int *d_len, int M, float scale,
+                                                           int nsplit, int first) {
+    constexpr int KT = HD / 8, ST = HD + 4; /* k steps (and output tiles) over the head dim; smem row stride */
     pdl_trigger();
     pdl_wait();
-    extern __shared__ float4 at_sm4[];
-    float *Qs = reinterpret_cast<float *>(at_sm4);
-    const int qst = hd + 4, h4 = hd / 4;
-    float *Ks = Qs + AT_QV * qst, *Vs = Ks + AT_P * qst, *Ps = Vs + AT_P * hd; /* Ps: [AT_P][AT_QV] */
+    extern __shared__ float4 tc_sm4[];
+    float *Ks = reinterpret_cast<float *>(tc_sm4), *Vs = Ks + TC_P * ST, *Qs = Vs + TC_P * ST;
+    const int R = TC_QV / G;
     const int m0 = blockIdx.x * R, kvh = blockIdx.y, sp = blockIdx.z;
     const int rows = M - m0 < R ? M - m0 : R, nv = rows * G;
     const int len = *d_len + first; /* row 0's position */
     const int p_begin = sp * AT_SPLIT, last = len + m0 + rows; /* positions the block's last row sees */
     if (p_begin >= last) return;
     const int p_end = last - p_begin < AT_SPLIT ? last : p_begin + AT_SPLIT;
-    const int t = threadIdx.x, vg = t / 16, pg = t % 16;
-    for (int i = t; i < AT_QV * h4; i += AT_THREADS) {
-        int v = i / h4, d4 = i % h4;
-        float4 val = make_float4(0, 0, 0, 0);
-        if (v < nv)
-            val = reinterpret_cast<const float4 *>(q + ((size_t)(m0 + v / G) * nh + kvh * G + v % G) * hd)[d4];
-        reinterpret_cast<float4 *>(Qs + v * qst)[d4] = val;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int va = warp * 16 + g, vb = va + 8;
+    /* K and V zeroed first: the padded dims and the rows a short chunk leaves */
+    for (int i = threadIdx.x; i < 2 * TC_P * ST; i += TC_THREADS) Ks[i] = 0.0f;
+    /* the block's query vectors, zero-padded to TC_QV x HD */
+    for (int i = threadIdx.x; i < TC_QV * HD; i += TC_THREADS) {
+        int v = i / HD, d = i % HD;
+        Qs[v * ST + d] = v < nv && d < hd ? q[((size_t)(m0 + v / G) * nh + kvh * G + v % G) * hd + d] : 0.0f;
     }
-    float mx[8], sum[8], o[8][8];
-    int lim[8]; /* positions vector j sees: 0 .. lim - 1 */
+    const int lima = va < nv ? len + m0 + va / G + 1 : 0, limb = vb < nv ? len + m0 + vb / G + 1 : 0;
+    float mxa = -INFINITY, mxb = -INFINITY, sa = 0.0f, sb = 0.0f;
+    float o[KT][4]; /* output tile j: (va, 8j+2t), (va, 8j+2t+1), (vb, 8j+2t), (vb, 8j+2t+1) */
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        int v = vg * 8 + j;
-        mx[j] = -INFINITY;
-        sum[j] = 0.0f;
-        lim[j] = v < nv ? len + m0 + v / G + 1 : 0;
-#pragma unroll
-        for (int d = 0; d < 8; d++) o[j][d] = 0.0f;
-    }
+    for (int j = 0; j < KT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     const float *kg = kc + (size_t)kvh * cap * hd, *vgp = vc + (size_t)kvh * cap * hd;
-    for (int p0 = p_begin; p0 < p_end; p0 += AT_P) {
-        int np = p_end - p0 < AT_P ? p_end - p0 : AT_P;
-        __syncthreads(); /* the previous chunk's readers are done */
-        for (int i = t; i < np * h4; i += AT_THREADS) {
-            int p = i / h4, d4 = i % h4;
-            cp_async16(Ks + p * qst + 4 * d4, kg + (size_t)(p0 + p) * hd + 4 * d4);
-            cp_async16(Vs + p * hd + 4 * d4, vgp + (size_t)(p0 + p) * hd + 4 * d4);
+    const int h4 = hd / 4;
+    /* scores in base-2 units (exp2f is cheaper than expf); the maxima go out in natural units */
+    const float scale2 = scale * 1.44269504088896340736f;
+    for (int p0 = p_begin; p0 < p_end; p0 += TC_P) {
+        const int np = p_end - p0 < TC_P ? p_end - p0 : TC_P;
+        __syncthreads(); /* the previous chunk's readers (and the zeroing) are done */
+        for (int i = threadIdx.x; i < np * h4; i += TC_THREADS) {
+            int p = i / h4, d = 4 * (i % h4);
+            cp_async16(Ks + p * ST + d, kg + (size_t)(p0 + p) * hd + d);
+            cp_async16(Vs + p * ST + d, vgp + (size_t)(p0 + p) * hd + d);
         }
         cp_async_wait_all();
         __syncthreads();
-        float s[8][4];
+        /* scores: s[n] = positions 8n+2t, 8n+2t+1 of va, then of vb */
+        float s[TC_P / 8][4];
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int n = 0; n < TC_P / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 4; i++) s[j][i] = 0.0f;
-        for (int d4 = 0; d4 < h4; d4++) {
-            float4 kk[4];
+        for (int k = 0; k < KT; k++) {
+            /* A: (va, 8k+t), (vb, 8k+t), (va, 8k+t+4), (vb, 8k+t+4) */
+            const float *qa = Qs + (warp * 16 + g) * ST + 8 * k + t;
+            const tf32x2 a[4] = {tf32_cut(qa[0]), tf32_cut(qa[8 * ST]), tf32_cut(qa[4]), tf32_cut(qa[8 * ST + 4])};
+            tf32x2 b[TC_P / 8][2];
 #pragma unroll
-            for (int i = 0; i < 4; i++) kk[i] = reinterpret_cast<const float4 *>(Ks + (pg + 16 * i) * qst)[d4];
+            for (int n = 0; n < TC_P / 8; n++) {
+                const float *kr = Ks + (8 * n + g) * ST + 8 * k + t;
+                b[n][0] = tf32_cut(kr[0]);
+                b[n][1] = tf32_cut(kr[4]);
+            }
+            mma3_tf32(s, a, b);
+        }
+        /* online softmax, one vector per row of the quad (lanes 4g .. 4g+3) */
+        float cma = -INFINITY, cmb = -INFINITY;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float4 qq = reinterpret_cast<const float4 *>(Qs + (vg * 8 + j) * qst)[d4];
+        for (int n = 0; n < TC_P / 8; n++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    float a = s[j][i];
-                    a = fmaf(qq.x, kk[i].x, a); a = fmaf(qq.y, kk[i].y, a);
-                    a = fmaf(qq.z, kk[i].z, a); a = fmaf(qq.w, kk[i].w, a);
-                    s[j][i] = a;
+            for (int e = 0; e < 2; e++) {
+                int p = 8 * n + 2 * t + e;
+                s[n][e] = p < np && p0 + p < lima ? s[n][e] * scale2 : -INFINITY;
+                s[n][2 + e] = p < np && p0 + p < limb ? s[n][2 + e] * scale2 : -INFINITY;
+                cma = fmaxf(cma, s[n][e]);
+                cmb = fmaxf(cmb, s[n][2 + e]);
+            }
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {
+            cma = fmaxf(cma, __shfl_xor_sync(0xffffffffu, cma, off));
+            cmb = fmaxf(cmb, __shfl_xor_sync(0xffffffffu, cmb, off));
+        }
+        const float mna = fmaxf(mxa, cma), mnb = fmaxf(mxb, cmb);
+        const float ca = mna == -INFINITY ? 1.0f : exp2f(mxa - mna), cb = mnb == -INFINITY ? 1.0f : exp2f(mxb - mnb);
+        float csa = 0.0f, csb = 0.0f;
+#pragma unroll
+        for (int n = 0; n < TC_P / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                s[n][e] = s[n][e] == -INFINITY ? 0.0f : exp2f(s[n][e] - mna);
+                s[n][2 + e] = s[n][2 + e] == -INFINITY ? 0.0f : exp2f(s[n][2 + e] - mnb);
+                csa += s[n][e];
+                csb += s[n][2 + e];
+            }
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {
+            csa += __shfl_xor_sync(0xffffffffu, csa, off);
+            csb += __shfl_xor_sync(0xffffffffu, csb, off);
+        }
+        mxa = mna;
+        mxb = mnb;
+        sa = sa * ca + csa;
+        sb = sb * cb + csb;
+        /* O = O corr + P V, the chunk's P V on the tensor cores from zero and
+           the chunks added in f32 (the tensor cores' accumulation truncates;
+           over a span's 2048 positions that came to 1.4e-5 of the output),
+           in two halves of the head dim to spare registers. k step kk
+           covers positions 8kk .. 8kk+7: column t = 8kk+2t, column t+4 =
+           8kk+2t+1 */
+#pragma unroll
+        for (int j0 = 0; j0 < KT; j0 += KT / 2) {
+            float oc[KT / 2][4];
+#pragma unroll
+            for (int j = 0; j < KT / 2; j++) oc[j][0] = oc[j][1] = oc[j][2] = oc[j][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < TC_P / 8; kk++) {
+                const tf32x2 a[4] = {tf32_cut(s[kk][0]), tf32_cut(s[kk][2]), tf32_cut(s[kk][1]), tf32_cut(s[kk][3])};
+                const float *vr = Vs + (8 * kk + 2 * t) * ST + 8 * j0 + g;
+                tf32x2 b[KT / 2][2];
+#pragma unroll
+                for (int j = 0; j < KT / 2; j++) {
+                    b[j][0] = tf32_cut(vr[8 * j]);
+                    b[j][1] = tf32_cut(vr[ST + 8 * j]);
                 }
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float cm = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int p = pg + 16 * i;
-                s[j][i] = p < np && p0 + p < lim[j] ? s[j][i] * scale : -INFINITY;
-                cm = fmaxf(cm, s[j][i]);
+                mma3_tf32(oc, a, b);
             }
 #pragma unroll
-            for (int off = 8; off > 0; off >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, off));
-            float mn = fmaxf(mx[j], cm);
-            float corr = mn == -INFINITY ? 1.0f : expf(mx[j] - mn), cs = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float e = s[j][i] == -INFINITY ? 0.0f : expf(s[j][i] - mn);
-                Ps[(pg + 16 * i) * AT_QV + vg * 8 + j] = e;
-                cs += e;
-            }
-#pragma unroll
-            for (int off = 8; off > 0; off >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, off);
-            mx[j] = mn;
-            sum[j] = sum[j] * corr + cs;
-#pragma unroll
-            for (int d = 0; d < 8; d++) o[j][d] *= corr;
-        }
-        __syncthreads();
-        const bool hi = 16 + pg < h4;
-        for (int p = 0; p < np; p++) {
-            float4 pa = reinterpret_cast<const float4 *>(Ps + p * AT_QV + vg * 8)[0];
-            float4 pb = reinterpret_cast<const float4 *>(Ps + p * AT_QV + vg * 8)[1];
-            const float pv[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
-            float4 va = pg < h4 ? reinterpret_cast<const float4 *>(Vs + p * hd)[pg] : make_float4(0, 0, 0, 0);
-            float4 vb = hi ? reinterpret_cast<const float4 *>(Vs + p * hd)[16 + pg] : make_float4(0, 0, 0, 0);
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                o[j][0] = fmaf(pv[j], va.x, o[j][0]); o[j][1] = fmaf(pv[j], va.y, o[j][1]);
-                o[j][2] = fmaf(pv[j], va.z, o[j][2]); o[j][3] = fmaf(pv[j], va.w, o[j][3]);
-                o[j][4] = fmaf(pv[j], vb.x, o[j][4]); o[j][5] = fmaf(pv[j], vb.y, o[j][5]);
-                o[j][6] = fmaf(pv[j], vb.z, o[j][6]); o[j][7] = fmaf(pv[j], vb.w, o[j][7]);
+            for (int j = 0; j < KT / 2; j++) {
+                o[j0 + j][0] = fmaf(o[j0 + j][0], ca, oc[j][0]);
+                o[j0 + j][1] = fmaf(o[j0 + j][1], ca, oc[j][1]);
+                o[j0 + j][2] = fmaf(o[j0 + j][2], cb, oc[j][2]);
+                o[j0 + j][3] = fmaf(o[j0 + j][3], cb, oc[j][3]);
             }
         }
     }
+    /* the combine never reads spans a row does not reach */
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        int v = vg * 8 + j;
-        if (v >= nv || lim[j] <= p_begin) continue; /* the combine never reads spans a row does not reach */
+    for (int h = 0; h < 2; h++) {
+        const int v = h ? vb : va, lim = h ? limb : lima;
+        if (v >= nv || lim <= p_begin) continue;
         size_t slot = ((size_t)(m0 + v / G) * nh + kvh * G + v % G) * nsplit + sp;
-        if (pg == 0) {
-            mpart[slot] = mx[j];
-            spart[slot] = sum[j];
+        if (t == 0) {
+            mpart[slot] = (h ? mxb : mxa) * 0.69314718055994530942f;
+            spart[slot] = h ? sb : sa;
         }
-        float4 *dst = reinterpret_cast<float4 *>(opart + slot * hd);
-        if (pg < h4) dst[pg] = make_float4(o[j][0], o[j][1], o[j][2], o[j][3]);
-        if (16 + pg < h4) dst[16 + pg] = make_float4(o[j][4], o[j][5], o[j][6], o[j][7]);
+        float *dst = opart + slot * hd;
+#pragma unroll
+        for (int j = 0; j < KT; j++) {
+            int d = 8 * j + 2 * t;
+            if (d < hd) *reinterpret_cast<float2 *>(dst + d) = make_float2(o[j][2 * h], o[j][2 * h + 1]);
+        }
     }
 }
 
@@ -452,13 +513,19 @@ template <typename F> static void with_g(int G, F f) {
     }
 }
 
-/* DSPARK_CUDA_ATT_SPREAD (see attn_launch); on >= 0 sets it (tests) */
+/* DSPARK_CUDA_ATT_SPREAD=0 / 1 forces the launch shape (see attn_launch),
+   -1 leaves it to the cache length; on >= -1 sets it (tests) */
 int cu_attention_spread(int on) {
-    static int spread = -1;
-    if (spread < 0) spread = env_is("DSPARK_CUDA_ATT_SPREAD", "1");
+    static int spread = -2;
+    if (spread == -2) spread = env_is("DSPARK_CUDA_ATT_SPREAD", "1") ? 1 : env_is("DSPARK_CUDA_ATT_SPREAD", "0") ? 0 : -1;
     int prev = spread;
-    if (on >= 0) spread = on != 0;
+    if (on >= -1) spread = on;
     return prev;
+}
+
+int cu_attn_spread_for(int len) {
+    int f = cu_attention_spread(-2);
+    return f >= 0 ? f : len >= ATT_SPREAD_FROM;
 }
 
 /* blocks per kv head for k_attn_rows: about per_sm blocks per SM over all
@@ -474,7 +541,7 @@ static int attn_blocks(int nkv, int nchunk, int per_sm) {
 template <int G>
 static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
                         const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
-                        float scale, int nchunk, int m0, int causal, int first) {
+                        float scale, int nchunk, int m0, int causal, int first, int spread) {
     static int optin = 0; /* the buffers pass the default 48 KiB of shared memory */
     if (!optin) {
         int dev = 0;
@@ -487,16 +554,15 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
         cudaFuncSetAttribute(k_attn_rows<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
     }
     int two = att_smem(G, hd / 4, 2) <= (size_t)optin, per_sm = 1, inter = 0;
-    /* DSPARK_CUDA_ATT_SPREAD=1 (off by default until timed on a GPU): one
-       K/V stage and as many blocks as fit the SMs that way (two per SM for
-       the Qwen3 shapes), the kv heads interleaved over the blocks. Measured
-       without the interleave (docs/BENCHMARKS.md, "PDL where it pays"), two
-       blocks per SM took 1.1 ms off a 16-row verify of Qwen3-8B at context
-       8192 but added 0.29 ms at 512, where the blocks with work (a head's
-       first chunks) were placed two to an SM; the interleave spreads them.
-       Either way a chunk's partials are the same bits. */
+    /* spread (long caches, cu_attn_spread_for): one K/V stage and as many
+       blocks as fit the SMs that way (two per SM for the Qwen3 shapes), the
+       kv heads interleaved over the blocks. Measured on an H200
+       (docs/BENCHMARKS.md, "Prefill attention on tensor cores"): a 16-row
+       verify of Qwen3-8B 1.1 ms faster at context 8192, 0.3 ms slower at
+       512, one row the same at 8192 and 0.05 ms slower at 512. Either way
+       a chunk's partials are the same bits. */
     static int fit_hd = -1, fit = 0;
-    if (cu_attention_spread(-1)) {
+    if (spread) {
         if (fit_hd != hd) {
             if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k_attn_rows<G>, ATT_THREADS,
                                                               att_smem(G, hd / 4, 1)) != cudaSuccess)
@@ -515,7 +581,7 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
 }
 
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
-                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first) {
+                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread) {
     int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
     size_t parts = (size_t)ATT_ROWS * nh * nchunk;
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
@@ -523,7 +589,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
         with_g(G, [&](auto g) {
             attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
-                                            nchunk, m0, causal, first);
+                                            nchunk, m0, causal, first, spread);
         });
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
@@ -535,18 +601,18 @@ int cu_attn_tiled_ok(int nh, int nkv, int hd) {
     return hd % 4 == 0 && hd <= AT_MAX_HD && nh % nkv == 0 && nh / nkv <= ATT_MAX_G;
 }
 
-template <int G>
-static void tile_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q, const float *kc,
-                        const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
-                        int nsplit, int first) {
+template <int HD>
+static void tc_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q, const float *kc,
+                      const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
+                      int nsplit, int first) {
     static int sized = 0;
     if (!sized) {
-        cudaFuncSetAttribute(k_attn_tile<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)at_smem(AT_MAX_HD));
+        cudaFuncSetAttribute(k_attn_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tc_smem(HD));
         sized = 1;
     }
-    constexpr int R = AT_QV / G;
-    launch_smem(k_attn_tile<G>, dim3((M + R - 1) / R, nkv, nsplit), AT_THREADS, at_smem(hd), st, q, kc, vc, opart,
-                mpart, spart, nh, hd, cap, d_len, M, scale, nsplit, first);
+    const int G = nh / nkv, R = TC_QV / G;
+    launch_smem(k_attn_tc<HD>, dim3((M + R - 1) / R, nkv, nsplit), TC_THREADS, tc_smem(HD), st, q, kc, vc, opart,
+                mpart, spart, nh, G, hd, cap, d_len, M, scale, nsplit, first);
 }
 
 void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part,
@@ -556,16 +622,17 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
     size_t parts = (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK);
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
     int step = (int)(parts / ((size_t)nh * nsplit));
-    int R = AT_QV / G;
+    int R = TC_QV / G;
     if (step >= R) step -= step % R;
     if (step < 1) step = 1;
     for (int m0 = 0; m0 < M; m0 += step) {
         int n = M - m0 < step ? M - m0 : step;
         const float *qm = q + (size_t)m0 * nh * hd;
-        with_g(G, [&](auto g) {
-            tile_launch<decltype(g)::value>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale,
-                                            nsplit, m0);
-        });
+        switch (tc_hd(hd)) {
+        case 32: tc_launch<32>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0); break;
+        case 64: tc_launch<64>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0); break;
+        default: tc_launch<128>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0); break;
+        }
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, n * nh, COMB_THREADS, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
                n, 1, m0, AT_SPLIT);

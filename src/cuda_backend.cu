@@ -47,13 +47,14 @@ struct cuda_ctx {
     cudaStream_t st;
     int chunk;    /* rows per forward chunk: max_batch, a whole number of cuBLAS groups when it holds one */
     cu_gemm *gemm; /* cuBLAS for the groups of prefill-sized chunks (NULL: chunks are narrower) */
-    /* CUDA graphs of whole forwards, by (with taps or not; what comes
-       back: logits, ids or both; rows; logits rows), for batches of up to
+    /* CUDA graphs of whole forwards, by (the attention's launch shape,
+       spread for long caches or not; with taps or not; what comes back:
+       logits, ids or both; rows; logits rows), for batches of up to
        GRAPH_ROWS rows. Tapped graphs copy the tap layers into d_taps (the
        host copies follow the replay, unless the taps stay there:
        taps_on_device); they are captured for one set of tap layers,
        tap_layers (a drafter's), and other sets run without graphs. */
-    cudaGraphExec_t graphs[2][5][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
+    cudaGraphExec_t graphs[2][2][5][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
     float *d_taps; /* [GRAPH_TAPS][GRAPH_ROWS][hidden] */
     int tap_layers[GRAPH_TAPS], n_tap_layers;
     int use_graphs;
@@ -286,11 +287,12 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
     if (x->h_samp) cudaFreeHost(x->h_samp);
     cudaFree(x->d_samp);
     cudaFree(x->escr);
-    for (int t = 0; t < 2; t++)
-        for (int o = 0; o < 5; o++)
-            for (int i = 0; i <= GRAPH_ROWS; i++)
-                for (int j = 0; j <= GRAPH_ROWS; j++)
-                    if (x->graphs[t][o][i][j]) cudaGraphExecDestroy(x->graphs[t][o][i][j]);
+    for (int a = 0; a < 2; a++)
+        for (int t = 0; t < 2; t++)
+            for (int o = 0; o < 5; o++)
+                for (int i = 0; i <= GRAPH_ROWS; i++)
+                    for (int j = 0; j <= GRAPH_ROWS; j++)
+                        if (x->graphs[a][t][o][i][j]) cudaGraphExecDestroy(x->graphs[a][t][o][i][j]);
     cu_gemm_free(x->gemm);
     if (x->st) cudaStreamDestroy(x->st);
     if (x->h_pinned) cudaFreeHost(x->h_pinned);
@@ -428,8 +430,9 @@ static int cuda_omit(void) {
    (OUT_SAMPLE, with the arguments in h_samp) to h_ids. b
    (NULL: no taps) names the layers to tap, copied to the host or, when
    to_dev (a tapped graph's capture, or taps_on_device), to d_taps from row
-   row0 on. */
-static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_batch *b, int row0, int to_dev) {
+   row0 on. spread: the decode attention's launch shape (cu_attn_spread_for). */
+static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_batch *b, int row0, int to_dev,
+                          int spread) {
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
     const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
@@ -468,7 +471,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
             if (Mt) cu_attention_tiled(st, x->att, x->q, kc, vc, x->part, Mt, nh, nkv, hd, x->cap, x->d_len, scale);
             if (Mt < M)
                 cu_attention(st, x->att + (size_t)Mt * nh * hd, x->q + (size_t)Mt * nh * hd, kc, vc, x->part, M - Mt,
-                             nh, nkv, hd, x->cap, x->d_len, scale, 1, Mt);
+                             nh, nkv, hd, x->cap, x->d_len, scale, 1, Mt, spread);
             mark(x, OP_ATTN);
         }
         {
@@ -497,15 +500,15 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     }
 }
 
-/* The graph for (taps or not, M, n_sel), captured on first use; NULL when
+/* The graph for (spread, taps or not, M, n_sel), captured on first use; NULL when
    capture fails (graphs are then switched off for this context). tb: the
    batch whose tap layers a tapped graph copies (NULL: untapped). */
-static cudaGraphExec_t graph_for(cuda_ctx *x, int M, int n_sel, int out, const model_batch *tb) {
-    cudaGraphExec_t *g = &x->graphs[tb ? 1 : 0][out][M][n_sel];
+static cudaGraphExec_t graph_for(cuda_ctx *x, int M, int n_sel, int out, const model_batch *tb, int spread) {
+    cudaGraphExec_t *g = &x->graphs[spread][tb ? 1 : 0][out][M][n_sel];
     if (*g) return *g;
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(x->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) goto fail;
-    enqueue_chunk(x, M, n_sel, out, tb, 0, 1);
+    enqueue_chunk(x, M, n_sel, out, tb, 0, 1, spread);
     if (cudaStreamEndCapture(x->st, &graph) != cudaSuccess || !graph) goto fail;
     if (cudaGraphInstantiate(g, graph, 0) != cudaSuccess) goto fail;
     cudaGraphDestroy(graph);
@@ -545,11 +548,12 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
         x->h_in[B + i] = b->pos ? b->pos[row0 + i] : x->len + i;
     }
     x->h_in[2 * B] = x->len;
+    const int spread = cu_attn_spread_for(x->len); /* the decode attention's shape for this cache length */
     int n_sel;
     if (tail_rows(b, row0, M, *next_logit, &n_sel) != 0) {
         /* rare: logits of rows that are not the chunk's tail; run the layers,
            then the head row by row (each row alone gives the same bits) */
-        enqueue_chunk(x, M, 0, 0, b, row0, b->taps_on_device);
+        enqueue_chunk(x, M, 0, 0, b, row0, b->taps_on_device, spread);
         CK(cudaStreamSynchronize(x->st));
         if (cu_gemm_check(x->gemm, err, errlen)) return -1;
         for (int i = 0; i < n_sel; i++) {
@@ -583,7 +587,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     /* (a tapped graph leaves its taps at row 0 of d_taps) */
     cudaGraphExec_t g = x->use_graphs && M <= GRAPH_ROWS && (!tapped || (taps_graphable(x, b) &&
                                                                           (!b->taps_on_device || row0 == 0)))
-                            ? graph_for(x, M, n_sel, out, tapped ? b : NULL)
+                            ? graph_for(x, M, n_sel, out, tapped ? b : NULL, spread)
                             : NULL;
     if (g) {
         CK(cudaGraphLaunch(g, x->st));
@@ -592,7 +596,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
                                x->d_taps + (size_t)t * GRAPH_ROWS * H, sizeof(float) * (size_t)M * H,
                                cudaMemcpyDeviceToHost, x->st));
     } else {
-        enqueue_chunk(x, M, n_sel, out, tapped ? b : NULL, row0, b->taps_on_device);
+        enqueue_chunk(x, M, n_sel, out, tapped ? b : NULL, row0, b->taps_on_device, spread);
     }
     CK_LAUNCH();
     CK(cudaStreamSynchronize(x->st));

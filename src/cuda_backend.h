@@ -126,9 +126,12 @@ int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t e
 int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);
 int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq, char *err,
                    size_t errlen);
-/* sets cu_attention's launch shape switch (DSPARK_CUDA_ATT_SPREAD; the same
- * bits either way); returns the previous setting */
+/* sets cu_attention's launch shape override (1 spread, 0 not, -1 by cache
+ * length as DSPARK_CUDA_ATT_SPREAD unset; the same bits either way);
+ * returns the previous setting */
 int cuda_test_attention_spread(int on);
+/* whether the decode attention takes the spread shape at a cache length */
+int cuda_test_attn_spread_for(int len);
 /* op_attention's contract: q[M][nh*hd]; k/v caches [nkv][cap][hd] holding
  * n_past + M positions; row i sees positions 0 .. n_past + i. tiled: the
  * prefill kernel (head_dim <= 128) instead of decode and verify's. */

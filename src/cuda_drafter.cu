@@ -357,7 +357,8 @@ static void enqueue_block(cuda_dstate *s, int n, int chain) {
         cu_matmul(st, s->v, s->xb, B, &L->wv, NULL);
         cu_qkv_post(st, s->q, s->k, s->v, kc, vc, L->q_norm, L->k_norm, pos, m->inv_freq, B, nh, nkv, hd, s->cap,
                     d_len, eps);
-        cu_attention(st, s->att, s->q, kc, vc, s->part, B, nh, nkv, hd, s->cap, d_len, scale, 0, 0);
+        cu_attention(st, s->att, s->q, kc, vc, s->part, B, nh, nkv, hd, s->cap, d_len, scale, 0, 0,
+                     cu_attn_spread_for(0)); /* the default shape unless forced: its graphs are not keyed by length */
         {
             cu_pdl_off serial; /* see pdl_enabled */
             cu_matmul_add(st, s->x, s->att, B, &L->wo, NULL);

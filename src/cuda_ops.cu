@@ -185,30 +185,6 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
 
 #define MMA_KS 8
 
-/* x = hi + lo as two TF32 operands with the bits cvt.rna.tf32.f32 gives
-   (round to nearest, ties away: add half a TF32 unit, drop the 13 low
-   bits), in five instructions instead of the seven of cvt's emulation,
-   which guards both roundings against Inf and NaN. Only lo's rounding is
-   guarded here: for a finite x, hi's rounding is exact bit arithmetic (up
-   to Inf past the largest float, as cvt does); for an Inf or NaN x, lo is
-   a NaN and stays one (adding half a unit to the bits of the NaN the GPU
-   makes, 0x7fffffff, would wrap it into a tiny negative number), so the
-   product is NaN as before. lo keeps its low bits, which the tensor core
-   ignores, so only its rounding is added. */
-__device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_t &lo) {
-    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-    const float l = x - __uint_as_float(hi);
-    lo = fabsf(l) < INFINITY ? __float_as_uint(l) + 0x1000u : __float_as_uint(l);
-}
-
-__device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* 8 raw 2-byte weights: one 16-byte load */
 template <typename T> struct raw8 {
     uint4 u;
@@ -999,6 +975,7 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
 }
 
 extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(on); }
+extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(len); }
 
 extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int hd, const float *kc,
                                    const float *vc, int cap, int n_past, float scale, int tiled, char *err,
@@ -1014,7 +991,7 @@ extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, in
     float *part;
     if (dup_to_dev(&part, (float *)NULL, cu_attn_part_floats(nh, hd, cap), err, errlen)) return -1;
     if (tiled) cu_attention_tiled(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale);
-    else cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0);
+    else cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(n_past));
     CK_LAUNCH();
     CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
     cudaFree(part);

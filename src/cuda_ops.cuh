@@ -39,6 +39,7 @@ extern "C" {
 #define ATT_MAX_G 8    /* query heads per kv head */
 #define ATT_CHUNK 64   /* positions per split-attention partial */
 #define ATT_ROWS 32    /* rows per attention launch (bounds the partials scratch) */
+#define ATT_SPREAD_FROM 4096 /* cache length from which the decode attention takes the spread shape */
 
 /* floats of split-attention scratch for a cache of cap positions:
    partial outputs, maxima and sums */
@@ -56,6 +57,32 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+/* ---- tensor-core helpers (mma.sync m16n8k8 TF32) --------------------------- */
+
+/* x = hi + lo as two TF32 operands with the bits cvt.rna.tf32.f32 gives
+   (round to nearest, ties away: add half a TF32 unit, drop the 13 low
+   bits), in five instructions instead of the seven of cvt's emulation,
+   which guards both roundings against Inf and NaN. Only lo's rounding is
+   guarded here: for a finite x, hi's rounding is exact bit arithmetic (up
+   to Inf past the largest float, as cvt does); for an Inf or NaN x, lo is
+   a NaN and stays one (adding half a unit to the bits of the NaN the GPU
+   makes, 0x7fffffff, would wrap it into a tiny negative number), so the
+   product is NaN as before. lo keeps its low bits, which the tensor core
+   ignores, so only its rounding is added. */
+__device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_t &lo) {
+    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    const float l = x - __uint_as_float(hi);
+    lo = fabsf(l) < INFINITY ? __float_as_uint(l) + 0x1000u : __float_as_uint(l);
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 /* the current device's SM count (launch shapes are chosen from it) */
@@ -260,19 +287,25 @@ int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const d
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
-   cu_attn_part_floats(nh, hd, cap). */
+   cu_attn_part_floats(nh, hd, cap). spread: the launch shape for long
+   caches (cu_attn_spread_for; the same bits either way). */
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
-                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first);
+                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread);
 /* Causal attention of prefill rows, as cu_attention with first 0, by a
-   kernel that stages the cache once per 128 query vectors (a different
-   summation order: the forward uses it for the cuBLAS groups only) */
+   tensor-core kernel that stages the cache once per 64 query vectors (a
+   different summation order: the forward uses it for the cuBLAS groups
+   only) */
 void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part,
                         int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale);
 /* 1 when cu_attention_tiled takes these heads (head_dim <= 128) */
 int cu_attn_tiled_ok(int nh, int nkv, int hd);
-/* cu_attention's launch shape switch (DSPARK_CUDA_ATT_SPREAD=1, see
-   attn_launch): returns it, and sets it when on >= 0 (for the tests) */
+/* cu_attention's launch shape override (DSPARK_CUDA_ATT_SPREAD=0 or 1;
+   -1, the default: by cache length): returns it, and sets it when on >= -1
+   (for the tests) */
 int cu_attention_spread(int on);
+/* whether cu_attention takes the spread shape for a cache of len
+   positions: the override, else len >= ATT_SPREAD_FROM */
+int cu_attn_spread_for(int len);
 /* out[m] = the first index of the largest of x[m][0..n) (op_argmax's rule) */
 void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n);
 
