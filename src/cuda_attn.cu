@@ -295,9 +295,10 @@ __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const
    Warp w owns vectors 16 w .. + 15 as the rows of mma.sync m16n8k8 TF32
    tiles (lane g = lane / 4, t = lane % 4 holds vectors 16 w + g and + 8):
    the scores of a chunk are Q (16 x hd) times K^T, and the output O (16 x
-   hd, in registers) becomes O corr + P (16 x TC_P) times V. K, V, Q and P are f32, so each
-   product is three mmas, hi.hi + hi.lo + lo.hi of tf32_cut's halves
-   (the lo.lo term and the truncations are about 2^-20 of the product).
+   hd, in registers) becomes O corr + P (16 x TC_P) times V. K, V, Q and P
+   are f32, so each product is three mmas, hi.hi + hi.lo + lo.hi of
+   tf32_cut's halves (the lo.lo term and the truncations are about 2^-20 of
+   the product).
    P's accumulator layout (columns 2t, 2t+1 of each 8 positions) is used as
    the A operand's columns t, t+4 as it stands, V's rows taken in the same
    order (a permutation of k shared by A and B gives the same dot product).
@@ -628,11 +629,8 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
     for (int m0 = 0; m0 < M; m0 += step) {
         int n = M - m0 < step ? M - m0 : step;
         const float *qm = q + (size_t)m0 * nh * hd;
-        switch (tc_hd(hd)) {
-        case 32: tc_launch<32>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0); break;
-        case 64: tc_launch<64>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0); break;
-        default: tc_launch<128>(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0); break;
-        }
+        auto run = tc_hd(hd) == 32 ? tc_launch<32> : tc_hd(hd) == 64 ? tc_launch<64> : tc_launch<128>;
+        run(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, n * nh, COMB_THREADS, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
                n, 1, m0, AT_SPLIT);
