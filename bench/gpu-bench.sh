@@ -13,7 +13,10 @@
 #     Qwen3-8B DFlash (block 16) and DSpark (block 7) shapes on the GPU:
 #     decode tok/s of `dspark run` (random weights accept nothing, so it is
 #     rounds per second) and the calibrated drafter round cost; sampled
-#     decode under several sampling settings (bench/gpu-sampled.sh);
+#     decode under several sampling settings (bench/gpu-sampled.sh); the
+#     prefill of a 4,096-token prompt by `dspark run` with the DFlash
+#     drafter (the speculative path: chunks whose layer taps go to the
+#     drafter) and without one (the plain path);
 #   - transformers' own greedy decode of the same checkpoint;
 #   - llama.cpp's CUDA build on the same weights, when L points at an
 #     unpacked llama.cpp build (bench/gpu-llama.sh).
@@ -72,6 +75,15 @@ for shape in ${SHAPES:-4b 8b}; do
           --prompt-ids "$ids" -n 64 --ignore-eos --print-ids 2>&1 >/dev/null | grep -o "decode [^,]*tok/s.*" | head -1
       done
       [ -n "$FAST" ] || DSPARK_BIN="$P/dspark" DSPARK_DEVICE=cuda sh bench/drafter-cost.sh "$d" "$dd" | tail -1
+    done
+    ids4k=$(awk 'BEGIN { for (i = 1; i <= 4096; i++) printf "%s%d", (i > 1 ? "," : ""), (i * 7919) % 150000 }')
+    for k in dflash baseline; do
+      printf "%s, 4,096-token prompt: " "$k"
+      drafter=
+      [ "$k" = dflash ] && drafter="--drafter $W/dflash-8b-random --max-draft 15"
+      # shellcheck disable=SC2086
+      "$P/dspark" run --device cuda --model "$d" $drafter --mode "$k" --prompt-ids "$ids4k" -n 4 --ignore-eos \
+        2>&1 >/dev/null | grep -o "prefill [^,]*" | head -1
     done
     [ -n "$FAST" ] || { echo "== sampled decode (bench/gpu-sampled.sh)"; P="$P" sh bench/gpu-sampled.sh "$d" 1; }
     [ -n "$FAST" ] || printf "baseline: "
