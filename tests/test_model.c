@@ -206,6 +206,30 @@ TEST(model_taps_and_truncate) {
                 CHECK_MSG(rel_err(taps + o, g.hidden_ref + o, H) <= 1e-3, "%s tap layer %d row %d", names[k],
                           g.taps[t], r);
             }
+        /* the same batch through a context that runs it in forwards of 8
+           rows: each forward's taps land at its own rows */
+        {
+            model_ctx *c8;
+            float *taps8 = xmalloc(sizeof(float) * (size_t)g.n_taps * T * H);
+            float *lg8 = xmalloc(sizeof(float) * (size_t)V);
+            int lastrow = T - 1;
+            model_batch b8 = {.n = T, .tokens = g.tokens, .n_logits = 1, .logit_rows = &lastrow, .logits = lg8,
+                              .n_taps = g.n_taps, .tap_layers = g.taps, .taps = taps8};
+            CHECK(T > 16);
+            CHECK(mctx_create(&c8, m, 128, 8, NULL, err, sizeof err) == 0);
+            CHECK(model_forward(c8, &b8, err, sizeof err) == 0);
+            CHECK_MSG(rel_err(lg8, g.logits + (size_t)lastrow * V, V) <= 1e-3, "%s: last row in 8-row forwards",
+                      names[k]);
+            for (int t = 0; t < g.n_taps; t++)
+                for (int r = 0; r < T; r++) {
+                    size_t o = ((size_t)t * T + r) * H;
+                    CHECK_MSG(rel_err(taps8 + o, g.hidden_ref + o, H) <= 1e-3,
+                              "%s tap layer %d row %d in 8-row forwards", names[k], g.taps[t], r);
+                }
+            mctx_free(c8);
+            free(taps8);
+            free(lg8);
+        }
         /* roll back to 15 positions and redo the rest: same logits */
         mctx_truncate(c, 15);
         CHECK_EQ_INT(mctx_len(c), 15);
