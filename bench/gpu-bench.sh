@@ -37,7 +37,9 @@ export LD_LIBRARY_PATH="$P/libs:$LD_LIBRARY_PATH"
 if ldd "$P/dspark" | grep -q 'libcublas.*not found'; then
     export LD_LIBRARY_PATH="$(sh "$(dirname "$0")/cuda-libs.sh"):$LD_LIBRARY_PATH"
 fi
-ids=$(awk 'BEGIN { for (i = 1; i <= 512; i++) printf "%s%d", (i > 1 ? "," : ""), (i * 7919) % 150000 }')
+# N prompt ids, comma-separated, spread over the vocabulary (distinct for N up to 150000)
+prompt_ids() { awk -v n="$1" 'BEGIN { for (i = 1; i <= n; i++) printf "%s%d", (i > 1 ? "," : ""), (i * 7919) % 150000 }'; }
+ids=$(prompt_ids 512)
 {
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 python3 - <<'PY'
@@ -76,7 +78,7 @@ for shape in ${SHAPES:-4b 8b}; do
       done
       [ -n "$FAST" ] || DSPARK_BIN="$P/dspark" DSPARK_DEVICE=cuda sh bench/drafter-cost.sh "$d" "$dd" | tail -1
     done
-    ids4k=$(awk 'BEGIN { for (i = 1; i <= 4096; i++) printf "%s%d", (i > 1 ? "," : ""), (i * 7919) % 150000 }')
+    ids4k=$(prompt_ids 4096)
     for k in dflash baseline; do
       printf "%s, 4,096-token prompt: " "$k"
       drafter=

@@ -514,18 +514,22 @@ template <typename F> static void with_g(int G, F f) {
     }
 }
 
-/* DSPARK_CUDA_ATT_SPREAD=0 / 1 forces the launch shape (see attn_launch),
-   -1 leaves it to the cache length; on >= -1 sets it (tests) */
-int cu_attention_spread(int on) {
-    static int spread = -2;
-    if (spread == -2) spread = env_is("DSPARK_CUDA_ATT_SPREAD", "1") ? 1 : env_is("DSPARK_CUDA_ATT_SPREAD", "0") ? 0 : -1;
-    int prev = spread;
-    if (on >= -1) spread = on;
+/* The decode attention's launch shape override: 1 or 0 forces it, -1
+   leaves it to the cache length (see attn_launch). DSPARK_CUDA_ATT_SPREAD=1
+   or 0 sets it at the first use, cu_attention_spread (the tests) at any
+   time. Returns the setting before this call. */
+static int spread_mode(int set, int on) {
+    static int mode = -2; /* the environment not read yet */
+    if (mode == -2) mode = env_is("DSPARK_CUDA_ATT_SPREAD", "1") ? 1 : env_is("DSPARK_CUDA_ATT_SPREAD", "0") ? 0 : -1;
+    int prev = mode;
+    if (set) mode = on;
     return prev;
 }
 
+int cu_attention_spread(int on) { return spread_mode(1, on); }
+
 int cu_attn_spread_for(int len) {
-    int f = cu_attention_spread(-2);
+    int f = spread_mode(0, 0);
     return f >= 0 ? f : len >= ATT_SPREAD_FROM;
 }
 

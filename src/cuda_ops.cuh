@@ -299,9 +299,9 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
                         int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale);
 /* 1 when cu_attention_tiled takes these heads (head_dim <= 128) */
 int cu_attn_tiled_ok(int nh, int nkv, int hd);
-/* cu_attention's launch shape override (DSPARK_CUDA_ATT_SPREAD=0 or 1;
-   -1, the default: by cache length): returns it, and sets it when on >= -1
-   (for the tests) */
+/* sets cu_attention's launch shape override (1 spread, 0 not, -1 by cache
+   length, the default unless DSPARK_CUDA_ATT_SPREAD is 0 or 1; for the
+   tests) and returns the previous setting */
 int cu_attention_spread(int on);
 /* whether cu_attention takes the spread shape for a cache of len
    positions: the override, else len >= ATT_SPREAD_FROM */

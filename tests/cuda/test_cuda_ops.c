@@ -199,9 +199,9 @@ TEST(cuda_attention_vs_cpu) {
 
 /* The spread launch shape (the forward's for caches from 4096 positions, or
  * DSPARK_CUDA_ATT_SPREAD=1: one K/V stage, the kv heads interleaved over
- * more blocks) gives the default's bits: long caches
- * (several chunks per block either way), verify widths, and groups of
- * one to eight query heads per kv head (a larger single stage). */
+ * more blocks) gives the default's bits: long caches (several chunks per
+ * block either way), verify widths, and groups of one to eight query heads
+ * per kv head (a larger single stage). */
 TEST(cuda_attention_spread_same_bits) {
     if (!have_gpu()) return;
     char err[512];
