@@ -12,7 +12,8 @@
 #define TRACE_EVENTS 1024
 #define GRAPH_ROWS 17 /* widest batch replayed from a graph: a verify of 16 drafts + the anchor */
 #define GRAPH_TAPS 8  /* most tapped layers a graph copies out (the published drafters tap 5) */
-/* d_taps, where taps are copied on the device, is what taps_on_device leaves */
+/* d_taps, where the taps of up to GRAPH_ROWS rows are copied on the device,
+   is where taps_on_device leaves those */
 static_assert(GRAPH_ROWS == MODEL_DEVICE_TAP_ROWS && GRAPH_TAPS == MODEL_DEVICE_TAPS, "device taps buffer");
 
 struct dlayer {
@@ -56,6 +57,10 @@ struct cuda_ctx {
        tap_layers (a drafter's), and other sets run without graphs. */
     cudaGraphExec_t graphs[2][2][5][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
     float *d_taps; /* [GRAPH_TAPS][GRAPH_ROWS][hidden] */
+    /* wider batches' device taps (a speculative prefill's chunks):
+       [GRAPH_TAPS][wide_rows][hidden], allocated by cuda_ctx_taps */
+    float *d_wide;
+    int wide_rows;
     int tap_layers[GRAPH_TAPS], n_tap_layers;
     int use_graphs;
     /* DSPARK_CUDA_TRACE=1: forwards run without graphs, with events between
@@ -276,7 +281,7 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
 extern "C" void cuda_ctx_free(cuda_ctx *x) {
     if (!x) return;
     cudaFree(x->kv);
-    float *bufs[] = {x->x, x->xb, x->q, x->att, x->qkv, x->gate, x->logits, x->part, x->d_taps};
+    float *bufs[] = {x->x, x->xb, x->q, x->att, x->qkv, x->gate, x->logits, x->part, x->d_taps, x->d_wide};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFree(x->tok);
     cudaFree(x->pos);
@@ -320,15 +325,23 @@ static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen) {
     return 0;
 }
 
+/* Where a forward's taps go on the device: [GRAPH_TAPS][rows][hidden] from
+   p (p NULL: to the caller's buffer) */
+struct tap_dst {
+    float *p;
+    int rows;
+};
+
 /* Taps go straight into the caller's (pageable) buffer, the chunk's stream
-   synchronisation completing them; to_dev (a tapped graph) into d_taps. */
-static void copy_taps(cuda_ctx *x, const model_batch *b, int layer, int row0, int M, int to_dev) {
+   synchronisation completing them; with dev.p (a tapped graph, or taps that
+   stay on the device) there. */
+static void copy_taps(cuda_ctx *x, const model_batch *b, int layer, int row0, int M, tap_dst dev) {
     int H = x->m->cfg.hidden_size;
     for (int t = 0; t < b->n_taps; t++) {
         if (b->tap_layers[t] != layer) continue;
-        if (to_dev) {
-            cudaMemcpyAsync(x->d_taps + ((size_t)t * GRAPH_ROWS + (size_t)row0) * H, x->x,
-                            sizeof(float) * (size_t)M * H, cudaMemcpyDeviceToDevice, x->st);
+        if (dev.p) {
+            cudaMemcpyAsync(dev.p + ((size_t)t * dev.rows + (size_t)row0) * H, x->x, sizeof(float) * (size_t)M * H,
+                            cudaMemcpyDeviceToDevice, x->st);
             continue;
         }
         float *dst = b->taps + ((size_t)t * (size_t)b->n + (size_t)row0) * (size_t)H;
@@ -428,10 +441,10 @@ static int cuda_omit(void) {
    norm and LM head for the chunk's last n_sel rows with the logits copied
    to h_pinned (out & OUT_LOGITS) and their argmax (OUT_IDS) or samples
    (OUT_SAMPLE, with the arguments in h_samp) to h_ids. b
-   (NULL: no taps) names the layers to tap, copied to the host or, when
-   to_dev (a tapped graph's capture, or taps_on_device), to d_taps from row
-   row0 on. spread: the decode attention's launch shape (cu_attn_spread_for). */
-static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_batch *b, int row0, int to_dev,
+   (NULL: no taps) names the layers to tap, copied to the host or, with
+   dev.p (a tapped graph's capture, or taps_on_device), there from row row0
+   on. spread: the decode attention's launch shape (cu_attn_spread_for). */
+static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_batch *b, int row0, tap_dst dev,
                           int spread) {
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
@@ -446,7 +459,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     mark(x, OP_IN);
     cu_embed(st, x->x, &m->embed, x->tok, M);
     mark(x, OP_EMBED);
-    if (b) copy_taps(x, b, -1, row0, M, to_dev);
+    if (b) copy_taps(x, b, -1, row0, M, dev);
     size_t KD = (size_t)nkv * hd;
     const int omit = cuda_omit();
     for (int l = 0; l < c->n_layers; l++) {
@@ -483,7 +496,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         mark(x, OP_GU);
         if (!(omit & OMIT_DOWN)) mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL);
         mark(x, OP_DOWN);
-        if (b) copy_taps(x, b, l, row0, M, to_dev);
+        if (b) copy_taps(x, b, l, row0, M, dev);
     }
     if (n_sel) {
         int V = c->vocab_size;
@@ -508,7 +521,7 @@ static cudaGraphExec_t graph_for(cuda_ctx *x, int M, int n_sel, int out, const m
     if (*g) return *g;
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(x->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) goto fail;
-    enqueue_chunk(x, M, n_sel, out, tb, 0, 1, spread);
+    enqueue_chunk(x, M, n_sel, out, tb, 0, tap_dst{x->d_taps, GRAPH_ROWS}, spread);
     if (cudaStreamEndCapture(x->st, &graph) != cudaSuccess || !graph) goto fail;
     if (cudaGraphInstantiate(g, graph, 0) != cudaSuccess) goto fail;
     cudaGraphDestroy(graph);
@@ -549,11 +562,15 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     }
     x->h_in[2 * B] = x->len;
     const int spread = cu_attn_spread_for(x->len); /* the decode attention's shape for this cache length */
+    /* taps left on the device: a verify's in d_taps, wider batches' in d_wide */
+    const int wide = b->taps_on_device && b->n > GRAPH_ROWS;
+    tap_dst dev = {NULL, 0};
+    if (b->taps_on_device) dev = wide ? tap_dst{x->d_wide, x->wide_rows} : tap_dst{x->d_taps, GRAPH_ROWS};
     int n_sel;
     if (tail_rows(b, row0, M, *next_logit, &n_sel) != 0) {
         /* rare: logits of rows that are not the chunk's tail; run the layers,
            then the head row by row (each row alone gives the same bits) */
-        enqueue_chunk(x, M, 0, 0, b, row0, b->taps_on_device, spread);
+        enqueue_chunk(x, M, 0, 0, b, row0, dev, spread);
         CK(cudaStreamSynchronize(x->st));
         if (cu_gemm_check(x->gemm, err, errlen)) return -1;
         for (int i = 0; i < n_sel; i++) {
@@ -585,8 +602,8 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     }
     int tapped = b->n_taps > 0;
     /* (a tapped graph leaves its taps at row 0 of d_taps) */
-    cudaGraphExec_t g = x->use_graphs && M <= GRAPH_ROWS && (!tapped || (taps_graphable(x, b) &&
-                                                                          (!b->taps_on_device || row0 == 0)))
+    cudaGraphExec_t g = x->use_graphs && M <= GRAPH_ROWS &&
+                                (!tapped || (taps_graphable(x, b) && (!b->taps_on_device || (row0 == 0 && !wide))))
                             ? graph_for(x, M, n_sel, out, tapped ? b : NULL, spread)
                             : NULL;
     if (g) {
@@ -596,7 +613,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
                                x->d_taps + (size_t)t * GRAPH_ROWS * H, sizeof(float) * (size_t)M * H,
                                cudaMemcpyDeviceToHost, x->st));
     } else {
-        enqueue_chunk(x, M, n_sel, out, tapped ? b : NULL, row0, b->taps_on_device, spread);
+        enqueue_chunk(x, M, n_sel, out, tapped ? b : NULL, row0, dev, spread);
     }
     CK_LAUNCH();
     CK(cudaStreamSynchronize(x->st));
@@ -611,9 +628,25 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     return 0;
 }
 
-extern "C" const float *cuda_ctx_taps(const cuda_ctx *x, int *rows) {
-    if (rows) *rows = GRAPH_ROWS;
-    return x->d_taps;
+extern "C" const float *cuda_ctx_taps(cuda_ctx *x, int n, int *rows) {
+    if (rows) *rows = 0;
+    if (n <= GRAPH_ROWS) {
+        if (rows) *rows = GRAPH_ROWS;
+        return x->d_taps;
+    }
+    if (n > x->wide_rows) {
+        if (cudaSetDevice(x->m->gpu) != cudaSuccess) return NULL;
+        float *p = NULL;
+        if (cudaMalloc((void **)&p, sizeof(float) * GRAPH_TAPS * (size_t)n * x->m->cfg.hidden_size) != cudaSuccess) {
+            cudaGetLastError();
+            return NULL;
+        }
+        cudaFree(x->d_wide); /* (synchronises: no forward still writes it) */
+        x->d_wide = p;
+        x->wide_rows = n;
+    }
+    if (rows) *rows = x->wide_rows;
+    return x->d_wide;
 }
 
 extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errlen) {
@@ -621,6 +654,9 @@ extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errle
     if (x->len + b->n > x->cap)
         return ds_err(err, errlen, "context window full: %d cached + %d new positions exceed the %d-position window",
                       x->len, b->n, x->cap);
+    if (b->taps_on_device && b->n > GRAPH_ROWS && b->n > x->wide_rows)
+        return ds_err(err, errlen, "forward: the device holds taps for %d rows, not %d (ask mctx_device_taps first)",
+                      x->wide_rows > GRAPH_ROWS ? x->wide_rows : GRAPH_ROWS, b->n);
     CK(cudaSetDevice(x->m->gpu));
     if (model_tiles(x->m, err, errlen) != 0) return -1;
     int next_logit = 0, len0 = x->len;

@@ -76,9 +76,12 @@ int cuda_ctx_len(const cuda_ctx *c);
 int cuda_ctx_capacity(const cuda_ctx *c);
 void cuda_ctx_truncate(cuda_ctx *c, int len);
 
-/* The device buffer of the taps a forward left on the device
- * (model_batch.taps_on_device): [n_taps][*rows][hidden]. */
-const float *cuda_ctx_taps(const cuda_ctx *c, int *rows);
+/* mctx_device_taps (model.h) on the device: up to GRAPH_ROWS rows in the
+ * verify graphs' buffer, more in one allocated (or grown) here; NULL when
+ * that fails. */
+const float *cuda_ctx_taps(cuda_ctx *c, int n, int *rows);
+/* bytes from device memory at src into host memory at dst (tests) */
+int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 /* model_forward on the device (b is a model_batch, already validated). */
 int cuda_forward(cuda_ctx *c, const void *b, char *err, size_t errlen);
 

@@ -38,12 +38,19 @@ int cuda_ctx_capacity(const cuda_ctx *c) {
     (void)c;
     return 0;
 }
+int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t errlen) {
+    (void)dst;
+    (void)src;
+    (void)bytes;
+    return NOT_BUILT(err, errlen);
+}
 void cuda_ctx_truncate(cuda_ctx *c, int len) {
     (void)c;
     (void)len;
 }
-const float *cuda_ctx_taps(const cuda_ctx *c, int *rows) {
+const float *cuda_ctx_taps(cuda_ctx *c, int n, int *rows) {
     (void)c;
+    (void)n;
     if (rows) *rows = 0;
     return NULL;
 }

@@ -955,6 +955,11 @@ extern "C" int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M
     return 0;
 }
 
+extern "C" int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t errlen) {
+    CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
 /* RoPE as the forward applies it: k_qkv_post on query heads only, no norm */
 extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq,
                               char *err, size_t errlen) {

@@ -297,7 +297,10 @@ static void forward_chunk(model_ctx *x, const model_batch *b, int row0, int M, i
     }
 }
 
-const float *mctx_device_taps(const model_ctx *x, int *rows) { return x->cu ? cuda_ctx_taps(x->cu, rows) : NULL; }
+const float *mctx_device_taps(model_ctx *x, int n, int *rows) {
+    if (rows) *rows = 0;
+    return x->cu ? cuda_ctx_taps(x->cu, n, rows) : NULL;
+}
 
 int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) {
     const model_config *c = &x->m->cfg;
@@ -330,10 +333,9 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
         if (b->tap_layers[t] < -1 || b->tap_layers[t] >= c->n_layers)
             return ds_err(err, errlen, "forward: tap layer %d outside -1..%d", b->tap_layers[t], c->n_layers - 1);
     if (b->n_taps && !b->taps && !b->taps_on_device) return ds_err(err, errlen, "forward: no taps buffer");
-    if (b->n_taps && b->taps_on_device &&
-        (!x->cu || b->n > MODEL_DEVICE_TAP_ROWS || b->n_taps > MODEL_DEVICE_TAPS))
-        return ds_err(err, errlen, "forward: taps stay on the device only on a GPU, for at most %d rows and %d layers",
-                      MODEL_DEVICE_TAP_ROWS, MODEL_DEVICE_TAPS);
+    if (b->n_taps && b->taps_on_device && (!x->cu || b->n_taps > MODEL_DEVICE_TAPS))
+        return ds_err(err, errlen, "forward: taps stay on the device only on a GPU, for at most %d layers",
+                      MODEL_DEVICE_TAPS);
     if (x->cu) return cuda_forward(x->cu, b, err, errlen);
     model_batch bb = *b;
     if (b->n_logits && !b->logits) { /* argmax or samples only: the rows go to scratch */

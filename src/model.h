@@ -105,9 +105,9 @@ typedef struct {
     int n_taps;            /* layers to tap (0 = none) */
     const int *tap_layers; /* [n_taps] in -1 .. n_layers-1 */
     float *taps;           /* [n_taps][n][hidden] output */
-    /* on a GPU, for at most MODEL_DEVICE_TAP_ROWS rows and
-       MODEL_DEVICE_TAPS layers: the taps stay in device memory
-       (mctx_device_taps) and taps is not used */
+    /* on a GPU, for at most MODEL_DEVICE_TAPS layers: the taps stay in
+       device memory (mctx_device_taps, asked for n rows before a forward of
+       more than MODEL_DEVICE_TAP_ROWS) and taps is not used */
     int taps_on_device;
 } model_batch;
 
@@ -116,9 +116,12 @@ typedef struct {
 
 int model_forward(model_ctx *c, const model_batch *b, char *err, size_t errlen);
 
-/* On a GPU: the device buffer the last forward with taps_on_device left its
- * taps in, [n_taps][*rows][hidden] (its first rows), valid until the next
- * forward; NULL on the CPU. */
-const float *mctx_device_taps(const model_ctx *c, int *rows);
+/* On a GPU: the device buffer where a forward of up to n rows with
+ * taps_on_device leaves its taps, [n_taps][*rows][hidden] (its first n
+ * rows), valid until the next such forward. Batches of up to
+ * MODEL_DEVICE_TAP_ROWS rows share one buffer (a verify's, always there);
+ * wider ones another, which this call allocates or grows (so ask before
+ * such a forward). NULL on the CPU, or when the device has no room. */
+const float *mctx_device_taps(model_ctx *c, int n, int *rows);
 
 #endif

@@ -113,7 +113,7 @@ int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double 
 }
 
 void seq_keep_taps_on_device(seq *s, int on) { s->taps_on_device = on; }
-const float *seq_device_taps(const seq *s, int *rows) { return mctx_device_taps(s->ctx, rows); }
+const float *seq_device_taps(seq *s, int n, int *rows) { return mctx_device_taps(s->ctx, n, rows); }
 
 void seq_truncate(seq *s, int len) {
     if (len < 0) len = 0;

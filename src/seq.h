@@ -57,12 +57,11 @@ int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double 
 
 /* While on, tapped appends leave their taps in the GPU's memory
  * (seq_device_taps) and do not write the taps buffer (model_batch
- * taps_on_device: a GPU model, appends of at most MODEL_DEVICE_TAP_ROWS
- * rows). */
+ * taps_on_device: a GPU model). */
 void seq_keep_taps_on_device(seq *s, int on);
-/* The device buffer of those taps ([n_taps][*rows][hidden]) on a GPU, else
- * NULL. */
-const float *seq_device_taps(const seq *s, int *rows);
+/* The device buffer of the taps of appends of up to n rows
+ * ([n_taps][*rows][hidden], mctx_device_taps) on a GPU, else NULL. */
+const float *seq_device_taps(seq *s, int n, int *rows);
 
 /* Rolls back to the first len ids (len <= seq_len). */
 void seq_truncate(seq *s, int len);

@@ -8,16 +8,13 @@
 #include "ops.h"
 #include "util.h"
 
-/* prompt rows per forward while prefilling for a feature-reading drafter */
-#define PREFILL_CHUNK 128
-
 /* On the GPU a verify (at most SPEC_MAX_DRAFT + 1 rows) must take the
    batch-invariant kernels, never the cuBLAS prefill path, and prefilling in
-   PREFILL_CHUNK-row calls must cut the same cuBLAS groups as one call over
+   prefill_chunk-row calls must cut the same cuBLAS groups as one call over
    the whole prompt (cuda_backend.h) */
 _Static_assert(SPEC_MAX_DRAFT + 1 < CUDA_GEMM_MIN_ROWS, "verify widths reach the cuBLAS prefill path");
 _Static_assert(SPEC_MAX_DRAFT + 1 <= MODEL_SAMPLE_ROWS, "a verify has more rows than a forward samples");
-_Static_assert(PREFILL_CHUNK % CUDA_GEMM_MIN_ROWS == 0, "prefill chunks cut the cuBLAS groups differently");
+_Static_assert(SPEC_PREFILL_CHUNK % CUDA_GEMM_MIN_ROWS == 0, "prefill chunks cut the cuBLAS groups differently");
 /* prompt rows between progress reports on the plain prefill path */
 #define PROGRESS_CHUNK 512
 
@@ -106,9 +103,10 @@ static int push(gen_state *g, int id, const float *row) {
 /* Prefill for a drafter that reads target features: the cached prefix is
    kept only as far as the drafter still holds features for it, and the rest
    runs in chunks whose layer taps go to the drafter as they are computed
-   (so features never need a whole-prompt buffer). Returns rows computed or
+   (so features never need a whole-prompt buffer), through the host or, for
+   a drafter on the target's GPU, in device memory. Returns rows computed or
    -1. */
-static int prefill_features(seq *s, drafter *d, const int *prompt, int n, float *logits, float *taps,
+static int prefill_features(seq *s, drafter *d, const int *prompt, int n, float *logits, float *taps, int chunk,
                             const spec_opts *o, spec_stats *st, char *err, size_t errlen) {
     if (n <= 0) return ds_err(err, errlen, "empty prompt");
     if (n > seq_capacity(s))
@@ -122,15 +120,21 @@ static int prefill_features(seq *s, drafter *d, const int *prompt, int n, float 
     st->t_draft += ds_now() - td;
     if (dk < keep) keep = dk < 0 ? 0 : dk;
     seq_truncate(s, keep);
-    for (int pos = keep; pos < n; pos += PREFILL_CHUNK) {
-        int m = n - pos < PREFILL_CHUNK ? n - pos : PREFILL_CHUNK;
-        int last = pos + m == n;
-        if (seq_append_taps(s, prompt + pos, m, last, logits, d->n_taps, d->tap_layers, taps, err, errlen) != 0) {
+    const int on_dev = d->features_dev && d->n_taps <= MODEL_DEVICE_TAPS;
+    for (int pos = keep; pos < n; pos += chunk) {
+        int m = n - pos < chunk ? n - pos : chunk;
+        int last = pos + m == n, dev_rows = 0;
+        const float *dev = on_dev ? seq_device_taps(s, m, &dev_rows) : NULL;
+        seq_keep_taps_on_device(s, dev != NULL);
+        int rc = seq_append_taps(s, prompt + pos, m, last, logits, d->n_taps, d->tap_layers, taps, err, errlen);
+        seq_keep_taps_on_device(s, 0);
+        if (rc != 0) {
             seq_reset(s);
             return -1;
         }
         td = ds_now();
-        d->features(d->self, pos, m, taps, m, 0);
+        if (dev) d->features_dev(d->self, pos, m, dev, dev_rows, 0);
+        else d->features(d->self, pos, m, taps, m, 0);
         st->t_draft += ds_now() - td;
         if (o->on_prefill) o->on_prefill(o->hook_ctx, pos + m, n);
     }
@@ -161,6 +165,10 @@ static int prefill_plain(seq *s, const int *prompt, int n, float *logits, const 
 int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_prompt, const spec_opts *o,
                   int *out_ids, float *last_logits, spec_stats *st, char *err, size_t errlen) {
     memset(st, 0, sizeof *st);
+    const int chunk = o->prefill_chunk ? o->prefill_chunk : SPEC_PREFILL_CHUNK;
+    if (chunk <= 0 || chunk % CUDA_GEMM_MIN_ROWS)
+        return ds_err(err, errlen, "prefill chunk of %d rows: it must be a positive multiple of %d", chunk,
+                      CUDA_GEMM_MIN_ROWS);
     const int V = model_cfg(seq_model(s))->vocab_size;
     int K = d ? o->max_draft : 0;
     if (K < 0) K = 0;
@@ -185,11 +193,11 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     gen_state g = {.o = o, .st = st, .out_ids = out_ids, .n_prompt = n_prompt, .cap = seq_capacity(s)};
     int rc = 0, last_row = 0;
     const int nt = d ? d->n_taps : 0, H = model_cfg(seq_model(s))->hidden_size;
-    float *taps = nt ? xmalloc(sizeof(float) * (size_t)nt * (size_t)(K + 1 > PREFILL_CHUNK ? K + 1 : PREFILL_CHUNK) *
+    float *taps = nt ? xmalloc(sizeof(float) * (size_t)nt * (size_t)(K + 1 > chunk ? K + 1 : chunk) *
                                (size_t)H)
                      : NULL;
     double t0 = ds_now();
-    if (nt) st->n_prefilled = prefill_features(s, d, prompt, n_prompt, logits, taps, o, st, err, errlen);
+    if (nt) st->n_prefilled = prefill_features(s, d, prompt, n_prompt, logits, taps, chunk, o, st, err, errlen);
     else st->n_prefilled = prefill_plain(s, prompt, n_prompt, logits, o, err, errlen);
     double t1 = ds_now();
     st->t_prefill = t1 - t0;
@@ -205,7 +213,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     /* a drafter on the target's GPU reads the verifies' taps there */
     int tap_rows = 0;
     const float *dev_taps = nt && d->features_dev && nt <= MODEL_DEVICE_TAPS && K + 1 <= MODEL_DEVICE_TAP_ROWS
-                                ? seq_device_taps(s, &tap_rows)
+                                ? seq_device_taps(s, K + 1, &tap_rows) /* (every round's buffer) */
                                 : NULL;
     seq_keep_taps_on_device(s, dev_taps != NULL);
     while (!stop) {

@@ -28,6 +28,10 @@
 #include "seq.h"
 
 #define SPEC_MAX_DRAFT 64
+/* the default prompt rows per forward of a feature drafter's prefill (the
+   taps of that many rows pass through the host at once: 42 MB for five
+   taps of Qwen3-8B) */
+#define SPEC_PREFILL_CHUNK 512
 
 typedef struct {
     void *self;
@@ -70,6 +74,10 @@ typedef struct {
 typedef struct {
     int max_new;                  /* tokens to generate at most */
     int max_draft;                /* k: drafts per round (0..SPEC_MAX_DRAFT) */
+    /* prompt rows per forward while prefilling for a drafter that reads
+       target features (0: SPEC_PREFILL_CHUNK); a positive multiple of
+       CUDA_GEMM_MIN_ROWS, else spec_generate fails saying so */
+    int prefill_chunk;
     const int *stop;              /* stop ids */
     int n_stop, ignore_eos;
     volatile sig_atomic_t *cancel; /* may be NULL */

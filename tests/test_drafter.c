@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "cuda_backend.h"
 #include "drafter.h"
 #include "json.h"
 #include "lookup.h"
@@ -405,6 +406,9 @@ static void ignore_logits(void *ctx, int id, const float *logits) {
 
 /* last (or NULL): the last logits row; rows: every verify brings its logits
    rows back (an emit_logits hook) instead of the greedy ids-only path */
+/* spec_opts.prefill_chunk for gen_last (0: the default) */
+static int g_prefill_chunk;
+
 static int gen_last(const target *t, drafter *d, int k, const int *prompt, int n, int max_new, int *out,
                     spec_stats *st, float *last, int rows) {
     seq *s;
@@ -413,7 +417,7 @@ static int gen_last(const target *t, drafter *d, int k, const int *prompt, int n
     sampler *smp = greedy(t->V);
     int stop[2] = {7, 9};
     spec_opts so = {.max_new = max_new, .max_draft = k, .stop = stop, .n_stop = 2,
-                    .emit_logits = rows ? ignore_logits : NULL};
+                    .emit_logits = rows ? ignore_logits : NULL, .prefill_chunk = g_prefill_chunk};
     int rc = spec_generate(s, smp, d, prompt, n, &so, out, last, st, err, sizeof err);
     if (rc != 0) test_fail(__FILE__, __LINE__, "%s", err);
     sampler_free(smp);
@@ -767,6 +771,14 @@ TEST(drafter_prefix_reuse_across_turns) {
     CHECK_EQ_INT(st.n_prefilled, n2);
     CHECK_EQ_INT(st.n_gen, ng2);
     CHECK(!memcmp(out2, out3, sizeof(int) * (size_t)ng2));
+    /* a prefill chunk that would cut the GPU's matmul groups differently */
+    spec_opts bad = so;
+    bad.prefill_chunk = CUDA_GEMM_MIN_ROWS + 1;
+    err[0] = 0;
+    CHECK(spec_generate(s2, smp, &df, p2, n2, &bad, out3, NULL, &st, err, sizeof err) == -1);
+    CHECK_MSG(strstr(err, "prefill chunk of") && strstr(err, "positive multiple"), "%s", err);
+    bad.prefill_chunk = -CUDA_GEMM_MIN_ROWS;
+    CHECK(spec_generate(s2, smp, &df, p2, n2, &bad, out3, NULL, &st, err, sizeof err) == -1);
     seq_free(s);
     seq_free(s2);
     dstate_free(ds);
@@ -833,7 +845,11 @@ TEST(drafter_bundled_lossless) {
                     lk = lookup_create(3, 1);
                     d = lookup_drafter(lk);
                 }
+                /* every other run prefills in 128-row chunks (the prompts
+                   are 170-260 tokens: two or three chunks, against one) */
+                g_prefill_chunk = r % 2 ? 128 : 0;
                 int ng = gen(&t, &d, runs[r].k, ids, np, 48, got, &st);
+                g_prefill_chunk = 0;
                 if (runs[r].kind == 0 && runs[r].k == 7) {
                     drafted += st.n_drafted;
                     accepted += st.n_accepted;

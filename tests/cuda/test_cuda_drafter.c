@@ -293,7 +293,32 @@ static void compare_device_taps(const char *which) {
     prompt_ids(ids, 40, V, 7u);
     da.reset(da.self, ids, 40);
     db.reset(db.self, ids, 40);
-    int anchor = feed2(s, &da, &db, ids, 40, V, H);
+    /* the prompt's taps through the host for a; for b the same forward
+       again, its taps left on the device (a speculative prefill's chunk:
+       wider than a verify, so in the wide buffer) */
+    int anchor;
+    {
+        float *lg = xmalloc(sizeof(float) * (size_t)V), *tp = xmalloc(sizeof(float) * (size_t)nt * 40 * (size_t)H);
+        CHECK_MSG(seq_append_taps(s, ids, 40, 1, lg, nt, da.tap_layers, tp, err, sizeof err) == 0, "%s", err);
+        da.features(da.self, 0, 40, tp, 40, 0);
+        anchor = op_argmax(lg, V);
+        seq_truncate(s, 0);
+        int wr = 0;
+        const float *wt = seq_device_taps(s, 40, &wr);
+        CHECK(wt != NULL && wr >= 40);
+        seq_keep_taps_on_device(s, 1);
+        CHECK_MSG(seq_append_taps(s, ids, 40, 1, lg, nt, da.tap_layers, NULL, err, sizeof err) == 0, "%s", err);
+        seq_keep_taps_on_device(s, 0);
+        CHECK_EQ_INT(op_argmax(lg, V), anchor);
+        db.features_dev(db.self, 0, 40, wt, wr, 0);
+        int na, nb;
+        const float *ca = dstate_last_ctx(sa, &na), *cb = dstate_last_ctx(sb, &nb);
+        CHECK_EQ_INT(na, 40);
+        CHECK_EQ_INT(nb, 40);
+        CHECK_MSG(!memcmp(ca, cb, sizeof(float) * (size_t)na * H), "%s prompt: context features differ", which);
+        free(lg);
+        free(tp);
+    }
     da.commit(da.self, &anchor, 1);
     db.commit(db.self, &anchor, 1);
     float *taps = xmalloc(sizeof(float) * (size_t)nt * MODEL_DEVICE_TAP_ROWS * (size_t)H);
@@ -312,7 +337,7 @@ static void compare_device_taps(const char *which) {
         CHECK_MSG(seq_append_argmax(s, rows, k + 1, am2, nt, da.tap_layers, NULL, err, sizeof err) == 0, "%s", err);
         seq_keep_taps_on_device(s, 0);
         CHECK(!memcmp(am, am2, sizeof(int) * (size_t)(k + 1)));
-        const float *dt = seq_device_taps(s, &trows);
+        const float *dt = seq_device_taps(s, k + 1, &trows);
         CHECK(dt != NULL && trows >= k + 1);
         int a = 0;
         while (a < k && am[a] == rows[a + 1]) a++;
