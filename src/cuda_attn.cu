@@ -37,7 +37,8 @@ __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wai
    stages the chunk's K (rows padded by 4 floats, so lanes reading different
    rows hit different banks) and V in shared memory once for all its rows,
    two chunks in flight (the next one's copy is issued before the current
-   one is used), and the warps take items: a row with all G query heads
+   one is used; the spread shape has one stage, its K and V waited for
+   apart), and the warps take items: a row with all G query heads
    sharing the kv head (each K/V value read from shared memory serves G
    heads), or, while the rows' heads fit the warps one each (decode), one
    (row, head) pair. In an item, lane l scores positions l and l+32 for each of
@@ -61,10 +62,12 @@ __device__ __forceinline__ void attn_stage_q(const float *q, float4 *qw, int m, 
    (x + y) + (z + w), and an output dim the sum over even and over odd
    positions in order, then added: short dependency chains, the same
    operations for a head whatever else the item holds. */
+/* the scores half: each head's weights exp(s - max) into ew, its max and
+   sum into the partials */
 template <int GI>
-__device__ __forceinline__ void attn_item(const float4 *ks, const float4 *vs, const float4 *qw, float *ew,
-                                          float *opart, float *mpart, float *spart, int m, int m0, int hq, int nh,
-                                          int hd, int np, float scale, int c, int nchunk, int lane) {
+__device__ __forceinline__ void attn_scores(const float4 *ks, const float4 *qw, float *ew, float *mpart, float *spart,
+                                            int m, int m0, int hq, int nh, int hd, int np, float scale, int c,
+                                            int nchunk, int lane) {
     const int h4 = hd / 4, kst = h4 + 1;
     float4 sc0[GI], sc1[GI];
 #pragma unroll
@@ -98,6 +101,14 @@ __device__ __forceinline__ void attn_item(const float4 *ks, const float4 *vs, co
         }
     }
     __syncwarp();
+}
+
+/* the output half: each head's unnormalised output over the chunk's
+   weights in ew */
+template <int GI>
+__device__ __forceinline__ void attn_pv(const float4 *vs, const float *ew, float *opart, int m, int m0, int hq, int nh,
+                                        int hd, int np, int c, int nchunk, int lane) {
+    const int h4 = hd / 4;
     for (int d4 = lane; d4 < h4; d4 += 32) {
         float4 oe[GI], oo[GI];
 #pragma unroll
@@ -132,6 +143,14 @@ __device__ __forceinline__ void attn_item(const float4 *ks, const float4 *vs, co
     __syncwarp();
 }
 
+template <int GI>
+__device__ __forceinline__ void attn_item(const float4 *ks, const float4 *vs, const float4 *qw, float *ew,
+                                          float *opart, float *mpart, float *spart, int m, int m0, int hq, int nh,
+                                          int hd, int np, float scale, int c, int nchunk, int lane) {
+    attn_scores<GI>(ks, qw, ew, mpart, spart, m, m0, hq, nh, hd, np, scale, c, nchunk, lane);
+    attn_pv<GI>(vs, ew, opart, m, m0, hq, nh, hd, np, c, nchunk, lane);
+}
+
 /* shared memory of k_attn_rows with ns stages of padded K and V, each
    warp's q rows and weights */
 static size_t att_smem(int G, int h4, int ns) {
@@ -163,28 +182,66 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float4 *qw = qs + warp * G * h4;
     float *ew = es + warp * G * ATT_CHUNK;
-    auto issue = [&](int c, int buf) { /* chunk c's K and V into stage buf, as one cp.async group */
+    /* chunk c's K (parts & 1) and V (parts & 2) into stage buf, as one cp.async group */
+    auto issue = [&](int c, int buf, int parts) {
         int p0 = c * ATT_CHUNK, nmax = Lmax - p0 < ATT_CHUNK ? Lmax - p0 : ATT_CHUNK;
         float4 *ks = sm4 + buf * stage, *vs = ks + ATT_CHUNK * kst;
         const float4 *kg = reinterpret_cast<const float4 *>(kc + ((size_t)kvh * cap + p0) * hd);
         const float4 *vg = reinterpret_cast<const float4 *>(vc + ((size_t)kvh * cap + p0) * hd);
         for (int i = threadIdx.x; i < nmax * h4; i += ATT_THREADS) {
             int p = i / h4, j = i % h4;
-            cp_async16(ks + p * kst + j, kg + i);
-            cp_async16(vs + i, vg + i);
+            if (parts & 1) cp_async16(ks + p * kst + j, kg + i);
+            if (parts & 2) cp_async16(vs + i, vg + i);
         }
         cp_async_commit();
     };
     if (!whole && warp < items) attn_stage_q<1>(q, qw, m0 + warp / G, kvh * G + warp % G, nh, hd, lane);
     int c = inter ? blockIdx.x / nkv : blockIdx.x % nb, buf = 0;
     auto valid = [&](int ch) { return ch < nchunk && ch * ATT_CHUNK < Lmax; };
-    if (valid(c)) issue(c, 0);
+    if (!two && !whole) {
+        /* One stage (the spread shape), a warp an item (decode): K and V
+           land as separate groups, so the scores start once K is in, the
+           next chunk's K is requested while this one's V is in use, and
+           its V while its scores are computed; with two blocks an SM, one
+           block's loads overlap the other's arithmetic. The same
+           arithmetic as attn_item. Measured on an H200 (docs/BENCHMARKS.md,
+           "The decode attention's K and V apart"): Qwen3-8B t(1) at 8192
+           positions 5.68 -> 5.39 ms; the same split with two stages at 512
+           gained nothing. */
+        const int r = warp / G, m = m0 + r, L = len + (causal ? m + 1 : M);
+        const float4 *ks = sm4, *vs = ks + ATT_CHUNK * kst;
+        if (valid(c)) {
+            issue(c, 0, 1);
+            issue(c, 0, 2);
+        }
+        for (; valid(c); c += nb) {
+            const int p0 = c * ATT_CHUNK, np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK, mine = warp < items && p0 < L;
+            const int next = valid(c + nb);
+            cp_async_wait_one(); /* K */
+            __syncthreads();
+            if (mine) attn_scores<1>(ks, qw, ew, mpart, spart, m, m0, kvh * G + warp % G, nh, hd, np, scale, c, nchunk,
+                                     lane);
+            __syncthreads(); /* K's readers are done */
+            if (next) {
+                issue(c + nb, 0, 1);
+                cp_async_wait_one(); /* V */
+            } else {
+                cp_async_wait_all();
+            }
+            __syncthreads();
+            if (mine) attn_pv<1>(vs, ew, opart, m, m0, kvh * G + warp % G, nh, hd, np, c, nchunk, lane);
+            __syncthreads(); /* V's readers are done */
+            if (next) issue(c + nb, 0, 2);
+        }
+        return;
+    }
+    if (valid(c)) issue(c, 0, 3);
     for (; valid(c); c += nb) {
         /* two stages: the next chunk's copy goes out before this one is
            used (its stage was last read before the previous closing
            barrier); one stage (large heads): after */
         if (two && valid(c + nb)) {
-            issue(c + nb, buf ^ 1);
+            issue(c + nb, buf ^ 1, 3);
             cp_async_wait_one();
         } else {
             cp_async_wait_all();
@@ -207,7 +264,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
         }
         __syncthreads(); /* this stage's readers are done before it is refilled */
         if (two) buf ^= 1;
-        else if (valid(c + nb)) issue(c + nb, 0);
+        else if (valid(c + nb)) issue(c + nb, 0, 3);
     }
 }
 
