@@ -71,6 +71,7 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
                     : !strcmp(a, "--no-thinking")         ? &o->no_thinking
                     : !strcmp(a, "--mmap")                ? &o->use_mmap
                     : !strcmp(a, "--no-lookup-drafts")    ? &o->no_lookup_drafts
+                    : !strcmp(a, "--no-warmup")           ? &o->no_warmup
                     : !strcmp(a, "--print-env")           ? &o->print_env
                                                           : NULL;
         if (flag) {

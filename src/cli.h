@@ -32,6 +32,7 @@ typedef struct {
     int n_predict, threads, ctx, top_k, print_ids, jsonl, add_special, ignore_eos, help, skip_special;
     int chat, no_gen_prompt, no_thinking, use_mmap;
     int no_lookup_drafts; /* --no-lookup-drafts: DSpark / DFlash rounds never use lookup's copy runs */
+    int no_warmup;        /* --no-warmup: serve takes its first request without a warm-up forward */
     const char *modes, *json; /* bench: --modes LIST, --json FILE */
     int trials;               /* bench: --trials N (0 = default) */
     /* serve / claude */

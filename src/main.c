@@ -53,7 +53,7 @@ static const command COMMANDS[] = {
      " --threads -t --context-window -c -n --n-predict --mmap --device ", 0},
     {"serve", cmd_serve, SERVE_HELP,
      " --model -m --host --port --api-key --context-window -c --threads -t --mmap --device --no-thinking --cache-slots"
-     " --reasoning-effort"
+     " --reasoning-effort --no-warmup"
      SPEC " --temp --top-k --top-p --min-p --seed -n --n-predict ", 0},
     {"claude", cmd_claude, CLAUDE_HELP, " --url --api-key --print-env ", 1},
 };

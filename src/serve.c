@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda_backend.h"
 #include "json.h"
 #include "registry.h"
 #include "serve_internal.h"
@@ -46,8 +47,37 @@ const char SERVE_HELP[] =
     "  -n N                     default max tokens of an answer (default: up to the window)\n"
     "      --temp T --top-k K --top-p P --min-p P --seed S   default sampling (greedy)\n"
     "  -t, --threads N  --mmap  --device cpu|cuda[:N] (default cpu; also $DSPARK_DEVICE)\n"
+    "      --no-warmup          skip the warm-up forward in each cache slot at start (what a\n"
+    "                           model's first forward pays once then falls on the first request)\n"
     "Environment: DSPARK_STREAM_KEEPALIVE_S (keep-alive interval of streams, default 15),\n"
     "DSPARK_MAX_BODY_BYTES (largest request body, default 32 MiB).\n";
+
+/* ---- start ---- */
+
+/* One short forward in each cache slot, then the slot emptied, so that
+   what a model's first forward pays once does not fall on the first
+   request: on a GPU the tile-major weight copies, cuBLAS's set-up (a
+   prefill group plus one row), the kernels' first loads and the decode
+   graph; on the CPU the weights' first touch (one row). The slots' caches
+   and drafters exist by then, so the GPU's copies are sized after them.
+   Returns the seconds it took, or -1 with err set. */
+static double warm_up(seq **seqs, int n, const model *m, char *err, size_t errlen) {
+    double t0 = ds_now();
+    const model_config *c = model_cfg(m);
+    int rows = model_cuda(m) ? CUDA_GEMM_MIN_ROWS + 1 : 1;
+    int *ids = xcalloc((size_t)rows, sizeof(int));
+    float *logits = xmalloc(sizeof(float) * (size_t)c->vocab_size);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        int r = rows + 2 <= seq_capacity(seqs[i]) ? rows : 1, am = 0, next = 0;
+        rc = seq_prefill(seqs[i], ids, r, logits, err, errlen) < 0 ||
+             seq_append_argmax(seqs[i], &next, 1, &am, 0, NULL, NULL, err, errlen) != 0;
+        seq_reset(seqs[i]);
+    }
+    free(ids);
+    free(logits);
+    return rc ? -1 : ds_now() - t0;
+}
 
 /* ---- errors ---- */
 
@@ -502,6 +532,12 @@ int cmd_serve(const opts *o) {
                         .cap = sp.mode == CLI_MODE_BASELINE ? 0 : sp.max_draft, .adaptive = sp.adaptive,
                         .slots = n_slots};
     srv.mode = info.mode;
+    if (!o->no_warmup) {
+        double tw = warm_up(seqs, n_slots, ce.m, err, sizeof err);
+        if (tw < 0) cli_die("warm-up forward: %s", err);
+        fprintf(stderr, "dspark serve: warmed up %d cache slot%s in %.0f ms\n", n_slots, n_slots == 1 ? "" : "s",
+                tw * 1e3);
+    }
     srv.en = engine_start(slots, n_slots, smp, tok, stop_ids, n_stop, &info);
 
     const char *host = o->host ? o->host : "127.0.0.1";

@@ -260,6 +260,16 @@ static int start_server(server *s, const char *model_dir, const char *const *ext
     return -1;
 }
 
+/* whether the server's log so far holds needle */
+static int log_has(const server *s, const char *needle) {
+    char err[256];
+    size_t len;
+    char *log = ds_read_file(s->log, &len, err, sizeof err);
+    int has = log && strstr(log, needle) != NULL;
+    free(log);
+    return has;
+}
+
 /* SIGTERM; the server must exit with status 0 within STOP_WAIT_S. */
 static void stop_server(server *s) {
     if (s->pid <= 0) return;
@@ -378,12 +388,15 @@ TEST(server_bundled) {
     server s;
     const char *spec_args[] = {"-t", "2", "--mode", "dspark", "--max-draft", "7", NULL};
     if (start_server(&s, bundled_dir(), spec_args, senv) != 0) return;
+    CHECK_MSG(log_has(&s, "dspark serve: warmed up 2 cache slots in "), "no warm-up line in the server log");
     const char *env1[] = {"DSPARK_MODEL_ID=" DSPARK_DEFAULT_MODEL, "DSPARK_EXPECT_MODE=dspark", e_spec, NULL};
     int rc = run_node(&s, "bundled.mjs", env1);
     stop_server(&s);
     if (rc != 0) return;
-    const char *base_args[] = {"-t", "2", "--mode", "baseline", NULL};
+    /* without the warm-up: the same answers (DSPARK_COMPARE) */
+    const char *base_args[] = {"-t", "2", "--mode", "baseline", "--no-warmup", NULL};
     if (start_server(&s, bundled_dir(), base_args, senv) != 0) return;
+    CHECK_MSG(!log_has(&s, "warmed up"), "a warm-up line despite --no-warmup");
     const char *env2[] = {"DSPARK_MODEL_ID=" DSPARK_DEFAULT_MODEL, "DSPARK_EXPECT_MODE=baseline", e_base, e_cmp, NULL};
     run_node(&s, "bundled.mjs", env2);
     stop_server(&s);
