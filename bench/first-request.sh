@@ -8,7 +8,8 @@
 # server has not paid before listening, the others show the steady cost.
 # Also prints the server's own warm-up line. BIN (default ./dspark) runs
 # instead of the checkout's build, e.g. an unpacked CUDA build on the GPU
-# machine.
+# machine. MODEL needs its tokenizer.json (for a `mkrandom` checkpoint, copy
+# the Qwen3 tokenizer files into it).
 #   bench/first-request.sh
 set -e
 cd "$(dirname "$0")/.."
