@@ -118,7 +118,9 @@ static void calibrate(cli_spec *sp, const opts *o, const cli_engine *e, seq *s) 
     } else {
         snprintf(did, sizeof did, "%s", cli_mode_name(sp->mode));
     }
-    calib_key(key, sizeof key, "cpu", mid, did, dtype_name(model_embed(e->m)->dtype), tp_size(e->tp));
+    /* the backend is where the model runs ("cpu", or the GPU with its name
+       and driver): a GPU's costs are nothing like the CPU's */
+    calib_key(key, sizeof key, model_device(e->m), mid, did, dtype_name(model_embed(e->m)->dtype), tp_size(e->tp));
     int have_path = calib_default_path(path, sizeof path) == 0;
     int n_w = sp->block_cap + 1 < CALIB_MAX_W ? sp->block_cap + 1 : CALIB_MAX_W;
     int r = have_path ? calib_load(path, key, &sp->costs, warn, sizeof warn) : 0;

@@ -295,6 +295,14 @@ TEST(cli_calibration_cache_corrupt_rewritten) {
     char key[CALIB_KEY_MAX];
     calib_key(key, sizeof key, "cpu", "none", "none", "bf16", 1);
     CHECK_EQ_INT(calib_load(path, key, &c, warn, sizeof warn), 0); /* valid file now, other key */
+    /* the entry is keyed by where the model runs (DSPARK_DEVICE=cuda in
+       make test-cuda: the GPU, named) */
+    size_t len;
+    char *file = ds_read_file(path, &len, warn, sizeof warn);
+    const char *dev = getenv("DSPARK_DEVICE");
+    const char *want = dev && !strncmp(dev, "cuda", 4) ? ";backend=cuda:" : ";backend=cpu;";
+    CHECK_MSG(file && strstr(file, want), "no \"%s\" in %s", want, file ? file : warn);
+    free(file);
     /* the second run finds its entry: no calibration */
     CHECK_EQ_INT(test_run_cli(args, NULL, &err), 0);
     CHECK_MSG(err && !strstr(err, "calibrating") && strstr(err, "(calibrated"), "%s", err ? err : "");
