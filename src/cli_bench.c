@@ -221,9 +221,9 @@ static void cap_text(const cli_spec *sp, char *out, size_t n) {
     else snprintf(out, n, "%d (%s)", sp->max_draft, sp->cap_source);
 }
 
-static void write_json(const char *path, const opts *o, const char *drafter_dir, int threads, int n_predict, int trials,
-                       const char *date, const char *source, const bench_prompt *pr, int n_pr, const cli_spec *sp,
-                       int n_modes, bench_cell cells[][BENCH_MAX_MODES], const double *geo, const int *all_ident) {
+static void write_json(const char *path, const opts *o, const char *device, const char *drafter_dir, int threads,
+                       int n_predict, int trials, const char *date, const char *source, const bench_prompt *pr,
+                       int n_pr, const cli_spec *sp, int n_modes, bench_cell cells[][BENCH_MAX_MODES], const double *geo, const int *all_ident) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "model", o->model);
     if (drafter_dir) cJSON_AddStringToObject(root, "drafter", drafter_dir);
@@ -232,6 +232,7 @@ static void write_json(const char *path, const opts *o, const char *drafter_dir,
     cJSON_AddNumberToObject(root, "n_predict", n_predict);
     cJSON_AddNumberToObject(root, "trials", trials);
     cJSON_AddStringToObject(root, "cpu", cpu_name());
+    cJSON_AddStringToObject(root, "device", device); /* where the model ran: cpu, or the GPU */
     cJSON_AddStringToObject(root, "date", date);
     cJSON_AddStringToObject(root, "prompt_source", source);
     cJSON *prompts = cJSON_AddArrayToObject(root, "prompts");
@@ -456,8 +457,8 @@ int cmd_bench(const opts *o) {
     fflush(stdout);
 
     if (o->json)
-        write_json(o->json, o, ddir, threads, n_predict, trials, date, source, pr, n_pr, sp, n_modes, cells, geo,
-                   all_ident);
+        write_json(o->json, o, model_device(e.m), ddir, threads, n_predict, trials, date, source, pr, n_pr, sp, n_modes,
+                   cells, geo, all_ident);
 
     free(ids);
     free(ref);

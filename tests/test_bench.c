@@ -81,6 +81,8 @@ TEST(bench_drafter_table_and_json) {
     CHECK_EQ_INT(cJSON_GetObjectItem(j, "threads")->valuedouble, 2);
     CHECK(cJSON_IsString(cJSON_GetObjectItem(j, "model")) && cJSON_IsString(cJSON_GetObjectItem(j, "drafter")) &&
           cJSON_IsString(cJSON_GetObjectItem(j, "cpu")));
+    const char *device = cJSON_GetStringValue(cJSON_GetObjectItem(j, "device"));
+    CHECK_MSG(device && !strcmp(device, "cpu"), "bench JSON: device %s, not cpu", device ? device : "missing");
     cJSON *res = cJSON_GetObjectItem(j, "results");
     CHECK_EQ_INT(cJSON_GetArraySize(res), 9);
     cJSON *r;
