@@ -1,7 +1,8 @@
 #!/bin/sh
 # first-request: what the server's warm-up saves the first request. Starts
 # `dspark serve` (the bundled model unless MODEL is set; DEVICE, default
-# cpu; MODE, default baseline) with and without --no-warmup, alternated
+# cpu; MODE, default baseline; FLAGS, more serve options such as --mmap)
+# with and without --no-warmup, alternated
 # ROUNDS times (default 3), and each time it starts times three
 # non-streamed completions of one token after prompts of about PROMPT
 # tokens (default 512; no two share a prefix): the first pays whatever the
@@ -22,7 +23,7 @@ trap '[ -n "$PID" ] && kill $PID 2>/dev/null; rm -f "$LOG"' EXIT
 one() { # $1: extra serve flag (or empty)
     PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     # shellcheck disable=SC2086
-    "$BIN" serve ${MODEL:+--model "$MODEL"} --device "$DEVICE" --mode "$MODE" --port "$PORT" $1 2>"$LOG" &
+    "$BIN" serve ${MODEL:+--model "$MODEL"} --device "$DEVICE" --mode "$MODE" --port "$PORT" $FLAGS $1 2>"$LOG" &
     PID=$!
     i=0
     until grep -q "listening on" "$LOG"; do
