@@ -17,6 +17,9 @@
 #     prefill of a 4,096-token prompt by `dspark run` with the DFlash
 #     drafter (the speculative path: chunks whose layer taps go to the
 #     drafter) and without one (the plain path);
+#   - with FIRST=1, for 8B: the server's first requests with and without
+#     its warm-up (bench/first-request.sh; the Qwen3 tokenizer from
+#     $DSPARK_TOKENIZERS is copied into the random checkpoint);
 #   - transformers' own greedy decode of the same checkpoint;
 #   - llama.cpp's CUDA build on the same weights, when L points at an
 #     unpacked llama.cpp build (bench/gpu-llama.sh).
@@ -87,6 +90,11 @@ for shape in ${SHAPES:-4b 8b}; do
       "$P/dspark" run --device cuda --model "$d" $drafter --mode "$k" --prompt-ids "$ids4k" -n 4 --ignore-eos \
         2>&1 >/dev/null | grep -o "prefill [^,]*" | head -1
     done
+    if [ "${FIRST:-0}" = 1 ] && [ -f "${DSPARK_TOKENIZERS:-}/qwen3/tokenizer.json" ]; then
+      echo "== the server's first requests (bench/first-request.sh)"
+      cp "$DSPARK_TOKENIZERS/qwen3/tokenizer.json" "$DSPARK_TOKENIZERS/qwen3/tokenizer_config.json" "$d/"
+      BIN="$P/dspark" MODEL="$d" DEVICE=cuda ROUNDS=2 sh bench/first-request.sh || echo "first-request failed"
+    fi
     [ -n "$FAST" ] || { echo "== sampled decode (bench/gpu-sampled.sh)"; P="$P" sh bench/gpu-sampled.sh "$d" 1; }
     [ -n "$FAST" ] || printf "baseline: "
     [ -n "$FAST" ] || "$P/dspark" run --device cuda --model "$d" --mode baseline --prompt-ids "$ids" -n 64 --ignore-eos --print-ids \
