@@ -176,8 +176,11 @@ TEST(cuda_attention_vs_cpu) {
     if (!have_gpu()) return;
     char err[512];
     /* M, nh, nkv, hd, n_past */
+    /* (head_dim 256: one K/V stage at any length, so decode rows take the
+       K-and-V-apart path and wider batches the one-stage loop) */
     const int shapes[][5] = {{1, 4, 1, 64, 0},  {1, 32, 8, 128, 511}, {5, 8, 2, 128, 100}, {16, 16, 4, 64, 3},
-                             {33, 4, 4, 32, 7}, {2, 6, 3, 80, 1000},  {12, 32, 8, 128, 600}, {10, 16, 2, 64, 70}};
+                             {33, 4, 4, 32, 7}, {2, 6, 3, 80, 1000},  {12, 32, 8, 128, 600}, {10, 16, 2, 64, 70},
+                             {1, 8, 2, 256, 300}, {6, 8, 4, 256, 130}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         attn_case a = attn_case_make(shapes[s], 5);
         int M = a.M, nh = a.nh, hd = a.hd;
