@@ -404,11 +404,11 @@ static void ignore_logits(void *ctx, int id, const float *logits) {
     (void)ctx, (void)id, (void)logits;
 }
 
-/* last (or NULL): the last logits row; rows: every verify brings its logits
-   rows back (an emit_logits hook) instead of the greedy ids-only path */
 /* spec_opts.prefill_chunk for gen_last (0: the default) */
 static int g_prefill_chunk;
 
+/* last (or NULL): the last logits row; rows: every verify brings its logits
+   rows back (an emit_logits hook) instead of the greedy ids-only path */
 static int gen_last(const target *t, drafter *d, int k, const int *prompt, int n, int max_new, int *out,
                     spec_stats *st, float *last, int rows) {
     seq *s;
