@@ -199,15 +199,15 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
     int c = inter ? blockIdx.x / nkv : blockIdx.x % nb, buf = 0;
     auto valid = [&](int ch) { return ch < nchunk && ch * ATT_CHUNK < Lmax; };
     if (!two && !whole) {
-        /* One stage (the spread shape), a warp an item (decode): K and V
-           land as separate groups, so the scores start once K is in, the
-           next chunk's K is requested while this one's V is in use, and
-           its V while its scores are computed; with two blocks an SM, one
-           block's loads overlap the other's arithmetic. The same
-           arithmetic as attn_item. Measured on an H200 (docs/BENCHMARKS.md,
-           "The decode attention's K and V apart"): Qwen3-8B t(1) at 8192
-           positions 5.68 -> 5.39 ms; the same split with two stages at 512
-           gained nothing. */
+        /* One stage (the spread shape, or heads too large for two), a warp
+           an item (decode): K and V land as separate groups, so the scores
+           start once K is in, the next chunk's K is requested while this
+           one's V is in use, and its V while its scores are computed; with
+           two blocks an SM, one block's loads overlap the other's
+           arithmetic. The same arithmetic as attn_item. Measured on an
+           H200 (docs/BENCHMARKS.md, "The decode attention's K and V
+           apart"): Qwen3-8B t(1) at 8192 positions 5.68 -> 5.39 ms; the
+           same split with two stages at 512 gained nothing. */
         const int r = warp / G, m = m0 + r, L = len + (causal ? m + 1 : M);
         const float4 *ks = sm4, *vs = ks + ATT_CHUNK * kst;
         if (valid(c)) {
@@ -687,10 +687,10 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
     int R = TC_QV / G;
     if (step >= R) step -= step % R;
     if (step < 1) step = 1;
+    auto run = tc_hd(hd) == 32 ? tc_launch<32> : tc_hd(hd) == 64 ? tc_launch<64> : tc_launch<128>;
     for (int m0 = 0; m0 < M; m0 += step) {
         int n = M - m0 < step ? M - m0 : step;
         const float *qm = q + (size_t)m0 * nh * hd;
-        auto run = tc_hd(hd) == 32 ? tc_launch<32> : tc_hd(hd) == 64 ? tc_launch<64> : tc_launch<128>;
         run(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, n * nh, COMB_THREADS, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,

@@ -80,12 +80,12 @@ void cuda_ctx_truncate(cuda_ctx *c, int len);
  * verify graphs' buffer, more in one allocated (or grown) here; NULL when
  * that fails. */
 const float *cuda_ctx_taps(cuda_ctx *c, int n, int *rows);
-/* bytes from device memory at src into host memory at dst (tests) */
-int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 /* model_forward on the device (b is a model_batch, already validated). */
 int cuda_forward(cuda_ctx *c, const void *b, char *err, size_t errlen);
 
 /* ---- single ops on host arrays, for tests against the CPU ops ---- */
+/* bytes from device memory at src into host memory at dst */
+int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 /* y[M][N] = x[M][K] . W[N][K]^T (+ bias[N]); W in dtype dt. */
 int cuda_test_matmul(float *y, const float *x, int M, const void *w, ds_dtype dt, int N, int K, const float *bias,
                      char *err, size_t errlen);

@@ -38,12 +38,6 @@ int cuda_ctx_capacity(const cuda_ctx *c) {
     (void)c;
     return 0;
 }
-int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t errlen) {
-    (void)dst;
-    (void)src;
-    (void)bytes;
-    return NOT_BUILT(err, errlen);
-}
 void cuda_ctx_truncate(cuda_ctx *c, int len) {
     (void)c;
     (void)len;
@@ -53,6 +47,12 @@ const float *cuda_ctx_taps(cuda_ctx *c, int n, int *rows) {
     (void)n;
     if (rows) *rows = 0;
     return NULL;
+}
+int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t errlen) {
+    (void)dst;
+    (void)src;
+    (void)bytes;
+    return NOT_BUILT(err, errlen);
 }
 int cuda_forward(cuda_ctx *c, const void *b, char *err, size_t errlen) {
     (void)c;

@@ -100,6 +100,10 @@ static int push(gen_state *g, int id, const float *row) {
     return g->st->n_gen == o->max_new || g->n_prompt + g->st->n_gen >= g->cap;
 }
 
+/* whether drafter d (reading nt > 0 taps) takes them where the target's GPU
+   left them (features_dev) */
+static int taps_stay_on_device(const drafter *d) { return d->features_dev && d->n_taps <= MODEL_DEVICE_TAPS; }
+
 /* Prefill for a drafter that reads target features: the cached prefix is
    kept only as far as the drafter still holds features for it, and the rest
    runs in chunks whose layer taps go to the drafter as they are computed
@@ -120,7 +124,7 @@ static int prefill_features(seq *s, drafter *d, const int *prompt, int n, float 
     st->t_draft += ds_now() - td;
     if (dk < keep) keep = dk < 0 ? 0 : dk;
     seq_truncate(s, keep);
-    const int on_dev = d->features_dev && d->n_taps <= MODEL_DEVICE_TAPS;
+    const int on_dev = taps_stay_on_device(d);
     for (int pos = keep; pos < n; pos += chunk) {
         int m = n - pos < chunk ? n - pos : chunk;
         int last = pos + m == n, dev_rows = 0;
@@ -212,7 +216,7 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     if (d) d->commit(d->self, &anchor, 1);
     /* a drafter on the target's GPU reads the verifies' taps there */
     int tap_rows = 0;
-    const float *dev_taps = nt && d->features_dev && nt <= MODEL_DEVICE_TAPS && K + 1 <= MODEL_DEVICE_TAP_ROWS
+    const float *dev_taps = nt && taps_stay_on_device(d) && K + 1 <= MODEL_DEVICE_TAP_ROWS
                                 ? seq_device_taps(s, K + 1, &tap_rows) /* (every round's buffer) */
                                 : NULL;
     seq_keep_taps_on_device(s, dev_taps != NULL);

@@ -177,6 +177,62 @@ TEST(model_golden_scalar) {
 }
 
 /* Whole sequence in one batch, with taps; and truncation then refill. */
+/* On a GPU: batch b (its taps came back into taps, [n_taps][n][H]) again
+   from an empty context c with its taps left on the device (the wide
+   buffer), then its first 5 rows (a verify's buffer): the same bits as
+   the same forward's taps that came back (5 rows take the decode and
+   verify kernels, whose bits need not match the wider batch's); a wide
+   batch without its buffer asked for first is an error. On the CPU: taps
+   cannot stay on the device. */
+static void check_device_taps(const model *m, model_ctx *c, const model_batch *b, const float *taps, const char *name) {
+    char err[1024];
+    const int T = b->n, H = model_cfg(m)->hidden_size, nt = b->n_taps;
+    model_batch bd = *b;
+    bd.taps = NULL;
+    bd.taps_on_device = 1;
+    mctx_truncate(c, 0);
+    int wr = 0;
+    const float *wt = mctx_device_taps(c, T, &wr);
+    if (!wt) {
+        CHECK(model_forward(c, &bd, err, sizeof err) != 0);
+        CHECK_MSG(strstr(err, "only on a GPU") != NULL, "%s", err);
+        return;
+    }
+    float *back = xmalloc(sizeof(float) * (size_t)nt * T * H);
+    CHECK(wr >= T);
+    CHECK_MSG(model_forward(c, &bd, err, sizeof err) == 0, "%s", err);
+    for (int t = 0; t < nt; t++) {
+        CHECK_MSG(cuda_test_read(back + (size_t)t * T * H, wt + (size_t)t * wr * H, sizeof(float) * (size_t)T * H,
+                                 err, sizeof err) == 0, "%s", err);
+        CHECK_MSG(!memcmp(back + (size_t)t * T * H, taps + (size_t)t * T * H, sizeof(float) * (size_t)T * H),
+                  "%s: device taps of layer %d", name, b->tap_layers[t]);
+    }
+    int vr = 0;
+    const float *vt = mctx_device_taps(c, 5, &vr);
+    CHECK(vt != NULL && vr >= 5 && vr < T);
+    model_batch b5 = *b;
+    b5.n = b5.n_logits = 5;
+    b5.taps = back + (size_t)nt * 5 * H; /* [n_taps][5][H] after the 5 rows read back */
+    mctx_truncate(c, 0);
+    CHECK_MSG(model_forward(c, &b5, err, sizeof err) == 0, "%s", err);
+    mctx_truncate(c, 0);
+    bd.n = bd.n_logits = 5;
+    CHECK_MSG(vt && model_forward(c, &bd, err, sizeof err) == 0, "%s", err);
+    for (int t = 0; vt && t < nt; t++) {
+        CHECK_MSG(cuda_test_read(back, vt + (size_t)t * vr * H, sizeof(float) * 5 * H, err, sizeof err) == 0, "%s",
+                  err);
+        CHECK_MSG(!memcmp(back, b5.taps + (size_t)t * 5 * H, sizeof(float) * 5 * H),
+                  "%s: device taps of layer %d, 5 rows", name, b->tap_layers[t]);
+    }
+    model_ctx *c2;
+    CHECK(mctx_create(&c2, m, 128, 64, NULL, err, sizeof err) == 0);
+    bd.n = bd.n_logits = T;
+    CHECK(model_forward(c2, &bd, err, sizeof err) != 0);
+    CHECK_MSG(strstr(err, "ask mctx_device_taps first") != NULL, "%s", err);
+    mctx_free(c2);
+    free(back);
+}
+
 TEST(model_taps_and_truncate) {
     const char *names[] = {"qwen3-bf16", "llama3-bf16", "bundled"};
     for (int k = 0; k < 3; k++) {
@@ -240,61 +296,7 @@ TEST(model_taps_and_truncate) {
         CHECK(model_forward(c, &r2, err, sizeof err) == 0);
         for (int i = 0; i < 3; i++)
             CHECK(rel_err(lg2 + (size_t)i * V, g.logits + (size_t)(15 + rows[i]) * V, V) <= 1e-3);
-        /* on a GPU: the whole batch again with its taps left on the device
-           (the wide buffer), then its first 5 rows (a verify's buffer): the
-           same bits as the same forward's taps that came back (5 rows take
-           the decode and verify kernels, whose bits need not match the
-           wider batch's) */
-        int wr = 0;
-        const float *wt = mctx_device_taps(c, T, &wr);
-        if (wt) {
-            float *back = xmalloc(sizeof(float) * (size_t)g.n_taps * T * H);
-            model_batch bd = b;
-            bd.taps = NULL;
-            bd.taps_on_device = 1;
-            mctx_truncate(c, 0);
-            CHECK(wr >= T);
-            CHECK_MSG(model_forward(c, &bd, err, sizeof err) == 0, "%s", err);
-            for (int t = 0; t < g.n_taps; t++) {
-                CHECK_MSG(cuda_test_read(back + (size_t)t * T * H, wt + (size_t)t * wr * H,
-                                         sizeof(float) * (size_t)T * H, err, sizeof err) == 0, "%s", err);
-                CHECK_MSG(!memcmp(back + (size_t)t * T * H, taps + (size_t)t * T * H, sizeof(float) * (size_t)T * H),
-                          "%s: device taps of layer %d", names[k], g.taps[t]);
-            }
-            int vr = 0;
-            const float *vt = mctx_device_taps(c, 5, &vr);
-            CHECK(vt != NULL && vr >= 5 && vr < T);
-            model_batch b5 = b;
-            b5.n = b5.n_logits = 5;
-            b5.taps = back + (size_t)g.n_taps * 5 * H; /* [n_taps][5][H] after the 5 rows read back */
-            mctx_truncate(c, 0);
-            CHECK_MSG(model_forward(c, &b5, err, sizeof err) == 0, "%s", err);
-            mctx_truncate(c, 0);
-            bd.n = bd.n_logits = 5;
-            CHECK_MSG(vt && model_forward(c, &bd, err, sizeof err) == 0, "%s", err);
-            for (int t = 0; vt && t < g.n_taps; t++) {
-                CHECK_MSG(cuda_test_read(back, vt + (size_t)t * vr * H, sizeof(float) * 5 * H, err, sizeof err) == 0,
-                          "%s", err);
-                CHECK_MSG(!memcmp(back, b5.taps + (size_t)t * 5 * H, sizeof(float) * 5 * H),
-                          "%s: device taps of layer %d, 5 rows", names[k], g.taps[t]);
-            }
-            /* a wide batch without asking for its buffer first */
-            model_ctx *c2;
-            CHECK(mctx_create(&c2, m, 128, 64, NULL, err, sizeof err) == 0);
-            bd.n = T;
-            bd.n_logits = T;
-            CHECK(model_forward(c2, &bd, err, sizeof err) != 0);
-            CHECK_MSG(strstr(err, "ask mctx_device_taps first") != NULL, "%s", err);
-            mctx_free(c2);
-            free(back);
-        } else {
-            model_batch bd = b;
-            bd.taps = NULL;
-            bd.taps_on_device = 1;
-            mctx_truncate(c, 0);
-            CHECK(model_forward(c, &bd, err, sizeof err) != 0); /* the CPU has no device taps */
-            CHECK(strstr(err, "only on a GPU") != NULL);
-        }
+        check_device_taps(m, c, &b, taps, names[k]);
         /* context full is an error, not a crash */
         mctx_truncate(c, 0);
         int many[200] = {0};
