@@ -40,7 +40,9 @@ int main(int argc, char **argv) {
     const int V = model_cfg(m)->vocab_size;
     enum { KMAX = 16 };
     model_ctx *c;
-    if (mctx_create(&c, m, ctx_len + KMAX + 1, 256, tp, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
+    const char *be = getenv("DSPARK_BENCH_BATCH"); /* rows per forward chunk (default 256, as dspark run) */
+    int batch = be && atoi(be) > 0 ? atoi(be) : 256;
+    if (mctx_create(&c, m, ctx_len + KMAX + 1, batch, tp, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
     int *ids = xmalloc(sizeof(int) * (size_t)(ctx_len + KMAX));
     uint32_t s = 1;
     for (int i = 0; i < ctx_len + KMAX; i++) ids[i] = (int)((s = s * 1664525u + 1013904223u) >> 8) % V;

@@ -34,6 +34,7 @@ struct cuda_model {
 struct cuda_ctx {
     cuda_model *m;
     int cap, len, max_batch;
+    int rows;                        /* rows of activation scratch: max_batch, or more for prefill (prefill_rows) */
     float *kv;                       /* [layer][2][nkv][cap][hd] */
     float *x, *xb, *q, *att, *qkv, *gate, *logits;
     float *part;                     /* split attention partials */
@@ -42,11 +43,15 @@ struct cuda_ctx {
     int *d_ids, *h_ids;              /* argmax or samples of the logits rows: device, pinned host */
     cu_sample_args *h_samp, *d_samp; /* the device sampler's arguments: pinned host, device */
     float *escr;                     /* the device sampler's scratch rows */
-    int *h_in;                       /* pinned: [B] ids, [B] positions, [1] length */
+    int *h_in;                       /* pinned: [rows] ids, [rows] positions, [1] length */
     float *h_pinned;                 /* pinned host staging for logits */
     size_t pinned_floats;
     cudaStream_t st;
-    int chunk;    /* rows per forward chunk: max_batch, a whole number of cuBLAS groups when it holds one */
+    /* rows per forward chunk: max_batch, or a whole number of cuBLAS
+       groups of prefill_rows when max_batch holds one; small_chunk the
+       same from max_batch alone, for batches that ask more logits rows
+       than the max_batch rows of the logits buffer */
+    int chunk, small_chunk;
     cu_gemm *gemm; /* cuBLAS for the groups of prefill-sized chunks (NULL: chunks are narrower) */
     /* CUDA graphs of whole forwards, by (the attention's launch shape,
        spread for long caches or not; with taps or not; what comes back:
@@ -206,16 +211,41 @@ extern "C" void cuda_model_free(cuda_model *m) {
 
 static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen);
 
+/* Rows per prefill chunk on a GPU, when the caller's max_batch holds a
+   cuBLAS group: at least this many (DSPARK_CUDA_PREFILL_ROWS=N overrides
+   it; a value below max_batch leaves max_batch). A wider chunk gives the
+   prefill attention more blocks than the 1.45 waves of a 256-row chunk at
+   4k positions; measured on an H200 with a Qwen3-8B (docs/BENCHMARKS.md,
+   "Prefill chunks on the GPU"): 4k prefill 9,480-9,497 -> 10,762-10,785
+   tok/s from 256 to 1024 rows (11,071 at 2048 in another run), 16k 6,000 ->
+   6,199. A row's bits do not depend on its chunk
+   (cuBLAS groups and attention spans start at fixed rows and positions),
+   so this changes no result. Costs about 380 KB of scratch a row for that
+   model; the logits buffer keeps max_batch rows. */
+#define CU_PREFILL_ROWS 1024
+static int prefill_rows(void) {
+    static int rows = -1;
+    if (rows < 0) {
+        const char *e = getenv("DSPARK_CUDA_PREFILL_ROWS");
+        rows = e && *e && atoi(e) > 0 ? atoi(e) : CU_PREFILL_ROWS;
+    }
+    return rows;
+}
+
 extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, char *err, size_t errlen) {
     *out = NULL;
     CK(cudaSetDevice(m->gpu));
     const model_config *c = &m->cfg;
-    size_t B = (size_t)max_batch, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    const int G = cu_gemm_rows(), gemm = G > 0 && max_batch >= G && m->layers[0].wqkv.dt == DT_BF16;
+    const int rows = gemm && prefill_rows() > max_batch ? prefill_rows() / G * G : max_batch;
+    size_t B = (size_t)max_batch, R = (size_t)(rows > max_batch ? rows : max_batch), H = (size_t)c->hidden_size,
+           I = (size_t)c->intermediate_size;
     size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
     cuda_ctx *x = (cuda_ctx *)xcalloc(1, sizeof *x);
     x->m = m;
     x->cap = n_ctx;
     x->max_batch = max_batch;
+    x->rows = (int)R;
     size_t kvf = (size_t)c->n_layers * 2 * KD * (size_t)n_ctx;
     cudaError_t e = cudaMalloc((void **)&x->kv, sizeof(float) * kvf);
     if (e != cudaSuccess) {
@@ -224,7 +254,7 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
                       (double)sizeof(float) * kvf / (1 << 30), n_ctx, cudaGetErrorString(e), cu_tiles_hint());
     }
     float **bufs[] = {&x->x, &x->xb, &x->q, &x->att, &x->qkv, &x->gate, &x->logits, &x->part, &x->d_taps};
-    size_t sizes[] = {B * H, B * H, B * QD, B * QD, B * (QD + 2 * KD), B * I, B * (size_t)c->vocab_size,
+    size_t sizes[] = {R * H, R * H, R * QD, R * QD, R * (QD + 2 * KD), R * I, B * (size_t)c->vocab_size,
                       cu_attn_part_floats(c->n_heads, c->head_dim, n_ctx), (size_t)GRAPH_TAPS * GRAPH_ROWS * H};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         e = cudaMalloc((void **)bufs[i], sizeof(float) * sizes[i]);
@@ -233,18 +263,18 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
             return ds_err(err, errlen, "CUDA: cannot allocate scratch: %s%s", cudaGetErrorString(e), cu_tiles_hint());
         }
     }
-    if (cudaMalloc((void **)&x->tok, sizeof(int) * B) != cudaSuccess ||
-        cudaMalloc((void **)&x->pos, sizeof(int) * B) != cudaSuccess ||
+    if (cudaMalloc((void **)&x->tok, sizeof(int) * R) != cudaSuccess ||
+        cudaMalloc((void **)&x->pos, sizeof(int) * R) != cudaSuccess ||
         cudaMalloc((void **)&x->d_len, sizeof(int)) != cudaSuccess ||
         cudaMalloc((void **)&x->qkv_cnt, sizeof(int) * cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads)) != cudaSuccess ||
         cudaMemset(x->qkv_cnt, 0, sizeof(int) * cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads)) != cudaSuccess ||
-        cudaMalloc((void **)&x->d_ids, sizeof(int) * B) != cudaSuccess ||
-        cudaMallocHost((void **)&x->h_ids, sizeof(int) * B) != cudaSuccess ||
+        cudaMalloc((void **)&x->d_ids, sizeof(int) * R) != cudaSuccess ||
+        cudaMallocHost((void **)&x->h_ids, sizeof(int) * R) != cudaSuccess ||
         cudaMallocHost((void **)&x->h_samp, sizeof(cu_sample_args)) != cudaSuccess ||
         cudaMalloc((void **)&x->d_samp, sizeof(cu_sample_args)) != cudaSuccess ||
         cudaMalloc((void **)&x->escr, sizeof(float) * (B < MODEL_SAMPLE_ROWS ? B : MODEL_SAMPLE_ROWS) *
                                           cu_sample_stride(c->vocab_size)) != cudaSuccess ||
-        cudaMallocHost((void **)&x->h_in, sizeof(int) * (2 * B + 1)) != cudaSuccess ||
+        cudaMallocHost((void **)&x->h_in, sizeof(int) * (2 * R + 1)) != cudaSuccess ||
         cudaStreamCreateWithFlags(&x->st, cudaStreamNonBlocking) != cudaSuccess) {
         cuda_ctx_free(x);
         return ds_err(err, errlen, "CUDA: cannot allocate scratch%s", cu_tiles_hint());
@@ -254,10 +284,10 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
         cuda_ctx_free(x);
         return -1;
     }
-    x->chunk = max_batch;
-    int G = cu_gemm_rows();
-    if (G > 0 && max_batch >= G && m->layers[0].wqkv.dt == DT_BF16) {
-        x->chunk = max_batch / G * G;
+    x->chunk = x->small_chunk = max_batch;
+    if (gemm) {
+        x->chunk = (int)R / G * G;
+        x->small_chunk = max_batch / G * G;
         size_t kmax = H > I ? H : I, nmax = QD + 2 * KD > I ? QD + 2 * KD : I;
         if (QD > kmax) kmax = QD;
         if (H > nmax) nmax = H;
@@ -451,7 +481,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = x->st;
-    int B = x->max_batch;
+    int B = x->rows;
     cudaMemcpyAsync(x->tok, x->h_in, sizeof(int) * M, cudaMemcpyHostToDevice, st);
     cudaMemcpyAsync(x->pos, x->h_in + B, sizeof(int) * M, cudaMemcpyHostToDevice, st);
     cudaMemcpyAsync(x->d_len, x->h_in + 2 * B, sizeof(int), cudaMemcpyHostToDevice, st);
@@ -555,7 +585,7 @@ static int tail_rows(const model_batch *b, int row0, int M, int next_logit, int 
 static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int *next_logit, char *err,
                          size_t errlen) {
     const model_config *c = &x->m->cfg;
-    int B = x->max_batch, V = c->vocab_size, H = c->hidden_size;
+    int B = x->rows, V = c->vocab_size, H = c->hidden_size;
     for (int i = 0; i < M; i++) {
         x->h_in[i] = b->tokens[row0 + i];
         x->h_in[B + i] = b->pos ? b->pos[row0 + i] : x->len + i;
@@ -660,8 +690,10 @@ extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errle
     CK(cudaSetDevice(x->m->gpu));
     if (model_tiles(x->m, err, errlen) != 0) return -1;
     int next_logit = 0, len0 = x->len;
-    for (int row0 = 0; row0 < b->n; row0 += x->chunk) {
-        int M = b->n - row0 < x->chunk ? b->n - row0 : x->chunk;
+    /* a chunk's logits rows fit the max_batch rows of the logits buffer */
+    const int step = b->n_logits > x->max_batch ? x->small_chunk : x->chunk;
+    for (int row0 = 0; row0 < b->n; row0 += step) {
+        int M = b->n - row0 < step ? b->n - row0 : step;
         if (forward_chunk(x, b, row0, M, &next_logit, err, errlen) != 0) {
             x->len = len0;
             return -1;

@@ -5,8 +5,9 @@
  * The weights are copied to the device once (matmul weights in their file
  * dtype, bf16 / f16 / f32; norms, biases and RoPE frequencies as f32); a
  * context owns the device KV cache (f32, [layer][K|V][kv_head][pos][hd]) and
- * scratch for max_batch rows. cuda_forward runs model_forward's computation
- * on the device and copies back only the logits rows asked for and the taps.
+ * scratch for max_batch rows (more for prefill chunks: cuda_ctx_create).
+ * cuda_forward runs model_forward's computation on the device and copies
+ * back only the logits rows asked for and the taps.
  *
  * Numerics follow the CPU backend: f32 activations and accumulation, weights
  * widened in the kernels. Every kernel computes each row with the same

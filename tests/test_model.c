@@ -233,6 +233,39 @@ static void check_device_taps(const model *m, model_ctx *c, const model_batch *b
     free(back);
 }
 
+/* A prompt's last logits row has the same bits whether the forward runs
+   it in wide chunks (max_batch 256: on a GPU, chunks of the prefill rows,
+   1024 by default) or in max_batch-sized ones (a batch that asks more
+   logits rows than max_batch: chunks of 128 rows), on the CPU and on a GPU:
+   the cuBLAS groups start at the same rows either way. */
+TEST(model_prefill_chunk_invariant) {
+    char dir[600], err[1024];
+    snprintf(dir, sizeof dir, "%s/models/qwen3-bf16", test_data_dir());
+    model *m;
+    if (model_load(&m, dir, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return;
+    }
+    const int n = 600, V = model_cfg(m)->vocab_size;
+    int *ids = xmalloc(sizeof(int) * n);
+    uint32_t r = 7;
+    for (int i = 0; i < n; i++) ids[i] = (int)((r = r * 1664525u + 1013904223u) >> 8) % V;
+    float *wide = xmalloc(sizeof(float) * V), *all = xmalloc(sizeof(float) * (size_t)n * V);
+    model_ctx *a, *b;
+    CHECK(mctx_create(&a, m, n + 8, 256, NULL, err, sizeof err) == 0);
+    CHECK(mctx_create(&b, m, n + 8, 128, NULL, err, sizeof err) == 0);
+    model_batch ba = {.n = n, .tokens = ids, .n_logits = 1, .logits = wide};
+    model_batch bb = {.n = n, .tokens = ids, .n_logits = n, .logits = all};
+    CHECK_MSG(model_forward(a, &ba, err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(model_forward(b, &bb, err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(!memcmp(wide, all + (size_t)(n - 1) * V, sizeof(float) * V),
+              "the last row differs between wide chunks and max_batch chunks");
+    mctx_free(a);
+    mctx_free(b);
+    free(ids), free(wide), free(all);
+    model_free(m);
+}
+
 TEST(model_taps_and_truncate) {
     const char *names[] = {"qwen3-bf16", "llama3-bf16", "bundled"};
     for (int k = 0; k < 3; k++) {
