@@ -8,6 +8,9 @@
  *
  * ids (the default): each row's argmax comes back, as a greedy verify asks;
  * logits: every row's vocabulary-wide logits come back, as a sampled one.
+ * The first line is the prefill of CONTEXT tokens from an empty cache, in
+ * chunks of the context's max_batch (256, as `dspark run`; DSPARK_BENCH_BATCH=N
+ * sets it).
  *
  * Prints one line per k: width, median ms, ratio to k=1. Not run by tests. */
 #include <stdio.h>
