@@ -216,28 +216,38 @@ static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen);
    it; a value below max_batch leaves max_batch). A wider chunk gives the
    prefill attention more blocks than the 1.45 waves of a 256-row chunk at
    4k positions; measured on an H200 with a Qwen3-8B (docs/BENCHMARKS.md,
-   "Prefill chunks on the GPU"): 4k prefill 9,480-9,497 -> 10,762-10,785
+   "Where a prefill's time goes"): 4k prefill 9,480-9,497 -> 10,762-10,785
    tok/s from 256 to 1024 rows (11,071 at 2048 in another run), 16k 6,000 ->
    6,199. A row's bits do not depend on its chunk
    (cuBLAS groups and attention spans start at fixed rows and positions),
    so this changes no result. Costs about 380 KB of scratch a row for that
-   model; the logits buffer keeps max_batch rows. */
+   model; the logits buffer keeps max_batch rows. When the wider scratch
+   cannot be allocated, the context falls back to max_batch rows. */
 #define CU_PREFILL_ROWS 1024
+static int g_prefill_rows = -1; /* -1: not read yet */
 static int prefill_rows(void) {
-    static int rows = -1;
-    if (rows < 0) {
+    if (g_prefill_rows < 0) {
         const char *e = getenv("DSPARK_CUDA_PREFILL_ROWS");
-        rows = e && *e && atoi(e) > 0 ? atoi(e) : CU_PREFILL_ROWS;
+        g_prefill_rows = e && *e && atoi(e) > 0 ? atoi(e) : CU_PREFILL_ROWS;
     }
-    return rows;
+    return g_prefill_rows;
+}
+extern "C" int cuda_test_prefill_rows(int rows) {
+    int prev = prefill_rows();
+    g_prefill_rows = rows;
+    return prev;
 }
 
-extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, char *err, size_t errlen) {
-    *out = NULL;
-    CK(cudaSetDevice(m->gpu));
+/* whether a context of max_batch rows runs cuBLAS groups (bf16 weights) */
+static int takes_gemm(const cuda_model *m, int max_batch) {
+    return cu_gemm_rows() > 0 && max_batch >= cu_gemm_rows() && m->layers[0].wqkv.dt == DT_BF16;
+}
+
+/* a context with activation scratch for `rows` rows (at least max_batch) */
+static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, int rows, char *err,
+                      size_t errlen) {
     const model_config *c = &m->cfg;
-    const int G = cu_gemm_rows(), gemm = G > 0 && max_batch >= G && m->layers[0].wqkv.dt == DT_BF16;
-    const int rows = gemm && prefill_rows() > max_batch ? prefill_rows() / G * G : max_batch;
+    const int G = cu_gemm_rows(), gemm = takes_gemm(m, max_batch);
     size_t B = (size_t)max_batch, R = (size_t)(rows > max_batch ? rows : max_batch), H = (size_t)c->hidden_size,
            I = (size_t)c->intermediate_size;
     size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
@@ -306,6 +316,16 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
     }
     *out = x;
     return 0;
+}
+
+extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, char *err, size_t errlen) {
+    *out = NULL;
+    CK(cudaSetDevice(m->gpu));
+    const int G = cu_gemm_rows(), rows = G > 0 ? prefill_rows() / G * G : 0;
+    if (takes_gemm(m, max_batch) && rows > max_batch && ctx_create(out, m, n_ctx, max_batch, rows, err, errlen) == 0)
+        return 0;
+    cudaGetLastError(); /* (a failed allocation above is not sticky) */
+    return ctx_create(out, m, n_ctx, max_batch, max_batch, err, errlen);
 }
 
 extern "C" void cuda_ctx_free(cuda_ctx *x) {

@@ -85,6 +85,9 @@ const float *cuda_ctx_taps(cuda_ctx *c, int n, int *rows);
 int cuda_forward(cuda_ctx *c, const void *b, char *err, size_t errlen);
 
 /* ---- single ops on host arrays, for tests against the CPU ops ---- */
+/* sets the rows of a context's prefill scratch (CU_PREFILL_ROWS) for the
+ * contexts created next; returns the previous setting */
+int cuda_test_prefill_rows(int rows);
 /* bytes from device memory at src into host memory at dst */
 int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 /* y[M][N] = x[M][K] . W[N][K]^T (+ bias[N]); W in dtype dt. */

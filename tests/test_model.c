@@ -251,9 +251,15 @@ TEST(model_prefill_chunk_invariant) {
     uint32_t r = 7;
     for (int i = 0; i < n; i++) ids[i] = (int)((r = r * 1664525u + 1013904223u) >> 8) % V;
     float *wide = xmalloc(sizeof(float) * V), *all = xmalloc(sizeof(float) * (size_t)n * V);
-    model_ctx *a, *b;
-    CHECK(mctx_create(&a, m, n + 8, 256, NULL, err, sizeof err) == 0);
-    CHECK(mctx_create(&b, m, n + 8, 128, NULL, err, sizeof err) == 0);
+    model_ctx *a = NULL, *b = NULL;
+    if (mctx_create(&a, m, n + 8, 256, NULL, err, sizeof err) != 0 ||
+        mctx_create(&b, m, n + 8, 128, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        mctx_free(a);
+        free(ids), free(wide), free(all);
+        model_free(m);
+        return;
+    }
     model_batch ba = {.n = n, .tokens = ids, .n_logits = 1, .logits = wide};
     model_batch bb = {.n = n, .tokens = ids, .n_logits = n, .logits = all};
     CHECK_MSG(model_forward(a, &ba, err, sizeof err) == 0, "%s", err);

@@ -70,6 +70,15 @@ TEST(cuda_prefill_chunking_same_cache) {
     CHECK_MSG(run(mg, 128, prompt, lb, ib, err, sizeof err) == 0, "%s", err);
     CHECK_MSG(!memcmp(la, lb, sizeof(float) * nl), "prefill in one call and in 128-row calls give different logits");
     CHECK_MSG(!memcmp(ia, ib, sizeof ia), "prefill in one call and in 128-row calls continue differently");
+    /* prefill chunks too wide for the device's memory: the context falls
+       back to max_batch rows of scratch, with the same bits */
+    float *ld = xmalloc(sizeof(float) * nl);
+    int id[N_DECODE];
+    int prev = cuda_test_prefill_rows(1 << 28);
+    CHECK_MSG(run(mg, 0, prompt, ld, id, err, sizeof err) == 0, "%s", err);
+    cuda_test_prefill_rows(prev);
+    CHECK_MSG(!memcmp(la, ld, sizeof(float) * nl), "the fallback to max_batch rows of scratch gives different logits");
+    free(ld);
     /* the CPU reference: every logits row within the golden tolerance */
     CHECK_MSG(run(mc, 0, prompt, lc, ic, err, sizeof err) == 0, "%s", err);
     for (int i = 0; i <= N_DECODE; i++) {
