@@ -9,7 +9,10 @@
 # script with REPS=1 and small sizes does both), then, while the machine is
 # still warm (its /tmp is kept), run bench/gpu-bench.sh with L=$L in the next
 # call, so that both engines are measured in that one run.
-#   - puts the real Qwen3 tokenizer next to the weights if they have none;
+#   - puts the real Qwen3 tokenizer next to the weights if they have none
+#     (from TOK=DIR, $P/tok/qwen3 or $L/tok/qwen3: a first call that carries
+#     the llama.cpp archive without the devpack needs TOK, e.g. the
+#     tokenizer files unpacked from an archive carried with it);
 #   - converts the checkpoint once to a bf16 GGUF (kept as DIR-bf16.gguf);
 #   - prefill of 512, 4096 and 16384 tokens from an empty context, and decode
 #     of 128 tokens at depth 0, 512 and 8192; markdown table to OUT/llama-bench.txt.
