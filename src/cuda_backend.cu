@@ -212,8 +212,8 @@ extern "C" void cuda_model_free(cuda_model *m) {
 static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen);
 
 /* Rows per prefill chunk on a GPU, when the caller's max_batch holds a
-   cuBLAS group: at least this many (DSPARK_CUDA_PREFILL_ROWS=N overrides
-   it; a value below max_batch leaves max_batch). A wider chunk gives the
+   cuBLAS group: at least CUDA_PREFILL_ROWS (DSPARK_CUDA_PREFILL_ROWS=N
+   overrides it; a value below max_batch leaves max_batch). A wider chunk gives the
    prefill attention more blocks than the 1.45 waves of a 256-row chunk at
    4k positions; measured on an H200 with a Qwen3-8B (docs/BENCHMARKS.md,
    "Where a prefill's time goes"): 4k prefill 9,480-9,497 -> 10,762-10,785
@@ -223,12 +223,11 @@ static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen);
    so this changes no result. Costs about 380 KB of scratch a row for that
    model; the logits buffer keeps max_batch rows. When the wider scratch
    cannot be allocated, the context falls back to max_batch rows. */
-#define CU_PREFILL_ROWS 1024
 static int g_prefill_rows = -1; /* -1: not read yet */
 static int prefill_rows(void) {
     if (g_prefill_rows < 0) {
         const char *e = getenv("DSPARK_CUDA_PREFILL_ROWS");
-        g_prefill_rows = e && *e && atoi(e) > 0 ? atoi(e) : CU_PREFILL_ROWS;
+        g_prefill_rows = e && *e && atoi(e) > 0 ? atoi(e) : CUDA_PREFILL_ROWS;
     }
     return g_prefill_rows;
 }
@@ -243,13 +242,13 @@ static int takes_gemm(const cuda_model *m, int max_batch) {
     return cu_gemm_rows() > 0 && max_batch >= cu_gemm_rows() && m->layers[0].wqkv.dt == DT_BF16;
 }
 
-/* a context with activation scratch for `rows` rows (at least max_batch) */
+/* a context with activation scratch for rows >= max_batch rows (a whole
+   number of cuBLAS groups when more) */
 static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, int rows, char *err,
                       size_t errlen) {
     const model_config *c = &m->cfg;
     const int G = cu_gemm_rows(), gemm = takes_gemm(m, max_batch);
-    size_t B = (size_t)max_batch, R = (size_t)(rows > max_batch ? rows : max_batch), H = (size_t)c->hidden_size,
-           I = (size_t)c->intermediate_size;
+    size_t B = (size_t)max_batch, R = (size_t)rows, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
     cuda_ctx *x = (cuda_ctx *)xcalloc(1, sizeof *x);
     x->m = m;

@@ -38,6 +38,10 @@ extern "C" {
  * whole group of this many rows from the call's first row; above
  * SPEC_MAX_DRAFT + 1 and dividing spec's prefill chunk (spec.c checks) */
 #define CUDA_GEMM_MIN_ROWS 128
+/* rows per prefill chunk of a context whose max_batch holds a cuBLAS group
+ * (at least; DSPARK_CUDA_PREFILL_ROWS overrides it): activation scratch for
+ * that many rows, logits for max_batch (cuda_backend.cu says why) */
+#define CUDA_PREFILL_ROWS 1024
 
 typedef struct cuda_model cuda_model;
 typedef struct cuda_ctx cuda_ctx;
@@ -85,7 +89,7 @@ const float *cuda_ctx_taps(cuda_ctx *c, int n, int *rows);
 int cuda_forward(cuda_ctx *c, const void *b, char *err, size_t errlen);
 
 /* ---- single ops on host arrays, for tests against the CPU ops ---- */
-/* sets the rows of a context's prefill scratch (CU_PREFILL_ROWS) for the
+/* sets the rows of a context's prefill scratch (CUDA_PREFILL_ROWS) for the
  * contexts created next; returns the previous setting */
 int cuda_test_prefill_rows(int rows);
 /* bytes from device memory at src into host memory at dst */

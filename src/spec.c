@@ -15,6 +15,7 @@
 _Static_assert(SPEC_MAX_DRAFT + 1 < CUDA_GEMM_MIN_ROWS, "verify widths reach the cuBLAS prefill path");
 _Static_assert(SPEC_MAX_DRAFT + 1 <= MODEL_SAMPLE_ROWS, "a verify has more rows than a forward samples");
 _Static_assert(SPEC_PREFILL_CHUNK % CUDA_GEMM_MIN_ROWS == 0, "prefill chunks cut the cuBLAS groups differently");
+_Static_assert(SPEC_PREFILL_CHUNK == CUDA_PREFILL_ROWS, "the speculative prefill's chunks are the GPU's");
 /* prompt rows between progress reports on the plain prefill path */
 #define PROGRESS_CHUNK 512
 

@@ -29,9 +29,9 @@
 
 #define SPEC_MAX_DRAFT 64
 /* the default prompt rows per forward of a feature drafter's prefill: the
-   GPU's prefill chunk (CU_PREFILL_ROWS), so the speculative prefill runs
-   the plain one's chunks; its taps stay on a GPU (84 MB for five taps of
-   Qwen3-8B) or pass through the host at once */
+   GPU's prefill chunk (CUDA_PREFILL_ROWS, spec.c checks), so the
+   speculative prefill runs the plain one's chunks; its taps stay on a GPU
+   (84 MB for five taps of Qwen3-8B) or pass through the host at once */
 #define SPEC_PREFILL_CHUNK 1024
 
 typedef struct {
