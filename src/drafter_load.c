@@ -159,10 +159,6 @@ static void release_tensor(const tensor *t) {
     if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
-static int same_bytes(const tensor *a, const tensor *b) {
-    return a->dtype == b->dtype && a->ndim == b->ndim && a->nbytes == b->nbytes &&
-           memcmp(a->shape, b->shape, sizeof a->shape) == 0 && memcmp(a->data, b->data, a->nbytes) == 0;
-}
 
 static int check_pairing(const drafter_config *c, const model_config *t, const char *dir, char *err, size_t errlen) {
     const model_config *b = &c->base;
@@ -277,12 +273,12 @@ int dmodel_load(dmodel **out, const char *dir, const model *target, const model_
         /* DSpark ships copies of the target's tables: use the target's when
            they are the same bytes, and give the copies' memory back */
         const tensor *te = model_embed(target), *th = model_lm_head(target);
-        if (same_bytes(dm->embed, te)) {
+        if (tensor_same_values(dm->embed, te)) {
             release_tensor(dm->embed);
             dm->embed = te;
             dm->alias_embed = 1;
         }
-        if (same_bytes(dm->lm_head, th)) {
+        if (tensor_same_values(dm->lm_head, th)) {
             release_tensor(dm->lm_head);
             dm->lm_head = th;
             dm->alias_head = 1;

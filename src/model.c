@@ -61,11 +61,34 @@ static int parse_device(const char *d) {
     return -2;
 }
 
+/* On the CPU, the matmul weights read into memory take the rows8 layout
+   (tensor.h), in which the decode matmul streams a block of 8 rows as one
+   run with 8 independent chains: on a Zen 4 host 28-30 GB/s a thread where
+   four row-major rows read 12-16 (docs/BENCHMARKS.md, bench/gemv-layout.c).
+   The results are the same bits. A tied embedding is the LM head, so it
+   is laid out for it (op_embed reads either layout); an untied one is only
+   gathered and stays row-major, as do mapped files (--mmap) and shapes
+   that are not multiples of 8. DSPARK_ROWS8=0 keeps every weight
+   row-major (for comparisons). */
+static void cpu_layout(model *m) {
+    const char *e = getenv("DSPARK_ROWS8");
+    if (e && !strcmp(e, "0")) return;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const layer_w *L = &m->layers[l];
+        const tensor *w[] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) st_set_rows8(m->st, w[i]);
+    }
+    st_set_rows8(m->st, m->lm_head);
+}
+
 static int open_device(model *m, const model_load_opts *opt, char *err, size_t errlen) {
     const char *d = opt && opt->device ? opt->device : getenv("DSPARK_DEVICE");
     int gpu = parse_device(d);
     snprintf(m->device, sizeof m->device, "cpu");
-    if (gpu == -1) return 0;
+    if (gpu == -1) {
+        cpu_layout(m);
+        return 0;
+    }
     if (gpu == -2) return ds_err(err, errlen, "device \"%s\": expected cpu, cuda or cuda:N", d);
     cuda_weights w = {.cfg = &m->cfg, .embed = m->embed, .lm_head = m->lm_head, .final_norm = m->final_norm,
                       .inv_freq = m->inv_freq, .layers = m->layers};

@@ -127,11 +127,21 @@ static float scalar_dot(const float *a, const float *b, int n) {
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-static void scalar_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+/* row n of an N x K weight (row-major or rows8) widened into w */
+static void weight_row_f32(float *w, const void *W, ds_dtype dt, int r8, int64_t K, int64_t n) {
+    size_t es = elt_size(dt);
+    if (!r8) {
+        scalar_to_f32(w, (const char *)W + (size_t)(n * K) * es, dt, K);
+        return;
+    }
+    for (int64_t k = 0; k < K; k += 8) scalar_to_f32(w + k, (const char *)W + tensor_off(K, 1, n, k) * es, dt, 8);
+}
+
+static void scalar_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                                const float *bias, int n0, int n1) {
     float *w = ops_scratch((size_t)K * sizeof(float) + 64);
     for (int n = n0; n < n1; n++) {
-        scalar_to_f32(w, (const char *)W + (size_t)n * K * elt_size(dt), dt, K);
+        weight_row_f32(w, W, dt, r8, K, n);
         for (int m = 0; m < M; m++) {
             float v = scalar_dot(x + (size_t)m * K, w, K);
             y[(size_t)m * N + n] = bias ? v + bias[n] : v;
@@ -145,6 +155,7 @@ typedef struct {
     int M, K, N;
     const void *W;
     ds_dtype dt;
+    int r8;       /* W in the rows8 layout */
     const float *bias;
     int simd;     /* kernel level (ops_level) */
     float *xp;    /* x packed for avx512_matmul_pairs, or NULL */
@@ -164,19 +175,19 @@ static void mm_worker(void *p, int ith, int nth) {
         int n1 = n0 + c->unit < c->N ? n0 + c->unit : c->N;
 #ifdef DS_HAVE_AVX2_PATH
         if (c->xp) {
-            avx512_matmul_pairs(c->y, c->xp, c->M, c->K, c->N, c->W, c->dt, c->bias, n0, n1);
+            avx512_matmul_pairs(c->y, c->xp, c->M, c->K, c->N, c->W, c->dt, c->r8, c->bias, n0, n1);
             continue;
         }
         if (c->simd == 2) {
-            avx512_matmul_rows(c->y, c->x, c->M, c->K, c->N, c->W, c->dt, c->bias, n0, n1);
+            avx512_matmul_rows(c->y, c->x, c->M, c->K, c->N, c->W, c->dt, c->r8, c->bias, n0, n1);
             continue;
         }
         if (c->simd) {
-            avx2_matmul_rows(c->y, c->x, c->M, c->K, c->N, c->W, c->dt, c->bias, n0, n1);
+            avx2_matmul_rows(c->y, c->x, c->M, c->K, c->N, c->W, c->dt, c->r8, c->bias, n0, n1);
             continue;
         }
 #endif
-        scalar_matmul_rows(c->y, c->x, c->M, c->K, c->N, c->W, c->dt, c->bias, n0, n1);
+        scalar_matmul_rows(c->y, c->x, c->M, c->K, c->N, c->W, c->dt, c->r8, c->bias, n0, n1);
     }
 }
 
@@ -190,7 +201,8 @@ void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, cons
     int N = (int)W->shape[0], K = W->ndim > 1 ? (int)W->shape[1] : 1;
     if (M <= 0 || N <= 0) return;
     int nth = tp_size(tp);
-    mm_ctx c = {.y = y, .x = x, .M = M, .K = K, .N = N, .W = W->data, .dt = W->dtype, .bias = bias,
+    /* rows8 weights: every chunk below starts at a multiple of 8 rows */
+    mm_ctx c = {.y = y, .x = x, .M = M, .K = K, .N = N, .W = W->data, .dt = W->dtype, .r8 = W->rows8, .bias = bias,
                 .simd = ops_level()};
 #ifdef DS_HAVE_AVX2_PATH
     if (c.simd == 2 && M >= 2 && M <= OPS_PAIRS_MAX_M && K >= 1) {
@@ -385,8 +397,15 @@ void op_to_f32(float *y, const void *x, ds_dtype dt, int64_t n) {
 void op_embed(float *y, const tensor *emb, const int *tokens, int M) {
     int64_t D = emb->ndim > 1 ? emb->shape[1] : 1;
     size_t es = elt_size(emb->dtype);
-    for (int m = 0; m < M; m++)
-        op_to_f32(y + (size_t)m * D, (const char *)emb->data + (size_t)tokens[m] * D * es, emb->dtype, D);
+    for (int m = 0; m < M; m++) {
+        if (!emb->rows8) {
+            op_to_f32(y + (size_t)m * D, (const char *)emb->data + (size_t)tokens[m] * D * es, emb->dtype, D);
+            continue;
+        }
+        for (int64_t k = 0; k < D; k += 8) /* a tied embedding, laid out for the LM head */
+            op_to_f32(y + (size_t)m * D + k, (const char *)emb->data + tensor_off(D, 1, tokens[m], k) * es, emb->dtype,
+                      8);
+    }
 }
 
 int scalar_argmax(const float *x, int n) {

@@ -13,7 +13,15 @@
  * chunk's tile to f32 once into per-thread scratch and runs every x row
  * over it from L1/L2; the partial accumulators of all rows live in scratch
  * between K tiles, so the arithmetic of an output is the same as in the
- * direct loop (see ops_internal.h on why that matters). */
+ * direct loop (see ops_internal.h on why that matters).
+ *
+ * Weights in the rows8 layout (tensor.h: blocks of 8 rows interleaved in
+ * pieces of 8 columns) are read the same way with other strides: a row's
+ * next piece is 8 pieces further, the next row's piece one piece further.
+ * At M == 1 the direct loop then takes all 8 rows of a block at once,
+ * one contiguous stream and 8 independent chains, without software
+ * prefetch (bench/gemv-layout.c: 28-30 GB/s on one Zen 4 thread where four
+ * row-major rows with prefetch read 12-16). */
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
@@ -26,6 +34,7 @@
 /* the register blocks index arrays of vectors by loop counters over
  * compile-time bounds; unrolled, they become plain registers */
 #define UNROLL _Pragma("GCC unroll 4")
+#define UNROLL8 _Pragma("GCC unroll 8")
 
 AI __m256 ld_bf16(const void *p) {
     __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -76,13 +85,15 @@ AI float hsum1(__m256 a) { return _mm_cvtss_f32(hsum4(a, a, a, a)); }
 /* acc[i][j] = dot(xr[i][0..len), w row j [0..len)) for i < MR, j < NR,
  * continuing 8-lane accumulators from io (unless first) and either saving
  * them back to io (unless last) or reducing them into sums[i*4 + j].
- * w rows are ldw elements apart; io holds acc (i, j) at (i*ios + j)*8. */
-AI void kern(const int MR, const int NR, const ds_dtype dt, const int pf, const float *const *xr, const void *w,
-             size_t ldw, int len, float *io, size_t ios, int first, int last, float *sums) {
-    __m256 acc[3][4];
+ * Element k of w row j is at (j*ldw + k*ks) elements for k a multiple of
+ * 8 (ks 1: row-major; 8: rows8, len a multiple of 8) and the 7 after it;
+ * io holds acc (i, j) at (i*ios + j)*8. NR is 8 only with MR 1. */
+AI void kern(const int MR, const int NR, const ds_dtype dt, const int pf, const int ks, const float *const *xr,
+             const void *w, size_t ldw, int len, float *io, size_t ios, int first, int last, float *sums) {
+    __m256 acc[3][8];
     UNROLL
     for (int i = 0; i < MR; i++)
-        UNROLL
+        UNROLL8
         for (int j = 0; j < NR; j++)
             acc[i][j] = first ? _mm256_setzero_ps() : _mm256_load_ps(io + (i * ios + (size_t)j) * 8);
     const size_t es = dt == DT_F32 ? 4 : 2;
@@ -101,9 +112,9 @@ AI void kern(const int MR, const int NR, const ds_dtype dt, const int pf, const 
         __m256 xv[3];
         UNROLL
         for (int i = 0; i < MR; i++) xv[i] = _mm256_loadu_ps(xr[i] + k);
-        UNROLL
+        UNROLL8
         for (int j = 0; j < NR; j++) {
-            __m256 wv = ld_w(wb + ((size_t)j * ldw + (size_t)k) * es, dt);
+            __m256 wv = ld_w(wb + ((size_t)j * ldw + (size_t)k * ks) * es, dt);
             UNROLL
             for (int i = 0; i < MR; i++) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
         }
@@ -111,17 +122,20 @@ AI void kern(const int MR, const int NR, const ds_dtype dt, const int pf, const 
     if (k < len) {
         int rem = len - k;
         __m256i mask = tail_mask(rem);
-        __m256 wv[4];
-        UNROLL
-        for (int j = 0; j < NR; j++) wv[j] = ld_w_tail(wb + ((size_t)j * ldw + (size_t)k) * es, dt, rem, mask);
+        __m256 wv[8];
+        UNROLL8
+        for (int j = 0; j < NR; j++) wv[j] = ld_w_tail(wb + ((size_t)j * ldw + (size_t)k * ks) * es, dt, rem, mask);
         UNROLL
         for (int i = 0; i < MR; i++) {
             __m256 xv = _mm256_maskload_ps(xr[i] + k, mask);
-            UNROLL
+            UNROLL8
             for (int j = 0; j < NR; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
         }
     }
-    if (last) {
+    if (last && NR == 8) { /* MR == 1: rows 0-3 and 4-7, each output reduced as everywhere */
+        _mm_storeu_ps(sums, hsum4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]));
+        _mm_storeu_ps(sums + 4, hsum4(acc[0][4], acc[0][5], acc[0][6], acc[0][7]));
+    } else if (last) {
         UNROLL
         for (int i = 0; i < MR; i++) {
             __m128 s = hsum4(acc[i][0], acc[i][NR > 1 ? 1 : 0], acc[i][NR > 2 ? 2 : 0], acc[i][NR > 3 ? 3 : 0]);
@@ -130,7 +144,7 @@ AI void kern(const int MR, const int NR, const ds_dtype dt, const int pf, const 
     } else {
         UNROLL
         for (int i = 0; i < MR; i++)
-            UNROLL
+            UNROLL8
             for (int j = 0; j < NR; j++) _mm256_store_ps(io + (i * ios + (size_t)j) * 8, acc[i][j]);
     }
 }
@@ -149,14 +163,22 @@ static inline int block_rows(int rem) { return rem == 4 ? 2 : rem < MR_MAX ? rem
 #define DEF_KERN(name, dt, pf)                                              \
     static void name(int mr, int nr, KERN_PARAMS) {                         \
         if (nr == 4) {                                                      \
-            if (mr == 3) kern(3, 4, dt, pf, KERN_ARGS);                     \
-            else if (mr == 2) kern(2, 4, dt, pf, KERN_ARGS);                \
-            else kern(1, 4, dt, pf, KERN_ARGS);                             \
+            if (mr == 3) kern(3, 4, dt, pf, 1, KERN_ARGS);                  \
+            else if (mr == 2) kern(2, 4, dt, pf, 1, KERN_ARGS);             \
+            else kern(1, 4, dt, pf, 1, KERN_ARGS);                          \
         } else {                                                            \
-            if (mr == 3) kern(3, 1, dt, pf, KERN_ARGS);                     \
-            else if (mr == 2) kern(2, 1, dt, pf, KERN_ARGS);                \
-            else kern(1, 1, dt, pf, KERN_ARGS);                             \
+            if (mr == 3) kern(3, 1, dt, pf, 1, KERN_ARGS);                  \
+            else if (mr == 2) kern(2, 1, dt, pf, 1, KERN_ARGS);             \
+            else kern(1, 1, dt, pf, 1, KERN_ARGS);                          \
         }                                                                   \
+    }
+/* on rows8 weights: 8 rows (with one x row) or 4, no software prefetch */
+#define DEF_KERN_R8(name, dt)                                               \
+    static void name(int mr, int nr, KERN_PARAMS) {                         \
+        if (nr == 8) kern(1, 8, dt, 0, 8, KERN_ARGS);                       \
+        else if (mr == 3) kern(3, 4, dt, 0, 8, KERN_ARGS);                  \
+        else if (mr == 2) kern(2, 4, dt, 0, 8, KERN_ARGS);                  \
+        else kern(1, 4, dt, 0, 8, KERN_ARGS);                               \
     }
 /* on data in cache (packed tiles, the KV cache block) */
 DEF_KERN(kern_f32, DT_F32, 0)
@@ -168,16 +190,21 @@ DEF_KERN(kern_f16, DT_F16, 1)
 DEF_KERN(kern_bf16_l1, DT_BF16, 0)
 DEF_KERN(kern_f16_l1, DT_F16, 0)
 
+DEF_KERN_R8(kern_bf16_r8, DT_BF16)
+DEF_KERN_R8(kern_f16_r8, DT_F16)
+DEF_KERN_R8(kern_f32_r8, DT_F32)
+
 typedef void (*kern_fn)(int mr, int nr, KERN_PARAMS);
 
 /* kern for W streamed from memory (first pass) or already in L1 */
-static kern_fn kern_for(ds_dtype dt, int from_memory) {
+static kern_fn kern_for(ds_dtype dt, int from_memory, int r8) {
+    if (r8) return dt == DT_F32 ? kern_f32_r8 : dt == DT_BF16 ? kern_bf16_r8 : kern_f16_r8;
     if (dt == DT_F32) return from_memory ? kern_f32_mem : kern_f32;
     if (dt == DT_BF16) return from_memory ? kern_bf16 : kern_bf16_l1;
     return from_memory ? kern_f16 : kern_f16_l1;
 }
 
-/* y[m0+i][n+j] = sums[i*4 + j] (+ bias[n+j]) for the mr x nr block */
+/* y[m0+i][n+j] = sums[i*4 + j] (+ bias[n+j]) for the mr x nr block (nr 8: mr 1) */
 static void store_sums(float *y, int N, int m0, int mr, int n, int nr, const float *sums, const float *bias) {
     for (int i = 0; i < mr; i++) {
         float *yr = y + (size_t)(m0 + i) * N + n;
@@ -185,58 +212,63 @@ static void store_sums(float *y, int N, int m0, int mr, int n, int nr, const flo
     }
 }
 
-/* M rows of x against W rows [n0, n1) read in place (no scratch). */
-static void matmul_direct(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+/* M rows of x against W rows [n0, n1) read in place (no scratch); rows8
+ * weights (r8) have n0, n1 and K multiples of 8. */
+static void matmul_direct(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                           const float *bias, int n0, int n1) {
-    kern_fn kmem = kern_for(dt, 1), kl1 = kern_for(dt, 0);
-    size_t es = dt == DT_F32 ? 4 : 2;
+    kern_fn kmem = kern_for(dt, 1, r8), kl1 = kern_for(dt, 0, r8);
+    size_t es = dt == DT_F32 ? 4 : 2, ldw = r8 ? 8 : (size_t)K;
     float sums[MR_MAX * 4];
     const float *xr[MR_MAX];
     for (int n = n0; n < n1;) {
-        int nr = n1 - n >= 4 ? 4 : 1;
-        const void *w = (const char *)W + (size_t)n * K * es;
+        int nr = r8 && M == 1 ? 8 : n1 - n >= 4 ? 4 : 1;
+        const void *w = (const char *)W + tensor_off(K, r8, n, 0) * es;
         for (int m0 = 0, mr; m0 < M; m0 += mr) {
             mr = block_rows(M - m0);
             for (int i = 0; i < mr; i++) xr[i] = x + (size_t)(m0 + i) * K;
-            (m0 == 0 ? kmem : kl1)(mr, nr, xr, w, (size_t)K, K, NULL, 0, 1, 1, sums);
+            (m0 == 0 ? kmem : kl1)(mr, nr, xr, w, ldw, K, NULL, 0, 1, 1, sums);
             store_sums(y, N, m0, mr, n, nr, sums, bias);
         }
         n += nr;
     }
 }
 
-void avx2_matmul_direct(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+void avx2_matmul_direct(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                         const float *bias, int n0, int n1) {
-    matmul_direct(y, x, M, K, N, W, dt, bias, n0, n1);
+    matmul_direct(y, x, M, K, N, W, dt, r8, bias, n0, n1);
 }
 
 /* Widens W rows [n0, n0+nb), columns [k0, k0+kc) into wf[nb][OPS_KC]. */
-static void pack_tile(float *wf, const void *W, ds_dtype dt, int K, int n0, int nb, int k0, int kc) {
-    size_t es = dt == DT_F32 ? 4 : 2;
+static void pack_tile(float *wf, const void *W, ds_dtype dt, int r8, int K, int n0, int nb, int k0, int kc) {
+    size_t es = dt == DT_F32 ? 4 : 2, ks = r8 ? 8 : 1; /* piece k of a row at src + k*ks*es */
     for (int r = 0; r < nb; r++) {
-        const char *src = (const char *)W + ((size_t)(n0 + r) * K + k0) * es;
+        const char *src = (const char *)W + tensor_off(K, r8, n0 + r, k0) * es;
         float *dst = wf + (size_t)r * OPS_KC;
         int k = 0;
         if (dt == DT_BF16) {
             for (; k + 16 <= kc; k += 16) {
-                _mm256_store_ps(dst + k, ld_bf16(src + k * 2));
-                _mm256_store_ps(dst + k + 8, ld_bf16(src + k * 2 + 16));
+                _mm256_store_ps(dst + k, ld_bf16(src + k * ks * 2));
+                _mm256_store_ps(dst + k + 8, ld_bf16(src + (k + 8) * ks * 2));
             }
         } else if (dt == DT_F16) {
             for (; k + 16 <= kc; k += 16) {
-                _mm256_store_ps(dst + k, ld_f16(src + k * 2));
-                _mm256_store_ps(dst + k + 8, ld_f16(src + k * 2 + 16));
+                _mm256_store_ps(dst + k, ld_f16(src + k * ks * 2));
+                _mm256_store_ps(dst + k + 8, ld_f16(src + (k + 8) * ks * 2));
             }
         }
-        for (; k + 8 <= kc; k += 8) _mm256_store_ps(dst + k, ld_w(src + k * es, dt));
-        if (k < kc) {
+        for (; k + 8 <= kc; k += 8) _mm256_store_ps(dst + k, ld_w(src + k * ks * es, dt));
+        if (k < kc) { /* row-major only: rows8 has K a multiple of 8 */
             int rem = kc - k;
             _mm256_store_ps(dst + k, ld_w_tail(src + k * es, dt, rem, tail_mask(rem)));
         }
         /* this row's next tile is needed after this tile's compute: fetch
-         * it now instead of stalling on 64 short streams then */
+         * it now instead of stalling on 64 short streams then (rows8: a
+         * line holds a piece of 4 rows, fetched with the first of them) */
         int next = K - (k0 + kc) < OPS_KC ? K - (k0 + kc) : OPS_KC;
-        for (size_t b = 0; b < (size_t)next * es; b += 64) _mm_prefetch(src + (size_t)kc * es + b, _MM_HINT_T0);
+        if (!r8)
+            for (size_t b = 0; b < (size_t)next * es; b += 64) _mm_prefetch(src + (size_t)kc * es + b, _MM_HINT_T0);
+        else if ((n0 + r) % 4 == 0)
+            for (int b = 0; b < next; b += 8) _mm_prefetch(src + (size_t)(kc + b) * 8 * es, _MM_HINT_T0);
     }
 }
 
@@ -244,7 +276,7 @@ static void pack_tile(float *wf, const void *W, ds_dtype dt, int K, int n0, int 
  * their x tile (up to 6 x OPS_KC f32) stays in L1 while W streams from L2 */
 #define MB_BLOCKS 2
 
-static void matmul_blocked(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+static void matmul_blocked(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                            const float *bias, int n0, int n1) {
     int nb = n1 - n0; /* <= OPS_NC */
     int multi = K > OPS_KC;
@@ -257,7 +289,7 @@ static void matmul_blocked(float *y, const float *x, int M, int K, int N, const 
     for (int k0 = 0; k0 < K || k0 == 0; k0 += OPS_KC) {
         int kc = K - k0 < OPS_KC ? K - k0 : OPS_KC;
         int first = k0 == 0, last = k0 + kc >= K;
-        pack_tile(wf, W, dt, K, n0, nb, k0, kc);
+        pack_tile(wf, W, dt, r8, K, n0, nb, k0, kc);
         for (int mb0 = 0, mb1; mb0 < M; mb0 = mb1) {
             /* MB_BLOCKS register blocks of x rows share one pass over W */
             mb1 = mb0;
@@ -290,15 +322,15 @@ static int use_direct(int M, int K) {
     return M <= 8 || (size_t)M * (size_t)K * sizeof(float) <= DIRECT_MAX_X_BYTES;
 }
 
-void avx2_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+void avx2_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                       const float *bias, int n0, int n1) {
     if (use_direct(M, K)) {
-        matmul_direct(y, x, M, K, N, W, dt, bias, n0, n1);
+        matmul_direct(y, x, M, K, N, W, dt, r8, bias, n0, n1);
         return;
     }
     for (int n = n0; n < n1; n += OPS_NC) {
         int e = n + OPS_NC < n1 ? n + OPS_NC : n1;
-        matmul_blocked(y, x, M, K, N, W, dt, bias, n, e);
+        matmul_blocked(y, x, M, K, N, W, dt, r8, bias, n, e);
     }
 }
 

@@ -20,7 +20,11 @@
  * in pairs (8 values of row 2p, then 8 of row 2p+1, per 8 columns), and a
  * 6 x-row by 8 W-row register block (24 zmm accumulators; Zen 4/5 and
  * Intel cores have two 512-bit FMA pipes) runs over it from L1/L2, the
- * accumulators carried in scratch between K tiles. */
+ * accumulators carried in scratch between K tiles.
+ *
+ * Weights in the rows8 layout (tensor.h) take the same loops with other
+ * strides (a row's next piece of 8 columns is 8 pieces further, the next
+ * row's one piece further) and no software prefetch in the pairs loop. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__FMA__) && defined(__F16C__)
 
@@ -155,7 +159,7 @@ static void store_sums(float *y, int N, int m0, int mr, int n, int nr, const flo
  * wf + p*PAIR_LD holds, per 8 columns, 8 values of row 2p then 8 of row
  * 2p+1; a missing last row and the columns past kc (up to a multiple of
  * 8) are zeros. */
-static void pack_tile(float *wf, const void *W, ds_dtype dt, int K, int n0, int nb, int k0, int kc) {
+static void pack_tile(float *wf, const void *W, ds_dtype dt, int r8, int K, int n0, int nb, int k0, int kc) {
     size_t es = dt == DT_F32 ? 4 : 2;
     for (int r = 0; r < nb + (nb & 1); r++) {
         float *dst = wf + (size_t)(r >> 1) * PAIR_LD + (r & 1) * 8;
@@ -163,8 +167,15 @@ static void pack_tile(float *wf, const void *W, ds_dtype dt, int K, int n0, int 
             for (int k = 0; k < kc; k += 8) _mm256_store_ps(dst + 2 * k, _mm256_setzero_ps());
             continue;
         }
-        const char *src = (const char *)W + ((size_t)(n0 + r) * K + k0) * es;
+        const char *src = (const char *)W + tensor_off(K, r8, n0 + r, k0) * es;
         int k = 0;
+        if (r8) { /* pieces of 8 columns, 8 pieces apart; K a multiple of 8 */
+            for (; k < kc; k += 8) _mm256_store_ps(dst + 2 * k, ld8(src + (size_t)k * 8 * es, dt, 8));
+            int next = K - (k0 + kc) < OPS_KC ? K - (k0 + kc) : OPS_KC;
+            if ((n0 + r) % 4 == 0) /* a line holds a piece of 4 rows */
+                for (int b = 0; b < next; b += 8) _mm_prefetch(src + (size_t)(kc + b) * 8 * es, _MM_HINT_T0);
+            continue;
+        }
         for (; k + 16 <= kc; k += 16) {
             __m512 v = ld16(src + (size_t)k * es, dt);
             _mm256_store_ps(dst + 2 * k, _mm512_castps512_ps256(v));
@@ -190,7 +201,7 @@ static inline int block_rows(int rem) {
  * to 12 x OPS_KC f32) stays in L1 while W streams from L2 */
 #define MB_BLOCKS 2
 
-static void matmul_blocked(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+static void matmul_blocked(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                            const float *bias, int n0, int n1) {
     int nb = n1 - n0; /* <= OPS_NC */
     int multi = K > OPS_KC;
@@ -203,7 +214,7 @@ static void matmul_blocked(float *y, const float *x, int M, int K, int N, const 
     for (int k0 = 0; k0 < K; k0 += OPS_KC) {
         int kc = K - k0 < OPS_KC ? K - k0 : OPS_KC;
         int first = k0 == 0, last = k0 + kc >= K;
-        pack_tile(wf, W, dt, K, n0, nb, k0, kc);
+        pack_tile(wf, W, dt, r8, K, n0, nb, k0, kc);
         for (int mb0 = 0, mb1; mb0 < M; mb0 = mb1) {
             mb1 = mb0;
             for (int b = 0; b < MB_BLOCKS && mb1 < M; b++) mb1 += block_rows(M - mb1);
@@ -292,16 +303,15 @@ AI __m512 ld8x2(const void *p, ds_dtype dt, int rem, __m512i idx) {
 #define PF_BYTES (-256)
 
 /* acc[i][j] += x pair i (8 columns b) * W row j (8 weights at column 8b,
- * rem of them) broadcast to both halves */
+ * rem of them, b*cs bytes into the row) broadcast to both halves */
 AI void pairs_step(const int mp, const int nr, const ds_dtype dt, __m512 acc[PMP][PNR], const float *xp, size_t xps,
-                   const char *w, size_t ldw, int b, int rem, __m512i idx) {
-    const size_t es = dt == DT_F32 ? 4 : 2;
+                   const char *w, size_t ldw, size_t cs, int b, int rem, __m512i idx) {
     __m512 xv[PMP];
     UNROLL
     for (int i = 0; i < mp; i++) xv[i] = _mm512_load_ps(xp + i * xps + (size_t)b * 16);
     UNROLL
     for (int j = 0; j < nr; j++) {
-        __m512 wv = ld8x2(w + j * ldw + (size_t)b * 8 * es, dt, rem, idx);
+        __m512 wv = ld8x2(w + j * ldw + (size_t)b * cs, dt, rem, idx);
         UNROLL
         for (int i = 0; i < mp; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
     }
@@ -309,10 +319,11 @@ AI void pairs_step(const int mp, const int nr, const ds_dtype dt, __m512 acc[PMP
 
 /* The mp x nr block (nr <= PNR): y[2i + h][j] (+ bias[j]) = dot(x row 2i+h,
  * W row j) for the rows 2i+h < mrows, x from packed pairs xp (xps floats
- * apart), W rows at w (ldw bytes apart). Each output is the 8-lane chain
+ * apart), W rows at w (ldw bytes apart, a row's pieces of 8 columns cs
+ * bytes apart). Each output is the 8-lane chain
  * over k in order, lane k % 8, reduced by hsum4, as everywhere else. */
 AI void kern_pairs(const int mp, const int nr, const ds_dtype dt, const float *xp, size_t xps, const char *w,
-                   size_t ldw, int K, float *y, size_t N, int mrows, const float *bias, int pf) {
+                   size_t ldw, size_t cs, int K, float *y, size_t N, int mrows, const float *bias, int pf) {
     __m512 acc[PMP][PNR];
     UNROLL
     for (int i = 0; i < mp; i++)
@@ -332,10 +343,10 @@ AI void kern_pairs(const int mp, const int nr, const ds_dtype dt, const float *x
                 _mm_prefetch((const char *)((uintptr_t)w + (size_t)(j + PNR) * ldw + (size_t)b * 8 * es + PF_BYTES),
                              _MM_HINT_T0);
         }
-        pairs_step(mp, nr, dt, acc, xp, xps, w, ldw, b, 8, idx);
+        pairs_step(mp, nr, dt, acc, xp, xps, w, ldw, cs, b, 8, idx);
     }
     /* K tail: weights masked to zeros, x packed with zeros */
-    if (8 * b < K) pairs_step(mp, nr, dt, acc, xp, xps, w, ldw, b, K - 8 * b, idx);
+    if (8 * b < K) pairs_step(mp, nr, dt, acc, xp, xps, w, ldw, cs, b, K - 8 * b, idx);
     /* per pair: hsum4 of the low halves gives row 2i against W rows 0..3,
      * of the high halves row 2i+1 */
     const __mmask8 jm = (__mmask8)((1u << nr) - 1u);
@@ -362,9 +373,9 @@ AI void kern_pairs(const int mp, const int nr, const ds_dtype dt, const float *x
     }
 }
 
-#define PPARAMS const float *xp, size_t xps, const char *w, size_t ldw, int K, float *y, size_t N, int mrows, \
-                const float *bias, int pf
-#define PARGS xp, xps, w, ldw, K, y, N, mrows, bias, pf
+#define PPARAMS const float *xp, size_t xps, const char *w, size_t ldw, size_t cs, int K, float *y, size_t N, \
+                int mrows, const float *bias, int pf
+#define PARGS xp, xps, w, ldw, cs, K, y, N, mrows, bias, pf
 
 #define PROW(nr, dt)                                                        \
     switch (mp) {                                                           \
@@ -386,22 +397,24 @@ DEF_PKERN(pkern_bf16, DT_BF16)
 DEF_PKERN(pkern_f16, DT_F16)
 DEF_PKERN(pkern_f32, DT_F32)
 
-void avx512_matmul_pairs(float *y, const float *xp, int M, int K, int N, const void *W, ds_dtype dt,
+void avx512_matmul_pairs(float *y, const float *xp, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                          const float *bias, int n0, int n1) {
     void (*kf)(int, int, PPARAMS) = dt == DT_BF16 ? pkern_bf16 : dt == DT_F16 ? pkern_f16 : pkern_f32;
     const int P = (M + 1) / 2;
-    const size_t xps = (size_t)((K + 7) / 8) * 16, es = dt == DT_F32 ? 4 : 2, ldw = (size_t)K * es;
+    const size_t xps = (size_t)((K + 7) / 8) * 16, es = dt == DT_F32 ? 4 : 2;
+    const size_t ldw = r8 ? 8 * es : (size_t)K * es, cs = r8 ? 64 * es : 8 * es;
     /* passes over the pairs: as few as PMP allows, as even as possible;
      * the later passes find the block's W rows in L1 */
     const int passes = (P + PMP - 1) / PMP;
     for (int n = n0; n < n1;) {
         int nr = n1 - n >= PNR ? PNR : 1;
-        const char *w = (const char *)W + (size_t)n * ldw;
+        const char *w = (const char *)W + tensor_off(K, r8, n, 0) * es;
         const float *bn = bias ? bias + n : NULL;
         for (int q = 0, p0 = 0; q < passes; q++) {
             int mp = (P - p0) / (passes - q);
             int m0 = 2 * p0, mrows = 2 * mp < M - m0 ? 2 * mp : M - m0;
-            kf(mp, nr, xp + (size_t)p0 * xps, xps, w, ldw, K, y + (size_t)m0 * N + n, (size_t)N, mrows, bn, q == 0);
+            kf(mp, nr, xp + (size_t)p0 * xps, xps, w, ldw, cs, K, y + (size_t)m0 * N + n, (size_t)N, mrows, bn,
+               q == 0 && !r8);
             p0 += mp;
         }
         n += nr;
@@ -412,21 +425,21 @@ void avx512_matmul_pairs(float *y, const float *xp, int M, int K, int N, const v
  * as this machine streams; 2 <= M <= OPS_PAIRS_MAX_M the pairs loop (the
  * dispatcher packs x once and calls avx512_matmul_pairs itself); larger M
  * the blocked loop. */
-void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                         const float *bias, int n0, int n1) {
     if (K < 1 || M == 1) {
-        avx2_matmul_direct(y, x, M, K, N, W, dt, bias, n0, n1);
+        avx2_matmul_direct(y, x, M, K, N, W, dt, r8, bias, n0, n1);
         return;
     }
     if (M <= OPS_PAIRS_MAX_M) {
         float *xp = ops_scratch(avx512_pairs_floats(M, K) * sizeof(float));
         avx512_pack_pairs(xp, x, M, K);
-        avx512_matmul_pairs(y, xp, M, K, N, W, dt, bias, n0, n1);
+        avx512_matmul_pairs(y, xp, M, K, N, W, dt, r8, bias, n0, n1);
         return;
     }
     for (int n = n0; n < n1; n += OPS_NC) {
         int e = n + OPS_NC < n1 ? n + OPS_NC : n1;
-        matmul_blocked(y, x, M, K, N, W, dt, bias, n, e);
+        matmul_blocked(y, x, M, K, N, W, dt, r8, bias, n, e);
     }
 }
 

@@ -77,8 +77,10 @@ int ops_max_level(void);
 #ifdef DS_HAVE_AVX2_PATH
 /* Columns [n0, n1) of y (W rows n0..n1-1) for all M rows of x. Small M
  * and large M take different loops with the same per-output arithmetic;
- * the dispatcher hands out chunks of at most OPS_NC rows when M >= 2. */
-void avx2_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+ * the dispatcher hands out chunks of at most OPS_NC rows when M >= 2.
+ * r8: W is in the rows8 layout (tensor.h; then n0, n1 and K are multiples
+ * of 8), read with the same arithmetic. */
+void avx2_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                       const float *bias, int n0, int n1);
 /* head_dim must be a multiple of 8 */
 void avx2_attn_task(const attn_args *a, int g, int m0, int qb);
@@ -93,11 +95,11 @@ void avx2_exp(float *y, const float *x, int n);
 
 /* The AVX2 direct loop alone (W read in place, any M); the AVX-512
  * matmul uses it for M == 1. */
-void avx2_matmul_direct(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+void avx2_matmul_direct(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                         const float *bias, int n0, int n1);
 /* AVX-512 matmul (ops_avx512.c): the same contract as avx2_matmul_rows
  * and bit for bit the same results (every output the same 8-lane chain). */
-void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt,
+void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                         const float *bias, int n0, int n1);
 /* Its small-M loop (2 <= M <= OPS_PAIRS_MAX_M) in two parts, so that the
  * dispatcher packs x once per op_matmul rather than once per chunk:
@@ -106,7 +108,7 @@ void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const voi
  * [n0, n1) from it (without ops_scratch). */
 size_t avx512_pairs_floats(int M, int K);
 void avx512_pack_pairs(float *xp, const float *x, int M, int K);
-void avx512_matmul_pairs(float *y, const float *xp, int M, int K, int N, const void *W, ds_dtype dt,
+void avx512_matmul_pairs(float *y, const float *xp, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                          const float *bias, int n0, int n1);
 #endif
 

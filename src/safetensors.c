@@ -32,6 +32,7 @@ struct st_file {
     const char *base;     /* base name (points into name), stored in tensor.file */
     void *map;            /* non-NULL when st_open mapped the file */
     size_t map_size;
+    int in_memory;        /* map is our copy of the file (ST_LOAD_READ), not the file */
     int n;
     tensor *t;            /* [n], header order */
     const tensor **sorted; /* [n], by name, for st_find */
@@ -362,6 +363,7 @@ int st_open_mode(st_file **out, const char *path, st_load mode, char *err, size_
     f->base = base_name(f->name);
     f->map = map;
     f->map_size = size;
+    f->in_memory = mode == ST_LOAD_READ;
     if (st_parse(f, map, size, f->name, err, errlen) != 0) {
         file_free_parts(f);
         return -1;
@@ -585,6 +587,24 @@ const tensor *st_set_get(const st_set *s, int i) {
 const tensor *st_set_find(const st_set *s, const char *name) {
     if (!s) return NULL;
     return find_sorted(s->sorted, s->n, name);
+}
+
+int st_set_rows8(st_set *s, const tensor *t) {
+    if (!s || !tensor_rows8_ok(t)) return 0;
+    for (int i = 0; i < s->n_shards; i++) {
+        st_file *f = s->shards[i];
+        if (t < f->t || t >= f->t + f->n) continue;
+        if (!f->in_memory) return 0;
+        /* the copy is read-only once loaded: writable for the rearranging
+           (the whole mapping, so that no huge page is split at the
+           tensor's ends) */
+        if (mprotect(f->map, f->map_size, PROT_READ | PROT_WRITE) != 0) return 0;
+        tensor_to_rows8((void *)(uintptr_t)t->data, dtype_size(t->dtype), t->shape[0], t->shape[1]);
+        mprotect(f->map, f->map_size, PROT_READ);
+        f->t[t - f->t].rows8 = 1;
+        return 1;
+    }
+    return 0;
 }
 
 int st_set_open(st_set **out, const char *dir, char *err, size_t errlen) {

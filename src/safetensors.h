@@ -43,5 +43,9 @@ void st_set_close(st_set *s);
 int st_set_count(const st_set *s);
 const tensor *st_set_get(const st_set *s, int i);
 const tensor *st_set_find(const st_set *s, const char *name);
+/* Rearranges tensor t of the set into the rows8 layout (tensor.h) when
+ * its shard was read into memory (ST_LOAD_READ) and its shape allows it;
+ * 1 when done, 0 when t stays as it is (a mapped file, another shape). */
+int st_set_rows8(st_set *s, const tensor *t);
 
 #endif

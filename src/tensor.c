@@ -3,7 +3,10 @@
  * their dtype strings through here, so a name is spelled in one place. */
 #include "tensor.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "util.h"
 
 static const struct {
     const char *name;
@@ -42,4 +45,38 @@ int64_t tensor_numel(const tensor *t) {
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
+}
+
+int tensor_rows8_ok(const tensor *t) {
+    return !t->rows8 && t->ndim == 2 && (t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16) &&
+           t->shape[0] > 0 && t->shape[1] > 0 && t->shape[0] % 8 == 0 && t->shape[1] % 8 == 0;
+}
+
+void tensor_to_rows8(void *data, size_t es, int64_t N, int64_t K) {
+    size_t blk = (size_t)(8 * K) * es, piece = 8 * es;
+    char *tmp = xmalloc(blk);
+    for (int64_t b = 0; b < N / 8; b++) {
+        char *d = (char *)data + (size_t)b * blk;
+        memcpy(tmp, d, blk);
+        for (int64_t r = 0; r < 8; r++)
+            for (int64_t k = 0; k < K; k += 8)
+                memcpy(d + tensor_off(K, 1, r, k) * es, tmp + (size_t)(r * K + k) * es, piece);
+    }
+    free(tmp);
+}
+
+int tensor_same_values(const tensor *a, const tensor *b) {
+    if (a->dtype != b->dtype || a->ndim != b->ndim || a->nbytes != b->nbytes ||
+        memcmp(a->shape, b->shape, sizeof a->shape) != 0)
+        return 0;
+    if (a->rows8 == b->rows8) return memcmp(a->data, b->data, a->nbytes) == 0;
+    /* one of them is rows8, so both are 2-D with K a multiple of 8 */
+    const int64_t N = a->shape[0], K = a->shape[1];
+    const size_t es = dtype_size(a->dtype);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k += 8)
+            if (memcmp((const char *)a->data + tensor_off(K, a->rows8, n, k) * es,
+                       (const char *)b->data + tensor_off(K, b->rows8, n, k) * es, 8 * es) != 0)
+                return 0;
+    return 1;
 }

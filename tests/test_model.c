@@ -272,6 +272,52 @@ TEST(model_prefill_chunk_invariant) {
     model_free(m);
 }
 
+/* A CPU model read into memory keeps its matmul weights in the rows8
+   layout (model.c: cpu_layout); DSPARK_ROWS8=0 and --mmap keep them
+   row-major. All three give the same bits: a prompt's logits and decode
+   steps, tied (qwen3-bf16) and untied (qwen3-f32-untied, llama3-bf16). */
+TEST(model_rows8_same_bits) {
+    const char *names[] = {"qwen3-bf16", "qwen3-f32-untied", "llama3-bf16"};
+    for (int k = 0; k < 3; k++) {
+        char dir[600], err[1024];
+        snprintf(dir, sizeof dir, "%s/models/%s", test_data_dir(), names[k]);
+        float *lg[3] = {0};
+        int V = 0;
+        for (int way = 0; way < 3; way++) { /* rows8, DSPARK_ROWS8=0, --mmap */
+            model *m;
+            model_load_opts lo = {.use_mmap = way == 2};
+            if (way == 1) setenv("DSPARK_ROWS8", "0", 1);
+            int rc = model_load(&m, dir, &lo, err, sizeof err);
+            unsetenv("DSPARK_ROWS8");
+            if (rc != 0) {
+                test_fail(__FILE__, __LINE__, "%s", err);
+                break;
+            }
+            V = model_cfg(m)->vocab_size;
+            const int n = 19, steps = 3;
+            int ids[19 + 3];
+            for (int i = 0; i < n + steps; i++) ids[i] = (i * 37 + 11) % V;
+            lg[way] = xmalloc(sizeof(float) * (size_t)(n + steps) * V);
+            model_ctx *c;
+            CHECK(mctx_create(&c, m, 64, 32, NULL, err, sizeof err) == 0);
+            model_batch b = {.n = n, .tokens = ids, .n_logits = n, .logits = lg[way]};
+            CHECK(model_forward(c, &b, err, sizeof err) == 0);
+            for (int s = 0; s < steps; s++) { /* one-row forwards: the decode loop */
+                model_batch d = {.n = 1, .tokens = ids + n + s, .n_logits = 1, .logits = lg[way] + (size_t)(n + s) * V};
+                CHECK(model_forward(c, &d, err, sizeof err) == 0);
+            }
+            mctx_free(c);
+            model_free(m);
+        }
+        if (lg[0] && lg[1] && lg[2]) {
+            size_t bytes = sizeof(float) * (size_t)(19 + 3) * V;
+            CHECK_MSG(!memcmp(lg[0], lg[1], bytes), "%s: rows8 weights and DSPARK_ROWS8=0 differ", names[k]);
+            CHECK_MSG(!memcmp(lg[0], lg[2], bytes), "%s: rows8 weights and mapped weights differ", names[k]);
+        }
+        for (int way = 0; way < 3; way++) free(lg[way]);
+    }
+}
+
 TEST(model_taps_and_truncate) {
     const char *names[] = {"qwen3-bf16", "llama3-bf16", "bundled"};
     for (int k = 0; k < 3; k++) {

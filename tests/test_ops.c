@@ -329,6 +329,73 @@ TEST(ops_matmul_widths_bit_identical) {
     tp_free(tp);
 }
 
+/* The rows8 layout (tensor.h) changes where the weights are, not what is
+ * computed: every level, thread count and width (the decode, small-M and
+ * blocked loops, K across several tiles) gives the row-major weight's
+ * bits; the embedding gather and tensor_same_values read it too. */
+TEST(ops_matmul_rows8_same_bits) {
+    const int Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 49, 100, 200};
+    const int shapes[][2] = {{8, 8}, {16, 24}, {40, 1032}, {136, 520}, {64, 16}, {24, 1536}}; /* N, K */
+    const ds_dtype dts[] = {DT_BF16, DT_F16, DT_F32};
+    const int Mmax = 200;
+    tpool *tp = tp_create(2);
+    int prev = ops_level();
+    for (size_t d = 0; d < 3; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int N = shapes[s][0], K = shapes[s][1];
+            size_t es = dts[d] == DT_F32 ? 4 : 2;
+            wmat w = make_w(dts[d], N, K, 0.5f);
+            CHECK(tensor_rows8_ok(&w.t));
+            tensor t8 = w.t;
+            void *buf8 = malloc(w.t.nbytes);
+            memcpy(buf8, w.buf, w.t.nbytes);
+            tensor_to_rows8(buf8, es, N, K);
+            t8.data = buf8;
+            t8.rows8 = 1;
+            CHECK(!tensor_rows8_ok(&t8));
+            /* every element where tensor_off says */
+            int moved = 0;
+            for (int n = 0; n < N; n++)
+                for (int k = 0; k < K; k++)
+                    moved += memcmp((const char *)buf8 + tensor_off(K, 1, n, k) * es,
+                                    (const char *)w.buf + ((size_t)n * K + k) * es, es) != 0;
+            CHECK_EQ_INT(moved, 0);
+            CHECK(tensor_same_values(&w.t, &t8) && tensor_same_values(&t8, &w.t) && tensor_same_values(&t8, &t8));
+            float *bias = rand_vec((size_t)N, 1.0f), *x = rand_vec((size_t)Mmax * K, 2.0f);
+            float *y = malloc((size_t)Mmax * N * sizeof(float)), *y8 = malloc((size_t)Mmax * N * sizeof(float));
+            for (int l = 0; l < n_levels(); l++) {
+                ops_set_level(l);
+                for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                    int M = Ms[mi];
+                    const float *b = mi % 2 ? bias : NULL;
+                    op_matmul(tp, y, x, M, &w.t, b);
+                    op_matmul(mi % 3 ? tp : NULL, y8, x, M, &t8, b);
+                    CHECK_MSG(memcmp(y, y8, (size_t)M * N * sizeof(float)) == 0,
+                              "%s %s M=%d N=%d K=%d: rows8 weights give other bits", level_str(l), dt_str(dts[d]), M,
+                              N, K);
+                }
+            }
+            /* the gather of a tied embedding */
+            int toks[5] = {0, N - 1, 7 % N, 7 % N, N / 2};
+            float *e = malloc(5 * (size_t)K * sizeof(float)), *e8 = malloc(5 * (size_t)K * sizeof(float));
+            op_embed(e, &w.t, toks, 5);
+            op_embed(e8, &t8, toks, 5);
+            CHECK(memcmp(e, e8, 5 * (size_t)K * sizeof(float)) == 0);
+            /* one value changed: no longer the same */
+            ((unsigned char *)buf8)[tensor_off(K, 1, N - 1, K - 1) * es] ^= 1;
+            CHECK(!tensor_same_values(&w.t, &t8));
+            free(e), free(e8), free(x), free(y), free(y8), free(bias), free(buf8);
+            free_w(&w);
+        }
+    ops_set_level(prev);
+    tp_free(tp);
+    /* shapes the layout does not take */
+    wmat odd = make_w(DT_BF16, 12, 16, 1.0f), oddk = make_w(DT_BF16, 16, 12, 1.0f);
+    CHECK(!tensor_rows8_ok(&odd.t) && !tensor_rows8_ok(&oddk.t));
+    free_w(&odd);
+    free_w(&oddk);
+}
+
 /* ----------------------------------------------------------- attention */
 
 static void attn_ref(double *out, const float *q, int M, int nh, int nkv, int hd, const float *k, const float *v,
