@@ -15,7 +15,7 @@
  *   gcc -std=c11 -D_GNU_SOURCE -O2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c \
  *       -c src/ops_avx512.c -o /tmp/ops_avx512.o -Isrc
  *   gcc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc bench/ops-bench.c src/ops.c src/threadpool.c \
- *       src/cpu.c src/util.c /tmp/ops_avx2.o /tmp/ops_avx512.o -o /tmp/ops-bench -lm
+ *       src/cpu.c src/util.c src/tensor.c /tmp/ops_avx2.o /tmp/ops_avx512.o -o /tmp/ops-bench -lm
  *   /tmp/ops-bench [threads...]        (default: 1 2)
  * Environment: OPS_BENCH_LEVEL=0/1/2 (scalar/AVX2/AVX-512), OPS_BENCH_M1=1
  * (decode only), OPS_BENCH_VERIFY=1 (also the matmuls of a verify forward:
@@ -24,7 +24,8 @@
  * (decode tokens / verify forwards timed), OPS_BENCH_FILE=
  * model.safetensors (model loops read a file mapping, as the engine does)
  * with OPS_BENCH_FILE_MODE=1 (MADV_HUGEPAGE) / 2 (copied to anonymous
- * memory) / 3 (copied, MADV_HUGEPAGE).
+ * memory) / 3 (copied, MADV_HUGEPAGE), OPS_BENCH_ROWS8=1 (the generated
+ * weights in the rows8 layout, as the engine reads them).
  */
 #include <math.h>
 #include <stdint.h>
@@ -67,6 +68,13 @@ static tensor make_bf16(int N, int K, float scale) {
     t.shape[1] = K;
     t.data = d;
     t.nbytes = n * 2;
+    /* OPS_BENCH_ROWS8=1: in the layout the engine gives weights it reads
+     * into memory (tensor.h) */
+    const char *r8 = getenv("OPS_BENCH_ROWS8");
+    if (r8 && atoi(r8) && tensor_rows8_ok(&t)) {
+        tensor_to_rows8(d, 2, N, K);
+        t.rows8 = 1;
+    }
     return t;
 }
 

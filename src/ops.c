@@ -205,14 +205,18 @@ void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, cons
     mm_ctx c = {.y = y, .x = x, .M = M, .K = K, .N = N, .W = W->data, .dt = W->dtype, .r8 = W->rows8, .bias = bias,
                 .simd = ops_level()};
 #ifdef DS_HAVE_AVX2_PATH
-    if (c.simd == 2 && M >= 2 && M <= OPS_PAIRS_MAX_M && K >= 1) {
+    /* small M on AVX-512 streams W in place (the pairs loop, or rows8's) */
+    const int stream = M == 1 || (c.simd == 2 && M <= OPS_PAIRS_MAX_M && K >= 1);
+    if (stream && M >= 2 && !(c.r8 && M <= OPS_R8_MAX_M)) {
         /* x packed once, then read by every thread: it lives in this
          * thread's scratch, which avx512_matmul_pairs leaves alone */
         c.xp = ops_scratch(avx512_pairs_floats(M, K) * sizeof(float));
         avx512_pack_pairs(c.xp, x, M, K);
     }
+#else
+    const int stream = M == 1;
 #endif
-    if (M == 1 || c.xp) {
+    if (stream) {
         /* W streamed from memory once: a few chunks per thread of at least
          * 64 rows (long streams; the kernels prefetch within a chunk) */
         int unit = (N + nth * 4 - 1) / (nth * 4);

@@ -42,6 +42,12 @@ void *ops_scratch(size_t bytes);
 #ifndef OPS_PAIRS_MAX_M
 #define OPS_PAIRS_MAX_M 48
 #endif
+/* On rows8 weights (tensor.h) the AVX-512 matmul reads 2 <= M <= this
+ * with ops_avx512.c's matmul_r8 (x unpacked), larger M up to
+ * OPS_PAIRS_MAX_M with the pairs loop on half blocks. */
+#ifndef OPS_R8_MAX_M
+#define OPS_R8_MAX_M 5
+#endif
 
 /* Rows per query block in attention so that one block holds about 8
  * query vectors (block rows x heads per KV head). */
@@ -105,7 +111,8 @@ void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const voi
  * dispatcher packs x once per op_matmul rather than once per chunk:
  * avx512_pack_pairs writes x (M rows of K) to xp, avx512_pairs_floats(M, K)
  * floats, 64-byte aligned, and avx512_matmul_pairs computes W rows
- * [n0, n1) from it (without ops_scratch). */
+ * [n0, n1) from it (without ops_scratch). Row-major weights only: rows8
+ * weights take avx512_matmul_rows at every M. */
 size_t avx512_pairs_floats(int M, int K);
 void avx512_pack_pairs(float *xp, const float *x, int M, int K);
 void avx512_matmul_pairs(float *y, const float *xp, int M, int K, int N, const void *W, ds_dtype dt, int r8,
