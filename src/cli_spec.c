@@ -119,8 +119,12 @@ static void calibrate(cli_spec *sp, const opts *o, const cli_engine *e, seq *s) 
         snprintf(did, sizeof did, "%s", cli_mode_name(sp->mode));
     }
     /* the backend is where the model runs ("cpu", or the GPU with its name
-       and driver): a GPU's costs are nothing like the CPU's */
-    calib_key(key, sizeof key, model_device(e->m), mid, did, dtype_name(model_embed(e->m)->dtype), tp_size(e->tp));
+       and driver): a GPU's costs are nothing like the CPU's; nor are the
+       CPU's the same with the weights in the rows8 layout or row-major
+       (mapped) */
+    char dt[32];
+    snprintf(dt, sizeof dt, "%s%s", dtype_name(model_embed(e->m)->dtype), model_rows8(e->m) ? " rows8" : "");
+    calib_key(key, sizeof key, model_device(e->m), mid, did, dt, tp_size(e->tp));
     int have_path = calib_default_path(path, sizeof path) == 0;
     int n_w = sp->block_cap + 1 < CALIB_MAX_W ? sp->block_cap + 1 : CALIB_MAX_W;
     int r = have_path ? calib_load(path, key, &sp->costs, warn, sizeof warn) : 0;

@@ -168,6 +168,7 @@ void model_free(model *m) {
 
 const model_config *model_cfg(const model *m) { return &m->cfg; }
 const char *model_device(const model *m) { return m->device; }
+int model_rows8(const model *m) { return m->cfg.n_layers > 0 && m->layers[0].wq->rows8; }
 size_t model_weight_bytes(const model *m) { return m->weight_bytes; }
 const tensor *model_embed(const model *m) { return m->embed; }
 struct cuda_model *model_cuda(const model *m) { return m->cu; }

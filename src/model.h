@@ -55,6 +55,9 @@ struct cuda_model *model_cuda(const model *m);
 int model_samples_rows(const model *m);
 /* "cpu", or the GPU's description ("cuda:0: NVIDIA H200, ...") */
 const char *model_device(const model *m);
+/* 1 when the model's matmul weights are in the rows8 layout (tensor.h:
+ * on the CPU, read into memory), whose verify costs differ */
+int model_rows8(const model *m);
 /* Total bytes of weight data the forward pass streams per token. */
 size_t model_weight_bytes(const model *m);
 

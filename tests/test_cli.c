@@ -302,6 +302,9 @@ TEST(cli_calibration_cache_corrupt_rewritten) {
     const char *dev = getenv("DSPARK_DEVICE");
     const char *want = dev && !strncmp(dev, "cuda", 4) ? ";backend=cuda:" : ";backend=cpu;";
     CHECK_MSG(file && strstr(file, want), "no \"%s\" in %s", want, file ? file : warn);
+    /* and by the weights' layout: on the CPU, read into memory, rows8 */
+    if (!(dev && !strncmp(dev, "cuda", 4)))
+        CHECK_MSG(file && strstr(file, " rows8;"), "no rows8 layout in the key: %s", file ? file : warn);
     free(file);
     /* the second run finds its entry: no calibration */
     CHECK_EQ_INT(test_run_cli(args, NULL, &err), 0);
