@@ -263,11 +263,11 @@ static void pack_tile(float *wf, const void *W, ds_dtype dt, int r8, int K, int 
         }
         /* this row's next tile is needed after this tile's compute: fetch
          * it now instead of stalling on 64 short streams then (rows8: a
-         * line holds a piece of 4 rows, fetched with the first of them) */
+         * line holds the pieces of 4 rows (2 of f32), fetched with the first) */
         int next = K - (k0 + kc) < OPS_KC ? K - (k0 + kc) : OPS_KC;
         if (!r8)
             for (size_t b = 0; b < (size_t)next * es; b += 64) _mm_prefetch(src + (size_t)kc * es + b, _MM_HINT_T0);
-        else if ((n0 + r) % 4 == 0)
+        else if ((n0 + r) % (int)(64 / (8 * es)) == 0) /* the first row of each line */
             for (int b = 0; b < next; b += 8) _mm_prefetch(src + (size_t)(kc + b) * 8 * es, _MM_HINT_T0);
     }
 }

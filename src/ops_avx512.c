@@ -175,7 +175,7 @@ static void pack_tile(float *wf, const void *W, ds_dtype dt, int r8, int K, int 
         if (r8) { /* pieces of 8 columns, 8 pieces apart; K a multiple of 8 */
             for (; k < kc; k += 8) _mm256_store_ps(dst + 2 * k, ld8(src + (size_t)k * 8 * es, dt, 8));
             int next = K - (k0 + kc) < OPS_KC ? K - (k0 + kc) : OPS_KC;
-            if ((n0 + r) % 4 == 0) /* a line holds a piece of 4 rows */
+            if ((n0 + r) % (int)(64 / (8 * es)) == 0) /* the first row of each line (4 rows of bf16) */
                 for (int b = 0; b < next; b += 8) _mm_prefetch(src + (size_t)(kc + b) * 8 * es, _MM_HINT_T0);
             continue;
         }
