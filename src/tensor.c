@@ -3,8 +3,10 @@
  * their dtype strings through here, so a name is spelled in one place. */
 #include "tensor.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -52,17 +54,48 @@ int tensor_rows8_ok(const tensor *t) {
            t->shape[0] > 0 && t->shape[1] > 0 && t->shape[0] % 8 == 0 && t->shape[1] % 8 == 0;
 }
 
-void tensor_to_rows8(void *data, size_t es, int64_t N, int64_t K) {
-    size_t blk = (size_t)(8 * K) * es, piece = 8 * es;
+typedef struct {
+    char *data;
+    size_t es;
+    int64_t K, b0, b1; /* blocks [b0, b1) */
+} rows8_job;
+
+static void *rows8_blocks(void *p) {
+    const rows8_job *j = p;
+    size_t blk = (size_t)(8 * j->K) * j->es, piece = 8 * j->es;
     char *tmp = xmalloc(blk);
-    for (int64_t b = 0; b < N / 8; b++) {
-        char *d = (char *)data + (size_t)b * blk;
+    for (int64_t b = j->b0; b < j->b1; b++) {
+        char *d = j->data + (size_t)b * blk;
         memcpy(tmp, d, blk);
         for (int64_t r = 0; r < 8; r++)
-            for (int64_t k = 0; k < K; k += 8)
-                memcpy(d + tensor_off(K, 1, r, k) * es, tmp + (size_t)(r * K + k) * es, piece);
+            for (int64_t k = 0; k < j->K; k += 8)
+                memcpy(d + tensor_off(j->K, 1, r, k) * j->es, tmp + (size_t)(r * j->K + k) * j->es, piece);
     }
     free(tmp);
+    return NULL;
+}
+
+/* blocks are independent: a large matrix is split over up to 8 threads
+   (the rearranging is a pass over memory at load time) */
+#define ROWS8_THREAD_BYTES ((size_t)4 << 20)
+
+void tensor_to_rows8(void *data, size_t es, int64_t N, int64_t K) {
+    int64_t nb = N / 8;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int T = (size_t)(N * K) * es >= ROWS8_THREAD_BYTES && ncpu > 1 ? (ncpu < 8 ? (int)ncpu : 8) : 1;
+    rows8_job jobs[8];
+    pthread_t th[8];
+    int started = 0;
+    for (int t = 0; t < T; t++)
+        jobs[t] = (rows8_job){.data = data, .es = es, .K = K, .b0 = nb * t / T, .b1 = nb * (t + 1) / T};
+    for (int t = 1; t < T; t++) {
+        if (pthread_create(&th[t], NULL, rows8_blocks, &jobs[t]) != 0) break;
+        started = t;
+    }
+    /* this thread takes the first share and any a thread could not start for */
+    rows8_blocks(&jobs[0]);
+    for (int t = started + 1; t < T; t++) rows8_blocks(&jobs[t]);
+    for (int t = 1; t <= started; t++) pthread_join(th[t], NULL);
 }
 
 int tensor_same_values(const tensor *a, const tensor *b) {

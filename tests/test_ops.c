@@ -396,6 +396,27 @@ TEST(ops_matmul_rows8_same_bits) {
     free_w(&oddk);
 }
 
+/* a matrix large enough to be rearranged by several threads lands where
+ * tensor_off says, every piece */
+TEST(tensor_rows8_large_threaded) {
+    const int64_t N = 2048, K = 1160; /* 4.75 MB of bf16: past the threads' threshold */
+    uint16_t *a = malloc((size_t)(N * K) * 2), *b = malloc((size_t)(N * K) * 2);
+    CHECK(a && b);
+    if (!a || !b) {
+        free(a), free(b);
+        return;
+    }
+    for (int64_t i = 0; i < N * K; i++) a[i] = (uint16_t)(i * 2654435761u >> 7);
+    memcpy(b, a, (size_t)(N * K) * 2);
+    tensor_to_rows8(b, 2, N, K);
+    int64_t bad = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k += 8)
+            bad += memcmp(b + tensor_off(K, 1, n, k), a + n * K + k, 16) != 0;
+    CHECK_EQ_INT((int)bad, 0);
+    free(a), free(b);
+}
+
 /* ----------------------------------------------------------- attention */
 
 static void attn_ref(double *out, const float *q, int M, int nh, int nkv, int hd, const float *k, const float *v,
