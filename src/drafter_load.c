@@ -159,7 +159,6 @@ static void release_tensor(const tensor *t) {
     if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
-
 static int check_pairing(const drafter_config *c, const model_config *t, const char *dir, char *err, size_t errlen) {
     const model_config *b = &c->base;
     if (b->hidden_size != t->hidden_size)

@@ -73,12 +73,16 @@ static int parse_device(const char *d) {
 static void cpu_layout(model *m) {
     const char *e = getenv("DSPARK_ROWS8");
     if (e && !strcmp(e, "0")) return;
+    const int per = 7, n = m->cfg.n_layers * per + 1;
+    const tensor **w = xmalloc(sizeof *w * (size_t)n);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const layer_w *L = &m->layers[l];
-        const tensor *w[] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
-        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) st_set_rows8(m->st, w[i]);
+        const tensor *lw[] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
+        memcpy(w + (size_t)l * per, lw, sizeof lw);
     }
-    st_set_rows8(m->st, m->lm_head);
+    w[n - 1] = m->lm_head;
+    st_set_rows8(m->st, w, n);
+    free(w);
 }
 
 static int open_device(model *m, const model_load_opts *opt, char *err, size_t errlen) {

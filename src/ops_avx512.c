@@ -243,7 +243,6 @@ static void matmul_blocked(float *y, const float *x, int M, int K, int N, const 
 /* rows8: 1-4 KB ahead measured alike on a Zen 4 VM, better than none */
 #define R8_PF_BYTES 2048
 
-
 /* The 8 rows of a rows8 block at w against mr x rows (xr), K columns: per
  * 8 columns the block holds row pairs (0,1), (2,3), (4,5), (6,7) as 16
  * contiguous weights, widened into one register [row 2p | row 2p+1] like
@@ -311,7 +310,7 @@ static void matmul_r8(float *y, const float *x, int M, int K, int N, const void 
     float sums[MR * 8];
     const float *xr[MR];
     for (int n = n0; n < n1; n += 8) {
-        const char *w = (const char *)W + (size_t)n * K * es; /* the block's start, tensor_off(K, 1, n, 0) */
+        const char *w = (const char *)W + tensor_off(K, 1, n, 0) * es;
         for (int m0 = 0, mr; m0 < M; m0 += mr) {
             mr = block_rows(M - m0);
             for (int i = 0; i < mr; i++) xr[i] = x + (size_t)(m0 + i) * K;
@@ -419,10 +418,12 @@ AI void kern_pairs(const int mp, const int nr, const ds_dtype dt, const float *x
     const int U = 64 / (8 * (int)es); /* steps per 64 bytes of a W row */
     int b = 0;
     for (; 8 * b + 8 <= K; b++) {
-        /* for every 64 bytes of the rows, their line one block ahead, all
-         * at once (better than one row per step, by 10-15 % at M = 8);
-         * pf: W is streamed from memory (the first pass over the pairs) */
-        if (pf == 2) { /* rows8: both lines of the block's step, R8_PF_BYTES ahead */
+        /* pf: W is streamed from memory (the first pass over the pairs).
+         * 1 (row-major): for every 64 bytes of the rows, their line one
+         * block ahead, all at once (better than one row per step, by
+         * 10-15 % at M = 8). 2 (rows8 half blocks): both lines of the
+         * block's step, R8_PF_BYTES ahead. */
+        if (pf == 2) {
             _mm_prefetch(w + (size_t)b * cs + R8_PF_BYTES, _MM_HINT_T0);
             _mm_prefetch(w + (size_t)b * cs + R8_PF_BYTES + 64, _MM_HINT_T0);
         } else if (pf && b % U == 0) {

@@ -589,22 +589,26 @@ const tensor *st_set_find(const st_set *s, const char *name) {
     return find_sorted(s->sorted, s->n, name);
 }
 
-int st_set_rows8(st_set *s, const tensor *t) {
-    if (!s || !tensor_rows8_ok(t)) return 0;
-    for (int i = 0; i < s->n_shards; i++) {
+int st_set_rows8(st_set *s, const tensor *const *t, int n) {
+    int done = 0;
+    for (int i = 0; s && i < s->n_shards; i++) {
         st_file *f = s->shards[i];
-        if (t < f->t || t >= f->t + f->n) continue;
-        if (!f->in_memory) return 0;
-        /* the copy is read-only once loaded: writable for the rearranging
-           (the whole mapping, so that no huge page is split at the
-           tensor's ends) */
-        if (mprotect(f->map, f->map_size, PROT_READ | PROT_WRITE) != 0) return 0;
-        tensor_to_rows8((void *)(uintptr_t)t->data, dtype_size(t->dtype), t->shape[0], t->shape[1]);
-        mprotect(f->map, f->map_size, PROT_READ);
-        f->t[t - f->t].rows8 = 1;
-        return 1;
+        if (!f->in_memory) continue;
+        /* the copy is read-only once loaded: writable while its tensors
+           are rearranged (the whole mapping, once, so that no huge page is
+           split at a tensor's ends) */
+        int open = 0;
+        for (int j = 0; j < n; j++) {
+            if (!t[j] || t[j] < f->t || t[j] >= f->t + f->n || !tensor_rows8_ok(t[j])) continue;
+            if (!open && mprotect(f->map, f->map_size, PROT_READ | PROT_WRITE) != 0) break;
+            open = 1;
+            tensor_to_rows8((void *)(uintptr_t)t[j]->data, dtype_size(t[j]->dtype), t[j]->shape[0], t[j]->shape[1]);
+            f->t[t[j] - f->t].rows8 = 1;
+            done++;
+        }
+        if (open) mprotect(f->map, f->map_size, PROT_READ);
     }
-    return 0;
+    return done;
 }
 
 int st_set_open(st_set **out, const char *dir, char *err, size_t errlen) {

@@ -43,9 +43,10 @@ void st_set_close(st_set *s);
 int st_set_count(const st_set *s);
 const tensor *st_set_get(const st_set *s, int i);
 const tensor *st_set_find(const st_set *s, const char *name);
-/* Rearranges tensor t of the set into the rows8 layout (tensor.h) when
- * its shard was read into memory (ST_LOAD_READ) and its shape allows it;
- * 1 when done, 0 when t stays as it is (a mapped file, another shape). */
-int st_set_rows8(st_set *s, const tensor *t);
+/* Rearranges the tensors t[0..n) of the set into the rows8 layout
+ * (tensor.h), each whose shard was read into memory (ST_LOAD_READ) and
+ * whose shape allows it; the others (mapped files, other shapes, NULL)
+ * stay as they are. Returns how many were rearranged. */
+int st_set_rows8(st_set *s, const tensor *const *t, int n);
 
 #endif
