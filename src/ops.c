@@ -207,7 +207,7 @@ void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, cons
 #ifdef DS_HAVE_AVX2_PATH
     /* small M on AVX-512 streams W in place (the pairs loop, or rows8's) */
     const int stream = M == 1 || (c.simd == 2 && M <= OPS_PAIRS_MAX_M && K >= 1);
-    if (stream && M >= 2 && !(c.r8 && M <= OPS_R8_MAX_M)) {
+    if (stream && M >= 2 && !(c.r8 && ops_r8_in_place(M))) {
         /* x packed once, then read by every thread: it lives in this
          * thread's scratch, which avx512_matmul_pairs leaves alone */
         c.xp = ops_scratch(avx512_pairs_floats(M, K) * sizeof(float));
