@@ -39,7 +39,7 @@ extern "C" {
 #define ATT_MAX_G 8    /* query heads per kv head */
 #define ATT_CHUNK 64   /* positions per split-attention partial */
 #define ATT_ROWS 32    /* rows per attention launch (bounds the partials scratch) */
-#define ATT_SPREAD_FROM 4096 /* cache length from which the decode attention takes the spread shape */
+#define ATT_SPREAD_FROM 1024 /* cache length from which the decode attention takes the spread shape */
 
 /* floats of split-attention scratch for a cache of cap positions:
    partial outputs, maxima and sums */

@@ -200,7 +200,7 @@ TEST(cuda_attention_vs_cpu) {
     }
 }
 
-/* The spread launch shape (the forward's for caches from 4096 positions, or
+/* The spread launch shape (the forward's for caches from 1024 positions, or
  * DSPARK_CUDA_ATT_SPREAD=1: one K/V stage, the kv heads interleaved over
  * more blocks) gives the default's bits: long caches (several chunks per
  * block either way), verify widths, and groups of one to eight query heads
@@ -227,10 +227,10 @@ TEST(cuda_attention_spread_same_bits) {
     }
     /* the forward's choice: by cache length unless forced */
     cuda_test_attention_spread(-1);
-    CHECK(!cuda_test_attn_spread_for(0) && !cuda_test_attn_spread_for(4095) && cuda_test_attn_spread_for(4096) &&
+    CHECK(!cuda_test_attn_spread_for(0) && !cuda_test_attn_spread_for(1023) && cuda_test_attn_spread_for(1024) &&
           cuda_test_attn_spread_for(40000));
     cuda_test_attention_spread(0);
-    CHECK(!cuda_test_attn_spread_for(4096));
+    CHECK(!cuda_test_attn_spread_for(8192));
     cuda_test_attention_spread(1);
     CHECK(cuda_test_attn_spread_for(0));
     cuda_test_attention_spread(prev);
