@@ -42,18 +42,6 @@ void *ops_scratch(size_t bytes);
 #ifndef OPS_PAIRS_MAX_M
 #define OPS_PAIRS_MAX_M 48
 #endif
-/* On rows8 weights (tensor.h) the AVX-512 matmul reads 2 <= M <=
- * OPS_PAIRS_MAX_M rows either in place with ops_avx512.c's matmul_r8 (x
- * unpacked; each 8-row block read once per pass of up to 6 rows) or with
- * the pairs loop on half blocks (each half read once per pass of up to 12
- * rows): in place when that reads a block fewer times, or when M <= 8.
- * Measured on a Zen 4 VM (docs/BENCHMARKS.md, "rows8 verify widths"): in
- * place 10-20 % faster at 6 rows and 3-10 % at 8 and 13-18; where both
- * read a block equally often (9-12, 19-24 rows) the pairs loop's 12-row
- * register block wins. */
-static inline int ops_r8_in_place(int M) {
-    return M <= 8 || (M <= OPS_PAIRS_MAX_M && (M + 5) / 6 < 2 * (((M + 1) / 2 + 5) / 6));
-}
 
 /* Rows per query block in attention so that one block holds about 8
  * query vectors (block rows x heads per KV head). */

@@ -334,9 +334,9 @@ TEST(ops_matmul_widths_bit_identical) {
  * blocked loops, K across several tiles) gives the row-major weight's
  * bits; the embedding gather and tensor_same_values read it too. */
 TEST(ops_matmul_rows8_same_bits) {
-    /* the AVX-512 widths cover both rows8 loops on each side of every
-       switch of ops_r8_in_place (8 | 9, 12 | 13, 18 | 19, 24 | 25, ...) */
-    const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 18, 19, 25, 30, 31, 33, 42, 43, 48, 49, 100, 200};
+    /* the AVX-512 widths cover each side of the pairs loop's pass
+       boundaries (12 | 13, 24 | 25, 36 | 37 rows) and of the blocked loop's (48 | 49) */
+    const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 24, 25, 33, 36, 37, 48, 49, 100, 200};
     const int shapes[][2] = {{8, 8}, {16, 24}, {40, 1032}, {136, 520}, {64, 16}, {24, 1536}}; /* N, K */
     const ds_dtype dts[] = {DT_BF16, DT_F16, DT_F32};
     const int Mmax = 200;
