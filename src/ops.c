@@ -205,9 +205,9 @@ void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, cons
     mm_ctx c = {.y = y, .x = x, .M = M, .K = K, .N = N, .W = W->data, .dt = W->dtype, .r8 = W->rows8, .bias = bias,
                 .simd = ops_level()};
 #ifdef DS_HAVE_AVX2_PATH
-    /* small M on AVX-512 streams W in place (the pairs loop) */
+    /* small M on AVX-512 streams W in place (the pairs loop, or rows8's) */
     const int stream = M == 1 || (c.simd == 2 && M <= OPS_PAIRS_MAX_M && K >= 1);
-    if (stream && M >= 2) {
+    if (stream && M >= 2 && !(c.r8 && ops_r8_in_place(M, (size_t)N * (size_t)K * (W->dtype == DT_F32 ? 4 : 2)))) {
         /* x packed once, then read by every thread: it lives in this
          * thread's scratch, which avx512_matmul_pairs leaves alone */
         c.xp = ops_scratch(avx512_pairs_floats(M, K) * sizeof(float));

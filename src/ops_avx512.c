@@ -23,10 +23,12 @@
  * accumulators carried in scratch between K tiles.
  *
  * Weights in the rows8 layout (tensor.h) hold, per 8 columns of a block
- * of 8 rows, the rows' pieces one after another. Small M runs the pairs
- * loop on half blocks (4 rows, every other line of the block's run),
- * large M packs tiles from them as from row-major rows, with other
- * strides. */
+ * of 8 rows, the rows' pieces one after another, i.e. already the pairs
+ * of rows side by side that the blocked loop packs its tiles into. Up to
+ * OPS_R8_MAX_M rows (more on small matrices: ops_r8_in_place) read them
+ * in place with the blocked loop's register kernel (see "rows8, small
+ * M"), other small M with the pairs loop on half blocks (4 rows, every other line of the block's run), large M
+ * packs tiles from them as from row-major rows, with other strides. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__FMA__) && defined(__F16C__)
 
@@ -237,6 +239,88 @@ static void matmul_blocked(float *y, const float *x, int M, int K, int N, const 
     }
 }
 
+/* rows8 streams: 1-4 KB ahead measured alike on a Zen 4 VM, better than none */
+#define R8_PF_BYTES 2048
+
+/* ---------------------------------------------------- rows8, small M */
+
+/* The 8 rows of a rows8 block at w against mr x rows (xr), K columns: per
+ * 8 columns the block holds row pairs (0,1), (2,3), (4,5), (6,7) as 16
+ * contiguous weights, widened into one register [row 2p | row 2p+1] like
+ * the blocked loop's packed pairs, x broadcast to both halves; so each
+ * output is the 8-lane chain over k in order, and the hsum4 pairing gives
+ * the bits of every other loop. pf: the first pass over the block
+ * (streamed from memory), prefetching its run R8_PF_BYTES ahead. Sums go
+ * to sums[i*8 + r]. */
+AI void kern_r8(const int mr, const ds_dtype dt, const float *const *xr, const char *w, int K, int pf,
+                float *sums) {
+    const size_t es = dt == DT_F32 ? 4 : 2, step = 64 * es; /* bytes per 8 columns of the block */
+    __m512 acc[MR][NP];
+    UNROLL
+    for (int i = 0; i < mr; i++)
+        UNROLL
+        for (int p = 0; p < NP; p++) acc[i][p] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 8) {
+        const char *wk = w + (size_t)(k / 8) * step;
+        if (pf)
+            for (size_t o = 0; o < step; o += 64) _mm_prefetch(wk + R8_PF_BYTES + o, _MM_HINT_T0);
+        __m512 wv[NP];
+        UNROLL
+        for (int p = 0; p < NP; p++) wv[p] = ld16(wk + (size_t)p * 16 * es, dt);
+        UNROLL
+        for (int i = 0; i < mr; i++) {
+            __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(xr[i] + k));
+            UNROLL
+            for (int p = 0; p < NP; p++) acc[i][p] = _mm512_fmadd_ps(xv, wv[p], acc[i][p]);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < mr; i++)
+        UNROLL
+        for (int p = 0; p < NP; p += 2) {
+            __m512 a = acc[i][p], b = acc[i][p + 1];
+            __m128 s = hsum4(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1), _mm512_castps512_ps256(b),
+                             _mm512_extractf32x8_ps(b, 1));
+            _mm_storeu_ps(sums + i * 8 + 2 * p, s);
+        }
+}
+
+#define DEF_KR8(name, dt)                                                                           \
+    static void name(int mr, const float *const *xr, const char *w, int K, int pf, float *sums) {    \
+        switch (mr) {                                                                               \
+        case 6: kern_r8(6, dt, xr, w, K, pf, sums); break;                                          \
+        case 5: kern_r8(5, dt, xr, w, K, pf, sums); break;                                          \
+        case 4: kern_r8(4, dt, xr, w, K, pf, sums); break;                                          \
+        case 3: kern_r8(3, dt, xr, w, K, pf, sums); break;                                          \
+        case 2: kern_r8(2, dt, xr, w, K, pf, sums); break;                                          \
+        default: kern_r8(1, dt, xr, w, K, pf, sums); break;                                         \
+        }                                                                                           \
+    }
+DEF_KR8(kr8_bf16, DT_BF16)
+DEF_KR8(kr8_f16, DT_F16)
+DEF_KR8(kr8_f32, DT_F32)
+
+/* W rows [n0, n1) of rows8 weights (multiples of 8) for M x rows: each
+ * block once from memory with the first MR x rows, again from L1/L2 for
+ * the next MR */
+static void matmul_r8(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, const float *bias,
+                      int n0, int n1) {
+    void (*kf)(int, const float *const *, const char *, int, int, float *) =
+        dt == DT_BF16 ? kr8_bf16 : dt == DT_F16 ? kr8_f16 : kr8_f32;
+    const size_t es = dt == DT_F32 ? 4 : 2;
+    float sums[MR * 8];
+    const float *xr[MR];
+    for (int n = n0; n < n1; n += 8) {
+        const char *w = (const char *)W + tensor_off(K, 1, n, 0) * es;
+        for (int m0 = 0, mr; m0 < M; m0 += mr) {
+            mr = block_rows(M - m0);
+            for (int i = 0; i < mr; i++) xr[i] = x + (size_t)(m0 + i) * K;
+            kf(mr, xr, w, K, m0 == 0, sums);
+            store_sums(y, N, m0, mr, n, 8, sums, bias);
+        }
+    }
+}
+
 /* ------------------------------------------------------------ small M */
 
 /* Small M (verify widths, 2 <= M <= OPS_PAIRS_MAX_M): W read in place,
@@ -297,9 +381,6 @@ AI __m512 ld8x2(const void *p, ds_dtype dt, int rem, __m512i idx) {
         return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xaaaaaaaau, idx, _mm512_broadcast_i32x4(h)));
     return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(h));
 }
-
-/* rows8 half blocks: 1-4 KB ahead measured alike on a Zen 4 VM, better than none */
-#define R8_PF_BYTES 2048
 
 /* Software prefetch while W streams from memory: for every 64 bytes of a
  * row, the same position (less 256 bytes) of the row PNR further on, i.e.
@@ -442,12 +523,17 @@ void avx512_matmul_pairs(float *y, const float *xp, int M, int K, int N, const v
 
 /* M == 1 (decode) runs the AVX2 direct loop, which already reads as fast
  * as this machine streams; 2 <= M <= OPS_PAIRS_MAX_M the pairs loop (the
- * dispatcher packs x once and calls avx512_matmul_pairs itself); larger M
- * the blocked loop. */
+ * dispatcher packs x once and calls avx512_matmul_pairs itself), or on
+ * rows8 weights where ops_r8_in_place says matmul_r8; larger M the
+ * blocked loop. */
 void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                         const float *bias, int n0, int n1) {
     if (K < 1 || M == 1) {
         avx2_matmul_direct(y, x, M, K, N, W, dt, r8, bias, n0, n1);
+        return;
+    }
+    if (r8 && ops_r8_in_place(M, (size_t)N * (size_t)K * (dt == DT_F32 ? 4 : 2))) {
+        matmul_r8(y, x, M, K, N, W, dt, bias, n0, n1);
         return;
     }
     if (M <= OPS_PAIRS_MAX_M) {

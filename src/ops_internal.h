@@ -42,6 +42,25 @@ void *ops_scratch(size_t bytes);
 #ifndef OPS_PAIRS_MAX_M
 #define OPS_PAIRS_MAX_M 48
 #endif
+/* On rows8 weights (tensor.h) the AVX-512 matmul reads 2 <= M <=
+ * OPS_PAIRS_MAX_M rows either in place with ops_avx512.c's matmul_r8 (x
+ * unpacked; the block read once per pass of up to 6 rows) or with the
+ * pairs loop on half blocks (x packed in pairs; each half read once per
+ * pass of up to 12 rows). Measured on a Zen 4 VM (docs/BENCHMARKS.md,
+ * "rows8 verify widths"): matmul_r8 up to 5 rows, where the two are level
+ * on weights streamed from memory and matmul_r8 is ahead on small ones;
+ * beyond, on matrices of more than OPS_R8_SMALL bytes (a 0.6B's and up),
+ * the pairs loop, 20-30 % ahead at 6-16 rows; on smaller ones (a model
+ * that stays in cache, as the bundled one) matmul_r8 up to 8 rows and
+ * wherever it reads a block fewer times (13-18, 25-30, 37-42 rows), where
+ * it was 25-40 % ahead end to end. */
+#define OPS_R8_MAX_M 5
+#define OPS_R8_SMALL (1u << 20)
+static inline int ops_r8_in_place(int M, size_t w_bytes) {
+    if (M <= OPS_R8_MAX_M) return 1;
+    if (w_bytes > OPS_R8_SMALL || M > OPS_PAIRS_MAX_M) return 0;
+    return M <= 8 || (M + 5) / 6 < 2 * (((M + 1) / 2 + 5) / 6);
+}
 
 /* Rows per query block in attention so that one block holds about 8
  * query vectors (block rows x heads per KV head). */

@@ -334,10 +334,12 @@ TEST(ops_matmul_widths_bit_identical) {
  * blocked loops, K across several tiles) gives the row-major weight's
  * bits; the embedding gather and tensor_same_values read it too. */
 TEST(ops_matmul_rows8_same_bits) {
-    /* the AVX-512 widths cover each side of the pairs loop's pass
-       boundaries (12 | 13, 24 | 25, 36 | 37 rows) and of the blocked loop's (48 | 49) */
-    const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 24, 25, 33, 36, 37, 48, 49, 100, 200};
-    const int shapes[][2] = {{8, 8}, {16, 24}, {40, 1032}, {136, 520}, {64, 16}, {24, 1536}}; /* N, K */
+    /* the AVX-512 widths cover each side of every switch between the rows8
+       loops (ops_r8_in_place: 5 | 6, 8 | 9, 12 | 13, 18 | 19, 24 | 25, ...)
+       and the blocked loop's (48 | 49), on matrices below and above
+       OPS_R8_SMALL (the last shape) */
+    const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 18, 19, 24, 25, 30, 31, 33, 36, 37, 42, 43, 48, 49, 100, 200};
+    const int shapes[][2] = {{8, 8}, {16, 24}, {40, 1032}, {136, 520}, {64, 16}, {24, 1536}, {520, 1032}}; /* N, K */
     const ds_dtype dts[] = {DT_BF16, DT_F16, DT_F32};
     const int Mmax = 200;
     tpool *tp = tp_create(2);
