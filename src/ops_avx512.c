@@ -27,8 +27,9 @@
  * of rows side by side that the blocked loop packs its tiles into. Up to
  * OPS_R8_MAX_M rows (more on small matrices: ops_r8_in_place) read them
  * in place with the blocked loop's register kernel (see "rows8, small
- * M"), other small M with the pairs loop on half blocks (4 rows, every other line of the block's run), large M
- * packs tiles from them as from row-major rows, with other strides. */
+ * M"), other small M with the pairs loop on half blocks (4 rows, every
+ * other line of the block's run), large M packs tiles from them as from
+ * row-major rows, with other strides. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__FMA__) && defined(__F16C__)
 
