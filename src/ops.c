@@ -127,21 +127,23 @@ static float scalar_dot(const float *a, const float *b, int n) {
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-/* row n of an N x K weight (row-major or rows8) widened into w */
-static void weight_row_f32(float *w, const void *W, ds_dtype dt, int r8, int64_t K, int64_t n) {
+/* row n of an N x K weight (row-major or rows8) widened into w by cvt
+   (a piece of 8 at a time for rows8) */
+typedef void (*to_f32_fn)(float *y, const void *x, ds_dtype dt, int64_t n);
+static void weight_row_f32(float *w, const void *W, ds_dtype dt, int r8, int64_t K, int64_t n, to_f32_fn cvt) {
     size_t es = elt_size(dt);
     if (!r8) {
-        scalar_to_f32(w, (const char *)W + (size_t)(n * K) * es, dt, K);
+        cvt(w, (const char *)W + (size_t)(n * K) * es, dt, K);
         return;
     }
-    for (int64_t k = 0; k < K; k += 8) scalar_to_f32(w + k, (const char *)W + tensor_off(K, 1, n, k) * es, dt, 8);
+    for (int64_t k = 0; k < K; k += 8) cvt(w + k, (const char *)W + tensor_off(K, 1, n, k) * es, dt, 8);
 }
 
 static void scalar_matmul_rows(float *y, const float *x, int M, int K, int N, const void *W, ds_dtype dt, int r8,
                                const float *bias, int n0, int n1) {
     float *w = ops_scratch((size_t)K * sizeof(float) + 64);
     for (int n = n0; n < n1; n++) {
-        weight_row_f32(w, W, dt, r8, K, n);
+        weight_row_f32(w, W, dt, r8, K, n, scalar_to_f32);
         for (int m = 0; m < M; m++) {
             float v = scalar_dot(x + (size_t)m * K, w, K);
             y[(size_t)m * N + n] = bias ? v + bias[n] : v;
@@ -207,7 +209,7 @@ void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, cons
 #ifdef DS_HAVE_AVX2_PATH
     /* small M on AVX-512 streams W in place (the pairs loop, or rows8's) */
     const int stream = M == 1 || (c.simd == 2 && M <= OPS_PAIRS_MAX_M && K >= 1);
-    if (stream && M >= 2 && !(c.r8 && ops_r8_in_place(M, (size_t)N * (size_t)K * (W->dtype == DT_F32 ? 4 : 2)))) {
+    if (stream && M >= 2 && !(c.r8 && ops_r8_in_place(M, N, K, c.dt))) {
         /* x packed once, then read by every thread: it lives in this
          * thread's scratch, which avx512_matmul_pairs leaves alone */
         c.xp = ops_scratch(avx512_pairs_floats(M, K) * sizeof(float));
@@ -400,16 +402,8 @@ void op_to_f32(float *y, const void *x, ds_dtype dt, int64_t n) {
 
 void op_embed(float *y, const tensor *emb, const int *tokens, int M) {
     int64_t D = emb->ndim > 1 ? emb->shape[1] : 1;
-    size_t es = elt_size(emb->dtype);
-    for (int m = 0; m < M; m++) {
-        if (!emb->rows8) {
-            op_to_f32(y + (size_t)m * D, (const char *)emb->data + (size_t)tokens[m] * D * es, emb->dtype, D);
-            continue;
-        }
-        for (int64_t k = 0; k < D; k += 8) /* a tied embedding, laid out for the LM head */
-            op_to_f32(y + (size_t)m * D + k, (const char *)emb->data + tensor_off(D, 1, tokens[m], k) * es, emb->dtype,
-                      8);
-    }
+    /* rows8: a tied embedding, laid out for the LM head */
+    for (int m = 0; m < M; m++) weight_row_f32(y + (size_t)m * D, emb->data, emb->dtype, emb->rows8, D, tokens[m], op_to_f32);
 }
 
 int scalar_argmax(const float *x, int n) {

@@ -533,7 +533,7 @@ void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const voi
         avx2_matmul_direct(y, x, M, K, N, W, dt, r8, bias, n0, n1);
         return;
     }
-    if (r8 && ops_r8_in_place(M, (size_t)N * (size_t)K * (dt == DT_F32 ? 4 : 2))) {
+    if (r8 && ops_r8_in_place(M, N, K, dt)) {
         matmul_r8(y, x, M, K, N, W, dt, bias, n0, n1);
         return;
     }

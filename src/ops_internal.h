@@ -56,9 +56,9 @@ void *ops_scratch(size_t bytes);
  * it was 25-40 % ahead end to end. */
 #define OPS_R8_MAX_M 5
 #define OPS_R8_SMALL (1u << 20)
-static inline int ops_r8_in_place(int M, size_t w_bytes) {
+static inline int ops_r8_in_place(int M, int N, int K, ds_dtype dt) {
     if (M <= OPS_R8_MAX_M) return 1;
-    if (w_bytes > OPS_R8_SMALL || M > OPS_PAIRS_MAX_M) return 0;
+    if ((size_t)N * (size_t)K * dtype_size(dt) > OPS_R8_SMALL || M > OPS_PAIRS_MAX_M) return 0;
     return M <= 8 || (M + 5) / 6 < 2 * (((M + 1) / 2 + 5) / 6);
 }
 
@@ -124,8 +124,8 @@ void avx512_matmul_rows(float *y, const float *x, int M, int K, int N, const voi
  * dispatcher packs x once per op_matmul rather than once per chunk:
  * avx512_pack_pairs writes x (M rows of K) to xp, avx512_pairs_floats(M, K)
  * floats, 64-byte aligned, and avx512_matmul_pairs computes W rows
- * [n0, n1) from it (without ops_scratch). Row-major weights only: rows8
- * weights take avx512_matmul_rows at every M. */
+ * [n0, n1) from it (without ops_scratch). rows8 weights (r8) take it at
+ * the widths ops_r8_in_place leaves to it, on half blocks. */
 size_t avx512_pairs_floats(int M, int K);
 void avx512_pack_pairs(float *xp, const float *x, int M, int K);
 void avx512_matmul_pairs(float *y, const float *xp, int M, int K, int N, const void *W, ds_dtype dt, int r8,
