@@ -5,7 +5,7 @@
 #   make test SAN=1 the same suite under AddressSanitizer + UBSan (build/san/)
 #   make bench      CPU benchmark against llama.cpp (bench/cpu-bench.sh; docs/BENCHMARKS.md)
 #   make fuzz       build the libFuzzer targets (clang) and run each briefly
-#   make cuda       build build/cuda/dspark with the CUDA backend (nvcc, sm_90)
+#   make cuda       build build/cuda/dspark with the CUDA backend (nvcc, sm_90a)
 #   make test-cuda  the CUDA op tests and the golden / lossless tests on the GPU
 #                   (make test also compiles the CUDA build where nvcc exists)
 
@@ -15,7 +15,10 @@ CUDA    ?= 0
 FUZZ_SECONDS ?= 30
 NVCC    ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
-CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90
+CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
+# sm_90a (Hopper's arch-specific instructions) builds the warpgroup-mma
+# prefill attention; another CUDA_ARCH builds without it (k_attn_tc instead)
+CUDA_DEFS = $(if $(findstring 90a,$(CUDA_ARCH)),-DDSPARK_WGMMA)
 
 WARN    = -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g -pthread -MMD -MP $(WARN) -Isrc
@@ -81,7 +84,7 @@ $(BUILD)/src/%.o: src/%.c
 
 $(BUILD)/src/%.o: src/%.cu src/*.h src/*.cuh
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Isrc -lineinfo -Xfatbin -compress-all -Xcompiler -fPIC,-pthread -c $< -o $@
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) $(CUDA_DEFS) -Isrc -lineinfo -Xfatbin -compress-all -Xcompiler -fPIC,-pthread -c $< -o $@
 
 $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)

@@ -9,15 +9,6 @@
 
 #include "cuda_ops.cuh"
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/* all but the most recently committed group have landed */
-__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-
 #define ATT_THREADS 256
 #define ATT_WARPS (ATT_THREADS / 32)
 
@@ -364,29 +355,16 @@ __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const
    vector's masked positions add exact zeros (P = 0 against finite V: the
    staged rows past a chunk's end hold zeros or an earlier chunk's values),
    so the result does not depend on the batch; k_attn_combine merges a
-   row's spans. */
-#define TC_QV 64
+   row's spans. On an sm_90a build and a compute capability 9.0 device,
+   cu_attention_tiled takes k_attn_wg (cuda_attn_wg.cu) instead for head
+   dims 64 and 128. */
 #define TC_P 64
 #define TC_MINB 2
 #define TC_THREADS 128
-#define AT_SPLIT 2048
 #define AT_MAX_HD 128
 
 static int tc_hd(int hd) { return hd <= 32 ? 32 : hd <= 64 ? 64 : 128; }
 static size_t tc_smem(int HD) { return sizeof(float) * (2 * (size_t)TC_P + TC_QV) * (HD + 4); }
-
-/* x as a TF32 head and tail for the attention's three-mma products: the
-   head is x as it stands (the tensor core reads a TF32 operand's top 19
-   bits and ignores the 13 below, so it multiplies x truncated), the tail x
-   minus that truncation (exact), itself truncated by the tensor core: x to
-   about 2^-21 of its size in two instructions instead of split_tf32's five */
-struct tf32x2 {
-    uint32_t h, l;
-};
-__device__ __forceinline__ tf32x2 tf32_cut(float x) {
-    uint32_t b = __float_as_uint(x);
-    return {b, __float_as_uint(x - __uint_as_float(b & 0xffffe000u))};
-}
 
 /* d[n] += a.b[n] for N tiles in three mmas each (lo.hi, hi.lo, hi.hi; a's
    fragment a0..a3, b[n] the tile's b0, b1), each pass over all N tiles in
@@ -413,7 +391,8 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q,
     extern __shared__ float4 tc_sm4[];
     float *Ks = reinterpret_cast<float *>(tc_sm4), *Vs = Ks + TC_P * ST, *Qs = Vs + TC_P * ST;
     const int R = TC_QV / G;
-    const int m0 = blockIdx.x * R, kvh = blockIdx.y, sp = blockIdx.z;
+    /* the last row groups (the most positions in a span) start first */
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * R, kvh = blockIdx.y, sp = blockIdx.z;
     const int rows = M - m0 < R ? M - m0 : R, nv = rows * G;
     const int len = *d_len + first; /* row 0's position */
     const int p_begin = sp * AT_SPLIT, last = len + m0 + rows; /* positions the block's last row sees */
@@ -423,10 +402,12 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q,
     const int va = warp * 16 + g, vb = va + 8;
     /* K and V zeroed first: the padded dims and the rows a short chunk leaves */
     for (int i = threadIdx.x; i < 2 * TC_P * ST; i += TC_THREADS) Ks[i] = 0.0f;
-    /* the block's query vectors, zero-padded to TC_QV x HD */
-    for (int i = threadIdx.x; i < TC_QV * HD; i += TC_THREADS) {
-        int v = i / HD, d = i % HD;
-        Qs[v * ST + d] = v < nv && d < hd ? q[((size_t)(m0 + v / G) * nh + kvh * G + v % G) * hd + d] : 0.0f;
+    /* the block's query vectors, copied 16 bytes at a time (they land with
+       the first chunk), zero-padded to TC_QV x HD */
+    for (int i = threadIdx.x; i < TC_QV * HD / 4; i += TC_THREADS) {
+        const int v = i / (HD / 4), d = 4 * (i % (HD / 4));
+        if (v < nv && d < hd) cp_async16(Qs + v * ST + d, q + ((size_t)(m0 + v / G) * nh + kvh * G + v % G) * hd + d);
+        else *reinterpret_cast<float4 *>(Qs + v * ST + d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     const int lima = va < nv ? len + m0 + va / G + 1 : 0, limb = vb < nv ? len + m0 + vb / G + 1 : 0;
     float mxa = -INFINITY, mxb = -INFINITY, sa = 0.0f, sb = 0.0f;
@@ -465,44 +446,8 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q,
             }
             mma3_tf32(s, a, b);
         }
-        /* online softmax, one vector per row of the quad (lanes 4g .. 4g+3) */
-        float cma = -INFINITY, cmb = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < TC_P / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int p = 8 * n + 2 * t + e;
-                s[n][e] = p < np && p0 + p < lima ? s[n][e] * scale2 : -INFINITY;
-                s[n][2 + e] = p < np && p0 + p < limb ? s[n][2 + e] * scale2 : -INFINITY;
-                cma = fmaxf(cma, s[n][e]);
-                cmb = fmaxf(cmb, s[n][2 + e]);
-            }
-#pragma unroll
-        for (int off = 1; off < 4; off <<= 1) {
-            cma = fmaxf(cma, __shfl_xor_sync(0xffffffffu, cma, off));
-            cmb = fmaxf(cmb, __shfl_xor_sync(0xffffffffu, cmb, off));
-        }
-        const float mna = fmaxf(mxa, cma), mnb = fmaxf(mxb, cmb);
-        const float ca = mna == -INFINITY ? 1.0f : exp2f(mxa - mna), cb = mnb == -INFINITY ? 1.0f : exp2f(mxb - mnb);
-        float csa = 0.0f, csb = 0.0f;
-#pragma unroll
-        for (int n = 0; n < TC_P / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                s[n][e] = s[n][e] == -INFINITY ? 0.0f : exp2f(s[n][e] - mna);
-                s[n][2 + e] = s[n][2 + e] == -INFINITY ? 0.0f : exp2f(s[n][2 + e] - mnb);
-                csa += s[n][e];
-                csb += s[n][2 + e];
-            }
-#pragma unroll
-        for (int off = 1; off < 4; off <<= 1) {
-            csa += __shfl_xor_sync(0xffffffffu, csa, off);
-            csb += __shfl_xor_sync(0xffffffffu, csb, off);
-        }
-        mxa = mna;
-        mxb = mnb;
-        sa = sa * ca + csa;
-        sb = sb * cb + csb;
+        float ca, cb;
+        tc_softmax(s, np, p0, lima, limb, scale2, t, mxa, mxb, sa, sb, ca, cb);
         /* O = O corr + P V, the chunk's P V on the tensor cores from zero and
            the chunks added in f32 (the tensor cores' accumulation truncates;
            over a span's 2048 positions that came to 1.4e-5 of the output),
@@ -535,23 +480,8 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q,
             }
         }
     }
-    /* the combine never reads spans a row does not reach */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int v = h ? vb : va, lim = h ? limb : lima;
-        if (v >= nv || lim <= p_begin) continue;
-        size_t slot = ((size_t)(m0 + v / G) * nh + kvh * G + v % G) * nsplit + sp;
-        if (t == 0) {
-            mpart[slot] = (h ? mxb : mxa) * 0.69314718055994530942f;
-            spart[slot] = h ? sb : sa;
-        }
-        float *dst = opart + slot * hd;
-#pragma unroll
-        for (int j = 0; j < KT; j++) {
-            int d = 8 * j + 2 * t;
-            if (d < hd) *reinterpret_cast<float2 *>(dst + d) = make_float2(o[j][2 * h], o[j][2 * h + 1]);
-        }
-    }
+    tc_store_partials(opart, mpart, spart, o, va, vb, nv, lima, limb, p_begin, m0, G, nh, kvh, nsplit, sp, t, mxa, mxb, sa,
+                      sb, hd);
 }
 
 /* ---- launchers ----------------------------------------------------------- */
@@ -678,7 +608,7 @@ static void tc_launch(cudaStream_t st, float *opart, float *mpart, float *spart,
 }
 
 void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part,
-                        int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale) {
+                        float *wg_img, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale) {
     int G = nh / nkv, nsplit = (cap + AT_SPLIT - 1) / AT_SPLIT;
     /* the partials share cu_attention's scratch: at most its slot count of rows x spans per pass */
     size_t parts = (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK);
@@ -688,10 +618,14 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
     if (step >= R) step -= step % R;
     if (step < 1) step = 1;
     auto run = tc_hd(hd) == 32 ? tc_launch<32> : tc_hd(hd) == 64 ? tc_launch<64> : tc_launch<128>;
+    const int wg = wg_img && cu_attn_wg_ready(hd);
     for (int m0 = 0; m0 < M; m0 += step) {
         int n = M - m0 < step ? M - m0 : step;
         const float *qm = q + (size_t)m0 * nh * hd;
-        run(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
+        if (wg)
+            cu_attn_wg(st, wg_img, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0,
+                       m0 ? 0 : M);
+        else run(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, n * nh, COMB_THREADS, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
                n, 1, m0, AT_SPLIT);

@@ -38,6 +38,7 @@ struct cuda_ctx {
     float *kv;                       /* [layer][2][nkv][cap][hd] */
     float *x, *xb, *q, *att, *qkv, *gate, *logits;
     float *part;                     /* split attention partials */
+    float *wg_img;                   /* the warpgroup-mma prefill attention's scratch, or NULL (ctx_create) */
     int *tok, *pos, *d_len;          /* device: ids, positions, cache length before the batch */
     int *qkv_cnt;                    /* device: the fused q/k/v tail's per-head counts (cu_qkv_tail) */
     int *d_ids, *h_ids;              /* argmax or samples of the logits rows: device, pinned host */
@@ -305,6 +306,17 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
             return -1;
         }
     }
+    /* the warpgroup-mma prefill attention's scratch (cu_attn_wg_floats:
+       four times a layer's share of the cache), made here rather than at
+       the first prefill group, which may be inside a graph's capture; a
+       device without room for it runs k_attn_tc instead (the same results
+       to TF32 rounding) */
+    if (gemm && cu_attn_tiled_ok(c->n_heads, c->n_kv_heads, c->head_dim) && cu_attn_wg_ready(c->head_dim) &&
+        cudaMalloc((void **)&x->wg_img, sizeof(float) * cu_attn_wg_floats(c->n_kv_heads, c->head_dim, n_ctx)) !=
+            cudaSuccess) {
+        cudaGetLastError(); /* (not sticky) */
+        x->wg_img = NULL;
+    }
     x->use_graphs = cu_graphs_enabled();
     const char *tr = getenv("DSPARK_CUDA_TRACE");
     if (tr && !strcmp(tr, "1")) {
@@ -330,7 +342,7 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
 extern "C" void cuda_ctx_free(cuda_ctx *x) {
     if (!x) return;
     cudaFree(x->kv);
-    float *bufs[] = {x->x, x->xb, x->q, x->att, x->qkv, x->gate, x->logits, x->part, x->d_taps, x->d_wide};
+    float *bufs[] = {x->x, x->xb, x->q, x->att, x->qkv, x->gate, x->logits, x->part, x->d_taps, x->d_wide, x->wg_img};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFree(x->tok);
     cudaFree(x->pos);
@@ -530,7 +542,9 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         if (!(omit & OMIT_ATTN)) {
             /* the cuBLAS groups' rows by the prefill kernel, the others as decode and verify rows */
             int Mt = x->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(x->gemm, &L->wqkv, M) : 0;
-            if (Mt) cu_attention_tiled(st, x->att, x->q, kc, vc, x->part, Mt, nh, nkv, hd, x->cap, x->d_len, scale);
+            if (Mt)
+                cu_attention_tiled(st, x->att, x->q, kc, vc, x->part, x->wg_img, Mt, nh, nkv, hd, x->cap,
+                                   x->d_len, scale);
             if (Mt < M)
                 cu_attention(st, x->att + (size_t)Mt * nh * hd, x->q + (size_t)Mt * nh * hd, kc, vc, x->part, M - Mt,
                              nh, nkv, hd, x->cap, x->d_len, scale, 1, Mt, spread);

@@ -143,6 +143,11 @@ int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, c
 int cuda_test_attention_spread(int on);
 /* whether the decode attention takes the spread shape at a cache length */
 int cuda_test_attn_spread_for(int len);
+/* the prefill attention's warpgroup-mma kernel: the switch (1 on, 0 off, -1
+   the default; returns the setting before) and whether it runs for head
+   dim hd on this device and build */
+int cuda_test_attention_wg(int on);
+int cuda_test_attn_wg_ready(int hd);
 /* op_attention's contract: q[M][nh*hd]; k/v caches [nkv][cap][hd] holding
  * n_past + M positions; row i sees positions 0 .. n_past + i. tiled: the
  * prefill kernel (head_dim <= 128) instead of decode and verify's. */

@@ -981,6 +981,8 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
 
 extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(on); }
 extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(len); }
+extern "C" int cuda_test_attention_wg(int on) { return cu_attention_wg(on); }
+extern "C" int cuda_test_attn_wg_ready(int hd) { return cu_attn_wg_ready(hd); }
 
 extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int hd, const float *kc,
                                    const float *vc, int cap, int n_past, float scale, int tiled, char *err,
@@ -995,11 +997,15 @@ extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, in
         return -1;
     float *part;
     if (dup_to_dev(&part, (float *)NULL, cu_attn_part_floats(nh, hd, cap), err, errlen)) return -1;
-    if (tiled) cu_attention_tiled(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale);
+    float *img = NULL;
+    if (tiled && cu_attn_wg_ready(hd) && dup_to_dev(&img, (float *)NULL, cu_attn_wg_floats(nkv, hd, cap), err, errlen))
+        return -1;
+    if (tiled) cu_attention_tiled(0, dout, dq, dk, dv, part, img, M, nh, nkv, hd, cap, dlen, scale);
     else cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(n_past));
     CK_LAUNCH();
     CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
     cudaFree(part);
+    cudaFree(img);
     cudaFree(dq);
     cudaFree(dk);
     cudaFree(dv);

@@ -85,6 +85,106 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* 16-byte asynchronous copies into shared memory (the attention kernels) */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* all but the most recently committed group have landed */
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+/* x as a TF32 head and tail for the attention's three-mma products: the
+   head is x as it stands (the tensor core reads a TF32 operand's top 19
+   bits and ignores the 13 below, so it multiplies x truncated), the tail x
+   minus that truncation (exact), itself truncated by the tensor core: x to
+   about 2^-21 of its size in two instructions instead of split_tf32's five */
+struct tf32x2 {
+    uint32_t h, l;
+};
+__device__ __forceinline__ tf32x2 tf32_cut(float x) {
+    uint32_t b = __float_as_uint(x);
+    return {b, __float_as_uint(x - __uint_as_float(b & 0xffffe000u))};
+}
+
+/* The prefill attention kernels' online softmax over one staged chunk
+   (k_attn_tc, k_attn_wg), one vector per row of a lane quad (lanes 4g ..
+   4g+3): s[n][e] is position 8n + 2t + e of vector a, s[n][2 + e] of vector
+   b (the mma accumulator layout); positions at or past np in the chunk (at
+   p0) or at or past a vector's limit are masked. Scores are scaled into
+   base-2 units by scale2; leaves exp2 of them less the new maxima in s and
+   the factors that correct the vectors' earlier sums and outputs in ca,
+   cb. */
+template <int NT>
+__device__ __forceinline__ void tc_softmax(float (&s)[NT][4], int np, int p0, int lima, int limb, float scale2, int t,
+                                           float &mxa, float &mxb, float &sa, float &sb, float &ca, float &cb) {
+    float cma = -INFINITY, cmb = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int p = 8 * n + 2 * t + e;
+            s[n][e] = p < np && p0 + p < lima ? s[n][e] * scale2 : -INFINITY;
+            s[n][2 + e] = p < np && p0 + p < limb ? s[n][2 + e] * scale2 : -INFINITY;
+            cma = fmaxf(cma, s[n][e]);
+            cmb = fmaxf(cmb, s[n][2 + e]);
+        }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        cma = fmaxf(cma, __shfl_xor_sync(0xffffffffu, cma, off));
+        cmb = fmaxf(cmb, __shfl_xor_sync(0xffffffffu, cmb, off));
+    }
+    const float mna = fmaxf(mxa, cma), mnb = fmaxf(mxb, cmb);
+    ca = mna == -INFINITY ? 1.0f : exp2f(mxa - mna);
+    cb = mnb == -INFINITY ? 1.0f : exp2f(mxb - mnb);
+    float csa = 0.0f, csb = 0.0f;
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            s[n][e] = s[n][e] == -INFINITY ? 0.0f : exp2f(s[n][e] - mna);
+            s[n][2 + e] = s[n][2 + e] == -INFINITY ? 0.0f : exp2f(s[n][2 + e] - mnb);
+            csa += s[n][e];
+            csb += s[n][2 + e];
+        }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        csa += __shfl_xor_sync(0xffffffffu, csa, off);
+        csb += __shfl_xor_sync(0xffffffffu, csb, off);
+    }
+    mxa = mna;
+    mxb = mnb;
+    sa = sa * ca + csa;
+    sb = sb * cb + csb;
+}
+
+/* The prefill attention kernels' partials of a block's span sp (of nsplit)
+   for this lane's vectors a and b (of the block's nv; vector v is row m0 +
+   v / G, head kvh G + v % G): the maximum in natural units, the sum, and
+   the output tiles o[j] (dims 8j + 2t, + 1) below hd. The combine never
+   reads spans a row does not reach, so those are not written. */
+template <int KT>
+__device__ __forceinline__ void tc_store_partials(float *opart, float *mpart, float *spart, const float (&o)[KT][4],
+                                                  int va, int vb, int nv, int lima, int limb, int p_begin, int m0,
+                                                  int G, int nh, int kvh, int nsplit, int sp, int t, float mxa,
+                                                  float mxb, float sa, float sb, int hd) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int v = h ? vb : va, lim = h ? limb : lima;
+        if (v >= nv || lim <= p_begin) continue;
+        size_t slot = ((size_t)(m0 + v / G) * nh + kvh * G + v % G) * nsplit + sp;
+        if (t == 0) {
+            mpart[slot] = (h ? mxb : mxa) * 0.69314718055994530942f;
+            spart[slot] = h ? sb : sa;
+        }
+        float *dst = opart + slot * hd + 2 * t;
+#pragma unroll
+        for (int j = 0; j < KT; j++)
+            if (8 * j + 2 * t < hd) *reinterpret_cast<float2 *>(dst + 8 * j) = make_float2(o[j][2 * h], o[j][2 * h + 1]);
+    }
+}
+
 /* the current device's SM count (launch shapes are chosen from it) */
 static inline int sm_count(void) {
     static int sms = 0;
@@ -294,11 +394,32 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
 /* Causal attention of prefill rows, as cu_attention with first 0, by a
    tensor-core kernel that stages the cache once per 64 query vectors (a
    different summation order: the forward uses it for the cuBLAS groups
-   only) */
+   only). wg_img: cu_attn_wg_floats of scratch for the warpgroup-mma
+   kernel, or NULL (k_attn_tc then, as where that kernel cannot run). */
 void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part,
-                        int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale);
+                        float *wg_img, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale);
 /* 1 when cu_attention_tiled takes these heads (head_dim <= 128) */
 int cu_attn_tiled_ok(int nh, int nkv, int hd);
+/* the prefill attention's block: TC_QV query vectors (TC_QV / G rows of G
+   heads) over one span of AT_SPLIT positions */
+#define TC_QV 64
+#define AT_SPLIT 2048
+/* 1 when cu_attention_tiled runs on the warpgroup-mma kernel
+   (cuda_attn_wg.cu) for head dim hd: an sm_90a build (DSPARK_WGMMA), a
+   compute capability 9.0 device, hd 64 or 128, and not switched off */
+int cu_attn_wg_ready(int hd);
+/* that kernel's switch (DSPARK_CUDA_ATT_WG=0 at the first use): 1 or 0
+   forces, -1 the default (on); returns the setting before */
+int cu_attention_wg(int on);
+/* floats of its scratch for a cache of cap positions (the layer's K and V
+   as cut and laid out for it: four times the layer's share of the cache) */
+size_t cu_attn_wg_floats(int nkv, int hd, int cap);
+/* its launch: the partials of cu_attention_tiled's pass of M rows; prep
+   (the rows of the whole call, on the first pass; 0 after) first lays the
+   cache's *d_len + prep positions out in img */
+void cu_attn_wg(cudaStream_t st, float *img, float *opart, float *mpart, float *spart, const float *q, const float *kc,
+                const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale, int nsplit,
+                int first, int prep);
 /* sets cu_attention's launch shape override (1 spread, 0 not, -1 by cache
    length, the default unless DSPARK_CUDA_ATT_SPREAD is 0 or 1; for the
    tests) and returns the previous setting */

@@ -236,31 +236,45 @@ TEST(cuda_attention_spread_same_bits) {
     cuda_test_attention_spread(prev);
 }
 
-/* The prefill attention kernel against the CPU, across its span boundary
+/* The prefill attention kernels against the CPU, across their span boundary
    (2048 positions) and with partial row tiles; a row's bits do not depend on
-   the batch (the first rows alone equal the same rows in the wide batch). */
+   the batch (the first rows alone equal the same rows in the wide batch).
+   Both kernels where the warpgroup-mma one runs (sm_90a build, compute
+   capability 9.0, head dims 64 and 128): it, then k_attn_tc with it off.
+   DSPARK_TEST_REQUIRE_WG=1 (scripts/test-cuda) fails the test where the
+   warpgroup-mma kernel does not run for head dim 128. */
 TEST(cuda_attention_tiled_vs_cpu) {
     if (!have_gpu()) return;
     char err[512];
+    const char *req = getenv("DSPARK_TEST_REQUIRE_WG");
+    if (req && !strcmp(req, "1")) CHECK_MSG(cuda_test_attn_wg_ready(128), "the warpgroup-mma prefill attention is off");
     /* M, nh, nkv, hd, n_past */
-    const int shapes[][5] = {{200, 32, 8, 128, 300}, {130, 4, 4, 64, 2000}, {77, 6, 2, 128, 0}, {40, 16, 2, 32, 4100},
-                             {129, 3, 1, 96, 5}};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        attn_case a = attn_case_make(shapes[s], 3);
-        int M = a.M, nh = a.nh, hd = a.hd;
-        float *oc = xmalloc(sizeof(float) * a.qn), *og = xmalloc(sizeof(float) * a.qn);
-        float *o2 = xmalloc(sizeof(float) * a.qn);
-        op_attention(NULL, oc, a.q, M, nh, a.nkv, hd, a.k, a.v, a.cap, a.np, a.scale);
-        CHECK_MSG(attn_case_gpu(&a, og, M, a.np, 1, err, sizeof err) == 0, "%s", err);
-        double e = rel_err(og, oc, a.qn);
-        CHECK_MSG(e < 1e-5, "prefill attention M=%d nh=%d nkv=%d hd=%d n_past=%d: %.3g", M, nh, a.nkv, hd, a.np, e);
-        int half = M / 2; /* the first half of the rows: q from row 0, as in the full batch */
-        CHECK(cuda_test_attention(o2, a.q, half, nh, a.nkv, hd, a.k, a.v, a.cap, a.np, a.scale, 1, err, sizeof err) == 0);
-        CHECK_MSG(!memcmp(o2, og, sizeof(float) * (size_t)half * nh * hd),
-                  "prefill attention: the first %d rows differ from the same rows of %d", half, M);
-        free(oc), free(og), free(o2);
-        attn_case_free(&a);
+    const int shapes[][5] = {{200, 32, 8, 128, 300}, {130, 4, 4, 64, 2000}, {77, 6, 2, 128, 0},  {40, 16, 2, 32, 4100},
+                             {129, 3, 1, 96, 5},     {70, 32, 8, 128, 2040}, {65, 8, 1, 64, 4090}, {3, 16, 8, 128, 9}};
+    int prev = cuda_test_attention_wg(-1);
+    for (int pass = 0; pass < 2; pass++) {
+        cuda_test_attention_wg(pass ? 0 : -1);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            attn_case a = attn_case_make(shapes[s], 3);
+            int M = a.M, nh = a.nh, hd = a.hd;
+            float *oc = xmalloc(sizeof(float) * a.qn), *og = xmalloc(sizeof(float) * a.qn);
+            float *o2 = xmalloc(sizeof(float) * a.qn);
+            op_attention(NULL, oc, a.q, M, nh, a.nkv, hd, a.k, a.v, a.cap, a.np, a.scale);
+            CHECK_MSG(attn_case_gpu(&a, og, M, a.np, 1, err, sizeof err) == 0, "%s", err);
+            double e = rel_err(og, oc, a.qn);
+            CHECK_MSG(e < 1e-5, "prefill attention (%s) M=%d nh=%d nkv=%d hd=%d n_past=%d: %.3g",
+                      cuda_test_attn_wg_ready(hd) ? "wgmma" : "mma.sync", M, nh, a.nkv, hd, a.np, e);
+            int half = M / 2; /* the first half of the rows: q from row 0, as in the full batch */
+            CHECK(cuda_test_attention(o2, a.q, half, nh, a.nkv, hd, a.k, a.v, a.cap, a.np, a.scale, 1, err, sizeof err) ==
+                  0);
+            CHECK_MSG(!memcmp(o2, og, sizeof(float) * (size_t)half * nh * hd),
+                      "prefill attention (%s): the first %d rows differ from the same rows of %d",
+                      cuda_test_attn_wg_ready(hd) ? "wgmma" : "mma.sync", half, M);
+            free(oc), free(og), free(o2);
+            attn_case_free(&a);
+        }
     }
+    cuda_test_attention_wg(prev);
 }
 
 TEST(cuda_matmul_fused_epilogues_vs_cpu) {
