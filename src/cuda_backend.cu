@@ -107,6 +107,9 @@ static int up_qkv(cuda_model *m, dlayer *D, const wlayer *L, char *err, size_t e
 }
 
 extern "C" int cuda_model_samples(const cuda_model *m) {
+    /* the device sampler runs on thread-block clusters: compute capability 9.0 on */
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, m->gpu) != cudaSuccess || major < 9) return 0;
     const char *e = getenv("DSPARK_CUDA_SAMPLE");
     if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) return e[0] == '1';
     return m->cfg.vocab_size >= CUDA_SAMPLE_MIN_VOCAB;

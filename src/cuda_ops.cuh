@@ -203,8 +203,16 @@ static inline int sm_count(void) {
    loads before waiting, so one kernel's weight stream overlaps the previous
    kernel's tail. Launched without the attribute, both are no-ops. Every
    write comes after the wait, so a kernel never races an earlier one. */
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900 /* (older GPUs have no programmatic dependent launch: see pdl_enabled) */
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 /* Kernels are launched with programmatic dependent launch allowed
    (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0, or while a
@@ -230,7 +238,14 @@ struct cu_pdl_off {
 
 static inline int pdl_enabled(void) {
     static int on = -1;
-    if (on < 0) on = !env_is("DSPARK_CUDA_PDL", "0");
+    if (on < 0) {
+        /* from compute capability 9.0 (Hopper); the kernels' pdl_trigger and
+           pdl_wait compile to nothing for older GPUs */
+        int dev = 0, major = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) major = 0;
+        on = major >= 9 && !env_is("DSPARK_CUDA_PDL", "0");
+    }
     return on && !cu_pdl_off_depth;
 }
 

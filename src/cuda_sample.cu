@@ -91,6 +91,11 @@ __device__ void block_sums(u64 (&v)[N], u64 *sm) {
     __syncthreads();
 }
 
+/* Thread-block clusters (and the distributed shared memory they share)
+   exist from compute capability 9.0: a build for an older GPU compiles the
+   sampler to a trap, and the backend never launches it there
+   (cuda_model_samples). */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 /* the cluster's sums of v[0..N) over its blocks' parts p[N] (block totals,
    the same in every thread of a block); with below, the sums over the
    blocks of lower rank only */
@@ -429,6 +434,14 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const flo
     cl.sync(); /* no block leaves while another may still read its shared memory */
 }
 
+#else
+__global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const float *logits, float *escr, int V,
+                                                             const cu_sample_args *a, float scale, u64 *tot,
+                                                             int row_off) {
+    __trap();
+}
+#endif
+
 static void launch_sample(int m, cudaStream_t st, int *out, const float *logits, float *escr, int V,
                           const cu_sample_args *a, float scale, u64 *tot, int row_off) {
     cudaLaunchAttribute at[2];
@@ -489,8 +502,17 @@ static int bufs_up(smp_bufs *b, const float *logits, int n, int V, const cu_samp
     return 0;
 }
 
+/* whether the current device runs the sampler (thread-block clusters:
+   compute capability 9.0 on) */
+static int smp_device_ok(void) {
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+}
+
 /* the n rows of b sampled, their answers into out[n] */
 static cudaError_t bufs_run(smp_bufs *b, int n, int V, int *out) {
+    if (!smp_device_ok()) return cudaErrorNotSupported;
     cu_sample_rows(0, b->out, b->l, b->e, n, V, b->a, b->tot, 0);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? cudaMemcpy(out, b->out, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost) : e;
@@ -537,6 +559,7 @@ extern "C" int cuda_test_sample_rows_q(int *drafts, int *out, const float *logit
 
 extern "C" int cuda_bench_sample(int V, int rows, int peaked, const sampler_params *p, int reps, double *us, char *err,
                                  size_t errlen) {
+    if (!smp_device_ok()) return ds_err(err, errlen, "device sampler: needs compute capability 9.0 or later");
     if (rows < 1 || rows > MODEL_SAMPLE_ROWS) return ds_err(err, errlen, "cuda_bench_sample: %d rows", rows);
     size_t n = (size_t)rows * V;
     float *h = (float *)xmalloc(sizeof(float) * n);
