@@ -311,12 +311,13 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
     }
     /* the warpgroup-mma prefill attention's scratch (cu_attn_wg_floats:
        four times a layer's share of the cache), made here rather than at
-       the first prefill group, which may be inside a graph's capture; a
-       device without room for it runs k_attn_tc instead (the same results
-       to TF32 rounding) */
+       the first prefill group, which may be inside a graph's capture, and
+       only where the device keeps room after it (cu_room_for, as for the
+       weights' tile-major copies); without it the context runs k_attn_tc
+       (the same results to TF32 rounding) */
+    const size_t wgb = sizeof(float) * cu_attn_wg_floats(c->n_kv_heads, c->head_dim, n_ctx);
     if (gemm && cu_attn_tiled_ok(c->n_heads, c->n_kv_heads, c->head_dim) && cu_attn_wg_ready(c->head_dim) &&
-        cudaMalloc((void **)&x->wg_img, sizeof(float) * cu_attn_wg_floats(c->n_kv_heads, c->head_dim, n_ctx)) !=
-            cudaSuccess) {
+        cu_room_for(wgb) && cudaMalloc((void **)&x->wg_img, wgb) != cudaSuccess) {
         cudaGetLastError(); /* (not sticky) */
         x->wg_img = NULL;
     }

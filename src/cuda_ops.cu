@@ -595,13 +595,17 @@ int cu_tile_mat(dev_pool *pl, dmat *W, char *err, size_t errlen) {
     return 0;
 }
 
-int cu_tiles_wanted(size_t bytes) {
-    const char *e = getenv("DSPARK_CUDA_TILED");
-    if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) return e[0] == '1';
+int cu_room_for(size_t bytes) {
     size_t fr = 0, total = 0;
     if (cudaMemGetInfo(&fr, &total) != cudaSuccess) return 0;
     size_t keep = total / 16 > ((size_t)2 << 30) ? total / 16 : (size_t)2 << 30;
     return fr > bytes && fr - bytes >= keep;
+}
+
+int cu_tiles_wanted(size_t bytes) {
+    const char *e = getenv("DSPARK_CUDA_TILED");
+    if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) return e[0] == '1';
+    return cu_room_for(bytes);
 }
 
 const char *cu_tiles_hint(void) {

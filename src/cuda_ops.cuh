@@ -316,9 +316,12 @@ int cu_tiles_ok(const dmat *W);
 int cu_tile_mat(dev_pool *pl, dmat *W, char *err, size_t errlen);
 /* bytes of W's tile-major copy (0 when !cu_tiles_ok) */
 size_t cu_tile_bytes(const dmat *W);
+/* whether an optional allocation of `bytes` on the current device leaves
+   the larger of 2 GiB and a sixteenth of its memory free (for what is
+   allocated later: another context's cache, cuBLAS's workspace) */
+int cu_room_for(size_t bytes);
 /* whether tile-major copies of `bytes` are made on the current device:
-   DSPARK_CUDA_TILED=0 / 1 decides, else whether, after them, the larger of
-   2 GiB and a sixteenth of the device's memory stays free */
+   DSPARK_CUDA_TILED=0 / 1 decides, else cu_room_for */
 int cu_tiles_wanted(size_t bytes);
 /* Tile-major copies of the n matrices (NULL entries and repeats skipped)
    when cu_tiles_wanted says so for their total, once: *done is set when
