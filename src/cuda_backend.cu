@@ -24,6 +24,7 @@ struct dlayer {
 struct cuda_model {
     model_config cfg;
     int gpu;
+    int clusters; /* the device has thread-block clusters (compute capability 9.0 on): the device sampler */
     dmat embed, lm_head;
     float *final_norm, *inv_freq;
     dlayer *layers;
@@ -107,9 +108,7 @@ static int up_qkv(cuda_model *m, dlayer *D, const wlayer *L, char *err, size_t e
 }
 
 extern "C" int cuda_model_samples(const cuda_model *m) {
-    /* the device sampler runs on thread-block clusters: compute capability 9.0 on */
-    int major = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, m->gpu) != cudaSuccess || major < 9) return 0;
+    if (!m->clusters) return 0; /* the device sampler runs on thread-block clusters */
     const char *e = getenv("DSPARK_CUDA_SAMPLE");
     if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) return e[0] == '1';
     return m->cfg.vocab_size >= CUDA_SAMPLE_MIN_VOCAB;
@@ -152,6 +151,8 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
     cuda_model *m = (cuda_model *)xcalloc(1, sizeof *m);
     m->cfg = *w->cfg;
     m->gpu = gpu;
+    int major = 0;
+    m->clusters = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu) == cudaSuccess && major >= 9;
     const model_config *c = &m->cfg;
     int H = c->hidden_size, hd = c->head_dim;
     int rc = cu_up_mat(&m->pool, &m->embed, w->embed, err, errlen);
