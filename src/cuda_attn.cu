@@ -506,11 +506,8 @@ template <typename F> static void with_g(int G, F f) {
    or 0 sets it at the first use, cu_attention_spread (the tests) at any
    time. Returns the setting before this call. */
 static int spread_mode(int set, int on) {
-    static int mode = -2; /* the environment not read yet */
-    if (mode == -2) mode = env_is("DSPARK_CUDA_ATT_SPREAD", "1") ? 1 : env_is("DSPARK_CUDA_ATT_SPREAD", "0") ? 0 : -1;
-    int prev = mode;
-    if (set) mode = on;
-    return prev;
+    static int mode = -2;
+    return env_switch(&mode, "DSPARK_CUDA_ATT_SPREAD", set, on);
 }
 
 int cu_attention_spread(int on) { return spread_mode(1, on); }
@@ -619,12 +616,11 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
     if (step < 1) step = 1;
     auto run = tc_hd(hd) == 32 ? tc_launch<32> : tc_hd(hd) == 64 ? tc_launch<64> : tc_launch<128>;
     const int wg = wg_img && cu_attn_wg_ready(hd);
+    if (wg) cu_attn_wg_prep(st, wg_img, kc, vc, nkv, hd, cap, d_len, M);
     for (int m0 = 0; m0 < M; m0 += step) {
         int n = M - m0 < step ? M - m0 : step;
         const float *qm = q + (size_t)m0 * nh * hd;
-        if (wg)
-            cu_attn_wg(st, wg_img, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0,
-                       m0 ? 0 : M);
+        if (wg) cu_attn_wg(st, wg_img, opart, mpart, spart, qm, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
         else run(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, n * nh, COMB_THREADS, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,

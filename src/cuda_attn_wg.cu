@@ -44,11 +44,6 @@ template <int HD> struct wg_shape {
     static constexpr size_t smem = sizeof(float) * ((size_t)TC_QV * HD + 4 * (size_t)IMG);
 };
 
-/* floats of k_wg_prep's images for a cache of cap positions */
-size_t cu_attn_wg_floats(int nkv, int hd, int cap) {
-    return (size_t)nkv * ((cap + WG_P - 1) / WG_P) * 4 * WG_P * hd;
-}
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define WG_D32                                                                                                         \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29," \
@@ -248,30 +243,19 @@ __global__ void __launch_bounds__(128, 2) k_attn_wg(const float *q, const float 
 #endif
 }
 
-/* The kernel's switch: 1 or 0 forces it on or off (on: where it can run),
-   -1 leaves the default (on). DSPARK_CUDA_ATT_WG=0 sets it off at the first
-   use, cu_attention_wg (the tests) at any time. Returns the setting before. */
+/* The kernel's switch (env_switch): DSPARK_CUDA_ATT_WG=0 turns it off,
+   cu_attention_wg (the tests) at any time; on (where it can run) otherwise. */
 static int wg_mode(int set, int on) {
     static int mode = -2;
-    if (mode == -2) mode = env_is("DSPARK_CUDA_ATT_WG", "0") ? 0 : -1;
-    int prev = mode;
-    if (set) mode = on;
-    return prev;
+    return env_switch(&mode, "DSPARK_CUDA_ATT_WG", set, on);
 }
 
 int cu_attention_wg(int on) { return wg_mode(1, on); }
 
 int cu_attn_wg_ready(int hd) {
 #if defined(DSPARK_WGMMA)
-    static int cc = -1; /* the device's compute capability, major * 10 + minor */
-    if (cc < 0) {
-        int dev = 0, ma = 0, mi = 0;
-        cudaGetDevice(&dev);
-        if (cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-            ma = mi = 0;
-        cc = ma * 10 + mi;
-    }
+    static int cc = -1; /* the device's compute capability */
+    if (cc < 0) cc = cu_device_cc(-1);
     return cc == 90 && wg_mode(0, 0) != 0 && (hd == 64 || hd == 128);
 #else
     (void)hd;
@@ -279,26 +263,33 @@ int cu_attn_wg_ready(int hd) {
 #endif
 }
 
+static int wg_chunks(int cap) { return (cap + WG_P - 1) / WG_P; }
+
+size_t cu_attn_wg_floats(int nkv, int hd, int cap) { return (size_t)nkv * wg_chunks(cap) * 4 * WG_P * hd; }
+
+void cu_attn_wg_prep(cudaStream_t st, float *img, const float *kc, const float *vc, int nkv, int hd, int cap,
+                     const int *d_len, int ntot) {
+    const int nch = wg_chunks(cap);
+    if (hd == 64) launch(k_wg_prep<64>, dim3(nch, nkv), 256, st, img, kc, vc, cap, nch, d_len, ntot);
+    else launch(k_wg_prep<128>, dim3(nch, nkv), 256, st, img, kc, vc, cap, nch, d_len, ntot);
+}
+
 template <int HD>
-static void wg_run(cudaStream_t st, float *img, float *opart, float *mpart, float *spart, const float *q,
-                   const float *kc, const float *vc, int M, int nh, int nkv, int cap, const int *d_len, float scale,
-                   int nsplit, int first, int prep) {
+static void wg_run(cudaStream_t st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
+                   int nh, int nkv, int cap, const int *d_len, float scale, int nsplit, int first) {
     using S = wg_shape<HD>;
     static int sized = 0;
     if (!sized) {
         cudaFuncSetAttribute(k_attn_wg<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::smem);
         sized = 1;
     }
-    const int nch = (cap + WG_P - 1) / WG_P;
-    if (prep) launch(k_wg_prep<HD>, dim3(nch, nkv), 256, st, img, kc, vc, cap, nch, d_len, prep);
     const int G = nh / nkv, R = TC_QV / G;
-    launch_smem(k_attn_wg<HD>, dim3((M + R - 1) / R, nkv, nsplit), 128, S::smem, st, q, (const float *)img, opart,
-                mpart, spart, nh, G, nch, d_len, M, scale, first);
+    launch_smem(k_attn_wg<HD>, dim3((M + R - 1) / R, nkv, nsplit), 128, S::smem, st, q, img, opart, mpart, spart, nh,
+                G, wg_chunks(cap), d_len, M, scale, first);
 }
 
-void cu_attn_wg(cudaStream_t st, float *img, float *opart, float *mpart, float *spart, const float *q, const float *kc,
-                const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale, int nsplit,
-                int first, int prep) {
+void cu_attn_wg(cudaStream_t st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
+                int nh, int nkv, int hd, int cap, const int *d_len, float scale, int nsplit, int first) {
     auto run = hd == 64 ? wg_run<64> : wg_run<128>;
-    run(st, img, opart, mpart, spart, q, kc, vc, M, nh, nkv, cap, d_len, scale, nsplit, first, prep);
+    run(st, img, opart, mpart, spart, q, M, nh, nkv, cap, d_len, scale, nsplit, first);
 }

@@ -151,8 +151,7 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
     cuda_model *m = (cuda_model *)xcalloc(1, sizeof *m);
     m->cfg = *w->cfg;
     m->gpu = gpu;
-    int major = 0;
-    m->clusters = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu) == cudaSuccess && major >= 9;
+    m->clusters = cu_device_cc(gpu) >= 90;
     const model_config *c = &m->cfg;
     int H = c->hidden_size, hd = c->head_dim;
     int rc = cu_up_mat(&m->pool, &m->embed, w->embed, err, errlen);
@@ -317,8 +316,8 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
        weights' tile-major copies); without it the context runs k_attn_tc
        (the same results to TF32 rounding) */
     const size_t wgb = sizeof(float) * cu_attn_wg_floats(c->n_kv_heads, c->head_dim, n_ctx);
-    if (gemm && cu_attn_tiled_ok(c->n_heads, c->n_kv_heads, c->head_dim) && cu_attn_wg_ready(c->head_dim) &&
-        cu_room_for(wgb) && cudaMalloc((void **)&x->wg_img, wgb) != cudaSuccess) {
+    if (gemm && cu_attn_wg_ready(c->head_dim) && cu_room_for(wgb) &&
+        cudaMalloc((void **)&x->wg_img, wgb) != cudaSuccess) {
         cudaGetLastError(); /* (not sticky) */
         x->wg_img = NULL;
     }

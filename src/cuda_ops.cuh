@@ -228,6 +228,28 @@ static inline int env_is(const char *name, const char *value) {
     return e && !strcmp(e, value);
 }
 
+/* device gpu's compute capability as major * 10 + minor (0 if unknown;
+   -1: the current device) */
+static inline int cu_device_cc(int gpu) {
+    int ma = 0, mi = 0;
+    if (gpu < 0 && cudaGetDevice(&gpu) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, gpu) != cudaSuccess ||
+        cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, gpu) != cudaSuccess)
+        return 0;
+    return ma * 10 + mi;
+}
+
+/* A kernel switch in *mode (-2 until first used): name=1 or 0 in the
+   environment forces it on or off at the first use, anything else leaves
+   -1 (the caller's default); set != 0 sets it to on (the tests, at any
+   time). Returns the setting before this call. */
+static inline int env_switch(int *mode, const char *name, int set, int on) {
+    if (*mode == -2) *mode = env_is(name, "1") ? 1 : env_is(name, "0") ? 0 : -1;
+    int prev = *mode;
+    if (set) *mode = on;
+    return prev;
+}
+
 extern thread_local int cu_pdl_off_depth;
 struct cu_pdl_off {
     cu_pdl_off() { cu_pdl_off_depth++; }
@@ -241,10 +263,7 @@ static inline int pdl_enabled(void) {
     if (on < 0) {
         /* from compute capability 9.0 (Hopper); the kernels' pdl_trigger and
            pdl_wait compile to nothing for older GPUs */
-        int dev = 0, major = 0;
-        cudaGetDevice(&dev);
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) major = 0;
-        on = major >= 9 && !env_is("DSPARK_CUDA_PDL", "0");
+        on = cu_device_cc(-1) >= 90 && !env_is("DSPARK_CUDA_PDL", "0");
     }
     return on && !cu_pdl_off_depth;
 }
@@ -432,12 +451,13 @@ int cu_attention_wg(int on);
 /* floats of its scratch for a cache of cap positions (the layer's K and V
    as cut and laid out for it: four times the layer's share of the cache) */
 size_t cu_attn_wg_floats(int nkv, int hd, int cap);
-/* its launch: the partials of cu_attention_tiled's pass of M rows; prep
-   (the rows of the whole call, on the first pass; 0 after) first lays the
-   cache's *d_len + prep positions out in img */
-void cu_attn_wg(cudaStream_t st, float *img, float *opart, float *mpart, float *spart, const float *q, const float *kc,
-                const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale, int nsplit,
-                int first, int prep);
+/* the cache's first *d_len + ntot positions laid out in img for it (once
+   per cu_attention_tiled call, before its passes) */
+void cu_attn_wg_prep(cudaStream_t st, float *img, const float *kc, const float *vc, int nkv, int hd, int cap,
+                     const int *d_len, int ntot);
+/* its launch: the partials of cu_attention_tiled's pass of M rows, from img */
+void cu_attn_wg(cudaStream_t st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
+                int nh, int nkv, int hd, int cap, const int *d_len, float scale, int nsplit, int first);
 /* sets cu_attention's launch shape override (1 spread, 0 not, -1 by cache
    length, the default unless DSPARK_CUDA_ATT_SPREAD is 0 or 1; for the
    tests) and returns the previous setting */
