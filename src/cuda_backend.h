@@ -129,9 +129,10 @@ int cuda_test_sample_rows(int *out, const float *logits, int n, int V, const sam
  * max(0, p - q)) */
 int cuda_test_sample_rows_q(int *drafts, int *out, const float *logits, const float *qlogits, int n, int V,
                             const sampler_params *p, const double *uq, const double *u, char *err, size_t errlen);
-/* out[4i .. 4i + 3] for each x[i]: the matmul's TF32 head and tail of x[i]
- * (split_tf32) and cvt.rna.tf32.f32's head and tail, as bit patterns */
-int cuda_test_split_tf32(uint32_t *out, const float *x, int n, char *err, size_t errlen);
+/* out[2i], out[2i + 1] for each x[i]: the TF32 head and tail the matmul
+ * and the prefill attention multiply (tf32_cut), as bit patterns before
+ * the tensor core drops their 13 low bits */
+int cuda_test_tf32_cut(uint32_t *out, const float *x, int n, char *err, size_t errlen);
 /* out[m] = op_argmax(x[m], n) */
 int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen);
 int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);

@@ -164,12 +164,15 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
    y[m][n] = sum_k x[m][k] W[n][k] on mma.sync m16n8k8 TF32: the weight tile
    is the A operand (16 outputs x 8 k), the activations the B operand
    (8 k x 8 rows). Weights in bf16 or f16 are exact in TF32; an f32
-   activation is split into a TF32 head and a TF32 tail (x = hi + lo to
-   about 2^-22), each multiplied in its own mma, so products are as exact
-   as f32 ones and accumulation is f32: the numerics of the FMA kernel with
-   another summation order. (f32 weights would be rounded to TF32: they go
-   to the FMA kernel.) The instruction is bandwidth-free next to the
-   weight stream for the 1-16 rows of decode and verification.
+   activation is cut into a TF32 head and a TF32 tail (tf32_cut: x to
+   within 2^-21 of its size), each multiplied in its own mma, so a product
+   is within 2^-21 of the f32 one and accumulation is f32: close to the
+   numerics of the FMA kernel, with another summation order. (f32 weights
+   would be rounded to TF32: they go to the FMA kernel.) The instruction is
+   bandwidth-free next to the weight stream for the 1-16 rows of decode and
+   verification; at 9-16 rows the kernel is bound by its instructions, and
+   the cut is two a value (a rounded head and tail took five: t(16) 0.3 ms
+   more on an 8B model, docs/BENCHMARKS.md).
 
    A warp owns TILES tiles of 16 weight rows and MT tiles of 8 activation
    rows; KS warps split K into chunks of 32 (warp w takes chunks w, w+KS,
@@ -269,8 +272,8 @@ __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_ch
 #pragma unroll
         for (int j = 0; j < MT; j++) {
             const float *xv = s < 2 ? &c.xa[j].x : &c.xb[j].x;
-            split_tf32(xv[2 * (s & 1)], h0[j], l0[j]);
-            split_tf32(xv[2 * (s & 1) + 1], h1[j], l1[j]);
+            const tf32x2 c0 = tf32_cut(xv[2 * (s & 1)]), c1 = tf32_cut(xv[2 * (s & 1) + 1]);
+            h0[j] = c0.h, l0[j] = c0.l, h1[j] = c1.h, l1[j] = c1.l;
         }
 #pragma unroll
         for (int i = 0; i < TILES; i++) {
@@ -1258,29 +1261,24 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
 }
 
 
-__global__ void k_split_check(uint32_t *out, const float *x, int n) {
+__global__ void k_cut_check(uint32_t *out, const float *x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    uint32_t hi, lo, rh, rl;
-    split_tf32(x[i], hi, lo);
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(rh) : "f"(x[i]));
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(rl) : "f"(x[i] - __uint_as_float(rh)));
-    out[4 * i] = hi;
-    out[4 * i + 1] = lo;
-    out[4 * i + 2] = rh;
-    out[4 * i + 3] = rl;
+    const tf32x2 c = tf32_cut(x[i]);
+    out[2 * i] = c.h;
+    out[2 * i + 1] = c.l;
 }
 
-/* for each x[i]: split_tf32's head and tail and cvt.rna.tf32.f32's, out[4i ..
-   4i + 3] = hi, lo, cvt hi, cvt of x - cvt hi (bit patterns) */
-extern "C" int cuda_test_split_tf32(uint32_t *out, const float *x, int n, char *err, size_t errlen) {
+/* for each x[i]: tf32_cut's head and tail, out[2i], out[2i + 1] (bit
+   patterns, before the tensor core's truncation) */
+extern "C" int cuda_test_tf32_cut(uint32_t *out, const float *x, int n, char *err, size_t errlen) {
     float *dx;
     uint32_t *dout;
-    if (dup_to_dev(&dx, x, (size_t)n, err, errlen) || dup_to_dev(&dout, (uint32_t *)NULL, (size_t)4 * n, err, errlen))
+    if (dup_to_dev(&dx, x, (size_t)n, err, errlen) || dup_to_dev(&dout, (uint32_t *)NULL, (size_t)2 * n, err, errlen))
         return -1;
-    k_split_check<<<(n + 255) / 256, 256>>>(dout, dx, n);
+    k_cut_check<<<(n + 255) / 256, 256>>>(dout, dx, n);
     CK_LAUNCH();
-    CK(cudaMemcpy(out, dout, sizeof(uint32_t) * 4 * (size_t)n, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(out, dout, sizeof(uint32_t) * 2 * (size_t)n, cudaMemcpyDeviceToHost));
     cudaFree(dx);
     cudaFree(dout);
     return 0;

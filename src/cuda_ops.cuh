@@ -61,22 +61,6 @@ __device__ __forceinline__ float warp_max(float v) {
 
 /* ---- tensor-core helpers (mma.sync m16n8k8 TF32) --------------------------- */
 
-/* x = hi + lo as two TF32 operands with the bits cvt.rna.tf32.f32 gives
-   (round to nearest, ties away: add half a TF32 unit, drop the 13 low
-   bits), in five instructions instead of the seven of cvt's emulation,
-   which guards both roundings against Inf and NaN. Only lo's rounding is
-   guarded here: for a finite x, hi's rounding is exact bit arithmetic (up
-   to Inf past the largest float, as cvt does); for an Inf or NaN x, lo is
-   a NaN and stays one (adding half a unit to the bits of the NaN the GPU
-   makes, 0x7fffffff, would wrap it into a tiny negative number), so the
-   product is NaN as before. lo keeps its low bits, which the tensor core
-   ignores, so only its rounding is added. */
-__device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_t &lo) {
-    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-    const float l = x - __uint_as_float(hi);
-    lo = fabsf(l) < INFINITY ? __float_as_uint(l) + 0x1000u : __float_as_uint(l);
-}
-
 __device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -95,11 +79,14 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 /* all but the most recently committed group have landed */
 __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
-/* x as a TF32 head and tail for the attention's three-mma products: the
-   head is x as it stands (the tensor core reads a TF32 operand's top 19
-   bits and ignores the 13 below, so it multiplies x truncated), the tail x
-   minus that truncation (exact), itself truncated by the tensor core: x to
-   about 2^-21 of its size in two instructions instead of split_tf32's five */
+/* x as a TF32 head and tail, for the matmul's two-mma products and the
+   attention's three-mma ones: the head is x as it stands (the tensor core
+   reads a TF32 operand's top 19 bits and ignores the 13 below, so it
+   multiplies x truncated), the tail x minus that truncation (exact),
+   itself truncated by the tensor core: the two carry x to within 2^-21 of
+   its size, in two instructions (a rounded head and tail, as
+   cvt.rna.tf32.f32 gives, carry it to 2^-22 but cost five with the Inf and
+   NaN guard). An Inf or NaN x leaves a NaN tail, so its products are NaN. */
 struct tf32x2 {
     uint32_t h, l;
 };
