@@ -153,10 +153,9 @@ template <int G>
 __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
-                                                           int causal, int first, int two, int inter) {
+                                                           int causal, int first, int two, int inter, int early) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
     pdl_trigger();
-    pdl_wait();
     extern __shared__ float4 sm4[];
     const int h4 = hd / 4, kst = h4 + 1; /* K row stride in float4s: hd + 4 floats */
     const int stage = ATT_CHUNK * kst + ATT_CHUNK * h4;                        /* float4s per stage */
@@ -186,10 +185,23 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
         }
         cp_async_commit();
     };
-    if (!whole && warp < items) attn_stage_q<1>(q, qw, m0 + warp / G, kvh * G + warp % G, nh, hd, lane);
     int c = inter ? blockIdx.x / nkv : blockIdx.x % nb, buf = 0;
     auto valid = [&](int ch) { return ch < nchunk && ch * ATT_CHUNK < Lmax; };
-    if (!two && !whole) {
+    /* early: the block's first chunk, when all its positions come before
+       *d_len (cu_attention: written before this forward), is requested
+       before waiting for the previous kernel */
+    const int pre = early && valid(c) && (c + 1) * ATT_CHUNK <= *d_len, apart = !two && !whole;
+    if (pre) {
+        if (apart) {
+            issue(c, 0, 1);
+            issue(c, 0, 2);
+        } else {
+            issue(c, 0, 3);
+        }
+    }
+    pdl_wait();
+    if (!whole && warp < items) attn_stage_q<1>(q, qw, m0 + warp / G, kvh * G + warp % G, nh, hd, lane);
+    if (apart) {
         /* One stage (the spread shape, or heads too large for two), a warp
            an item (decode): K and V land as separate groups, so the scores
            start once K is in, the next chunk's K is requested while this
@@ -201,7 +213,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
            same split with two stages at 512 gained nothing. */
         const int r = warp / G, m = m0 + r, L = len + (causal ? m + 1 : M);
         const float4 *ks = sm4, *vs = ks + ATT_CHUNK * kst;
-        if (valid(c)) {
+        if (valid(c) && !pre) {
             issue(c, 0, 1);
             issue(c, 0, 2);
         }
@@ -226,7 +238,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
         }
         return;
     }
-    if (valid(c)) issue(c, 0, 3);
+    if (valid(c) && !pre) issue(c, 0, 3);
     for (; valid(c); c += nb) {
         /* two stages: the next chunk's copy goes out before this one is
            used (its stage was last read before the previous closing
@@ -530,7 +542,7 @@ static int attn_blocks(int nkv, int nchunk, int per_sm) {
 template <int G>
 static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
                         const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
-                        float scale, int nchunk, int m0, int causal, int first, int spread) {
+                        float scale, int nchunk, int m0, int causal, int first, int spread, int early) {
     static int optin = 0; /* the buffers pass the default 48 KiB of shared memory */
     if (!optin) {
         int dev = 0;
@@ -566,8 +578,19 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
     }
     launch_smem(k_attn_rows<G>, nkv * attn_blocks(nkv, nchunk, per_sm), ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1),
                 st, q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two,
-                inter);
+                inter, early);
 }
+
+/* k_attn_rows' early requests (env_switch: DSPARK_CUDA_ATT_EARLY=0 turns
+   them off at the first use, cu_attention_early at any time; the same bits
+   either way). Measured on an H200 (docs/BENCHMARKS.md, "The decode
+   attention's first chunk before the wait"): Qwen3-8B t(1) and t(16) 1-2%
+   faster at 512 and 8192 positions. */
+static int early_mode(int set, int on) {
+    static int mode = -2;
+    return env_switch(&mode, "DSPARK_CUDA_ATT_EARLY", set, on);
+}
+int cu_attention_early(int on) { return early_mode(1, on); }
 
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread) {
@@ -578,7 +601,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
         with_g(G, [&](auto g) {
             attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
-                                            nchunk, m0, causal, first, spread);
+                                            nchunk, m0, causal, first, spread, early_mode(0, 0) != 0);
         });
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,

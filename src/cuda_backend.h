@@ -142,6 +142,10 @@ int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, c
  * length as DSPARK_CUDA_ATT_SPREAD unset; the same bits either way);
  * returns the previous setting */
 int cuda_test_attention_spread(int on);
+/* sets whether the decode attention requests its first chunk before
+ * waiting for the previous kernel (1 on, 0 off, -1 the default; the same
+ * bits either way); returns the previous setting */
+int cuda_test_attention_early(int on);
 /* whether the decode attention takes the spread shape at a cache length */
 int cuda_test_attn_spread_for(int len);
 /* the prefill attention's warpgroup-mma kernel: the switch (1 on, 0 off, -1

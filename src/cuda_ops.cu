@@ -987,6 +987,7 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
 }
 
 extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(on); }
+extern "C" int cuda_test_attention_early(int on) { return cu_attention_early(on); }
 extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(len); }
 extern "C" int cuda_test_attention_wg(int on) { return cu_attention_wg(on); }
 extern "C" int cuda_test_attn_wg_ready(int hd) { return cu_attn_wg_ready(hd); }

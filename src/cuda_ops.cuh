@@ -412,7 +412,11 @@ int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const d
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
    cu_attn_part_floats(nh, hd, cap). spread: the launch shape for long
-   caches (cu_attn_spread_for; the same bits either way). */
+   caches (cu_attn_spread_for; the same bits either way). The cache's
+   positions before *d_len, and *d_len itself, must have been written by
+   stream work that ended before this forward's first kernel (the forward's
+   upload of its inputs is such a barrier): the blocks read them before
+   waiting for the previous kernel (cu_attention_early). */
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread);
 /* Causal attention of prefill rows, as cu_attention with first 0, by a
@@ -449,6 +453,11 @@ void cu_attn_wg(cudaStream_t st, const float *img, float *opart, float *mpart, f
    length, the default unless DSPARK_CUDA_ATT_SPREAD is 0 or 1; for the
    tests) and returns the previous setting */
 int cu_attention_spread(int on);
+/* sets whether cu_attention's blocks request their first chunk of K and V
+   before waiting for the previous kernel where all its positions come
+   before *d_len (1, the default unless DSPARK_CUDA_ATT_EARLY=0; for the
+   tests); returns the previous setting */
+int cu_attention_early(int on);
 /* whether cu_attention takes the spread shape for a cache of len
    positions: the override, else len >= ATT_SPREAD_FROM */
 int cu_attn_spread_for(int len);

@@ -236,6 +236,39 @@ TEST(cuda_attention_spread_same_bits) {
     cuda_test_attention_spread(prev);
 }
 
+/* The decode attention's first chunk requested before the wait (the
+ * default) or after it gives the same bits: caches shorter than a chunk,
+ * at a chunk boundary and long (several chunks per block), verify widths,
+ * two row groups, both launch shapes. */
+TEST(cuda_attention_early_same_bits) {
+    if (!have_gpu()) return;
+    char err[512];
+    /* M, nh, nkv, hd, n_past */
+    const int shapes[][5] = {{1, 32, 8, 128, 512}, {16, 32, 8, 128, 600}, {9, 32, 8, 128, 3000}, {2, 16, 2, 64, 63},
+                             {5, 8, 2, 128, 128},  {33, 4, 4, 32, 7},     {3, 8, 1, 256, 130},   {17, 8, 8, 64, 64},
+                             {1, 16, 2, 64, 8000}};
+    int prev_e = cuda_test_attention_early(1), prev_s = cuda_test_attention_spread(0);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        attn_case a = attn_case_make(shapes[s], 70);
+        float *o0 = xmalloc(sizeof(float) * a.qn), *o1 = xmalloc(sizeof(float) * a.qn);
+        for (int spread = 0; spread < 2; spread++) {
+            cuda_test_attention_spread(spread);
+            cuda_test_attention_early(0);
+            CHECK_MSG(attn_case_gpu(&a, o0, a.M, a.np, 0, err, sizeof err) == 0, "%s", err);
+            cuda_test_attention_early(1);
+            memset(o1, 0xff, sizeof(float) * a.qn);
+            CHECK_MSG(attn_case_gpu(&a, o1, a.M, a.np, 0, err, sizeof err) == 0, "%s", err);
+            CHECK_MSG(!memcmp(o0, o1, sizeof(float) * a.qn),
+                      "early attention M=%d nh=%d nkv=%d hd=%d n_past=%d spread=%d differs", a.M, a.nh, a.nkv, a.hd,
+                      a.np, spread);
+        }
+        free(o0), free(o1);
+        attn_case_free(&a);
+    }
+    cuda_test_attention_spread(prev_s);
+    cuda_test_attention_early(prev_e);
+}
+
 /* The prefill attention kernels against the CPU, across their span boundary
    (2048 positions) and with partial row tiles; a row's bits do not depend on
    the batch (the first rows alone equal the same rows in the wide batch).
