@@ -200,6 +200,23 @@ TEST(cuda_attention_vs_cpu) {
     }
 }
 
+/* Case a on the GPU with a launch switch off (set(0)) and on (set(1)):
+ * 1 when both give the same bits. The second output starts as NaNs, so an
+ * element left unwritten cannot pass. */
+static int attn_case_same_bits(const attn_case *a, int (*set)(int), char *err, size_t errlen) {
+    float *o0 = xmalloc(sizeof(float) * a->qn), *o1 = xmalloc(sizeof(float) * a->qn);
+    memset(o1, 0xff, sizeof(float) * a->qn);
+    set(0);
+    int ok = attn_case_gpu(a, o0, a->M, a->np, 0, err, errlen) == 0;
+    set(1);
+    ok = ok && attn_case_gpu(a, o1, a->M, a->np, 0, err, errlen) == 0;
+    if (ok && memcmp(o0, o1, sizeof(float) * a->qn))
+        ok = 0, snprintf(err, errlen, "M=%d nh=%d nkv=%d hd=%d n_past=%d: the outputs differ", a->M, a->nh, a->nkv,
+                         a->hd, a->np);
+    free(o0), free(o1);
+    return ok;
+}
+
 /* The spread launch shape (the forward's for caches from 1024 positions, or
  * DSPARK_CUDA_ATT_SPREAD=1: one K/V stage, the kv heads interleaved over
  * more blocks) gives the default's bits: long caches (several chunks per
@@ -215,14 +232,7 @@ TEST(cuda_attention_spread_same_bits) {
     int prev = cuda_test_attention_spread(0);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         attn_case a = attn_case_make(shapes[s], 70);
-        float *o0 = xmalloc(sizeof(float) * a.qn), *o1 = xmalloc(sizeof(float) * a.qn);
-        cuda_test_attention_spread(0);
-        CHECK_MSG(attn_case_gpu(&a, o0, a.M, a.np, 0, err, sizeof err) == 0, "%s", err);
-        cuda_test_attention_spread(1);
-        CHECK_MSG(attn_case_gpu(&a, o1, a.M, a.np, 0, err, sizeof err) == 0, "%s", err);
-        CHECK_MSG(!memcmp(o0, o1, sizeof(float) * a.qn), "spread attention M=%d nh=%d nkv=%d hd=%d n_past=%d differs",
-                  a.M, a.nh, a.nkv, a.hd, a.np);
-        free(o0), free(o1);
+        CHECK_MSG(attn_case_same_bits(&a, cuda_test_attention_spread, err, sizeof err), "spread attention: %s", err);
         attn_case_free(&a);
     }
     /* the forward's choice: by cache length unless forced */
@@ -250,19 +260,11 @@ TEST(cuda_attention_early_same_bits) {
     int prev_e = cuda_test_attention_early(1), prev_s = cuda_test_attention_spread(0);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         attn_case a = attn_case_make(shapes[s], 70);
-        float *o0 = xmalloc(sizeof(float) * a.qn), *o1 = xmalloc(sizeof(float) * a.qn);
         for (int spread = 0; spread < 2; spread++) {
             cuda_test_attention_spread(spread);
-            cuda_test_attention_early(0);
-            CHECK_MSG(attn_case_gpu(&a, o0, a.M, a.np, 0, err, sizeof err) == 0, "%s", err);
-            cuda_test_attention_early(1);
-            memset(o1, 0xff, sizeof(float) * a.qn);
-            CHECK_MSG(attn_case_gpu(&a, o1, a.M, a.np, 0, err, sizeof err) == 0, "%s", err);
-            CHECK_MSG(!memcmp(o0, o1, sizeof(float) * a.qn),
-                      "early attention M=%d nh=%d nkv=%d hd=%d n_past=%d spread=%d differs", a.M, a.nh, a.nkv, a.hd,
-                      a.np, spread);
+            CHECK_MSG(attn_case_same_bits(&a, cuda_test_attention_early, err, sizeof err),
+                      "early attention, spread %d: %s", spread, err);
         }
-        free(o0), free(o1);
         attn_case_free(&a);
     }
     cuda_test_attention_spread(prev_s);
