@@ -187,20 +187,25 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
     };
     int c = inter ? blockIdx.x / nkv : blockIdx.x % nb, buf = 0;
     auto valid = [&](int ch) { return ch < nchunk && ch * ATT_CHUNK < Lmax; };
-    /* early: the block's first chunk, when all its positions come before
-       *d_len (cu_attention: written before this forward), is requested
-       before waiting for the previous kernel */
-    const int pre = early && valid(c) && (c + 1) * ATT_CHUNK <= *d_len, apart = !two && !whole;
-    if (pre) {
+    /* the first chunk into stage 0: K and V as two groups where they are
+       waited for apart, else as one */
+    const int apart = !two && !whole;
+    auto issue_first = [&]() {
         if (apart) {
             issue(c, 0, 1);
             issue(c, 0, 2);
         } else {
             issue(c, 0, 3);
         }
-    }
+    };
+    /* early: when all its positions come before *d_len (cu_attention:
+       written before this forward), requested before waiting for the
+       previous kernel */
+    const int pre = early && valid(c) && (c + 1) * ATT_CHUNK <= *d_len;
+    if (pre) issue_first();
     pdl_wait();
     if (!whole && warp < items) attn_stage_q<1>(q, qw, m0 + warp / G, kvh * G + warp % G, nh, hd, lane);
+    if (valid(c) && !pre) issue_first();
     if (apart) {
         /* One stage (the spread shape, or heads too large for two), a warp
            an item (decode): K and V land as separate groups, so the scores
@@ -213,10 +218,6 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
            same split with two stages at 512 gained nothing. */
         const int r = warp / G, m = m0 + r, L = len + (causal ? m + 1 : M);
         const float4 *ks = sm4, *vs = ks + ATT_CHUNK * kst;
-        if (valid(c) && !pre) {
-            issue(c, 0, 1);
-            issue(c, 0, 2);
-        }
         for (; valid(c); c += nb) {
             const int p0 = c * ATT_CHUNK, np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK, mine = warp < items && p0 < L;
             const int next = valid(c + nb);
@@ -238,7 +239,6 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
         }
         return;
     }
-    if (valid(c) && !pre) issue(c, 0, 3);
     for (; valid(c); c += nb) {
         /* two stages: the next chunk's copy goes out before this one is
            used (its stage was last read before the previous closing
