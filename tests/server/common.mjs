@@ -15,6 +15,11 @@ export { assert };
 export const BASE = (process.env.DSPARK_URL || "http://127.0.0.1:8080").replace(/\/+$/, "");
 export const MODEL_ID = process.env.DSPARK_MODEL_ID || "";
 export const API_KEY = process.env.DSPARK_API_KEY || "";
+// Every timeout below (a client call's, a stream's, a test's: 60 s unless
+// given) is multiplied by DSPARK_TEST_TIMEOUT_SCALE (default 1; the server
+// tests set it for sanitizer builds, which run the model several times slower).
+const SCALE = Number(process.env.DSPARK_TEST_TIMEOUT_SCALE) > 0 ? Number(process.env.DSPARK_TEST_TIMEOUT_SCALE) : 1;
+const TIMEOUT_MS = 60000 * SCALE;
 
 const nodeDir = process.env.DSPARK_NODE_DIR || path.join(os.homedir(), ".cache", "dspark", "node");
 const requireClients = createRequire(path.join(nodeDir, "package.json"));
@@ -33,10 +38,10 @@ export const OpenAI = openaiMod.OpenAI ?? openaiMod.default ?? openaiMod;
 export const Anthropic = anthropicMod.Anthropic ?? anthropicMod.default ?? anthropicMod;
 
 export function openai(opts = {}) {
-    return new OpenAI({ baseURL: `${BASE}/v1`, apiKey: API_KEY || "sk-unused", maxRetries: 0, timeout: 60000, ...opts });
+    return new OpenAI({ baseURL: `${BASE}/v1`, apiKey: API_KEY || "sk-unused", maxRetries: 0, timeout: TIMEOUT_MS, ...opts });
 }
 export function anthropic(opts = {}) {
-    return new Anthropic({ baseURL: BASE, apiKey: API_KEY || "sk-unused", maxRetries: 0, timeout: 60000, ...opts });
+    return new Anthropic({ baseURL: BASE, apiKey: API_KEY || "sk-unused", maxRetries: 0, timeout: TIMEOUT_MS, ...opts });
 }
 
 // ---- the scripted model (tests/scripted.c): greedy answers by the prompt's last token ----
@@ -97,7 +102,7 @@ export function checkOpenAIUsage(u, what = "usage") {
 // ---- raw HTTP ----
 // A request over node:http (not fetch, so an early answer such as 413 to a
 // body still being sent is seen, and any method and header can be sent).
-export function request(method, p, { body, headers = {}, timeout = 60000 } = {}) {
+export function request(method, p, { body, headers = {}, timeout = TIMEOUT_MS } = {}) {
     return new Promise((resolve, reject) => {
         const u = new URL(BASE + p);
         let data = body;
@@ -172,6 +177,7 @@ export function parseSSE(text) {
 // Streams an SSE reply with fetch; onFrame(frame) may return true to stop
 // reading (the connection is then aborted). Returns {status, headers, frames}.
 export async function streamSSE(p, body, { onFrame, headers = {}, method = "POST", timeoutMs = 60000 } = {}) {
+    timeoutMs *= SCALE;
     const ac = new AbortController();
     const timer = setTimeout(() => ac.abort(), timeoutMs);
     const res = await fetch(BASE + p, {
@@ -222,7 +228,7 @@ export function sleep(ms) {
 // ---- runner ----
 const tests = [];
 export function test(name, fn, timeoutMs = 60000) {
-    tests.push({ name, fn, timeoutMs });
+    tests.push({ name, fn, timeoutMs: timeoutMs * SCALE });
 }
 export async function run() {
     const only = process.env.DSPARK_ONLY;
