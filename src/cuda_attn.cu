@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
 __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const float *opart, const float *mpart,
                                                                const float *spart, int nh, int hd, const int *d_len,
                                                                int nchunk, int m0, int M, int causal, int first,
-                                                               int span) {
+                                                               int span, uint32_t *outc) {
     static_assert(ATT_MAX_HD <= 2 * COMB_THREADS, "two dims per thread");
     static_assert(COMB_TF >= ATT_MAX_HD, "a staged tile holds a chunk");
     __shared__ float w[COMB_W], red[COMB_THREADS / 32], bc[2];
@@ -345,6 +345,11 @@ __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const
     float *o = out + ((size_t)m * nh + h) * hd;
     if (d0 < hd) o[d0] = acc0 * inv;
     if (d1 < hd) o[d1] = acc1 * inv;
+    if (outc) { /* the pre-cut copy: row m of nh * hd values */
+        uint32_t *oc = outc + (size_t)m * nh * hd;
+        if (d0 < hd) bf16_cut_put(oc, h * hd + d0, acc0 * inv);
+        if (d1 < hd) bf16_cut_put(oc, h * hd + d1, acc1 * inv);
+    }
 }
 
 /* Prefill attention (cu_attention_tiled) on tensor cores: a block takes
@@ -593,7 +598,8 @@ static int early_mode(int set, int on) {
 int cu_attention_early(int on) { return early_mode(1, on); }
 
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
-                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread) {
+                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
+                  uint32_t *outc) {
     int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
     size_t parts = (size_t)ATT_ROWS * nh * nchunk;
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
@@ -605,7 +611,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
         });
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
-               ATT_CHUNK);
+               ATT_CHUNK, outc);
     }
 }
 
@@ -647,7 +653,7 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
         else run(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, n * nh, COMB_THREADS, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
-               n, 1, m0, AT_SPLIT);
+               n, 1, m0, AT_SPLIT, (uint32_t *)NULL);
     }
 }
 

@@ -100,6 +100,14 @@ int cuda_test_matmul(float *y, const float *x, int M, const void *w, ds_dtype dt
 /* the fused epilogues: mode 1 y += x.W^T (+ bias); mode 2 y = silu(x.W^T) * (x.W2^T) */
 int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
                            const float *bias, int mode, char *err, size_t errlen);
+/* the pre-cut paths (bf16 weights, 1-16 rows): mode 1 y += x.W^T (+ bias)
+ * from x cut on the device, by cu_matmul_add_cut; mode 2 the SwiGLU of
+ * RMSNorm(x, gn) into y and its pre-cut form into yc[M][N] (N a multiple
+ * of 8, as the K of the matmul that would take it; word 2p the
+ * bf16 heads of values 2p and 2p + 1, low half first, word 2p + 1 their
+ * tails) */
+int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int M, const void *w, const void *w2, int N, int K,
+                         const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
 /* RMSNorm folded into the matmul: mode 0 y = RMSNorm(x, gn).W^T (+ bias);
  * mode 2 the SwiGLU of the normed input (K a multiple of 8, bf16 / f16) */
 int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
@@ -133,6 +141,10 @@ int cuda_test_sample_rows_q(int *drafts, int *out, const float *logits, const fl
  * and the prefill attention multiply (tf32_cut), as bit patterns before
  * the tensor core drops their 13 low bits */
 int cuda_test_tf32_cut(uint32_t *out, const float *x, int n, char *err, size_t errlen);
+/* the bf16 heads and tails the matmul multiplies for bf16 weights
+ * (bf16_cut2) of the pairs (x[2i], x[2i + 1]): out[2i] the two heads,
+ * out[2i + 1] the two tails, each packed x[2i] in the low half */
+int cuda_test_bf16_cut(uint32_t *out, const float *x, int n, char *err, size_t errlen);
 /* out[m] = op_argmax(x[m], n) */
 int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen);
 int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);
@@ -153,6 +165,10 @@ int cuda_test_attn_spread_for(int len);
    dim hd on this device and build */
 int cuda_test_attention_wg(int on);
 int cuda_test_attn_wg_ready(int hd);
+/* makes the next non-tiled cuda_test_attention calls also copy their
+ * output's pre-cut form (cuda_test_matmul_cut's layout, M x nh*hd words)
+ * into dst; NULL stops it */
+void cuda_test_attention_cut(uint32_t *dst);
 /* op_attention's contract: q[M][nh*hd]; k/v caches [nkv][cap][hd] holding
  * n_past + M positions; row i sees positions 0 .. n_past + i. tiled: the
  * prefill kernel (head_dim <= 128) instead of decode and verify's. */

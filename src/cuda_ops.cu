@@ -161,27 +161,30 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
 
 /* ---- tensor-core matmul ---------------------------------------------------
 
-   y[m][n] = sum_k x[m][k] W[n][k] on mma.sync m16n8k8 TF32: the weight tile
-   is the A operand (16 outputs x 8 k), the activations the B operand
-   (8 k x 8 rows). Weights in bf16 or f16 are exact in TF32; an f32
-   activation is cut into a TF32 head and a TF32 tail (tf32_cut: x to
-   within 2^-21 of its size), each multiplied in its own mma, so a product
-   is within 2^-21 of the f32 one and accumulation is f32: close to the
-   numerics of the FMA kernel, with another summation order. (f32 weights
-   would be rounded to TF32: they go to the FMA kernel.) The instruction is
-   bandwidth-free next to the weight stream for the 1-16 rows of decode and
-   verification; at 9-16 rows the kernel is bound by its instructions, and
-   the cut is two a value (a rounded head and tail took five: t(16) 0.3 ms
-   more on an 8B model, docs/BENCHMARKS.md).
+   y[m][n] = sum_k x[m][k] W[n][k] on mma.sync: the weight tile is the A
+   operand (16 outputs x the step's k), the activations the B operand (the
+   step's k x 8 rows). bf16 weights go to m16n8k16 BF16 as they are; each
+   f32 activation is cut into a bf16 head and a bf16 tail (bf16_cut2: x to
+   within 2^-17 of its size, three instructions a value), each multiplied
+   in its own mma. f16 weights go to m16n8k8 TF32 (exact there), the
+   activation cut into a TF32 head and tail (tf32_cut: within 2^-21, two
+   instructions a value). Either way a product is within 2^-17 (2^-21) of
+   the f32 one and accumulation is f32: close to the numerics of the FMA
+   kernel, with another summation order. (f32 weights would be rounded:
+   they go to the FMA kernel.) The BF16 form issues half the mmas of the
+   TF32 one for the same products and no weight conversions (two
+   instructions a weight pair there), which the 9-16 rows of a verify,
+   bound by the kernel's instructions, feel (docs/BENCHMARKS.md).
 
    A warp owns TILES tiles of 16 weight rows and MT tiles of 8 activation
    rows; KS warps split K into chunks of 32 (warp w takes chunks w, w+KS,
    ...). Lane (g = lane/4, t = lane%4) loads 8 consecutive weights of rows
    g and g+8 of each tile (16 bytes each, coalesced per row) and the same 8
-   k of activation row g; mma step s (0..3) uses k = 8t+2s and 8t+2s+1 as
-   the fragment's columns t and t+4 (any k permutation shared by A and B
-   gives the same sum). Per output element the operations are: its warp's
-   chunks in order, 4 steps each, head then tail, then the KS warps' partials
+   k of activation row g; a TF32 step s (0..3) uses k = 8t+2s and 8t+2s+1
+   as the fragment's columns t and t+4, a BF16 step s (0..1) k = 8t+4s ..
+   8t+4s+3 as its k 2t, 2t+1, 2t+8, 2t+9 (any k permutation shared by A
+   and B gives the same sum). Per output element the operations are: its
+   warp's chunks in order, 2 or 4 steps each, head then tail, then the KS warps' partials
    added in warp order. Only KS and K fix that sequence, so the tile counts
    can follow the batch width and a row's bits never depend on the batch:
    KS is a function of the matrix shape alone (mma_ks). */
@@ -264,8 +267,9 @@ __device__ __forceinline__ void mma_load_x(mma_chunk<T, TILES, MT> &c, float (&s
     }
 }
 
-template <typename T, int TILES, int MT>
+template <bool PC, typename T, int TILES, int MT>
 __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_chunk<T, TILES, MT> &c) {
+    static_assert(!PC, "pre-cut inputs are bf16 operands");
 #pragma unroll
     for (int s = 0; s < 4; s++) {
         uint32_t h0[MT], h1[MT], l0[MT], l1[MT];
@@ -284,6 +288,59 @@ __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_ch
             for (int j = 0; j < MT; j++) {
                 mma_tf32(acc[i][j], a0, a1, a2, a3, h0[j], h1[j]);
                 mma_tf32(acc[i][j], a0, a1, a2, a3, l0[j], l1[j]);
+            }
+        }
+    }
+}
+
+/* the chunk's pre-cut activations (bf16_cut_put's layout: the same offsets
+   as the f32 row's, the words loaded as they are into xa, xb) */
+template <typename T, int TILES, int MT>
+__device__ __forceinline__ void mma_load_xc(mma_chunk<T, TILES, MT> &c, const uint32_t *xc, int K, int M, int m0,
+                                            int c32, int g, int t) {
+    int k = c32 * 32 + 8 * t;
+    bool ok = k < K;
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+        int m = m0 + 8 * j + g;
+        if (ok && m < M) {
+            const float4 *p = reinterpret_cast<const float4 *>(xc + (size_t)m * K + k);
+            c.xa[j] = p[0];
+            c.xb[j] = p[1];
+        } else {
+            c.xa[j] = c.xb[j] = make_float4(0, 0, 0, 0);
+        }
+    }
+}
+
+/* bf16 weights: two m16n8k16 BF16 steps of 16 k per chunk, the weights as
+   they are (step s takes the lane's pairs 2s and 2s + 1, k = 8t+4s .. 8t+4s+3,
+   as the fragment's k 2t, 2t+1 and 2t+8, 2t+9) and the activations cut into
+   bf16 heads and tails (bf16_cut2; PC: loaded so, mma_load_xc), head then
+   tail */
+template <bool PC, int TILES, int MT>
+__device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_chunk<__nv_bfloat16, TILES, MT> &c) {
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        uint32_t h0[MT], h1[MT], l0[MT], l1[MT];
+#pragma unroll
+        for (int j = 0; j < MT; j++) {
+            const float4 v = s ? c.xb[j] : c.xa[j];
+            if (PC) { /* pre-cut: heads and tails as loaded */
+                h0[j] = __float_as_uint(v.x), l0[j] = __float_as_uint(v.y);
+                h1[j] = __float_as_uint(v.z), l1[j] = __float_as_uint(v.w);
+            } else {
+                const bf16x2_cut p = bf16_cut2(v.x, v.y), q = bf16_cut2(v.z, v.w);
+                h0[j] = p.h, l0[j] = p.l, h1[j] = q.h, l1[j] = q.l;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < TILES; i++) {
+            const uint32_t *ra = &c.wa[i].u.x, *rb = &c.wb[i].u.x;
+#pragma unroll
+            for (int j = 0; j < MT; j++) {
+                mma_bf16(acc[i][j], ra[2 * s], rb[2 * s], ra[2 * s + 1], rb[2 * s + 1], h0[j], h1[j]);
+                mma_bf16(acc[i][j], ra[2 * s], rb[2 * s], ra[2 * s + 1], rb[2 * s + 1], l0[j], l1[j]);
             }
         }
     }
@@ -397,12 +454,12 @@ __device__ void qkv_tail(const cu_qkv_tail &t, int M, int m0, int R, int n0, int
    load anyway, so the norm needs no kernel of its own, and every block
    computes r in the same fixed order (per lane in chunk order, lanes of a
    row by butterfly, warps in order). */
-template <typename T, int TILES, int MT, int EPI, int OCC>
+template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
 __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y, const float *__restrict__ x,
                                                     const T *__restrict__ W, const T *__restrict__ W2,
                                                     const float *__restrict__ bias, int M, int N, int K,
                                                     const float *__restrict__ gn, float eps, cu_qkv_tail tail,
-                                                    int tiled) {
+                                                    int tiled, cu_cut cut) {
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES; /* output tiles */
     constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
     __shared__ float red[MMA_KS][NV][32];
@@ -449,10 +506,13 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
     pdl_wait();
     for (int c = warp;;) {
 #pragma unroll
-        for (int u = 0; u < U; u++) mma_load_x(ch[u], ss, x, gn, K, M, m0, c + u * MMA_KS, g, t);
+        for (int u = 0; u < U; u++) {
+            if constexpr (PC) mma_load_xc(ch[u], cut.in, K, M, m0, c + u * MMA_KS, g, t);
+            else mma_load_x(ch[u], ss, x, gn, K, M, m0, c + u * MMA_KS, g, t);
+        }
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (c + u * MMA_KS < nc) mma_run(acc, ch[u]);
+            if (c + u * MMA_KS < nc) mma_run<PC>(acc, ch[u]);
         c += U * MMA_KS;
         if (c >= nc) break;
 #pragma unroll
@@ -496,7 +556,9 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
 #pragma unroll
             for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
             if (gn) u *= rr[m - m0];
-            *dst = s / (1.0f + expf(-s)) * u;
+            const float v = s / (1.0f + expf(-s)) * u;
+            *dst = v;
+            if (cut.out) bf16_cut_put(cut.out + (size_t)m * N, n, v);
         } else {
             float r = bias ? s + bias[n] : s;
             if (EPI == MM_ADD) *dst += r;
@@ -783,9 +845,20 @@ static int g_mma_tiles = 0;
    tile of two row groups (9-16 rows, see mma_tiles) has its registers
    capped for two blocks per SM (152 would allow one). The choice depends
    on the weight's shape only, and none changes a row's operations. */
+template <typename T, int TILES, int MT, int EPI, int OCC>
+static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
+                   int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value && EPI == MM_ADD && MT <= 2)
+        if (cut.in)
+            return launch(k_mma<T, TILES, MT, EPI, OCC, true>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K,
+                          gn, eps, tl, tiled, cut);
+    launch(k_mma<T, TILES, MT, EPI, OCC, false>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl,
+           tiled, cut);
+}
+
 template <typename T, int TILES, int MT, int EPI>
 static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
-                       const float *bias, const float *gn, float eps, const cu_qkv_tail *tail) {
+                       const float *bias, const float *gn, float eps, const cu_qkv_tail *tail, cu_cut cut) {
     const cu_qkv_tail tl = tail ? *tail : cu_qkv_tail{};
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES;
     dim3 grd((W->N + OT * 16 - 1) / (OT * 16), (M + MT * 8 - 1) / (MT * 8));
@@ -794,21 +867,19 @@ static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const d
     const int tiled = W->t && (!W2 || W2->t);
     const T *w = (const T *)(tiled ? W->t : W->p), *w2 = W2 ? (const T *)(tiled ? W2->t : W2->p) : NULL;
     if constexpr (TILES == 1 && MT == 2) /* registers capped for two blocks per SM (see mma_tiles) */
-        return launch(k_mma<T, TILES, MT, EPI, 2>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps,
-                      tl, tiled);
+        return mma_go<T, TILES, MT, EPI, 2>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
     if constexpr (TILES * MT == 1) /* (the capped kernel exists for one tile only: others would spill) */
         if (blocks > 2 * sms && blocks <= 3 * sms)
-            return launch(k_mma<T, TILES, MT, EPI, 3>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps,
-                          tl, tiled);
-    launch(k_mma<T, TILES, MT, EPI, 1>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl, tiled);
+            return mma_go<T, TILES, MT, EPI, 3>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
+    mma_go<T, TILES, MT, EPI, 1>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
 }
 
 template <typename T, int TILES, int EPI>
 static void mma_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
-                     const float *bias, const float *gn, float eps, const cu_qkv_tail *tail) {
-    if (M <= 8) mma_launch<T, TILES, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
-    else if (M <= 16) mma_launch<T, TILES, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
-    else mma_launch<T, 2, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail); /* reduction scratch bounds TILES x MT */
+                     const float *bias, const float *gn, float eps, const cu_qkv_tail *tail, cu_cut cut) {
+    if (M <= 8) mma_launch<T, TILES, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
+    else if (M <= 16) mma_launch<T, TILES, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
+    else mma_launch<T, 2, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut); /* reduction scratch bounds TILES x MT */
 }
 
 /* the tile count mma_tiles takes for M rows of W */
@@ -823,14 +894,15 @@ static int mma_tile_count(int M, const dmat *W, int swiglu) {
 
 template <typename T, int EPI>
 static void mma_tiles(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
-                      const float *bias, const float *gn, float eps, const cu_qkv_tail *tail = NULL) {
+                      const float *bias, const float *gn, float eps, const cu_qkv_tail *tail = NULL,
+                      cu_cut cut = cu_cut{}) {
     int tiles = mma_tile_count(M, W, EPI == MM_SWIGLU);
-    if (tiles >= 4) mma_rows<T, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
+    if (tiles >= 4) mma_rows<T, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
     else if constexpr (EPI != MM_SWIGLU) {
-        if (tiles == 1) mma_rows<T, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
-        else mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
+        if (tiles == 1) mma_rows<T, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
+        else mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
     } else
-        mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail);
+        mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
 }
 
 /* bf16 / f16 weights with K a multiple of 8 (16-byte rows): the
@@ -875,17 +947,26 @@ int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const d
 
 template <int EPI>
 static void matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
-                        const float *bias, const float *gn, float eps) {
-    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, gn, eps);
-    else mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, gn, eps);
+                        const float *bias, const float *gn, float eps, cu_cut cut = cu_cut{}) {
+    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, gn, eps, NULL, cut);
+    else mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, gn, eps, NULL, cut);
 }
 void cu_matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
                     const float *gn, float eps) {
     matmul_norm<MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps);
 }
 void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu,
-                           const float *gn, float eps) {
-    matmul_norm<MM_SWIGLU>(st, y, x, M, Wg, Wu, NULL, gn, eps);
+                           const float *gn, float eps, uint32_t *yc) {
+    matmul_norm<MM_SWIGLU>(st, y, x, M, Wg, Wu, NULL, gn, eps, cu_cut{NULL, yc});
+}
+
+int cu_takes_cut(const dmat *W, int M) {
+    return !fma_forced() && W->K % 8 == 0 && W->dt == DT_BF16 && M >= 1 && M <= 16;
+}
+int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias) {
+    if (!cu_takes_cut(W, M)) return -1;
+    mma_tiles<__nv_bfloat16, MM_ADD>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, cu_cut{xc, NULL});
+    return 0;
 }
 
 void cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
@@ -897,7 +978,7 @@ void cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float
     x += (size_t)Mg * W->K;
     M -= Mg;
     if (gn && cu_fuses_norm(W)) {
-        if (epi == MM_SWIGLU) cu_matmul_swiglu_norm(st, y, x, M, W, W2, gn, eps);
+        if (epi == MM_SWIGLU) cu_matmul_swiglu_norm(st, y, x, M, W, W2, gn, eps, NULL);
         else cu_matmul_norm(st, y, x, M, W, bias, gn, eps);
         return;
     }
@@ -986,6 +1067,9 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
     return 0;
 }
 
+/* where cuda_test_attention's decode path also puts its pre-cut output (NULL: nowhere) */
+static uint32_t *g_att_cut;
+extern "C" void cuda_test_attention_cut(uint32_t *dst) { g_att_cut = dst; }
 extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(on); }
 extern "C" int cuda_test_attention_early(int on) { return cu_attention_early(on); }
 extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(len); }
@@ -1008,10 +1092,17 @@ extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, in
     float *img = NULL;
     if (tiled && cu_attn_wg_ready(hd) && dup_to_dev(&img, (float *)NULL, cu_attn_wg_floats(nkv, hd, cap), err, errlen))
         return -1;
+    uint32_t *dc = NULL;
+    if (!tiled && g_att_cut && dup_to_dev(&dc, (uint32_t *)NULL, (size_t)M * nh * hd, err, errlen)) return -1;
     if (tiled) cu_attention_tiled(0, dout, dq, dk, dv, part, img, M, nh, nkv, hd, cap, dlen, scale);
-    else cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(n_past));
+    else
+        cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(n_past), dc);
     CK_LAUNCH();
     CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
+    if (dc) {
+        CK(cudaMemcpy(g_att_cut, dc, sizeof(uint32_t) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
+        cudaFree(dc);
+    }
     cudaFree(part);
     cudaFree(img);
     cudaFree(dq);
@@ -1117,6 +1208,58 @@ extern "C" int cuda_test_matmul_norm(float *y, const float *x, int M, const void
                                      int N, int K, const float *bias, const float *gn, float eps, int mode, char *err,
                                      size_t errlen) {
     return test_matmul_dev(y, x, M, w, w2, dt, N, K, bias, gn, eps, mode, 0, err, errlen);
+}
+
+__global__ void k_cut_rows(uint32_t *xc, const float *x, size_t n, int K) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) bf16_cut_put(xc + i / K * K, (int)(i % K), x[i]);
+}
+
+/* The pre-cut paths on host arrays, bf16 weights: mode 1 y += x . W^T (+
+   bias) by cu_matmul_add_cut from x cut on the device (bf16_cut_put, one
+   thread a value); mode 2 y = silu(RMSNorm(x, gn) . W^T) * (RMSNorm(x, gn)
+   . W2^T) with its pre-cut copy into yc[M][N] */
+extern "C" int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int M, const void *w, const void *w2,
+                                    int N, int K, const float *bias, const float *gn, float eps, int mode, char *err,
+                                    size_t errlen) {
+    float *dx, *dy, *db = NULL, *dg = NULL;
+    uint32_t *dc;
+    void *dw, *dw2 = NULL;
+    const size_t wb = (size_t)N * K * 2, xn = (size_t)M * K, yn = (size_t)M * N;
+    dmat W = {NULL, DT_BF16, N, K};
+    if (!cu_takes_cut(&W, M) || (mode == 2 && (!gn || !w2 || N % 8)) || (mode != 1 && mode != 2))
+        return ds_err(err, errlen, "no pre-cut path for mode %d, %d rows of %d x %d", mode, M, N, K);
+    if (dup_to_dev(&dx, x, xn, err, errlen) || dup_to_dev(&dy, mode == 1 ? y : (float *)NULL, yn, err, errlen) ||
+        dup_to_dev(&dc, (uint32_t *)NULL, mode == 1 ? xn : yn, err, errlen) ||
+        (gn && dup_to_dev(&dg, gn, (size_t)K, err, errlen)) || (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)))
+        return -1;
+    CK(cudaMalloc(&dw, wb));
+    CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
+    if (w2) {
+        CK(cudaMalloc(&dw2, wb));
+        CK(cudaMemcpy(dw2, w2, wb, cudaMemcpyHostToDevice));
+    }
+    W.p = dw;
+    dmat W2 = {dw2, DT_BF16, N, K};
+    int rc = 0;
+    if (mode == 1) {
+        k_cut_rows<<<(unsigned)((xn + 255) / 256), 256>>>(dc, dx, xn, K);
+        rc = cu_matmul_add_cut(0, dy, dc, M, &W, db);
+        if (rc) ds_err(err, errlen, "cu_matmul_add_cut refused %d rows of %d x %d", M, N, K);
+    } else {
+        cu_matmul_swiglu_norm(0, dy, dx, M, &W, &W2, dg, eps, dc);
+    }
+    CK_LAUNCH();
+    CK(cudaMemcpy(y, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost));
+    if (mode == 2) CK(cudaMemcpy(yc, dc, sizeof(uint32_t) * yn, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dc);
+    cudaFree(dg);
+    cudaFree(db);
+    cudaFree(dw);
+    cudaFree(dw2);
+    return rc;
 }
 
 /* the prefill path: cuBLAS for whole groups of cu_gemm_rows() rows, the
@@ -1280,6 +1423,30 @@ extern "C" int cuda_test_tf32_cut(uint32_t *out, const float *x, int n, char *er
     k_cut_check<<<(n + 255) / 256, 256>>>(dout, dx, n);
     CK_LAUNCH();
     CK(cudaMemcpy(out, dout, sizeof(uint32_t) * 2 * (size_t)n, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dout);
+    return 0;
+}
+
+__global__ void k_bf16_cut_check(uint32_t *out, const float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (2 * i >= n) return;
+    const bf16x2_cut c = bf16_cut2(x[2 * i], 2 * i + 1 < n ? x[2 * i + 1] : 0.0f);
+    out[2 * i] = c.h;
+    out[2 * i + 1] = c.l;
+}
+
+/* bf16_cut2 of the pairs (x[2i], x[2i + 1]) (x[n] taken as 0 for odd n):
+   out[2i] the packed heads, out[2i + 1] the packed tails */
+extern "C" int cuda_test_bf16_cut(uint32_t *out, const float *x, int n, char *err, size_t errlen) {
+    float *dx;
+    uint32_t *dout;
+    const int pairs = (n + 1) / 2;
+    if (dup_to_dev(&dx, x, (size_t)n, err, errlen) || dup_to_dev(&dout, (uint32_t *)NULL, (size_t)2 * pairs, err, errlen))
+        return -1;
+    k_bf16_cut_check<<<(pairs + 255) / 256, 256>>>(dout, dx, n);
+    CK_LAUNCH();
+    CK(cudaMemcpy(out, dout, sizeof(uint32_t) * 2 * (size_t)pairs, cudaMemcpyDeviceToHost));
     cudaFree(dx);
     cudaFree(dout);
     return 0;

@@ -69,6 +69,56 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* mma.sync m16n8k16 BF16 with f32 accumulation: A 16 x 16 (a0 row g, k 2t
+   and 2t+1 in its low and high halves; a1 row g+8; a2, a3 the same at k
+   2t+8 and 2t+9), B 16 x 8 (b0 k 2t and 2t+1 of column g, b1 k 2t+8 and
+   2t+9), the accumulators as mma_tf32's */
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* x0 and x1 as bf16 heads (rounded to nearest even) and bf16 tails (x
+   minus its head, exact in f32, then rounded), packed as a bf16x2 operand
+   each (x0 in the low half): head plus tail carry x to within 2^-17 of
+   its size, in six instructions a pair. An Inf or NaN x, or one whose
+   head rounds to Inf (from 0x7f7f8000, about 3.3895e38), leaves a head and
+   tail that add to NaN (a NaN tail, or an infinite one of the other sign),
+   so its products' sum is NaN. */
+struct bf16x2_cut {
+    uint32_t h, l;
+};
+__device__ __forceinline__ bf16x2_cut bf16_cut2(float x0, float x1) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    const uint32_t hb = *reinterpret_cast<const uint32_t *>(&h);
+    const __nv_bfloat162 l =
+        __floats2bfloat162_rn(x0 - __uint_as_float(hb << 16), x1 - __uint_as_float(hb & 0xffff0000u));
+    return {hb, *reinterpret_cast<const uint32_t *>(&l)};
+}
+
+/* a matmul's pre-cut input (in, for cu_matmul_add_cut) or the pre-cut
+   copy of its output that the SwiGLU epilogue writes (out); NULL: none */
+struct cu_cut {
+    const uint32_t *in;
+    uint32_t *out;
+};
+
+/* An activation row cut ahead of its matmul (the pre-cut input of
+   cu_matmul_add_cut, written by the kernel that produces the row): K u32
+   words, word 2p the bf16x2 heads of values 2p and 2p + 1 (bf16_cut2),
+   word 2p + 1 their tails, so the same bytes as the f32 row and the
+   matmul loads its operands as they are. bf16_cut_put stores value k's
+   head and tail (the halves bf16_cut2 gives it). */
+__device__ __forceinline__ void bf16_cut_put(uint32_t *row, int k, float v) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(v), l = __float2bfloat16_rn(v - __bfloat162float(h));
+    __nv_bfloat16 *p = reinterpret_cast<__nv_bfloat16 *>(row) + 4 * (k >> 1) + (k & 1);
+    p[0] = h;
+    p[2] = l;
+}
+
 /* 16-byte asynchronous copies into shared memory (the attention kernels) */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
     unsigned a = (unsigned)__cvta_generic_to_shared(smem);
@@ -355,12 +405,21 @@ void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dm
 /* 1 when W takes the tensor-core kernel, which can fold an RMSNorm of its
    input in (cu_matmul_norm, cu_matmul_swiglu_norm) */
 int cu_fuses_norm(const dmat *W);
+/* 1 when M rows of W can take their input pre-cut (bf16_cut_put's layout):
+   bf16 weights on the tensor-core kernel, 1-16 rows (decode and verify) */
+int cu_takes_cut(const dmat *W, int M);
+/* cu_matmul_add from the input's pre-cut form xc alone (the same operands
+   as the f32 input's, so the same bits); -1 and nothing enqueued unless
+   cu_takes_cut(W, M) */
+int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias);
 /* y = RMSNorm(x, gn, eps) . W^T (+ bias), without a separate norm pass */
 void cu_matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
                     const float *gn, float eps);
-/* y = silu(RMSNorm(x) . Wg^T) * (RMSNorm(x) . Wu^T) */
+/* y = silu(RMSNorm(x) . Wg^T) * (RMSNorm(x) . Wu^T); yc (or NULL): y's
+   pre-cut form as well, for cu_matmul_add_cut (so Wg's N, that matmul's
+   K, is a multiple of 8: a row's pairs never straddle rows) */
 void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu,
-                           const float *gn, float eps);
+                           const float *gn, float eps, uint32_t *yc);
 /* y = RMSNorm(x, w) per row of D */
 void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps);
 /* out[M][H] = E[tok[m]] widened */
@@ -416,9 +475,11 @@ int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const d
    positions before *d_len, and *d_len itself, must have been written by
    stream work that ended before this forward's first kernel (the forward's
    upload of its inputs is such a barrier): the blocks read them before
-   waiting for the previous kernel (cu_attention_early). */
+   waiting for the previous kernel (cu_attention_early). outc (or NULL):
+   out's pre-cut form as well (bf16_cut_put), for cu_matmul_add_cut. */
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
-                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread);
+                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
+                  uint32_t *outc = NULL);
 /* Causal attention of prefill rows, as cu_attention with first 0, by a
    tensor-core kernel that stages the cache once per 64 query vectors (a
    different summation order: the forward uses it for the cuBLAS groups

@@ -394,6 +394,91 @@ TEST(cuda_matmul_norm_vs_cpu) {
     }
 }
 
+/* the index of the first of n values whose pre-cut form in c (word 2p the
+   bf16 heads of values 2p and 2p + 1, low half first, word 2p + 1 their
+   tails) is not head = y rounded to bf16 (nearest even), tail = y - head
+   rounded, or -1 */
+static long cut_mismatch(const uint32_t *c, const float *y, size_t n) {
+    const uint16_t *u = (const uint16_t *)c;
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t h = u[4 * (i / 2) + i % 2], l = u[4 * (i / 2) + i % 2 + 2];
+        uint32_t hb = (uint32_t)h << 16;
+        float hf;
+        memcpy(&hf, &hb, 4);
+        if (h != ds_f32_to_bf16(y[i]) || l != ds_f32_to_bf16(y[i] - hf)) return (long)i;
+    }
+    return -1;
+}
+
+/* The o and down projections of decode and verify forwards take their
+   inputs pre-cut, written by the kernel producing them (the attention's
+   combine, the SwiGLU's epilogue): those copies hold each value's bf16
+   head and tail in the layout the matmul loads, and the matmul from them
+   gives the bits of the one cutting the f32 input itself, at 1-16 rows
+   and on shapes off the tile sizes. */
+TEST(cuda_matmul_cut_same_bits) {
+    if (!have_gpu()) return;
+    const int shapes[][3] = {{1, 64, 64}, {2, 200, 264}, {8, 96, 1000}, {9, 130, 520}, {16, 512, 1024}, {16, 33, 72},
+                             {5, 4096, 512}};
+    char err[512];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        float *x = xmalloc(sizeof(float) * M * K), *g = xmalloc(sizeof(float) * K), *b = xmalloc(sizeof(float) * N);
+        float *w1 = xmalloc(sizeof(float) * N * K), *w2 = xmalloc(sizeof(float) * N * K);
+        float *y0 = xmalloc(sizeof(float) * M * N), *ya = xmalloc(sizeof(float) * M * N),
+              *yb = xmalloc(sizeof(float) * M * N);
+        uint32_t *yc = xmalloc(sizeof(uint32_t) * M * N);
+        fill(x, (size_t)M * K, 3.0f);
+        for (int i = 0; i < K; i++) g[i] = 1.0f + frand() * 0.5f;
+        fill(w1, (size_t)N * K, 0.1f);
+        fill(w2, (size_t)N * K, 0.1f);
+        fill(b, (size_t)N, 0.5f);
+        fill(y0, (size_t)M * N, 1.0f);
+        void *p1 = make_weights(DT_BF16, w1, (size_t)N * K), *p2 = make_weights(DT_BF16, w2, (size_t)N * K);
+        /* residual add: from the f32 input, then from its pre-cut form */
+        memcpy(ya, y0, sizeof(float) * M * N);
+        memcpy(yb, y0, sizeof(float) * M * N);
+        CHECK_MSG(cuda_test_matmul_fused(ya, x, M, p1, NULL, DT_BF16, N, K, b, 1, err, sizeof err) == 0, "%s", err);
+        CHECK_MSG(cuda_test_matmul_cut(yb, NULL, x, M, p1, NULL, N, K, b, NULL, 0.0f, 1, err, sizeof err) == 0, "%s",
+                  err);
+        CHECK_MSG(!memcmp(ya, yb, sizeof(float) * M * N), "M=%d N=%d K=%d: the pre-cut input gives other bits", M, N,
+                  K);
+        /* SwiGLU with its pre-cut copy (refused where N, the K of the
+           matmul that would take it, is not a multiple of 8) */
+        if (N % 8) {
+            CHECK_MSG(cuda_test_matmul_cut(yb, yc, x, M, p1, p2, N, K, NULL, g, 1e-6f, 2, err, sizeof err) != 0,
+                      "M=%d N=%d: a pre-cut SwiGLU copy of odd width was written", M, N);
+            free(x), free(g), free(b), free(w1), free(w2), free(y0), free(ya), free(yb), free(yc), free(p1), free(p2);
+            continue;
+        }
+        CHECK_MSG(cuda_test_matmul_norm(ya, x, M, p1, p2, DT_BF16, N, K, NULL, g, 1e-6f, 2, err, sizeof err) == 0, "%s",
+                  err);
+        memset(yc, 0xff, sizeof(uint32_t) * M * N);
+        CHECK_MSG(cuda_test_matmul_cut(yb, yc, x, M, p1, p2, N, K, NULL, g, 1e-6f, 2, err, sizeof err) == 0, "%s", err);
+        CHECK_MSG(!memcmp(ya, yb, sizeof(float) * M * N), "M=%d N=%d K=%d: the SwiGLU with a pre-cut copy differs", M,
+                  N, K);
+        long bad = cut_mismatch(yc, yb, (size_t)M * N);
+        CHECK_MSG(bad < 0, "M=%d N=%d K=%d: the SwiGLU's pre-cut copy is wrong at value %ld", M, N, K, bad);
+        free(x), free(g), free(b), free(w1), free(w2), free(y0), free(ya), free(yb), free(yc), free(p1), free(p2);
+    }
+    /* the attention's combine: its pre-cut copy of every row */
+    const int att[][5] = {{1, 32, 8, 128, 500}, {16, 32, 8, 128, 70}, {3, 8, 2, 64, 2000}, {9, 16, 4, 128, 5000}};
+    for (size_t s = 0; s < sizeof att / sizeof att[0]; s++) {
+        attn_case a = attn_case_make(att[s], 20);
+        float *o = xmalloc(sizeof(float) * a.qn);
+        uint32_t *oc = xmalloc(sizeof(uint32_t) * a.qn);
+        memset(oc, 0xff, sizeof(uint32_t) * a.qn);
+        cuda_test_attention_cut(oc);
+        CHECK_MSG(attn_case_gpu(&a, o, a.M, a.np, 0, err, sizeof err) == 0, "%s", err);
+        cuda_test_attention_cut(NULL);
+        long bad = cut_mismatch(oc, o, a.qn);
+        CHECK_MSG(bad < 0, "attention M=%d nh=%d hd=%d n_past=%d: the pre-cut copy is wrong at value %ld", a.M, a.nh,
+                  a.hd, a.np, bad);
+        free(o), free(oc);
+        attn_case_free(&a);
+    }
+}
+
 /* the q/k/v projection's fused tail (the last block of each head
    normalises, ropes and stores it) gives the bits of the matmul followed by
    the separate kernel, at every decode and verify width, head_dim 64 and
@@ -450,7 +535,7 @@ TEST(cuda_qkv_tail_vs_separate) {
     }
 }
 
-/* the TF32 head and tail the matmul and the prefill attention multiply
+/* the TF32 head and tail the f16-weight matmul and the attention kernels multiply
    (tf32_cut), as the tensor core reads them (the top 19 bits of each):
    their sum is x to within 2^-21 of |x| for every float from 2^-100 up
    (below about 2^-115 the tail is subnormal and keeps fewer bits): random
@@ -463,24 +548,33 @@ static double tf32_read(uint32_t b) {
     memcpy(&f, &b, 4);
     return f;
 }
+/* random floats of every kind for the cut tests: just under a power of
+   two, any exponent, |x| in 2^-20 .. 2^20; both signs, finite, from
+   2^-100 */
+static void cut_inputs(float *x, int n) {
+    uint32_t r = 12345u;
+    for (int i = 0; i < n; i++) {
+        r = r * 1664525u + 1013904223u;
+        uint32_t b = r;
+        switch (i % 4) {
+        case 0: b = (b & 0xff800000u) | 0x007fffffu; break;
+        case 1: b = (b & 0x80000000u) | (b % 0x7f000000u + 0x00800000u); break;
+        default: b = (b & 0x80000000u) | ((b % 40u + 107u) << 23) | (b & 0x7fffffu); break;
+        }
+        if ((b & 0x7f800000u) == 0x7f800000u) b &= 0xbfffffffu;
+        if ((b >> 23 & 0xffu) < 27u) b = (b & 0x807fffffu) | 27u << 23;
+        memcpy(&x[i], &b, 4);
+    }
+}
+/* Inf, -Inf, the host's NaN, the GPU's NaN (0x7fffffff) and its negative */
+static const uint32_t cut_special[5] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7fffffffu, 0xffffffffu};
+
 TEST(cuda_tf32_cut_bound) {
     if (!have_gpu()) return;
     enum { N = 1 << 16 };
     float *x = xmalloc(sizeof(float) * N);
     uint32_t *out = xmalloc(sizeof(uint32_t) * 2 * N);
-    uint32_t r = 12345u;
-    for (int i = 0; i < N; i++) {
-        r = r * 1664525u + 1013904223u;
-        uint32_t b = r;
-        switch (i % 4) {
-        case 0: b = (b & 0xff800000u) | 0x007fffffu; break;             /* just under a power of two */
-        case 1: b = (b & 0x80000000u) | (b % 0x7f000000u + 0x00800000u); break; /* any exponent */
-        default: b = (b & 0x80000000u) | ((b % 40u + 107u) << 23) | (b & 0x7fffffu); break; /* |x| in 2^-20 .. 2^20 */
-        }
-        if ((b & 0x7f800000u) == 0x7f800000u) b &= 0xbfffffffu; /* finite: Inf and NaN come below */
-        if ((b >> 23 & 0xffu) < 27u) b = (b & 0x807fffffu) | 27u << 23; /* from 2^-100 */
-        memcpy(&x[i], &b, 4);
-    }
+    cut_inputs(x, N);
     x[0] = 0.0f, x[1] = -0.0f, x[2] = 3.4028235e38f, x[3] = -3.4028235e38f;
     char err[256];
     CHECK_MSG(cuda_test_tf32_cut(out, x, N, err, sizeof err) == 0, "%s", err);
@@ -496,15 +590,68 @@ TEST(cuda_tf32_cut_bound) {
     }
     CHECK_MSG(bad == 0, "%d values off by more than 2^-21 of their size", bad);
     CHECK_MSG(worst > 0x1p-23, "the largest error %.3g: the tail's truncation was never exercised", worst);
-    /* Inf, -Inf, the host's NaN, the GPU's NaN (0x7fffffff) and its negative */
-    const uint32_t special[5] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7fffffffu, 0xffffffffu};
     float sp[5];
     uint32_t so[10];
-    memcpy(sp, special, sizeof sp);
+    memcpy(sp, cut_special, sizeof sp);
     CHECK_MSG(cuda_test_tf32_cut(so, sp, 5, err, sizeof err) == 0, "%s", err);
     for (int i = 0; i < 5; i++)
-        CHECK_MSG(isnan(tf32_read(so[2 * i + 1])), "input 0x%08x: the tail is %g (0x%08x), not NaN", special[i],
+        CHECK_MSG(isnan(tf32_read(so[2 * i + 1])), "input 0x%08x: the tail is %g (0x%08x), not NaN", cut_special[i],
                   tf32_read(so[2 * i + 1]), so[2 * i + 1]);
+    free(x), free(out);
+}
+
+/* the bf16 heads and tails the matmul multiplies for bf16 weights
+   (bf16_cut2): head plus tail is x to within 2^-17 of |x| for every float
+   from 2^-100 up to the largest whose head rounds to a finite bf16
+   (0x7f7f7fff, about 3.3895e38), and exactly 0 for zeros; past that (the
+   head rounds to Inf), for Inf and for NaN, head plus tail is NaN, and so
+   are the products' sum (an infinite head beside a NaN tail or one of the
+   other sign); a pair's other value is cut as if alone */
+static double bf16_half(uint32_t pair, int hi) {
+    uint32_t b = hi ? pair & 0xffff0000u : pair << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+TEST(cuda_bf16_cut_bound) {
+    if (!have_gpu()) return;
+    enum { N = 1 << 16 };
+    float *x = xmalloc(sizeof(float) * N);
+    uint32_t *out = xmalloc(sizeof(uint32_t) * N);
+    cut_inputs(x, N);
+    /* the largest finite heads, the smallest infinite ones, zeros, the
+       specials; each beside 1.5 (the pair's other half) */
+    const uint32_t edge[] = {0x7f7f7fffu, 0xff7f7fffu, 0x7f7f8000u, 0xff7f8000u, 0x7f7fffffu, 0xff7fffffu,
+                             0x00000000u, 0x80000000u};
+    const int ne = (int)(sizeof edge / sizeof edge[0]), ns = (int)(sizeof cut_special / sizeof cut_special[0]);
+    for (int i = 0; i < ne + ns; i++) {
+        memcpy(&x[4 * i + (i % 2)], i < ne ? &edge[i] : &cut_special[i - ne], 4);
+        x[4 * i + 1 - (i % 2)] = 1.5f;
+    }
+    char err[256];
+    CHECK_MSG(cuda_test_bf16_cut(out, x, N, err, sizeof err) == 0, "%s", err);
+    int bad = 0, nan_in = 0;
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        const uint32_t h = out[2 * (i / 2)], l = out[2 * (i / 2) + 1];
+        uint32_t b;
+        memcpy(&b, &x[i], 4);
+        const double v = bf16_half(h, i % 2) + bf16_half(l, i % 2);
+        if ((b & 0x7fffffffu) >= 0x7f7f8000u) { /* the head rounds to Inf, or x is Inf or NaN */
+            nan_in++;
+            if (!isnan(v) && bad++ < 5)
+                fprintf(stderr, "     x 0x%08x: head %g tail %g, not a NaN sum\n", b, bf16_half(h, i % 2),
+                        bf16_half(l, i % 2));
+            continue;
+        }
+        const double d = fabs(v - (double)x[i]), rel = x[i] != 0.0f ? d / fabs((double)x[i]) : d;
+        if (rel > worst) worst = rel;
+        if (!(rel <= 0x1p-17) && bad++ < 5)
+            fprintf(stderr, "     x %.9g: heads %08x tails %08x carry %.17g (%.3g of |x|)\n", x[i], h, l, v, rel);
+    }
+    CHECK_MSG(bad == 0, "%d values cut wrong", bad);
+    CHECK_MSG(nan_in >= 4 + ns, "only %d inputs whose head is Inf or NaN", nan_in);
+    CHECK_MSG(worst > 0x1p-19, "the largest error %.3g: the tail's rounding was never exercised", worst);
     free(x), free(out);
 }
 
