@@ -190,6 +190,23 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
    KS is a function of the matrix shape alone (mma_ks). */
 
 #define MMA_KS 8
+/* chunks in flight per warp (k_mma's U): register-capped kernels, up to
+   two tiles x row groups, more tiles of one row group (the SwiGLU's four
+   at 1-8 rows: three rather than two took t(1) of an 8B model from
+   4.48-4.50 to 4.43-4.44 ms, docs/BENCHMARKS.md), more row groups
+   (overridable at build time for tuning runs) */
+#ifndef MMA_U_CAPPED
+#define MMA_U_CAPPED 3
+#endif
+#ifndef MMA_U_SMALL
+#define MMA_U_SMALL 4
+#endif
+#ifndef MMA_U_WIDE
+#define MMA_U_WIDE 3
+#endif
+#ifndef MMA_U_LARGE
+#define MMA_U_LARGE 2
+#endif
 
 /* 8 raw 2-byte weights: one 16-byte load */
 template <typename T> struct raw8 {
@@ -495,7 +512,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
        bytes, and three made it 6% faster); the first group's weights are
        requested before waiting for the previous kernel. U does not change
        the order in which a warp's chunks are accumulated. */
-    constexpr int U = OCC >= 2 ? 3 : TILES * MT <= 2 ? 4 : 2;
+    constexpr int U = OCC >= 2 ? MMA_U_CAPPED : TILES * MT <= 2 ? MMA_U_SMALL : MT == 1 ? MMA_U_WIDE : MMA_U_LARGE;
     mma_chunk<T, TILES, MT> ch[U];
     float ss[MT];
 #pragma unroll

@@ -100,12 +100,14 @@ static double rel_err(const float *a, const float *b, size_t n) {
 
 #define TOL_CPU 2e-5
 /* With the target and drafter on a GPU the f32 sums run in other orders (K
-   split over 8 warps, tensor-core accumulation of two-term TF32 products):
-   up to 2.4e-5 relative was measured on the drafter logits after the taps
-   have passed the target's layers, so the GPU gets 1e-4, still far below
-   the ~4e-3 of a single bf16 rounding. Drafts are compared exactly either
-   way. */
-#define TOL_GPU 1e-4
+   split over 8 warps, tensor-core accumulation) and the bf16-weight
+   matmuls multiply each activation as a bf16 head and tail (within 2^-17
+   of it): up to 2.1e-4 relative was measured on the drafter logits after
+   the taps have passed the target's layers (2.4e-5 with TF32's 2^-21
+   cut), so the GPU gets 5e-4, half the design's 1e-3 bound on logits and
+   far below the ~4e-3 of a single bf16 rounding. Drafts are compared
+   exactly either way. */
+#define TOL_GPU 5e-4
 
 /* Feeds the target features of rows ids[0..n) at positions pos.. to d
    through a verify-style forward on s. Returns the argmax of the last row. */
