@@ -310,30 +310,10 @@ __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_ch
     }
 }
 
-/* the chunk's pre-cut activations (bf16_cut_put's layout: the same offsets
-   as the f32 row's, the words loaded as they are into xa, xb) */
-template <typename T, int TILES, int MT>
-__device__ __forceinline__ void mma_load_xc(mma_chunk<T, TILES, MT> &c, const uint32_t *xc, int K, int M, int m0,
-                                            int c32, int g, int t) {
-    int k = c32 * 32 + 8 * t;
-    bool ok = k < K;
-#pragma unroll
-    for (int j = 0; j < MT; j++) {
-        int m = m0 + 8 * j + g;
-        if (ok && m < M) {
-            const float4 *p = reinterpret_cast<const float4 *>(xc + (size_t)m * K + k);
-            c.xa[j] = p[0];
-            c.xb[j] = p[1];
-        } else {
-            c.xa[j] = c.xb[j] = make_float4(0, 0, 0, 0);
-        }
-    }
-}
-
 /* bf16 weights: two m16n8k16 BF16 steps of 16 k per chunk, the weights as
    they are (step s takes the lane's pairs 2s and 2s + 1, k = 8t+4s .. 8t+4s+3,
    as the fragment's k 2t, 2t+1 and 2t+8, 2t+9) and the activations cut into
-   bf16 heads and tails (bf16_cut2; PC: loaded so, mma_load_xc), head then
+   bf16 heads and tails (bf16_cut2; PC: loaded so, bf16_cut_put's layout), head then
    tail */
 template <bool PC, int TILES, int MT>
 __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_chunk<__nv_bfloat16, TILES, MT> &c) {
@@ -524,7 +504,9 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
     for (int c = warp;;) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            if constexpr (PC) mma_load_xc(ch[u], cut.in, K, M, m0, c + u * MMA_KS, g, t);
+            /* pre-cut: the words at the f32 row's offsets, loaded as they are */
+            if constexpr (PC)
+                mma_load_x(ch[u], ss, reinterpret_cast<const float *>(cut.in), nullptr, K, M, m0, c + u * MMA_KS, g, t);
             else mma_load_x(ch[u], ss, x, gn, K, M, m0, c + u * MMA_KS, g, t);
         }
 #pragma unroll
@@ -1043,6 +1025,17 @@ static int test_matmul_dev(float *y, const float *x, int M, const void *w, const
                            const float *bias, const float *gn, float eps, int mode, int gemm, char *err,
                            size_t errlen);
 
+/* a matmul test's weights (and the second matrix, when w2) on the device, wb bytes each */
+static int weights_to_dev(void **dw, void **dw2, const void *w, const void *w2, size_t wb, char *err, size_t errlen) {
+    CK(cudaMalloc(dw, wb));
+    CK(cudaMemcpy(*dw, w, wb, cudaMemcpyHostToDevice));
+    if (w2) {
+        CK(cudaMalloc(dw2, wb));
+        CK(cudaMemcpy(*dw2, w2, wb, cudaMemcpyHostToDevice));
+    }
+    return 0;
+}
+
 extern "C" int cuda_test_matmul(float *y, const float *x, int M, const void *w, ds_dtype dt, int N, int K,
                                 const float *bias, char *err, size_t errlen) {
     return test_matmul_dev(y, x, M, w, NULL, dt, N, K, bias, NULL, 0, 0, 0, err, errlen);
@@ -1165,12 +1158,7 @@ static int test_matmul_dev(float *y, const float *x, int M, const void *w, const
         dup_to_dev(&dy, mode == 1 ? y : (float *)NULL, (size_t)M * N, err, errlen) ||
         (gn && dup_to_dev(&dg, gn, (size_t)K, err, errlen)))
         return -1;
-    CK(cudaMalloc(&dw, wb));
-    CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
-    if (w2) {
-        CK(cudaMalloc(&dw2, wb));
-        CK(cudaMemcpy(dw2, w2, wb, cudaMemcpyHostToDevice));
-    }
+    if (weights_to_dev(&dw, &dw2, w, w2, wb, err, errlen)) return -1;
     if (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) return -1;
     W.p = dw;
     dmat W2 = {dw2, dt, N, K};
@@ -1250,12 +1238,7 @@ extern "C" int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int 
         dup_to_dev(&dc, (uint32_t *)NULL, mode == 1 ? xn : yn, err, errlen) ||
         (gn && dup_to_dev(&dg, gn, (size_t)K, err, errlen)) || (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)))
         return -1;
-    CK(cudaMalloc(&dw, wb));
-    CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
-    if (w2) {
-        CK(cudaMalloc(&dw2, wb));
-        CK(cudaMemcpy(dw2, w2, wb, cudaMemcpyHostToDevice));
-    }
+    if (weights_to_dev(&dw, &dw2, w, w2, wb, err, errlen)) return -1;
     W.p = dw;
     dmat W2 = {dw2, DT_BF16, N, K};
     int rc = 0;
@@ -1422,51 +1405,46 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
 }
 
 
-__global__ void k_cut_check(uint32_t *out, const float *x, int n) {
+/* thread i writes out[2i] and out[2i + 1]: tf32_cut's head and tail of
+   x[i] (PAIR 0), or bf16_cut2's packed heads and tails of x[2i] and
+   x[2i + 1], x[n] taken as 0 for odd n (PAIR 1) */
+template <int PAIR> __global__ void k_cut_check(uint32_t *out, const float *x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const tf32x2 c = tf32_cut(x[i]);
-    out[2 * i] = c.h;
-    out[2 * i + 1] = c.l;
+    if (i >= (PAIR ? (n + 1) / 2 : n)) return;
+    uint32_t h, l;
+    if (PAIR) {
+        const bf16x2_cut c = bf16_cut2(x[2 * i], 2 * i + 1 < n ? x[2 * i + 1] : 0.0f);
+        h = c.h, l = c.l;
+    } else {
+        const tf32x2 c = tf32_cut(x[i]);
+        h = c.h, l = c.l;
+    }
+    out[2 * i] = h;
+    out[2 * i + 1] = l;
+}
+template <int PAIR> static int cut_check(uint32_t *out, const float *x, int n, char *err, size_t errlen) {
+    float *dx;
+    uint32_t *dout;
+    const int items = PAIR ? (n + 1) / 2 : n;
+    if (dup_to_dev(&dx, x, (size_t)n, err, errlen) || dup_to_dev(&dout, (uint32_t *)NULL, (size_t)2 * items, err, errlen))
+        return -1;
+    k_cut_check<PAIR><<<(items + 255) / 256, 256>>>(dout, dx, n);
+    CK_LAUNCH();
+    CK(cudaMemcpy(out, dout, sizeof(uint32_t) * 2 * (size_t)items, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dout);
+    return 0;
 }
 
 /* for each x[i]: tf32_cut's head and tail, out[2i], out[2i + 1] (bit
    patterns, before the tensor core's truncation) */
 extern "C" int cuda_test_tf32_cut(uint32_t *out, const float *x, int n, char *err, size_t errlen) {
-    float *dx;
-    uint32_t *dout;
-    if (dup_to_dev(&dx, x, (size_t)n, err, errlen) || dup_to_dev(&dout, (uint32_t *)NULL, (size_t)2 * n, err, errlen))
-        return -1;
-    k_cut_check<<<(n + 255) / 256, 256>>>(dout, dx, n);
-    CK_LAUNCH();
-    CK(cudaMemcpy(out, dout, sizeof(uint32_t) * 2 * (size_t)n, cudaMemcpyDeviceToHost));
-    cudaFree(dx);
-    cudaFree(dout);
-    return 0;
+    return cut_check<0>(out, x, n, err, errlen);
 }
-
-__global__ void k_bf16_cut_check(uint32_t *out, const float *x, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (2 * i >= n) return;
-    const bf16x2_cut c = bf16_cut2(x[2 * i], 2 * i + 1 < n ? x[2 * i + 1] : 0.0f);
-    out[2 * i] = c.h;
-    out[2 * i + 1] = c.l;
-}
-
-/* bf16_cut2 of the pairs (x[2i], x[2i + 1]) (x[n] taken as 0 for odd n):
-   out[2i] the packed heads, out[2i + 1] the packed tails */
+/* bf16_cut2 of the pairs (x[2i], x[2i + 1]): out[2i] the packed heads,
+   out[2i + 1] the packed tails */
 extern "C" int cuda_test_bf16_cut(uint32_t *out, const float *x, int n, char *err, size_t errlen) {
-    float *dx;
-    uint32_t *dout;
-    const int pairs = (n + 1) / 2;
-    if (dup_to_dev(&dx, x, (size_t)n, err, errlen) || dup_to_dev(&dout, (uint32_t *)NULL, (size_t)2 * pairs, err, errlen))
-        return -1;
-    k_bf16_cut_check<<<(pairs + 255) / 256, 256>>>(dout, dx, n);
-    CK_LAUNCH();
-    CK(cudaMemcpy(out, dout, sizeof(uint32_t) * 2 * (size_t)pairs, cudaMemcpyDeviceToHost));
-    cudaFree(dx);
-    cudaFree(dout);
-    return 0;
+    return cut_check<1>(out, x, n, err, errlen);
 }
 
 extern "C" int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen) {
