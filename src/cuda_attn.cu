@@ -343,12 +343,14 @@ __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const
     __syncthreads();
     float inv = bc[1];
     float *o = out + ((size_t)m * nh + h) * hd;
-    if (d0 < hd) o[d0] = acc0 * inv;
-    if (d1 < hd) o[d1] = acc1 * inv;
-    if (outc) { /* the pre-cut copy: row m of nh * hd values */
-        uint32_t *oc = outc + (size_t)m * nh * hd;
-        if (d0 < hd) bf16_cut_put(oc, h * hd + d0, acc0 * inv);
-        if (d1 < hd) bf16_cut_put(oc, h * hd + d1, acc1 * inv);
+    uint32_t *oc = outc ? outc + (size_t)m * nh * hd : NULL; /* the pre-cut copy: row m of nh * hd values */
+    if (d0 < hd) {
+        o[d0] = acc0 * inv;
+        if (oc) bf16_cut_put(oc, h * hd + d0, o[d0]);
+    }
+    if (d1 < hd) {
+        o[d1] = acc1 * inv;
+        if (oc) bf16_cut_put(oc, h * hd + d1, o[d1]);
     }
 }
 

@@ -32,18 +32,6 @@ struct cuda_model {
     int tiles_done; /* the tile-major copies decided (model_tiles) */
 };
 
-/* decode and verify forwards of up to CUT_ROWS rows pass the o and down
-   projections their inputs pre-cut (cu_matmul_add_cut: the producing
-   kernel writes the bf16 heads and tails once, instead of every block of
-   the matmul cutting every value); DSPARK_CUDA_CUT=0 turns it off (the
-   same bits, for comparisons) */
-#define CUT_ROWS 16
-static int cut_on(void) {
-    static int on = -1;
-    if (on < 0) on = !env_is("DSPARK_CUDA_CUT", "0");
-    return on;
-}
-
 struct cuda_ctx {
     cuda_model *m;
     int cap, len, max_batch;
@@ -54,7 +42,7 @@ struct cuda_ctx {
     float *wg_img;                   /* the warpgroup-mma prefill attention's scratch, or NULL (ctx_create) */
     int *tok, *pos, *d_len;          /* device: ids, positions, cache length before the batch */
     int *qkv_cnt;                    /* device: the fused q/k/v tail's per-head counts (cu_qkv_tail) */
-    uint32_t *att_c, *gate_c;        /* device: att and gate pre-cut for o and down (cu_matmul_add_cut), 16 rows */
+    uint32_t *att_c, *gate_c;        /* device: att and gate pre-cut for o and down, CU_CUT_ROWS rows */
     int *d_ids, *h_ids;              /* argmax or samples of the logits rows: device, pinned host */
     cu_sample_args *h_samp, *d_samp; /* the device sampler's arguments: pinned host, device */
     float *escr;                     /* the device sampler's scratch rows */
@@ -292,8 +280,8 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
     if (cudaMalloc((void **)&x->tok, sizeof(int) * R) != cudaSuccess ||
         cudaMalloc((void **)&x->pos, sizeof(int) * R) != cudaSuccess ||
         cudaMalloc((void **)&x->d_len, sizeof(int)) != cudaSuccess ||
-        cudaMalloc((void **)&x->att_c, sizeof(uint32_t) * CUT_ROWS * QD) != cudaSuccess ||
-        cudaMalloc((void **)&x->gate_c, sizeof(uint32_t) * CUT_ROWS * I) != cudaSuccess ||
+        cudaMalloc((void **)&x->att_c, sizeof(uint32_t) * CU_CUT_ROWS * QD) != cudaSuccess ||
+        cudaMalloc((void **)&x->gate_c, sizeof(uint32_t) * CU_CUT_ROWS * I) != cudaSuccess ||
         cudaMalloc((void **)&x->qkv_cnt, sizeof(int) * cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads)) != cudaSuccess ||
         cudaMemset(x->qkv_cnt, 0, sizeof(int) * cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads)) != cudaSuccess ||
         cudaMalloc((void **)&x->d_ids, sizeof(int) * R) != cudaSuccess ||
@@ -470,9 +458,9 @@ static void trace_report(cuda_ctx *x, int M) {
 
 /* one layer matmul of the chunk (cu_layer_matmul, this context's cuBLAS
    groups and norm scratch) */
-static void mm(cuda_ctx *x, int epi, float *y, const float *in, int M, const dmat *W, const dmat *W2,
-               const float *bias, const float *gn) {
-    cu_layer_matmul(x->st, x->gemm, epi, y, in, M, W, W2, bias, gn, x->m->cfg.rms_norm_eps, x->xb);
+static int mm(cuda_ctx *x, int epi, float *y, const float *in, int M, const dmat *W, const dmat *W2,
+              const float *bias, const float *gn, cu_cut cut = cu_cut{}) {
+    return cu_layer_matmul(x->st, x->gemm, epi, y, in, M, W, W2, bias, gn, x->m->cfg.rms_norm_eps, x->xb, cut);
 }
 
 /* what a forward's logits rows give back: the rows, their argmax, both,
@@ -544,7 +532,6 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     if (b) copy_taps(x, b, -1, row0, M, dev);
     size_t KD = (size_t)nkv * hd;
     const int omit = cuda_omit();
-    const int cut_rows = M <= CUT_ROWS && cut_on();
     for (int l = 0; l < c->n_layers; l++) {
         const dlayer *L = &m->layers[l];
         float *kc = x->kv + (size_t)l * 2 * KD * x->cap, *vc = kc + KD * x->cap;
@@ -561,13 +548,12 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
             if (!fused) cu_qkv_post_run(st, &tail.a, M);
             mark(x, OP_POST);
         }
-        /* decode and verify rows (no cuBLAS groups): the attention's combine
-           writes its output pre-cut for the o projection as well */
-        uint32_t *att_c = cut_rows && cu_takes_cut(&L->wo, M) && !cu_gemm_takes(x->gemm, &L->wo, M) ? x->att_c : NULL;
+        /* the cuBLAS groups' rows by the prefill kernel, the others as decode and verify rows */
+        const int Mt = x->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(x->gemm, &L->wqkv, M) : 0;
+        /* o and down take their inputs pre-cut where they can (decode and
+           verify rows): the combine and the SwiGLU are asked for the copy */
+        uint32_t *att_c = !Mt && !(omit & OMIT_ATTN) && cu_layer_takes_cut(x->gemm, &L->wo, M) ? x->att_c : NULL;
         if (!(omit & OMIT_ATTN)) {
-            /* the cuBLAS groups' rows by the prefill kernel, the others as decode and verify rows */
-            int Mt = x->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(x->gemm, &L->wqkv, M) : 0;
-            if (Mt) att_c = NULL;
             if (Mt)
                 cu_attention_tiled(st, x->att, x->q, kc, vc, x->part, x->wg_img, Mt, nh, nkv, hd, x->cap,
                                    x->d_len, scale);
@@ -576,31 +562,17 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
                              nh, nkv, hd, x->cap, x->d_len, scale, 1, Mt, spread, att_c);
             mark(x, OP_ATTN);
         }
-        if (omit & OMIT_ATTN) att_c = NULL; /* (nothing wrote it) */
         {
             cu_pdl_off serial; /* the o projection right after attention: see pdl_enabled */
-            if (!(omit & OMIT_O)) {
-                if (!att_c || cu_matmul_add_cut(st, x->x, att_c, M, &L->wo, L->bo) != 0)
-                    mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL);
-            }
+            if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL});
         }
         mark(x, OP_O);
-        /* the SwiGLU writes its pre-cut copy for down when it runs on the
-           tensor-core kernel with its norm folded in (cu_layer_matmul's path) */
-        uint32_t *gate_c = cut_rows && L->mlp_norm && cu_fuses_norm(&L->wg) && !cu_gemm_takes(x->gemm, &L->wg, M) &&
-                                   cu_takes_cut(&L->wd, M) && !cu_gemm_takes(x->gemm, &L->wd, M)
-                               ? x->gate_c
-                               : NULL;
-        if (!(omit & OMIT_GU)) {
-            if (gate_c) cu_matmul_swiglu_norm(st, x->gate, x->x, M, &L->wg, &L->wu, L->mlp_norm, eps, gate_c);
-            else mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm);
-        } else
-            gate_c = NULL;
+        uint32_t *gate_c = cu_layer_takes_cut(x->gemm, &L->wd, M) ? x->gate_c : NULL;
+        if ((omit & OMIT_GU) ||
+            !mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, cu_cut{NULL, gate_c}))
+            gate_c = NULL; /* (not written) */
         mark(x, OP_GU);
-        if (!(omit & OMIT_DOWN)) {
-            if (!gate_c || cu_matmul_add_cut(st, x->x, gate_c, M, &L->wd, NULL) != 0)
-                mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL);
-        }
+        if (!(omit & OMIT_DOWN)) mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL});
         mark(x, OP_DOWN);
         if (b) copy_taps(x, b, l, row0, M, dev);
     }

@@ -960,7 +960,12 @@ void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, con
 }
 
 int cu_takes_cut(const dmat *W, int M) {
-    return !fma_forced() && W->K % 8 == 0 && W->dt == DT_BF16 && M >= 1 && M <= 16;
+    return !fma_forced() && W->K % 8 == 0 && W->dt == DT_BF16 && M >= 1 && M <= CU_CUT_ROWS;
+}
+int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M) {
+    static int on = -1; /* DSPARK_CUDA_CUT=0: never (the same bits, for comparisons) */
+    if (on < 0) on = !env_is("DSPARK_CUDA_CUT", "0");
+    return on && cu_takes_cut(W, M) && !cu_gemm_takes(g, W, M);
 }
 int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias) {
     if (!cu_takes_cut(W, M)) return -1;
@@ -968,18 +973,23 @@ int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, cons
     return 0;
 }
 
-void cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
-                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb) {
+int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
+                    const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut) {
+    if (cut.in && epi == MM_ADD && !gn && cu_layer_takes_cut(g, W, M)) {
+        cu_matmul_add_cut(st, y, cut.in, M, W, bias);
+        return 0;
+    }
     int Mg = cu_gemm_takes(g, W, M);
     if (Mg) cu_gemm_matmul(g, st, epi, y, x, Mg, W, W2, bias, gn, eps);
-    if (Mg == M) return;
+    if (Mg == M) return 0;
     y += (size_t)Mg * W->N;
     x += (size_t)Mg * W->K;
     M -= Mg;
     if (gn && cu_fuses_norm(W)) {
-        if (epi == MM_SWIGLU) cu_matmul_swiglu_norm(st, y, x, M, W, W2, gn, eps, NULL);
+        uint32_t *yc = epi == MM_SWIGLU && !Mg ? cut.out : NULL; /* (its rows would start past the groups') */
+        if (epi == MM_SWIGLU) cu_matmul_swiglu_norm(st, y, x, M, W, W2, gn, eps, yc);
         else cu_matmul_norm(st, y, x, M, W, bias, gn, eps);
-        return;
+        return yc != NULL;
     }
     if (gn) {
         cu_rmsnorm(st, xb, x, gn, M, W->K, eps);
@@ -988,6 +998,7 @@ void cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float
     if (epi == MM_SWIGLU) cu_matmul_swiglu(st, y, x, M, W, W2);
     else if (epi == MM_ADD) cu_matmul_add(st, y, x, M, W, bias);
     else cu_matmul(st, y, x, M, W, bias);
+    return 0;
 }
 
 void cu_matmul(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias) {
@@ -1167,7 +1178,7 @@ static int test_matmul_dev(float *y, const float *x, int M, const void *w, const
     size_t yn = (size_t)M * N;
     float *y0 = mode == 1 ? (float *)xmalloc(sizeof(float) * yn) : NULL; /* the addend, for the second run */
     if (y0) memcpy(y0, y, sizeof(float) * yn);
-    cu_layer_matmul(0, g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL);
+    cu_layer_matmul(0, g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL, cu_cut{});
     CK_LAUNCH();
     CK(cudaMemcpy(y, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost));
     int rc = cu_gemm_check(g, err, errlen);
@@ -1179,7 +1190,7 @@ static int test_matmul_dev(float *y, const float *x, int M, const void *w, const
         if (!rc && cudaMemcpy(dy, y0, sizeof(float) * (y0 ? yn : 0), cudaMemcpyHostToDevice) != cudaSuccess)
             rc = ds_err(err, errlen, "CUDA: cannot reset the matmul output");
         if (!rc) {
-            cu_layer_matmul(0, g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL);
+            cu_layer_matmul(0, g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL, cu_cut{});
             if (cudaMemcpy(yt, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost) != cudaSuccess)
                 rc = ds_err(err, errlen, "CUDA: the tile-major matmul failed: %s", cudaGetErrorString(cudaGetLastError()));
         }

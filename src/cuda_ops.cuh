@@ -406,7 +406,9 @@ void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dm
    input in (cu_matmul_norm, cu_matmul_swiglu_norm) */
 int cu_fuses_norm(const dmat *W);
 /* 1 when M rows of W can take their input pre-cut (bf16_cut_put's layout):
-   bf16 weights on the tensor-core kernel, 1-16 rows (decode and verify) */
+   bf16 weights on the tensor-core kernel, 1-CU_CUT_ROWS rows (decode and
+   verify) */
+#define CU_CUT_ROWS 16
 int cu_takes_cut(const dmat *W, int M);
 /* cu_matmul_add from the input's pre-cut form xc alone (the same operands
    as the f32 input's, so the same bits); -1 and nothing enqueued unless
@@ -604,8 +606,18 @@ int cu_gemm_check(cu_gemm *g, char *err, size_t errlen);
    of x when gn is not NULL: the whole cuBLAS groups g takes (g may be NULL)
    first, then the other rows by the kernels, the norm folded in where the
    tensor-core kernel takes W and otherwise written to xb ([M][K] scratch)
-   first. With gn, only MM_STORE and MM_SWIGLU occur in the forward. */
-void cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
-                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb);
+   first. With gn, only MM_STORE and MM_SWIGLU occur in the forward.
+   cut.in (or NULL): x's pre-cut form as well, taken by a residual add
+   without a norm where cu_layer_takes_cut says so (the same bits as from
+   x); cut.out (or NULL): where a SwiGLU writes y's pre-cut form when its
+   kernel can (the folded-norm tensor-core kernel, no cuBLAS groups).
+   Returns 1 when cut.out was written, else 0. */
+int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
+                    const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut);
+/* whether cu_layer_matmul takes M rows of W from a pre-cut input:
+   cu_takes_cut and no cuBLAS groups; DSPARK_CUDA_CUT=0 turns it off (the
+   same bits, for comparisons). The forward asks the input's producer for
+   the pre-cut copy only then. */
+int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M);
 
 #endif
