@@ -11,7 +11,10 @@
  * scripts/cuda-pack; run on the GPU machine:
  *   cuda-ops-bench [reps] [sample]   (sample: the sampler table only)
  *   cuda-ops-bench reps one MATRIX M  (one matrix (qkv, o, gate+up, down,
- *                                      lm_head) at M rows: for bench/cuda-mma-profile.sh) */
+ *                                      lm_head) at M rows: for bench/cuda-mma-profile.sh;
+ *                                      DSPARK_BENCH_TILES=1|2|4 forces the tile count,
+ *                                      DSPARK_BENCH_COPIES=1 keeps one weight copy, hot
+ *                                      in L2 where it fits) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +81,9 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
             if (strncmp(mats[i].name, argv[3], strlen(argv[3])) || M < 1 || M > 4096) continue;
             double us;
-            if (cuda_bench_matmul(M, mats[i].N, mats[i].K, mats[i].mode, 0, 1, reps, &us, err, sizeof err) != 0)
+            const char *ft = getenv("DSPARK_BENCH_TILES"); /* a forced tile count (1, 2, 4) */
+            if (cuda_bench_matmul(M, mats[i].N, mats[i].K, mats[i].mode, ft ? atoi(ft) : 0, 1, reps, &us, err,
+                                  sizeof err) != 0)
                 return fprintf(stderr, "cuda-ops-bench: %s\n", err), 1;
             printf("%s, %d rows, tile-major: %.1f us\n", mats[i].name, M, us);
             return 0;

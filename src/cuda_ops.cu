@@ -1357,6 +1357,10 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
     /* enough weight copies that they do not stay in L2 between launches */
     int copies = (int)(((size_t)512 << 20) / (wn * 2 * nw)) + 1;
     if (copies > 64) copies = 64;
+    /* DSPARK_BENCH_COPIES=n: n copies instead (1: a matrix that fits L2
+       stays there, for timing the kernel apart from the memory) */
+    const char *ec = getenv("DSPARK_BENCH_COPIES");
+    if (ec) copies = atoi(ec) > 0 ? atoi(ec) : 1;
     __nv_bfloat16 *w;
     float *x, *y;
     CK(cudaMalloc((void **)&w, wn * 2 * nw * copies));
