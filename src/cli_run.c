@@ -36,6 +36,9 @@ const char RUN_HELP[] =
     "      --device D           cpu (default), cuda or cuda:N (a `make cuda` build; also $DSPARK_DEVICE)\n"
     "      --print-ids          print generated token ids, comma-separated, instead of text\n"
     "      --ignore-eos         keep generating past end-of-sequence tokens\n"
+    "      --no-warmup          skip the short warm-up forward before the prompt (it keeps\n"
+    "                           one-off costs, such as a GPU's graph capture, out of the\n"
+    "                           stamp's rates)\n"
     "      --mode M             decoding (all lossless): auto (the target's DSpark/DFlash\n"
     "                           drafter if one is given or installed and it pays on this\n"
     "                           machine, else lookup),\n"
@@ -123,6 +126,9 @@ int cmd_run(const opts *o) {
     uint64_t hash;
     cli_spec sp;
     cli_spec_open(&sp, o, NULL, &e, s, smp);
+    /* the model's one-off first-forward costs out of the stamp's rates (as
+       the server's warm-up keeps them off its first request) */
+    if (!o->no_warmup && seq_warm_up(s, err, sizeof err) < 0) cli_die("warm-up forward: %s", err);
     if (cli_generate(s, smp, &sp, tok, prompt, n_prompt, n_predict, stop, n_stop, o->ignore_eos, !gen, gen, NULL, &st,
                      &hash, err, sizeof err) != 0)
         cli_die("%s", err);

@@ -40,7 +40,7 @@ typedef struct {
 
 static const command COMMANDS[] = {
     {"run", cmd_run, RUN_HELP,
-     " --model -m --prompt -p --prompt-ids --print-ids --ignore-eos --chat" SPEC SAMPLING TEMPLATE_VARS, 0},
+     " --model -m --prompt -p --prompt-ids --print-ids --ignore-eos --chat --no-warmup" SPEC SAMPLING TEMPLATE_VARS, 0},
     {"chat", cmd_chat, CHAT_HELP, " --model -m" SPEC SAMPLING TEMPLATE_VARS, 0},
     {"logits", cmd_logits, LOGITS_HELP,
      " --model -m --prompt-ids --out -o --threads -t --context-window -c --mmap --device ", 0},

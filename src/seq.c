@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_backend.h"
 #include "util.h"
 
 struct seq {
@@ -40,6 +41,22 @@ const int *seq_tokens(const seq *s) { return s->toks; }
 void seq_reset(seq *s) {
     s->n = 0;
     mctx_truncate(s->ctx, 0);
+}
+
+double seq_warm_up(seq *s, char *err, size_t errlen) {
+    double t0 = ds_now();
+    const model *m = seq_model(s);
+    int rows = model_cuda(m) ? CUDA_GEMM_MIN_ROWS + 1 : 1;
+    if (rows + 2 > seq_capacity(s)) rows = 1;
+    int *ids = xcalloc((size_t)rows, sizeof(int));
+    float *logits = xmalloc(sizeof(float) * (size_t)model_cfg(m)->vocab_size);
+    int am = 0, next = 0;
+    int rc = seq_prefill(s, ids, rows, logits, err, errlen) < 0 ||
+             seq_append_argmax(s, &next, 1, &am, 0, NULL, NULL, err, errlen) != 0;
+    seq_reset(s);
+    free(ids);
+    free(logits);
+    return rc ? -1 : ds_now() - t0;
 }
 
 int seq_prefill(seq *s, const int *prompt, int n, float *logits, char *err, size_t errlen) {

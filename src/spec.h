@@ -109,7 +109,9 @@ typedef struct {
     int n_round_tok; /* tokens emitted by verify rounds (the first token comes from the prefill) */
     long n_drafted, n_accepted;
     int accept_hist[SPEC_MAX_DRAFT + 1]; /* rounds by number of drafts accepted */
-    double t_prefill, t_decode;
+    double t_prefill;
+    double t_decode; /* the rounds, from the end of the prefill to the last id (not
+                        the recompute of the last logits row asked for at the end) */
     double t_draft; /* of t_decode: time inside the drafter (propose + features) */
 } spec_stats;
 

@@ -35,6 +35,39 @@ TEST(cli_run_greedy_ids_match_transformers) {
     free(err);
 }
 
+/* the stamp's "logits fnv1a XXXX" field (NULL if absent) */
+static const char *stamp_hash(const char *err) {
+    const char *h = err ? strstr(err, "logits fnv1a ") : NULL;
+    return h ? h + strlen("logits fnv1a ") : NULL;
+}
+
+TEST(cli_run_warmup_leaves_output_unchanged) {
+    /* the warm-up forward (default) runs in the sequence before the prompt
+       and empties it: with --no-warmup, the same ids and the same last
+       logits, greedy and under lookup (whose drafter is open by then) */
+    const char *modes[] = {"baseline", "lookup"};
+    for (int i = 0; i < 2; i++) {
+        char *out[2] = {NULL, NULL}, *err[2] = {NULL, NULL};
+        for (int w = 0; w < 2; w++) {
+            char args[2048];
+            snprintf(args, sizeof args,
+                     "run --model %s --prompt-ids 331,155,390,253,241,130,259,451,332,432,278,49 -n 24 --temp 0 "
+                     "--print-ids --ignore-eos -t 2 --mode %s%s",
+                     model_dir("qwen3-bf16"), modes[i], w ? " --no-warmup" : "");
+            CHECK_EQ_INT(test_run_cli(args, &out[w], &err[w]), 0);
+        }
+        const char *h0 = stamp_hash(err[0]), *h1 = stamp_hash(err[1]);
+        CHECK_MSG(out[0] && out[1] && !strcmp(out[0], out[1]), "%s: ids %s against %s", modes[i],
+                  out[0] ? out[0] : "(null)", out[1] ? out[1] : "(null)");
+        CHECK_MSG(h0 && h1 && !strncmp(h0, h1, 16), "%s: logits hash %.16s against %.16s", modes[i],
+                  h0 ? h0 : "(none)", h1 ? h1 : "(none)");
+        for (int w = 0; w < 2; w++) {
+            free(out[w]);
+            free(err[w]);
+        }
+    }
+}
+
 TEST(cli_run_stops_at_eos) {
     /* qwen3-bf16's eos ids are 7 and 9; llama3-bf16's are 2 and 3: use a
        model whose greedy output we know contains no eos and check that an
