@@ -306,19 +306,36 @@ static inline int pdl_enabled(void) {
 }
 
 
+/* Launches k with thread-block clusters of cluster blocks along x (0:
+   none) and programmatic dependent launch where pdl_enabled. */
 template <typename... KA, typename... A>
-static inline void launch_smem(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
+static inline void launch_cluster(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, int cluster, cudaStream_t st,
+                                  A... args) {
+    cudaLaunchAttribute at[2];
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
-    cfg.attrs = &at;
-    cfg.numAttrs = pdl_enabled();
+    cfg.attrs = at;
+    if (cluster > 0) {
+        at[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        at[cfg.numAttrs].val.clusterDim.x = cluster;
+        at[cfg.numAttrs].val.clusterDim.y = 1;
+        at[cfg.numAttrs].val.clusterDim.z = 1;
+        cfg.numAttrs++;
+    }
+    if (pdl_enabled()) {
+        at[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+        cfg.numAttrs++;
+    }
     cudaLaunchKernelEx(&cfg, k, (KA)args...);
+}
+
+template <typename... KA, typename... A>
+static inline void launch_smem(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+    launch_cluster(k, grid, block, smem, 0, st, args...);
 }
 
 template <typename... KA, typename... A>

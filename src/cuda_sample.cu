@@ -444,20 +444,8 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const flo
 
 static void launch_sample(int m, cudaStream_t st, int *out, const float *logits, float *escr, int V,
                           const cu_sample_args *a, float scale, u64 *tot, int row_off) {
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = SMP_CLUSTER;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(m * SMP_CLUSTER);
-    cfg.blockDim = dim3(SMP_THREADS);
-    cfg.stream = st;
-    cfg.attrs = at;
-    cfg.numAttrs = 1 + pdl_enabled();
-    cudaLaunchKernelEx(&cfg, k_sample_rows, out, logits, escr, V, a, scale, tot, row_off);
+    launch_cluster(k_sample_rows, dim3(m * SMP_CLUSTER), dim3(SMP_THREADS), 0, SMP_CLUSTER, st, out, logits, escr, V, a,
+                   scale, tot, row_off);
 }
 
 void cu_sample_rows(cudaStream_t st, int *out, const float *logits, float *escr, int m, int V,

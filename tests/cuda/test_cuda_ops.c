@@ -314,7 +314,8 @@ TEST(cuda_attention_tiled_vs_cpu) {
 
 TEST(cuda_matmul_fused_epilogues_vs_cpu) {
     if (!have_gpu()) return;
-    const int shapes[][3] = {{1, 64, 64}, {3, 37, 129}, {9, 70, 264}, {16, 512, 1024}, {1, 1000, 256}};
+    const int shapes[][3] = {{1, 64, 64}, {3, 37, 129}, {9, 70, 264}, {16, 512, 1024}, {1, 1000, 256},
+                             {12, 4096, 4096}, {17, 300, 2056}};
     char err[512];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
@@ -336,6 +337,16 @@ TEST(cuda_matmul_fused_epilogues_vs_cpu) {
         CHECK_MSG(cuda_test_matmul_fused(yg, x, M, p1, NULL, DT_BF16, N, K, b, 1, err, sizeof err) == 0, "%s", err);
         double e = rel_err(yg, a, (size_t)M * N);
         CHECK_MSG(e < 1e-5, "matmul+add M=%d N=%d K=%d: %.3g", M, N, K, e);
+        /* batch invariance of the add (o and down: the widths take other tile and row-group counts): rows alone */
+        for (int m = 0; m < M; m += M > 4 ? M / 4 : 1) {
+            float *row = xmalloc(sizeof(float) * N);
+            memcpy(row, y0 + (size_t)m * N, sizeof(float) * N);
+            CHECK_MSG(cuda_test_matmul_fused(row, x + (size_t)m * K, 1, p1, NULL, DT_BF16, N, K, b, 1, err, sizeof err) == 0,
+                      "%s", err);
+            CHECK_MSG(!memcmp(row, yg + (size_t)m * N, sizeof(float) * N),
+                      "matmul+add row %d of M=%d N=%d K=%d differs from the row alone", m, M, N, K);
+            free(row);
+        }
         /* swiglu of two projections */
         op_matmul(NULL, a, x, M, &t1, NULL);
         op_matmul(NULL, c, x, M, &t2, NULL);
