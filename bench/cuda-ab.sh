@@ -45,7 +45,7 @@ verify() {
         END { if (e == "") exit 1; print n, "t" c, a, b, d, e }'
 }
 
-for r in $(seq "$ROUNDS"); do
+for _ in $(seq "$ROUNDS"); do
     for v in "$@"; do
         verify "$v" 512 "$REPS" | tee -a "$log"
         if [ "$LONG" = 1 ]; then verify "$v" 8192 "$REPS_LONG" | tee -a "$log"; fi
