@@ -15,9 +15,21 @@ CUDA    ?= 0
 FUZZ_SECONDS ?= 30
 NVCC    ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
+# The CUDA build targets the GPU nvidia-smi reports here (its compute
+# capability, e.g. 8.9 builds sm_89), or Hopper where it reports none or a
+# 9.0 one; CUDA_ARCH=... names another. sm_90a (Hopper's arch-specific
+# instructions) builds the warpgroup-mma prefill attention; another
+# CUDA_ARCH builds without it (k_attn_tc instead). Before 8.0 there is no
+# build: the kernels need bf16 tensor cores (the backend says so at load).
+ifeq ($(CUDA),1)
+  GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
+endif
+ifneq ($(filter 8% 1%,$(filter-out 90,$(GPU_CC))),)
+  CUDA_ARCH ?= -gencode=arch=compute_$(GPU_CC),code=sm_$(GPU_CC)
+endif
 CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
-# sm_90a (Hopper's arch-specific instructions) builds the warpgroup-mma
-# prefill attention; another CUDA_ARCH builds without it (k_attn_tc instead)
+# (the CUDA objects are rebuilt when the target changes: they depend on a
+# file holding it, rewritten only when it differs)
 CUDA_DEFS = $(if $(findstring 90a,$(CUDA_ARCH)),-DDSPARK_WGMMA)
 
 WARN    = -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
@@ -54,6 +66,10 @@ else
   CU_OBJ   =
   TEST_CUDA_SRC =
 endif
+ifeq ($(CUDA),1)
+  ARCH_STAMP = $(BUILD)/cuda-arch
+  $(shell mkdir -p $(BUILD) && (echo '$(CUDA_ARCH)' | cmp -s - $(ARCH_STAMP) || echo '$(CUDA_ARCH)' > $(ARCH_STAMP)))
+endif
 LIB_OBJ  = $(patsubst src/%.c,$(BUILD)/src/%.o,$(LIB_SRC)) $(CU_OBJ)
 MAIN_OBJ = $(BUILD)/src/main.o
 TEST_SRC = $(wildcard tests/*.c) $(TEST_CUDA_SRC)
@@ -82,7 +98,7 @@ $(BUILD)/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/src/%.o: src/%.cu src/*.h src/*.cuh
+$(BUILD)/src/%.o: src/%.cu src/*.h src/*.cuh $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) $(CUDA_DEFS) -Isrc -lineinfo -Xfatbin -compress-all -Xcompiler -fPIC,-pthread -c $< -o $@
 

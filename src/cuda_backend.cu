@@ -143,6 +143,10 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
     if (ndev <= 0) return ds_err(err, errlen, "no CUDA device is visible");
     if (gpu < 0 || gpu >= ndev) return ds_err(err, errlen, "CUDA device %d does not exist (%d visible)", gpu, ndev);
     CK(cudaSetDevice(gpu));
+    if (cu_device_cc(gpu) < 80)
+        return ds_err(err, errlen, "CUDA backend: device %d has compute capability %d.%d; it needs 8.0 or newer "
+                      "(bf16 tensor cores, asynchronous copies)", gpu, cu_device_cc(gpu) / 10, cu_device_cc(gpu) % 10);
+    if (cu_code_arch(err, errlen) < 0) return -1;
     if (w->cfg->n_heads % w->cfg->n_kv_heads || w->cfg->n_heads / w->cfg->n_kv_heads > ATT_MAX_G)
         return ds_err(err, errlen, "CUDA backend: %d query heads per kv head is not supported (at most %d)",
                       w->cfg->n_heads / w->cfg->n_kv_heads, ATT_MAX_G);
@@ -152,7 +156,7 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
     cuda_model *m = (cuda_model *)xcalloc(1, sizeof *m);
     m->cfg = *w->cfg;
     m->gpu = gpu;
-    m->clusters = cu_device_cc(gpu) >= 90;
+    m->clusters = cu_hopper_code();
     const model_config *c = &m->cfg;
     int H = c->hidden_size, hd = c->head_dim;
     int rc = cu_up_mat(&m->pool, &m->embed, w->embed, err, errlen);

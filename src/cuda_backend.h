@@ -158,6 +158,13 @@ int cuda_test_attention_spread(int on);
  * waiting for the previous kernel (1 on, 0 off, -1 the default; the same
  * bits either way); returns the previous setting */
 int cuda_test_attention_early(int on);
+/* the virtual architecture of the kernels running on the current device
+ * (major * 10 + minor; 0 unknown), or -1 with err when the build has none
+ * for it */
+int cuda_test_code_arch(char *err, size_t errlen);
+/* 1 when the build and the device both take clusters and programmatic
+ * dependent launch (and DSPARK_CUDA_PDL is not 0) */
+int cuda_test_hopper_paths(void);
 /* whether the decode attention takes the spread shape at a cache length */
 int cuda_test_attn_spread_for(int len);
 /* the prefill attention's warpgroup-mma kernel: the switch (1 on, 0 off, -1

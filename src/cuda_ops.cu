@@ -587,6 +587,25 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, int D, float
     for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w[i] * (xr[i] * r);
 }
 
+int cu_code_arch(char *err, size_t errlen) {
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, k_rmsnorm);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* (not sticky: leave no error for the next call) */
+        int dev = 0, cc = 0;
+        cudaGetDevice(&dev);
+        cc = cu_device_cc(dev);
+        if (err)
+            snprintf(err, errlen,
+                     "CUDA: this build has no kernels for device %d (compute capability %d.%d): %s; rebuild with "
+                     "`make cuda` on this machine (it targets the GPU nvidia-smi reports), or name the GPU's "
+                     "architecture: make cuda CUDA_ARCH=-gencode=arch=compute_%d,code=sm_%d",
+                     dev, cc / 10, cc % 10, cudaGetErrorString(e), cc, cc);
+        return -1;
+    }
+    return fa.ptxVersion;
+}
+
 template <typename T>
 __global__ void k_embed(float *out, const T *e, const int *tok, int H) {
     pdl_trigger();
@@ -1093,6 +1112,8 @@ static uint32_t *g_att_cut;
 extern "C" void cuda_test_attention_cut(uint32_t *dst) { g_att_cut = dst; }
 extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(on); }
 extern "C" int cuda_test_attention_early(int on) { return cu_attention_early(on); }
+extern "C" int cuda_test_code_arch(char *err, size_t errlen) { return cu_code_arch(err, errlen); }
+extern "C" int cuda_test_hopper_paths(void) { return cu_hopper_code() && pdl_enabled(); }
 extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(len); }
 extern "C" int cuda_test_attention_wg(int on) { return cu_attention_wg(on); }
 extern "C" int cuda_test_attn_wg_ready(int hd) { return cu_attn_wg_ready(hd); }

@@ -295,12 +295,31 @@ struct cu_pdl_off {
     cu_pdl_off &operator=(const cu_pdl_off &) = delete;
 };
 
+/* The virtual architecture (major * 10 + minor) this build's kernels run
+   from on the current device, 0 where the runtime does not say; -1 with
+   the reason in err when the build has no kernel image for the device
+   (another GPU than it was built for). */
+int cu_code_arch(char *err, size_t errlen);
+/* whether the kernels running on the current device were compiled with
+   what compute capability 9.0 adds (clusters, programmatic dependent
+   launch): the device has it and the code is no older (where the runtime
+   does not say, the device decides) */
+static inline int cu_hopper_code(void) {
+    static int on = -1;
+    if (on < 0) {
+        int a = cu_code_arch(NULL, 0);
+        on = cu_device_cc(-1) >= 90 && (a == 0 || a >= 90);
+    }
+    return on;
+}
+
 static inline int pdl_enabled(void) {
     static int on = -1;
     if (on < 0) {
         /* from compute capability 9.0 (Hopper); the kernels' pdl_trigger and
-           pdl_wait compile to nothing for older GPUs */
-        on = cu_device_cc(-1) >= 90 && !env_is("DSPARK_CUDA_PDL", "0");
+           pdl_wait compile to nothing for older GPUs, and a build for one
+           run on a newer GPU must not launch them as if they waited */
+        on = cu_hopper_code() && !env_is("DSPARK_CUDA_PDL", "0");
     }
     return on && !cu_pdl_off_depth;
 }

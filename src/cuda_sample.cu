@@ -491,8 +491,8 @@ static int bufs_up(smp_bufs *b, const float *logits, int n, int V, const cu_samp
 }
 
 /* whether the current device runs the sampler (thread-block clusters:
-   compute capability 9.0 on) */
-static int smp_device_ok(void) { return cu_device_cc(-1) >= 90; }
+   compute capability 9.0 on, in the device and in the build) */
+static int smp_device_ok(void) { return cu_hopper_code(); }
 
 /* the n rows of b sampled, their answers into out[n] */
 static cudaError_t bufs_run(smp_bufs *b, int n, int V, int *out) {

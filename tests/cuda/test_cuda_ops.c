@@ -58,6 +58,23 @@ TEST(cuda_device) {
     fprintf(stderr, "     %s\n", d);
 }
 
+/* The build has kernels for the device it runs on; where the suite is
+ * told the GPU is a Hopper one (DSPARK_TEST_REQUIRE_WG=1, scripts/test-cuda
+ * on the H200), they were compiled with Hopper's clusters and
+ * programmatic dependent launch, and both are on. */
+TEST(cuda_build_matches_device) {
+    if (!have_gpu()) return;
+    char err[512] = "";
+    int a = cuda_test_code_arch(err, sizeof err);
+    CHECK_MSG(a >= 0, "%s", err);
+    fprintf(stderr, "     kernels from compute_%d\n", a);
+    const char *req = getenv("DSPARK_TEST_REQUIRE_WG");
+    if (req && !strcmp(req, "1")) {
+        CHECK_MSG(a == 0 || a >= 90, "a Hopper GPU runs kernels built for compute_%d", a);
+        CHECK_MSG(cuda_test_hopper_paths(), "clusters or programmatic dependent launch are off on a Hopper GPU");
+    }
+}
+
 TEST(cuda_matmul_vs_cpu) {
     if (!have_gpu()) return;
     const int shapes[][3] = {{1, 64, 64}, {1, 1000, 256}, {3, 37, 129}, {5, 131, 1001}, {8, 256, 512},
