@@ -6,7 +6,7 @@
 # decode rate and logits hash at 512 (the same hash: the same bits), then
 # each variant's range over the rounds.
 # Usage, on the GPU machine, each DIR an unpacked scripts/cuda-pack devpack
-# (a baseline: `git worktree add /tmp/base REV` and scripts/cuda-pack there):
+# (a baseline revision's: `scripts/cuda-pack REV`, build/devpack-base.tar.xz):
 #   bench/cuda-ab.sh MODEL_DIR NAME=DIR[:VAR=VALUE...] NAME=DIR[:VAR=VALUE...] ...
 # e.g.  bench/cuda-ab.sh /tmp/m8 main=/tmp/b new=/tmp/p off=/tmp/p:DSPARK_CUDA_ATT_EARLY=0
 # Knobs: ROUNDS (2), REPS (10), LONG (1: also context 8192, once a round),
