@@ -128,12 +128,18 @@ extern "C" int cuda_describe(int gpu, char *out, size_t n) {
         snprintf(out, n, "cannot query CUDA device %d: %s", gpu, cudaGetErrorString(e));
         return -1;
     }
-    int drv = 0, rt = 0;
+    int drv = 0, rt = 0, cur = -1;
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
-    snprintf(out, n, "%s, %.1f GiB, compute %d.%d, %d SMs, driver %d.%d, runtime %d.%d", p.name,
-             (double)p.totalGlobalMem / (1 << 30), p.major, p.minor, p.multiProcessorCount, drv / 1000,
-             (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+    int len = snprintf(out, n, "%s, %.1f GiB, compute %d.%d, %d SMs, driver %d.%d, runtime %d.%d", p.name,
+                       (double)p.totalGlobalMem / (1 << 30), p.major, p.minor, p.multiProcessorCount, drv / 1000,
+                       (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+    /* the architecture the build's kernels run from there (where it is the current device) */
+    int a = cudaGetDevice(&cur) == cudaSuccess && cur == gpu ? cu_code_arch(NULL, 0) : 0;
+    if (len > 0 && (size_t)len < n && a != 0) {
+        if (a > 0) snprintf(out + len, n - (size_t)len, ", kernels compute_%d", a);
+        else snprintf(out + len, n - (size_t)len, ", no kernels in this build");
+    }
     return 0;
 }
 
