@@ -28,8 +28,6 @@ ifneq ($(filter 8% 1%,$(filter-out 90,$(GPU_CC))),)
   CUDA_ARCH ?= -gencode=arch=compute_$(GPU_CC),code=sm_$(GPU_CC)
 endif
 CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
-# (the CUDA objects are rebuilt when the target changes: they depend on a
-# file holding it, rewritten only when it differs)
 CUDA_DEFS = $(if $(findstring 90a,$(CUDA_ARCH)),-DDSPARK_WGMMA)
 
 WARN    = -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
@@ -59,16 +57,16 @@ SIMD_FLAGS = -mavx2 -mfma -mf16c
 LIB_SRC  = $(filter-out src/main.c src/cuda_none.c,$(wildcard src/*.c))
 ifeq ($(CUDA),1)
   CU_OBJ   = $(patsubst src/%.cu,$(BUILD)/src/%.o,$(wildcard src/*.cu))
+  # the CUDA objects depend on a file holding the target, rewritten only
+  # when it differs, so they are rebuilt when the target changes
+  ARCH_STAMP = $(BUILD)/cuda-arch
+  $(shell mkdir -p $(BUILD) && (echo '$(CUDA_ARCH)' | cmp -s - $(ARCH_STAMP) || echo '$(CUDA_ARCH)' > $(ARCH_STAMP)))
   LIBS    += -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
   TEST_CUDA_SRC = $(wildcard tests/cuda/*.c)
 else
   LIB_SRC += src/cuda_none.c
   CU_OBJ   =
   TEST_CUDA_SRC =
-endif
-ifeq ($(CUDA),1)
-  ARCH_STAMP = $(BUILD)/cuda-arch
-  $(shell mkdir -p $(BUILD) && (echo '$(CUDA_ARCH)' | cmp -s - $(ARCH_STAMP) || echo '$(CUDA_ARCH)' > $(ARCH_STAMP)))
 endif
 LIB_OBJ  = $(patsubst src/%.c,$(BUILD)/src/%.o,$(LIB_SRC)) $(CU_OBJ)
 MAIN_OBJ = $(BUILD)/src/main.o

@@ -134,12 +134,10 @@ extern "C" int cuda_describe(int gpu, char *out, size_t n) {
     int len = snprintf(out, n, "%s, %.1f GiB, compute %d.%d, %d SMs, driver %d.%d, runtime %d.%d", p.name,
                        (double)p.totalGlobalMem / (1 << 30), p.major, p.minor, p.multiProcessorCount, drv / 1000,
                        (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
-    /* the architecture the build's kernels run from there (where it is the current device) */
+    /* the architecture the build's kernels run from there (where it is the
+       current device: the model's, after cuda_model_create checked it) */
     int a = cudaGetDevice(&cur) == cudaSuccess && cur == gpu ? cu_code_arch(NULL, 0) : 0;
-    if (len > 0 && (size_t)len < n && a != 0) {
-        if (a > 0) snprintf(out + len, n - (size_t)len, ", kernels compute_%d", a);
-        else snprintf(out + len, n - (size_t)len, ", no kernels in this build");
-    }
+    if (len > 0 && (size_t)len < n && a > 0) snprintf(out + len, n - (size_t)len, ", kernels compute_%d", a);
     return 0;
 }
 
@@ -149,9 +147,10 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
     if (ndev <= 0) return ds_err(err, errlen, "no CUDA device is visible");
     if (gpu < 0 || gpu >= ndev) return ds_err(err, errlen, "CUDA device %d does not exist (%d visible)", gpu, ndev);
     CK(cudaSetDevice(gpu));
-    if (cu_device_cc(gpu) < 80)
+    const int cc = cu_device_cc(gpu);
+    if (cc < 80)
         return ds_err(err, errlen, "CUDA backend: device %d has compute capability %d.%d; it needs 8.0 or newer "
-                      "(bf16 tensor cores, asynchronous copies)", gpu, cu_device_cc(gpu) / 10, cu_device_cc(gpu) % 10);
+                      "(bf16 tensor cores, asynchronous copies)", gpu, cc / 10, cc % 10);
     if (cu_code_arch(err, errlen) < 0) return -1;
     if (w->cfg->n_heads % w->cfg->n_kv_heads || w->cfg->n_heads / w->cfg->n_kv_heads > ATT_MAX_G)
         return ds_err(err, errlen, "CUDA backend: %d query heads per kv head is not supported (at most %d)",
