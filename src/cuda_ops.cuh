@@ -254,12 +254,13 @@ __device__ __forceinline__ void pdl_wait() {
 /* Kernels are launched with programmatic dependent launch allowed
    (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0, or while a
    cu_pdl_off scope is open on the launching thread. Two launches go without
-   it: the attention's combine and the o projection after it. Their
-   predecessors leave registers free, so their blocks would become resident
-   early and sit waiting on every SM through the attention (or the combine);
-   measured on an H200 (docs/BENCHMARKS.md, "PDL where it pays"), that cost a
+   it: the attention's combine and the o projection after it. Measured on an
+   H200 (docs/BENCHMARKS.md, "PDL where it pays"), PDL on them cost a
    Qwen3-8B decode step 0.45 ms at context 512 and 0.55 ms at 8192, more than
-   PDL saves everywhere else. */
+   PDL saves everywhere else, and on the o projection still 0.5 ms with the
+   present matmul (measured 2026-12-02). Why is not known: the first reading
+   (o's blocks resident early, pushed into a second wave) does not hold for
+   a kernel whose two blocks an SM fit beside a combine block. */
 static inline int env_is(const char *name, const char *value) {
     const char *e = getenv(name);
     return e && !strcmp(e, value);
