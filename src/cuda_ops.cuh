@@ -257,10 +257,10 @@ __device__ __forceinline__ void pdl_wait() {
    it: the attention's combine and the o projection after it. Measured on an
    H200 (docs/BENCHMARKS.md, "PDL where it pays"), PDL on them cost a
    Qwen3-8B decode step 0.45 ms at context 512 and 0.55 ms at 8192, more than
-   PDL saves everywhere else, and on the o projection still 0.5 ms with the
-   present matmul (measured 2026-12-02). Why is not known: the first reading
-   (o's blocks resident early, pushed into a second wave) does not hold for
-   a kernel whose two blocks an SM fit beside a combine block. */
+   PDL saves everywhere else, and on the o projection still 0.5-0.6 ms with the
+   present matmul (measured 2026-12-02). Why is not known: the blocks
+   become resident early and wait, but two o blocks an SM now fit beside a
+   combine block, so it is not a lack of room. */
 static inline int env_is(const char *name, const char *value) {
     const char *e = getenv(name);
     return e && !strcmp(e, value);
