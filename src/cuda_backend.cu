@@ -71,6 +71,14 @@ struct cuda_ctx {
     int wide_rows;
     int tap_layers[GRAPH_TAPS], n_tap_layers;
     int use_graphs;
+    /* chained decoding (cuda_chain_start): a step's graph by the attention's
+       launch shape; each step's argmax read back into h_ring[its number %
+       2], with chain_ev[the same] recorded after it; steps launched and
+       consumed so far (their difference the steps in flight, at most 2) */
+    cudaGraphExec_t chain_g[2];
+    int *h_ring;
+    cudaEvent_t chain_ev[2];
+    long chain_launched, chain_done;
     /* DSPARK_CUDA_TRACE=1: forwards run without graphs, with events between
        the ops, and print where each one's GPU time went (bench use) */
     cudaEvent_t *ev;
@@ -300,6 +308,9 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
         cudaMalloc((void **)&x->escr, sizeof(float) * (B < MODEL_SAMPLE_ROWS ? B : MODEL_SAMPLE_ROWS) *
                                           cu_sample_stride(c->vocab_size)) != cudaSuccess ||
         cudaMallocHost((void **)&x->h_in, sizeof(int) * (2 * R + 1)) != cudaSuccess ||
+        cudaMallocHost((void **)&x->h_ring, sizeof(int) * 2) != cudaSuccess ||
+        cudaEventCreateWithFlags(&x->chain_ev[0], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&x->chain_ev[1], cudaEventDisableTiming) != cudaSuccess ||
         cudaStreamCreateWithFlags(&x->st, cudaStreamNonBlocking) != cudaSuccess) {
         cuda_ctx_free(x);
         return ds_err(err, errlen, "CUDA: cannot allocate scratch%s", cu_tiles_hint());
@@ -377,6 +388,11 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
                 for (int i = 0; i <= GRAPH_ROWS; i++)
                     for (int j = 0; j <= GRAPH_ROWS; j++)
                         if (x->graphs[a][t][o][i][j]) cudaGraphExecDestroy(x->graphs[a][t][o][i][j]);
+    for (int a = 0; a < 2; a++) {
+        if (x->chain_g[a]) cudaGraphExecDestroy(x->chain_g[a]);
+        if (x->chain_ev[a]) cudaEventDestroy(x->chain_ev[a]);
+    }
+    if (x->h_ring) cudaFreeHost(x->h_ring);
     cu_gemm_free(x->gemm);
     if (x->st) cudaStreamDestroy(x->st);
     if (x->h_pinned) cudaFreeHost(x->h_pinned);
@@ -388,9 +404,19 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
     free(x);
 }
 
-extern "C" int cuda_ctx_len(const cuda_ctx *x) { return x->len; }
+/* Ends a chain of decode steps: waits for the steps in flight and drops
+   from the cache those whose ids were not read. */
+static void chain_drain(cuda_ctx *x) {
+    if (x->chain_launched == x->chain_done) return;
+    cudaStreamSynchronize(x->st); /* (an error here shows at the next forward's) */
+    x->len -= (int)(x->chain_launched - x->chain_done);
+    x->chain_launched = x->chain_done = 0;
+}
+
+extern "C" int cuda_ctx_len(const cuda_ctx *x) { return x->len - (int)(x->chain_launched - x->chain_done); }
 extern "C" int cuda_ctx_capacity(const cuda_ctx *x) { return x->cap; }
 extern "C" void cuda_ctx_truncate(cuda_ctx *x, int len) {
+    chain_drain(x);
     if (len < x->len) x->len = len < 0 ? 0 : len;
 }
 
@@ -473,8 +499,11 @@ static int mm(cuda_ctx *x, int epi, float *y, const float *in, int M, const dmat
 }
 
 /* what a forward's logits rows give back: the rows, their argmax, both,
-   or the device sampler's answers (model_batch.smp) */
-enum { OUT_LOGITS = 1, OUT_IDS = 2, OUT_SAMPLE = 4 };
+   or the device sampler's answers (model_batch.smp); OUT_CHAIN (with
+   OUT_IDS, one row): a chained decode step, whose input is the previous
+   step's argmax on the device (cu_chain_next) and whose argmax stays
+   there (the host copies it out: chain_launch) */
+enum { OUT_LOGITS = 1, OUT_IDS = 2, OUT_SAMPLE = 4, OUT_CHAIN = 8 };
 
 /* logits[n] of the final-normed rows h[n] */
 static void lm_head(cuda_ctx *x, const float *h, int n) {
@@ -531,9 +560,13 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = x->st;
     int B = x->rows;
-    cudaMemcpyAsync(x->tok, x->h_in, sizeof(int) * M, cudaMemcpyHostToDevice, st);
-    cudaMemcpyAsync(x->pos, x->h_in + B, sizeof(int) * M, cudaMemcpyHostToDevice, st);
-    cudaMemcpyAsync(x->d_len, x->h_in + 2 * B, sizeof(int), cudaMemcpyHostToDevice, st);
+    if (out & OUT_CHAIN) {
+        cu_chain_next(st, x->tok, x->pos, x->d_len, x->d_ids);
+    } else {
+        cudaMemcpyAsync(x->tok, x->h_in, sizeof(int) * M, cudaMemcpyHostToDevice, st);
+        cudaMemcpyAsync(x->pos, x->h_in + B, sizeof(int) * M, cudaMemcpyHostToDevice, st);
+        cudaMemcpyAsync(x->d_len, x->h_in + 2 * B, sizeof(int), cudaMemcpyHostToDevice, st);
+    }
     if (out == OUT_SAMPLE) cudaMemcpyAsync(x->d_samp, x->h_samp, sizeof(cu_sample_args), cudaMemcpyHostToDevice, st);
     mark(x, OP_IN);
     cu_embed(st, x->x, &m->embed, x->tok, M);
@@ -577,9 +610,12 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         }
         mark(x, OP_O);
         uint32_t *gate_c = cu_layer_takes_cut(x->gemm, &L->wd, M) ? x->gate_c : NULL;
-        if ((omit & OMIT_GU) ||
-            !mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, cu_cut{NULL, gate_c}))
-            gate_c = NULL; /* (not written) */
+        {
+            cu_swiglu_two two(cu_swiglu_two_for(spread)); /* (see there) */
+            if ((omit & OMIT_GU) ||
+                !mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, cu_cut{NULL, gate_c}))
+                gate_c = NULL; /* (not written) */
+        }
         mark(x, OP_GU);
         if (!(omit & OMIT_DOWN)) mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL});
         mark(x, OP_DOWN);
@@ -592,7 +628,8 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         if (out & (OUT_IDS | OUT_SAMPLE)) {
             if (out & OUT_IDS) cu_argmax(st, x->d_ids, x->logits, n_sel, V);
             else cu_sample_rows(st, x->d_ids, x->logits, x->escr, n_sel, V, x->d_samp, NULL, 0);
-            cudaMemcpyAsync(x->h_ids, x->d_ids, sizeof(int) * (size_t)n_sel, cudaMemcpyDeviceToHost, st);
+            if (!(out & OUT_CHAIN))
+                cudaMemcpyAsync(x->h_ids, x->d_ids, sizeof(int) * (size_t)n_sel, cudaMemcpyDeviceToHost, st);
         }
         if (out & OUT_LOGITS)
             cudaMemcpyAsync(x->h_pinned, x->logits, sizeof(float) * (size_t)n_sel * V, cudaMemcpyDeviceToHost, st);
@@ -603,8 +640,8 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
 /* The graph for (spread, taps or not, M, n_sel), captured on first use; NULL when
    capture fails (graphs are then switched off for this context). tb: the
    batch whose tap layers a tapped graph copies (NULL: untapped). */
-static cudaGraphExec_t graph_for(cuda_ctx *x, int M, int n_sel, int out, const model_batch *tb, int spread) {
-    cudaGraphExec_t *g = &x->graphs[spread][tb ? 1 : 0][out][M][n_sel];
+static cudaGraphExec_t capture(cuda_ctx *x, cudaGraphExec_t *g, int M, int n_sel, int out, const model_batch *tb,
+                               int spread) {
     if (*g) return *g;
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(x->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) goto fail;
@@ -619,6 +656,9 @@ fail:
     *g = NULL;
     x->use_graphs = 0;
     return NULL;
+}
+static cudaGraphExec_t graph_for(cuda_ctx *x, int M, int n_sel, int out, const model_batch *tb, int spread) {
+    return capture(x, &x->graphs[spread][tb ? 1 : 0][out][M][n_sel], M, n_sel, out, tb, spread);
 }
 
 /* The chunk's logits rows: which of them the batch asked for, as a count of
@@ -738,6 +778,7 @@ extern "C" const float *cuda_ctx_taps(cuda_ctx *x, int n, int *rows) {
 
 extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errlen) {
     const model_batch *b = (const model_batch *)bv;
+    chain_drain(x);
     if (x->len + b->n > x->cap)
         return ds_err(err, errlen, "context window full: %d cached + %d new positions exceed the %d-position window",
                       x->len, b->n, x->cap);
@@ -759,3 +800,60 @@ extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errle
     return 0;
 }
 
+
+/* ---- chained decoding ---------------------------------------------------- */
+
+extern "C" int cuda_chain_ok(const cuda_ctx *x) { return !x->ev && !env_is("DSPARK_CUDA_CHAIN", "0"); }
+
+/* Launches the next chained step (its input set by the previous step or
+   cu_chain_set), its id's copy to h_ring and its event. */
+static int chain_launch(cuda_ctx *x, char *err, size_t errlen) {
+    if (x->len + 1 > x->cap)
+        return ds_err(err, errlen, "context window full: %d cached + 1 new position exceed the %d-position window",
+                      x->len, x->cap);
+    const int spread = cu_attn_spread_for(x->len), slot = (int)(x->chain_launched & 1);
+    cudaGraphExec_t g = x->use_graphs ? capture(x, &x->chain_g[spread], 1, 1, OUT_IDS | OUT_CHAIN, NULL, spread)
+                                      : NULL;
+    if (g) CK(cudaGraphLaunch(g, x->st));
+    else enqueue_chunk(x, 1, 1, OUT_IDS | OUT_CHAIN, NULL, 0, tap_dst{NULL, 0}, spread);
+    CK(cudaMemcpyAsync(x->h_ring + slot, x->d_ids, sizeof(int), cudaMemcpyDeviceToHost, x->st));
+    CK(cudaEventRecord(x->chain_ev[slot], x->st));
+    CK_LAUNCH();
+    x->len++;
+    x->chain_launched++;
+    return 0;
+}
+
+extern "C" int cuda_chain_start(cuda_ctx *x, int id, char *err, size_t errlen) {
+    CK(cudaSetDevice(x->m->gpu));
+    chain_drain(x);
+    if (model_tiles(x->m, err, errlen) != 0) return -1;
+    cu_chain_set(x->st, x->d_ids, x->pos, x->d_len, id, x->len - 1);
+    if (chain_launch(x, err, errlen) == 0) return 0;
+    chain_drain(x);
+    return -1;
+}
+
+extern "C" int cuda_chain_next(cuda_ctx *x, int more, int *id, char *err, size_t errlen) {
+    if (x->chain_launched == x->chain_done) return ds_err(err, errlen, "chained decoding: no step in flight");
+    CK(cudaSetDevice(x->m->gpu));
+    /* (the step launched here takes the other slot than the one read below) */
+    if (more && chain_launch(x, err, errlen) != 0) {
+        chain_drain(x);
+        return -1;
+    }
+    const int slot = (int)(x->chain_done & 1);
+    cudaError_t e = cudaEventSynchronize(x->chain_ev[slot]);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        chain_drain(x);
+        return ds_err(err, errlen, "CUDA: a chained decode step: %s", cudaGetErrorString(e));
+    }
+    *id = x->h_ring[slot];
+    x->chain_done++;
+    return 0;
+}
+
+extern "C" void cuda_chain_end(cuda_ctx *x) {
+    if (cudaSetDevice(x->m->gpu) == cudaSuccess) chain_drain(x);
+}

@@ -88,6 +88,22 @@ const float *cuda_ctx_taps(cuda_ctx *c, int n, int *rows);
 /* model_forward on the device (b is a model_batch, already validated). */
 int cuda_forward(cuda_ctx *c, const void *b, char *err, size_t errlen);
 
+/* Chained greedy decoding, one row a step (plain decoding): each step's
+ * input is the previous step's argmax, read on the device, so the next step
+ * is launched before the host reads this one's id and the GPU does not wait
+ * for the host between steps. cuda_chain_start enqueues the forward of id
+ * at the cache's end; cuda_chain_next, when more, first enqueues the step
+ * after the last one launched, then waits for the oldest step in flight
+ * and gives its argmax (the same id cuda_forward's argmax gives for that
+ * row); cuda_chain_end waits for what is still in flight and drops it from
+ * the cache. Positions in the cache count the steps whose ids were read;
+ * any other call on the context ends the chain first. cuda_chain_ok: 0
+ * when DSPARK_CUDA_CHAIN=0 or the context traces its ops. */
+int cuda_chain_ok(const cuda_ctx *c);
+int cuda_chain_start(cuda_ctx *c, int id, char *err, size_t errlen);
+int cuda_chain_next(cuda_ctx *c, int more, int *id, char *err, size_t errlen);
+void cuda_chain_end(cuda_ctx *c);
+
 /* ---- single ops on host arrays, for tests against the CPU ops ---- */
 /* sets the rows of a context's prefill scratch (CUDA_PREFILL_ROWS) for the
  * contexts created next; returns the previous setting */
@@ -158,6 +174,10 @@ int cuda_test_attention_spread(int on);
  * waiting for the previous kernel (1 on, 0 off, -1 the default; the same
  * bits either way); returns the previous setting */
 int cuda_test_attention_early(int on);
+/* sets whether this thread's bf16 SwiGLU matmuls of 1-8 rows run two blocks
+   an SM (cu_swiglu_two; the same bits either way); returns the previous
+   setting */
+int cuda_test_swiglu_two(int on);
 /* the virtual architecture of the kernels running on the current device
  * (major * 10 + minor; 0 unknown), or -1 with err when the build has none
  * for it */

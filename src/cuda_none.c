@@ -48,6 +48,26 @@ const float *cuda_ctx_taps(cuda_ctx *c, int n, int *rows) {
     if (rows) *rows = 0;
     return NULL;
 }
+int cuda_chain_ok(const cuda_ctx *c) {
+    (void)c;
+    return 0;
+}
+int cuda_chain_start(cuda_ctx *c, int id, char *err, size_t errlen) {
+    (void)c;
+    (void)id;
+    return NOT_BUILT(err, errlen);
+}
+int cuda_chain_next(cuda_ctx *c, int more, int *id, char *err, size_t errlen) {
+    (void)c;
+    (void)more;
+    (void)id;
+    return NOT_BUILT(err, errlen);
+}
+void cuda_chain_end(cuda_ctx *c) { (void)c; }
+int cuda_test_swiglu_two(int on) {
+    (void)on;
+    return 0;
+}
 int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t errlen) {
     (void)dst;
     (void)src;

@@ -33,6 +33,20 @@ __device__ __forceinline__ void load8(const float *p, float *w) {
 
 /* open cu_pdl_off scopes of this thread (see pdl_enabled) */
 thread_local int cu_pdl_off_depth = 0;
+/* open cu_swiglu_two scopes of this thread that turn it on */
+thread_local int cu_swiglu_two_depth = 0;
+
+extern "C" int cuda_test_swiglu_two(int on) {
+    int prev = cu_swiglu_two_depth > 0;
+    cu_swiglu_two_depth = on ? 1 : 0;
+    return prev;
+}
+
+int cu_swiglu_two_for(int spread) {
+    static int mode = -2;
+    int f = env_switch(&mode, "DSPARK_CUDA_SWIGLU2", 0, 0);
+    return f >= 0 ? f : !spread;
+}
 
 #define MM_NPW 4   /* outputs per block: each x load serves MM_NPW weight rows */
 #define MM_WARPS 4 /* warps per block, splitting K */
@@ -190,7 +204,9 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
    KS is a function of the matrix shape alone (mma_ks). */
 
 #define MMA_KS 8
-/* chunks in flight per warp (k_mma's U): register-capped kernels, up to
+/* chunks in flight per warp (k_mma's U): register-capped kernels (two
+   for four tiles, the SwiGLU's at 1-8 rows under cu_swiglu_two: 128
+   registers and no spills, where three would spill), up to
    two tiles x row groups, more tiles of one row group (the SwiGLU's four
    at 1-8 rows: three rather than two took t(1) of an 8B model from
    4.48-4.50 to 4.43-4.44 ms, docs/BENCHMARKS.md), more row groups
@@ -492,7 +508,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
        bytes, and three made it 6% faster); the first group's weights are
        requested before waiting for the previous kernel. U does not change
        the order in which a warp's chunks are accumulated. */
-    constexpr int U = OCC >= 2 ? MMA_U_CAPPED : TILES * MT <= 2 ? MMA_U_SMALL : MT == 1 ? MMA_U_WIDE : MMA_U_LARGE;
+    constexpr int U = OCC >= 2 && TILES >= 4 ? 2 : OCC >= 2 ? MMA_U_CAPPED : TILES * MT <= 2 ? MMA_U_SMALL : MT == 1 ? MMA_U_WIDE : MMA_U_LARGE;
     mma_chunk<T, TILES, MT> ch[U];
     float ss[MT];
 #pragma unroll
@@ -801,6 +817,31 @@ void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n) {
     launch(k_argmax, M, ARGMAX_THREADS, st, out, x, n);
 }
 
+/* A chained decode step's inputs (cu_chain_set, cu_chain_next). Neither
+   kernel lets the next one start early (no pdl_trigger): kernels later in
+   a forward may read positions and the cache length before their own
+   pdl_wait, so these writes must have landed before the next kernel
+   starts. */
+__global__ void k_chain_set(int *ids, int *pos, int *len, int id, int at) {
+    pdl_wait();
+    ids[0] = id;
+    pos[0] = at;
+    len[0] = at;
+}
+__global__ void k_chain_next(int *tok, int *pos, int *len, const int *ids) {
+    pdl_wait();
+    tok[0] = ids[0];
+    pos[0] += 1;
+    len[0] += 1;
+}
+
+void cu_chain_set(cudaStream_t st, int *ids, int *pos, int *len, int id, int at) {
+    launch(k_chain_set, 1, 1, st, ids, pos, len, id, at);
+}
+void cu_chain_next(cudaStream_t st, int *tok, int *pos, int *len, const int *ids) {
+    launch(k_chain_next, 1, 1, st, tok, pos, len, ids);
+}
+
 void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
                  const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                  const int *d_len, float eps) {
@@ -884,6 +925,10 @@ static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const d
     /* the tile-major copies when every matrix of the product has one */
     const int tiled = W->t && (!W2 || W2->t);
     const T *w = (const T *)(tiled ? W->t : W->p), *w2 = W2 ? (const T *)(tiled ? W2->t : W2->p) : NULL;
+    /* (see cu_swiglu_two; f16 weights would spill there) */
+    if constexpr (TILES == 4 && MT == 1 && EPI == MM_SWIGLU && std::is_same<T, __nv_bfloat16>::value)
+        if (cu_swiglu_two_depth)
+            return mma_go<T, TILES, MT, EPI, 2>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
     if constexpr (TILES == 1 && MT == 2) /* registers capped for two blocks per SM (see mma_tiles) */
         return mma_go<T, TILES, MT, EPI, 2>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
     if constexpr (TILES * MT == 1) /* (the capped kernel exists for one tile only: others would spill) */

@@ -260,7 +260,10 @@ __device__ __forceinline__ void pdl_wait() {
    PDL saves everywhere else, and on the o projection still 0.5-0.6 ms with the
    present matmul (measured 2026-12-02). Why is not known: the blocks
    become resident early and wait, but two o blocks an SM now fit beside a
-   combine block, so it is not a lack of room. */
+   combine block, so it is not a lack of room; nor is it the o blocks'
+   weight requests before their wait, or all their warps waiting at once
+   (o's weights requested after the wait, and one warp a block waiting with
+   the others held at a block barrier, both measured as slow). */
 static inline int env_is(const char *name, const char *value) {
     const char *e = getenv(name);
     return e && !strcmp(e, value);
@@ -294,6 +297,27 @@ struct cu_pdl_off {
     ~cu_pdl_off() { cu_pdl_off_depth--; }
     cu_pdl_off(const cu_pdl_off &) = delete;
     cu_pdl_off &operator=(const cu_pdl_off &) = delete;
+};
+
+/* While a cu_swiglu_two scope that turns it on is open on the launching
+   thread, bf16 SwiGLU matmuls of 1-8 rows (four tiles a block) run two blocks
+   an SM with two chunks in flight a warp (128 registers) instead of one
+   block with three (184): the same bits, as neither changes a row's
+   operations. Measured on an H200 (docs/BENCHMARKS.md, "Two SwiGLU blocks
+   an SM"): the Qwen3-8B gate+up 49.8 -> 47.9 us at one row and 51.4 ->
+   49.1 at eight; a forward 1.1% faster at one row and 3% at eight with 512
+   cached positions, but 1.2% slower at one row with 8192. So the forward
+   turns it on for the decode attention's short-cache shape only:
+   cu_swiglu_two_for(spread) is !spread, unless DSPARK_CUDA_SWIGLU2=1 or 0
+   forces it at every length. */
+extern thread_local int cu_swiglu_two_depth;
+int cu_swiglu_two_for(int spread);
+struct cu_swiglu_two {
+    int on;
+    explicit cu_swiglu_two(int on_) : on(on_) { cu_swiglu_two_depth += on; }
+    ~cu_swiglu_two() { cu_swiglu_two_depth -= on; }
+    cu_swiglu_two(const cu_swiglu_two &) = delete;
+    cu_swiglu_two &operator=(const cu_swiglu_two &) = delete;
 };
 
 /* The virtual architecture (major * 10 + minor) this build's kernels run
@@ -563,6 +587,14 @@ int cu_attention_early(int on);
 int cu_attn_spread_for(int len);
 /* out[m] = the first index of the largest of x[m][0..n) (op_argmax's rule) */
 void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n);
+/* chained decoding (cuda_chain_start): cu_chain_next sets a one-row
+   forward's input to the argmax the previous step left in ids[0], at the
+   position after the previous one's, with the cache one longer;
+   cu_chain_set leaves the state a step at position at (and cache length
+   at) would have left with argmax id, so that the next step takes id at
+   position at + 1 */
+void cu_chain_set(cudaStream_t st, int *ids, int *pos, int *len, int id, int at);
+void cu_chain_next(cudaStream_t st, int *tok, int *pos, int *len, const int *ids);
 
 /* ---- sampling (cuda_sample.cu) ---- */
 

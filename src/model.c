@@ -325,6 +325,21 @@ static void forward_chunk(model_ctx *x, const model_batch *b, int row0, int M, i
     }
 }
 
+int mctx_chain_ok(const model_ctx *x) { return x->cu && cuda_chain_ok(x->cu); }
+int mctx_chain_start(model_ctx *x, int id, char *err, size_t errlen) {
+    if (!mctx_chain_ok(x)) return ds_err(err, errlen, "chained decoding runs on a GPU only");
+    if (id < 0 || id >= x->m->cfg.vocab_size)
+        return ds_err(err, errlen, "token id %d is outside the vocabulary (0..%d)", id, x->m->cfg.vocab_size - 1);
+    return cuda_chain_start(x->cu, id, err, errlen);
+}
+int mctx_chain_next(model_ctx *x, int more, int *id, char *err, size_t errlen) {
+    if (!mctx_chain_ok(x)) return ds_err(err, errlen, "chained decoding runs on a GPU only");
+    return cuda_chain_next(x->cu, more, id, err, errlen);
+}
+void mctx_chain_end(model_ctx *x) {
+    if (x->cu) cuda_chain_end(x->cu);
+}
+
 const float *mctx_device_taps(model_ctx *x, int n, int *rows) {
     if (rows) *rows = 0;
     return x->cu ? cuda_ctx_taps(x->cu, n, rows) : NULL;

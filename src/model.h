@@ -114,6 +114,14 @@ typedef struct {
     int taps_on_device;
 } model_batch;
 
+/* Chained greedy decoding, one row a step, on a GPU (cuda_chain_start's
+ * contract in cuda_backend.h: the next step runs while the host reads this
+ * one's id). mctx_chain_ok is 0 on the CPU, where the others fail. */
+int mctx_chain_ok(const model_ctx *c);
+int mctx_chain_start(model_ctx *c, int id, char *err, size_t errlen);
+int mctx_chain_next(model_ctx *c, int more, int *id, char *err, size_t errlen);
+void mctx_chain_end(model_ctx *c);
+
 #define MODEL_DEVICE_TAP_ROWS 17
 #define MODEL_DEVICE_TAPS 8
 

@@ -12,6 +12,9 @@ struct seq {
     int *toks; /* [capacity] ids in the KV cache, in order */
     int n;
     int taps_on_device; /* seq_keep_taps_on_device */
+    /* chained decoding: a step in flight (between seq_chain_* calls, at
+       most one), and its input id */
+    int in_chain, chain_in;
 };
 
 int seq_create(seq **out, const model *m, int n_ctx, int max_batch, tpool *tp, char *err, size_t errlen) {
@@ -39,6 +42,7 @@ int seq_capacity(const seq *s) { return mctx_capacity(s->ctx); }
 const int *seq_tokens(const seq *s) { return s->toks; }
 
 void seq_reset(seq *s) {
+    seq_chain_end(s);
     s->n = 0;
     mctx_truncate(s->ctx, 0);
 }
@@ -47,12 +51,16 @@ double seq_warm_up(seq *s, char *err, size_t errlen) {
     double t0 = ds_now();
     const model *m = seq_model(s);
     int rows = model_cuda(m) ? CUDA_GEMM_MIN_ROWS + 1 : 1;
-    if (rows + 2 > seq_capacity(s)) rows = 1;
+    if (rows + 4 > seq_capacity(s)) rows = 1;
     int *ids = xcalloc((size_t)rows, sizeof(int));
     float *logits = xmalloc(sizeof(float) * (size_t)model_cfg(m)->vocab_size);
     int am = 0, next = 0;
     int rc = seq_prefill(s, ids, rows, logits, err, errlen) < 0 ||
              seq_append_argmax(s, &next, 1, &am, 0, NULL, NULL, err, errlen) != 0;
+    /* plain decoding's chained step too (its graph), where it runs */
+    if (!rc && seq_chain_ok(s) && rows + 4 <= seq_capacity(s))
+        rc = seq_chain_start(s, next, err, errlen) != 0 || seq_chain_next(s, 1, &am, err, errlen) != 0 ||
+             seq_chain_next(s, 0, &am, err, errlen) != 0;
     seq_reset(s);
     free(ids);
     free(logits);
@@ -132,7 +140,42 @@ int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double 
 void seq_keep_taps_on_device(seq *s, int on) { s->taps_on_device = on; }
 const float *seq_device_taps(seq *s, int n, int *rows) { return mctx_device_taps(s->ctx, n, rows); }
 
+int seq_chain_ok(const seq *s) { return mctx_chain_ok(s->ctx); }
+
+int seq_chain_start(seq *s, int id, char *err, size_t errlen) {
+    seq_chain_end(s);
+    if (s->n >= mctx_capacity(s->ctx))
+        return ds_err(err, errlen, "context window full (%d tokens)", mctx_capacity(s->ctx));
+    if (mctx_chain_start(s->ctx, id, err, errlen) != 0) return -1;
+    s->chain_in = id;
+    s->in_chain = 1;
+    return 0;
+}
+
+int seq_chain_next(seq *s, int more, int *next, char *err, size_t errlen) {
+    if (!s->in_chain) return ds_err(err, errlen, "chained decoding: no step in flight");
+    if (more && s->n + 2 > mctx_capacity(s->ctx)) {
+        seq_chain_end(s);
+        return ds_err(err, errlen, "context window full (%d tokens)", mctx_capacity(s->ctx));
+    }
+    if (mctx_chain_next(s->ctx, more, next, err, errlen) != 0) {
+        s->in_chain = 0;
+        return -1;
+    }
+    s->toks[s->n++] = s->chain_in;
+    s->chain_in = *next; /* the input of the step launched above, if any */
+    s->in_chain = more;
+    return 0;
+}
+
+void seq_chain_end(seq *s) {
+    if (!s->in_chain) return;
+    mctx_chain_end(s->ctx);
+    s->in_chain = 0;
+}
+
 void seq_truncate(seq *s, int len) {
+    seq_chain_end(s);
     if (len < 0) len = 0;
     if (len >= s->n) return;
     s->n = len;

@@ -72,6 +72,16 @@ void seq_keep_taps_on_device(seq *s, int on);
  * ([n_taps][*rows][hidden], mctx_device_taps) on a GPU, else NULL. */
 const float *seq_device_taps(seq *s, int n, int *rows);
 
+/* Chained greedy decoding (mctx_chain_start, model.h): seq_chain_start
+ * launches the step for id; seq_chain_next (more: launch the step after
+ * it first) waits for the oldest step in flight, gives its argmax in *next
+ * and appends its input id to the sequence; seq_chain_end drops the steps
+ * still in flight. seq_chain_ok: 0 where it does not run (the CPU). */
+int seq_chain_ok(const seq *s);
+int seq_chain_start(seq *s, int id, char *err, size_t errlen);
+int seq_chain_next(seq *s, int more, int *next, char *err, size_t errlen);
+void seq_chain_end(seq *s);
+
 /* Rolls back to the first len ids (len <= seq_len). */
 void seq_truncate(seq *s, int len);
 

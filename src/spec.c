@@ -101,6 +101,38 @@ static int push(gen_state *g, int id, const float *row) {
     return g->st->n_gen == o->max_new || g->n_prompt + g->st->n_gen >= g->cap;
 }
 
+/* Plain greedy decoding as a chain of one-row steps (seq_chain_start): the
+   step for an id is launched before the id is read back, unless the token
+   limit or the window ends generation at that id, so the GPU never waits
+   for the host; a step past a stop id (or a cancel) is dropped. The same
+   ids, stops and statistics as one-row rounds. */
+static int decode_chained(seq *s, gen_state *g, int anchor, int *last_in, char *err, size_t errlen) {
+    const spec_opts *o = g->o;
+    spec_stats *st = g->st;
+    if (seq_chain_start(s, anchor, err, errlen) != 0) return -1;
+    int in = anchor, rc = 0;
+    for (int stop = 0; !stop;) {
+        if (o->cancel && *o->cancel) break;
+        double tr = ds_now();
+        /* push's limits for the id read next (n_gen is one more then) */
+        const int more = st->n_gen + 1 < o->max_new && g->n_prompt + st->n_gen + 1 < g->cap;
+        int y;
+        if (seq_chain_next(s, more, &y, err, errlen) != 0) {
+            rc = -1;
+            break;
+        }
+        st->n_rounds++;
+        st->accept_hist[0]++;
+        st->n_round_tok++;
+        stop = push(g, y, NULL);
+        *last_in = in;
+        in = y;
+        if (o->on_round) o->on_round(o->hook_ctx, 0, 0, 1, ds_now() - tr);
+    }
+    seq_chain_end(s);
+    return rc;
+}
+
 /* whether drafter d (reading nt > 0 taps) takes them where the target's GPU
    left them (features_dev) */
 static int taps_stay_on_device(const drafter *d) { return d->features_dev && d->n_taps <= MODEL_DEVICE_TAPS; }
@@ -221,6 +253,10 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
                                 ? seq_device_taps(s, K + 1, &tap_rows) /* (every round's buffer) */
                                 : NULL;
     seq_keep_taps_on_device(s, dev_taps != NULL);
+    if (!stop && !d && greedy && ids_only && seq_chain_ok(s)) {
+        rc = decode_chained(s, &g, anchor, &last_in, err, errlen);
+        stop = 1;
+    }
     while (!stop) {
         if (o->cancel && *o->cancel) break;
         int L = seq_len(s); /* = n_prompt + n_gen - 1: the anchor is not in the cache */

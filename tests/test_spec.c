@@ -241,6 +241,106 @@ static void lossless_model(const char *name) {
 TEST(spec_lossless_greedy_qwen3) { lossless_model("qwen3-bf16"); }
 TEST(spec_lossless_greedy_llama3) { lossless_model("llama3-bf16"); }
 
+/* cancels generation after its n-th round (spec_opts.on_round) */
+typedef struct {
+    volatile sig_atomic_t flag;
+    int rounds, after;
+} canceller;
+static void cancel_after(void *ctx, int drafted, int accepted, int emitted, double seconds) {
+    (void)drafted, (void)accepted, (void)emitted, (void)seconds;
+    canceller *c = ctx;
+    if (++c->rounds == c->after) c->flag = 1;
+}
+
+/* Plain greedy decoding through spec_generate (no drafter: on a GPU, the
+   chained steps, each launched before the previous id is read) against the
+   reference loop: the same ids under each stop rule, the same bits of the
+   last logits row, the cache holding prompt + ids but the last; and, cut
+   by a cancel, a cache that goes on decoding as the reference did. */
+static void plain_model(const char *name) {
+    tmodel t;
+    if (open_model(&t, name) != 0) return;
+    int base[128], got[128], prompt[64];
+    float *ref_logits = xmalloc(sizeof(float) * (size_t)t.vocab), *last = xmalloc(sizeof(float) * (size_t)t.vocab);
+    sampler *smp = greedy_sampler(t.vocab);
+    char err[512];
+    for (int pi = 0; pi < N_REP + 4; pi++) {
+        int n = make_prompt(pi, t.vocab, prompt);
+        for (int cfg = 0; cfg < 4; cfg++) {
+            gen_cfg g = {.n_ctx = 256, .max_new = 40 + pi % 5, .stop = t.stop, .n_stop = t.n_stop};
+            int stop1;
+            if (cfg == 1) g.ignore_eos = 1;
+            if (cfg == 2) { /* a stop id from the middle of the output */
+                gen_cfg g0 = g;
+                g0.ignore_eos = 1;
+                if (run_baseline(&t, &g0, prompt, n, base) < 20) continue;
+                stop1 = base[5 + pi % 9];
+                g.stop = &stop1;
+                g.n_stop = 1;
+            }
+            if (cfg == 3) { /* the window ends it */
+                g.n_ctx = n + 9 + pi % 4;
+                g.ignore_eos = 1;
+            }
+            /* the reference loop, keeping its last logits row */
+            seq *s;
+            if (seq_create(&s, t.m, g.n_ctx, 64, t.tp, err, sizeof err) != 0) {
+                test_fail(__FILE__, __LINE__, "%s", err);
+                break;
+            }
+            int nb = 0, rc = seq_prefill(s, prompt, n, ref_logits, err, sizeof err) < 0 ? -1 : 0;
+            while (rc == 0) {
+                int id = op_argmax(ref_logits, t.vocab), is_stop = 0;
+                base[nb++] = id;
+                for (int i = 0; i < g.n_stop; i++) is_stop |= g.stop[i] == id;
+                if ((is_stop && !g.ignore_eos) || nb == g.max_new || seq_len(s) + 1 >= seq_capacity(s)) break;
+                rc = seq_step(s, id, ref_logits, err, sizeof err);
+            }
+            CHECK_MSG(rc == 0, "%s", err);
+            seq_reset(s);
+            spec_opts so = {.max_new = g.max_new, .stop = g.stop, .n_stop = g.n_stop, .ignore_eos = g.ignore_eos};
+            spec_stats st;
+            rc = spec_generate(s, smp, NULL, prompt, n, &so, got, last, &st, err, sizeof err);
+            CHECK_MSG(rc == 0, "%s", err);
+            if (rc == 0) {
+                CHECK_EQ_INT(st.n_gen, nb);
+                CHECK_MSG(!memcmp(got, base, sizeof(int) * (size_t)nb), "%s prompt %d cfg %d: other ids", name, pi,
+                          cfg);
+                CHECK_MSG(!memcmp(last, ref_logits, sizeof(float) * (size_t)t.vocab),
+                          "%s prompt %d cfg %d: the last logits row differs", name, pi, cfg);
+                CHECK_EQ_INT(seq_len(s), n + nb - 1);
+                CHECK(!memcmp(seq_tokens(s) + n, got, sizeof(int) * (size_t)(nb - 1)));
+                CHECK_EQ_INT(st.n_rounds, nb - 1);
+            }
+            /* cut after a few rounds: the cache is prompt + ids but the
+               last, and the next step from it gives the reference's id */
+            if (cfg == 1 && nb > 12) {
+                canceller c = {.after = 3 + pi % 7};
+                so.cancel = &c.flag;
+                so.on_round = cancel_after;
+                so.hook_ctx = &c;
+                seq_reset(s);
+                rc = spec_generate(s, smp, NULL, prompt, n, &so, got, NULL, &st, err, sizeof err);
+                CHECK_MSG(rc == 0, "%s", err);
+                CHECK(st.cancelled);
+                CHECK_EQ_INT(st.n_gen, c.after + 1);
+                CHECK_EQ_INT(seq_len(s), n + st.n_gen - 1);
+                CHECK(!memcmp(got, base, sizeof(int) * (size_t)st.n_gen));
+                CHECK_MSG(seq_step(s, got[st.n_gen - 1], ref_logits, err, sizeof err) == 0, "%s", err);
+                CHECK_EQ_INT(op_argmax(ref_logits, t.vocab), base[st.n_gen]);
+            }
+            seq_free(s);
+        }
+    }
+    sampler_free(smp);
+    free(ref_logits);
+    free(last);
+    close_model(&t);
+}
+
+TEST(spec_lossless_plain_qwen3) { plain_model("qwen3-bf16"); }
+TEST(spec_lossless_plain_llama3) { plain_model("llama3-bf16"); }
+
 TEST(spec_kv_consistent_after_partial_accept) {
     tmodel t;
     if (open_model(&t, "qwen3-bf16") != 0) return;

@@ -507,6 +507,48 @@ TEST(cuda_matmul_cut_same_bits) {
     }
 }
 
+/* The SwiGLU matmul of 1-8 rows run two blocks an SM (cu_swiglu_two, the
+   forward's choice for short caches) gives the bits of one block an SM,
+   its pre-cut copy included, on shapes off the tile sizes; 9-16 rows,
+   which it leaves alone, as well. */
+TEST(cuda_swiglu_two_same_bits) {
+    if (!have_gpu()) return;
+    const int shapes[][3] = {{1, 64, 64}, {1, 1000, 4096}, {3, 96, 264}, {8, 512, 1024}, {5, 136, 520}, {8, 40, 136},
+                             {9, 200, 264}, {16, 512, 1024}};
+    char err[512];
+    const int prev = cuda_test_swiglu_two(0);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        float *x = xmalloc(sizeof(float) * M * K), *g = xmalloc(sizeof(float) * K);
+        float *w1 = xmalloc(sizeof(float) * N * K), *w2 = xmalloc(sizeof(float) * N * K);
+        float *y[2] = {xmalloc(sizeof(float) * M * N), xmalloc(sizeof(float) * M * N)};
+        float *z[2] = {xmalloc(sizeof(float) * M * N), xmalloc(sizeof(float) * M * N)};
+        uint32_t *c[2] = {xmalloc(sizeof(uint32_t) * M * N), xmalloc(sizeof(uint32_t) * M * N)};
+        fill(x, (size_t)M * K, 3.0f);
+        for (int i = 0; i < K; i++) g[i] = 1.0f + frand() * 0.5f;
+        fill(w1, (size_t)N * K, 0.1f);
+        fill(w2, (size_t)N * K, 0.1f);
+        void *p1 = make_weights(DT_BF16, w1, (size_t)N * K), *p2 = make_weights(DT_BF16, w2, (size_t)N * K);
+        for (int two = 0; two < 2; two++) {
+            cuda_test_swiglu_two(two);
+            CHECK_MSG(cuda_test_matmul_norm(y[two], x, M, p1, p2, DT_BF16, N, K, NULL, g, 1e-6f, 2, err, sizeof err) ==
+                          0,
+                      "%s", err);
+            memset(c[two], 0xff, sizeof(uint32_t) * M * N);
+            CHECK_MSG(cuda_test_matmul_cut(z[two], c[two], x, M, p1, p2, N, K, NULL, g, 1e-6f, 2, err, sizeof err) ==
+                          0,
+                      "%s", err);
+        }
+        CHECK_MSG(!memcmp(y[0], y[1], sizeof(float) * M * N), "M=%d N=%d K=%d: two blocks an SM give other bits", M,
+                  N, K);
+        CHECK_MSG(!memcmp(z[0], z[1], sizeof(float) * M * N) && !memcmp(c[0], c[1], sizeof(uint32_t) * M * N),
+                  "M=%d N=%d K=%d: two blocks an SM give another SwiGLU or pre-cut copy", M, N, K);
+        free(x), free(g), free(w1), free(w2), free(p1), free(p2);
+        for (int i = 0; i < 2; i++) free(y[i]), free(z[i]), free(c[i]);
+    }
+    cuda_test_swiglu_two(prev);
+}
+
 /* the q/k/v projection's fused tail (the last block of each head
    normalises, ropes and stores it) gives the bits of the matmul followed by
    the separate kernel, at every decode and verify width, head_dim 64 and
