@@ -3,6 +3,8 @@
 # release objects (runs `make` first) into OUT (default build/NAME); with
 # CUDA=1, against the CUDA build's objects (build/cuda, cuBLAS and the CUDA
 # runtime linked), as scripts/cuda-pack does.
+# TOOL_CFLAGS and TOOL_LIBS add compiler flags and libraries (CUPTI for
+# cuda-timeline).
 # The bench scripts run it as:  sh bench/build-tool.sh NAME [OUT]
 set -e
 cd "$(dirname "$0")/.."
@@ -19,5 +21,5 @@ fi
 OBJS=$(ls $dir/src/*.o | grep -v '/main\.o$')
 mkdir -p "$(dirname "${2:-build/$name}")"
 # shellcheck disable=SC2086
-cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc -o "${2:-build/$name}" "bench/$name.c" $OBJS \
-    -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm $extra
+cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc ${TOOL_CFLAGS:-} -o "${2:-build/$name}" "bench/$name.c" $OBJS \
+    -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm $extra ${TOOL_LIBS:-}
