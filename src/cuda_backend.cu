@@ -800,7 +800,6 @@ extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errle
     return 0;
 }
 
-
 /* ---- chained decoding ---------------------------------------------------- */
 
 extern "C" int cuda_chain_ok(const cuda_ctx *x) { return !x->ev && !env_is("DSPARK_CUDA_CHAIN", "0"); }
@@ -836,6 +835,8 @@ extern "C" int cuda_chain_start(cuda_ctx *x, int id, char *err, size_t errlen) {
 
 extern "C" int cuda_chain_next(cuda_ctx *x, int more, int *id, char *err, size_t errlen) {
     if (x->chain_launched == x->chain_done) return ds_err(err, errlen, "chained decoding: no step in flight");
+    if (more && x->chain_launched - x->chain_done > 1) /* (its slot is the one not read yet) */
+        return ds_err(err, errlen, "chained decoding: two steps in flight already");
     CK(cudaSetDevice(x->m->gpu));
     /* (the step launched here takes the other slot than the one read below) */
     if (more && chain_launch(x, err, errlen) != 0) {
