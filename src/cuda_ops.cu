@@ -508,7 +508,10 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
        bytes, and three made it 6% faster); the first group's weights are
        requested before waiting for the previous kernel. U does not change
        the order in which a warp's chunks are accumulated. */
-    constexpr int U = OCC >= 2 && TILES >= 4 ? 2 : OCC >= 2 ? MMA_U_CAPPED : TILES * MT <= 2 ? MMA_U_SMALL : MT == 1 ? MMA_U_WIDE : MMA_U_LARGE;
+    constexpr int U = OCC >= 2      ? (TILES >= 4 ? 2 : MMA_U_CAPPED)
+                      : TILES * MT <= 2 ? MMA_U_SMALL
+                      : MT == 1         ? MMA_U_WIDE
+                                        : MMA_U_LARGE;
     mma_chunk<T, TILES, MT> ch[U];
     float ss[MT];
 #pragma unroll

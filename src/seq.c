@@ -51,7 +51,7 @@ double seq_warm_up(seq *s, char *err, size_t errlen) {
     double t0 = ds_now();
     const model *m = seq_model(s);
     int rows = model_cuda(m) ? CUDA_GEMM_MIN_ROWS + 1 : 1;
-    if (rows + 4 > seq_capacity(s)) rows = 1;
+    if (rows + 2 > seq_capacity(s)) rows = 1;
     int *ids = xcalloc((size_t)rows, sizeof(int));
     float *logits = xmalloc(sizeof(float) * (size_t)model_cfg(m)->vocab_size);
     int am = 0, next = 0;
@@ -154,10 +154,6 @@ int seq_chain_start(seq *s, int id, char *err, size_t errlen) {
 
 int seq_chain_next(seq *s, int more, int *next, char *err, size_t errlen) {
     if (!s->in_chain) return ds_err(err, errlen, "chained decoding: no step in flight");
-    if (more && s->n + 2 > mctx_capacity(s->ctx)) {
-        seq_chain_end(s);
-        return ds_err(err, errlen, "context window full (%d tokens)", mctx_capacity(s->ctx));
-    }
     if (mctx_chain_next(s->ctx, more, next, err, errlen) != 0) {
         s->in_chain = 0;
         return -1;
