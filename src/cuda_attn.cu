@@ -144,23 +144,25 @@ __device__ __forceinline__ void attn_item(const float4 *ks, const float4 *vs, co
 
 /* shared memory of k_attn_rows with ns stages of padded K and V, each
    warp's q rows and weights */
-static size_t att_smem(int G, int h4, int ns) {
-    return (ns * (ATT_CHUNK * (h4 + 1) + ATT_CHUNK * h4) + ATT_WARPS * G * h4) * sizeof(float4) +
-           ATT_WARPS * G * ATT_CHUNK * sizeof(float);
+static size_t att_smem(int G, int h4, int ns, int nw = ATT_WARPS) {
+    return (ns * (ATT_CHUNK * (h4 + 1) + ATT_CHUNK * h4) + nw * G * h4) * sizeof(float4) +
+           nw * G * ATT_CHUNK * sizeof(float);
 }
 
-template <int G>
-__global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
+template <int G, int NW>
+__global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
-                                                           int causal, int first, int two, int inter, int early) {
+                                                           int causal, int first, int two, int inter, int early,
+                                                           cu_pf pf) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
     pdl_trigger();
+    if (pf.n[0]) l2_prefetch(pf, blockIdx.x, gridDim.x);
     extern __shared__ float4 sm4[];
     const int h4 = hd / 4, kst = h4 + 1; /* K row stride in float4s: hd + 4 floats */
     const int stage = ATT_CHUNK * kst + ATT_CHUNK * h4;                        /* float4s per stage */
     float4 *qs = sm4 + (two ? 2 : 1) * stage;                                 /* qs: [warp][G][h4] */
-    float *es = reinterpret_cast<float *>(qs + ATT_WARPS * G * h4);           /* es: [warp][G][ATT_CHUNK] */
+    float *es = reinterpret_cast<float *>(qs + NW * G * h4);           /* es: [warp][G][ATT_CHUNK] */
     /* nb blocks per kv head take its chunks in turn: consecutive blocks
        share a kv head, or (inter) take the kv heads in turn, so that the
        blocks holding a head's first chunks land on different SMs */
@@ -168,7 +170,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
     const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
     const int len = *d_len + first;
     const int Lmax = len + (causal ? m0 + R : M); /* positions the group's last row sees */
-    const int whole = R * G > ATT_WARPS, items = whole ? R : R * G;
+    const int whole = R * G > NW, items = whole ? R : R * G;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float4 *qw = qs + warp * G * h4;
     float *ew = es + warp * G * ATT_CHUNK;
@@ -178,7 +180,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
         float4 *ks = sm4 + buf * stage, *vs = ks + ATT_CHUNK * kst;
         const float4 *kg = reinterpret_cast<const float4 *>(kc + ((size_t)kvh * cap + p0) * hd);
         const float4 *vg = reinterpret_cast<const float4 *>(vc + ((size_t)kvh * cap + p0) * hd);
-        for (int i = threadIdx.x; i < nmax * h4; i += ATT_THREADS) {
+        for (int i = threadIdx.x; i < nmax * h4; i += 32 * NW) {
             int p = i / h4, j = i % h4;
             if (parts & 1) cp_async16(ks + p * kst + j, kg + i);
             if (parts & 2) cp_async16(vs + i, vg + i);
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_rows(const float *q, const
         __syncthreads();
         const int p0 = c * ATT_CHUNK;
         const float4 *ks = sm4 + buf * stage, *vs = ks + ATT_CHUNK * kst;
-        for (int it = warp; it < items; it += ATT_WARPS) {
+        for (int it = warp; it < items; it += NW) {
             int r = whole ? it : it / G, g0 = whole ? 0 : it % G;
             int m = m0 + r, L = len + (causal ? m + 1 : M);
             if (p0 >= L) continue;
@@ -546,11 +548,11 @@ static int attn_blocks(int nkv, int nchunk, int per_sm) {
     return nb < nchunk ? nb : nchunk;
 }
 
-template <int G>
-static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
-                        const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
-                        float scale, int nchunk, int m0, int causal, int first, int spread, int early) {
-    static int optin = 0; /* the buffers pass the default 48 KiB of shared memory */
+/* the largest dynamic shared memory k_attn_rows<G, NW> may take (raised
+   past the default 48 KiB once) */
+template <int G, int NW>
+static int attn_optin(void) {
+    static int optin = 0;
     if (!optin) {
         int dev = 0;
         cudaGetDevice(&dev);
@@ -558,9 +560,34 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
             optin = 48 << 10;
         /* the dynamic part is what static shared memory leaves (none today) */
         cudaFuncAttributes fa;
-        if (cudaFuncGetAttributes(&fa, k_attn_rows<G>) == cudaSuccess) optin -= (int)fa.sharedSizeBytes;
-        cudaFuncSetAttribute(k_attn_rows<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+        if (cudaFuncGetAttributes(&fa, k_attn_rows<G, NW>) == cudaSuccess) optin -= (int)fa.sharedSizeBytes;
+        cudaFuncSetAttribute(k_attn_rows<G, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
     }
+    return optin;
+}
+
+/* Verify rows on ATT_WIDE warps a block (env_switch: DSPARK_CUDA_ATT_WIDE=1
+   turns it on at the first use, cu_attention_wide at any time; off by
+   default until measured, docs/BENCHMARKS.md "A decode step kernel by
+   kernel"): where a launch's rows have more items than ATT_WARPS warps
+   take one each (3-16 rows of Qwen3's four query heads a kv head), twice
+   the warps take them, so that a 9-16-row verify's block runs one row's
+   item a warp instead of two in turn, and 3-4 rows one (row, head) pair a
+   warp. Which warp takes an item does not enter its arithmetic: the same
+   bits. */
+#define ATT_WIDE 16
+static int wide_mode(int set, int on) {
+    static int mode = -2;
+    return env_switch(&mode, "DSPARK_CUDA_ATT_WIDE", set, on);
+}
+
+int cu_attention_wide(int on) { return wide_mode(1, on); }
+
+template <int G>
+static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
+                        const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
+                        float scale, int nchunk, int m0, int causal, int first, int spread, int early, cu_pf pf) {
+    const int optin = attn_optin<G, ATT_WARPS>();
     int two = att_smem(G, hd / 4, 2) <= (size_t)optin, per_sm = 1, inter = 0;
     /* spread (long caches, cu_attn_spread_for): one K/V stage and as many
        blocks as fit the SMs that way (two per SM for the Qwen3 shapes), the
@@ -572,7 +599,7 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
     static int fit_hd = -1, fit = 0;
     if (spread) {
         if (fit_hd != hd) {
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k_attn_rows<G>, ATT_THREADS,
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k_attn_rows<G, ATT_WARPS>, ATT_THREADS,
                                                               att_smem(G, hd / 4, 1)) != cudaSuccess)
                 fit = 0;
             fit_hd = hd;
@@ -583,9 +610,16 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
             per_sm = fit;
         }
     }
-    launch_smem(k_attn_rows<G>, nkv * attn_blocks(nkv, nchunk, per_sm), ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1),
-                st, q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two,
-                inter, early);
+    const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS, grid = nkv * attn_blocks(nkv, nchunk, per_sm);
+    /* (up to five heads a kv head: more would spill at 128 registers a thread) */
+    if constexpr (G <= 5)
+        if (two && !inter && R * G > ATT_WARPS && wide_mode(0, 0) > 0 &&
+            att_smem(G, hd / 4, 2, ATT_WIDE) <= (size_t)attn_optin<G, ATT_WIDE>())
+            return launch_smem(k_attn_rows<G, ATT_WIDE>, grid, 32 * ATT_WIDE, att_smem(G, hd / 4, 2, ATT_WIDE), st, q,
+                               kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal,
+                               first, two, inter, early, pf);
+    launch_smem(k_attn_rows<G, ATT_WARPS>, grid, ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st, q, kc, vc, opart,
+                mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter, early, pf);
 }
 
 /* k_attn_rows' early requests (env_switch: DSPARK_CUDA_ATT_EARLY=0 turns
@@ -601,7 +635,7 @@ int cu_attention_early(int on) { return early_mode(1, on); }
 
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
-                  uint32_t *outc) {
+                  uint32_t *outc, cu_pf pf) {
     int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
     size_t parts = (size_t)ATT_ROWS * nh * nchunk;
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
@@ -609,7 +643,8 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
         with_g(G, [&](auto g) {
             attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
-                                            nchunk, m0, causal, first, spread, early_mode(0, 0) != 0);
+                                            nchunk, m0, causal, first, spread, early_mode(0, 0) != 0,
+                                            m0 ? cu_pf{} : pf);
         });
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,

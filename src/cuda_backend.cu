@@ -544,6 +544,52 @@ static int cuda_omit(void) {
     return v;
 }
 
+/* What the decode attention of layer L asks the L2 to fetch ahead (cu_pf)
+   while the memory would be idle (its scores and sums, its combine, the
+   launch after it): the o projection's weights, which it reads next.
+   Off by default until measured (docs/BENCHMARKS.md, "A decode step kernel
+   by kernel"; earlier placements were slower); DSPARK_CUDA_L2PF=1 turns it on,
+   DSPARK_CUDA_L2PF_GU=MB: also that many MB of the gate and up weights
+   (the first blocks' part, half each). */
+static cu_pf attn_pf(const cuda_ctx *x, const dlayer *L, int M) {
+    static int off = -1, gu_mb = 0;
+    if (off < 0) {
+        off = !env_is("DSPARK_CUDA_L2PF", "1");
+        const char *e = getenv("DSPARK_CUDA_L2PF_GU");
+        gu_mb = e ? atoi(e) : 0;
+    }
+    cu_pf pf = {};
+    if (off || cu_gemm_takes(x->gemm, &L->wo, M)) return pf;
+    pf.n[0] = cu_mat_stream(&L->wo, NULL, &pf.p[0]);
+    if (gu_mb > 0 && !cu_gemm_takes(x->gemm, &L->wg, M)) {
+        size_t half = (size_t)gu_mb << 19;
+        for (int i = 0; i < 2; i++) {
+            size_t n = cu_mat_stream(i ? &L->wu : &L->wg, i ? &L->wg : &L->wu, &pf.p[1 + i]);
+            pf.n[1 + i] = n < half ? n : half;
+        }
+    }
+    return pf;
+}
+
+/* DSPARK_CUDA_L2PF_TAIL=MB: the gate and up projection's blocks, once
+   done, ask the L2 for the first MB of the down projection's weights, and
+   the down projection's for the next layer's qkv (or the LM head's): the
+   part their first blocks read (cu_mma_pf). Unset or 0 (the default): none,
+   until measured as attn_pf. */
+static cu_pf tail_pf(const cuda_ctx *x, const dmat *W, int M) {
+    static int mb = -1;
+    if (mb < 0) {
+        const char *e = getenv("DSPARK_CUDA_L2PF_TAIL");
+        mb = e ? atoi(e) : 0;
+        if (mb < 0) mb = 0;
+    }
+    cu_pf pf = {};
+    if (!mb || cu_gemm_takes(x->gemm, W, M)) return pf;
+    size_t n = cu_mat_stream(W, NULL, &pf.p[0]), want = (size_t)mb << 20;
+    pf.n[0] = n < want ? n : want;
+    return pf;
+}
+
 /* Enqueues one chunk of M rows whose ids, positions and cache length are in
    h_in (pinned): the uploads, every layer, and, when n_sel > 0, the final
    norm and LM head for the chunk's last n_sel rows with the logits copied
@@ -601,7 +647,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
                                    x->d_len, scale);
             if (Mt < M)
                 cu_attention(st, x->att + (size_t)Mt * nh * hd, x->q + (size_t)Mt * nh * hd, kc, vc, x->part, M - Mt,
-                             nh, nkv, hd, x->cap, x->d_len, scale, 1, Mt, spread, att_c);
+                             nh, nkv, hd, x->cap, x->d_len, scale, 1, Mt, spread, att_c, Mt ? cu_pf{} : attn_pf(x, L, M));
             mark(x, OP_ATTN);
         }
         {
@@ -612,12 +658,16 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         uint32_t *gate_c = cu_layer_takes_cut(x->gemm, &L->wd, M) ? x->gate_c : NULL;
         {
             cu_swiglu_two two(cu_swiglu_two_for(spread)); /* (see there) */
+            cu_mma_pf ahead(tail_pf(x, &L->wd, M));
             if ((omit & OMIT_GU) ||
                 !mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, cu_cut{NULL, gate_c}))
                 gate_c = NULL; /* (not written) */
         }
         mark(x, OP_GU);
-        if (!(omit & OMIT_DOWN)) mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL});
+        if (!(omit & OMIT_DOWN)) {
+            cu_mma_pf ahead(tail_pf(x, l + 1 < c->n_layers ? &m->layers[l + 1].wqkv : &m->lm_head, M));
+            mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL});
+        }
         mark(x, OP_DOWN);
         if (b) copy_taps(x, b, l, row0, M, dev);
     }

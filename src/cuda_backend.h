@@ -174,6 +174,10 @@ int cuda_test_attention_spread(int on);
  * waiting for the previous kernel (1 on, 0 off, -1 the default; the same
  * bits either way); returns the previous setting */
 int cuda_test_attention_early(int on);
+/* sets whether the decode attention's verify widths run on twice the warps
+ * (1 on; 0 or -1, the default, off; the same bits either way); returns the
+ * previous setting */
+int cuda_test_attention_wide(int on);
 /* sets whether this thread's bf16 SwiGLU matmuls of 1-8 rows run two blocks
    an SM (cu_swiglu_two; the same bits either way); returns the previous
    setting */

@@ -35,6 +35,7 @@ __device__ __forceinline__ void load8(const float *p, float *w) {
 thread_local int cu_pdl_off_depth = 0;
 /* open cu_swiglu_two scopes of this thread that turn it on */
 thread_local int cu_swiglu_two_depth = 0;
+thread_local cu_pf cu_mma_pf_cur = {};
 
 extern "C" int cuda_test_swiglu_two(int on) {
     int prev = cu_swiglu_two_depth > 0;
@@ -472,7 +473,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
                                                     const T *__restrict__ W, const T *__restrict__ W2,
                                                     const float *__restrict__ bias, int M, int N, int K,
                                                     const float *__restrict__ gn, float eps, cu_qkv_tail tail,
-                                                    int tiled, cu_cut cut) {
+                                                    int tiled, cu_cut cut, cu_pf pf) {
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES; /* output tiles */
     constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
     __shared__ float red[MMA_KS][NV][32];
@@ -536,6 +537,8 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
 #pragma unroll
         for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t, cs);
     }
+    if constexpr (OCC == 1) /* (the two-blocks form has no registers to spare) */
+        if (pf.n[0]) l2_prefetch(pf, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
 #pragma unroll
     for (int i = 0; i < TILES; i++)
 #pragma unroll
@@ -913,9 +916,9 @@ static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T 
     if constexpr (std::is_same<T, __nv_bfloat16>::value && EPI == MM_ADD && MT <= 2)
         if (cut.in)
             return launch(k_mma<T, TILES, MT, EPI, OCC, true>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K,
-                          gn, eps, tl, tiled, cut);
+                          gn, eps, tl, tiled, cut, cu_mma_pf_cur);
     launch(k_mma<T, TILES, MT, EPI, OCC, false>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl,
-           tiled, cut);
+           tiled, cut, cu_mma_pf_cur);
 }
 
 template <typename T, int TILES, int MT, int EPI>
@@ -951,6 +954,17 @@ static void mma_rows(cudaStream_t st, float *y, const float *x, int M, const dma
 /* the tile count mma_tiles takes for M rows of W */
 static int mma_tile_count(int M, const dmat *W, int swiglu) {
     if (g_mma_tiles) return g_mma_tiles;
+    { /* DSPARK_CUDA_GU_TILES16=4: the SwiGLU at 9-16 rows on four tiles a block
+         (384 blocks, one an SM, for Qwen3-8B) instead of two (768, two an
+         SM), for measurement (docs/BENCHMARKS.md, "A decode step kernel by
+         kernel"); the same bits either way */
+        static int gu16 = -1;
+        if (gu16 < 0) {
+            const char *e = getenv("DSPARK_CUDA_GU_TILES16");
+            gu16 = e ? atoi(e) : 0;
+        }
+        if (swiglu && M > 8 && M <= 16 && (gu16 == 2 || gu16 == 4)) return gu16;
+    }
     /* 9-16 rows of a matrix whose 16-row tiles fit one wave at two blocks
        per SM (o and down of the Qwen3 shapes): one tile per block, the
        register-capped kernel, twice the blocks of two tiles in flight */
@@ -998,6 +1012,13 @@ static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const d
 }
 
 int cu_fuses_norm(const dmat *W) { return !fma_forced() && W->K % 8 == 0 && (W->dt == DT_BF16 || W->dt == DT_F16); }
+
+size_t cu_mat_stream(const dmat *W, const dmat *W2, const void **p) {
+    if (!cu_fuses_norm(W)) return 0;
+    const int tiled = W->t && (!W2 || W2->t);
+    *p = tiled ? W->t : W->p;
+    return tiled ? cu_tile_bytes(W) : (size_t)W->N * W->K * 2; /* bf16 or f16 */
+}
 
 int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
                        const float *gn, float eps, const cu_qkv_tail *t) {

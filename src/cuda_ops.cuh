@@ -251,6 +251,36 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+/* Memory that a kernel leaving the memory idle (the decode attention) asks
+   the L2 to fetch ahead for a later kernel (the o projection's weights),
+   which then reads it from the L2 instead of DRAM: up to CU_PF_RANGES
+   ranges, 16-byte aligned. A hint only: no result depends on it. */
+#define CU_PF_RANGES 3
+#define CU_PF_PIECE 65536 /* bytes a prefetch instruction asks for */
+struct cu_pf {
+    const void *p[CU_PF_RANGES];
+    size_t n[CU_PF_RANGES];
+};
+/* block blk of nblk's share of pf: the ranges' pieces dealt to the blocks
+   in turn (each range starting where the previous one stopped), issued by
+   the lanes of warp 0 (cp.async.bulk.prefetch.L2: nothing waits for them) */
+__device__ __forceinline__ void l2_prefetch(const cu_pf &pf, int blk, int nblk) {
+#if __CUDA_ARCH__ >= 900
+    if (threadIdx.x >= 32) return;
+    size_t rot = 0;
+    for (int r = 0; r < CU_PF_RANGES; r++) {
+        const size_t n = pf.n[r], np = (n + CU_PF_PIECE - 1) / CU_PF_PIECE;
+        const size_t g = __cvta_generic_to_global(pf.p[r]);
+        for (size_t j = (blk + nblk - rot % nblk) % nblk + (size_t)nblk * threadIdx.x; j < np; j += (size_t)nblk * 32) {
+            const size_t off = j * CU_PF_PIECE;
+            const uint32_t sz = (uint32_t)((n - off < CU_PF_PIECE ? n - off : CU_PF_PIECE) & ~(size_t)15);
+            if (sz) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g + off), "r"(sz) : "memory");
+        }
+        rot += np;
+    }
+#endif
+}
+
 /* Kernels are launched with programmatic dependent launch allowed
    (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0, or while a
    cu_pdl_off scope is open on the launching thread. Two launches go without
@@ -318,6 +348,19 @@ struct cu_swiglu_two {
     ~cu_swiglu_two() { cu_swiglu_two_depth -= on; }
     cu_swiglu_two(const cu_swiglu_two &) = delete;
     cu_swiglu_two &operator=(const cu_swiglu_two &) = delete;
+};
+
+/* While one is in scope on a thread, the tensor-core matmuls it launches
+   have each block, once its last weights are loaded, ask the L2 for its
+   share of pf (l2_prefetch): a later kernel's weights, fetched while the
+   matmul's last blocks leave the memory part idle. A hint only. */
+extern thread_local cu_pf cu_mma_pf_cur;
+struct cu_mma_pf {
+    cu_pf prev;
+    explicit cu_mma_pf(const cu_pf &pf) : prev(cu_mma_pf_cur) { cu_mma_pf_cur = pf; }
+    ~cu_mma_pf() { cu_mma_pf_cur = prev; }
+    cu_mma_pf(const cu_mma_pf &) = delete;
+    cu_mma_pf &operator=(const cu_mma_pf &) = delete;
 };
 
 /* The virtual architecture (major * 10 + minor) this build's kernels run
@@ -466,6 +509,10 @@ void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dm
 /* 1 when W takes the tensor-core kernel, which can fold an RMSNorm of its
    input in (cu_matmul_norm, cu_matmul_swiglu_norm) */
 int cu_fuses_norm(const dmat *W);
+/* the bytes of W that the tensor-core kernel streams (its tile-major copy
+   where it and W2's, when given, exist, else W's rows), their start in *p;
+   0 when W does not take that kernel */
+size_t cu_mat_stream(const dmat *W, const dmat *W2, const void **p);
 /* 1 when M rows of W can take their input pre-cut (bf16_cut_put's layout):
    bf16 weights on the tensor-core kernel, 1-CU_CUT_ROWS rows (decode and
    verify) */
@@ -539,10 +586,12 @@ int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const d
    stream work that ended before this forward's first kernel (the forward's
    upload of its inputs is such a barrier): the blocks read them before
    waiting for the previous kernel (cu_attention_early). outc (or NULL):
-   out's pre-cut form as well (bf16_cut_put), for cu_matmul_add_cut. */
+   out's pre-cut form as well (bf16_cut_put), for cu_matmul_add_cut. pf:
+   what the blocks ask the L2 to fetch ahead (l2_prefetch) before waiting
+   for the previous kernel, at the first ATT_ROWS rows' launch. */
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
-                  uint32_t *outc = NULL);
+                  uint32_t *outc = NULL, cu_pf pf = cu_pf{});
 /* Causal attention of prefill rows, as cu_attention with first 0, by a
    tensor-core kernel that stages the cache once per 64 query vectors (a
    different summation order: the forward uses it for the cuBLAS groups
@@ -582,6 +631,11 @@ int cu_attention_spread(int on);
    before *d_len (1, the default unless DSPARK_CUDA_ATT_EARLY=0; for the
    tests); returns the previous setting */
 int cu_attention_early(int on);
+/* sets whether cu_attention's two-stage launches whose rows have more
+   items than a block's warps take one each run on twice the warps (1 on;
+   0 or -1, the default unless DSPARK_CUDA_ATT_WIDE=1, off; the same bits
+   either way; for the tests); returns the previous setting */
+int cu_attention_wide(int on);
 /* whether cu_attention takes the spread shape for a cache of len
    positions: the override, else len >= ATT_SPREAD_FROM */
 int cu_attn_spread_for(int len);

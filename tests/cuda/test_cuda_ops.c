@@ -288,6 +288,28 @@ TEST(cuda_attention_early_same_bits) {
     cuda_test_attention_early(prev_e);
 }
 
+/* The verify widths on twice the warps (the default) or on one block's
+ * usual warps give the same bits: 3-4 rows (one (row, head) pair a warp
+ * only when wide), 9-16 rows (one row a warp), more rows than one launch
+ * group, groups of one to eight query heads, caches shorter than a chunk
+ * and spanning several; decode rows (never wide) as a control. */
+TEST(cuda_attention_wide_same_bits) {
+    if (!have_gpu()) return;
+    char err[512];
+    /* M, nh, nkv, hd, n_past */
+    const int shapes[][5] = {{16, 32, 8, 128, 600}, {9, 32, 8, 128, 512}, {3, 32, 8, 128, 100}, {4, 16, 4, 64, 63},
+                             {12, 8, 1, 128, 700},  {17, 32, 8, 128, 64}, {33, 4, 4, 32, 7},    {5, 16, 2, 128, 2000},
+                             {1, 32, 8, 128, 512},  {7, 16, 16, 64, 90}};
+    int prev_w = cuda_test_attention_wide(1), prev_s = cuda_test_attention_spread(0);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        attn_case a = attn_case_make(shapes[s], 71);
+        CHECK_MSG(attn_case_same_bits(&a, cuda_test_attention_wide, err, sizeof err), "wide attention: %s", err);
+        attn_case_free(&a);
+    }
+    cuda_test_attention_spread(prev_s);
+    cuda_test_attention_wide(prev_w);
+}
+
 /* The prefill attention kernels against the CPU, across their span boundary
    (2048 positions) and with partial row tiles; a row's bits do not depend on
    the batch (the first rows alone equal the same rows in the wide batch).
