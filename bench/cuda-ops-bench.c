@@ -14,7 +14,9 @@
  *                                      lm_head) at M rows: for bench/cuda-mma-profile.sh;
  *                                      DSPARK_BENCH_TILES=1|2|4 forces the tile count,
  *                                      DSPARK_BENCH_COPIES=1 keeps one weight copy, hot
- *                                      in L2 where it fits) */
+ *                                      in L2 where it fits, DSPARK_BENCH_NORM=1 folds an
+ *                                      RMSNorm into qkv, gate+up and the LM head and has
+ *                                      the SwiGLU write its pre-cut copy, as the forward) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

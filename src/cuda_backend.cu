@@ -43,6 +43,8 @@ struct cuda_ctx {
     int *tok, *pos, *d_len;          /* device: ids, positions, cache length before the batch */
     int *qkv_cnt;                    /* device: the fused q/k/v tail's per-head counts (cu_qkv_tail) */
     uint32_t *att_c, *gate_c;        /* device: att and gate pre-cut for o and down, CU_CUT_ROWS rows */
+    uint32_t *pre_q;                 /* device, pre-normed path (prenorm_for): [rows][hidden] the next norm's input pre-cut */
+    float *pre_ps;                   /* device, same: [rows][hidden / 16] its sums of squares, or NULL (path off) */
     int *d_ids, *h_ids;              /* argmax or samples of the logits rows: device, pinned host */
     cu_sample_args *h_samp, *d_samp; /* the device sampler's arguments: pinned host, device */
     float *escr;                     /* the device sampler's scratch rows */
@@ -315,6 +317,12 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
         cuda_ctx_free(x);
         return ds_err(err, errlen, "CUDA: cannot allocate scratch%s", cu_tiles_hint());
     }
+    if (env_is("DSPARK_CUDA_PRENORM", "1") && H % 16 == 0 &&
+        (cudaMalloc((void **)&x->pre_q, sizeof(uint32_t) * R * H) != cudaSuccess ||
+         cudaMalloc((void **)&x->pre_ps, sizeof(float) * R * (H / 16)) != cudaSuccess)) {
+        cuda_ctx_free(x);
+        return ds_err(err, errlen, "CUDA: cannot allocate the pre-normed path's scratch%s", cu_tiles_hint());
+    }
     size_t lf = (size_t)(GRAPH_ROWS > max_batch ? GRAPH_ROWS : max_batch) * (size_t)c->vocab_size;
     if (ensure_pinned(x, lf, err, errlen) != 0) {
         cuda_ctx_free(x);
@@ -377,6 +385,8 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
     cudaFree(x->qkv_cnt);
     cudaFree(x->att_c);
     cudaFree(x->gate_c);
+    cudaFree(x->pre_q);
+    cudaFree(x->pre_ps);
     cudaFree(x->d_ids);
     if (x->h_ids) cudaFreeHost(x->h_ids);
     if (x->h_samp) cudaFreeHost(x->h_samp);
@@ -505,11 +515,17 @@ static int mm(cuda_ctx *x, int epi, float *y, const float *in, int M, const dmat
    there (the host copies it out: chain_launch) */
 enum { OUT_LOGITS = 1, OUT_IDS = 2, OUT_SAMPLE = 4, OUT_CHAIN = 8 };
 
-/* logits[n] of the final-normed rows h[n] */
-static void lm_head(cuda_ctx *x, const float *h, int n) {
+/* logits[n] of the final-normed rows x->x[row .. row + n), on the
+   pre-normed path where the forward that made them took it (pre) */
+static void lm_head(cuda_ctx *x, int row, int n, int pre) {
     const cuda_model *m = x->m;
     const model_config *c = &m->cfg;
-    if (cu_fuses_norm(&m->lm_head)) {
+    const size_t H = (size_t)c->hidden_size;
+    const float *h = x->x + (size_t)row * H;
+    if (pre) {
+        cu_matmul_norm_pre(x->st, x->logits, h, n, &m->lm_head, m->final_norm, c->rms_norm_eps,
+                           cu_cut{x->pre_q + (size_t)row * H, NULL, x->pre_ps + (size_t)row * (H / 16)});
+    } else if (cu_fuses_norm(&m->lm_head)) {
         cu_matmul_norm(x->st, x->logits, h, n, &m->lm_head, NULL, m->final_norm, c->rms_norm_eps);
     } else {
         cu_rmsnorm(x->st, x->xb, h, m->final_norm, n, c->hidden_size, c->rms_norm_eps);
@@ -590,6 +606,30 @@ static cu_pf tail_pf(const cuda_ctx *x, const dmat *W, int M) {
     return pf;
 }
 
+/* Whether a forward of M rows takes the pre-normed path (cu_cut): each
+   residual add also writes the next norm's input pre-cut and its sums of
+   squares, and the q/k/v projections after the first layer's, gate+up
+   and the LM head take them instead of cutting and squaring their input.
+   DSPARK_CUDA_PRENORM=1 (ctx_create then holds its scratch; off by
+   default until measured, docs/BENCHMARKS.md "A decode step kernel by
+   kernel"), every matrix on the tensor-core kernel without cuBLAS groups
+   at M rows, and no kernels left out. Every width below the cuBLAS groups'
+   gets the same answer, so a verified row and the row decoded alone take
+   the same path: a row's bits do not depend on the batch on it either,
+   but they differ from the path's absence (another order of the norm's
+   sum). */
+static int prenorm_for(const cuda_ctx *x, int M) {
+    const cuda_model *m = x->m;
+    if (!x->pre_ps || M < 1 || M > x->rows || cuda_omit() || !cu_prenorm_takes(x->gemm, &m->lm_head, M)) return 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const dlayer *L = &m->layers[l];
+        const dmat *ws[] = {&L->wqkv, &L->wo, &L->wg, &L->wu, &L->wd};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (!cu_prenorm_takes(x->gemm, ws[i], M)) return 0;
+    }
+    return 1;
+}
+
 /* Enqueues one chunk of M rows whose ids, positions and cache length are in
    h_in (pinned): the uploads, every layer, and, when n_sel > 0, the final
    norm and LM head for the chunk's last n_sel rows with the logits copied
@@ -602,7 +642,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
                           int spread) {
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
-    const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = x->st;
     int B = x->rows;
@@ -620,6 +660,13 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     if (b) copy_taps(x, b, -1, row0, M, dev);
     size_t KD = (size_t)nkv * hd;
     const int omit = cuda_omit();
+    /* the pre-normed path (prenorm_for): what a norm's matmul takes (pin)
+       and what a residual add writes for the next norm (pout) */
+    const int pre = prenorm_for(x, M);
+    const cu_cut pin = pre ? cu_cut{x->pre_q, NULL, x->pre_ps} : cu_cut{};
+    auto pout = [&](const uint32_t *in, const float *next_gn) {
+        return pre ? cu_cut{in, x->pre_q, NULL, next_gn, x->pre_ps} : cu_cut{in, NULL};
+    };
     for (int l = 0; l < c->n_layers; l++) {
         const dlayer *L = &m->layers[l];
         float *kc = x->kv + (size_t)l * 2 * KD * x->cap, *vc = kc + KD * x->cap;
@@ -629,9 +676,11 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
                                               hd, x->cap, x->d_len, eps),
                             x->qkv_cnt};
         if (!(omit & OMIT_QKV)) {
+            /* (the first layer's input, the embedding, has no pre-normed copy) */
+            const cu_cut qin = l ? pin : cu_cut{};
             int fused = !cu_gemm_takes(x->gemm, &L->wqkv, M) &&
-                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail);
-            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
+                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail, qin);
+            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm, qin);
             mark(x, OP_QKV);
             if (!fused) cu_qkv_post_run(st, &tail.a, M);
             mark(x, OP_POST);
@@ -652,7 +701,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         }
         {
             cu_pdl_off serial; /* the o projection right after attention: see pdl_enabled */
-            if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL});
+            if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL, pout(att_c, L->mlp_norm));
         }
         mark(x, OP_O);
         uint32_t *gate_c = cu_layer_takes_cut(x->gemm, &L->wd, M) ? x->gate_c : NULL;
@@ -660,20 +709,24 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
             cu_swiglu_two two(cu_swiglu_two_for(spread)); /* (see there) */
             cu_mma_pf ahead(tail_pf(x, &L->wd, M));
             if ((omit & OMIT_GU) ||
-                !mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, cu_cut{NULL, gate_c}))
+                !mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm,
+                    cu_cut{pin.in, gate_c, pin.ps}))
                 gate_c = NULL; /* (not written) */
         }
         mark(x, OP_GU);
         if (!(omit & OMIT_DOWN)) {
             cu_mma_pf ahead(tail_pf(x, l + 1 < c->n_layers ? &m->layers[l + 1].wqkv : &m->lm_head, M));
-            mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL});
+            /* (the last layer's for the final norm whether or not this chunk
+               asks logits: a row's logits may be asked later, lm_head) */
+            mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL,
+               pout(gate_c, l + 1 < c->n_layers ? m->layers[l + 1].attn_norm : m->final_norm));
         }
         mark(x, OP_DOWN);
         if (b) copy_taps(x, b, l, row0, M, dev);
     }
     if (n_sel) {
         int V = c->vocab_size;
-        lm_head(x, x->x + (size_t)(M - n_sel) * H, n_sel);
+        lm_head(x, M - n_sel, n_sel, pre);
         mark(x, OP_HEAD);
         if (out & (OUT_IDS | OUT_SAMPLE)) {
             if (out & OUT_IDS) cu_argmax(st, x->d_ids, x->logits, n_sel, V);
@@ -752,7 +805,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
         if (cu_gemm_check(x->gemm, err, errlen)) return -1;
         for (int i = 0; i < n_sel; i++) {
             int r = b->logit_rows[*next_logit + i] - row0;
-            lm_head(x, x->x + (size_t)r * H, 1);
+            lm_head(x, r, 1, prenorm_for(x, M));
             if (b->argmax) {
                 cu_argmax(x->st, x->d_ids, x->logits, 1, V);
                 CK(cudaMemcpyAsync(b->argmax + *next_logit + i, x->d_ids, sizeof(int), cudaMemcpyDeviceToHost,

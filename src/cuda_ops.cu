@@ -461,6 +461,27 @@ __device__ void qkv_tail(const cu_qkv_tail &t, int M, int m0, int R, int n0, int
     for (int r = warp; r < rows; r += nw) qkv_post_item(t.a, m0 + r, head, threadIdx.x % 32);
 }
 
+/* The pre-normed path's norm factors (cu_cut): rr[r] = 1 / sqrt(mean of
+   row m0 + r's squares + eps) for rows < M, from its K / 16 group sums in
+   ps: 16 lanes a row, lane p adding groups p, p + 16, ... in order, then a
+   fixed tree over the 16 (xor 8, 4, 2, 1); lane p = 0's sum is the row's.
+   The same operations for a row in any batch. Whole warps (rows * 16 is a
+   multiple of 32). */
+__device__ __forceinline__ void norm_from_sums(float *rr, const float *ps, int K, int M, int m0, int rows, float eps) {
+    const int ng = K / 16;
+    for (int e = threadIdx.x; e < rows * 16; e += blockDim.x) {
+        const int r = e / 16, p = e % 16, m = m0 + r;
+        float v = 0.0f;
+        if (m < M)
+            for (int i = p; i < ng; i += 16) v += __ldcg(ps + (size_t)m * ng + i);
+        v += __shfl_xor_sync(0xffffffffu, v, 8);
+        v += __shfl_xor_sync(0xffffffffu, v, 4);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        if (p == 0) rr[r] = 1.0f / sqrtf(v / (float)K + eps);
+    }
+}
+
 /* EPI as k_matmul's; MM_SWIGLU: tiles 0..TILES/2-1 are gate rows, the
    others the up rows of the same outputs. gn (or NULL): the input is
    RMSNorm(x, gn) with eps, folded in as RMSNorm(x).W = r * ((gn . x).W)
@@ -478,6 +499,8 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
     constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
     __shared__ float red[MMA_KS][NV][32];
     __shared__ float ssw[MMA_KS][MT * 8], rr[MT * 8];
+    /* MM_ADD with cut.ngn: the block's new x values, for their groups' sums of squares */
+    __shared__ float vt[EPI == MM_ADD ? MT * 8 : 1][EPI == MM_ADD ? OT * 16 : 1];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int n0 = blockIdx.x * OT * 16, m0 = blockIdx.y * MT * 8;
     const int nc = (K + 31) / 32, cs = tiled ? 512 : 32;
@@ -521,6 +544,11 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
 #pragma unroll
     for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t, cs);
     pdl_wait();
+    /* the pre-normed path's norm factors, while the first weights land; its
+       matmuls take pre-cut inputs at 1-16 rows and the f32 ones beyond (so
+       only those kernels carry the code: the others keep their registers) */
+    if constexpr (EPI != MM_ADD && (PC || MT > 2))
+        if (gn && cut.ps) norm_from_sums(rr, cut.ps, K, M, m0, MT * 8, eps);
     for (int c = warp;;) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -545,7 +573,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
         for (int j = 0; j < MT; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) red[warp][(i * MT + j) * 4 + q][lane] = acc[i][j][q];
-    if (gn) {
+    if (gn && !cut.ps) {
 #pragma unroll
         for (int j = 0; j < MT; j++) {
             float v = ss[j];
@@ -582,10 +610,30 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
             if (cut.out) bf16_cut_put(cut.out + (size_t)m * N, n, v);
         } else {
             float r = bias ? s + bias[n] : s;
-            if (EPI == MM_ADD) *dst += r;
-            else *dst = r;
+            if (EPI == MM_ADD) {
+                const float nv = *dst + r;
+                *dst = nv;
+                if (cut.ngn) {
+                    bf16_cut_put(cut.out + (size_t)m * N, n, cut.ngn[n] * nv);
+                    vt[m - m0][n - n0] = nv;
+                }
+            } else {
+                *dst = r;
+            }
         }
     }
+    if constexpr (EPI == MM_ADD)
+        if (cut.ngn) { /* each 16-column group's squares in column order (N % 16 == 0: cu_layer_matmul) */
+            __syncthreads();
+            for (int e = threadIdx.x; e < MT * 8 * OT; e += 32 * MMA_KS) {
+                const int r = e / OT, i = e % OT, m = m0 + r, n = n0 + 16 * i;
+                if (m >= M || n >= N) continue;
+                float s = 0.0f;
+#pragma unroll
+                for (int q = 0; q < 16; q++) s = fmaf(vt[r][16 * i + q], vt[r][16 * i + q], s);
+                cut.nps[(size_t)m * (N / 16) + n / 16] = s;
+            }
+        }
     if constexpr (EPI == MM_STORE)
         if (tail.cnt) qkv_tail(tail, M, m0, MT * 8, n0, OT * 16);
 }
@@ -913,7 +961,7 @@ static int g_mma_tiles = 0;
 template <typename T, int TILES, int MT, int EPI, int OCC>
 static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
                    int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value && EPI == MM_ADD && MT <= 2)
+    if constexpr (std::is_same<T, __nv_bfloat16>::value && MT <= 2)
         if (cut.in)
             return launch(k_mma<T, TILES, MT, EPI, OCC, true>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K,
                           gn, eps, tl, tiled, cut, cu_mma_pf_cur);
@@ -1021,13 +1069,13 @@ size_t cu_mat_stream(const dmat *W, const dmat *W2, const void **p) {
 }
 
 int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
-                       const float *gn, float eps, const cu_qkv_tail *t) {
+                       const float *gn, float eps, const cu_qkv_tail *t, cu_cut pre) {
     static int off = -1; /* DSPARK_CUDA_QKV_TAIL=0: the separate kernel (for comparisons) */
     if (off < 0) off = env_is("DSPARK_CUDA_QKV_TAIL", "0");
     if (off || !cu_fuses_norm(W) || M < 1 || M > 16 || t->a.hd % (16 * mma_tile_count(M, W, 0)) ||
-        t->a.hd > ATT_MAX_HD)
+        t->a.hd > ATT_MAX_HD || (pre.ps && W->dt != DT_BF16))
         return 0;
-    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
+    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t, cu_cut{pre.in, NULL, pre.ps});
     else mma_tiles<__half, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
     return 1;
 }
@@ -1061,8 +1109,40 @@ int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, cons
     return 0;
 }
 
+int cu_prenorm_takes(cu_gemm *g, const dmat *W, int M) {
+    return !fma_forced() && W->dt == DT_BF16 && W->K % 16 == 0 && W->N % 16 == 0 && M >= 1 && !cu_gemm_takes(g, W, M);
+}
+
+/* cu_layer_matmul on the pre-normed path (cu_cut): a residual add that
+   also writes the next norm's input, or a folded-norm matmul that takes
+   it; the pre-cut words at 1-CU_CUT_ROWS rows, the f32 rows beyond */
+static int prenorm_matmul(cudaStream_t st, int epi, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                          const float *bias, const float *gn, float eps, cu_cut cut) {
+    if (M > CU_CUT_ROWS) cut.in = NULL;
+    if (epi == MM_ADD) {
+        cut.ps = NULL;
+        mma_tiles<__nv_bfloat16, MM_ADD>(st, y, x, M, W, NULL, bias, NULL, 0.0f, NULL, cut);
+        return 0;
+    }
+    cut.ngn = NULL, cut.nps = NULL;
+    if (epi == MM_SWIGLU) {
+        mma_tiles<__nv_bfloat16, MM_SWIGLU>(st, y, x, M, W, W2, NULL, gn, eps, NULL, cut);
+        return cut.out != NULL;
+    }
+    cut.out = NULL;
+    mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, NULL, cut);
+    return 0;
+}
+
+void cu_matmul_norm_pre(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *gn, float eps,
+                        cu_cut pre) {
+    prenorm_matmul(st, MM_STORE, y, x, M, W, NULL, NULL, gn, eps, pre);
+}
+
 int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut) {
+    if ((cut.ps && gn) || (cut.ngn && epi == MM_ADD && !gn)) /* (the caller checked cu_prenorm_takes) */
+        return prenorm_matmul(st, epi, y, x, M, W, W2, bias, gn, eps, cut);
     if (cut.in && epi == MM_ADD && !gn && cu_layer_takes_cut(g, W, M)) {
         cu_matmul_add_cut(st, y, cut.in, M, W, bias);
         return 0;
@@ -1135,11 +1215,27 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
        stays there, for timing the kernel apart from the memory) */
     const char *ec = getenv("DSPARK_BENCH_COPIES");
     if (ec) copies = atoi(ec) > 0 ? atoi(ec) : 1;
+    /* DSPARK_BENCH_NORM=1: the plain-store and SwiGLU matmuls with an
+       RMSNorm folded in and the SwiGLU writing its pre-cut copy too, as the
+       forward runs the q/k/v projection, gate+up and the LM head (the
+       kernel's own cost with the forward's epilogue, apart from the chain
+       around it) */
+    const int fwd = env_is("DSPARK_BENCH_NORM", "1") && (mode == 0 || mode == 2);
     __nv_bfloat16 *w;
-    float *x, *y;
+    float *x, *y, *gn = NULL;
+    uint32_t *yc = NULL;
     CK(cudaMalloc((void **)&w, wn * 2 * nw * copies));
     CK(cudaMalloc((void **)&x, sizeof(float) * (size_t)M * K));
     CK(cudaMalloc((void **)&y, sizeof(float) * (size_t)M * N));
+    if (fwd) {
+        CK(cudaMalloc((void **)&gn, sizeof(float) * K));
+        float *ones = (float *)xmalloc(sizeof(float) * K);
+        for (int i = 0; i < K; i++) ones[i] = 1.0f;
+        cudaError_t ce = cudaMemcpy(gn, ones, sizeof(float) * K, cudaMemcpyHostToDevice);
+        free(ones);
+        CK(ce);
+        if (mode == 2) CK(cudaMalloc((void **)&yc, sizeof(uint32_t) * (size_t)M * N));
+    }
     k_fill_bf16<<<1024, 256>>>(w, wn * nw * copies, 1);
     k_fill_bf16<<<256, 256>>>((__nv_bfloat16 *)x, (size_t)M * K * 2, 2); /* any finite bits */
     cudaMemset(y, 0, sizeof(float) * (size_t)M * N);
@@ -1170,8 +1266,10 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
         if (Mg == M) continue;
         if (mode == 3 && M <= 8) matmul_rows<8, MM_STORE>(st, y, x, M, &W, NULL, NULL);
         else if (mode == 3) matmul_rows<16, MM_STORE>(st, y, x, M, &W, NULL, NULL);
+        else if (mode == 2 && fwd) cu_matmul_swiglu_norm(st, y, x, M, &W, &W2, gn, 1e-6f, yc);
         else if (mode == 2) cu_matmul_swiglu(st, y, x, M, &W, &W2);
         else if (mode == 1) cu_matmul_add(st, y, x, M, &W, NULL);
+        else if (fwd) cu_matmul_norm(st, y, x, M, &W, NULL, gn, 1e-6f);
         else cu_matmul(st, y, x, M, &W, NULL);
     }
     cudaEventRecord(b, st);
@@ -1188,6 +1286,8 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
     cudaFree(w);
     cudaFree(x);
     cudaFree(y);
+    cudaFree(gn);
+    cudaFree(yc);
     if (e != cudaSuccess) return ds_err(err, errlen, "CUDA: matmul benchmark: %s", cudaGetErrorString(e));
     *us = 1000.0 * ms / reps;
     return 0;

@@ -100,10 +100,22 @@ __device__ __forceinline__ bf16x2_cut bf16_cut2(float x0, float x1) {
 }
 
 /* a matmul's pre-cut input (in, for cu_matmul_add_cut) or the pre-cut
-   copy of its output that the SwiGLU epilogue writes (out); NULL: none */
+   copy of its output that the SwiGLU epilogue writes (out); NULL: none.
+   The pre-normed path (cu_layer_matmul; docs/ARCHITECTURE.md): a
+   residual add (MM_ADD) given ngn also writes, for the matmul that will
+   take RMSNorm(x, ngn) of the new x, out = ngn . x pre-cut and nps = each
+   row's sums of squares over 16-column groups (N / 16 a row, each group's
+   squares added in column order); that matmul, given ps (those sums) and
+   its norm weights, takes in = the pre-cut words as its operands (1-16
+   rows; more rows multiply x by the weights themselves: the same f32
+   products) and forms a row's norm factor from ps in a fixed order, so
+   neither cuts nor squares its input. */
 struct cu_cut {
     const uint32_t *in;
     uint32_t *out;
+    const float *ps;  /* consumer: [M][K / 16] sums of squares of its input rows */
+    const float *ngn; /* MM_ADD producer: the next norm's weights [N] */
+    float *nps;       /* MM_ADD producer: [M][N / 16] sums of squares of the new rows */
 };
 
 /* An activation row cut ahead of its matmul (the pre-cut input of
@@ -576,7 +588,7 @@ static inline int cu_qkv_tail_cnt(int nh, int nkv) { return nh + 2 * nkv; }
    aligned column tiles), else 0 and nothing is enqueued. DSPARK_CUDA_QKV_TAIL=0
    turns it off (for comparisons). */
 int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
-                       const float *gn, float eps, const cu_qkv_tail *t);
+                       const float *gn, float eps, const cu_qkv_tail *t, cu_cut pre = cu_cut{});
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
@@ -742,5 +754,13 @@ int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float 
    same bits, for comparisons). The forward asks the input's producer for
    the pre-cut copy only then. */
 int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M);
+/* whether M rows of W can take the pre-normed path (cu_cut): bf16 weights
+   on the tensor-core kernel, K and N multiples of 16, no cuBLAS groups.
+   A forward takes the path for every norm of its layers or for none. */
+int cu_prenorm_takes(cu_gemm *g, const dmat *W, int M);
+/* y = RMSNorm(x, gn, eps) . W^T on the pre-normed path, pre.in / pre.ps
+   written by the residual add that produced x (the LM head) */
+void cu_matmul_norm_pre(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *gn, float eps,
+                        cu_cut pre);
 
 #endif

@@ -397,6 +397,20 @@ TEST(cuda_matmul_fused_epilogues_vs_cpu) {
     }
 }
 
+/* the CPU's RMSNorm(x, g) then y = xn . W1^T + b (mode 0) or the SwiGLU of
+   W1 and W2 (mode 2; c: scratch of y's size) */
+static void cpu_norm_matmul(float *y, float *c, float *xn, const float *x, const float *g, float eps, int M, int N,
+                            int K, const tensor *t1, const tensor *t2, const float *b, int mode) {
+    op_rmsnorm(xn, x, g, M, K, eps);
+    if (mode == 0) {
+        op_matmul(NULL, y, xn, M, t1, b);
+    } else {
+        op_matmul(NULL, y, xn, M, t1, NULL);
+        op_matmul(NULL, c, xn, M, t2, NULL);
+        op_swiglu(y, y, c, M * N);
+    }
+}
+
 /* RMSNorm folded into the tensor-core matmul, against the CPU's separate
    norm and matmul, and each row alone against the batch (bit identity) */
 TEST(cuda_matmul_norm_vs_cpu) {
@@ -418,15 +432,8 @@ TEST(cuda_matmul_norm_vs_cpu) {
         void *p1 = make_weights(DT_BF16, w1, (size_t)N * K), *p2 = make_weights(DT_BF16, w2, (size_t)N * K);
         tensor t1 = {.name = "w1", .dtype = DT_BF16, .ndim = 2, .shape = {N, K}, .data = p1, .nbytes = (size_t)N * K * 2};
         tensor t2 = {.name = "w2", .dtype = DT_BF16, .ndim = 2, .shape = {N, K}, .data = p2, .nbytes = (size_t)N * K * 2};
-        op_rmsnorm(xn, x, g, M, K, eps);
         for (int mode = 0; mode <= 2; mode += 2) {
-            if (mode == 0) {
-                op_matmul(NULL, a, xn, M, &t1, b);
-            } else {
-                op_matmul(NULL, a, xn, M, &t1, NULL);
-                op_matmul(NULL, c, xn, M, &t2, NULL);
-                op_swiglu(a, a, c, M * N);
-            }
+            cpu_norm_matmul(a, c, xn, x, g, eps, M, N, K, &t1, &t2, b, mode);
             CHECK_MSG(cuda_test_matmul_norm(yg, x, M, p1, mode ? p2 : NULL, DT_BF16, N, K, mode ? NULL : b, g, eps,
                                             mode, err, sizeof err) == 0,
                       "%s", err);
@@ -441,6 +448,74 @@ TEST(cuda_matmul_norm_vs_cpu) {
         }
         free(x), free(xn), free(g), free(w1), free(w2), free(b), free(a), free(c), free(yg), free(row), free(p1),
             free(p2);
+    }
+}
+
+/* The pre-normed path (DSPARK_CUDA_PRENORM=1): the residual add that also
+ * writes the next norm's input leaves the same new rows as the plain one;
+ * the folded-norm matmul and SwiGLU from its pre-cut copy and sums of
+ * squares agree with the folded norm from the rows (the norm's sum in
+ * another order) and with the CPU's separate norm and matmul; a row alone
+ * (pre-cut operands) gives the bits of the batch's row, also where the
+ * batch (17 and 33 rows) multiplies the f32 rows itself. */
+TEST(cuda_prenorm_vs_folded) {
+    if (!have_gpu()) return;
+    /* M, K (the residual width), Ka (the add's input width), N */
+    const int shapes[][4] = {{1, 64, 64, 64},   {5, 256, 128, 96}, {9, 512, 64, 272}, {16, 1024, 512, 512},
+                             {17, 128, 256, 64}, {3, 4096, 256, 1008}, {33, 128, 64, 48}};
+    char err[512];
+    const float eps = 1e-6f;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int M = shapes[s][0], K = shapes[s][1], Ka = shapes[s][2], N = shapes[s][3];
+        float *h0 = xmalloc(sizeof(float) * M * K), *h1 = xmalloc(sizeof(float) * M * K),
+              *h2 = xmalloc(sizeof(float) * M * K), *hr = xmalloc(sizeof(float) * K);
+        float *a = xmalloc(sizeof(float) * M * Ka), *g = xmalloc(sizeof(float) * K), *b = xmalloc(sizeof(float) * N);
+        float *w1 = xmalloc(sizeof(float) * K * Ka), *w = xmalloc(sizeof(float) * N * K),
+              *w2 = xmalloc(sizeof(float) * N * K);
+        float *yr = xmalloc(sizeof(float) * M * N), *yp = xmalloc(sizeof(float) * M * N), *row = xmalloc(sizeof(float) * N);
+        float *hn = xmalloc(sizeof(float) * M * K), *yc = xmalloc(sizeof(float) * M * N),
+              *yu = xmalloc(sizeof(float) * M * N);
+        fill(h0, (size_t)M * K, 2.0f);
+        fill(a, (size_t)M * Ka, 1.0f);
+        for (int i = 0; i < K; i++) g[i] = 1.0f + frand() * 0.5f;
+        fill(w1, (size_t)K * Ka, 0.1f);
+        fill(w, (size_t)N * K, 0.1f);
+        fill(w2, (size_t)N * K, 0.1f);
+        fill(b, (size_t)N, 0.5f);
+        void *p1 = make_weights(DT_BF16, w1, (size_t)K * Ka), *pw = make_weights(DT_BF16, w, (size_t)N * K),
+             *pw2 = make_weights(DT_BF16, w2, (size_t)N * K);
+        tensor tw = {.name = "w", .dtype = DT_BF16, .ndim = 2, .shape = {N, K}, .data = pw, .nbytes = (size_t)N * K * 2};
+        tensor tw2 = {.name = "w2", .dtype = DT_BF16, .ndim = 2, .shape = {N, K}, .data = pw2, .nbytes = (size_t)N * K * 2};
+        for (int mode = 0; mode <= 2; mode += 2) {
+            /* the plain residual add, then the folded norm from its rows */
+            memcpy(h1, h0, sizeof(float) * M * K);
+            CHECK_MSG(cuda_test_matmul_fused(h1, a, M, p1, NULL, DT_BF16, K, Ka, NULL, 1, err, sizeof err) == 0, "%s",
+                      err);
+            CHECK_MSG(cuda_test_matmul_norm(yr, h1, M, pw, mode ? pw2 : NULL, DT_BF16, N, K, mode ? NULL : b, g, eps,
+                                            mode, err, sizeof err) == 0,
+                      "%s", err);
+            /* the pre-normed path */
+            memcpy(h2, h0, sizeof(float) * M * K);
+            CHECK_MSG(cuda_test_prenorm(yp, h2, a, M, K, Ka, p1, pw, mode ? pw2 : NULL, N, mode ? NULL : b, g, eps, mode,
+                                        err, sizeof err) == 0,
+                      "%s", err);
+            CHECK_MSG(!memcmp(h1, h2, sizeof(float) * M * K), "pre-normed M=%d K=%d: the residual add differs", M, K);
+            double e = rel_err(yp, yr, (size_t)M * N);
+            CHECK_MSG(e < 1e-5, "pre-normed mode %d M=%d K=%d N=%d: %.3g from the folded norm", mode, M, K, N, e);
+            /* and the CPU's separate norm and matmul */
+            cpu_norm_matmul(yc, yu, hn, h2, g, eps, M, N, K, &tw, &tw2, b, mode);
+            e = rel_err(yp, yc, (size_t)M * N);
+            CHECK_MSG(e < 1e-5, "pre-normed mode %d M=%d K=%d N=%d: %.3g from the CPU", mode, M, K, N, e);
+            for (int m = 0; m < M; m++) {
+                memcpy(hr, h0 + (size_t)m * K, sizeof(float) * K);
+                CHECK(cuda_test_prenorm(row, hr, a + (size_t)m * Ka, 1, K, Ka, p1, pw, mode ? pw2 : NULL, N,
+                                        mode ? NULL : b, g, eps, mode, err, sizeof err) == 0);
+                CHECK_MSG(!memcmp(row, yp + (size_t)m * N, sizeof(float) * N),
+                          "pre-normed mode %d row %d of %d differs from the row alone", mode, m, M);
+            }
+        }
+        free(h0), free(h1), free(h2), free(hr), free(a), free(g), free(b), free(w1), free(w), free(w2), free(yr),
+            free(yp), free(row), free(hn), free(yc), free(yu), free(p1), free(pw), free(pw2);
     }
 }
 
