@@ -746,6 +746,8 @@ int cu_gemm_check(cu_gemm *g, char *err, size_t errlen);
    without a norm where cu_layer_takes_cut says so (the same bits as from
    x); cut.out (or NULL): where a SwiGLU writes y's pre-cut form when its
    kernel can (the folded-norm tensor-core kernel, no cuBLAS groups).
+   With cut.ps and gn, or cut.ngn on a residual add: the pre-normed path
+   (cu_cut), which the caller takes only where cu_prenorm_takes says so.
    Returns 1 when cut.out was written, else 0. */
 int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut);
