@@ -463,17 +463,27 @@ __device__ void qkv_tail(const cu_qkv_tail &t, int M, int m0, int R, int n0, int
 
 /* The pre-normed path's norm factors (cu_cut): rr[r] = 1 / sqrt(mean of
    row m0 + r's squares + eps) for rows < M, from its K / 16 group sums in
-   ps: 16 lanes a row, lane p adding groups p, p + 16, ... in order, then a
-   fixed tree over the 16 (xor 8, 4, 2, 1); lane p = 0's sum is the row's.
-   The same operations for a row in any batch. Whole warps (rows * 16 is a
+   ps: 16 lanes a row whatever the rows (so the same order in any batch),
+   lane p adding groups p, p + 16, ... in order (NFS_LOADS requested at a
+   time: one L2 round trip for a Qwen3-8B row; the zeros past the end add
+   nothing to a sum of squares), then a fixed tree over the 16 (xor 8, 4,
+   2, 1); lane p = 0's sum is the row's. Whole warps (rows * 16 is a
    multiple of 32). */
+#define NFS_LOADS 16
 __device__ __forceinline__ void norm_from_sums(float *rr, const float *ps, int K, int M, int m0, int rows, float eps) {
     const int ng = K / 16;
     for (int e = threadIdx.x; e < rows * 16; e += blockDim.x) {
         const int r = e / 16, p = e % 16, m = m0 + r;
         float v = 0.0f;
         if (m < M)
-            for (int i = p; i < ng; i += 16) v += __ldcg(ps + (size_t)m * ng + i);
+            for (int i0 = p; i0 < ng; i0 += 16 * NFS_LOADS) {
+                float t[NFS_LOADS];
+#pragma unroll
+                for (int j = 0; j < NFS_LOADS; j++)
+                    t[j] = i0 + 16 * j < ng ? __ldcg(ps + (size_t)m * ng + i0 + 16 * j) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < NFS_LOADS; j++) v += t[j];
+            }
         v += __shfl_xor_sync(0xffffffffu, v, 8);
         v += __shfl_xor_sync(0xffffffffu, v, 4);
         v += __shfl_xor_sync(0xffffffffu, v, 2);
