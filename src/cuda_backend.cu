@@ -608,8 +608,9 @@ static cu_pf tail_pf(const cuda_ctx *x, const dmat *W, int M) {
 
 /* Whether a forward of M rows takes the pre-normed path (cu_cut): each
    residual add also writes the next norm's input pre-cut and its sums of
-   squares, and the q/k/v projections after the first layer's, gate+up
-   and the LM head take them instead of cutting and squaring their input.
+   squares (the embedding too, for the first layer), and the q/k/v
+   projections, gate+up and the LM head take them instead of cutting and
+   squaring their input.
    DSPARK_CUDA_PRENORM=1 (ctx_create then holds its scratch; off by
    default until measured, docs/BENCHMARKS.md "A decode step kernel by
    kernel"), every matrix on the tensor-core kernel without cuBLAS groups
@@ -655,18 +656,19 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     }
     if (out == OUT_SAMPLE) cudaMemcpyAsync(x->d_samp, x->h_samp, sizeof(cu_sample_args), cudaMemcpyHostToDevice, st);
     mark(x, OP_IN);
-    cu_embed(st, x->x, &m->embed, x->tok, M);
-    mark(x, OP_EMBED);
-    if (b) copy_taps(x, b, -1, row0, M, dev);
-    size_t KD = (size_t)nkv * hd;
-    const int omit = cuda_omit();
     /* the pre-normed path (prenorm_for): what a norm's matmul takes (pin)
-       and what a residual add writes for the next norm (pout) */
+       and what the embedding and each residual add write for the next
+       norm (pout) */
     const int pre = prenorm_for(x, M);
     const cu_cut pin = pre ? cu_cut{x->pre_q, NULL, x->pre_ps} : cu_cut{};
     auto pout = [&](const uint32_t *in, const float *next_gn) {
         return pre ? cu_cut{in, x->pre_q, NULL, next_gn, x->pre_ps} : cu_cut{in, NULL};
     };
+    cu_embed(st, x->x, &m->embed, x->tok, M, pout(NULL, m->layers[0].attn_norm));
+    mark(x, OP_EMBED);
+    if (b) copy_taps(x, b, -1, row0, M, dev);
+    size_t KD = (size_t)nkv * hd;
+    const int omit = cuda_omit();
     for (int l = 0; l < c->n_layers; l++) {
         const dlayer *L = &m->layers[l];
         float *kc = x->kv + (size_t)l * 2 * KD * x->cap, *vc = kc + KD * x->cap;
@@ -676,11 +678,9 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
                                               hd, x->cap, x->d_len, eps),
                             x->qkv_cnt};
         if (!(omit & OMIT_QKV)) {
-            /* (the first layer's input, the embedding, has no pre-normed copy) */
-            const cu_cut qin = l ? pin : cu_cut{};
             int fused = !cu_gemm_takes(x->gemm, &L->wqkv, M) &&
-                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail, qin);
-            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm, qin);
+                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail, pin);
+            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm, pin);
             mark(x, OP_QKV);
             if (!fused) cu_qkv_post_run(st, &tail.a, M);
             mark(x, OP_POST);

@@ -544,8 +544,10 @@ void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, con
                            const float *gn, float eps, uint32_t *yc);
 /* y = RMSNorm(x, w) per row of D */
 void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps);
-/* out[M][H] = E[tok[m]] widened */
-void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M);
+/* out[M][H] = E[tok[m]] widened; with pre.ngn (H a multiple of 16, else
+   ignored: the caller checks) also the first norm's input for the
+   pre-normed path (cu_cut: pre.out, pre.nps) */
+void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M, cu_cut pre = cu_cut{});
 /* q[M][nh][hd], k/v[M][nkv][hd] of the rows at positions pos[]: q/k get
    their per-head RMSNorm (qn/kn, when not NULL) and NeoX RoPE; k (roped)
    and v are stored in the caches [nkv][cap][hd] at position *d_len + row. */
