@@ -102,7 +102,8 @@ __device__ __forceinline__ bf16x2_cut bf16_cut2(float x0, float x1) {
 /* a matmul's pre-cut input (in, for cu_matmul_add_cut) or the pre-cut
    copy of its output that the SwiGLU epilogue writes (out); NULL: none.
    The pre-normed path (cu_layer_matmul; docs/ARCHITECTURE.md): a
-   residual add (MM_ADD) given ngn also writes, for the matmul that will
+   residual add (MM_ADD) or the embedding (cu_embed) given ngn also
+   writes, for the matmul that will
    take RMSNorm(x, ngn) of the new x, out = ngn . x pre-cut and nps = each
    row's sums of squares over 16-column groups (N / 16 a row, each group's
    squares added in column order); that matmul, given ps (those sums) and
