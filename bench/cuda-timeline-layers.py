@@ -18,6 +18,9 @@ import sys
 
 ROW = re.compile(r"^\| (\d+) \| (.+?) \| (\d+) \| (\d+) \| ([-\d.]+) \| ([-\d.]+) \| ([-\d.]+) \|$")
 ROLES = ["q/k/v", "q/k/v tail", "attention", "combine", "o", "gate+up", "down", "LM head"]
+# kernels that have one role; the matmul's follows the role before it
+KERNEL_ROLE = {"k_attn_rows": "attention", "k_attn_combine": "combine", "k_qkv_post": "q/k/v tail"}
+MATMUL_AFTER = {"combine": "o", "o": "gate+up", "gate+up": "down"}
 
 
 def kernels(path):
@@ -39,21 +42,10 @@ def roles(ks):
     names = [k[0] for k in ks]
     out, prev = [], None
     for i, name in enumerate(names):
-        role = name
-        if name == "k_attn_rows":
-            role = "attention"
-        elif name == "k_attn_combine":
-            role = "combine"
-        elif name == "k_qkv_post":
-            role = "q/k/v tail"
-        elif name == "k_mma":
-            if prev == "combine":
-                role = "o"
-            elif prev == "o":
-                role = "gate+up"
-            elif prev == "gate+up":
-                role = "down"
-            else:  # a projection before attention, or the head after the last down
+        role = KERNEL_ROLE.get(name, name)
+        if name == "k_mma":
+            role = MATMUL_AFTER.get(prev)
+            if role is None:  # a projection before attention, or the head after the last down
                 nxt = next((n for n in names[i + 1:] if n.startswith("k_")), "")
                 role = "q/k/v" if nxt in ("k_attn_rows", "k_qkv_post") else "LM head"
         out.append(role)
