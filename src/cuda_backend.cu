@@ -266,6 +266,19 @@ static int takes_gemm(const cuda_model *m, int max_batch) {
     return cu_gemm_rows() > 0 && max_batch >= cu_gemm_rows() && m->layers[0].wqkv.dt == DT_BF16;
 }
 
+/* whether every matrix of the layers and the LM head can take the
+   pre-normed path (cu_prenorm_ok): ctx_create makes its scratch only then */
+static int prenorm_model(const cuda_model *m) {
+    if (!cu_prenorm_ok(&m->lm_head)) return 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const dlayer *L = &m->layers[l];
+        const dmat *ws[] = {&L->wqkv, &L->wo, &L->wg, &L->wu, &L->wd};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (!cu_prenorm_ok(ws[i])) return 0;
+    }
+    return 1;
+}
+
 /* a context with activation scratch for rows >= max_batch rows (a whole
    number of cuBLAS groups when more) */
 static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, int rows, char *err,
@@ -317,7 +330,7 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
         cuda_ctx_free(x);
         return ds_err(err, errlen, "CUDA: cannot allocate scratch%s", cu_tiles_hint());
     }
-    if (env_is("DSPARK_CUDA_PRENORM", "1") && H % 16 == 0 &&
+    if (env_is("DSPARK_CUDA_PRENORM", "1") && prenorm_model(m) &&
         (cudaMalloc((void **)&x->pre_q, sizeof(uint32_t) * R * H) != cudaSuccess ||
          cudaMalloc((void **)&x->pre_ps, sizeof(float) * R * (H / 16)) != cudaSuccess)) {
         cuda_ctx_free(x);
@@ -523,8 +536,8 @@ static void lm_head(cuda_ctx *x, int row, int n, int pre) {
     const size_t H = (size_t)c->hidden_size;
     const float *h = x->x + (size_t)row * H;
     if (pre) {
-        cu_matmul_norm_pre(x->st, x->logits, h, n, &m->lm_head, m->final_norm, c->rms_norm_eps,
-                           cu_cut{x->pre_q + (size_t)row * H, NULL, x->pre_ps + (size_t)row * (H / 16)});
+        cu_layer_matmul(x->st, x->gemm, MM_STORE, x->logits, h, n, &m->lm_head, NULL, NULL, m->final_norm,
+                        c->rms_norm_eps, x->xb, cu_cut{x->pre_q + (size_t)row * H, NULL, x->pre_ps + (size_t)row * (H / 16)});
     } else if (cu_fuses_norm(&m->lm_head)) {
         cu_matmul_norm(x->st, x->logits, h, n, &m->lm_head, NULL, m->final_norm, c->rms_norm_eps);
     } else {
@@ -568,12 +581,7 @@ static int cuda_omit(void) {
    DSPARK_CUDA_L2PF_GU=MB: also that many MB of the gate and up weights
    (the first blocks' part, half each). */
 static cu_pf attn_pf(const cuda_ctx *x, const dlayer *L, int M) {
-    static int off = -1, gu_mb = 0;
-    if (off < 0) {
-        off = !env_is("DSPARK_CUDA_L2PF", "1");
-        const char *e = getenv("DSPARK_CUDA_L2PF_GU");
-        gu_mb = e ? atoi(e) : 0;
-    }
+    static const int off = !env_is("DSPARK_CUDA_L2PF", "1"), gu_mb = env_int("DSPARK_CUDA_L2PF_GU", 0);
     cu_pf pf = {};
     if (off || cu_gemm_takes(x->gemm, &L->wo, M)) return pf;
     pf.n[0] = cu_mat_stream(&L->wo, NULL, &pf.p[0]);
@@ -593,12 +601,7 @@ static cu_pf attn_pf(const cuda_ctx *x, const dlayer *L, int M) {
    part their first blocks read (cu_mma_pf). Unset or 0 (the default): none,
    until measured as attn_pf. */
 static cu_pf tail_pf(const cuda_ctx *x, const dmat *W, int M) {
-    static int mb = -1;
-    if (mb < 0) {
-        const char *e = getenv("DSPARK_CUDA_L2PF_TAIL");
-        mb = e ? atoi(e) : 0;
-        if (mb < 0) mb = 0;
-    }
+    static const int mb = env_int("DSPARK_CUDA_L2PF_TAIL", 0);
     cu_pf pf = {};
     if (!mb || cu_gemm_takes(x->gemm, W, M)) return pf;
     size_t n = cu_mat_stream(W, NULL, &pf.p[0]), want = (size_t)mb << 20;
@@ -611,24 +614,19 @@ static cu_pf tail_pf(const cuda_ctx *x, const dmat *W, int M) {
    squares (the embedding too, for the first layer), and the q/k/v
    projections, gate+up and the LM head take them instead of cutting and
    squaring their input.
-   DSPARK_CUDA_PRENORM=1 (ctx_create then holds its scratch; off by
-   default until measured, docs/BENCHMARKS.md "A decode step kernel by
-   kernel"), every matrix on the tensor-core kernel without cuBLAS groups
+   DSPARK_CUDA_PRENORM=1 on a model whose every matrix can (prenorm_model:
+   ctx_create then holds its scratch; off by default until measured,
+   docs/BENCHMARKS.md "A decode step kernel by kernel"), no cuBLAS groups
    at M rows, and no kernels left out. Every width below the cuBLAS groups'
    gets the same answer, so a verified row and the row decoded alone take
    the same path: a row's bits do not depend on the batch on it either,
    but they differ from the path's absence (another order of the norm's
    sum). */
 static int prenorm_for(const cuda_ctx *x, int M) {
-    const cuda_model *m = x->m;
-    if (!x->pre_ps || M < 1 || M > x->rows || cuda_omit() || !cu_prenorm_takes(x->gemm, &m->lm_head, M)) return 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const dlayer *L = &m->layers[l];
-        const dmat *ws[] = {&L->wqkv, &L->wo, &L->wg, &L->wu, &L->wd};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            if (!cu_prenorm_takes(x->gemm, ws[i], M)) return 0;
-    }
-    return 1;
+    /* (every layer matrix is bf16 and within the cuBLAS context's sizes, so
+       the first one's answer is all of theirs; the LM head takes at most M
+       rows, so no groups either when they take none) */
+    return x->pre_ps && M >= 1 && M <= x->rows && !cuda_omit() && !cu_gemm_takes(x->gemm, &x->m->layers[0].wqkv, M);
 }
 
 /* Enqueues one chunk of M rows whose ids, positions and cache length are in

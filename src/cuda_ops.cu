@@ -1032,11 +1032,7 @@ static int mma_tile_count(int M, const dmat *W, int swiglu) {
          (384 blocks, one an SM, for Qwen3-8B) instead of two (768, two an
          SM), for measurement (docs/BENCHMARKS.md, "A decode step kernel by
          kernel"); the same bits either way */
-        static int gu16 = -1;
-        if (gu16 < 0) {
-            const char *e = getenv("DSPARK_CUDA_GU_TILES16");
-            gu16 = e ? atoi(e) : 0;
-        }
+        static const int gu16 = env_int("DSPARK_CUDA_GU_TILES16", 0);
         if (swiglu && M > 8 && M <= 16 && (gu16 == 2 || gu16 == 4)) return gu16;
     }
     /* 9-16 rows of a matrix whose 16-row tiles fit one wave at two blocks
@@ -1099,9 +1095,9 @@ int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const d
     static int off = -1; /* DSPARK_CUDA_QKV_TAIL=0: the separate kernel (for comparisons) */
     if (off < 0) off = env_is("DSPARK_CUDA_QKV_TAIL", "0");
     if (off || !cu_fuses_norm(W) || M < 1 || M > 16 || t->a.hd % (16 * mma_tile_count(M, W, 0)) ||
-        t->a.hd > ATT_MAX_HD || (pre.ps && W->dt != DT_BF16))
+        t->a.hd > ATT_MAX_HD)
         return 0;
-    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t, cu_cut{pre.in, NULL, pre.ps});
+    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t, pre);
     else mma_tiles<__half, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
     return 1;
 }
@@ -1135,9 +1131,7 @@ int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, cons
     return 0;
 }
 
-int cu_prenorm_takes(cu_gemm *g, const dmat *W, int M) {
-    return !fma_forced() && W->dt == DT_BF16 && W->K % 16 == 0 && W->N % 16 == 0 && M >= 1 && !cu_gemm_takes(g, W, M);
-}
+int cu_prenorm_ok(const dmat *W) { return !fma_forced() && W->dt == DT_BF16 && W->K % 16 == 0 && W->N % 16 == 0; }
 
 /* cu_layer_matmul on the pre-normed path (cu_cut): a residual add that
    also writes the next norm's input, or a folded-norm matmul that takes
@@ -1160,14 +1154,9 @@ static int prenorm_matmul(cudaStream_t st, int epi, float *y, const float *x, in
     return 0;
 }
 
-void cu_matmul_norm_pre(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *gn, float eps,
-                        cu_cut pre) {
-    prenorm_matmul(st, MM_STORE, y, x, M, W, NULL, NULL, gn, eps, pre);
-}
-
 int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut) {
-    if ((cut.ps && gn) || (cut.ngn && epi == MM_ADD && !gn)) /* (the caller checked cu_prenorm_takes) */
+    if ((cut.ps && gn) || (cut.ngn && epi == MM_ADD && !gn)) /* (the caller checked cu_prenorm_ok, no cuBLAS rows) */
         return prenorm_matmul(st, epi, y, x, M, W, W2, bias, gn, eps, cut);
     if (cut.in && epi == MM_ADD && !gn && cu_layer_takes_cut(g, W, M)) {
         cu_matmul_add_cut(st, y, cut.in, M, W, bias);
@@ -1211,7 +1200,6 @@ void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M
 
 void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M, cu_cut pre) {
     int H = E->K;
-    if (H % 16) pre = cu_cut{};
     switch (E->dt) {
     case DT_BF16: launch(k_embed<__nv_bfloat16>, M, 256, st, out, (const __nv_bfloat16 *)E->p, tok, H, pre); break;
     case DT_F16: launch(k_embed<__half>, M, 256, st, out, (const __half *)E->p, tok, H, pre); break;

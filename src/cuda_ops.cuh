@@ -311,6 +311,12 @@ static inline int env_is(const char *name, const char *value) {
     const char *e = getenv(name);
     return e && !strcmp(e, value);
 }
+/* name's value as a non-negative integer, dflt when unset or negative */
+static inline int env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    const int v = e && *e ? atoi(e) : dflt;
+    return v < 0 ? dflt : v;
+}
 
 /* device gpu's compute capability as major * 10 + minor (0 if unknown;
    -1: the current device) */
@@ -545,9 +551,9 @@ void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, con
                            const float *gn, float eps, uint32_t *yc);
 /* y = RMSNorm(x, w) per row of D */
 void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps);
-/* out[M][H] = E[tok[m]] widened; with pre.ngn (H a multiple of 16, else
-   ignored: the caller checks) also the first norm's input for the
-   pre-normed path (cu_cut: pre.out, pre.nps) */
+/* out[M][H] = E[tok[m]] widened; with pre.ngn (H a multiple of 16) also
+   the first norm's input for the pre-normed path (cu_cut: pre.out,
+   pre.nps) */
 void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M, cu_cut pre = cu_cut{});
 /* q[M][nh][hd], k/v[M][nkv][hd] of the rows at positions pos[]: q/k get
    their per-head RMSNorm (qn/kn, when not NULL) and NeoX RoPE; k (roped)
@@ -750,7 +756,8 @@ int cu_gemm_check(cu_gemm *g, char *err, size_t errlen);
    x); cut.out (or NULL): where a SwiGLU writes y's pre-cut form when its
    kernel can (the folded-norm tensor-core kernel, no cuBLAS groups).
    With cut.ps and gn, or cut.ngn on a residual add: the pre-normed path
-   (cu_cut), which the caller takes only where cu_prenorm_takes says so.
+   (cu_cut), which the caller takes only where cu_prenorm_ok says so and
+   no cuBLAS groups take the rows.
    Returns 1 when cut.out was written, else 0. */
 int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut);
@@ -759,13 +766,10 @@ int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float 
    same bits, for comparisons). The forward asks the input's producer for
    the pre-cut copy only then. */
 int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M);
-/* whether M rows of W can take the pre-normed path (cu_cut): bf16 weights
-   on the tensor-core kernel, K and N multiples of 16, no cuBLAS groups.
-   A forward takes the path for every norm of its layers or for none. */
-int cu_prenorm_takes(cu_gemm *g, const dmat *W, int M);
-/* y = RMSNorm(x, gn, eps) . W^T on the pre-normed path, pre.in / pre.ps
-   written by the residual add that produced x (the LM head) */
-void cu_matmul_norm_pre(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *gn, float eps,
-                        cu_cut pre);
+/* whether W can take the pre-normed path (cu_cut): bf16 weights on the
+   tensor-core kernel, K and N multiples of 16. A forward takes the path for
+   every norm of its layers or for none, and only for rows without cuBLAS
+   groups. */
+int cu_prenorm_ok(const dmat *W);
 
 #endif

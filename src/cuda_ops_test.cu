@@ -267,7 +267,7 @@ extern "C" int cuda_test_prenorm(float *y, float *h, const float *a, int M, int 
                                  const void *w, const void *w2, int N, const float *bias, const float *gn, float eps,
                                  int mode, char *err, size_t errlen) {
     dmat W1 = {NULL, DT_BF16, K, Ka}, W = {NULL, DT_BF16, N, K};
-    if (!cu_prenorm_takes(NULL, &W1, M) || !cu_prenorm_takes(NULL, &W, M) || (mode != 0 && mode != 2))
+    if (!cu_prenorm_ok(&W1) || !cu_prenorm_ok(&W) || M < 1 || (mode != 0 && mode != 2))
         return ds_err(err, errlen, "no pre-normed path for mode %d, %d rows, %d x %d then %d x %d", mode, M, K, Ka,
                       N, K);
     float *dh, *da, *dy, *dg, *dps, *db = NULL;
