@@ -186,6 +186,9 @@ int cuda_test_attention_early(int on);
  * (1 on; 0 or -1, the default, off; the same bits either way); returns the
  * previous setting */
 int cuda_test_attention_wide(int on);
+/* sets the matmul's staged form (ring slots a warp, 2-8; 0 off; -1 the
+ * environment's choice); returns the previous count */
+int cuda_test_mma_stages(int s);
 /* sets whether this thread's bf16 SwiGLU matmuls of 1-8 rows run two blocks
    an SM (cu_swiglu_two; the same bits either way); returns the previous
    setting */

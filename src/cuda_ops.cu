@@ -360,6 +360,78 @@ __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_ch
     }
 }
 
+/* The staged form of k_mma (PIPE; DSPARK_CUDA_MMA_STAGES, mma_stages):
+   each warp streams its chunks through a ring of `stages` slots in shared
+   memory by cp.async, stages - 1 chunks ahead of the one it multiplies, so
+   its memory requests stay in flight while it computes (the register form
+   requests U chunks, waits for them, computes, and only then requests the
+   next ones). A slot holds a lane's 16-byte pieces 32 apart (a warp's piece
+   is 512 contiguous bytes: conflict-free), in mma_chunk's order: the
+   weights (rows g and g + 8 of each tile), the activation row groups, then
+   with a folded norm its 8 weights. Each lane reads back only the pieces it
+   requested, so no warp or block waits for another. Pieces past K or past
+   the rows are zero-filled, the values the register form loads there; a
+   chunk's operations and their order are the register form's: the same
+   bits. */
+#define MMA_MAX_STAGES 8
+template <int TILES, int MT> __host__ __device__ constexpr int mma_pieces(bool norm) {
+    return 2 * TILES + 2 * MT + (norm ? 2 : 0);
+}
+template <typename T, int TILES>
+__device__ __forceinline__ void pipe_issue_w(uint4 *slot, const T *const (&wa)[TILES], const T *const (&wb)[TILES],
+                                             int K, int c32, int t, int cs) {
+    const bool ok = c32 * 32 + 8 * t < K;
+    const size_t o = ok ? (size_t)c32 * cs : 0;
+#pragma unroll
+    for (int i = 0; i < TILES; i++) {
+        cp_async16_or_zero(slot + 64 * i, wa[i] + o, ok);
+        cp_async16_or_zero(slot + 64 * i + 32, wb[i] + o, ok);
+    }
+}
+template <int TILES, int MT>
+__device__ __forceinline__ void pipe_issue_x(uint4 *slot, const float *x, const float *gn, int K, int M, int m0, int c32,
+                                             int g, int t) {
+    const int k = c32 * 32 + 8 * t;
+    const bool ok = k < K;
+    uint4 *s = slot + 64 * TILES;
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+        const int m = m0 + 8 * j + g;
+        const bool r = ok && m < M;
+        const float *p = r ? x + (size_t)m * K + k : x;
+        cp_async16_or_zero(s + 64 * j, p, r);
+        cp_async16_or_zero(s + 64 * j + 32, p + 4, r);
+    }
+    if (gn) {
+        const float *p = ok ? gn + k : gn;
+        cp_async16_or_zero(s + 64 * MT, p, ok);
+        cp_async16_or_zero(s + 64 * MT + 32, p + 4, ok);
+    }
+}
+/* the chunk from its slot, the folded norm (norm) applied as mma_load_x does */
+template <typename T, int TILES, int MT>
+__device__ __forceinline__ void pipe_take(mma_chunk<T, TILES, MT> &c, float (&ss)[MT], const uint4 *slot, bool norm,
+                                          int K, int M, int m0, int c32, int g, int t) {
+#pragma unroll
+    for (int i = 0; i < TILES; i++) {
+        c.wa[i].u = slot[64 * i];
+        c.wb[i].u = slot[64 * i + 32];
+    }
+    const float4 *s = reinterpret_cast<const float4 *>(slot + 64 * TILES);
+    const bool ok = c32 * 32 + 8 * t < K;
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+        c.xa[j] = s[64 * j];
+        c.xb[j] = s[64 * j + 32];
+        if (norm && ok && m0 + 8 * j + g < M) {
+            const float4 ga = s[64 * MT], gb = s[64 * MT + 32];
+            ss[j] = sumsq8(ss[j], c.xa[j], c.xb[j]);
+            c.xa[j] = mul4(c.xa[j], ga);
+            c.xb[j] = mul4(c.xb[j], gb);
+        }
+    }
+}
+
 /* (row m, head t) of cu_qkv_post by one warp, over the q heads, then the
    k heads, then the v heads: q/k get their per-head RMSNorm (when qn/kn
    are given) and NeoX RoPE at the row's position; k and v are written
@@ -499,15 +571,19 @@ __device__ __forceinline__ void norm_from_sums(float *rr, const float *ps, int K
    load anyway, so the norm needs no kernel of its own, and every block
    computes r in the same fixed order (per lane in chunk order, lanes of a
    row by butterfly, warps in order). */
-template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
+template <typename T, int TILES, int MT, int EPI, int OCC, bool PC, bool PIPE>
 __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y, const float *__restrict__ x,
                                                     const T *__restrict__ W, const T *__restrict__ W2,
                                                     const float *__restrict__ bias, int M, int N, int K,
                                                     const float *__restrict__ gn, float eps, cu_qkv_tail tail,
-                                                    int tiled, cu_cut cut, cu_pf pf) {
+                                                    int tiled, cu_cut cut, cu_pf pf, int stages) {
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES; /* output tiles */
     constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
-    __shared__ float red[MMA_KS][NV][32];
+    /* the warps' partial sums; in the staged form they take the rings' place */
+    __shared__ float red_s[PIPE ? 1 : MMA_KS][PIPE ? 1 : NV][32];
+    extern __shared__ uint4 mma_ring[];
+    float(*const red)[NV][32] = PIPE ? reinterpret_cast<float(*)[NV][32]>(mma_ring)
+                                     : reinterpret_cast<float(*)[NV][32]>(&red_s[0][0][0]);
     __shared__ float ssw[MMA_KS][MT * 8], rr[MT * 8];
     /* MM_ADD with cut.ngn: the block's new x values, for their groups' sums of squares */
     __shared__ float vt[EPI == MM_ADD ? MT * 8 : 1][EPI == MM_ADD ? OT * 16 : 1];
@@ -550,30 +626,63 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
     float ss[MT];
 #pragma unroll
     for (int j = 0; j < MT; j++) ss[j] = 0.0f;
+    /* the staged form: this warp's ring, its chunks (warp + j * MMA_KS for
+       j < nj), the activations' source and whether the norm's weights come
+       with them */
+    const bool pnorm = !PC && gn;
+    const int np = mma_pieces<TILES, MT>(pnorm), nj = warp < nc ? (nc - 1 - warp) / MMA_KS + 1 : 0;
+    uint4 *const ring = mma_ring + (size_t)warp * stages * 32 * np + lane;
+    const float *const xs = PC ? reinterpret_cast<const float *>(cut.in) : x; /* pre-cut: the words at the f32 offsets */
     pdl_trigger();
+    if constexpr (PIPE) { /* the first stages - 1 chunks' weights: one group with the first activations */
+        for (int j = 0; j < stages - 1 && j < nj; j++)
+            pipe_issue_w<T, TILES>(ring + (size_t)j * 32 * np, wa, wb, K, warp + j * MMA_KS, t, cs);
+    } else {
 #pragma unroll
-    for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t, cs);
+        for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t, cs);
+    }
     pdl_wait();
     /* the pre-normed path's norm factors, while the first weights land; its
        matmuls take pre-cut inputs at 1-16 rows and the f32 ones beyond (so
        only those kernels carry the code: the others keep their registers) */
     if constexpr (EPI != MM_ADD && (PC || MT > 2))
         if (gn && cut.ps) norm_from_sums(rr, cut.ps, K, M, m0, MT * 8, eps);
-    for (int c = warp;;) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            /* pre-cut: the words at the f32 row's offsets, loaded as they are */
-            if constexpr (PC)
-                mma_load_x(ch[u], ss, reinterpret_cast<const float *>(cut.in), nullptr, K, M, m0, c + u * MMA_KS, g, t);
-            else mma_load_x(ch[u], ss, x, gn, K, M, m0, c + u * MMA_KS, g, t);
+    if constexpr (PIPE) {
+        for (int j = 0; j < stages - 1; j++) {
+            if (j < nj)
+                pipe_issue_x<TILES, MT>(ring + (size_t)j * 32 * np, xs, pnorm ? gn : nullptr, K, M, m0,
+                                        warp + j * MMA_KS, g, t);
+            cp_async_commit();
         }
+        /* slot sj holds chunk j, slot sn chunk j + stages - 1 (the one before sj) */
+        for (int j = 0, sj = 0, sn = stages - 1; j < nj; j++) {
+            const int jn = j + stages - 1;
+            if (jn < nj) {
+                uint4 *slot = ring + (size_t)sn * 32 * np;
+                pipe_issue_w<T, TILES>(slot, wa, wb, K, warp + jn * MMA_KS, t, cs);
+                pipe_issue_x<TILES, MT>(slot, xs, pnorm ? gn : nullptr, K, M, m0, warp + jn * MMA_KS, g, t);
+            }
+            cp_async_commit();
+            cp_async_wait_but(stages - 1); /* chunk j's group has landed */
+            mma_chunk<T, TILES, MT> c;
+            pipe_take(c, ss, ring + (size_t)sj * 32 * np, pnorm, K, M, m0, warp + j * MMA_KS, g, t);
+            mma_run<PC>(acc, c);
+            sn = sj;
+            sj = sj + 1 == stages ? 0 : sj + 1;
+        }
+        __syncthreads(); /* every warp is done with its ring before red takes its place */
+    } else {
+        for (int c = warp;;) {
 #pragma unroll
-        for (int u = 0; u < U; u++)
-            if (c + u * MMA_KS < nc) mma_run<PC>(acc, ch[u]);
-        c += U * MMA_KS;
-        if (c >= nc) break;
+            for (int u = 0; u < U; u++) mma_load_x(ch[u], ss, xs, pnorm ? gn : nullptr, K, M, m0, c + u * MMA_KS, g, t);
 #pragma unroll
-        for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t, cs);
+            for (int u = 0; u < U; u++)
+                if (c + u * MMA_KS < nc) mma_run<PC>(acc, ch[u]);
+            c += U * MMA_KS;
+            if (c >= nc) break;
+#pragma unroll
+            for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t, cs);
+        }
     }
     if constexpr (OCC == 1) /* (the two-blocks form has no registers to spare) */
         if (pf.n[0]) l2_prefetch(pf, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
@@ -976,6 +1085,73 @@ static void matmul_rows(cudaStream_t st, float *y, const float *x, int M, const 
    chooses. */
 static int g_mma_tiles = 0;
 
+/* The staged form's ring slots a warp (k_mma's PIPE, MMA_MAX_STAGES at
+   most): DSPARK_CUDA_MMA_STAGES=S (2-8) asks for S, bf16 weights at 1-16
+   rows, fewer where a block's share of the SM's shared memory (at the
+   kernel's blocks per SM) holds fewer, none (the register form) below two;
+   0 or unset: the register form everywhere. Off by default until measured
+   (docs/BENCHMARKS.md). The same bits either way. cu_mma_stages sets it (a
+   negative value: back to the environment's) and returns the previous
+   value. */
+static int g_mma_stages = -1;
+static int mma_stages_clamp(int s) { return s < 2 ? 0 : s > MMA_MAX_STAGES ? MMA_MAX_STAGES : s; }
+static int mma_stages(void) {
+    if (g_mma_stages < 0) g_mma_stages = mma_stages_clamp(env_int("DSPARK_CUDA_MMA_STAGES", 0));
+    return g_mma_stages;
+}
+int cu_mma_stages(int set) {
+    const int prev = mma_stages();
+    g_mma_stages = set < 0 ? -1 : mma_stages_clamp(set);
+    return prev;
+}
+
+/* the dynamic shared memory a block of the staged kernel may take at OCC
+   blocks an SM (raised past the default 48 KiB once) */
+template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
+static int mma_ring_room(void) {
+    static int room = -1;
+    if (room < 0) {
+        auto k = k_mma<T, TILES, MT, EPI, OCC, PC, true>;
+        int dev = 0, per_sm = 0, optin = 0;
+        cudaGetDevice(&dev);
+        cudaFuncAttributes fa;
+        if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+            cudaFuncGetAttributes(&fa, k) != cudaSuccess) {
+            cudaGetLastError();
+            return room = 0;
+        }
+        int r = per_sm / OCC - 1024 - (int)fa.sharedSizeBytes; /* (1 KiB an SM keeps for each block) */
+        if (r > optin - (int)fa.sharedSizeBytes) r = optin - (int)fa.sharedSizeBytes;
+        if (r > (48 << 10) && cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, r) != cudaSuccess) {
+            cudaGetLastError();
+            r = (48 << 10) - (int)fa.sharedSizeBytes;
+        }
+        room = r > 0 ? r : 0;
+    }
+    return room;
+}
+
+template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
+static void mma_go_pc(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
+                      int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value && MT <= 2) {
+        const int want = mma_stages();
+        if (want) {
+            const size_t stage = (size_t)MMA_KS * 32 * sizeof(uint4) * mma_pieces<TILES, MT>(!PC && gn);
+            const size_t red = sizeof(float) * MMA_KS * TILES * MT * 4 * 32;
+            const size_t fit = (size_t)mma_ring_room<T, TILES, MT, EPI, OCC, PC>() / stage;
+            const int S = (size_t)want < fit ? want : (int)fit;
+            if (S >= 2)
+                return launch_smem(k_mma<T, TILES, MT, EPI, OCC, PC, true>, grd, 32 * MMA_KS,
+                                   S * stage > red ? S * stage : red, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps,
+                                   tl, tiled, cut, cu_mma_pf_cur, S);
+        }
+    }
+    launch(k_mma<T, TILES, MT, EPI, OCC, PC, false>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps,
+           tl, tiled, cut, cu_mma_pf_cur, 0);
+}
+
 /* One tile of one row group per block: two blocks fit an SM (registers),
    or three with registers capped for it. A grid of more than two and up
    to three blocks per SM (the qkv projection of the Qwen3 shapes: 384 on
@@ -988,11 +1164,8 @@ template <typename T, int TILES, int MT, int EPI, int OCC>
 static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
                    int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
     if constexpr (std::is_same<T, __nv_bfloat16>::value && MT <= 2)
-        if (cut.in)
-            return launch(k_mma<T, TILES, MT, EPI, OCC, true>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K,
-                          gn, eps, tl, tiled, cut, cu_mma_pf_cur);
-    launch(k_mma<T, TILES, MT, EPI, OCC, false>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl,
-           tiled, cut, cu_mma_pf_cur);
+        if (cut.in) return mma_go_pc<T, TILES, MT, EPI, OCC, true>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
+    mma_go_pc<T, TILES, MT, EPI, OCC, false>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
 }
 
 template <typename T, int TILES, int MT, int EPI>

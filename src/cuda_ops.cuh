@@ -141,6 +141,25 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /* all but the most recently committed group have landed */
 __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+/* 16 bytes, or 16 zero bytes (nothing read) where !ok */
+__device__ __forceinline__ void cp_async16_or_zero(void *smem, const void *gmem, bool ok) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem), "r"(ok ? 16 : 0) : "memory");
+}
+/* all but the n most recently committed groups have landed (n > 7: all
+   but 7, which waits longer than asked, never less) */
+__device__ __forceinline__ void cp_async_wait_but(int n) {
+    switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+    }
+}
 
 /* x as a TF32 head and tail, for the matmul's two-mma products and the
    attention's three-mma ones: the head is x as it stands (the tensor core
@@ -657,6 +676,8 @@ int cu_attention_early(int on);
    0 or -1, the default unless DSPARK_CUDA_ATT_WIDE=1, off; the same bits
    either way; for the tests); returns the previous setting */
 int cu_attention_wide(int on);
+/* the matmul's staged form: its ring slots a warp (0: off; see cuda_ops.cu) */
+int cu_mma_stages(int set);
 /* whether cu_attention takes the spread shape for a cache of len
    positions: the override, else len >= ATT_SPREAD_FROM */
 int cu_attn_spread_for(int len);

@@ -646,6 +646,115 @@ TEST(cuda_swiglu_two_same_bits) {
     cuda_test_swiglu_two(prev);
 }
 
+/* The matmul's staged form (cuda_test_mma_stages: each warp's chunks
+   streamed through a ring of shared memory) gives the register form's
+   bits on every path that takes it: the residual add, the folded norm with
+   a bias, the SwiGLU with its pre-cut copy (one block an SM and two), the
+   pre-cut add, the pre-normed path and the q/k/v projection's fused tail;
+   row-major and tile-major weights (cuda_test_matmul_* compare the two),
+   1-16 rows, widths off the tile sizes, and K from under one chunk a warp
+   to many rings' worth (so the ring wraps), at several ring sizes. */
+typedef struct {
+    float *y[7];
+    uint32_t *c[2];
+    float *q, *kc, *vc;
+} stage_out;
+static void stage_run(stage_out *o, const int *sh, const float *x, const float *g, const float *b, const void *p1,
+                      const void *p2, int prenorm_ok, int qkv_ok) {
+    const int M = sh[0], N = sh[1], K = sh[2];
+    const size_t yn = (size_t)M * N;
+    char err[512];
+    fill(o->y[0], yn, 1.0f); /* the add's addend: the same values each run (rng reset by the caller) */
+    CHECK_MSG(cuda_test_matmul_fused(o->y[0], x, M, p1, NULL, DT_BF16, N, K, b, 1, err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(cuda_test_matmul_norm(o->y[1], x, M, p1, NULL, DT_BF16, N, K, b, g, 1e-6f, 0, err, sizeof err) == 0, "%s",
+              err);
+    for (int two = 0; two < 2; two++) {
+        const int prev = cuda_test_swiglu_two(two);
+        CHECK_MSG(cuda_test_matmul_cut(o->y[2 + two], o->c[two], x, M, p1, p2, N, K, NULL, g, 1e-6f, 2, err,
+                                       sizeof err) == 0,
+                  "%s", err);
+        cuda_test_swiglu_two(prev);
+    }
+    fill(o->y[4], yn, 1.0f);
+    CHECK_MSG(cuda_test_matmul_cut(o->y[4], NULL, x, M, p1, NULL, N, K, b, NULL, 0.0f, 1, err, sizeof err) == 0, "%s",
+              err);
+    if (prenorm_ok) { /* K x K (p2) for the add, then N x K */
+        float *h = o->y[6];
+        fill(h, (size_t)M * K, 2.0f);
+        CHECK_MSG(cuda_test_prenorm(o->y[5], h, x, M, K, K, p2, p1, NULL, N, b, g, 1e-6f, 0, err, sizeof err) == 0, "%s",
+                  err);
+    }
+    if (qkv_ok) { /* N = (4 + 2 * 2) * 64 */
+        int pos[16];
+        float qn[64], kn[64], f[32];
+        for (int i = 0; i < 64; i++) qn[i] = 1.0f + 0.01f * i, kn[i] = 1.0f - 0.005f * i;
+        for (int i = 0; i < 32; i++) f[i] = powf(10000.0f, -2.0f * i / 64);
+        for (int m = 0; m < M; m++) pos[m] = 5 + m;
+        CHECK_MSG(cuda_test_qkv(o->q, o->kc, o->vc, x, M, p1, K, b, g, qn, kn, pos, f, 4, 2, 64, 24, 5, 1, err,
+                                sizeof err) == 0,
+                  "%s", err);
+    }
+}
+TEST(cuda_mma_stages_same_bits) {
+    if (!have_gpu()) return;
+    /* M, N, K: N = 512 takes the q/k/v case too (4 q heads, 2 kv heads of 64) */
+    const int shapes[][3] = {{1, 512, 64},   {1, 200, 1032},    {3, 512, 4104},   {8, 72, 2056},   {2, 5008, 264},
+                             {9, 512, 520}, {16, 512, 4096}, {16, 136, 12296}, {12, 1008, 1024}, {10, 4352, 256}};
+    const int stage_counts[] = {2, 3, 8};
+    const int prev = cuda_test_mma_stages(0);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        const int prenorm_ok = K % 16 == 0 && N % 16 == 0, qkv_ok = N == 512;
+        const size_t yn = (size_t)M * N, cn = 2 * 24 * 64, n2 = (size_t)(prenorm_ok && K > N ? K : N) * K;
+        float *x = xmalloc(sizeof(float) * M * K), *g = xmalloc(sizeof(float) * K), *b = xmalloc(sizeof(float) * N);
+        float *w1 = xmalloc(sizeof(float) * N * K), *w2 = xmalloc(sizeof(float) * n2);
+        fill(x, (size_t)M * K, 3.0f);
+        for (int i = 0; i < K; i++) g[i] = 1.0f + frand() * 0.5f;
+        fill(b, (size_t)N, 0.5f);
+        fill(w1, (size_t)N * K, 0.1f);
+        fill(w2, n2, 0.1f);
+        void *p1 = make_weights(DT_BF16, w1, (size_t)N * K), *p2 = make_weights(DT_BF16, w2, n2);
+        stage_out o[2];
+        for (int r = 0; r < 2; r++) {
+            for (int i = 0; i < 7; i++) o[r].y[i] = xmalloc(sizeof(float) * (i == 6 ? (size_t)M * K : yn));
+            for (int i = 0; i < 2; i++) o[r].c[i] = xmalloc(sizeof(uint32_t) * yn);
+            o[r].q = xmalloc(sizeof(float) * M * 4 * 64);
+            o[r].kc = xmalloc(sizeof(float) * cn), o[r].vc = xmalloc(sizeof(float) * cn);
+        }
+        uint64_t seed = rng;
+        cuda_test_mma_stages(0);
+        stage_run(&o[0], shapes[s], x, g, b, p1, p2, prenorm_ok, qkv_ok);
+        for (size_t c = 0; c < sizeof stage_counts / sizeof stage_counts[0]; c++) {
+            rng = seed;
+            cuda_test_mma_stages(stage_counts[c]);
+            stage_run(&o[1], shapes[s], x, g, b, p1, p2, prenorm_ok, qkv_ok);
+            static const char *const what[7] = {"residual add",     "folded norm",     "SwiGLU",
+                                                "SwiGLU (two an SM)", "pre-cut add",    "pre-normed matmul",
+                                                "pre-normed residual add"};
+            for (int i = 0; i < 7; i++) {
+                if (i >= 5 && !prenorm_ok) continue;
+                CHECK_MSG(!memcmp(o[0].y[i], o[1].y[i], sizeof(float) * (i == 6 ? (size_t)M * K : yn)),
+                          "%d ring slots, M=%d N=%d K=%d: the %s differs from the register form", stage_counts[c], M,
+                          N, K, what[i]);
+            }
+            for (int i = 0; i < 2; i++)
+                CHECK_MSG(!memcmp(o[0].c[i], o[1].c[i], sizeof(uint32_t) * yn),
+                          "%d ring slots, M=%d N=%d K=%d: the SwiGLU's pre-cut copy differs", stage_counts[c], M, N, K);
+            if (qkv_ok)
+                CHECK_MSG(!memcmp(o[0].q, o[1].q, sizeof(float) * M * 4 * 64) &&
+                              !memcmp(o[0].kc, o[1].kc, sizeof(float) * cn) &&
+                              !memcmp(o[0].vc, o[1].vc, sizeof(float) * cn),
+                          "%d ring slots, M=%d K=%d: the q/k/v projection's tail differs", stage_counts[c], M, K);
+        }
+        for (int r = 0; r < 2; r++) {
+            for (int i = 0; i < 7; i++) free(o[r].y[i]);
+            free(o[r].c[0]), free(o[r].c[1]), free(o[r].q), free(o[r].kc), free(o[r].vc);
+        }
+        free(x), free(g), free(b), free(w1), free(w2), free(p1), free(p2);
+    }
+    cuda_test_mma_stages(prev);
+}
+
 /* the q/k/v projection's fused tail (the last block of each head
    normalises, ropes and stores it) gives the bits of the matmul followed by
    the separate kernel, at every decode and verify width, head_dim 64 and
