@@ -189,6 +189,10 @@ int cuda_test_attention_wide(int on);
 /* sets the matmul's staged form (ring slots a warp, 2-8; 0 off; -1 the
  * environment's choice); returns the previous count */
 int cuda_test_mma_stages(int s);
+/* sets the staged form's persistent grid (0 off; 1 as many blocks as fit
+ * the GPU; n > 1 at most n blocks; -1 the environment's choice); returns
+ * the previous setting */
+int cuda_test_mma_persist(int n);
 /* sets whether this thread's bf16 SwiGLU matmuls of 1-8 rows run two blocks
    an SM (cu_swiglu_two; the same bits either way); returns the previous
    setting */

@@ -579,99 +579,213 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
                                                     int tiled, cu_cut cut, cu_pf pf, int stages) {
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES; /* output tiles */
     constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
-    /* the warps' partial sums; in the staged form they take the rings' place */
-    __shared__ float red_s[PIPE ? 1 : MMA_KS][PIPE ? 1 : NV][32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int m0 = blockIdx.y * MT * 8, nc = (K + 31) / 32, cs = tiled ? 512 : 32;
+    /* the staged form: this warp's ring (stages slots of np pieces), its
+       chunks of a tile (warp + j * MMA_KS for j < nj), the activations'
+       source and whether the norm's weights come with them */
+    const bool pnorm = !PC && gn;
+    const int np = mma_pieces<TILES, MT>(pnorm), nj = warp < nc ? (nc - 1 - warp) / MMA_KS + 1 : 0;
     extern __shared__ uint4 mma_ring[];
-    float(*const red)[NV][32] = PIPE ? reinterpret_cast<float(*)[NV][32]>(mma_ring)
+    uint4 *const ring = mma_ring + (size_t)warp * stages * 32 * np + lane;
+    const float *const xs = PC ? reinterpret_cast<const float *>(cut.in) : x; /* pre-cut: the words at the f32 offsets */
+    /* the warps' partial sums: after the rings in the staged form */
+    __shared__ float red_s[PIPE ? 1 : MMA_KS][PIPE ? 1 : NV][32];
+    float(*const red)[NV][32] = PIPE ? reinterpret_cast<float(*)[NV][32]>(mma_ring + (size_t)MMA_KS * stages * 32 * np)
                                      : reinterpret_cast<float(*)[NV][32]>(&red_s[0][0][0]);
     __shared__ float ssw[MMA_KS][MT * 8], rr[MT * 8];
     /* MM_ADD with cut.ngn: the block's new x values, for their groups' sums of squares */
     __shared__ float vt[EPI == MM_ADD ? MT * 8 : 1][EPI == MM_ADD ? OT * 16 : 1];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-    const int n0 = blockIdx.x * OT * 16, m0 = blockIdx.y * MT * 8;
-    const int nc = (K + 31) / 32, cs = tiled ? 512 : 32;
-    /* rows g and g+8 of each tile at the lane's columns 8t..8t+7 of chunk 0;
-       rows past N read row N-1 (row-major) or the zero padding (dropped) */
+    /* rows g and g+8 of each tile of the output tiles at n0, at the lane's
+       columns 8t..8t+7 of chunk 0; rows past N read row N-1 (row-major) or
+       the zero padding (dropped) */
+    auto tile_ptrs = [&](const T *(&pa)[TILES], const T *(&pb)[TILES], int n0) {
+#pragma unroll
+        for (int i = 0; i < TILES; i++) {
+            const T *base = EPI == MM_SWIGLU && i >= OT ? W2 : W;
+            if (tiled) {
+                int R = n0 / 16 + i % OT, last = (N - 1) / 16;
+                pa[i] = base + (size_t)(R < last ? R : last) * nc * 512 + g * 32 + 8 * t;
+                pb[i] = pa[i] + 256;
+            } else {
+                int ra = n0 + 16 * (i % OT) + g, rb = ra + 8;
+                pa[i] = base + (size_t)(ra < N ? ra : N - 1) * K + 8 * t;
+                pb[i] = base + (size_t)(rb < N ? rb : N - 1) * K + 8 * t;
+            }
+        }
+    };
+    float acc[TILES][MT][4], ss[MT];
+    auto zero = [&]() {
+#pragma unroll
+        for (int i = 0; i < TILES; i++)
+#pragma unroll
+            for (int j = 0; j < MT; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < MT; j++) ss[j] = 0.0f;
+    };
+    /* the block's sums for the output tiles at n0 (acc and ss of every
+       warp) into y: the partials added in warp order, the norm factor, the
+       epilogue, and what it writes for others (the pre-cut copy, the next
+       norm's input and sums, the q/k/v tail) */
+    auto finish = [&](int n0) {
+#pragma unroll
+        for (int i = 0; i < TILES; i++)
+#pragma unroll
+            for (int j = 0; j < MT; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) red[warp][(i * MT + j) * 4 + q][lane] = acc[i][j][q];
+        if (gn && !cut.ps) {
+#pragma unroll
+            for (int j = 0; j < MT; j++) {
+                float v = ss[j];
+                v += __shfl_xor_sync(0xffffffffu, v, 1);
+                v += __shfl_xor_sync(0xffffffffu, v, 2);
+                if (t == 0) ssw[warp][8 * j + g] = v;
+            }
+            __syncthreads();
+            if (threadIdx.x < MT * 8) {
+                float v = ssw[0][threadIdx.x];
+#pragma unroll
+                for (int w = 1; w < MMA_KS; w++) v += ssw[w][threadIdx.x];
+                rr[threadIdx.x] = 1.0f / sqrtf(v / (float)K + eps);
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < OT * MT * 4 * 32; e += 32 * MMA_KS) {
+            int l = e % 32, v = e / 32, q = v % 4, j = (v / 4) % MT, i = v / (4 * MT);
+            int n = n0 + 16 * i + l / 4 + (q >> 1) * 8, m = m0 + 8 * j + 2 * (l % 4) + (q & 1);
+            float s = red[0][v][l];
+#pragma unroll
+            for (int w = 1; w < MMA_KS; w++) s += red[w][v][l];
+            if (n >= N || m >= M) continue;
+            if (gn) s *= rr[m - m0];
+            float *dst = y + (size_t)m * N + n;
+            if (EPI == MM_SWIGLU) {
+                int vu = ((i + OT) * MT + j) * 4 + q;
+                float u = red[0][vu][l];
+#pragma unroll
+                for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
+                if (gn) u *= rr[m - m0];
+                const float v = s / (1.0f + expf(-s)) * u;
+                *dst = v;
+                if (cut.out) bf16_cut_put(cut.out + (size_t)m * N, n, v);
+            } else {
+                float r = bias ? s + bias[n] : s;
+                if (EPI == MM_ADD) {
+                    const float nv = *dst + r;
+                    *dst = nv;
+                    if (cut.ngn) {
+                        bf16_cut_put(cut.out + (size_t)m * N, n, cut.ngn[n] * nv);
+                        vt[m - m0][n - n0] = nv;
+                    }
+                } else {
+                    *dst = r;
+                }
+            }
+        }
+        if constexpr (EPI == MM_ADD)
+            if (cut.ngn) { /* each 16-column group's squares in column order (N % 16 == 0: cu_layer_matmul) */
+                __syncthreads();
+                for (int e = threadIdx.x; e < MT * 8 * OT; e += 32 * MMA_KS) {
+                    const int r = e / OT, i = e % OT, m = m0 + r, n = n0 + 16 * i;
+                    if (m >= M || n >= N) continue;
+                    float s = 0.0f;
+#pragma unroll
+                    for (int q = 0; q < 16; q++) s = fmaf(vt[r][16 * i + q], vt[r][16 * i + q], s);
+                    cut.nps[(size_t)m * (N / 16) + n / 16] = s;
+                }
+            }
+        if constexpr (EPI == MM_STORE)
+            if (tail.cnt) qkv_tail(tail, M, m0, MT * 8, n0, OT * 16);
+    };
     const T *wa[TILES], *wb[TILES];
-#pragma unroll
-    for (int i = 0; i < TILES; i++) {
-        const T *base = EPI == MM_SWIGLU && i >= OT ? W2 : W;
-        if (tiled) {
-            int R = n0 / 16 + i % OT, last = (N - 1) / 16;
-            wa[i] = base + (size_t)(R < last ? R : last) * nc * 512 + g * 32 + 8 * t;
-            wb[i] = wa[i] + 256;
-        } else {
-            int ra = n0 + 16 * (i % OT) + g, rb = ra + 8;
-            wa[i] = base + (size_t)(ra < N ? ra : N - 1) * K + 8 * t;
-            wb[i] = base + (size_t)(rb < N ? rb : N - 1) * K + 8 * t;
-        }
-    }
-    float acc[TILES][MT][4];
-#pragma unroll
-    for (int i = 0; i < TILES; i++)
-#pragma unroll
-        for (int j = 0; j < MT; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
-    /* U chunks in flight per warp (three when registers are capped: with
-       four the 9-16-row kernel capped for two blocks per SM spilled 84
-       bytes, and three made it 6% faster); the first group's weights are
-       requested before waiting for the previous kernel. U does not change
-       the order in which a warp's chunks are accumulated. */
-    constexpr int U = OCC >= 2      ? (TILES >= 4 ? 2 : MMA_U_CAPPED)
-                      : TILES * MT <= 2 ? MMA_U_SMALL
-                      : MT == 1         ? MMA_U_WIDE
-                                        : MMA_U_LARGE;
-    mma_chunk<T, TILES, MT> ch[U];
-    float ss[MT];
-#pragma unroll
-    for (int j = 0; j < MT; j++) ss[j] = 0.0f;
-    /* the staged form: this warp's ring, its chunks (warp + j * MMA_KS for
-       j < nj), the activations' source and whether the norm's weights come
-       with them */
-    const bool pnorm = !PC && gn;
-    const int np = mma_pieces<TILES, MT>(pnorm), nj = warp < nc ? (nc - 1 - warp) / MMA_KS + 1 : 0;
-    uint4 *const ring = mma_ring + (size_t)warp * stages * 32 * np + lane;
-    const float *const xs = PC ? reinterpret_cast<const float *>(cut.in) : x; /* pre-cut: the words at the f32 offsets */
+    tile_ptrs(wa, wb, blockIdx.x * OT * 16);
+    zero();
     pdl_trigger();
-    if constexpr (PIPE) { /* the first stages - 1 chunks' weights: one group with the first activations */
-        for (int j = 0; j < stages - 1 && j < nj; j++)
-            pipe_issue_w<T, TILES>(ring + (size_t)j * 32 * np, wa, wb, K, warp + j * MMA_KS, t, cs);
-    } else {
-#pragma unroll
-        for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t, cs);
-    }
-    pdl_wait();
-    /* the pre-normed path's norm factors, while the first weights land; its
-       matmuls take pre-cut inputs at 1-16 rows and the f32 ones beyond (so
-       only those kernels carry the code: the others keep their registers) */
-    if constexpr (EPI != MM_ADD && (PC || MT > 2))
-        if (gn && cut.ps) norm_from_sums(rr, cut.ps, K, M, m0, MT * 8, eps);
     if constexpr (PIPE) {
-        for (int j = 0; j < stages - 1; j++) {
-            if (j < nj)
-                pipe_issue_x<TILES, MT>(ring + (size_t)j * 32 * np, xs, pnorm ? gn : nullptr, K, M, m0,
-                                        warp + j * MMA_KS, g, t);
-            cp_async_commit();
+        /* The block's output tiles are blockIdx.x, + gridDim.x, ... (one
+           unless the grid is persistent), each nj chunks a warp: one stream
+           of nq positions, issued stages - 1 ahead through the ring by a
+           cursor (tile ti, chunk ji, its weights pa/pb); chunk ji's
+           activations are the same for every tile. The first stages - 1
+           positions' weights are requested before the wait, in one group
+           with the first activations. */
+        const int ntile = (N + OT * 16 - 1) / (OT * 16);
+        const int ntb = blockIdx.x < ntile ? (ntile - 1 - blockIdx.x) / gridDim.x + 1 : 0, nq = ntb * nj;
+        int ti = blockIdx.x, ji = 0;
+        const T *pa[TILES], *pb[TILES];
+#pragma unroll
+        for (int i = 0; i < TILES; i++) pa[i] = wa[i], pb[i] = wb[i];
+        auto advance = [&]() {
+            if (++ji == nj) {
+                ji = 0;
+                ti += gridDim.x;
+                if (ti < ntile) tile_ptrs(pa, pb, ti * OT * 16);
+            }
+        };
+        for (int q = 0; q < stages - 1 && q < nq; q++) {
+            pipe_issue_w<T, TILES>(ring + (size_t)q * 32 * np, pa, pb, K, warp + ji * MMA_KS, t, cs);
+            advance();
         }
-        /* slot sj holds chunk j, slot sn chunk j + stages - 1 (the one before sj) */
-        for (int j = 0, sj = 0, sn = stages - 1; j < nj; j++) {
-            const int jn = j + stages - 1;
-            if (jn < nj) {
-                uint4 *slot = ring + (size_t)sn * 32 * np;
-                pipe_issue_w<T, TILES>(slot, wa, wb, K, warp + jn * MMA_KS, t, cs);
-                pipe_issue_x<TILES, MT>(slot, xs, pnorm ? gn : nullptr, K, M, m0, warp + jn * MMA_KS, g, t);
+        pdl_wait();
+        /* (the pre-normed path's norm factors: below) */
+        if constexpr (EPI != MM_ADD && PC)
+            if (gn && cut.ps) norm_from_sums(rr, cut.ps, K, M, m0, MT * 8, eps);
+        for (int q = 0, xj = 0; q < stages - 1; q++) {
+            if (q < nq) {
+                pipe_issue_x<TILES, MT>(ring + (size_t)q * 32 * np, xs, pnorm ? gn : nullptr, K, M, m0,
+                                        warp + xj * MMA_KS, g, t);
+                xj = xj + 1 == nj ? 0 : xj + 1;
             }
             cp_async_commit();
-            cp_async_wait_but(stages - 1); /* chunk j's group has landed */
-            mma_chunk<T, TILES, MT> c;
-            pipe_take(c, ss, ring + (size_t)sj * 32 * np, pnorm, K, M, m0, warp + j * MMA_KS, g, t);
-            mma_run<PC>(acc, c);
-            sn = sj;
-            sj = sj + 1 == stages ? 0 : sj + 1;
         }
-        __syncthreads(); /* every warp is done with its ring before red takes its place */
+        /* slot sq holds position q, slot sn position q + stages - 1 (the one before sq) */
+        int q = 0, sq = 0, sn = stages - 1;
+        for (int tb = 0; tb < ntb; tb++) {
+            if (tb) {
+                __syncthreads(); /* every warp is done with the previous tile's red, rr and vt */
+                zero();
+            }
+            for (int j = 0; j < nj; j++, q++) {
+                if (q + stages - 1 < nq) {
+                    uint4 *slot = ring + (size_t)sn * 32 * np;
+                    pipe_issue_w<T, TILES>(slot, pa, pb, K, warp + ji * MMA_KS, t, cs);
+                    pipe_issue_x<TILES, MT>(slot, xs, pnorm ? gn : nullptr, K, M, m0, warp + ji * MMA_KS, g, t);
+                    advance();
+                }
+                cp_async_commit();
+                cp_async_wait_but(stages - 1); /* position q's group has landed */
+                mma_chunk<T, TILES, MT> c;
+                pipe_take(c, ss, ring + (size_t)sq * 32 * np, pnorm, K, M, m0, warp + j * MMA_KS, g, t);
+                mma_run<PC>(acc, c);
+                sn = sq;
+                sq = sq + 1 == stages ? 0 : sq + 1;
+            }
+            finish((blockIdx.x + tb * gridDim.x) * OT * 16);
+        }
+        if constexpr (OCC == 1)
+            if (pf.n[0]) l2_prefetch(pf, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
     } else {
+        /* U chunks in flight per warp (three when registers are capped: with
+           four the 9-16-row kernel capped for two blocks per SM spilled 84
+           bytes, and three made it 6% faster); the first group's weights are
+           requested before waiting for the previous kernel. U does not change
+           the order in which a warp's chunks are accumulated. */
+        constexpr int U = OCC >= 2      ? (TILES >= 4 ? 2 : MMA_U_CAPPED)
+                          : TILES * MT <= 2 ? MMA_U_SMALL
+                          : MT == 1         ? MMA_U_WIDE
+                                            : MMA_U_LARGE;
+        mma_chunk<T, TILES, MT> ch[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t, cs);
+        pdl_wait();
+        /* the pre-normed path's norm factors, while the first weights land; its
+           matmuls take pre-cut inputs at 1-16 rows and the f32 ones beyond (so
+           only those kernels carry the code: the others keep their registers) */
+        if constexpr (EPI != MM_ADD && (PC || MT > 2))
+            if (gn && cut.ps) norm_from_sums(rr, cut.ps, K, M, m0, MT * 8, eps);
         for (int c = warp;;) {
 #pragma unroll
             for (int u = 0; u < U; u++) mma_load_x(ch[u], ss, xs, pnorm ? gn : nullptr, K, M, m0, c + u * MMA_KS, g, t);
@@ -683,78 +797,10 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
 #pragma unroll
             for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t, cs);
         }
+        if constexpr (OCC == 1) /* (the two-blocks form has no registers to spare) */
+            if (pf.n[0]) l2_prefetch(pf, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
+        finish(blockIdx.x * OT * 16);
     }
-    if constexpr (OCC == 1) /* (the two-blocks form has no registers to spare) */
-        if (pf.n[0]) l2_prefetch(pf, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
-#pragma unroll
-    for (int i = 0; i < TILES; i++)
-#pragma unroll
-        for (int j = 0; j < MT; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) red[warp][(i * MT + j) * 4 + q][lane] = acc[i][j][q];
-    if (gn && !cut.ps) {
-#pragma unroll
-        for (int j = 0; j < MT; j++) {
-            float v = ss[j];
-            v += __shfl_xor_sync(0xffffffffu, v, 1);
-            v += __shfl_xor_sync(0xffffffffu, v, 2);
-            if (t == 0) ssw[warp][8 * j + g] = v;
-        }
-        __syncthreads();
-        if (threadIdx.x < MT * 8) {
-            float v = ssw[0][threadIdx.x];
-#pragma unroll
-            for (int w = 1; w < MMA_KS; w++) v += ssw[w][threadIdx.x];
-            rr[threadIdx.x] = 1.0f / sqrtf(v / (float)K + eps);
-        }
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < OT * MT * 4 * 32; e += 32 * MMA_KS) {
-        int l = e % 32, v = e / 32, q = v % 4, j = (v / 4) % MT, i = v / (4 * MT);
-        int n = n0 + 16 * i + l / 4 + (q >> 1) * 8, m = m0 + 8 * j + 2 * (l % 4) + (q & 1);
-        float s = red[0][v][l];
-#pragma unroll
-        for (int w = 1; w < MMA_KS; w++) s += red[w][v][l];
-        if (n >= N || m >= M) continue;
-        if (gn) s *= rr[m - m0];
-        float *dst = y + (size_t)m * N + n;
-        if (EPI == MM_SWIGLU) {
-            int vu = ((i + OT) * MT + j) * 4 + q;
-            float u = red[0][vu][l];
-#pragma unroll
-            for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
-            if (gn) u *= rr[m - m0];
-            const float v = s / (1.0f + expf(-s)) * u;
-            *dst = v;
-            if (cut.out) bf16_cut_put(cut.out + (size_t)m * N, n, v);
-        } else {
-            float r = bias ? s + bias[n] : s;
-            if (EPI == MM_ADD) {
-                const float nv = *dst + r;
-                *dst = nv;
-                if (cut.ngn) {
-                    bf16_cut_put(cut.out + (size_t)m * N, n, cut.ngn[n] * nv);
-                    vt[m - m0][n - n0] = nv;
-                }
-            } else {
-                *dst = r;
-            }
-        }
-    }
-    if constexpr (EPI == MM_ADD)
-        if (cut.ngn) { /* each 16-column group's squares in column order (N % 16 == 0: cu_layer_matmul) */
-            __syncthreads();
-            for (int e = threadIdx.x; e < MT * 8 * OT; e += 32 * MMA_KS) {
-                const int r = e / OT, i = e % OT, m = m0 + r, n = n0 + 16 * i;
-                if (m >= M || n >= N) continue;
-                float s = 0.0f;
-#pragma unroll
-                for (int q = 0; q < 16; q++) s = fmaf(vt[r][16 * i + q], vt[r][16 * i + q], s);
-                cut.nps[(size_t)m * (N / 16) + n / 16] = s;
-            }
-        }
-    if constexpr (EPI == MM_STORE)
-        if (tail.cnt) qkv_tail(tail, M, m0, MT * 8, n0, OT * 16);
 }
 
 /* one block (256 threads) per row; fixed strided partial sums, then a fixed tree */
@@ -1132,20 +1178,52 @@ static int mma_ring_room(void) {
     return room;
 }
 
+/* DSPARK_CUDA_MMA_PERSIST=1 (with the staged form; off by default until
+   measured): the grid holds as many blocks as fit the GPU at once, each
+   taking output tiles blockIdx.x, + gridDim.x, ... with its rings running
+   on from one tile into the next (no block's start-up between tiles);
+   the same bits. cu_mma_persist sets it (n > 1: at most n blocks, for the
+   tests; a negative value: back to the environment's) and returns the
+   previous value. */
+static int g_mma_persist = -1;
+static int mma_persist(void) {
+    if (g_mma_persist < 0) g_mma_persist = env_int("DSPARK_CUDA_MMA_PERSIST", 0) > 0;
+    return g_mma_persist;
+}
+int cu_mma_persist(int set) {
+    const int prev = mma_persist();
+    g_mma_persist = set < 0 ? -1 : set;
+    return prev;
+}
+
 template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
 static void mma_go_pc(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
                       int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
     if constexpr (std::is_same<T, __nv_bfloat16>::value && MT <= 2) {
         const int want = mma_stages();
         if (want) {
+            auto k = k_mma<T, TILES, MT, EPI, OCC, PC, true>;
             const size_t stage = (size_t)MMA_KS * 32 * sizeof(uint4) * mma_pieces<TILES, MT>(!PC && gn);
-            const size_t red = sizeof(float) * MMA_KS * TILES * MT * 4 * 32;
-            const size_t fit = (size_t)mma_ring_room<T, TILES, MT, EPI, OCC, PC>() / stage;
+            const size_t red = sizeof(float) * MMA_KS * TILES * MT * 4 * 32, room = mma_ring_room<T, TILES, MT, EPI, OCC, PC>();
+            const size_t fit = room > red ? (room - red) / stage : 0;
             const int S = (size_t)want < fit ? want : (int)fit;
-            if (S >= 2)
-                return launch_smem(k_mma<T, TILES, MT, EPI, OCC, PC, true>, grd, 32 * MMA_KS,
-                                   S * stage > red ? S * stage : red, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps,
-                                   tl, tiled, cut, cu_mma_pf_cur, S);
+            if (S >= 2) {
+                const size_t smem = S * stage + red;
+                if (int per = mma_persist()) {
+                    static size_t occ_smem = 0; /* the blocks an SM at the last size asked */
+                    static int occ = 0;
+                    if (per == 1 && occ_smem != smem) {
+                        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, 32 * MMA_KS, smem) != cudaSuccess)
+                            cudaGetLastError(), occ = 0;
+                        occ_smem = smem;
+                    }
+                    const unsigned cap = per == 1 ? (unsigned)((occ > 0 ? occ : 1) * sm_count()) : (unsigned)per;
+                    const unsigned cx = cap / grd.y > 0 ? cap / grd.y : 1;
+                    if (grd.x > cx) grd.x = cx;
+                }
+                return launch_smem(k, grd, 32 * MMA_KS, smem, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl, tiled,
+                                   cut, cu_mma_pf_cur, S);
+            }
         }
     }
     launch(k_mma<T, TILES, MT, EPI, OCC, PC, false>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps,

@@ -678,6 +678,8 @@ int cu_attention_early(int on);
 int cu_attention_wide(int on);
 /* the matmul's staged form: its ring slots a warp (0: off; see cuda_ops.cu) */
 int cu_mma_stages(int set);
+/* the staged form's persistent grid (0 off, 1 on, n > 1 at most n blocks; see cuda_ops.cu) */
+int cu_mma_persist(int set);
 /* whether cu_attention takes the spread shape for a cache of len
    positions: the override, else len >= ATT_SPREAD_FROM */
 int cu_attn_spread_for(int len);

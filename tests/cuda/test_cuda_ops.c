@@ -653,7 +653,9 @@ TEST(cuda_swiglu_two_same_bits) {
    pre-cut add, the pre-normed path and the q/k/v projection's fused tail;
    row-major and tile-major weights (cuda_test_matmul_* compare the two),
    1-16 rows, widths off the tile sizes, and K from under one chunk a warp
-   to many rings' worth (so the ring wraps), at several ring sizes. */
+   to many rings' worth (so the ring wraps), at several ring sizes, with
+   a block a tile and with persistent grids (cuda_test_mma_persist: as
+   many blocks as fit, and two or three blocks taking every tile). */
 typedef struct {
     float *y[7];
     uint32_t *c[2];
@@ -700,8 +702,8 @@ TEST(cuda_mma_stages_same_bits) {
     /* M, N, K: N = 512 takes the q/k/v case too (4 q heads, 2 kv heads of 64) */
     const int shapes[][3] = {{1, 512, 64},   {1, 200, 1032},    {3, 512, 4104},   {8, 72, 2056},   {2, 5008, 264},
                              {9, 512, 520}, {16, 512, 4096}, {16, 136, 12296}, {12, 1008, 1024}, {10, 4352, 256}};
-    const int stage_counts[] = {2, 3, 8};
-    const int prev = cuda_test_mma_stages(0);
+    const int runs[][2] = {{2, 0}, {3, 0}, {8, 0}, {4, 1}, {2, 3}, {5, 2}}; /* ring slots, persistent grid */
+    const int prev = cuda_test_mma_stages(0), prev_p = cuda_test_mma_persist(0);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
         const int prenorm_ok = K % 16 == 0 && N % 16 == 0, qkv_ok = N == 512;
@@ -724,27 +726,31 @@ TEST(cuda_mma_stages_same_bits) {
         uint64_t seed = rng;
         cuda_test_mma_stages(0);
         stage_run(&o[0], shapes[s], x, g, b, p1, p2, prenorm_ok, qkv_ok);
-        for (size_t c = 0; c < sizeof stage_counts / sizeof stage_counts[0]; c++) {
+        for (size_t c = 0; c < sizeof runs / sizeof runs[0]; c++) {
             rng = seed;
-            cuda_test_mma_stages(stage_counts[c]);
+            cuda_test_mma_stages(runs[c][0]);
+            cuda_test_mma_persist(runs[c][1]);
             stage_run(&o[1], shapes[s], x, g, b, p1, p2, prenorm_ok, qkv_ok);
+            cuda_test_mma_persist(0);
             static const char *const what[7] = {"residual add",     "folded norm",     "SwiGLU",
                                                 "SwiGLU (two an SM)", "pre-cut add",    "pre-normed matmul",
                                                 "pre-normed residual add"};
             for (int i = 0; i < 7; i++) {
                 if (i >= 5 && !prenorm_ok) continue;
                 CHECK_MSG(!memcmp(o[0].y[i], o[1].y[i], sizeof(float) * (i == 6 ? (size_t)M * K : yn)),
-                          "%d ring slots, M=%d N=%d K=%d: the %s differs from the register form", stage_counts[c], M,
-                          N, K, what[i]);
+                          "%d ring slots, grid %d, M=%d N=%d K=%d: the %s differs from the register form", runs[c][0],
+                          runs[c][1], M, N, K, what[i]);
             }
             for (int i = 0; i < 2; i++)
                 CHECK_MSG(!memcmp(o[0].c[i], o[1].c[i], sizeof(uint32_t) * yn),
-                          "%d ring slots, M=%d N=%d K=%d: the SwiGLU's pre-cut copy differs", stage_counts[c], M, N, K);
+                          "%d ring slots, grid %d, M=%d N=%d K=%d: the SwiGLU's pre-cut copy differs", runs[c][0],
+                          runs[c][1], M, N, K);
             if (qkv_ok)
                 CHECK_MSG(!memcmp(o[0].q, o[1].q, sizeof(float) * M * 4 * 64) &&
                               !memcmp(o[0].kc, o[1].kc, sizeof(float) * cn) &&
                               !memcmp(o[0].vc, o[1].vc, sizeof(float) * cn),
-                          "%d ring slots, M=%d K=%d: the q/k/v projection's tail differs", stage_counts[c], M, K);
+                          "%d ring slots, grid %d, M=%d K=%d: the q/k/v projection's tail differs", runs[c][0],
+                          runs[c][1], M, K);
         }
         for (int r = 0; r < 2; r++) {
             for (int i = 0; i < 7; i++) free(o[r].y[i]);
@@ -753,6 +759,7 @@ TEST(cuda_mma_stages_same_bits) {
         free(x), free(g), free(b), free(w1), free(w2), free(p1), free(p2);
     }
     cuda_test_mma_stages(prev);
+    cuda_test_mma_persist(prev_p);
 }
 
 /* the q/k/v projection's fused tail (the last block of each head
