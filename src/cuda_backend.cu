@@ -745,15 +745,24 @@ static cudaGraphExec_t capture(cuda_ctx *x, cudaGraphExec_t *g, int M, int n_sel
                                int spread) {
     if (*g) return *g;
     cudaGraph_t graph = NULL;
-    if (cudaStreamBeginCapture(x->st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) goto fail;
+    cudaError_t e = cudaStreamBeginCapture(x->st, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) goto fail;
     enqueue_chunk(x, M, n_sel, out, tb, 0, tap_dst{x->d_taps, GRAPH_ROWS}, spread);
-    if (cudaStreamEndCapture(x->st, &graph) != cudaSuccess || !graph) goto fail;
-    if (cudaGraphInstantiate(g, graph, 0) != cudaSuccess) goto fail;
+    if ((e = cudaStreamEndCapture(x->st, &graph)) != cudaSuccess || !graph) goto fail;
+    if ((e = cudaGraphInstantiate(g, graph, 0)) != cudaSuccess) goto fail;
     cudaGraphDestroy(graph);
     return *g;
 fail:
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();
+    { /* the results stay right, only slower: said once, so that a timing knows */
+        static int said = 0;
+        if (!said) {
+            said = 1;
+            fprintf(stderr, "dspark: CUDA graph capture failed (%s); this context runs kernel by kernel\n",
+                    cudaGetErrorString(e));
+        }
+    }
     *g = NULL;
     x->use_graphs = 0;
     return NULL;
