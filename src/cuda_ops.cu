@@ -367,15 +367,18 @@ __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_ch
    requests U chunks, waits for them, computes, and only then requests the
    next ones). A slot holds a lane's 16-byte pieces 32 apart (a warp's piece
    is 512 contiguous bytes: conflict-free), in mma_chunk's order: the
-   weights (rows g and g + 8 of each tile), the activation row groups, then
-   with a folded norm its 8 weights. Each lane reads back only the pieces it
-   requested, so no warp or block waits for another. Pieces past K or past
-   the rows are zero-filled, the values the register form loads there; a
-   chunk's operations and their order are the register form's: the same
-   bits. */
+   weights (rows g and g + 8 of each tile), then the activation row groups.
+   Each lane reads back only the pieces it requested, so no warp waits for
+   another (a folded norm's weights, the same for every chunk of a row,
+   are copied once a block and shared: mma_norm_stage). Pieces past K or
+   past the rows are zero-filled, the values the register form loads
+   there; a chunk's operations and their order are the register form's:
+   the same bits. */
 #define MMA_MAX_STAGES 8
-template <int TILES, int MT> __host__ __device__ constexpr int mma_pieces(bool norm) {
-    return 2 * TILES + 2 * MT + (norm ? 2 : 0);
+template <int TILES, int MT> __host__ __device__ constexpr int mma_pieces() { return 2 * TILES + 2 * MT; }
+/* a folded norm's K weights into the block's copy gs (K % 8 == 0), by all its threads */
+__device__ __forceinline__ void mma_norm_stage(float *gs, const float *gn, int K) {
+    for (int i = threadIdx.x; i < K / 4; i += blockDim.x) cp_async16(gs + 4 * i, gn + 4 * i);
 }
 template <typename T, int TILES>
 __device__ __forceinline__ void pipe_issue_w(uint4 *slot, const T *const (&wa)[TILES], const T *const (&wb)[TILES],
@@ -389,8 +392,7 @@ __device__ __forceinline__ void pipe_issue_w(uint4 *slot, const T *const (&wa)[T
     }
 }
 template <int TILES, int MT>
-__device__ __forceinline__ void pipe_issue_x(uint4 *slot, const float *x, const float *gn, int K, int M, int m0, int c32,
-                                             int g, int t) {
+__device__ __forceinline__ void pipe_issue_x(uint4 *slot, const float *x, int K, int M, int m0, int c32, int g, int t) {
     const int k = c32 * 32 + 8 * t;
     const bool ok = k < K;
     uint4 *s = slot + 64 * TILES;
@@ -402,29 +404,26 @@ __device__ __forceinline__ void pipe_issue_x(uint4 *slot, const float *x, const 
         cp_async16_or_zero(s + 64 * j, p, r);
         cp_async16_or_zero(s + 64 * j + 32, p + 4, r);
     }
-    if (gn) {
-        const float *p = ok ? gn + k : gn;
-        cp_async16_or_zero(s + 64 * MT, p, ok);
-        cp_async16_or_zero(s + 64 * MT + 32, p + 4, ok);
-    }
 }
-/* the chunk from its slot, the folded norm (norm) applied as mma_load_x does */
+/* the chunk from its slot, the folded norm (its weights in gs; NULL: none)
+   applied as mma_load_x does */
 template <typename T, int TILES, int MT>
-__device__ __forceinline__ void pipe_take(mma_chunk<T, TILES, MT> &c, float (&ss)[MT], const uint4 *slot, bool norm,
-                                          int K, int M, int m0, int c32, int g, int t) {
+__device__ __forceinline__ void pipe_take(mma_chunk<T, TILES, MT> &c, float (&ss)[MT], const uint4 *slot,
+                                          const float *gs, int K, int M, int m0, int c32, int g, int t) {
 #pragma unroll
     for (int i = 0; i < TILES; i++) {
         c.wa[i].u = slot[64 * i];
         c.wb[i].u = slot[64 * i + 32];
     }
     const float4 *s = reinterpret_cast<const float4 *>(slot + 64 * TILES);
-    const bool ok = c32 * 32 + 8 * t < K;
+    const int k = c32 * 32 + 8 * t;
+    const bool ok = k < K;
 #pragma unroll
     for (int j = 0; j < MT; j++) {
         c.xa[j] = s[64 * j];
         c.xb[j] = s[64 * j + 32];
-        if (norm && ok && m0 + 8 * j + g < M) {
-            const float4 ga = s[64 * MT], gb = s[64 * MT + 32];
+        if (gs && ok && m0 + 8 * j + g < M) {
+            const float4 ga = *reinterpret_cast<const float4 *>(gs + k), gb = *reinterpret_cast<const float4 *>(gs + k + 4);
             ss[j] = sumsq8(ss[j], c.xa[j], c.xb[j]);
             c.xa[j] = mul4(c.xa[j], ga);
             c.xb[j] = mul4(c.xb[j], gb);
@@ -583,16 +582,18 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
     const int m0 = blockIdx.y * MT * 8, nc = (K + 31) / 32, cs = tiled ? 512 : 32;
     /* the staged form: this warp's ring (stages slots of np pieces), its
        chunks of a tile (warp + j * MMA_KS for j < nj), the activations'
-       source and whether the norm's weights come with them */
+       source and whether they take a folded norm's weights */
     const bool pnorm = !PC && gn;
-    const int np = mma_pieces<TILES, MT>(pnorm), nj = warp < nc ? (nc - 1 - warp) / MMA_KS + 1 : 0;
+    const int np = mma_pieces<TILES, MT>(), nj = warp < nc ? (nc - 1 - warp) / MMA_KS + 1 : 0;
     extern __shared__ uint4 mma_ring[];
     uint4 *const ring = mma_ring + (size_t)warp * stages * 32 * np + lane;
     const float *const xs = PC ? reinterpret_cast<const float *>(cut.in) : x; /* pre-cut: the words at the f32 offsets */
-    /* the warps' partial sums: after the rings in the staged form */
+    /* the warps' partial sums: after the rings in the staged form, then
+       the block's copy of a folded norm's weights (gs) */
     __shared__ float red_s[PIPE ? 1 : MMA_KS][PIPE ? 1 : NV][32];
     float(*const red)[NV][32] = PIPE ? reinterpret_cast<float(*)[NV][32]>(mma_ring + (size_t)MMA_KS * stages * 32 * np)
                                      : reinterpret_cast<float(*)[NV][32]>(&red_s[0][0][0]);
+    float *const gs = PIPE && pnorm ? &red[MMA_KS][0][0] : nullptr;
     __shared__ float ssw[MMA_KS][MT * 8], rr[MT * 8];
     /* MM_ADD with cut.ngn: the block's new x values, for their groups' sums of squares */
     __shared__ float vt[EPI == MM_ADD ? MT * 8 : 1][EPI == MM_ADD ? OT * 16 : 1];
@@ -710,8 +711,9 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
            of nq positions, issued stages - 1 ahead through the ring by a
            cursor (tile ti, chunk ji, its weights pa/pb); chunk ji's
            activations are the same for every tile. The first stages - 1
-           positions' weights are requested before the wait, in one group
-           with the first activations. */
+           positions' weights and the norm's are requested before the wait,
+           in one group with the first activations, which the block waits
+           for together (each thread's copies of the norm's are everyone's). */
         const int ntile = (N + OT * 16 - 1) / (OT * 16);
         const int ntb = blockIdx.x < ntile ? (ntile - 1 - blockIdx.x) / gridDim.x + 1 : 0, nq = ntb * nj;
         int ti = blockIdx.x, ji = 0;
@@ -725,6 +727,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
                 if (ti < ntile) tile_ptrs(pa, pb, ti * OT * 16);
             }
         };
+        if (gs) mma_norm_stage(gs, gn, K);
         for (int q = 0; q < stages - 1 && q < nq; q++) {
             pipe_issue_w<T, TILES>(ring + (size_t)q * 32 * np, pa, pb, K, warp + ji * MMA_KS, t, cs);
             advance();
@@ -735,11 +738,14 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
             if (gn && cut.ps) norm_from_sums(rr, cut.ps, K, M, m0, MT * 8, eps);
         for (int q = 0, xj = 0; q < stages - 1; q++) {
             if (q < nq) {
-                pipe_issue_x<TILES, MT>(ring + (size_t)q * 32 * np, xs, pnorm ? gn : nullptr, K, M, m0,
-                                        warp + xj * MMA_KS, g, t);
+                pipe_issue_x<TILES, MT>(ring + (size_t)q * 32 * np, xs, K, M, m0, warp + xj * MMA_KS, g, t);
                 xj = xj + 1 == nj ? 0 : xj + 1;
             }
             cp_async_commit();
+        }
+        if (gs) {
+            cp_async_wait_but(stages - 2); /* the first group */
+            __syncthreads();
         }
         /* slot sq holds position q, slot sn position q + stages - 1 (the one before sq) */
         int q = 0, sq = 0, sn = stages - 1;
@@ -752,13 +758,13 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
                 if (q + stages - 1 < nq) {
                     uint4 *slot = ring + (size_t)sn * 32 * np;
                     pipe_issue_w<T, TILES>(slot, pa, pb, K, warp + ji * MMA_KS, t, cs);
-                    pipe_issue_x<TILES, MT>(slot, xs, pnorm ? gn : nullptr, K, M, m0, warp + ji * MMA_KS, g, t);
+                    pipe_issue_x<TILES, MT>(slot, xs, K, M, m0, warp + ji * MMA_KS, g, t);
                     advance();
                 }
                 cp_async_commit();
                 cp_async_wait_but(stages - 1); /* position q's group has landed */
                 mma_chunk<T, TILES, MT> c;
-                pipe_take(c, ss, ring + (size_t)sq * 32 * np, pnorm, K, M, m0, warp + j * MMA_KS, g, t);
+                pipe_take(c, ss, ring + (size_t)sq * 32 * np, gs, K, M, m0, warp + j * MMA_KS, g, t);
                 mma_run<PC>(acc, c);
                 sn = sq;
                 sq = sq + 1 == stages ? 0 : sq + 1;
@@ -1203,12 +1209,14 @@ static void mma_go_pc(dim3 grd, cudaStream_t st, float *y, const float *x, const
         const int want = mma_stages();
         if (want) {
             auto k = k_mma<T, TILES, MT, EPI, OCC, PC, true>;
-            const size_t stage = (size_t)MMA_KS * 32 * sizeof(uint4) * mma_pieces<TILES, MT>(!PC && gn);
-            const size_t red = sizeof(float) * MMA_KS * TILES * MT * 4 * 32, room = mma_ring_room<T, TILES, MT, EPI, OCC, PC>();
-            const size_t fit = room > red ? (room - red) / stage : 0;
+            /* a slot, the partial sums and the norm's weights */
+            const size_t stage = (size_t)MMA_KS * 32 * sizeof(uint4) * mma_pieces<TILES, MT>();
+            const size_t fixed = sizeof(float) * (MMA_KS * TILES * MT * 4 * 32 + (!PC && gn ? W->K : 0));
+            const size_t room = mma_ring_room<T, TILES, MT, EPI, OCC, PC>();
+            const size_t fit = room > fixed ? (room - fixed) / stage : 0;
             const int S = (size_t)want < fit ? want : (int)fit;
             if (S >= 2) {
-                const size_t smem = S * stage + red;
+                const size_t smem = S * stage + fixed;
                 if (int per = mma_persist()) {
                     static size_t occ_smem = 0; /* the blocks an SM at the last size asked */
                     static int occ = 0;
