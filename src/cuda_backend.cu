@@ -46,6 +46,7 @@ struct cuda_ctx {
     uint32_t *pre_q;                 /* device, pre-normed path (prenorm_for): [rows][hidden] the next norm's input pre-cut */
     float *pre_ps;                   /* device, same: [rows][hidden / 16] its sums of squares, or NULL (path off) */
     int *d_ids, *h_ids;              /* argmax or samples of the logits rows: device, pinned host */
+    cu_am am;                        /* the split argmax's scratch for the logits rows */
     cu_sample_args *h_samp, *d_samp; /* the device sampler's arguments: pinned host, device */
     float *escr;                     /* the device sampler's scratch rows */
     int *h_in;                       /* pinned: [rows] ids, [rows] positions, [1] length */
@@ -330,6 +331,10 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
         cuda_ctx_free(x);
         return ds_err(err, errlen, "CUDA: cannot allocate scratch%s", cu_tiles_hint());
     }
+    if (cu_am_create(&x->am, (int)B, c->vocab_size, err, errlen) != 0) {
+        cuda_ctx_free(x);
+        return -1;
+    }
     if (env_is("DSPARK_CUDA_PRENORM", "1") && prenorm_model(m) &&
         (cudaMalloc((void **)&x->pre_q, sizeof(uint32_t) * R * H) != cudaSuccess ||
          cudaMalloc((void **)&x->pre_ps, sizeof(float) * R * (H / 16)) != cudaSuccess)) {
@@ -401,6 +406,7 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
     cudaFree(x->pre_q);
     cudaFree(x->pre_ps);
     cudaFree(x->d_ids);
+    cu_am_free(&x->am);
     if (x->h_ids) cudaFreeHost(x->h_ids);
     if (x->h_samp) cudaFreeHost(x->h_samp);
     cudaFree(x->d_samp);
@@ -727,7 +733,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         lm_head(x, M - n_sel, n_sel, pre);
         mark(x, OP_HEAD);
         if (out & (OUT_IDS | OUT_SAMPLE)) {
-            if (out & OUT_IDS) cu_argmax(st, x->d_ids, x->logits, n_sel, V);
+            if (out & OUT_IDS) cu_argmax(st, x->d_ids, x->logits, n_sel, V, &x->am);
             else cu_sample_rows(st, x->d_ids, x->logits, x->escr, n_sel, V, x->d_samp, NULL, 0);
             if (!(out & OUT_CHAIN))
                 cudaMemcpyAsync(x->h_ids, x->d_ids, sizeof(int) * (size_t)n_sel, cudaMemcpyDeviceToHost, st);
@@ -814,7 +820,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
             int r = b->logit_rows[*next_logit + i] - row0;
             lm_head(x, r, 1, prenorm_for(x, M));
             if (b->argmax) {
-                cu_argmax(x->st, x->d_ids, x->logits, 1, V);
+                cu_argmax(x->st, x->d_ids, x->logits, 1, V, &x->am);
                 CK(cudaMemcpyAsync(b->argmax + *next_logit + i, x->d_ids, sizeof(int), cudaMemcpyDeviceToHost,
                                    x->st));
             }

@@ -75,6 +75,7 @@ struct cuda_dstate {
     float *base, *z, *e, *conf;             /* [B][V] head rows, [B][V] biased rows, [R], [B] */
     float *part;                            /* split attention partials */
     int *d_in, *draft;                      /* IN_* layout; [B] greedy drafts */
+    cu_am am;                               /* the split argmax's scratch, B rows */
     /* DSpark's sampled drafts: the device sampler's scratch rows (each
        row's filtered distribution, a verify's q) and kept masses, and its
        arguments (pinned, device) */
@@ -220,6 +221,10 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
         cudaGetLastError();
         return ds_err(err, errlen, "CUDA: cannot allocate the drafter's scratch%s", cu_tiles_hint());
     }
+    if (cu_am_create(&s->am, B, (int)V, err, errlen) != 0) {
+        cuda_dstate_free(s);
+        return -1;
+    }
     s->g_block = (cudaGraphExec_t *)xcalloc((size_t)(B + 1) * 3, sizeof(cudaGraphExec_t));
     s->use_graphs = cu_graphs_enabled();
     *out = s;
@@ -233,6 +238,7 @@ extern "C" void cuda_dstate_free(cuda_dstate *s) {
     float *bufs[] = {s->kv, s->x, s->xb, s->q, s->att, s->k, s->v, s->gate, s->feat, s->g, s->base, s->z, s->e,
                      s->conf, s->part};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    cu_am_free(&s->am);
     cudaFree(s->d_in);
     cudaFree(s->draft);
     cudaFree(s->qscr);
@@ -330,7 +336,7 @@ static void enqueue_dspark_row(cuda_dstate *s, int j, const int *prev, int chain
     if (chain == CHAIN_SAMPLED)
         cu_sample_rows(st, s->draft + j, zj, s->qscr + j * cu_sample_stride(V), 1, V, s->d_samp, s->qtot + j, j);
     else if (chain)
-        cu_argmax(st, s->draft + j, zj, 1, V);
+        cu_argmax(st, s->draft + j, zj, 1, V, &s->am);
 }
 
 /* The block [anchor, mask x (B-1)] at positions *d_len.. through the
@@ -371,7 +377,7 @@ static void enqueue_block(cuda_dstate *s, int n, int chain) {
     if (!m->dspark) {
         /* mask row j (1..B-1) drafts the token at position s+j */
         cu_matmul(st, s->base, s->xb + H, n, m->lm_head, NULL);
-        if (chain) cu_argmax(st, s->draft, s->base, n, c->vocab_size);
+        if (chain) cu_argmax(st, s->draft, s->base, n, c->vocab_size, &s->am);
     } else {
         cu_matmul(st, s->base, s->xb, n, m->lm_head, NULL);
         if (chain)

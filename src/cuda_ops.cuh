@@ -683,8 +683,25 @@ int cu_mma_persist(int set);
 /* whether cu_attention takes the spread shape for a cache of len
    positions: the override, else len >= ATT_SPREAD_FROM */
 int cu_attn_spread_for(int len);
-/* out[m] = the first index of the largest of x[m][0..n) (op_argmax's rule) */
-void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n);
+/* the split argmax's scratch (cu_argmax): a pair a slice of each of rows
+   rows, and a count a row (zero between calls); all NULL where rows of n
+   values take one block (k_argmax) */
+struct cu_am {
+    float *v;
+    int *i;
+    unsigned *cnt;
+    int rows, nb;
+};
+int cu_am_create(cu_am *a, int rows, int n, char *err, size_t errlen);
+void cu_am_free(cu_am *a);
+/* sets whether cu_argmax takes the split kernel where given scratch (1 on,
+   0 off, -1 back to DSPARK_CUDA_ARGMAX=split or not); returns the previous
+   setting */
+int cu_argmax_split(int set);
+/* out[m] = the first index of the largest of x[m][0..n) (op_argmax's rule);
+   a (NULL: none): scratch for the split kernel. A stream at a time per
+   scratch. */
+void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n, const cu_am *a = NULL);
 /* chained decoding (cuda_chain_start): cu_chain_next sets a one-row
    forward's input to the argmax the previous step left in ids[0], at the
    position after the previous one's, with the cache one longer;

@@ -404,15 +404,24 @@ extern "C" int cuda_test_bf16_cut(uint32_t *out, const float *x, int n, char *er
     return cut_check<1>(out, x, n, err, errlen);
 }
 
+/* twice with the split kernel's scratch (the second run finds the counts
+   the first left) */
 extern "C" int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen) {
     float *dx;
     int *dout;
-    if (dup_to_dev(&dx, x, (size_t)M * n, err, errlen) || dup_to_dev(&dout, (int *)NULL, (size_t)M, err, errlen))
+    cu_am am;
+    if (dup_to_dev(&dx, x, (size_t)M * n, err, errlen) || dup_to_dev(&dout, (int *)NULL, (size_t)M, err, errlen) ||
+        cu_am_create(&am, M, n, err, errlen))
         return -1;
-    cu_argmax(0, dout, dx, M, n);
-    CK_LAUNCH();
+    for (int r = 0; r < 2; r++) {
+        CK(cudaMemset(dout, 0xff, sizeof(int) * (size_t)M));
+        cu_argmax(0, dout, dx, M, n, &am);
+        CK_LAUNCH();
+    }
     CK(cudaMemcpy(out, dout, sizeof(int) * (size_t)M, cudaMemcpyDeviceToHost));
+    cu_am_free(&am);
     cudaFree(dx);
     cudaFree(dout);
     return 0;
 }
+extern "C" int cuda_test_argmax_split(int on) { return cu_argmax_split(on); }

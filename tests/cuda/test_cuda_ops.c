@@ -938,26 +938,39 @@ TEST(cuda_bf16_cut_bound) {
     free(x), free(out);
 }
 
-/* device argmax = op_argmax, ties to the first index, any width */
+/* device argmax = op_argmax, ties to the first index, any width, one
+   block a row and split over slices (DSPARK_CUDA_ARGMAX=split): ties
+   across slices, the largest in the last slice's ragged tail, rows all
+   equal or all -inf, widths off 4, up to 17 rows */
 TEST(cuda_argmax_vs_cpu) {
     if (!have_gpu()) return;
-    const int widths[] = {1, 3, 4, 1000, 4097, 151936};
+    const int widths[] = {1, 3, 4, 1000, 4097, 12291, 151936, 151937};
     char err[256];
-    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
-        int n = widths[w], M = 5;
-        float *x = xmalloc(sizeof(float) * (size_t)M * n);
-        int got[5];
-        fill(x, (size_t)M * n, 1.0f);
-        /* row 1: a tie between two late positions; row 2: all equal; row 3: the max last */
-        if (n > 2) x[(size_t)n + n - 1] = x[(size_t)n + n / 2] = 5.0f;
-        for (int i = 0; i < n; i++) x[(size_t)2 * n + i] = 0.25f;
-        x[(size_t)3 * n + n - 1] = 7.0f;
-        CHECK_MSG(cuda_test_argmax(got, x, M, n, err, sizeof err) == 0, "%s", err);
-        for (int m = 0; m < M; m++)
-            CHECK_MSG(got[m] == op_argmax(x + (size_t)m * n, n), "argmax n=%d row %d: %d vs %d", n, m, got[m],
-                      op_argmax(x + (size_t)m * n, n));
-        free(x);
+    const int prev = cuda_test_argmax_split(0);
+    for (int split = 0; split < 2; split++) {
+        cuda_test_argmax_split(split);
+        for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+            int n = widths[w], M = n > 100000 ? 17 : 7;
+            float *x = xmalloc(sizeof(float) * (size_t)M * n);
+            int got[17];
+            fill(x, (size_t)M * n, 1.0f);
+            /* row 1: a tie between two late positions; row 2: all equal; row 3: the max last;
+               row 4: a tie between the first and the last value; row 5: all -inf;
+               row 6: the max in the first slice, equalled in the last */
+            if (n > 2) x[(size_t)n + n - 1] = x[(size_t)n + n / 2] = 5.0f;
+            for (int i = 0; i < n; i++) x[(size_t)2 * n + i] = 0.25f;
+            x[(size_t)3 * n + n - 1] = 7.0f;
+            x[(size_t)4 * n] = x[(size_t)4 * n + n - 1] = 9.0f;
+            for (int i = 0; i < n; i++) x[(size_t)5 * n + i] = -INFINITY;
+            if (n > 3000) x[(size_t)6 * n + 2047] = x[(size_t)6 * n + n - 2] = 3.0f;
+            CHECK_MSG(cuda_test_argmax(got, x, M, n, err, sizeof err) == 0, "%s", err);
+            for (int m = 0; m < M; m++)
+                CHECK_MSG(got[m] == op_argmax(x + (size_t)m * n, n), "argmax (%s) n=%d row %d: %d vs %d",
+                          split ? "split" : "one block a row", n, m, got[m], op_argmax(x + (size_t)m * n, n));
+            free(x);
+        }
     }
+    cuda_test_argmax_split(prev);
 }
 
 /* The prefill path: cuBLAS on bf16 head + tail rows for each whole group of
