@@ -1,5 +1,5 @@
 // cuda_backend: see cuda_backend.h. The model's weights, device contexts and
-// forward pass; the kernels are in cuda_ops.cu.
+// forward pass; the kernels are in cuda_mma.cu, cuda_ops.cu and cuda_attn*.cu.
 #include <cuda_runtime.h>
 
 #include <math.h>

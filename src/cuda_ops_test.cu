@@ -1,6 +1,6 @@
 // cuda_ops_test: the CUDA ops one at a time on host arrays, for the tests
 // against the CPU ops (cuda_backend.h's cuda_test_* functions); the ops
-// themselves are in cuda_ops.cu and cuda_attn.cu.
+// themselves are in cuda_mma.cu, cuda_ops.cu and cuda_attn*.cu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -1,0 +1,1279 @@
+// cuda_mma: the matmul kernels (the tensor-core kernel, register and staged
+// forms, with its epilogues, folded RMSNorm and q/k/v tail; the FMA kernel)
+// and their launchers, declared in cuda_ops.cuh; the matmul op benchmark.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include "cuda_ops.cuh"
+
+/* ---- the FMA kernel ------------------------------------------------------ */
+
+/* 8 consecutive weights widened to f32 */
+template <typename T> __device__ __forceinline__ void load8(const T *p, float *w) {
+    uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const T *h = reinterpret_cast<const T *>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; i++) w[i] = widen(h[i]);
+}
+__device__ __forceinline__ void load8(const float *p, float *w) {
+    float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+}
+
+/* open cu_swiglu_two scopes of this thread that turn it on */
+thread_local int cu_swiglu_two_depth = 0;
+thread_local cu_pf cu_mma_pf_cur = {};
+
+extern "C" int cuda_test_swiglu_two(int on) {
+    int prev = cu_swiglu_two_depth > 0;
+    cu_swiglu_two_depth = on ? 1 : 0;
+    return prev;
+}
+
+int cu_swiglu_two_for(int spread) {
+    static int mode = -2;
+    int f = env_switch(&mode, "DSPARK_CUDA_SWIGLU2", 0, 0);
+    return f >= 0 ? f : !spread;
+}
+
+#define MM_NPW 4   /* outputs per block: each x load serves MM_NPW weight rows */
+#define MM_WARPS 4 /* warps per block, splitting K */
+
+template <int ROWS>
+__device__ __forceinline__ void mm_group(float (&acc)[MM_NPW][ROWS], const float (&w)[MM_NPW][8],
+                                         const float *__restrict__ x, int K, int m0, int rows, int g) {
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        if (r < rows) {
+            const float *xr = x + (size_t)(m0 + r) * K + (size_t)g * 8;
+            float4 a = *reinterpret_cast<const float4 *>(xr), b = *reinterpret_cast<const float4 *>(xr + 4);
+#pragma unroll
+            for (int j = 0; j < MM_NPW; j++) {
+                float s = acc[j][r];
+                s = fmaf(a.x, w[j][0], s); s = fmaf(a.y, w[j][1], s); s = fmaf(a.z, w[j][2], s);
+                s = fmaf(a.w, w[j][3], s); s = fmaf(b.x, w[j][4], s); s = fmaf(b.y, w[j][5], s);
+                s = fmaf(b.z, w[j][6], s); s = fmaf(b.w, w[j][7], s);
+                acc[j][r] = s;
+            }
+        }
+    }
+}
+
+/* y[m][n] = sum_k x[m][k] W[n][k] (+ b[n]). A block computes MM_NPW
+   outputs for up to ROWS rows; its MM_WARPS warps split K: lane l of warp
+   w takes the 8-element groups w*32 + l, then + 128, + 256, ... (and the
+   tail elements past the last full group the same way), accumulating them
+   in that order; each warp sums its lanes with a fixed butterfly and the
+   warps' partials are added in warp order. The sequence of operations for
+   one row never depends on the other rows, on ROWS or on the grid, so any
+   batch width and any grouping of rows gives the same bits: the lossless
+   guarantee of speculative decoding rests on this. Two groups are loaded
+   before either is used, so each lane keeps 2 x MM_NPW 16-byte weight loads
+   in flight. */
+/* EPI: MM_STORE y = x.W^T (+b); MM_ADD y += x.W^T (+b) (the residual add
+   fused); MM_SWIGLU: W holds the gate rows and W2 the up rows, a block
+   computes gate and up for MM_NPW/2 outputs (each exactly as the plain
+   kernel would) and writes silu(gate) * up (the enum is in cuda_ops.cuh). */
+
+template <typename T, int ROWS, int EPI>
+__global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y, const float *__restrict__ x,
+                                                          const T *__restrict__ W, const T *__restrict__ W2,
+                                                          const float *__restrict__ bias, int M, int N, int K,
+                                                          int vec) {
+    pdl_trigger();
+    pdl_wait();
+    __shared__ float part[MM_WARPS][MM_NPW][ROWS];
+    const int NB = EPI == MM_SWIGLU ? MM_NPW / 2 : MM_NPW; /* outputs per block */
+    int n0 = blockIdx.x * NB;
+    int m0 = blockIdx.y * ROWS;
+    int lane = threadIdx.x, warp = threadIdx.y;
+    int rows = M - m0 < ROWS ? M - m0 : ROWS;
+    float acc[MM_NPW][ROWS];
+#pragma unroll
+    for (int j = 0; j < MM_NPW; j++)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) acc[j][r] = 0.0f;
+    const T *wr[MM_NPW];
+#pragma unroll
+    for (int j = 0; j < MM_NPW; j++) {
+        int jj = EPI == MM_SWIGLU ? j % NB : j;
+        const T *base = EPI == MM_SWIGLU && j >= NB ? W2 : W;
+        wr[j] = base + (size_t)(n0 + jj < N ? n0 + jj : n0) * K;
+    }
+    int K8 = vec ? K / 8 : 0;
+    const int S = 32 * MM_WARPS;
+    int g = warp * 32 + lane;
+    for (; g + S < K8; g += 2 * S) {
+        float w0[MM_NPW][8], w1[MM_NPW][8];
+#pragma unroll
+        for (int j = 0; j < MM_NPW; j++) {
+            load8(wr[j] + (size_t)g * 8, w0[j]);
+            load8(wr[j] + (size_t)(g + S) * 8, w1[j]);
+        }
+        mm_group<ROWS>(acc, w0, x, K, m0, rows, g);
+        mm_group<ROWS>(acc, w1, x, K, m0, rows, g + S);
+    }
+    if (g < K8) {
+        float w0[MM_NPW][8];
+#pragma unroll
+        for (int j = 0; j < MM_NPW; j++) load8(wr[j] + (size_t)g * 8, w0[j]);
+        mm_group<ROWS>(acc, w0, x, K, m0, rows, g);
+    }
+    for (int k = K8 * 8 + warp * 32 + lane; k < K; k += S) {
+#pragma unroll
+        for (int j = 0; j < MM_NPW; j++) {
+            float w = widen(wr[j][k]);
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+                if (r < rows) acc[j][r] = fmaf(x[(size_t)(m0 + r) * K + k], w, acc[j][r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        if (r < rows) {
+#pragma unroll
+            for (int j = 0; j < MM_NPW; j++) {
+                float sum = warp_sum(acc[j][r]);
+                if (lane == 0) part[warp][j][r] = sum;
+            }
+        }
+    }
+    __syncthreads();
+    int t = warp * 32 + lane;
+    if (t < NB * rows) {
+        int j = t % NB, r = t / NB;
+        float sum = part[0][j][r];
+#pragma unroll
+        for (int w = 1; w < MM_WARPS; w++) sum += part[w][j][r];
+        if (n0 + j < N) {
+            float *dst = y + (size_t)(m0 + r) * N + n0 + j;
+            if (EPI == MM_SWIGLU) {
+                float u = part[0][j + NB][r];
+#pragma unroll
+                for (int w = 1; w < MM_WARPS; w++) u += part[w][j + NB][r];
+                *dst = sum / (1.0f + expf(-sum)) * u;
+            } else {
+                float v = bias ? sum + bias[n0 + j] : sum;
+                if (EPI == MM_ADD) *dst += v;
+                else *dst = v;
+            }
+        }
+    }
+}
+
+/* ---- tensor-core matmul ---------------------------------------------------
+
+   y[m][n] = sum_k x[m][k] W[n][k] on mma.sync: the weight tile is the A
+   operand (16 outputs x the step's k), the activations the B operand (the
+   step's k x 8 rows). bf16 weights go to m16n8k16 BF16 as they are; each
+   f32 activation is cut into a bf16 head and a bf16 tail (bf16_cut2: x to
+   within 2^-17 of its size, three instructions a value), each multiplied
+   in its own mma. f16 weights go to m16n8k8 TF32 (exact there), the
+   activation cut into a TF32 head and tail (tf32_cut: within 2^-21, two
+   instructions a value). Either way a product is within 2^-17 (2^-21) of
+   the f32 one and accumulation is f32: close to the numerics of the FMA
+   kernel, with another summation order. (f32 weights would be rounded:
+   they go to the FMA kernel.) The BF16 form issues half the mmas of the
+   TF32 one for the same products and no weight conversions (two
+   instructions a weight pair there), which the 9-16 rows of a verify,
+   bound by the kernel's instructions, feel (docs/BENCHMARKS.md).
+
+   A warp owns TILES tiles of 16 weight rows and MT tiles of 8 activation
+   rows; KS warps split K into chunks of 32 (warp w takes chunks w, w+KS,
+   ...). Lane (g = lane/4, t = lane%4) loads 8 consecutive weights of rows
+   g and g+8 of each tile (16 bytes each, coalesced per row) and the same 8
+   k of activation row g; a TF32 step s (0..3) uses k = 8t+2s and 8t+2s+1
+   as the fragment's columns t and t+4, a BF16 step s (0..1) k = 8t+4s ..
+   8t+4s+3 as its k 2t, 2t+1, 2t+8, 2t+9 (any k permutation shared by A
+   and B gives the same sum). Per output element the operations are: its
+   warp's chunks in order, 2 or 4 steps each, head then tail, then the KS warps' partials
+   added in warp order. Only KS and K fix that sequence, so the tile counts
+   can follow the batch width and a row's bits never depend on the batch:
+   KS is a function of the matrix shape alone (mma_ks). */
+
+#define MMA_KS 8
+/* chunks in flight per warp (k_mma's U): register-capped kernels (two
+   for four tiles, the SwiGLU's at 1-8 rows under cu_swiglu_two: 128
+   registers and no spills, where three would spill), up to
+   two tiles x row groups, more tiles of one row group (the SwiGLU's four
+   at 1-8 rows: three rather than two took t(1) of an 8B model from
+   4.48-4.50 to 4.43-4.44 ms, docs/BENCHMARKS.md), more row groups
+   (overridable at build time for tuning runs) */
+#ifndef MMA_U_CAPPED
+#define MMA_U_CAPPED 3
+#endif
+#ifndef MMA_U_SMALL
+#define MMA_U_SMALL 4
+#endif
+#ifndef MMA_U_WIDE
+#define MMA_U_WIDE 3
+#endif
+#ifndef MMA_U_LARGE
+#define MMA_U_LARGE 2
+#endif
+
+/* 8 raw 2-byte weights: one 16-byte load */
+template <typename T> struct raw8 {
+    uint4 u;
+};
+template <typename T> __device__ __forceinline__ void raw_load(raw8<T> &r, const T *p, bool ok) {
+    r.u = ok ? __ldg(reinterpret_cast<const uint4 *>(p)) : make_uint4(0, 0, 0, 0);
+}
+/* weights 2s and 2s+1 of the 8 as TF32 bit patterns */
+__device__ __forceinline__ void raw_pair(const raw8<__nv_bfloat16> &r, int s, uint32_t &a, uint32_t &b) {
+    uint32_t w = (&r.u.x)[s];
+    a = w << 16;
+    b = w & 0xffff0000u;
+}
+__device__ __forceinline__ void raw_pair(const raw8<__half> &r, int s, uint32_t &a, uint32_t &b) {
+    uint32_t w = (&r.u.x)[s];
+    float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w));
+    a = __float_as_uint(f.x);
+    b = __float_as_uint(f.y);
+}
+
+template <typename T, int TILES, int MT> struct mma_chunk {
+    raw8<T> wa[TILES], wb[TILES];
+    float4 xa[MT], xb[MT];
+};
+
+/* chunk c32's weights: wa/wb point at the lane's first chunk, cs elements
+   apart chunk to chunk (32 row-major, 512 tile-major) */
+template <typename T, int TILES, int MT>
+__device__ __forceinline__ void mma_load_w(mma_chunk<T, TILES, MT> &c, const T *const (&wa)[TILES],
+                                           const T *const (&wb)[TILES], int K, int c32, int t, int cs) {
+    bool ok = c32 * 32 + 8 * t < K;
+    size_t o = (size_t)c32 * cs;
+#pragma unroll
+    for (int i = 0; i < TILES; i++) {
+        raw_load(c.wa[i], wa[i] + o, ok);
+        raw_load(c.wb[i], wb[i] + o, ok);
+    }
+}
+
+__device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
+__device__ __forceinline__ float sumsq8(float s, float4 a, float4 b) {
+    s = fmaf(a.x, a.x, s); s = fmaf(a.y, a.y, s); s = fmaf(a.z, a.z, s); s = fmaf(a.w, a.w, s);
+    s = fmaf(b.x, b.x, s); s = fmaf(b.y, b.y, s); s = fmaf(b.z, b.z, s); s = fmaf(b.w, b.w, s);
+    return s;
+}
+
+/* the chunk's activations; with an RMSNorm folded in (gn), each value is
+   multiplied by its norm weight and its square added to the row's ss */
+template <typename T, int TILES, int MT>
+__device__ __forceinline__ void mma_load_x(mma_chunk<T, TILES, MT> &c, float (&ss)[MT], const float *x,
+                                           const float *gn, int K, int M, int m0, int c32, int g, int t) {
+    int k = c32 * 32 + 8 * t;
+    bool ok = k < K;
+    float4 ga = make_float4(0, 0, 0, 0), gb = ga;
+    if (gn && ok) {
+        ga = *reinterpret_cast<const float4 *>(gn + k);
+        gb = *reinterpret_cast<const float4 *>(gn + k + 4);
+    }
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+        int m = m0 + 8 * j + g;
+        if (ok && m < M) {
+            const float4 *p = reinterpret_cast<const float4 *>(x + (size_t)m * K + k);
+            c.xa[j] = p[0];
+            c.xb[j] = p[1];
+            if (gn) {
+                ss[j] = sumsq8(ss[j], c.xa[j], c.xb[j]);
+                c.xa[j] = mul4(c.xa[j], ga);
+                c.xb[j] = mul4(c.xb[j], gb);
+            }
+        } else {
+            c.xa[j] = c.xb[j] = make_float4(0, 0, 0, 0);
+        }
+    }
+}
+
+template <bool PC, typename T, int TILES, int MT>
+__device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_chunk<T, TILES, MT> &c) {
+    static_assert(!PC, "pre-cut inputs are bf16 operands");
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        uint32_t h0[MT], h1[MT], l0[MT], l1[MT];
+#pragma unroll
+        for (int j = 0; j < MT; j++) {
+            const float *xv = s < 2 ? &c.xa[j].x : &c.xb[j].x;
+            const tf32x2 c0 = tf32_cut(xv[2 * (s & 1)]), c1 = tf32_cut(xv[2 * (s & 1) + 1]);
+            h0[j] = c0.h, l0[j] = c0.l, h1[j] = c1.h, l1[j] = c1.l;
+        }
+#pragma unroll
+        for (int i = 0; i < TILES; i++) {
+            uint32_t a0, a2, a1, a3;
+            raw_pair(c.wa[i], s, a0, a2); /* row g: columns t and t+4 */
+            raw_pair(c.wb[i], s, a1, a3); /* row g+8 */
+#pragma unroll
+            for (int j = 0; j < MT; j++) {
+                mma_tf32(acc[i][j], a0, a1, a2, a3, h0[j], h1[j]);
+                mma_tf32(acc[i][j], a0, a1, a2, a3, l0[j], l1[j]);
+            }
+        }
+    }
+}
+
+/* bf16 weights: two m16n8k16 BF16 steps of 16 k per chunk, the weights as
+   they are (step s takes the lane's pairs 2s and 2s + 1, k = 8t+4s .. 8t+4s+3,
+   as the fragment's k 2t, 2t+1 and 2t+8, 2t+9) and the activations cut into
+   bf16 heads and tails (bf16_cut2; PC: loaded so, bf16_cut_put's layout), head then
+   tail */
+template <bool PC, int TILES, int MT>
+__device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_chunk<__nv_bfloat16, TILES, MT> &c) {
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        uint32_t h0[MT], h1[MT], l0[MT], l1[MT];
+#pragma unroll
+        for (int j = 0; j < MT; j++) {
+            const float4 v = s ? c.xb[j] : c.xa[j];
+            if (PC) { /* pre-cut: heads and tails as loaded */
+                h0[j] = __float_as_uint(v.x), l0[j] = __float_as_uint(v.y);
+                h1[j] = __float_as_uint(v.z), l1[j] = __float_as_uint(v.w);
+            } else {
+                const bf16x2_cut p = bf16_cut2(v.x, v.y), q = bf16_cut2(v.z, v.w);
+                h0[j] = p.h, l0[j] = p.l, h1[j] = q.h, l1[j] = q.l;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < TILES; i++) {
+            const uint32_t *ra = &c.wa[i].u.x, *rb = &c.wb[i].u.x;
+#pragma unroll
+            for (int j = 0; j < MT; j++) {
+                mma_bf16(acc[i][j], ra[2 * s], rb[2 * s], ra[2 * s + 1], rb[2 * s + 1], h0[j], h1[j]);
+                mma_bf16(acc[i][j], ra[2 * s], rb[2 * s], ra[2 * s + 1], rb[2 * s + 1], l0[j], l1[j]);
+            }
+        }
+    }
+}
+
+/* The staged form of k_mma (PIPE; DSPARK_CUDA_MMA_STAGES, mma_stages):
+   each warp streams its chunks through a ring of `stages` slots in shared
+   memory by cp.async, stages - 1 chunks ahead of the one it multiplies, so
+   its memory requests stay in flight while it computes (the register form
+   requests U chunks, waits for them, computes, and only then requests the
+   next ones). A slot holds a lane's 16-byte pieces 32 apart (a warp's piece
+   is 512 contiguous bytes: conflict-free), in mma_chunk's order: the
+   weights (rows g and g + 8 of each tile), then the activation row groups.
+   Each lane reads back only the pieces it requested, so no warp waits for
+   another (a folded norm's weights, the same for every chunk of a row,
+   are copied once a block and shared: mma_norm_stage). Pieces past K or
+   past the rows are zero-filled, the values the register form loads
+   there; a chunk's operations and their order are the register form's:
+   the same bits. */
+#define MMA_MAX_STAGES 8
+template <int TILES, int MT> __host__ __device__ constexpr int mma_pieces() { return 2 * TILES + 2 * MT; }
+/* a folded norm's K weights into the block's copy gs (K % 8 == 0), by all its threads */
+__device__ __forceinline__ void mma_norm_stage(float *gs, const float *gn, int K) {
+    for (int i = threadIdx.x; i < K / 4; i += blockDim.x) cp_async16(gs + 4 * i, gn + 4 * i);
+}
+template <typename T, int TILES>
+__device__ __forceinline__ void pipe_issue_w(uint4 *slot, const T *const (&wa)[TILES], const T *const (&wb)[TILES],
+                                             int K, int c32, int t, int cs) {
+    const bool ok = c32 * 32 + 8 * t < K;
+    const size_t o = ok ? (size_t)c32 * cs : 0;
+#pragma unroll
+    for (int i = 0; i < TILES; i++) {
+        cp_async16_or_zero(slot + 64 * i, wa[i] + o, ok);
+        cp_async16_or_zero(slot + 64 * i + 32, wb[i] + o, ok);
+    }
+}
+template <int TILES, int MT>
+__device__ __forceinline__ void pipe_issue_x(uint4 *slot, const float *x, int K, int M, int m0, int c32, int g, int t) {
+    const int k = c32 * 32 + 8 * t;
+    const bool ok = k < K;
+    uint4 *s = slot + 64 * TILES;
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+        const int m = m0 + 8 * j + g;
+        const bool r = ok && m < M;
+        const float *p = r ? x + (size_t)m * K + k : x;
+        cp_async16_or_zero(s + 64 * j, p, r);
+        cp_async16_or_zero(s + 64 * j + 32, p + 4, r);
+    }
+}
+/* the chunk from its slot, the folded norm (its weights in gs; NULL: none)
+   applied as mma_load_x does */
+template <typename T, int TILES, int MT>
+__device__ __forceinline__ void pipe_take(mma_chunk<T, TILES, MT> &c, float (&ss)[MT], const uint4 *slot,
+                                          const float *gs, int K, int M, int m0, int c32, int g, int t) {
+#pragma unroll
+    for (int i = 0; i < TILES; i++) {
+        c.wa[i].u = slot[64 * i];
+        c.wb[i].u = slot[64 * i + 32];
+    }
+    const float4 *s = reinterpret_cast<const float4 *>(slot + 64 * TILES);
+    const int k = c32 * 32 + 8 * t;
+    const bool ok = k < K;
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+        c.xa[j] = s[64 * j];
+        c.xb[j] = s[64 * j + 32];
+        if (gs && ok && m0 + 8 * j + g < M) {
+            const float4 ga = *reinterpret_cast<const float4 *>(gs + k), gb = *reinterpret_cast<const float4 *>(gs + k + 4);
+            ss[j] = sumsq8(ss[j], c.xa[j], c.xb[j]);
+            c.xa[j] = mul4(c.xa[j], ga);
+            c.xb[j] = mul4(c.xb[j], gb);
+        }
+    }
+}
+
+/* (row m, head t) of cu_qkv_post by one warp, over the q heads, then the
+   k heads, then the v heads: q/k get their per-head RMSNorm (when qn/kn
+   are given) and NeoX RoPE at the row's position; k and v are written
+   into the cache at position *d_len + m. Lane l owns the pairs (i, i +
+   head_dim/2) for i = l, l + 32, ...; the norm's sum of squares adds the
+   pairs' a*a + b*b by a fixed tree (from the next power of two, halving:
+   element i takes i + o while both exist), in registers and then by
+   shuffles. The inputs are read from L2 (ld.cg): the fused tail reads
+   what other blocks of its kernel wrote. */
+#define QKV_PAIRS (ATT_MAX_HD / 64) /* pairs per lane */
+__device__ __forceinline__ void qkv_post_item(const cu_qkv_args &a, int m, int t, int lane) {
+    const int hd = a.hd, half = hd / 2;
+    const int is_q = t < a.nh, is_k = !is_q && t < a.nh + a.nkv, h = is_q ? t : is_k ? t - a.nh : t - a.nh - a.nkv;
+    const size_t slot = ((size_t)h * a.cap + (size_t)(*a.d_len + m)) * hd;
+    if (!is_q && !is_k) {
+        const float *vr = a.v + (size_t)m * a.ks + (size_t)h * hd;
+        for (int i = lane; i < hd; i += 32) a.vc[slot + i] = __ldcg(vr + i);
+        return;
+    }
+    const float *src = is_q ? a.q + (size_t)m * a.qs + (size_t)h * hd : a.k + (size_t)m * a.ks + (size_t)h * hd;
+    float va[QKV_PAIRS], vb[QKV_PAIRS], r[QKV_PAIRS];
+#pragma unroll
+    for (int j = 0; j < QKV_PAIRS; j++) {
+        int i = lane + 32 * j;
+        va[j] = i < half ? __ldcg(src + i) : 0.0f;
+        vb[j] = i < half ? __ldcg(src + i + half) : 0.0f;
+        r[j] = fmaf(va[j], va[j], vb[j] * vb[j]);
+    }
+    const float *w = is_q ? a.qn : a.kn;
+    float rs = 1.0f;
+    if (w) {
+        int p2 = 1;
+        while (p2 < half) p2 <<= 1;
+        for (int o = p2 / 2; o > 0; o >>= 1) {
+            if (o >= 32) { /* i and i + o in one lane: o is a multiple of 32 */
+#pragma unroll
+                for (int j = 0; j < QKV_PAIRS; j++) {
+                    int i = lane + 32 * j, jo = j + o / 32;
+                    float add = 0.0f;
+#pragma unroll
+                    for (int q = 0; q < QKV_PAIRS; q++) add = q == jo ? r[q] : add;
+                    if (i < o && i + o < half) r[j] += add;
+                }
+            } else {
+                float v = __shfl_down_sync(0xffffffffu, r[0], o);
+                if (lane < o && lane + o < half) r[0] += v;
+            }
+        }
+        rs = 1.0f / sqrtf(__shfl_sync(0xffffffffu, r[0], 0) / (float)hd + a.eps);
+    }
+    const float p = (float)a.pos[m];
+#pragma unroll
+    for (int j = 0; j < QKV_PAIRS; j++) {
+        int i = lane + 32 * j;
+        if (i >= half) break;
+        float x = va[j], y = vb[j];
+        if (w) {
+            x = w[i] * (x * rs);
+            y = w[i + half] * (y * rs);
+        }
+        float ang = p * a.inv_freq[i];
+        float c = cosf(ang), sn = sinf(ang);
+        float ra = fmaf(x, c, -(y * sn)), rb = fmaf(y, c, x * sn);
+        if (is_q) {
+            float *dst = a.qout + ((size_t)m * a.nh + h) * hd;
+            dst[i] = ra;
+            dst[i + half] = rb;
+        } else {
+            a.kc[slot + i] = ra;
+            a.kc[slot + i + half] = rb;
+        }
+    }
+}
+
+/* grid (rows, heads): one warp per (row, head) */
+__global__ void k_qkv_post(cu_qkv_args a) {
+    pdl_trigger();
+    pdl_wait();
+    qkv_post_item(a, blockIdx.x, blockIdx.y, threadIdx.x);
+}
+
+/* the fused projection's tail (cu_qkv_tail), after the block stored
+   columns [n0, n0 + nc) of rows [m0, m0 + R): the block that completes a
+   head (the last of its hd / nc blocks to count itself) resets the count
+   and post-processes the head, a warp a row */
+__device__ void qkv_tail(const cu_qkv_tail &t, int M, int m0, int R, int n0, int nc) {
+    __shared__ int last;
+    __threadfence(); /* this block's columns are visible before it counts */
+    __syncthreads();
+    const int head = n0 / t.a.hd;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(t.cnt + head, 1) == t.a.hd / nc - 1;
+        if (last) t.cnt[head] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int warp = threadIdx.x / 32, nw = blockDim.x / 32, rows = M - m0 < R ? M - m0 : R;
+    for (int r = warp; r < rows; r += nw) qkv_post_item(t.a, m0 + r, head, threadIdx.x % 32);
+}
+
+/* The pre-normed path's norm factors (cu_cut): rr[r] = 1 / sqrt(mean of
+   row m0 + r's squares + eps) for rows < M, from its K / 16 group sums in
+   ps: 16 lanes a row whatever the rows (so the same order in any batch),
+   lane p adding groups p, p + 16, ... in order (NFS_LOADS requested at a
+   time: one L2 round trip for a Qwen3-8B row; the zeros past the end add
+   nothing to a sum of squares), then a fixed tree over the 16 (xor 8, 4,
+   2, 1); lane p = 0's sum is the row's. Whole warps (rows * 16 is a
+   multiple of 32). */
+#define NFS_LOADS 16
+__device__ __forceinline__ void norm_from_sums(float *rr, const float *ps, int K, int M, int m0, int rows, float eps) {
+    const int ng = K / 16;
+    for (int e = threadIdx.x; e < rows * 16; e += blockDim.x) {
+        const int r = e / 16, p = e % 16, m = m0 + r;
+        float v = 0.0f;
+        if (m < M)
+            for (int i0 = p; i0 < ng; i0 += 16 * NFS_LOADS) {
+                float t[NFS_LOADS];
+#pragma unroll
+                for (int j = 0; j < NFS_LOADS; j++)
+                    t[j] = i0 + 16 * j < ng ? __ldcg(ps + (size_t)m * ng + i0 + 16 * j) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < NFS_LOADS; j++) v += t[j];
+            }
+        v += __shfl_xor_sync(0xffffffffu, v, 8);
+        v += __shfl_xor_sync(0xffffffffu, v, 4);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        if (p == 0) rr[r] = 1.0f / sqrtf(v / (float)K + eps);
+    }
+}
+
+/* EPI as k_matmul's; MM_SWIGLU: tiles 0..TILES/2-1 are gate rows, the
+   others the up rows of the same outputs. gn (or NULL): the input is
+   RMSNorm(x, gn) with eps, folded in as RMSNorm(x).W = r * ((gn . x).W)
+   with r = 1/sqrt(mean(x^2) + eps): the warps square the raw values they
+   load anyway, so the norm needs no kernel of its own, and every block
+   computes r in the same fixed order (per lane in chunk order, lanes of a
+   row by butterfly, warps in order). */
+template <typename T, int TILES, int MT, int EPI, int OCC, bool PC, bool PIPE>
+__global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y, const float *__restrict__ x,
+                                                    const T *__restrict__ W, const T *__restrict__ W2,
+                                                    const float *__restrict__ bias, int M, int N, int K,
+                                                    const float *__restrict__ gn, float eps, cu_qkv_tail tail,
+                                                    int tiled, cu_cut cut, cu_pf pf, int stages) {
+    constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES; /* output tiles */
+    constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int m0 = blockIdx.y * MT * 8, nc = (K + 31) / 32, cs = tiled ? 512 : 32;
+    /* the staged form: this warp's ring (stages slots of np pieces), its
+       chunks of a tile (warp + j * MMA_KS for j < nj), the activations'
+       source and whether they take a folded norm's weights */
+    const bool pnorm = !PC && gn;
+    const int np = mma_pieces<TILES, MT>(), nj = warp < nc ? (nc - 1 - warp) / MMA_KS + 1 : 0;
+    extern __shared__ uint4 mma_ring[];
+    uint4 *const ring = mma_ring + (size_t)warp * stages * 32 * np + lane;
+    const float *const xs = PC ? reinterpret_cast<const float *>(cut.in) : x; /* pre-cut: the words at the f32 offsets */
+    /* the warps' partial sums: after the rings in the staged form, then
+       the block's copy of a folded norm's weights (gs) */
+    __shared__ float red_s[PIPE ? 1 : MMA_KS][PIPE ? 1 : NV][32];
+    float(*const red)[NV][32] = PIPE ? reinterpret_cast<float(*)[NV][32]>(mma_ring + (size_t)MMA_KS * stages * 32 * np)
+                                     : reinterpret_cast<float(*)[NV][32]>(&red_s[0][0][0]);
+    float *const gs = PIPE && pnorm ? &red[MMA_KS][0][0] : nullptr;
+    __shared__ float ssw[MMA_KS][MT * 8], rr[MT * 8];
+    /* MM_ADD with cut.ngn: the block's new x values, for their groups' sums of squares */
+    __shared__ float vt[EPI == MM_ADD ? MT * 8 : 1][EPI == MM_ADD ? OT * 16 : 1];
+    /* rows g and g+8 of each tile of the output tiles at n0, at the lane's
+       columns 8t..8t+7 of chunk 0; rows past N read row N-1 (row-major) or
+       the zero padding (dropped) */
+    auto tile_ptrs = [&](const T *(&pa)[TILES], const T *(&pb)[TILES], int n0) {
+#pragma unroll
+        for (int i = 0; i < TILES; i++) {
+            const T *base = EPI == MM_SWIGLU && i >= OT ? W2 : W;
+            if (tiled) {
+                int R = n0 / 16 + i % OT, last = (N - 1) / 16;
+                pa[i] = base + (size_t)(R < last ? R : last) * nc * 512 + g * 32 + 8 * t;
+                pb[i] = pa[i] + 256;
+            } else {
+                int ra = n0 + 16 * (i % OT) + g, rb = ra + 8;
+                pa[i] = base + (size_t)(ra < N ? ra : N - 1) * K + 8 * t;
+                pb[i] = base + (size_t)(rb < N ? rb : N - 1) * K + 8 * t;
+            }
+        }
+    };
+    float acc[TILES][MT][4], ss[MT];
+    auto zero = [&]() {
+#pragma unroll
+        for (int i = 0; i < TILES; i++)
+#pragma unroll
+            for (int j = 0; j < MT; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < MT; j++) ss[j] = 0.0f;
+    };
+    /* the block's sums for the output tiles at n0 (acc and ss of every
+       warp) into y: the partials added in warp order, the norm factor, the
+       epilogue, and what it writes for others (the pre-cut copy, the next
+       norm's input and sums, the q/k/v tail) */
+    auto finish = [&](int n0) {
+#pragma unroll
+        for (int i = 0; i < TILES; i++)
+#pragma unroll
+            for (int j = 0; j < MT; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) red[warp][(i * MT + j) * 4 + q][lane] = acc[i][j][q];
+        if (gn && !cut.ps) {
+#pragma unroll
+            for (int j = 0; j < MT; j++) {
+                float v = ss[j];
+                v += __shfl_xor_sync(0xffffffffu, v, 1);
+                v += __shfl_xor_sync(0xffffffffu, v, 2);
+                if (t == 0) ssw[warp][8 * j + g] = v;
+            }
+            __syncthreads();
+            if (threadIdx.x < MT * 8) {
+                float v = ssw[0][threadIdx.x];
+#pragma unroll
+                for (int w = 1; w < MMA_KS; w++) v += ssw[w][threadIdx.x];
+                rr[threadIdx.x] = 1.0f / sqrtf(v / (float)K + eps);
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < OT * MT * 4 * 32; e += 32 * MMA_KS) {
+            int l = e % 32, v = e / 32, q = v % 4, j = (v / 4) % MT, i = v / (4 * MT);
+            int n = n0 + 16 * i + l / 4 + (q >> 1) * 8, m = m0 + 8 * j + 2 * (l % 4) + (q & 1);
+            float s = red[0][v][l];
+#pragma unroll
+            for (int w = 1; w < MMA_KS; w++) s += red[w][v][l];
+            if (n >= N || m >= M) continue;
+            if (gn) s *= rr[m - m0];
+            float *dst = y + (size_t)m * N + n;
+            if (EPI == MM_SWIGLU) {
+                int vu = ((i + OT) * MT + j) * 4 + q;
+                float u = red[0][vu][l];
+#pragma unroll
+                for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
+                if (gn) u *= rr[m - m0];
+                const float v = s / (1.0f + expf(-s)) * u;
+                *dst = v;
+                if (cut.out) bf16_cut_put(cut.out + (size_t)m * N, n, v);
+            } else {
+                float r = bias ? s + bias[n] : s;
+                if (EPI == MM_ADD) {
+                    const float nv = *dst + r;
+                    *dst = nv;
+                    if (cut.ngn) {
+                        bf16_cut_put(cut.out + (size_t)m * N, n, cut.ngn[n] * nv);
+                        vt[m - m0][n - n0] = nv;
+                    }
+                } else {
+                    *dst = r;
+                }
+            }
+        }
+        if constexpr (EPI == MM_ADD)
+            if (cut.ngn) { /* each 16-column group's squares in column order (N % 16 == 0: cu_layer_matmul) */
+                __syncthreads();
+                for (int e = threadIdx.x; e < MT * 8 * OT; e += 32 * MMA_KS) {
+                    const int r = e / OT, i = e % OT, m = m0 + r, n = n0 + 16 * i;
+                    if (m >= M || n >= N) continue;
+                    float s = 0.0f;
+#pragma unroll
+                    for (int q = 0; q < 16; q++) s = fmaf(vt[r][16 * i + q], vt[r][16 * i + q], s);
+                    cut.nps[(size_t)m * (N / 16) + n / 16] = s;
+                }
+            }
+        if constexpr (EPI == MM_STORE)
+            if (tail.cnt) qkv_tail(tail, M, m0, MT * 8, n0, OT * 16);
+    };
+    const T *wa[TILES], *wb[TILES];
+    tile_ptrs(wa, wb, blockIdx.x * OT * 16);
+    zero();
+    pdl_trigger();
+    if constexpr (PIPE) {
+        /* The block's output tiles are blockIdx.x, + gridDim.x, ... (one
+           unless the grid is persistent), each nj chunks a warp: one stream
+           of nq positions, issued stages - 1 ahead through the ring by a
+           cursor (tile ti, chunk ji, its weights pa/pb); chunk ji's
+           activations are the same for every tile. The first stages - 1
+           positions' weights and the norm's are requested before the wait,
+           in one group with the first activations, which the block waits
+           for together (each thread's copies of the norm's are everyone's). */
+        const int ntile = (N + OT * 16 - 1) / (OT * 16);
+        const int ntb = blockIdx.x < ntile ? (ntile - 1 - blockIdx.x) / gridDim.x + 1 : 0, nq = ntb * nj;
+        int ti = blockIdx.x, ji = 0;
+        const T *pa[TILES], *pb[TILES];
+#pragma unroll
+        for (int i = 0; i < TILES; i++) pa[i] = wa[i], pb[i] = wb[i];
+        auto advance = [&]() {
+            if (++ji == nj) {
+                ji = 0;
+                ti += gridDim.x;
+                if (ti < ntile) tile_ptrs(pa, pb, ti * OT * 16);
+            }
+        };
+        if (gs) mma_norm_stage(gs, gn, K);
+        for (int q = 0; q < stages - 1 && q < nq; q++) {
+            pipe_issue_w<T, TILES>(ring + (size_t)q * 32 * np, pa, pb, K, warp + ji * MMA_KS, t, cs);
+            advance();
+        }
+        pdl_wait();
+        /* (the pre-normed path's norm factors: below) */
+        if constexpr (EPI != MM_ADD && PC)
+            if (gn && cut.ps) norm_from_sums(rr, cut.ps, K, M, m0, MT * 8, eps);
+        for (int q = 0, xj = 0; q < stages - 1; q++) {
+            if (q < nq) {
+                pipe_issue_x<TILES, MT>(ring + (size_t)q * 32 * np, xs, K, M, m0, warp + xj * MMA_KS, g, t);
+                xj = xj + 1 == nj ? 0 : xj + 1;
+            }
+            cp_async_commit();
+        }
+        if (gs) {
+            cp_async_wait_but(stages - 2); /* the first group */
+            __syncthreads();
+        }
+        /* slot sq holds position q, slot sn position q + stages - 1 (the one before sq) */
+        int q = 0, sq = 0, sn = stages - 1;
+        for (int tb = 0; tb < ntb; tb++) {
+            if (tb) {
+                __syncthreads(); /* every warp is done with the previous tile's red, rr and vt */
+                zero();
+            }
+            for (int j = 0; j < nj; j++, q++) {
+                if (q + stages - 1 < nq) {
+                    uint4 *slot = ring + (size_t)sn * 32 * np;
+                    pipe_issue_w<T, TILES>(slot, pa, pb, K, warp + ji * MMA_KS, t, cs);
+                    pipe_issue_x<TILES, MT>(slot, xs, K, M, m0, warp + ji * MMA_KS, g, t);
+                    advance();
+                }
+                cp_async_commit();
+                cp_async_wait_but(stages - 1); /* position q's group has landed */
+                mma_chunk<T, TILES, MT> c;
+                pipe_take(c, ss, ring + (size_t)sq * 32 * np, gs, K, M, m0, warp + j * MMA_KS, g, t);
+                mma_run<PC>(acc, c);
+                sn = sq;
+                sq = sq + 1 == stages ? 0 : sq + 1;
+            }
+            finish((blockIdx.x + tb * gridDim.x) * OT * 16);
+        }
+        if constexpr (OCC == 1)
+            if (pf.n[0]) l2_prefetch(pf, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
+    } else {
+        /* U chunks in flight per warp (three when registers are capped: with
+           four the 9-16-row kernel capped for two blocks per SM spilled 84
+           bytes, and three made it 6% faster); the first group's weights are
+           requested before waiting for the previous kernel. U does not change
+           the order in which a warp's chunks are accumulated. */
+        constexpr int U = OCC >= 2      ? (TILES >= 4 ? 2 : MMA_U_CAPPED)
+                          : TILES * MT <= 2 ? MMA_U_SMALL
+                          : MT == 1         ? MMA_U_WIDE
+                                            : MMA_U_LARGE;
+        mma_chunk<T, TILES, MT> ch[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t, cs);
+        pdl_wait();
+        /* the pre-normed path's norm factors, while the first weights land; its
+           matmuls take pre-cut inputs at 1-16 rows and the f32 ones beyond (so
+           only those kernels carry the code: the others keep their registers) */
+        if constexpr (EPI != MM_ADD && (PC || MT > 2))
+            if (gn && cut.ps) norm_from_sums(rr, cut.ps, K, M, m0, MT * 8, eps);
+        for (int c = warp;;) {
+#pragma unroll
+            for (int u = 0; u < U; u++) mma_load_x(ch[u], ss, xs, pnorm ? gn : nullptr, K, M, m0, c + u * MMA_KS, g, t);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (c + u * MMA_KS < nc) mma_run<PC>(acc, ch[u]);
+            c += U * MMA_KS;
+            if (c >= nc) break;
+#pragma unroll
+            for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t, cs);
+        }
+        if constexpr (OCC == 1) /* (the two-blocks form has no registers to spare) */
+            if (pf.n[0]) l2_prefetch(pf, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
+        finish(blockIdx.x * OT * 16);
+    }
+}
+
+/* ---- launchers ----------------------------------------------------------- */
+
+void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
+                 const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
+                 const int *d_len, float eps) {
+    cu_qkv_args a = {q, q, k, v, nh * hd, nkv * hd, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap, d_len, eps};
+    cu_qkv_post_run(st, &a, M);
+}
+
+void cu_qkv_post_run(cudaStream_t st, const cu_qkv_args *a, int M) {
+    launch(k_qkv_post, dim3(M, a->nh + 2 * a->nkv), 32, st, *a);
+}
+
+cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, const float *qn, const float *kn,
+                              const int *pos, const float *inv_freq, int nh, int nkv, int hd, int cap,
+                              const int *d_len, float eps) {
+    int qd = nh * hd, kd = nkv * hd, rs = qd + 2 * kd;
+    return cu_qkv_args{q, qkv, qkv + qd, qkv + qd + kd, rs, rs, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap,
+                       d_len, eps};
+}
+
+template <int ROWS, int EPI>
+static void matmul_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                        const float *bias) {
+    int nb = EPI == MM_SWIGLU ? MM_NPW / 2 : MM_NPW;
+    dim3 blk(32, MM_WARPS), grd((W->N + nb - 1) / nb, (M + ROWS - 1) / ROWS);
+    int vec = W->K % 8 == 0;
+    const void *p2 = W2 ? W2->p : NULL;
+    switch (W->dt) {
+    case DT_BF16:
+        launch(k_matmul<__nv_bfloat16, ROWS, EPI>, grd, blk, st, y, x, (const __nv_bfloat16 *)W->p,
+               (const __nv_bfloat16 *)p2, bias, M, W->N, W->K, vec);
+        break;
+    case DT_F16:
+        launch(k_matmul<__half, ROWS, EPI>, grd, blk, st, y, x, (const __half *)W->p, (const __half *)p2, bias, M, W->N,
+               W->K, vec);
+        break;
+    default:
+        launch(k_matmul<float, ROWS, EPI>, grd, blk, st, y, x, (const float *)W->p, (const float *)p2, bias, M, W->N,
+               W->K, vec);
+        break;
+    }
+}
+
+/* Weight tiles per warp of the tensor-core kernel: free to choose (they do
+   not enter a row's operations), so they follow the batch width, from the
+   per-matrix timings of bench/cuda-ops-bench.c on an H200: up to 8 rows one
+   16-row tile (SwiGLU: two gate and two up tiles), 9-16 rows two (each
+   activation load then serves twice the weights) but where one tile per
+   block fits the grid in one wave at two blocks per SM (o and down of the
+   Qwen3 shapes at 9-16 rows: 19-20 us and 49-51 us against 21 and 55-57
+   with two tiles; qkv and the LM head, more than one wave, are slower that
+   way). g_mma_tiles (1, 2 or 4) forces a count for the op benchmark; 0
+   chooses. */
+static int g_mma_tiles = 0;
+
+/* The staged form's ring slots a warp (k_mma's PIPE, MMA_MAX_STAGES at
+   most): DSPARK_CUDA_MMA_STAGES=S (2-8) asks for S, bf16 weights at 1-16
+   rows, fewer where a block's share of the SM's shared memory (at the
+   kernel's blocks per SM) holds fewer, none (the register form) below two;
+   0 or unset: the register form everywhere. Off by default until measured
+   (docs/BENCHMARKS.md). The same bits either way. cu_mma_stages sets it (a
+   negative value: back to the environment's) and returns the previous
+   value. */
+static int g_mma_stages = -1;
+static int mma_stages_clamp(int s) { return s < 2 ? 0 : s > MMA_MAX_STAGES ? MMA_MAX_STAGES : s; }
+static int mma_stages(void) {
+    if (g_mma_stages < 0) g_mma_stages = mma_stages_clamp(env_int("DSPARK_CUDA_MMA_STAGES", 0));
+    return g_mma_stages;
+}
+int cu_mma_stages(int set) {
+    const int prev = mma_stages();
+    g_mma_stages = set < 0 ? -1 : mma_stages_clamp(set);
+    return prev;
+}
+
+/* the dynamic shared memory a block of the staged kernel may take at OCC
+   blocks an SM (raised past the default 48 KiB once) */
+template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
+static int mma_ring_room(void) {
+    static int room = -1;
+    if (room < 0) {
+        auto k = k_mma<T, TILES, MT, EPI, OCC, PC, true>;
+        int dev = 0, per_sm = 0, optin = 0;
+        cudaGetDevice(&dev);
+        cudaFuncAttributes fa;
+        if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+            cudaFuncGetAttributes(&fa, k) != cudaSuccess) {
+            cudaGetLastError();
+            return room = 0;
+        }
+        int r = per_sm / OCC - 1024 - (int)fa.sharedSizeBytes; /* (1 KiB an SM keeps for each block) */
+        if (r > optin - (int)fa.sharedSizeBytes) r = optin - (int)fa.sharedSizeBytes;
+        if (r > (48 << 10) && cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, r) != cudaSuccess) {
+            cudaGetLastError();
+            r = (48 << 10) - (int)fa.sharedSizeBytes;
+        }
+        room = r > 0 ? r : 0;
+    }
+    return room;
+}
+
+/* DSPARK_CUDA_MMA_PERSIST=1 (with the staged form; off by default until
+   measured): the grid holds as many blocks as fit the GPU at once, each
+   taking output tiles blockIdx.x, + gridDim.x, ... with its rings running
+   on from one tile into the next (no block's start-up between tiles);
+   the same bits. cu_mma_persist sets it (n > 1: at most n blocks, for the
+   tests; a negative value: back to the environment's) and returns the
+   previous value. */
+static int g_mma_persist = -1;
+static int mma_persist(void) {
+    if (g_mma_persist < 0) g_mma_persist = env_int("DSPARK_CUDA_MMA_PERSIST", 0) > 0;
+    return g_mma_persist;
+}
+int cu_mma_persist(int set) {
+    const int prev = mma_persist();
+    g_mma_persist = set < 0 ? -1 : set;
+    return prev;
+}
+
+template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
+static void mma_go_pc(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
+                      int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value && MT <= 2) {
+        const int want = mma_stages();
+        if (want) {
+            auto k = k_mma<T, TILES, MT, EPI, OCC, PC, true>;
+            /* a slot, the partial sums and the norm's weights */
+            const size_t stage = (size_t)MMA_KS * 32 * sizeof(uint4) * mma_pieces<TILES, MT>();
+            const size_t fixed = sizeof(float) * (MMA_KS * TILES * MT * 4 * 32 + (!PC && gn ? W->K : 0));
+            const size_t room = mma_ring_room<T, TILES, MT, EPI, OCC, PC>();
+            const size_t fit = room > fixed ? (room - fixed) / stage : 0;
+            const int S = (size_t)want < fit ? want : (int)fit;
+            if (S >= 2) {
+                const size_t smem = S * stage + fixed;
+                if (int per = mma_persist()) {
+                    static size_t occ_smem = 0; /* the blocks an SM at the last size asked */
+                    static int occ = 0;
+                    if (per == 1 && occ_smem != smem) {
+                        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, 32 * MMA_KS, smem) != cudaSuccess)
+                            cudaGetLastError(), occ = 0;
+                        occ_smem = smem;
+                    }
+                    const unsigned cap = per == 1 ? (unsigned)((occ > 0 ? occ : 1) * sm_count()) : (unsigned)per;
+                    const unsigned cx = cap / grd.y > 0 ? cap / grd.y : 1;
+                    if (grd.x > cx) grd.x = cx;
+                }
+                return launch_smem(k, grd, 32 * MMA_KS, smem, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl, tiled,
+                                   cut, cu_mma_pf_cur, S);
+            }
+        }
+    }
+    launch(k_mma<T, TILES, MT, EPI, OCC, PC, false>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps,
+           tl, tiled, cut, cu_mma_pf_cur, 0);
+}
+
+/* One tile of one row group per block: two blocks fit an SM (registers),
+   or three with registers capped for it. A grid of more than two and up
+   to three blocks per SM (the qkv projection of the Qwen3 shapes: 384 on
+   132 SMs) runs as one wave of the capped kernel instead of one and a half
+   waves; the others keep the uncapped one (measured faster for them). One
+   tile of two row groups (9-16 rows, see mma_tiles) has its registers
+   capped for two blocks per SM (152 would allow one). The choice depends
+   on the weight's shape only, and none changes a row's operations. */
+template <typename T, int TILES, int MT, int EPI, int OCC>
+static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
+                   int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value && MT <= 2)
+        if (cut.in) return mma_go_pc<T, TILES, MT, EPI, OCC, true>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
+    mma_go_pc<T, TILES, MT, EPI, OCC, false>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
+}
+
+template <typename T, int TILES, int MT, int EPI>
+static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                       const float *bias, const float *gn, float eps, const cu_qkv_tail *tail, cu_cut cut) {
+    const cu_qkv_tail tl = tail ? *tail : cu_qkv_tail{};
+    constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES;
+    dim3 grd((W->N + OT * 16 - 1) / (OT * 16), (M + MT * 8 - 1) / (MT * 8));
+    int blocks = (int)(grd.x * grd.y), sms = sm_count();
+    /* the tile-major copies when every matrix of the product has one */
+    const int tiled = W->t && (!W2 || W2->t);
+    const T *w = (const T *)(tiled ? W->t : W->p), *w2 = W2 ? (const T *)(tiled ? W2->t : W2->p) : NULL;
+    /* (see cu_swiglu_two; f16 weights would spill there) */
+    if constexpr (TILES == 4 && MT == 1 && EPI == MM_SWIGLU && std::is_same<T, __nv_bfloat16>::value)
+        if (cu_swiglu_two_depth)
+            return mma_go<T, TILES, MT, EPI, 2>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
+    if constexpr (TILES == 1 && MT == 2) /* registers capped for two blocks per SM (see mma_tiles) */
+        return mma_go<T, TILES, MT, EPI, 2>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
+    if constexpr (TILES * MT == 1) /* (the capped kernel exists for one tile only: others would spill) */
+        if (blocks > 2 * sms && blocks <= 3 * sms)
+            return mma_go<T, TILES, MT, EPI, 3>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
+    mma_go<T, TILES, MT, EPI, 1>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
+}
+
+template <typename T, int TILES, int EPI>
+static void mma_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                     const float *bias, const float *gn, float eps, const cu_qkv_tail *tail, cu_cut cut) {
+    if (M <= 8) mma_launch<T, TILES, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
+    else if (M <= 16) mma_launch<T, TILES, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
+    else mma_launch<T, 2, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut); /* reduction scratch bounds TILES x MT */
+}
+
+/* the tile count mma_tiles takes for M rows of W */
+static int mma_tile_count(int M, const dmat *W, int swiglu) {
+    if (g_mma_tiles) return g_mma_tiles;
+    { /* DSPARK_CUDA_GU_TILES16=4: the SwiGLU at 9-16 rows on four tiles a block
+         (384 blocks, one an SM, for Qwen3-8B) instead of two (768, two an
+         SM), for measurement (docs/BENCHMARKS.md, "A decode step kernel by
+         kernel"); the same bits either way */
+        static const int gu16 = env_int("DSPARK_CUDA_GU_TILES16", 0);
+        if (swiglu && M > 8 && M <= 16 && (gu16 == 2 || gu16 == 4)) return gu16;
+    }
+    /* 9-16 rows of a matrix whose 16-row tiles fit one wave at two blocks
+       per SM (o and down of the Qwen3 shapes): one tile per block, the
+       register-capped kernel, twice the blocks of two tiles in flight */
+    if (!swiglu && M > 8 && M <= 16 && (W->N + 15) / 16 <= 2 * sm_count()) return 1;
+    return swiglu ? (M <= 8 ? 4 : 2) : (M <= 8 ? 1 : 2);
+}
+
+template <typename T, int EPI>
+static void mma_tiles(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                      const float *bias, const float *gn, float eps, const cu_qkv_tail *tail = NULL,
+                      cu_cut cut = cu_cut{}) {
+    int tiles = mma_tile_count(M, W, EPI == MM_SWIGLU);
+    if (tiles >= 4) mma_rows<T, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
+    else if constexpr (EPI != MM_SWIGLU) {
+        if (tiles == 1) mma_rows<T, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
+        else mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
+    } else
+        mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
+}
+
+/* bf16 / f16 weights with K a multiple of 8 (16-byte rows): the
+   tensor-core kernel; otherwise (f32 weights, which TF32 would round, or
+   odd widths) the FMA kernel, 8 rows per pass or 16. Which one is a
+   function of the matrix alone, so every batch width computes a row the
+   same way. */
+static int fma_forced(void) { /* DSPARK_CUDA_MM=fma: the FMA kernel everywhere (for comparisons) */
+    static int on = -1;
+    if (on < 0) on = env_is("DSPARK_CUDA_MM", "fma");
+    return on;
+}
+
+template <int EPI>
+static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                       const float *bias) {
+    if (fma_forced()) {
+        if (M <= 8) matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
+        else matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
+    } else if (W->K % 8 == 0 && W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
+    else if (W->K % 8 == 0 && W->dt == DT_F16) mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
+    else if (M <= 8) {
+        matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
+    } else {
+        matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
+    }
+}
+
+int cu_fuses_norm(const dmat *W) { return !fma_forced() && W->K % 8 == 0 && (W->dt == DT_BF16 || W->dt == DT_F16); }
+
+size_t cu_mat_stream(const dmat *W, const dmat *W2, const void **p) {
+    if (!cu_fuses_norm(W)) return 0;
+    const int tiled = W->t && (!W2 || W2->t);
+    *p = tiled ? W->t : W->p;
+    return tiled ? cu_tile_bytes(W) : (size_t)W->N * W->K * 2; /* bf16 or f16 */
+}
+
+int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
+                       const float *gn, float eps, const cu_qkv_tail *t, cu_cut pre) {
+    static int off = -1; /* DSPARK_CUDA_QKV_TAIL=0: the separate kernel (for comparisons) */
+    if (off < 0) off = env_is("DSPARK_CUDA_QKV_TAIL", "0");
+    if (off || !cu_fuses_norm(W) || M < 1 || M > 16 || t->a.hd % (16 * mma_tile_count(M, W, 0)) ||
+        t->a.hd > ATT_MAX_HD)
+        return 0;
+    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t, pre);
+    else mma_tiles<__half, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
+    return 1;
+}
+
+template <int EPI>
+static void matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                        const float *bias, const float *gn, float eps, cu_cut cut = cu_cut{}) {
+    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, gn, eps, NULL, cut);
+    else mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, gn, eps, NULL, cut);
+}
+void cu_matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
+                    const float *gn, float eps) {
+    matmul_norm<MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps);
+}
+void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu,
+                           const float *gn, float eps, uint32_t *yc) {
+    matmul_norm<MM_SWIGLU>(st, y, x, M, Wg, Wu, NULL, gn, eps, cu_cut{NULL, yc});
+}
+
+int cu_takes_cut(const dmat *W, int M) {
+    return !fma_forced() && W->K % 8 == 0 && W->dt == DT_BF16 && M >= 1 && M <= CU_CUT_ROWS;
+}
+int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M) {
+    static int on = -1; /* DSPARK_CUDA_CUT=0: never (the same bits, for comparisons) */
+    if (on < 0) on = !env_is("DSPARK_CUDA_CUT", "0");
+    return on && cu_takes_cut(W, M) && !cu_gemm_takes(g, W, M);
+}
+int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias) {
+    if (!cu_takes_cut(W, M)) return -1;
+    mma_tiles<__nv_bfloat16, MM_ADD>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, cu_cut{xc, NULL});
+    return 0;
+}
+
+int cu_prenorm_ok(const dmat *W) { return !fma_forced() && W->dt == DT_BF16 && W->K % 16 == 0 && W->N % 16 == 0; }
+
+/* cu_layer_matmul on the pre-normed path (cu_cut): a residual add that
+   also writes the next norm's input, or a folded-norm matmul that takes
+   it; the pre-cut words at 1-CU_CUT_ROWS rows, the f32 rows beyond */
+static int prenorm_matmul(cudaStream_t st, int epi, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                          const float *bias, const float *gn, float eps, cu_cut cut) {
+    if (M > CU_CUT_ROWS) cut.in = NULL;
+    if (epi == MM_ADD) {
+        cut.ps = NULL;
+        mma_tiles<__nv_bfloat16, MM_ADD>(st, y, x, M, W, NULL, bias, NULL, 0.0f, NULL, cut);
+        return 0;
+    }
+    cut.ngn = NULL, cut.nps = NULL;
+    if (epi == MM_SWIGLU) {
+        mma_tiles<__nv_bfloat16, MM_SWIGLU>(st, y, x, M, W, W2, NULL, gn, eps, NULL, cut);
+        return cut.out != NULL;
+    }
+    cut.out = NULL;
+    mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, NULL, cut);
+    return 0;
+}
+
+int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
+                    const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut) {
+    if ((cut.ps && gn) || (cut.ngn && epi == MM_ADD && !gn)) /* (the caller checked cu_prenorm_ok, no cuBLAS rows) */
+        return prenorm_matmul(st, epi, y, x, M, W, W2, bias, gn, eps, cut);
+    if (cut.in && epi == MM_ADD && !gn && cu_layer_takes_cut(g, W, M)) {
+        cu_matmul_add_cut(st, y, cut.in, M, W, bias);
+        return 0;
+    }
+    int Mg = cu_gemm_takes(g, W, M);
+    if (Mg) cu_gemm_matmul(g, st, epi, y, x, Mg, W, W2, bias, gn, eps);
+    if (Mg == M) return 0;
+    y += (size_t)Mg * W->N;
+    x += (size_t)Mg * W->K;
+    M -= Mg;
+    if (gn && cu_fuses_norm(W)) {
+        uint32_t *yc = epi == MM_SWIGLU && !Mg ? cut.out : NULL; /* (its rows would start past the groups') */
+        if (epi == MM_SWIGLU) cu_matmul_swiglu_norm(st, y, x, M, W, W2, gn, eps, yc);
+        else cu_matmul_norm(st, y, x, M, W, bias, gn, eps);
+        return yc != NULL;
+    }
+    if (gn) {
+        cu_rmsnorm(st, xb, x, gn, M, W->K, eps);
+        x = xb;
+    }
+    if (epi == MM_SWIGLU) cu_matmul_swiglu(st, y, x, M, W, W2);
+    else if (epi == MM_ADD) cu_matmul_add(st, y, x, M, W, bias);
+    else cu_matmul(st, y, x, M, W, bias);
+    return 0;
+}
+
+void cu_matmul(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias) {
+    matmul_epi<MM_STORE>(st, y, x, M, W, NULL, bias);
+}
+void cu_matmul_add(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias) {
+    matmul_epi<MM_ADD>(st, y, x, M, W, NULL, bias);
+}
+void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu) {
+    matmul_epi<MM_SWIGLU>(st, y, x, M, Wg, Wu, NULL);
+}
+
+/* ---- op benchmark ---------------------------------------------------------- */
+
+__global__ void k_fill_bf16(__nv_bfloat16 *p, size_t n, uint64_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+        h ^= h >> 29;
+        h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 32;
+        p[i] = __float2bfloat16(((float)(h & 0xffff) / 65536.0f - 0.5f) * 0.04f);
+    }
+}
+
+extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int tiled, int reps, double *us,
+                                 char *err, size_t errlen) {
+    size_t wn = (size_t)N * K;
+    int nw = mode == 2 ? 2 : 1;
+    /* enough weight copies that they do not stay in L2 between launches */
+    int copies = (int)(((size_t)512 << 20) / (wn * 2 * nw)) + 1;
+    if (copies > 64) copies = 64;
+    /* DSPARK_BENCH_COPIES=n: n copies instead (1: a matrix that fits L2
+       stays there, for timing the kernel apart from the memory) */
+    const char *ec = getenv("DSPARK_BENCH_COPIES");
+    if (ec) copies = atoi(ec) > 0 ? atoi(ec) : 1;
+    /* DSPARK_BENCH_NORM=1: the plain-store and SwiGLU matmuls with an
+       RMSNorm folded in and the SwiGLU writing its pre-cut copy too, as the
+       forward runs the q/k/v projection, gate+up and the LM head (the
+       kernel's own cost with the forward's epilogue, apart from the chain
+       around it) */
+    const int fwd = env_is("DSPARK_BENCH_NORM", "1") && (mode == 0 || mode == 2);
+    __nv_bfloat16 *w;
+    float *x, *y, *gn = NULL;
+    uint32_t *yc = NULL;
+    CK(cudaMalloc((void **)&w, wn * 2 * nw * copies));
+    CK(cudaMalloc((void **)&x, sizeof(float) * (size_t)M * K));
+    CK(cudaMalloc((void **)&y, sizeof(float) * (size_t)M * N));
+    if (fwd) {
+        CK(cudaMalloc((void **)&gn, sizeof(float) * K));
+        float *ones = (float *)xmalloc(sizeof(float) * K);
+        for (int i = 0; i < K; i++) ones[i] = 1.0f;
+        cudaError_t ce = cudaMemcpy(gn, ones, sizeof(float) * K, cudaMemcpyHostToDevice);
+        free(ones);
+        CK(ce);
+        if (mode == 2) CK(cudaMalloc((void **)&yc, sizeof(uint32_t) * (size_t)M * N));
+    }
+    k_fill_bf16<<<1024, 256>>>(w, wn * nw * copies, 1);
+    k_fill_bf16<<<256, 256>>>((__nv_bfloat16 *)x, (size_t)M * K * 2, 2); /* any finite bits */
+    cudaMemset(y, 0, sizeof(float) * (size_t)M * N);
+    dmat *Ws = (dmat *)xcalloc((size_t)copies * 2, sizeof(dmat)); /* per copy W, W2 */
+    dev_pool pl = {};
+    for (int c = 0; c < copies; c++) {
+        Ws[2 * c] = dmat{w + wn * nw * c, DT_BF16, N, K, NULL};
+        Ws[2 * c + 1] = dmat{w + wn * nw * c + wn, DT_BF16, N, K, NULL};
+        if (tiled && (cu_tile_mat(&pl, &Ws[2 * c], err, errlen) || (nw == 2 && cu_tile_mat(&pl, &Ws[2 * c + 1], err, errlen))))
+            return -1;
+    }
+    int saved = g_mma_tiles;
+    g_mma_tiles = tiles;
+    cu_gemm *gm = NULL;
+    if (mode == 4 && cu_gemm_create(&gm, M, K, N, err, errlen) != 0) return -1;
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    cudaDeviceSynchronize();
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    for (int r = -3; r < reps; r++) {
+        if (r == 0) cudaEventRecord(a, st);
+        int c = (r + 3) % copies;
+        const dmat &W = Ws[2 * c], &W2 = Ws[2 * c + 1];
+        int Mg = mode == 4 ? cu_gemm_takes(gm, &W, M) : 0;
+        if (Mg) cu_gemm_matmul(gm, st, MM_STORE, y, x, Mg, &W, NULL, NULL, NULL, 0);
+        if (Mg == M) continue;
+        if (mode == 3 && M <= 8) matmul_rows<8, MM_STORE>(st, y, x, M, &W, NULL, NULL);
+        else if (mode == 3) matmul_rows<16, MM_STORE>(st, y, x, M, &W, NULL, NULL);
+        else if (mode == 2 && fwd) cu_matmul_swiglu_norm(st, y, x, M, &W, &W2, gn, 1e-6f, yc);
+        else if (mode == 2) cu_matmul_swiglu(st, y, x, M, &W, &W2);
+        else if (mode == 1) cu_matmul_add(st, y, x, M, &W, NULL);
+        else if (fwd) cu_matmul_norm(st, y, x, M, &W, NULL, gn, 1e-6f);
+        else cu_matmul(st, y, x, M, &W, NULL);
+    }
+    cudaEventRecord(b, st);
+    cudaError_t e = cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    g_mma_tiles = saved;
+    cu_pool_free(&pl);
+    free(Ws);
+    cu_gemm_free(gm);
+    cudaStreamDestroy(st);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(gn);
+    cudaFree(yc);
+    if (e != cudaSuccess) return ds_err(err, errlen, "CUDA: matmul benchmark: %s", cudaGetErrorString(e));
+    *us = 1000.0 * ms / reps;
+    return 0;
+}
