@@ -766,7 +766,7 @@ fail:
         if (!said) {
             said = 1;
             fprintf(stderr, "dspark: CUDA graph capture failed (%s); this context runs kernel by kernel\n",
-                    cudaGetErrorString(e));
+                    e != cudaSuccess ? cudaGetErrorString(e) : "no graph");
         }
     }
     *g = NULL;
@@ -816,9 +816,10 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
         enqueue_chunk(x, M, 0, 0, b, row0, dev, spread);
         CK(cudaStreamSynchronize(x->st));
         if (cu_gemm_check(x->gemm, err, errlen)) return -1;
+        const int pre = prenorm_for(x, M); /* (the path the layers took) */
         for (int i = 0; i < n_sel; i++) {
             int r = b->logit_rows[*next_logit + i] - row0;
-            lm_head(x, r, 1, prenorm_for(x, M));
+            lm_head(x, r, 1, pre);
             if (b->argmax) {
                 cu_argmax(x->st, x->d_ids, x->logits, 1, V, &x->am);
                 CK(cudaMemcpyAsync(b->argmax + *next_logit + i, x->d_ids, sizeof(int), cudaMemcpyDeviceToHost,

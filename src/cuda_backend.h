@@ -171,8 +171,9 @@ int cuda_test_tf32_cut(uint32_t *out, const float *x, int n, char *err, size_t e
 int cuda_test_bf16_cut(uint32_t *out, const float *x, int n, char *err, size_t errlen);
 /* out[m] = op_argmax(x[m], n) */
 int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen);
-/* sets whether the device argmax takes its split kernel (1 on, 0 off, -1 the
- * environment's choice); returns the previous setting */
+/* sets whether the device argmax takes its split kernel (1 on; 0 or -1, the
+ * default unless DSPARK_CUDA_ARGMAX_SPLIT=1, off); returns the previous
+ * setting */
 int cuda_test_argmax_split(int on);
 int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);
 int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq, char *err,

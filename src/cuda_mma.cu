@@ -866,20 +866,13 @@ static int g_mma_tiles = 0;
    rows, fewer where a block's share of the SM's shared memory (at the
    kernel's blocks per SM) holds fewer, none (the register form) below two;
    0 or unset: the register form everywhere. Off by default until measured
-   (docs/BENCHMARKS.md). The same bits either way. cu_mma_stages sets it (a
-   negative value: back to the environment's) and returns the previous
-   value. */
+   (docs/BENCHMARKS.md). The same bits either way. */
 static int g_mma_stages = -1;
-static int mma_stages_clamp(int s) { return s < 2 ? 0 : s > MMA_MAX_STAGES ? MMA_MAX_STAGES : s; }
 static int mma_stages(void) {
-    if (g_mma_stages < 0) g_mma_stages = mma_stages_clamp(env_int("DSPARK_CUDA_MMA_STAGES", 0));
-    return g_mma_stages;
+    const int s = env_count(&g_mma_stages, "DSPARK_CUDA_MMA_STAGES", 0, 0);
+    return s < 2 ? 0 : s > MMA_MAX_STAGES ? MMA_MAX_STAGES : s;
 }
-int cu_mma_stages(int set) {
-    const int prev = mma_stages();
-    g_mma_stages = set < 0 ? -1 : mma_stages_clamp(set);
-    return prev;
-}
+int cu_mma_stages(int n) { return env_count(&g_mma_stages, "DSPARK_CUDA_MMA_STAGES", 1, n); }
 
 /* the dynamic shared memory a block of the staged kernel may take at OCC
    blocks an SM (raised past the default 48 KiB once) */
@@ -912,19 +905,11 @@ static int mma_ring_room(void) {
    measured): the grid holds as many blocks as fit the GPU at once, each
    taking output tiles blockIdx.x, + gridDim.x, ... with its rings running
    on from one tile into the next (no block's start-up between tiles);
-   the same bits. cu_mma_persist sets it (n > 1: at most n blocks, for the
-   tests; a negative value: back to the environment's) and returns the
-   previous value. */
+   the same bits. cu_mma_persist's n > 1 (for the tests): at most n
+   blocks. */
 static int g_mma_persist = -1;
-static int mma_persist(void) {
-    if (g_mma_persist < 0) g_mma_persist = env_int("DSPARK_CUDA_MMA_PERSIST", 0) > 0;
-    return g_mma_persist;
-}
-int cu_mma_persist(int set) {
-    const int prev = mma_persist();
-    g_mma_persist = set < 0 ? -1 : set;
-    return prev;
-}
+static int mma_persist(void) { return env_count(&g_mma_persist, "DSPARK_CUDA_MMA_PERSIST", 0, 0); }
+int cu_mma_persist(int n) { return env_count(&g_mma_persist, "DSPARK_CUDA_MMA_PERSIST", 1, n); }
 
 template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
 static void mma_go_pc(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,

@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax(int *out, const float
     if (t == 0) out[blockIdx.x] = si[0] < 0 ? 0 : si[0];
 }
 
-/* The split argmax (DSPARK_CUDA_ARGMAX=split, off by default until
+/* The split argmax (DSPARK_CUDA_ARGMAX_SPLIT=1, off by default until
    measured; cu_argmax_split): a row's values in nb slices of about
    AM_SLICE, a block each (k_argmax with one block a row reads a 151,936-
    token row on one SM, about 10 us); each block leaves its slice's
@@ -360,20 +360,15 @@ void cu_am_free(cu_am *a) {
     *a = cu_am{};
 }
 
-static int g_am_split = -1;
-static int am_split_on(void) {
-    if (g_am_split < 0) g_am_split = env_is("DSPARK_CUDA_ARGMAX", "split");
-    return g_am_split;
+static int am_split_mode(int set, int on) {
+    static int mode = -2;
+    return env_switch(&mode, "DSPARK_CUDA_ARGMAX_SPLIT", set, on);
 }
-int cu_argmax_split(int set) {
-    const int prev = am_split_on();
-    g_am_split = set < 0 ? -1 : set != 0;
-    return prev;
-}
+int cu_argmax_split(int on) { return am_split_mode(1, on); }
 
 void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n, const cu_am *a) {
     const int nb = am_slices(n);
-    if (am_split_on() && a && a->nb >= nb && nb >= 2 && M <= a->rows) {
+    if (am_split_mode(0, 0) > 0 && a && a->nb >= nb && nb >= 2 && M <= a->rows) {
         const int span = ((n + nb - 1) / nb + 3) / 4 * 4;
         return launch(k_argmax_split, dim3((unsigned)((n + span - 1) / span), (unsigned)M), AM_THREADS, st, out, x, n,
                       span, *a);

@@ -358,6 +358,14 @@ static inline int env_switch(int *mode, const char *name, int set, int on) {
     if (set) *mode = on;
     return prev;
 }
+/* the same for a count (*v starts at -1): name's value at the first use
+   (env_int, 0 when unset); set: *v = n. Returns the previous value. */
+static inline int env_count(int *v, const char *name, int set, int n) {
+    if (*v < 0) *v = env_int(name, 0);
+    int prev = *v;
+    if (set) *v = n;
+    return prev;
+}
 
 extern thread_local int cu_pdl_off_depth;
 struct cu_pdl_off {
@@ -676,10 +684,11 @@ int cu_attention_early(int on);
    0 or -1, the default unless DSPARK_CUDA_ATT_WIDE=1, off; the same bits
    either way; for the tests); returns the previous setting */
 int cu_attention_wide(int on);
-/* the matmul's staged form: its ring slots a warp (0: off; see cuda_ops.cu) */
-int cu_mma_stages(int set);
-/* the staged form's persistent grid (0 off, 1 on, n > 1 at most n blocks; see cuda_ops.cu) */
-int cu_mma_persist(int set);
+/* set the matmul's staged form: its ring slots a warp (0: off) and its
+   persistent grid (0 off, 1 on, n > 1 at most n blocks); see cuda_mma.cu.
+   Each returns the previous setting. */
+int cu_mma_stages(int n);
+int cu_mma_persist(int n);
 /* whether cu_attention takes the spread shape for a cache of len
    positions: the override, else len >= ATT_SPREAD_FROM */
 int cu_attn_spread_for(int len);
@@ -694,10 +703,10 @@ struct cu_am {
 };
 int cu_am_create(cu_am *a, int rows, int n, char *err, size_t errlen);
 void cu_am_free(cu_am *a);
-/* sets whether cu_argmax takes the split kernel where given scratch (1 on,
-   0 off, -1 back to DSPARK_CUDA_ARGMAX=split or not); returns the previous
-   setting */
-int cu_argmax_split(int set);
+/* sets whether cu_argmax takes the split kernel where given scratch (1 on;
+   0 or -1, the default unless DSPARK_CUDA_ARGMAX_SPLIT=1, off); returns the
+   previous setting */
+int cu_argmax_split(int on);
 /* out[m] = the first index of the largest of x[m][0..n) (op_argmax's rule);
    a (NULL: none): scratch for the split kernel. A stream at a time per
    scratch. */

@@ -939,7 +939,7 @@ TEST(cuda_bf16_cut_bound) {
 }
 
 /* device argmax = op_argmax, ties to the first index, any width, one
-   block a row and split over slices (DSPARK_CUDA_ARGMAX=split): ties
+   block a row and split over slices (DSPARK_CUDA_ARGMAX_SPLIT=1): ties
    across slices, the largest in the last slice's ragged tail, rows all
    equal or all -inf, widths off 4, up to 17 rows */
 TEST(cuda_argmax_vs_cpu) {
