@@ -641,11 +641,15 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
-        with_g(G, [&](auto g) {
-            attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
-                                            nchunk, m0, causal, first, spread, early_mode(0, 0) != 0,
-                                            m0 ? cu_pf{} : pf);
-        });
+        if (cu_attn_mma_takes(nh, nkv, hd)) /* cuda_attn_mma.cu, under DSPARK_CUDA_ATT_MMA=1 */
+            cu_attention_mma_pass(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale, nchunk, m0,
+                                  causal, first, early_mode(0, 0) != 0, m0 ? cu_pf{} : pf);
+        else
+            with_g(G, [&](auto g) {
+                attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
+                                                nchunk, m0, causal, first, spread, early_mode(0, 0) != 0,
+                                                m0 ? cu_pf{} : pf);
+            });
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
                ATT_CHUNK, outc);

@@ -190,6 +190,10 @@ int cuda_test_attention_early(int on);
  * (1 on; 0 or -1, the default, off; the same bits either way); returns the
  * previous setting */
 int cuda_test_attention_wide(int on);
+/* sets whether the decode attention runs on tensor cores (the split
+ * attention's mma kernel, head dims 16-128 by powers of two; 1 on; 0 or -1, the
+ * default, off; other bits than off); returns the previous setting */
+int cuda_test_attention_mma(int on);
 /* sets the matmul's staged form (ring slots a warp, 2-8; 0 off; -1 the
  * environment's choice); returns the previous count */
 int cuda_test_mma_stages(int s);

@@ -684,6 +684,19 @@ int cu_attention_early(int on);
    0 or -1, the default unless DSPARK_CUDA_ATT_WIDE=1, off; the same bits
    either way; for the tests); returns the previous setting */
 int cu_attention_wide(int on);
+/* The split attention on tensor cores (cuda_attn_mma.cu): cu_attention's
+   kernel for every row count where cu_attn_mma_takes (the switch on, head
+   dim 16, 32, 64 or 128); cu_attention_mma sets the switch (1 on; 0 or -1, the
+   default unless DSPARK_CUDA_ATT_MMA=1, off; for the tests) and returns
+   the previous setting. Other bits than k_attn_rows' (another
+   summation), a row's the same in any batch. cu_attention_mma_pass
+   writes the partials of the rows m0 .. m0 + ATT_ROWS - 1, as
+   k_attn_rows' launches do. */
+int cu_attention_mma(int on);
+int cu_attn_mma_takes(int nh, int nkv, int hd);
+void cu_attention_mma_pass(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q, const float *kc,
+                           const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
+                           int nchunk, int m0, int causal, int first, int early, cu_pf pf);
 /* set the matmul's staged form: its ring slots a warp (0: off) and its
    persistent grid (0 off, 1 on, n > 1 at most n blocks); see cuda_mma.cu.
    Each returns the previous setting. */

@@ -81,6 +81,7 @@ extern "C" void cuda_test_attention_cut(uint32_t *dst) { g_att_cut = dst; }
 extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(on); }
 extern "C" int cuda_test_attention_early(int on) { return cu_attention_early(on); }
 extern "C" int cuda_test_attention_wide(int on) { return cu_attention_wide(on); }
+extern "C" int cuda_test_attention_mma(int on) { return cu_attention_mma(on); }
 extern "C" int cuda_test_mma_stages(int s) { return cu_mma_stages(s); }
 extern "C" int cuda_test_mma_persist(int n) { return cu_mma_persist(n); }
 extern "C" int cuda_test_code_arch(char *err, size_t errlen) { return cu_code_arch(err, errlen); }
