@@ -74,7 +74,7 @@ TEST_SRC = $(wildcard tests/*.c) $(TEST_CUDA_SRC)
 TEST_OBJ = $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRC))
 TEST_BIN = $(BUILD)/dspark-tests
 
-.PHONY: all test bench fuzz help clean test-assets test-clients demo test-claude test-codex cuda test-cuda cuda-build-check
+.PHONY: all test bench fuzz help clean test-assets test-clients demo test-claude test-codex cuda test-cuda cuda-build-check cuemu
 
 all: $(BIN)
 
@@ -104,6 +104,10 @@ $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -c $< -o $@
 
+# the CPU runs of CUDA kernels (tests/cuemu, below)
+CUEMU_DIR  = $(BUILD)/cuemu
+CUEMU_BINS = $(CUEMU_DIR)/attn_mma
+
 # The suite needs the real Qwen3/Llama-3 tokenizers; they are fetched once
 # into ~/.cache/dspark (outside the tree) unless already available.
 test-assets:
@@ -114,8 +118,24 @@ test-assets:
 test-clients:
 	@scripts/fetch-test-clients
 
-test: $(TEST_BIN) $(BIN) test-assets test-clients cuda-build-check
+test: $(TEST_BIN) $(BIN) test-assets test-clients cuda-build-check $(CUEMU_BINS)
 	DSPARK_BIN=$(abspath $(BIN)) ASAN_OPTIONS=detect_leaks=1 $(TEST_BIN) $(T)
+	@if [ -z "$(T)" ]; then $(MAKE) -s cuemu; fi
+
+# CUDA kernels whose logic the CPU checks too (tests/cuemu/emu.h: each
+# CUDA thread a fiber, no GPU and no nvcc needed): built with the host C++
+# compiler and run by `make test`, so CI without a GPU runs them.
+CXX       ?= c++
+$(CUEMU_DIR)/consts.h: src/cuda_ops.cuh
+	@mkdir -p $(dir $@)
+	grep -E '^#define (ATT_|CU_PF_|TC_QV|AT_SPLIT)' $< > $@
+
+$(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/emu.h tests/cuemu/fake/cuda_runtime.h src/*.cu src/cuda_ops.cuh $(CUEMU_DIR)/consts.h
+	$(CXX) -std=c++17 -g $(OPT) -Wall -Wno-unused-function -Wno-unknown-pragmas -I$(CUEMU_DIR) -Itests/cuemu -Itests/cuemu/fake $< -o $@ $(LDSAN)
+
+cuemu: $(CUEMU_BINS)
+	$(CUEMU_DIR)/attn_mma
+	$(CUEMU_DIR)/attn_mma one-stage
 
 # Where nvcc exists (no GPU needed), the CUDA build is compiled too, so a
 # change that breaks it is caught; its tests need a GPU (make test-cuda).
@@ -177,6 +197,7 @@ help:
 	@echo "make demo       install deps, build, run the bundled model in every mode"
 	@echo "make test       run the test suite (T=name filters tests)"
 	@echo "make test SAN=1 run the suite under ASan+UBSan"
+	@echo "make cuemu      CUDA kernels run on the CPU (part of make test)"
 	@echo "make test-claude  Claude Code end to end against dspark serve (npm, 245 MB once)"
 	@echo "make test-codex   Codex CLI end to end against dspark serve (npm, 424 MB once)"
 	@echo "make bench      CPU benchmark vs llama.cpp (LLAMA_BENCH=..., LLAMA_CPP=...)"
