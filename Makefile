@@ -106,7 +106,7 @@ $(BUILD)/tests/%.o: tests/%.c
 
 # the CPU runs of CUDA kernels (tests/cuemu, below)
 CUEMU_DIR  = $(BUILD)/cuemu
-CUEMU_BINS = $(CUEMU_DIR)/attn_mma
+CUEMU_BINS = $(CUEMU_DIR)/attn_mma $(CUEMU_DIR)/mma
 
 # The suite needs the real Qwen3/Llama-3 tokenizers; they are fetched once
 # into ~/.cache/dspark (outside the tree) unless already available.
@@ -126,16 +126,15 @@ test: $(TEST_BIN) $(BIN) test-assets test-clients cuda-build-check $(CUEMU_BINS)
 # CUDA thread a fiber, no GPU and no nvcc needed): built with the host C++
 # compiler and run by `make test`, so CI without a GPU runs them.
 CXX       ?= c++
-$(CUEMU_DIR)/consts.h: src/cuda_ops.cuh
+$(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/*.cu src/*.cuh src/*.h $(BUILD)/src/util.o
 	@mkdir -p $(dir $@)
-	grep -E '^#define (ATT_|CU_PF_|TC_QV|AT_SPLIT)' $< > $@
-
-$(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/emu.h tests/cuemu/fake/cuda_runtime.h src/*.cu src/cuda_ops.cuh $(CUEMU_DIR)/consts.h
-	$(CXX) -std=c++17 -g $(OPT) -Wall -Wno-unused-function -Wno-unknown-pragmas -I$(CUEMU_DIR) -Itests/cuemu -Itests/cuemu/fake $< -o $@ $(LDSAN)
+	$(CXX) -std=c++17 -g $(OPT) -DDSPARK_CUEMU -fno-strict-aliasing -Wall -Wno-unused-function -Wno-unknown-pragmas -Itests/cuemu \
+	  -Itests/cuemu/fake -Isrc $< $(BUILD)/src/util.o -o $@ $(LDSAN) -lm
 
 cuemu: $(CUEMU_BINS)
 	$(CUEMU_DIR)/attn_mma
 	$(CUEMU_DIR)/attn_mma one-stage
+	$(CUEMU_DIR)/mma
 
 # Where nvcc exists (no GPU needed), the CUDA build is compiled too, so a
 # change that breaks it is caught; its tests need a GPU (make test-cuda).

@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
     pdl_trigger();
     if (pf.n[0]) l2_prefetch(pf, blockIdx.x, gridDim.x);
-    extern __shared__ float4 sm4[];
+    DYN_SMEM(float4, sm4);
     const int h4 = hd / 4, kst = h4 + 1; /* K row stride in float4s: hd + 4 floats */
     const int stage = ATT_CHUNK * kst + ATT_CHUNK * h4;                        /* float4s per stage */
     float4 *qs = sm4 + (two ? 2 : 1) * stage;                                 /* qs: [warp][G][h4] */
@@ -409,7 +409,7 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q,
     constexpr int KT = HD / 8, ST = HD + 4; /* k steps (and output tiles) over the head dim; smem row stride */
     pdl_trigger();
     pdl_wait();
-    extern __shared__ float4 tc_sm4[];
+    DYN_SMEM(float4, tc_sm4);
     float *Ks = reinterpret_cast<float *>(tc_sm4), *Vs = Ks + TC_P * ST, *Qs = Vs + TC_P * ST;
     const int R = TC_QV / G;
     /* the last row groups (the most positions in a span) start first */

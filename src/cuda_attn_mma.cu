@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(AMMA_THREADS, 1)
     constexpr int KS = HD + 4, VS = HD + 8, H4 = HD / 4, STAGE = ATT_CHUNK * (KS + VS);
     pdl_trigger();
     if (pf.n[0] && blockIdx.y == 0) l2_prefetch(pf, blockIdx.x, gridDim.x);
-    extern __shared__ float4 amma_sm4[];
+    DYN_SMEM(float4, amma_sm4);
     float *sm = reinterpret_cast<float *>(amma_sm4);
     float *Qs = sm + (two ? 2 : 1) * STAGE, *Ps = Qs + nt_max * 16 * KS;
     const int G = nh / nkv, nb = gridDim.x / nkv, kvh = blockIdx.x / nb;

@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(128, 2) k_attn_wg(const float *q, const float 
     constexpr int KT = S::KT, SBK = S::SBK, SBV = S::SBV, IMG = S::IMG;
     pdl_trigger();
     pdl_wait();
-    extern __shared__ float4 wg_sm4[];
+    DYN_SMEM(float4, wg_sm4);
     float *Qs = reinterpret_cast<float *>(wg_sm4), *Ks = Qs + TC_QV * HD, *Vs = Ks + 2 * IMG;
     const int R = TC_QV / G;
     /* the last row groups (the most positions in a span) start first */

@@ -581,7 +581,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
        source and whether they take a folded norm's weights */
     const bool pnorm = !PC && gn;
     const int np = mma_pieces<TILES, MT>(), nj = warp < nc ? (nc - 1 - warp) / MMA_KS + 1 : 0;
-    extern __shared__ uint4 mma_ring[];
+    DYN_SMEM(uint4, mma_ring);
     uint4 *const ring = mma_ring + (size_t)warp * stages * 32 * np + lane;
     const float *const xs = PC ? reinterpret_cast<const float *>(cut.in) : x; /* pre-cut: the words at the f32 offsets */
     /* the warps' partial sums: after the rings in the staged form, then
@@ -860,6 +860,11 @@ static void matmul_rows(cudaStream_t st, float *y, const float *x, int M, const 
    way). g_mma_tiles (1, 2 or 4) forces a count for the op benchmark; 0
    chooses. */
 static int g_mma_tiles = 0;
+int cu_mma_tiles_force(int n) {
+    const int prev = g_mma_tiles;
+    g_mma_tiles = n;
+    return prev;
+}
 
 /* The staged form's ring slots a warp (k_mma's PIPE, MMA_MAX_STAGES at
    most): DSPARK_CUDA_MMA_STAGES=S (2-8) asks for S, bf16 weights at 1-16
@@ -1162,103 +1167,8 @@ void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dm
     matmul_epi<MM_SWIGLU>(st, y, x, M, Wg, Wu, NULL);
 }
 
-/* ---- op benchmark ---------------------------------------------------------- */
-
-__global__ void k_fill_bf16(__nv_bfloat16 *p, size_t n, uint64_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-        h ^= h >> 29;
-        h *= 0xBF58476D1CE4E5B9ull;
-        h ^= h >> 32;
-        p[i] = __float2bfloat16(((float)(h & 0xffff) / 65536.0f - 0.5f) * 0.04f);
-    }
-}
-
-extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int tiled, int reps, double *us,
-                                 char *err, size_t errlen) {
-    size_t wn = (size_t)N * K;
-    int nw = mode == 2 ? 2 : 1;
-    /* enough weight copies that they do not stay in L2 between launches */
-    int copies = (int)(((size_t)512 << 20) / (wn * 2 * nw)) + 1;
-    if (copies > 64) copies = 64;
-    /* DSPARK_BENCH_COPIES=n: n copies instead (1: a matrix that fits L2
-       stays there, for timing the kernel apart from the memory) */
-    const char *ec = getenv("DSPARK_BENCH_COPIES");
-    if (ec) copies = atoi(ec) > 0 ? atoi(ec) : 1;
-    /* DSPARK_BENCH_NORM=1: the plain-store and SwiGLU matmuls with an
-       RMSNorm folded in and the SwiGLU writing its pre-cut copy too, as the
-       forward runs the q/k/v projection, gate+up and the LM head (the
-       kernel's own cost with the forward's epilogue, apart from the chain
-       around it) */
-    const int fwd = env_is("DSPARK_BENCH_NORM", "1") && (mode == 0 || mode == 2);
-    __nv_bfloat16 *w;
-    float *x, *y, *gn = NULL;
-    uint32_t *yc = NULL;
-    CK(cudaMalloc((void **)&w, wn * 2 * nw * copies));
-    CK(cudaMalloc((void **)&x, sizeof(float) * (size_t)M * K));
-    CK(cudaMalloc((void **)&y, sizeof(float) * (size_t)M * N));
-    if (fwd) {
-        CK(cudaMalloc((void **)&gn, sizeof(float) * K));
-        float *ones = (float *)xmalloc(sizeof(float) * K);
-        for (int i = 0; i < K; i++) ones[i] = 1.0f;
-        cudaError_t ce = cudaMemcpy(gn, ones, sizeof(float) * K, cudaMemcpyHostToDevice);
-        free(ones);
-        CK(ce);
-        if (mode == 2) CK(cudaMalloc((void **)&yc, sizeof(uint32_t) * (size_t)M * N));
-    }
-    k_fill_bf16<<<1024, 256>>>(w, wn * nw * copies, 1);
-    k_fill_bf16<<<256, 256>>>((__nv_bfloat16 *)x, (size_t)M * K * 2, 2); /* any finite bits */
-    cudaMemset(y, 0, sizeof(float) * (size_t)M * N);
-    dmat *Ws = (dmat *)xcalloc((size_t)copies * 2, sizeof(dmat)); /* per copy W, W2 */
-    dev_pool pl = {};
-    for (int c = 0; c < copies; c++) {
-        Ws[2 * c] = dmat{w + wn * nw * c, DT_BF16, N, K, NULL};
-        Ws[2 * c + 1] = dmat{w + wn * nw * c + wn, DT_BF16, N, K, NULL};
-        if (tiled && (cu_tile_mat(&pl, &Ws[2 * c], err, errlen) || (nw == 2 && cu_tile_mat(&pl, &Ws[2 * c + 1], err, errlen))))
-            return -1;
-    }
-    int saved = g_mma_tiles;
-    g_mma_tiles = tiles;
-    cu_gemm *gm = NULL;
-    if (mode == 4 && cu_gemm_create(&gm, M, K, N, err, errlen) != 0) return -1;
-    cudaStream_t st;
-    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    cudaDeviceSynchronize();
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    for (int r = -3; r < reps; r++) {
-        if (r == 0) cudaEventRecord(a, st);
-        int c = (r + 3) % copies;
-        const dmat &W = Ws[2 * c], &W2 = Ws[2 * c + 1];
-        int Mg = mode == 4 ? cu_gemm_takes(gm, &W, M) : 0;
-        if (Mg) cu_gemm_matmul(gm, st, MM_STORE, y, x, Mg, &W, NULL, NULL, NULL, 0);
-        if (Mg == M) continue;
-        if (mode == 3 && M <= 8) matmul_rows<8, MM_STORE>(st, y, x, M, &W, NULL, NULL);
-        else if (mode == 3) matmul_rows<16, MM_STORE>(st, y, x, M, &W, NULL, NULL);
-        else if (mode == 2 && fwd) cu_matmul_swiglu_norm(st, y, x, M, &W, &W2, gn, 1e-6f, yc);
-        else if (mode == 2) cu_matmul_swiglu(st, y, x, M, &W, &W2);
-        else if (mode == 1) cu_matmul_add(st, y, x, M, &W, NULL);
-        else if (fwd) cu_matmul_norm(st, y, x, M, &W, NULL, gn, 1e-6f);
-        else cu_matmul(st, y, x, M, &W, NULL);
-    }
-    cudaEventRecord(b, st);
-    cudaError_t e = cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    g_mma_tiles = saved;
-    cu_pool_free(&pl);
-    free(Ws);
-    cu_gemm_free(gm);
-    cudaStreamDestroy(st);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaFree(w);
-    cudaFree(x);
-    cudaFree(y);
-    cudaFree(gn);
-    cudaFree(yc);
-    if (e != cudaSuccess) return ds_err(err, errlen, "CUDA: matmul benchmark: %s", cudaGetErrorString(e));
-    *us = 1000.0 * ms / reps;
-    return 0;
+/* the FMA kernel alone (the op benchmark's mode 3) */
+void cu_matmul_fma(cudaStream_t st, float *y, const float *x, int M, const dmat *W) {
+    if (M <= 8) matmul_rows<8, MM_STORE>(st, y, x, M, W, NULL, NULL);
+    else matmul_rows<16, MM_STORE>(st, y, x, M, W, NULL, NULL);
 }

@@ -41,6 +41,12 @@ extern "C" {
 #define ATT_ROWS 32    /* rows per attention launch (bounds the partials scratch) */
 #define ATT_SPREAD_FROM 1024 /* cache length from which the decode attention takes the spread shape */
 
+/* a kernel's dynamic shared memory, as an array of T named name (the CPU
+   runs of tests/cuemu give it the block's buffer instead) */
+#ifndef DSPARK_CUEMU
+#define DYN_SMEM(T, name) extern __shared__ T name[]
+#endif
+
 /* floats of split-attention scratch for a cache of cap positions:
    partial outputs, maxima and sums */
 static inline size_t cu_attn_part_floats(int nh, int hd, int cap) {
@@ -61,6 +67,7 @@ __device__ __forceinline__ float warp_max(float v) {
 
 /* ---- tensor-core helpers (mma.sync m16n8k8 TF32) --------------------------- */
 
+#ifndef DSPARK_CUEMU /* (tests/cuemu/emu.h gives the CPU its own mma_tf32 and mma_bf16) */
 __device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -80,6 +87,7 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+#endif
 
 /* x0 and x1 as bf16 heads (rounded to nearest even) and bf16 tails (x
    minus its head, exact in f32, then rounded), packed as a bf16x2 operand
@@ -132,6 +140,7 @@ __device__ __forceinline__ void bf16_cut_put(uint32_t *row, int k, float v) {
     p[2] = l;
 }
 
+#ifndef DSPARK_CUEMU /* (tests/cuemu/emu.h: the CPU's cp.async) */
 /* 16-byte asynchronous copies into shared memory (the attention kernels) */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
     unsigned a = (unsigned)__cvta_generic_to_shared(smem);
@@ -160,6 +169,7 @@ __device__ __forceinline__ void cp_async_wait_but(int n) {
     default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
     }
 }
+#endif
 
 /* x as a TF32 head and tail, for the matmul's two-mma products and the
    attention's three-mma ones: the head is x as it stands (the tensor core
@@ -697,6 +707,11 @@ int cu_attn_mma_takes(int nh, int nkv, int hd);
 void cu_attention_mma_pass(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q, const float *kc,
                            const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
                            int nchunk, int m0, int causal, int first, int early, cu_pf pf);
+/* forces the tensor-core matmul's tiles a block (1, 2 or 4; 0: its own
+   choice) and returns the previous setting; the FMA matmul alone (for the
+   op benchmark, cuda_mma_bench.cu) */
+int cu_mma_tiles_force(int n);
+void cu_matmul_fma(cudaStream_t st, float *y, const float *x, int M, const dmat *W);
 /* set the matmul's staged form: its ring slots a warp (0: off) and its
    persistent grid (0 off, 1 on, n > 1 at most n blocks); see cuda_mma.cu.
    Each returns the previous setting. */

@@ -12,12 +12,15 @@
 // scheduling passes at random, so a stage refilled while another warp
 // still reads it shows too. Blocks run one after another.
 //
-// What it is not: a timing model, or the tensor core's arithmetic (mma is
-// the exact product of the TF32-truncated operands, summed in double and
-// rounded once). A kernel source compiled here takes this header in place
-// of cuda_ops.cuh (its include guard is defined below), with the helpers it
-// uses given CPU meanings; the constants come from the real header
-// (consts.h, extracted by the Makefile).
+// What it is not: a timing model, or the tensor core's arithmetic (an mma
+// is the exact product of its operands, TF32-truncated or bf16, summed in
+// double and rounded once). The kernel sources and cuda_ops.cuh compile
+// here as they are, with DSPARK_CUEMU defined: the CUDA headers they
+// include (tests/cuemu/fake) bring this one, which gives the CUDA syntax,
+// types, intrinsics and runtime calls they use CPU meanings, and
+// cuda_ops.cuh leaves out its inline-assembly helpers (mma, cp.async) for
+// the ones below. __shared__ variables become function statics (one per
+// block, as blocks run in turn); DYN_SMEM is the block's buffer.
 #ifndef DS_CUEMU_H
 #define DS_CUEMU_H
 
@@ -31,15 +34,19 @@
 #include <functional>
 #include <vector>
 
-#define DS_CUDA_OPS_CUH /* the real helpers' header is replaced by this one */
-#include "consts.h"
+#ifndef DSPARK_CUEMU
+#error "tests/cuemu builds define DSPARK_CUEMU"
+/* what the build's kernel image says of the device: nothing (0) */
+int cu_code_arch(char *, size_t) { return 0; }
+#endif
 
 /* ---- CUDA syntax ---------------------------------------------------------- */
 #define __global__
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__
+#define __shared__ static
+#define __restrict__
 #define __launch_bounds__(...)
 
 struct dim3 {
@@ -52,6 +59,10 @@ struct float4 {
 struct float2 {
     float x, y;
 };
+struct uint4 {
+    uint32_t x, y, z, w;
+};
+static inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
 static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 static inline float2 make_float2(float x, float y) { return {x, y}; }
 static inline uint32_t __float_as_uint(float f) {
@@ -67,17 +78,46 @@ static inline float __uint_as_float(uint32_t u) {
 
 typedef int cudaError_t;
 typedef struct emu_stream_ *cudaStream_t;
-enum { cudaSuccess = 0 };
-enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaDevAttrMultiProcessorCount = 16 };
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+enum cudaDeviceAttr {
+    cudaDevAttrMaxSharedMemoryPerBlockOptin,
+    cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+    cudaDevAttrMultiProcessorCount,
+    cudaDevAttrComputeCapabilityMajor,
+    cudaDevAttrComputeCapabilityMinor,
+};
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 struct cudaFuncAttributes {
     size_t sharedSizeBytes;
 };
+enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension, cudaLaunchAttributeProgrammaticStreamSerialization };
+struct cudaLaunchAttribute {
+    cudaLaunchAttributeID id;
+    union {
+        struct {
+            unsigned x, y, z;
+        } clusterDim;
+        int programmaticStreamSerializationAllowed;
+    } val;
+};
+struct cudaLaunchConfig_t {
+    dim3 gridDim, blockDim;
+    size_t dynamicSmemBytes;
+    cudaStream_t stream;
+    cudaLaunchAttribute *attrs;
+    unsigned numAttrs;
+};
+
+/* the built-in variables: threadIdx is set to the running fiber's at each
+   switch to it */
+inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 namespace emu {
 
-/* the device the launchers see: an H200's SM count and opt-in shared memory */
-inline int sms = 132, smem_optin = 232448;
+/* the device the launchers see: an H200's shared memory, few SMs (so a
+   block takes several of a kernel's work items in turn; cuda_ops.cuh's
+   sm_count reads this once, at a process's first launch) */
+inline int sms = 6, smem_optin = 232448, smem_per_sm = 233472;
 
 struct copy16 {
     void *dst;
@@ -90,11 +130,14 @@ struct fiber {
     std::vector<char> stack;
     int tid = 0;
     bool done = false;
+    struct barrier *wait = nullptr; /* the rendezvous it waits at, and that one's generation */
+    unsigned wait_gen = 0;
     std::vector<std::vector<copy16>> groups; /* committed cp.async groups, oldest first */
     std::vector<copy16> open;                /* issued since the last commit */
 };
 
 struct barrier {
+    int lo = 0, hi = 0; /* the threads it waits for */
     int count = 0;
     unsigned gen = 0;
 };
@@ -107,18 +150,22 @@ inline barrier block_bar;
 inline std::vector<barrier> warp_bar;
 inline std::vector<uint32_t> slots; /* [warp][lane][16] words exchanged at warp rendezvous */
 inline bool progress;
-inline dim3 grid_dim, block_dim, block_idx;
-/* the block's dynamic shared memory: the array a kernel declares extern
-   __shared__ is defined by the test (a file-scope float4 array of
-   smem_optin bytes) and registered here */
-inline void *smem = nullptr;
+inline int laggard = 0; /* the warp the scheduler holds back (see run_block) */
+/* the block's dynamic shared memory (DYN_SMEM) */
+alignas(16) inline unsigned char smem[262144];
 
 [[noreturn]] inline void fail(const char *what) {
-    fprintf(stderr, "cuemu: %s (block %u,%u,%u, thread %d)\n", what, block_idx.x, block_idx.y, block_idx.z,
+    fprintf(stderr, "cuemu: %s (block %u,%u,%u, thread %d)\n", what, blockIdx.x, blockIdx.y, blockIdx.z,
             cur >= 0 ? fibers[cur].tid : -1);
     exit(2);
 }
 
+/* the schedule's random choices (xorshift, fixed seed: a failure repeats) */
+inline uint64_t rng = 0x2545f4914f6cdd1dull;
+inline unsigned coin() {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (unsigned)(rng >> 33);
+}
 inline fiber &me() { return fibers[cur]; }
 inline int lane() { return me().tid % 32; }
 inline int warp() { return me().tid / 32; }
@@ -126,39 +173,39 @@ inline void yield() { swapcontext(&me().ctx, &sched); }
 
 inline int exited(int lo, int hi) {
     int n = 0;
-    for (int i = lo; i < hi && i < nthreads; i++) n += fibers[i].done;
+    for (int i = lo; i < hi; i++) n += fibers[i].done;
     return n;
 }
 
-/* waits until every live thread in [lo, hi) has arrived at b */
-inline void rendezvous(barrier &b, int lo, int hi) {
-    if (hi > nthreads) hi = nthreads;
-    const unsigned g = b.gen;
-    b.count++;
-    for (;;) {
-        if (b.gen != g) return;
-        if (b.count + exited(lo, hi) >= hi - lo) {
-            b.count = 0;
-            b.gen++;
-            progress = true;
-            return;
-        }
-        yield();
-    }
+/* opens b's next generation where every live thread it waits for has
+   arrived */
+inline bool try_release(barrier &b) {
+    if (b.count + exited(b.lo, b.hi) < b.hi - b.lo) return false;
+    b.count = 0;
+    b.gen++;
+    progress = true;
+    if (&b == &block_bar) laggard = (int)(coin() % ((nthreads + 31) / 32)); /* another after each barrier */
+    return true;
 }
 
-inline void syncthreads() { rendezvous(block_bar, 0, nthreads); }
-inline void syncwarp() { rendezvous(warp_bar[warp()], warp() * 32, warp() * 32 + 32); }
+/* waits until every live thread b waits for has arrived; the scheduler
+   leaves a waiting fiber alone until then */
+inline void rendezvous(barrier &b) {
+    const unsigned g = b.gen;
+    b.count++;
+    if (try_release(b)) return;
+    me().wait = &b;
+    me().wait_gen = g;
+    while (b.gen == g) yield();
+    me().wait = nullptr;
+}
+
+inline void syncthreads() { rendezvous(block_bar); }
+inline void syncwarp() { rendezvous(warp_bar[warp()]); }
 inline uint32_t *my_slot(int l = -1) { return &slots[((size_t)warp() * 32 + (l < 0 ? lane() : l)) * 16]; }
 
 /* cp.async: held until a wait lets the group land */
 inline void cp_issue(void *dst, const void *src, bool zero) { me().open.push_back({dst, src, zero}); }
-/* the schedule's random choices (xorshift, fixed seed: a failure repeats) */
-inline uint64_t rng = 0x2545f4914f6cdd1dull;
-inline unsigned coin() {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (unsigned)(rng >> 33);
-}
 inline void cp_land(const std::vector<copy16> &g);
 /* a committed group lands at once (as it may on the GPU) on one commit in
    two, else at the wait that covers it */
@@ -196,18 +243,24 @@ inline void trampoline() {
     /* uc_link returns to the scheduler */
 }
 
-/* runs one block of the kernel call k on block_dim threads */
+/* runs one block of the kernel call k on blockDim threads */
 inline void run_block(const std::function<void()> &k) {
-    nthreads = (int)(block_dim.x * block_dim.y * block_dim.z);
+    nthreads = (int)(blockDim.x * blockDim.y * blockDim.z);
     if ((int)fibers.size() < nthreads) fibers.resize(nthreads);
     warp_bar.assign((nthreads + 31) / 32, barrier());
+    for (size_t w = 0; w < warp_bar.size(); w++) {
+        warp_bar[w].lo = (int)w * 32;
+        warp_bar[w].hi = (int)w * 32 + 32 < nthreads ? (int)w * 32 + 32 : nthreads;
+    }
     slots.assign((size_t)warp_bar.size() * 32 * 16, 0);
     block_bar = barrier();
+    block_bar.hi = nthreads;
     body = k;
     for (int i = 0; i < nthreads; i++) {
         fiber &f = fibers[i];
         f.tid = i;
         f.done = false;
+        f.wait = nullptr;
         f.groups.clear();
         f.open.clear();
         if (f.stack.empty()) f.stack.resize(128 << 10);
@@ -218,21 +271,31 @@ inline void run_block(const std::function<void()> &k) {
         makecontext(&f.ctx, trampoline, 0);
     }
     /* passes over the warps: in most, each warp is left out with odds of
-       one in three, so warps drift apart between block barriers and a
-       stage refilled while another warp still reads it shows; after a
-       pass that moved nothing, one with every warp, and if that moves
-       nothing either, the block is stuck */
+       one in three, and one warp of the block (the laggard, drawn again at
+       each block barrier) runs in one pass in 32, so warps drift far apart between block barriers and
+       a stage refilled, or a buffer rewritten, while another warp still
+       reads it shows; after a pass that moved nothing, one with every
+       warp, and if that moves nothing either, the block is stuck */
     const int nw = (nthreads + 31) / 32;
+    laggard = (int)(coin() % nw);
     bool all = true;
     for (;;) {
         bool live = false;
         progress = false;
         for (int w = 0; w < nw; w++) {
-            const bool run = all || coin() % 3 != 0;
+            const bool run = all || (w == laggard ? coin() % 32 == 0 : coin() % 3 != 0);
             for (cur = 32 * w; cur < nthreads && cur < 32 * w + 32; cur++) {
-                if (fibers[cur].done) continue;
+                fiber &f = fibers[cur];
+                if (f.done) continue;
                 live = true;
-                if (run) swapcontext(&sched, &fibers[cur].ctx);
+                if (!run) continue;
+                /* a waiting fiber runs only once its rendezvous opens (a
+                   thread's exit may open it) */
+                if (f.wait && f.wait->gen == f.wait_gen && !try_release(*f.wait)) continue;
+                progress = true;
+                threadIdx = dim3((unsigned)cur % blockDim.x, (unsigned)cur / blockDim.x % blockDim.y,
+                                 (unsigned)cur / (blockDim.x * blockDim.y));
+                swapcontext(&sched, &fibers[cur].ctx);
             }
         }
         cur = -1;
@@ -246,13 +309,12 @@ inline void run_block(const std::function<void()> &k) {
    (0xff bytes) so a read of anything not yet written shows */
 inline void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &k) {
     if (smem_bytes > (size_t)smem_optin) fail("a launch asks for more shared memory than the device gives");
-    if (smem_bytes && !smem) fail("a launch with shared memory, and no array registered for it");
-    grid_dim = grid;
-    block_dim = block;
+    gridDim = grid;
+    blockDim = block;
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
-                block_idx = dim3(x, y, z);
+                blockIdx = dim3(x, y, z);
                 if (smem_bytes) memset(smem, 0xff, smem_bytes);
                 run_block(k);
             }
@@ -294,12 +356,33 @@ inline void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint3
     for (int e = 0; e < 4; e++) d[e] = out[e];
 }
 
+inline float bf16_of(uint32_t w, int hi) { return __uint_as_float(hi ? w & 0xffff0000u : w << 16); }
+
+/* mma.sync m16n8k16 BF16 (A row r, column k: lane 4 (r % 8) + (k % 8) / 2,
+   register (r >= 8) + 2 (k >= 8), half k % 2; B row k, column n: lane
+   4 n + (k % 8) / 2, register k >= 8, half k % 2; D as mma_tf32's) */
+inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    uint32_t *s = my_slot();
+    s[0] = a0, s[1] = a1, s[2] = a2, s[3] = a3, s[4] = b0, s[5] = b1;
+    syncwarp();
+    const int g = lane() / 4, t = lane() % 4;
+    float out[4];
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e >= 2), n = 2 * t + (e & 1);
+        double acc = d[e];
+        for (int k = 0; k < 16; k++) {
+            const uint32_t a = my_slot(4 * (r % 8) + (k % 8) / 2)[(r >= 8) + 2 * (k >= 8)];
+            const uint32_t b = my_slot(4 * n + (k % 8) / 2)[4 + (k >= 8)];
+            acc += (double)bf16_of(a, k % 2) * (double)bf16_of(b, k % 2);
+        }
+        out[e] = (float)acc;
+    }
+    syncwarp();
+    for (int e = 0; e < 4; e++) d[e] = out[e];
+}
+
 } // namespace emu
 
-#define threadIdx (dim3((unsigned)emu::me().tid % emu::block_dim.x, (unsigned)emu::me().tid / emu::block_dim.x, 0))
-#define blockIdx (emu::block_idx)
-#define gridDim (emu::grid_dim)
-#define blockDim (emu::block_dim)
 
 static inline void __syncthreads() { emu::syncthreads(); }
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu::syncwarp(); }
@@ -308,26 +391,88 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int off) {
     return __uint_as_float(emu::shfl(__float_as_uint(v), emu::lane() ^ off));
 }
 
-/* ---- the cuda_ops.cuh helpers the emulated kernels use ------------------- */
+static inline float __shfl_sync(unsigned mask, float v, int src) {
+    if (mask != 0xffffffffu) emu::fail("a shuffle with a partial mask (not modelled)");
+    return __uint_as_float(emu::shfl(__float_as_uint(v), src));
+}
+static inline float __shfl_down_sync(unsigned mask, float v, int delta) {
+    if (mask != 0xffffffffu) emu::fail("a shuffle with a partial mask (not modelled)");
+    const int src = emu::lane() + delta;
+    const float r = __uint_as_float(emu::shfl(__float_as_uint(v), src < 32 ? src : emu::lane()));
+    return r;
+}
+static inline int __syncthreads_or(int p) {
+    static int any;
+    emu::syncthreads();
+    any = 0;
+    emu::syncthreads();
+    if (p) any = 1;
+    emu::syncthreads();
+    return any;
+}
+static inline void __threadfence() {}
+static inline int atomicAdd(int *p, int v) {
+    const int o = *p;
+    *p += v;
+    return o;
+}
+static inline unsigned atomicAdd(unsigned *p, unsigned v) {
+    const unsigned o = *p;
+    *p += v;
+    return o;
+}
+template <typename T> static inline T __ldg(const T *p) { return *p; }
+template <typename T> static inline T __ldcg(const T *p) { return *p; }
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
+/* ---- bf16 and f16 (cuda_bf16.h, cuda_fp16.h) ------------------------------- */
+struct __nv_bfloat16 {
+    uint16_t x;
+};
+struct __nv_bfloat162 {
+    __nv_bfloat16 x, y;
+};
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return {(uint16_t)((u >> 16) | 0x40)}; /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1);
+    return {(uint16_t)(u >> 16)};
 }
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
+static inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+static inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float((uint32_t)h.x << 16); }
+static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+    return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)};
 }
+struct __half {
+    uint16_t x;
+};
+struct __half2 {
+    __half x, y;
+};
+static inline float __half2float(__half h) {
+    const uint32_t s = (uint32_t)(h.x & 0x8000) << 16, e = (h.x >> 10) & 31, m = h.x & 1023;
+    if (e == 31) return __uint_as_float(s | 0x7f800000u | (m << 13));
+    if (e) return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
+    return (s ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-8f; /* subnormal: m x 2^-24 */
+}
+static inline __half __float2half(float f) { /* round to nearest even, finite inputs in range */
+    const uint32_t u = __float_as_uint(f), s = (u >> 16) & 0x8000;
+    const float a = fabsf(f);
+    if (a >= 65520.0f) return {(uint16_t)(s | 0x7c00)};
+    if (a < 6.103515625e-05f) return {(uint16_t)(s | (uint16_t)lrintf(a * 16777216.0f))};
+    uint32_t v = __float_as_uint(a);
+    v += 0xfffu + ((v >> 13) & 1);
+    return {(uint16_t)(s | (((v >> 23) - 112) << 10) | ((v >> 13) & 1023))};
+}
+static inline float2 __half22float2(__half2 h) { return {__half2float(h.x), __half2float(h.y)}; }
+
+/* ---- the inline-assembly helpers of cuda_ops.cuh --------------------------- */
 static inline void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                             uint32_t b1) {
     emu::mma_tf32(d, a0, a1, a2, a3, b0, b1);
 }
-struct tf32x2 {
-    uint32_t h, l;
-};
-static inline tf32x2 tf32_cut(float x) {
-    uint32_t b = __float_as_uint(x);
-    return {b, __float_as_uint(x - __uint_as_float(b & 0xffffe000u))};
+static inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                            uint32_t b1) {
+    emu::mma_bf16(d, a0, a1, a2, a3, b0, b1);
 }
 static inline void cp_async16(void *smem, const void *gmem) { emu::cp_issue(smem, gmem, false); }
 static inline void cp_async16_or_zero(void *smem, const void *gmem, bool ok) { emu::cp_issue(smem, gmem, !ok); }
@@ -335,41 +480,42 @@ static inline void cp_async_commit() { emu::cp_commit(); }
 static inline void cp_async_wait_all() { emu::cp_wait(0); }
 static inline void cp_async_wait_one() { emu::cp_wait(1); }
 static inline void cp_async_wait_but(int n) { emu::cp_wait(n > 7 ? 7 : n); }
-static inline void pdl_trigger() {}
-static inline void pdl_wait() {}
+#define DYN_SMEM(T, name) T *const name = reinterpret_cast<T *>(emu::smem)
 
-struct cu_pf {
-    const void *p[CU_PF_RANGES];
-    size_t n[CU_PF_RANGES];
-};
-static inline void l2_prefetch(const cu_pf &, int, int) {}
-
-/* the switches: set by the emulation tests through the kernel's own setter */
-static inline int env_switch(int *mode, const char *, int set, int on) {
-    if (*mode == -2) *mode = -1;
-    int prev = *mode;
-    if (set) *mode = on;
-    return prev;
-}
-
-static inline int sm_count(void) { return emu::sms; }
-static inline int cudaGetDevice(int *d) {
+/* ---- the runtime calls the launchers make ---------------------------------- */
+static inline const char *cudaGetErrorString(cudaError_t) { return "(emulated)"; }
+static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+static inline cudaError_t cudaGetDevice(int *d) {
     *d = 0;
     return cudaSuccess;
 }
-static inline int cudaDeviceGetAttribute(int *v, int attr, int) {
-    *v = attr == cudaDevAttrMaxSharedMemoryPerBlockOptin ? emu::smem_optin : emu::sms;
+static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int) {
+    switch (attr) {
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = emu::smem_optin; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = emu::smem_per_sm; break;
+    case cudaDevAttrMultiProcessorCount: *v = emu::sms; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
+    }
     return cudaSuccess;
 }
-template <typename F> static inline int cudaFuncGetAttributes(cudaFuncAttributes *a, F) {
-    a->sharedSizeBytes = 0;
+template <typename F> static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, F) {
+    a->sharedSizeBytes = 0; /* (static __shared__ variables are function statics here) */
     return cudaSuccess;
 }
-template <typename F> static inline int cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
-
-/* a kernel's launch: the blocks run here, in turn, before it returns */
+template <typename F> static inline cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
+/* blocks an SM: what the shared memory allows, at most two */
+template <typename F> static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F, int, size_t smem) {
+    const int f = smem ? (int)(emu::smem_per_sm / (smem + 1024)) : 2;
+    *n = f < 2 ? f : 2;
+    return cudaSuccess;
+}
 template <typename... KA, typename... A>
-static inline void launch_smem(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t, A... args) {
-    emu::launch(grid, block, smem, [&]() { k(args...); });
+static inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *cfg, void (*k)(KA...), A... args) {
+    emu::launch(cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, [&]() { k(args...); });
+    return cudaSuccess;
 }
+
+/* what the build's kernel image says of the device: nothing (0) */
+int cu_code_arch(char *, size_t) { return 0; }
 #endif

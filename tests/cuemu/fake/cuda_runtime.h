@@ -1,1 +1,2 @@
-/* cuemu: the kernels compiled on the CPU need nothing from the CUDA runtime header (emu.h has it) */
+/* the CUDA header, for the CPU runs of tests/cuemu: emu.h gives what the kernels use */
+#include "emu.h"

@@ -1,0 +1,172 @@
+// The tensor-core matmul (src/cuda_mma.cu, k_mma) run on the CPU by emu.h:
+// its staged form (DSPARK_CUDA_MMA_STAGES: each warp's chunks through a
+// ring of cp.async slots) and persistent grid (DSPARK_CUDA_MMA_PERSIST)
+// must give the register form's bits, and the register form must agree
+// with a double reference. Shapes: 1-16 rows (one and two row groups),
+// widths off the 16-row tiles, K from one chunk a warp to several (the
+// ring wraps), one, two and four tiles a block; the plain store with a
+// bias, the residual add, the SwiGLU, a folded RMSNorm; row-major and
+// tile-major weights.
+#include "../../src/cuda_mma.cu"
+
+/* what the launchers reach outside cuda_mma.cu (cuda_ops.cu, cuda_gemm.cu) */
+size_t cu_tile_bytes(const dmat *W) { return (size_t)((W->N + 15) / 16) * ((W->K + 31) / 32) * 1024; }
+int cu_gemm_takes(const cu_gemm *, const dmat *, int) { return 0; } /* no cuBLAS here: the matmuls all take k_mma */
+void cu_gemm_matmul(cu_gemm *, cudaStream_t, int, float *, const float *, int, const dmat *, const dmat *,
+                    const float *, const float *, float) {
+    emu::fail("cuBLAS called with no groups taken");
+}
+void cu_rmsnorm(cudaStream_t, float *, const float *, const float *, int, int, float) {
+    emu::fail("cu_rmsnorm (cuda_ops.cu) is not part of this run");
+}
+
+static int failures = 0;
+#define EXPECT(cond, ...)                                                                                            \
+    do {                                                                                                             \
+        if (!(cond) && failures++ < 20) {                                                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                   \
+            fprintf(stderr, __VA_ARGS__);                                                                            \
+            fputc('\n', stderr);                                                                                     \
+        }                                                                                                            \
+    } while (0)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand() { /* uniform in [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+/* a bf16 matrix [N][K] and its tile-major copy (16-row x 32-column tiles of
+   1 KB, row r of a tile at r * 32, edges zero) */
+struct mat {
+    std::vector<__nv_bfloat16> w, t;
+    dmat d;
+    mat(int N, int K, bool tiled) {
+        w.resize((size_t)N * K);
+        for (auto &v : w) v = __float2bfloat16_rn(0.1f * frand());
+        const int nc = (K + 31) / 32;
+        if (tiled) {
+            t.assign((size_t)((N + 15) / 16) * nc * 512, __nv_bfloat16{0});
+            for (int n = 0; n < N; n++)
+                for (int k = 0; k < K; k++) t[((size_t)(n / 16) * nc + k / 32) * 512 + (n % 16) * 32 + k % 32] = w[(size_t)n * K + k];
+        }
+        d = dmat{w.data(), DT_BF16, N, K, tiled ? (void *)t.data() : NULL};
+    }
+    double at(int n, int k) const { return __bfloat162float(w[(size_t)n * d.K + k]); }
+};
+
+enum { ST, ADD, GLU };
+struct mcase {
+    int M, N, K, epi, norm, tiled;
+};
+
+/* the double reference of y for case c (y0: the output before an add) */
+static std::vector<double> reference(const mcase &c, const std::vector<float> &x, const mat &W, const mat &W2,
+                                     const std::vector<float> &bias, const std::vector<float> &gn,
+                                     const std::vector<float> &y0) {
+    std::vector<double> y((size_t)c.M * c.N);
+    for (int m = 0; m < c.M; m++) {
+        std::vector<double> xr(c.K);
+        double ss = 0;
+        for (int k = 0; k < c.K; k++) ss += (double)x[(size_t)m * c.K + k] * x[(size_t)m * c.K + k];
+        const double r = c.norm ? 1.0 / sqrt(ss / c.K + 1e-6) : 1.0;
+        for (int k = 0; k < c.K; k++) xr[k] = x[(size_t)m * c.K + k] * r * (c.norm ? gn[k] : 1.0f);
+        for (int n = 0; n < c.N; n++) {
+            double s = 0, u = 0;
+            for (int k = 0; k < c.K; k++) s += xr[k] * W.at(n, k);
+            if (c.epi == GLU) {
+                for (int k = 0; k < c.K; k++) u += xr[k] * W2.at(n, k);
+                y[(size_t)m * c.N + n] = s / (1 + exp(-s)) * u;
+            } else {
+                s += bias.empty() ? 0.0 : bias[n];
+                y[(size_t)m * c.N + n] = c.epi == ADD ? y0[(size_t)m * c.N + n] + s : s;
+            }
+        }
+    }
+    return y;
+}
+
+static std::vector<float> run(const mcase &c, const std::vector<float> &x, const mat &W, const mat &W2,
+                              const std::vector<float> &bias, const std::vector<float> &gn, const std::vector<float> &y0) {
+    std::vector<float> y = y0;
+    const float *b = bias.empty() ? NULL : bias.data();
+    if (c.epi == GLU && c.norm) cu_matmul_swiglu_norm(NULL, y.data(), x.data(), c.M, &W.d, &W2.d, gn.data(), 1e-6f, NULL);
+    else if (c.epi == GLU) cu_matmul_swiglu(NULL, y.data(), x.data(), c.M, &W.d, &W2.d);
+    else if (c.epi == ADD) cu_matmul_add(NULL, y.data(), x.data(), c.M, &W.d, b);
+    else if (c.norm) cu_matmul_norm(NULL, y.data(), x.data(), c.M, &W.d, b, gn.data(), 1e-6f);
+    else cu_matmul(NULL, y.data(), x.data(), c.M, &W.d, b);
+    return y;
+}
+
+static void run_case(const mcase &c) {
+    mat W(c.N, c.K, c.tiled), W2(c.epi == GLU ? c.N : 1, c.epi == GLU ? c.K : 32, c.tiled);
+    std::vector<float> x((size_t)c.M * c.K), gn(c.K), y0((size_t)c.M * c.N), bias;
+    for (float &v : x) v = frand();
+    for (float &v : gn) v = 1.0f + 0.5f * frand();
+    for (float &v : y0) v = c.epi == ADD ? frand() : 0.0f;
+    if (c.epi == ST) {
+        bias.resize(c.N);
+        for (float &v : bias) v = frand();
+    }
+    const std::vector<double> ref = reference(c, x, W, W2, bias, gn, y0);
+    char what[160];
+    snprintf(what, sizeof what, "M=%d N=%d K=%d %s%s %s", c.M, c.N, c.K, c.epi == ST ? "store" : c.epi == ADD ? "add" : "swiglu",
+             c.norm ? " +norm" : "", c.tiled ? "tile-major" : "row-major");
+    /* register form, one, two and four tiles a block (four: the SwiGLU at 1-8 rows) */
+    double worst = 0;
+    int forms = 0;
+    for (int tiles : {1, 2, 4}) {
+        if ((c.epi == GLU) != (tiles == 4 && c.M <= 8) && !(c.epi == GLU && tiles == 2)) continue;
+        cu_mma_tiles_force(tiles);
+        cu_mma_stages(0);
+        cu_mma_persist(0);
+        const std::vector<float> yr = run(c, x, W, W2, bias, gn, y0);
+        double big = 0, err = 0;
+        for (size_t i = 0; i < ref.size(); i++) {
+            big = fmax(big, fabs(ref[i]));
+            const double d = fabs(yr[i] - ref[i]);
+            err = d != d ? INFINITY : fmax(err, d);
+        }
+        const double rel = err / (big > 0 ? big : 1);
+        EXPECT(rel < 2e-5, "%s, %d tiles: register form off the reference by %.3g", what, tiles, rel);
+        worst = fmax(worst, rel);
+        /* the staged form and its persistent grid: the same bits */
+        const int variants[][2] = {{2, 0}, {3, 0}, {5, 0}, {3, 2}, {2, 1}};
+        for (const auto &v : variants) {
+            cu_mma_stages(v[0]);
+            cu_mma_persist(v[1]);
+            const std::vector<float> ys = run(c, x, W, W2, bias, gn, y0);
+            EXPECT(!memcmp(ys.data(), yr.data(), sizeof(float) * ys.size()),
+                   "%s, %d tiles: %d slots%s differ from the register form", what, tiles, v[0],
+                   v[1] == 1 ? ", persistent" : v[1] > 1 ? ", two persistent blocks" : "");
+            forms++;
+        }
+    }
+    cu_mma_tiles_force(0);
+    cu_mma_stages(0);
+    cu_mma_persist(0);
+    printf("  %-44s register form within %.2g, %d staged runs compared\n", what, worst, forms);
+}
+
+int main(void) {
+    emu::sms = 3;
+    const mcase cases[] = {
+        {1, 40, 256, ST, 0, 1},   /* decode, a width off the tiles, 8 chunks: one a warp */
+        {3, 64, 776, ST, 1, 0},   /* folded norm, K past the last whole chunk, the ring wraps */
+        {13, 48, 200, ST, 1, 1},  /* folded norm over two row groups */
+        {8, 48, 520, ADD, 0, 1},  /* residual add */
+        {9, 96, 264, ST, 0, 1},   /* two row groups */
+        {16, 50, 392, ADD, 0, 0}, /* 16 rows, row-major */
+        {2, 32, 264, GLU, 1, 1},  /* SwiGLU with a folded norm, four tiles */
+        {12, 32, 136, GLU, 0, 1}, /* SwiGLU at 9-16 rows: two tiles */
+        {1, 320, 64, ST, 0, 1},   /* twenty tiles, one chunk: persistent blocks take many */
+        {3, 160, 520, ADD, 0, 0}, /* ten tiles of 17 chunks: every warp's ring runs on across tiles */
+    };
+    for (const mcase &c : cases) run_case(c);
+    if (failures) {
+        fprintf(stderr, "cuemu matmul: %d checks failed\n", failures);
+        return 1;
+    }
+    printf("cuemu matmul: the register form within 2e-5 of the reference, the staged form its bits\n");
+    return 0;
+}
