@@ -128,7 +128,7 @@ test: $(TEST_BIN) $(BIN) test-assets test-clients cuda-build-check $(CUEMU_BINS)
 CXX       ?= c++
 $(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/*.cu src/*.cuh src/*.h $(BUILD)/src/util.o
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -g $(OPT) -DDSPARK_CUEMU -fno-strict-aliasing -Wall -Wno-unused-function -Wno-unknown-pragmas -Itests/cuemu \
+	$(CXX) -std=c++17 -g $(OPT) -DDSPARK_CUEMU -fno-strict-aliasing -Wall -Wno-unused-function -Wno-unknown-pragmas -Wno-sign-compare -Itests/cuemu \
 	  -Itests/cuemu/fake -Isrc $< $(BUILD)/src/util.o -o $@ $(LDSAN) -lm
 
 cuemu: $(CUEMU_BINS)

@@ -550,19 +550,9 @@ static int attn_blocks(int nkv, int nchunk, int per_sm) {
 
 /* the largest dynamic shared memory k_attn_rows<G, NW> may take (raised
    past the default 48 KiB once) */
-template <int G, int NW>
-static int attn_optin(void) {
+template <int G, int NW> static int attn_optin(void) {
     static int optin = 0;
-    if (!optin) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-            optin = 48 << 10;
-        /* the dynamic part is what static shared memory leaves (none today) */
-        cudaFuncAttributes fa;
-        if (cudaFuncGetAttributes(&fa, k_attn_rows<G, NW>) == cudaSuccess) optin -= (int)fa.sharedSizeBytes;
-        cudaFuncSetAttribute(k_attn_rows<G, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-    }
+    if (!optin) optin = smem_optin(k_attn_rows<G, NW>);
     return optin;
 }
 

@@ -288,15 +288,7 @@ int cu_attn_mma_takes(int nh, int nkv, int hd) {
 /* the largest dynamic shared memory a block may take (raised once) */
 template <int HD> static int amma_optin(void) {
     static int optin = 0;
-    if (!optin) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-            optin = 48 << 10;
-        cudaFuncAttributes fa;
-        if (cudaFuncGetAttributes(&fa, k_attn_mma<HD>) == cudaSuccess) optin -= (int)fa.sharedSizeBytes;
-        cudaFuncSetAttribute(k_attn_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-    }
+    if (!optin) optin = smem_optin(k_attn_mma<HD>);
     return optin;
 }
 

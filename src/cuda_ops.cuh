@@ -275,6 +275,19 @@ static inline int sm_count(void) {
     return sms;
 }
 
+/* the largest dynamic shared memory a block of kernel k may take (what
+   the device's opt-in limit leaves beside k's static shared memory), its
+   attribute raised to that; callers keep the answer (once a kernel) */
+template <typename K> static inline int smem_optin(K k) {
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) optin = 48 << 10;
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, k) == cudaSuccess) optin -= (int)fa.sharedSizeBytes;
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    return optin;
+}
+
 /* Programmatic dependent launch: a kernel lets the next one in its stream be
    scheduled once all its blocks have started (pdl_trigger) and waits for the
    previous kernel's completion and memory (pdl_wait) before it reads

@@ -12,24 +12,7 @@
 // the softmax wrote it shows as a wrong or NaN partial.
 #include "../../src/cuda_attn_mma.cu"
 
-static int failures = 0;
-
-#define EXPECT(cond, ...)                                                                                            \
-    do {                                                                                                             \
-        if (!(cond)) {                                                                                               \
-            if (failures++ < 20) {                                                                                   \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                               \
-                fprintf(stderr, __VA_ARGS__);                                                                        \
-                fputc('\n', stderr);                                                                                 \
-            }                                                                                                        \
-        }                                                                                                            \
-    } while (0)
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float frand() { /* uniform in [-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
+#include "check.h"
 
 struct acase {
     int M, nh, nkv, hd, np, causal;

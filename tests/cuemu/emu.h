@@ -330,55 +330,46 @@ inline uint32_t shfl(uint32_t v, int src) {
 }
 
 inline float tf32_of(uint32_t b) { return __uint_as_float(b & 0xffffe000u); }
+inline float bf16_of(uint32_t w, int hi) { return __uint_as_float(hi ? w & 0xffff0000u : w << 16); }
 
-/* mma.sync m16n8k8 TF32: every lane's fragments gathered, each lane's four
-   outputs D = C + A B from them (A row r, column k: lane 4 (r % 8) + k % 4,
-   register (r >= 8) + 2 (k >= 4); B row k, column n: lane 4 n + k % 4,
-   register k >= 4; D (r, n): lane 4 (r % 8) + n / 2, register 2 (r >= 8) +
-   n % 2) */
-inline void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+/* an mma.sync m16n8kK with f32 accumulators: every lane's fragments
+   gathered, each lane's four outputs D = C + A B from them, D (r, n) at
+   lane 4 (r % 8) + n / 2, register 2 (r >= 8) + n % 2; a(r, k) and b(k, n)
+   read an operand from the gathered registers (s(lane)[0..3]: A, [4..5]:
+   B) */
+template <int K, typename FA, typename FB>
+inline void mma_sync(float (&d)[4], const uint32_t (&regs)[6], FA a, FB b) {
     uint32_t *s = my_slot();
-    s[0] = a0, s[1] = a1, s[2] = a2, s[3] = a3, s[4] = b0, s[5] = b1;
+    for (int i = 0; i < 6; i++) s[i] = regs[i];
     syncwarp();
     const int g = lane() / 4, t = lane() % 4;
     float out[4];
     for (int e = 0; e < 4; e++) {
         const int r = g + 8 * (e >= 2), n = 2 * t + (e & 1);
         double acc = d[e];
-        for (int k = 0; k < 8; k++) {
-            const uint32_t a = my_slot(4 * (r % 8) + k % 4)[(r >= 8) + 2 * (k >= 4)];
-            const uint32_t b = my_slot(4 * n + k % 4)[4 + (k >= 4)];
-            acc += (double)tf32_of(a) * (double)tf32_of(b);
-        }
+        for (int k = 0; k < K; k++) acc += (double)a(r, k) * (double)b(k, n);
         out[e] = (float)acc;
     }
     syncwarp();
     for (int e = 0; e < 4; e++) d[e] = out[e];
 }
 
-inline float bf16_of(uint32_t w, int hi) { return __uint_as_float(hi ? w & 0xffff0000u : w << 16); }
+/* TF32 m16n8k8: A (r, k) at lane 4 (r % 8) + k % 4, register (r >= 8) +
+   2 (k >= 4); B (k, n) at lane 4 n + k % 4, register k >= 4; operands
+   truncated to TF32 */
+inline void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    mma_sync<8>(d, {a0, a1, a2, a3, b0, b1},
+                [](int r, int k) { return tf32_of(my_slot(4 * (r % 8) + k % 4)[(r >= 8) + 2 * (k >= 4)]); },
+                [](int k, int n) { return tf32_of(my_slot(4 * n + k % 4)[4 + (k >= 4)]); });
+}
 
-/* mma.sync m16n8k16 BF16 (A row r, column k: lane 4 (r % 8) + (k % 8) / 2,
-   register (r >= 8) + 2 (k >= 8), half k % 2; B row k, column n: lane
-   4 n + (k % 8) / 2, register k >= 8, half k % 2; D as mma_tf32's) */
+/* BF16 m16n8k16: A (r, k) at lane 4 (r % 8) + (k % 8) / 2, register
+   (r >= 8) + 2 (k >= 8), half k % 2; B (k, n) at lane 4 n + (k % 8) / 2,
+   register k >= 8, half k % 2 */
 inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    uint32_t *s = my_slot();
-    s[0] = a0, s[1] = a1, s[2] = a2, s[3] = a3, s[4] = b0, s[5] = b1;
-    syncwarp();
-    const int g = lane() / 4, t = lane() % 4;
-    float out[4];
-    for (int e = 0; e < 4; e++) {
-        const int r = g + 8 * (e >= 2), n = 2 * t + (e & 1);
-        double acc = d[e];
-        for (int k = 0; k < 16; k++) {
-            const uint32_t a = my_slot(4 * (r % 8) + (k % 8) / 2)[(r >= 8) + 2 * (k >= 8)];
-            const uint32_t b = my_slot(4 * n + (k % 8) / 2)[4 + (k >= 8)];
-            acc += (double)bf16_of(a, k % 2) * (double)bf16_of(b, k % 2);
-        }
-        out[e] = (float)acc;
-    }
-    syncwarp();
-    for (int e = 0; e < 4; e++) d[e] = out[e];
+    mma_sync<16>(d, {a0, a1, a2, a3, b0, b1},
+                 [](int r, int k) { return bf16_of(my_slot(4 * (r % 8) + (k % 8) / 2)[(r >= 8) + 2 * (k >= 8)], k % 2); },
+                 [](int k, int n) { return bf16_of(my_slot(4 * n + (k % 8) / 2)[4 + (k >= 8)], k % 2); });
 }
 
 } // namespace emu

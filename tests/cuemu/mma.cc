@@ -20,21 +20,7 @@ void cu_rmsnorm(cudaStream_t, float *, const float *, const float *, int, int, f
     emu::fail("cu_rmsnorm (cuda_ops.cu) is not part of this run");
 }
 
-static int failures = 0;
-#define EXPECT(cond, ...)                                                                                            \
-    do {                                                                                                             \
-        if (!(cond) && failures++ < 20) {                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                   \
-            fprintf(stderr, __VA_ARGS__);                                                                            \
-            fputc('\n', stderr);                                                                                     \
-        }                                                                                                            \
-    } while (0)
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float frand() { /* uniform in [-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
+#include "check.h"
 
 /* a bf16 matrix [N][K] and its tile-major copy (16-row x 32-column tiles of
    1 KB, row r of a tile at r * 32, edges zero) */

@@ -1,0 +1,24 @@
+// check.h: what the CPU runs of CUDA kernels (tests/cuemu/*.cc) share: a
+// failed check's report (the first 20 of them) and random inputs.
+#ifndef DS_CUEMU_CHECK_H
+#define DS_CUEMU_CHECK_H
+
+#include <cstdint>
+#include <cstdio>
+
+static int failures = 0;
+#define EXPECT(cond, ...)                                                                                            \
+    do {                                                                                                             \
+        if (!(cond) && failures++ < 20) {                                                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                   \
+            fprintf(stderr, __VA_ARGS__);                                                                            \
+            fputc('\n', stderr);                                                                                     \
+        }                                                                                                            \
+    } while (0)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand() { /* uniform in [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+#endif
