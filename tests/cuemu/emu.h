@@ -36,8 +36,10 @@
 
 #ifndef DSPARK_CUEMU
 #error "tests/cuemu builds define DSPARK_CUEMU"
-/* what the build's kernel image says of the device: nothing (0) */
+/* what the build's kernel image says of the device: nothing (0); no
+   cu_pdl_off scope open (both live in cuda_ops.cu, not built here) */
 int cu_code_arch(char *, size_t) { return 0; }
+thread_local int cu_pdl_off_depth = 0;
 #endif
 
 /* ---- CUDA syntax ---------------------------------------------------------- */
@@ -507,6 +509,8 @@ static inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *cfg, void
     return cudaSuccess;
 }
 
-/* what the build's kernel image says of the device: nothing (0) */
+/* what the build's kernel image says of the device: nothing (0); no
+   cu_pdl_off scope open (both live in cuda_ops.cu, not built here) */
 int cu_code_arch(char *, size_t) { return 0; }
+thread_local int cu_pdl_off_depth = 0;
 #endif
