@@ -25,6 +25,7 @@
 #define DS_CUEMU_H
 
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -157,9 +158,11 @@ inline int laggard = 0; /* the warp the scheduler holds back (see run_block) */
 alignas(16) inline unsigned char smem[262144];
 
 [[noreturn]] inline void fail(const char *what) {
-    fprintf(stderr, "cuemu: %s (block %u,%u,%u, thread %d)\n", what, blockIdx.x, blockIdx.y, blockIdx.z,
+    fprintf(stderr, "cuemu: %s (grid %u,%u,%u of %u threads, block %u,%u,%u, thread %d)\n", what, gridDim.x, gridDim.y,
+            gridDim.z, blockDim.x * blockDim.y * blockDim.z, blockIdx.x, blockIdx.y, blockIdx.z,
             cur >= 0 ? fibers[cur].tid : -1);
-    exit(2);
+    fflush(NULL);
+    _exit(2); /* (from a fiber's stack: no exit handlers) */
 }
 
 /* the schedule's random choices (xorshift, fixed seed: a failure repeats) */
@@ -470,7 +473,13 @@ static inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2
 static inline void cp_async16(void *smem, const void *gmem) { emu::cp_issue(smem, gmem, false); }
 static inline void cp_async16_or_zero(void *smem, const void *gmem, bool ok) { emu::cp_issue(smem, gmem, !ok); }
 static inline void cp_async_commit() { emu::cp_commit(); }
-static inline void cp_async_wait_all() { emu::cp_wait(0); }
+/* (cp.async.wait_all is commit_group then wait_group 0: the copies not yet
+   committed land too) */
+static inline void cp_async_wait_all() {
+    emu::cp_land(emu::me().open);
+    emu::me().open.clear();
+    emu::cp_wait(0);
+}
 static inline void cp_async_wait_one() { emu::cp_wait(1); }
 static inline void cp_async_wait_but(int n) { emu::cp_wait(n > 7 ? 7 : n); }
 #define DYN_SMEM(T, name) T *const name = reinterpret_cast<T *>(emu::smem)

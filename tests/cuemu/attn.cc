@@ -1,0 +1,145 @@
+// The attention as the forward calls it (cu_attention: the split kernel,
+// then k_attn_combine; cu_attention_tiled: the prefill kernel k_attn_tc)
+// run on the CPU by emu.h, against a double reference, under each launch
+// switch: the default two-stage shape, the spread shape (one stage, the kv
+// heads interleaved), the first chunk requested after the wait, the verify
+// rows on 16 warps (DSPARK_CUDA_ATT_WIDE), and the tensor-core split kernel
+// (DSPARK_CUDA_ATT_MMA). The first three must give the default's bits;
+// every one must give each row alone (a decode step at its position) the
+// batch's bits.
+#include "../../src/cuda_attn.cu"
+#include "../../src/cuda_attn_mma.cu"
+#include "check.h"
+
+/* the warpgroup-mma prefill attention (cuda_attn_wg.cu: Hopper assembly) is
+   not built here; cu_attention_tiled runs k_attn_tc without its scratch */
+int cu_attn_wg_ready(int) { return 0; }
+void cu_attn_wg_prep(cudaStream_t, float *, const float *, const float *, int, int, int, const int *, int) {
+    emu::fail("the warpgroup-mma prefill attention is not part of this run");
+}
+void cu_attn_wg(cudaStream_t, const float *, float *, float *, float *, const float *, int, int, int, int, int,
+                const int *, float, int, int) {
+    emu::fail("the warpgroup-mma prefill attention is not part of this run");
+}
+
+struct acase {
+    int M, nh, nkv, hd, np;
+};
+
+struct inputs {
+    int cap;
+    std::vector<float> q, k, v;
+    explicit inputs(const acase &a) : cap(a.np + a.M + 7) {
+        q.resize((size_t)a.M * a.nh * a.hd);
+        k.resize((size_t)a.nkv * cap * a.hd);
+        v.resize(k.size());
+        for (float &x : q) x = frand();
+        for (float &x : k) x = frand();
+        for (float &x : v) x = frand();
+    }
+};
+
+/* rows m0.. of the causal attention of M rows after n_past positions */
+static std::vector<float> gpu(const acase &a, const inputs &in, int m0, int M, int n_past, int tiled) {
+    std::vector<float> out((size_t)M * a.nh * a.hd, NAN), part(cu_attn_part_floats(a.nh, a.hd, in.cap), NAN);
+    const float *q = in.q.data() + (size_t)m0 * a.nh * a.hd;
+    const float scale = 1.0f / sqrtf((float)a.hd);
+    if (tiled)
+        cu_attention_tiled(nullptr, out.data(), q, in.k.data(), in.v.data(), part.data(), nullptr, M, a.nh, a.nkv, a.hd,
+                           in.cap, &n_past, scale);
+    else
+        cu_attention(nullptr, out.data(), q, in.k.data(), in.v.data(), part.data(), M, a.nh, a.nkv, a.hd, in.cap,
+                     &n_past, scale, 1, 0, cu_attn_spread_for(n_past));
+    return out;
+}
+
+static double rel_to_reference(const acase &a, const inputs &in, const std::vector<float> &out) {
+    const int G = a.nh / a.nkv, hd = a.hd;
+    double err = 0, big = 0;
+    for (int m = 0; m < a.M; m++)
+        for (int h = 0; h < a.nh; h++) {
+            const int L = a.np + m + 1, kvh = h / G;
+            const float *qv = &in.q[((size_t)m * a.nh + h) * hd];
+            std::vector<double> s(L), o(hd, 0.0);
+            double mx = -INFINITY, sum = 0;
+            for (int p = 0; p < L; p++) {
+                double d = 0;
+                for (int j = 0; j < hd; j++) d += (double)qv[j] * in.k[((size_t)kvh * in.cap + p) * hd + j];
+                s[p] = d / sqrt((double)hd);
+                mx = fmax(mx, s[p]);
+            }
+            for (int p = 0; p < L; p++) {
+                const double e = exp(s[p] - mx);
+                sum += e;
+                for (int j = 0; j < hd; j++) o[j] += e * in.v[((size_t)kvh * in.cap + p) * hd + j];
+            }
+            for (int j = 0; j < hd; j++) {
+                const double want = o[j] / sum, got = out[((size_t)m * a.nh + h) * hd + j];
+                big = fmax(big, fabs(want));
+                err = got != got ? INFINITY : fmax(err, fabs(got - want));
+            }
+        }
+    return err / big;
+}
+
+static void run_case(const acase &a) {
+    const inputs in(a);
+    char what[96];
+    snprintf(what, sizeof what, "M=%d nh=%d nkv=%d hd=%d n_past=%d", a.M, a.nh, a.nkv, a.hd, a.np);
+    /* switch settings: spread, early, wide, mma; the first is the default */
+    const int modes[][4] = {{0, 1, 0, 0}, {1, 1, 0, 0}, {0, 0, 0, 0}, {1, 0, 0, 0}, {0, 1, 1, 0}, {0, 1, 0, 1}};
+    const char *names[] = {"default", "spread", "late first chunk", "spread, late", "wide", "tensor cores"};
+    std::vector<float> base;
+    printf("  %s:", what);
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        cu_attention_spread(modes[i][0]);
+        cu_attention_early(modes[i][1]);
+        cu_attention_wide(modes[i][2]);
+        cu_attention_mma(modes[i][3]);
+        const std::vector<float> out = gpu(a, in, 0, a.M, a.np, 0);
+        const double rel = rel_to_reference(a, in, out);
+        EXPECT(rel < 1e-5, "%s, %s: off the reference by %.3g", what, names[i], rel);
+        if (i == 0) base = out;
+        else if (!modes[i][3])
+            EXPECT(!memcmp(out.data(), base.data(), sizeof(float) * out.size()), "%s, %s: not the default's bits", what,
+                   names[i]);
+        /* each row alone at its position */
+        const size_t row = (size_t)a.nh * a.hd;
+        for (int m = 0; m < a.M; m++) {
+            const std::vector<float> one = gpu(a, in, m, 1, a.np + m, 0);
+            EXPECT(!memcmp(one.data(), out.data() + m * row, sizeof(float) * row), "%s, %s: row %d alone differs",
+                   what, names[i], m);
+        }
+        printf(" %s %.1g;", names[i], rel);
+    }
+    cu_attention_spread(-1);
+    cu_attention_early(-1);
+    cu_attention_wide(-1);
+    cu_attention_mma(-1);
+    if (cu_attn_tiled_ok(a.nh, a.nkv, a.hd)) {
+        const double rel = rel_to_reference(a, in, gpu(a, in, 0, a.M, a.np, 1));
+        EXPECT(rel < 1e-5, "%s, the prefill kernel: off the reference by %.3g", what, rel);
+        printf(" prefill %.1g", rel);
+    }
+    printf("\n");
+}
+
+int main(void) {
+    emu::sms = 3; /* (read once) blocks take several chunks in turn */
+    const acase cases[] = {
+        {1, 8, 2, 64, 150},  /* decode */
+        {9, 8, 2, 64, 70},   /* a verify: wide takes it (two whole rows a warp otherwise) */
+        {4, 8, 4, 32, 63},   /* 3-4 rows: wide takes (row, head) pairs; a chunk's edge */
+        {16, 4, 1, 32, 20},  /* 16 rows of one kv head, a cache shorter than a chunk */
+        {3, 16, 2, 128, 90}, /* eight heads a kv head: whole rows, one stage past two */
+        {33, 2, 2, 16, 5},   /* two launches (ATT_ROWS) */
+    };
+    for (const acase &a : cases) run_case(a);
+    if (failures) {
+        fprintf(stderr, "cuemu attention (whole): %d checks failed\n", failures);
+        return 1;
+    }
+    printf("cuemu attention (whole): every launch shape within 1e-5 of the reference, the same-bits switches the "
+           "default's bits, rows alone the batch's\n");
+    return 0;
+}
