@@ -106,7 +106,7 @@ $(BUILD)/tests/%.o: tests/%.c
 
 # the CPU runs of CUDA kernels (tests/cuemu, below)
 CUEMU_DIR  = $(BUILD)/cuemu
-CUEMU_BINS = $(CUEMU_DIR)/attn_mma $(CUEMU_DIR)/attn $(CUEMU_DIR)/mma
+CUEMU_BINS = $(CUEMU_DIR)/attn_mma $(CUEMU_DIR)/attn $(CUEMU_DIR)/mma $(CUEMU_DIR)/argmax
 
 # The suite needs the real Qwen3/Llama-3 tokenizers; they are fetched once
 # into ~/.cache/dspark (outside the tree) unless already available.
@@ -135,6 +135,8 @@ cuemu: $(CUEMU_BINS)
 	$(CUEMU_DIR)/attn_mma
 	$(CUEMU_DIR)/attn_mma one-stage
 	$(CUEMU_DIR)/mma
+	$(CUEMU_DIR)/attn
+	$(CUEMU_DIR)/argmax
 
 # Where nvcc exists (no GPU needed), the CUDA build is compiled too, so a
 # change that breaks it is caught; its tests need a GPU (make test-cuda).

@@ -687,8 +687,3 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
                n, 1, m0, AT_SPLIT, (uint32_t *)NULL);
     }
 }
-
-/* one block of 1024 threads per row; thread t scans elements in increasing
-   order (float4 groups t, t+1024, ..., four loads in flight) keeping the
-   first largest, then a fixed tree keeps the lower index on ties: the first
-   largest of the row, op_argmax's answer */

@@ -387,6 +387,10 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int off) {
     return __uint_as_float(emu::shfl(__float_as_uint(v), emu::lane() ^ off));
 }
 
+static inline int __shfl_xor_sync(unsigned mask, int v, int off) {
+    if (mask != 0xffffffffu) emu::fail("a shuffle with a partial mask (not modelled)");
+    return (int)emu::shfl((uint32_t)v, emu::lane() ^ off);
+}
 static inline float __shfl_sync(unsigned mask, float v, int src) {
     if (mask != 0xffffffffu) emu::fail("a shuffle with a partial mask (not modelled)");
     return __uint_as_float(emu::shfl(__float_as_uint(v), src));
@@ -486,6 +490,19 @@ static inline void cp_async_wait_but(int n) { emu::cp_wait(n > 7 ? 7 : n); }
 
 /* ---- the runtime calls the launchers make ---------------------------------- */
 static inline const char *cudaGetErrorString(cudaError_t) { return "(emulated)"; }
+/* device memory is host memory here */
+static inline cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = malloc(n ? n : 1);
+    return *p ? cudaSuccess : cudaErrorInvalidValue;
+}
+static inline cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemset(void *p, int v, size_t n) {
+    memset(p, v, n);
+    return cudaSuccess;
+}
 static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 static inline cudaError_t cudaGetDevice(int *d) {
     *d = 0;
