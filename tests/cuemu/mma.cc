@@ -6,7 +6,7 @@
 // widths off the 16-row tiles, K from one chunk a warp to several (the
 // ring wraps), one, two and four tiles a block; the plain store with a
 // bias, the residual add, the SwiGLU, a folded RMSNorm; row-major and
-// tile-major weights.
+// tile-major weights. And the pre-normed path (run_prenorm).
 #include "../../src/cuda_mma.cu"
 
 /* what the launchers reach outside cuda_mma.cu (cuda_ops.cu, cuda_gemm.cu) */
@@ -134,6 +134,80 @@ static void run_case(const mcase &c) {
     printf("  %-44s register form within %.2g, %d staged runs compared\n", what, worst, forms);
 }
 
+/* The pre-normed path (DSPARK_CUDA_PRENORM; cu_layer_matmul with cu_cut):
+   a residual add h += a W1^T that also writes the next norm's input
+   pre-cut and its 16-column sums of squares, then the folded-norm store
+   (mode ST, with a bias) or SwiGLU (GLU) from them. Checked: the add's
+   rows are the plain add's bits; the result within 1e-5 of the folded
+   norm from the rows and of a double reference; each row alone the
+   batch's bits; the staged form (pre-cut inputs) the register form's. */
+static void run_prenorm(int M, int K, int Ka, int N, int mode) {
+    mat W1(K, Ka, true), W(N, K, true), W2(mode == GLU ? N : 16, mode == GLU ? K : 16, true);
+    std::vector<float> h0((size_t)M * K), a((size_t)M * Ka), g(K), b(N);
+    for (float &v : h0) v = 2 * frand();
+    for (float &v : a) v = frand();
+    for (float &v : g) v = 1.0f + 0.5f * frand();
+    for (float &v : b) v = frand();
+    const float eps = 1e-6f;
+    const float *bias = mode == ST ? b.data() : NULL;
+    char what[96];
+    snprintf(what, sizeof what, "pre-normed %s M=%d K=%d Ka=%d N=%d", mode == ST ? "store" : "swiglu", M, K, Ka, N);
+    /* the folded norm from the plain add's rows */
+    std::vector<float> h1 = h0, yr((size_t)M * N);
+    cu_matmul_add(NULL, h1.data(), a.data(), M, &W1.d, NULL);
+    if (mode == GLU) cu_matmul_swiglu_norm(NULL, yr.data(), h1.data(), M, &W.d, &W2.d, g.data(), eps, NULL);
+    else cu_matmul_norm(NULL, yr.data(), h1.data(), M, &W.d, bias, g.data(), eps);
+    /* the pre-normed path, for rows m0 .. m0 + rows - 1 */
+    auto pre = [&](int m0, int rows, std::vector<float> &h, std::vector<float> &y) {
+        h.assign(h0.begin() + (size_t)m0 * K, h0.begin() + (size_t)(m0 + rows) * K);
+        y.assign((size_t)rows * N, NAN);
+        std::vector<uint32_t> q((size_t)rows * K);
+        std::vector<float> ps((size_t)rows * (K / 16), NAN);
+        cu_layer_matmul(NULL, NULL, MM_ADD, h.data(), a.data() + (size_t)m0 * Ka, rows, &W1.d, NULL, NULL, NULL, 0.0f,
+                        NULL, cu_cut{NULL, q.data(), NULL, g.data(), ps.data()});
+        cu_layer_matmul(NULL, NULL, mode == GLU ? MM_SWIGLU : MM_STORE, y.data(), h.data(), rows, &W.d, &W2.d, bias,
+                        g.data(), eps, NULL, cu_cut{q.data(), NULL, ps.data()});
+    };
+    std::vector<float> h2, yp;
+    pre(0, M, h2, yp);
+    EXPECT(!memcmp(h1.data(), h2.data(), sizeof(float) * h1.size()), "%s: the residual add differs from the plain one", what);
+    double err = 0, big = 0, errd = 0;
+    for (int m = 0; m < M; m++) {
+        double ss = 0;
+        for (int k = 0; k < K; k++) ss += (double)h1[(size_t)m * K + k] * h1[(size_t)m * K + k];
+        const double r = 1.0 / sqrt(ss / K + eps);
+        for (int n = 0; n < N; n++) {
+            double s = 0, u = 0;
+            for (int k = 0; k < K; k++) {
+                const double x = h1[(size_t)m * K + k] * r * g[k];
+                s += x * W.at(n, k);
+                if (mode == GLU) u += x * W2.at(n, k);
+            }
+            const double want = mode == GLU ? s / (1 + exp(-s)) * u : s + b[n];
+            const size_t i = (size_t)m * N + n;
+            big = fmax(big, fabs(want));
+            err = yp[i] != yp[i] ? INFINITY : fmax(err, fabs(yp[i] - yr[i]));
+            errd = yp[i] != yp[i] ? INFINITY : fmax(errd, fabs(yp[i] - want));
+        }
+    }
+    EXPECT(err / big < 1e-5, "%s: %.3g from the folded norm", what, err / big);
+    EXPECT(errd / big < 2e-5, "%s: %.3g from the reference", what, errd / big);
+    for (int m = 0; m < M; m++) {
+        std::vector<float> h, y;
+        pre(m, 1, h, y);
+        EXPECT(!memcmp(y.data(), yp.data() + (size_t)m * N, sizeof(float) * N), "%s: row %d alone differs", what, m);
+    }
+    for (int st : {2, 3}) {
+        cu_mma_stages(st);
+        std::vector<float> h, y;
+        pre(0, M, h, y);
+        EXPECT(!memcmp(y.data(), yp.data(), sizeof(float) * y.size()) && !memcmp(h.data(), h2.data(), sizeof(float) * h.size()),
+               "%s: %d slots differ from the register form", what, st);
+    }
+    cu_mma_stages(0);
+    printf("  %-44s %.2g from the folded norm, %.2g from the reference\n", what, err / big, errd / big);
+}
+
 int main(void) {
     emu::sms = 3;
     const mcase cases[] = {
@@ -149,6 +223,10 @@ int main(void) {
         {3, 160, 520, ADD, 0, 0}, /* ten tiles of 17 chunks: every warp's ring runs on across tiles */
     };
     for (const mcase &c : cases) run_case(c);
+    /* M, K (the residual width), Ka (the add's input width), N */
+    const int pre[][4] = {{1, 64, 64, 64}, {5, 256, 128, 96}, {9, 128, 64, 272}, {16, 256, 128, 64}, {17, 128, 64, 48}};
+    for (const auto &p : pre)
+        for (int mode : {ST, GLU}) run_prenorm(p[0], p[1], p[2], p[3], mode);
     if (failures) {
         fprintf(stderr, "cuemu matmul: %d checks failed\n", failures);
         return 1;
