@@ -6,7 +6,8 @@
 // widths off the 16-row tiles, K from one chunk a warp to several (the
 // ring wraps), one, two and four tiles a block; the plain store with a
 // bias, the residual add, the SwiGLU, a folded RMSNorm; row-major and
-// tile-major weights. And the pre-normed path (run_prenorm).
+// tile-major weights. And the pre-normed path (run_prenorm) and the q/k/v
+// projection's fused tail (run_qkv).
 #include "../../src/cuda_mma.cu"
 
 /* what the launchers reach outside cuda_mma.cu (cuda_ops.cu, cuda_gemm.cu) */
@@ -216,6 +217,59 @@ static void run_prenorm(int M, int K, int Ka, int N, int mode) {
     printf("  %-44s %.2g from the folded norm, %.2g from the reference\n", what, err / big, errd / big);
 }
 
+/* The q/k/v projection with its tail (cu_matmul_norm_qkv: the matmul's
+   blocks, the last of a head's to finish, apply the per-head q/k RMSNorm
+   and RoPE and store k and v in the caches) against the same projection
+   followed by the separate kernel (cu_matmul_norm, cu_qkv_post_run): the
+   same bits in q, the caches and the projection, in the register and
+   staged forms; and the counts left at zero for the next call. */
+static void run_qkv(int M, int nh, int nkv, int hd, int H) {
+    const int N = (nh + 2 * nkv) * hd, cap = 40, n_past = 7;
+    mat W(N, H, true);
+    std::vector<float> x((size_t)M * H), gn(H), bias(N), qn(hd), kn(hd), inv(hd / 2);
+    for (float &v : x) v = frand();
+    for (float &v : gn) v = 1.0f + 0.5f * frand();
+    for (float &v : bias) v = 0.1f * frand();
+    for (float &v : qn) v = 1.0f + 0.5f * frand();
+    for (float &v : kn) v = 1.0f + 0.5f * frand();
+    for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / hd);
+    std::vector<int> pos(M), cnt(nh + 2 * nkv, 0);
+    for (int m = 0; m < M; m++) pos[m] = n_past + m;
+    char what[96];
+    snprintf(what, sizeof what, "q/k/v tail M=%d nh=%d nkv=%d hd=%d", M, nh, nkv, hd);
+    struct out {
+        std::vector<float> y, q, kc, vc;
+    };
+    auto go = [&](bool fused) {
+        out o{std::vector<float>((size_t)M * N, NAN), std::vector<float>((size_t)M * nh * hd, NAN),
+              std::vector<float>((size_t)nkv * cap * hd, 0.0f), std::vector<float>((size_t)nkv * cap * hd, 0.0f)};
+        cu_qkv_tail t = {cu_qkv_fused_args(o.q.data(), o.y.data(), o.kc.data(), o.vc.data(), qn.data(), kn.data(),
+                                           pos.data(), inv.data(), nh, nkv, hd, cap, &n_past, 1e-6f),
+                         cnt.data()};
+        if (fused) {
+            EXPECT(cu_matmul_norm_qkv(NULL, o.y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f, &t),
+                   "%s: the fused kernel did not take it", what);
+        } else {
+            cu_matmul_norm(NULL, o.y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f);
+            cu_qkv_post_run(NULL, &t.a, M);
+        }
+        return o;
+    };
+    const out sep = go(false);
+    for (int st : {0, 3}) {
+        cu_mma_stages(st);
+        const out f = go(true);
+        EXPECT(!memcmp(f.y.data(), sep.y.data(), sizeof(float) * f.y.size()) &&
+                   !memcmp(f.q.data(), sep.q.data(), sizeof(float) * f.q.size()) &&
+                   !memcmp(f.kc.data(), sep.kc.data(), sizeof(float) * f.kc.size()) &&
+                   !memcmp(f.vc.data(), sep.vc.data(), sizeof(float) * f.vc.size()),
+               "%s%s: the fused tail differs from the separate kernel", what, st ? " (staged)" : "");
+        for (int c : cnt) EXPECT(c == 0, "%s: a head's count left at %d", what, c);
+    }
+    cu_mma_stages(0);
+    printf("  %-44s fused = separate, register and staged\n", what);
+}
+
 int main(void) {
     emu::sms = 3;
     const mcase cases[] = {
@@ -235,6 +289,9 @@ int main(void) {
     const int pre[][4] = {{1, 64, 64, 64}, {5, 256, 128, 96}, {9, 128, 64, 272}, {16, 256, 128, 64}, {17, 128, 64, 48}};
     for (const auto &p : pre)
         for (int mode : {ST, GLU}) run_prenorm(p[0], p[1], p[2], p[3], mode);
+    run_qkv(1, 4, 2, 32, 64);
+    run_qkv(5, 8, 2, 16, 96);
+    run_qkv(12, 4, 1, 64, 128);
     if (failures) {
         fprintf(stderr, "cuemu matmul: %d checks failed\n", failures);
         return 1;
