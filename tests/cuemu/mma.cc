@@ -6,8 +6,8 @@
 // widths off the 16-row tiles, K from one chunk a warp to several (the
 // ring wraps), one, two and four tiles a block; the plain store with a
 // bias, the residual add, the SwiGLU, a folded RMSNorm; row-major and
-// tile-major weights. And the pre-normed path (run_prenorm) and the q/k/v
-// projection's fused tail (run_qkv).
+// tile-major weights. And the pre-normed path (run_prenorm), the q/k/v
+// projection's fused tail (run_qkv) and the pre-cut add (run_cut).
 #include "../../src/cuda_mma.cu"
 
 /* what the launchers reach outside cuda_mma.cu (cuda_ops.cu, cuda_gemm.cu) */
@@ -270,6 +270,38 @@ static void run_qkv(int M, int nh, int nkv, int hd, int H) {
     printf("  %-44s fused = separate, register and staged\n", what);
 }
 
+/* The residual add from pre-cut inputs (cu_matmul_add_cut: each value's
+   bf16 head and tail as the producing kernel writes them, bf16_cut_put's
+   layout) gives the f32 rows' bits, in the register and staged forms, and
+   the SwiGLU's pre-cut copy of its output is that layout. */
+static void run_cut(int M, int N, int K) {
+    mat W(N, K, true), Wg(K, 64, true), Wu(K, 64, true);
+    std::vector<float> x((size_t)M * K), y0((size_t)M * N), bias(N), a((size_t)M * 64);
+    for (float &v : y0) v = frand();
+    for (float &v : bias) v = frand();
+    for (float &v : a) v = frand();
+    char what[96];
+    snprintf(what, sizeof what, "pre-cut add M=%d N=%d K=%d", M, N, K);
+    /* x and its pre-cut copy from the SwiGLU's epilogue */
+    std::vector<uint32_t> xc((size_t)M * K, 0xdeadbeefu);
+    cu_matmul_swiglu_norm(NULL, x.data(), a.data(), M, &Wg.d, &Wu.d, std::vector<float>(64, 1.0f).data(), 1e-6f, xc.data());
+    std::vector<uint32_t> want((size_t)M * K);
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < K; k++) bf16_cut_put(want.data() + (size_t)m * K, k, x[(size_t)m * K + k]);
+    EXPECT(!memcmp(xc.data(), want.data(), 4 * want.size()), "%s: the SwiGLU's pre-cut copy is not bf16_cut_put's", what);
+    std::vector<float> yf = y0;
+    cu_matmul_add(NULL, yf.data(), x.data(), M, &W.d, bias.data());
+    for (int st : {0, 2, 4}) {
+        cu_mma_stages(st);
+        std::vector<float> yc = y0;
+        EXPECT(cu_matmul_add_cut(NULL, yc.data(), xc.data(), M, &W.d, bias.data()) == 0, "%s: refused", what);
+        EXPECT(!memcmp(yc.data(), yf.data(), sizeof(float) * yf.size()), "%s%s: not the f32 rows' bits", what,
+               st ? " (staged)" : "");
+    }
+    cu_mma_stages(0);
+    printf("  %-44s the f32 rows' bits, register and staged\n", what);
+}
+
 int main(void) {
     emu::sms = 3;
     const mcase cases[] = {
@@ -292,6 +324,9 @@ int main(void) {
     run_qkv(1, 4, 2, 32, 64);
     run_qkv(5, 8, 2, 16, 96);
     run_qkv(12, 4, 1, 64, 128);
+    run_cut(1, 48, 96);
+    run_cut(7, 64, 320);
+    run_cut(16, 32, 64);
     if (failures) {
         fprintf(stderr, "cuemu matmul: %d checks failed\n", failures);
         return 1;
