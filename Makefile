@@ -126,10 +126,10 @@ test: $(TEST_BIN) $(BIN) test-assets test-clients cuda-build-check $(CUEMU_BINS)
 # CUDA thread a fiber, no GPU and no nvcc needed): built with the host C++
 # compiler and run by `make test`, so CI without a GPU runs them.
 CXX       ?= c++
-$(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/*.cu src/*.cuh src/*.h $(BUILD)/src/util.o
+$(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/*.cu src/*.cuh src/*.h $(BUILD)/src/util.o $(BUILD)/src/tensor.o
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -g $(OPT) -DDSPARK_CUEMU -fno-strict-aliasing -Wall -Wno-unused-function -Wno-unknown-pragmas -Wno-sign-compare -Itests/cuemu \
-	  -Itests/cuemu/fake -Isrc $< $(BUILD)/src/util.o -o $@ $(LDSAN) -lm
+	  -Itests/cuemu/fake -Isrc $< $(BUILD)/src/util.o $(BUILD)/src/tensor.o -o $@ $(LDSAN) -lm
 
 cuemu: $(CUEMU_BINS)
 	$(CUEMU_DIR)/attn_mma

@@ -140,7 +140,10 @@ int cu_tile_mat(dev_pool *pl, dmat *W, char *err, size_t errlen) {
     if (!bytes || W->t) return 0;
     void *t = NULL;
     if (cu_dev_alloc(pl, &t, bytes, err, errlen)) return -1;
-    k_tile<<<1024, 256>>>((uint4 *)t, (const uint4 *)W->p, W->N, W->K, bytes / 16);
+    {
+        cu_pdl_off serial; /* (k_tile waits for nothing: launched as a plain launch) */
+        launch(k_tile, 1024, 256, (cudaStream_t)0, (uint4 *)t, (const uint4 *)W->p, W->N, W->K, bytes / 16);
+    }
     CK(cudaGetLastError());
     W->t = t;
     __atomic_add_fetch(&g_tiled_bytes, bytes, __ATOMIC_RELAXED);

@@ -8,6 +8,7 @@
 // block).
 #include "../../src/cuda_argmax.cu"
 #include "check.h"
+#include "no_ops.h"
 
 static int first_max(const float *x, int n) {
     int b = 0;

@@ -10,6 +10,7 @@
 #include "../../src/cuda_attn.cu"
 #include "../../src/cuda_attn_mma.cu"
 #include "check.h"
+#include "no_ops.h"
 
 /* the warpgroup-mma prefill attention (cuda_attn_wg.cu: Hopper assembly) is
    not built here; cu_attention_tiled runs k_attn_tc without its scratch */

@@ -13,6 +13,7 @@
 #include "../../src/cuda_attn_mma.cu"
 
 #include "check.h"
+#include "no_ops.h"
 
 struct acase {
     int M, nh, nkv, hd, np, causal;

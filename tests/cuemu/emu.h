@@ -37,10 +37,7 @@
 
 #ifndef DSPARK_CUEMU
 #error "tests/cuemu builds define DSPARK_CUEMU"
-/* what the build's kernel image says of the device: nothing (0); no
-   cu_pdl_off scope open (both live in cuda_ops.cu, not built here) */
-int cu_code_arch(char *, size_t) { return 0; }
-thread_local int cu_pdl_off_depth = 0;
+
 #endif
 
 /* ---- CUDA syntax ---------------------------------------------------------- */
@@ -81,7 +78,8 @@ static inline float __uint_as_float(uint32_t u) {
 
 typedef int cudaError_t;
 typedef struct emu_stream_ *cudaStream_t;
-enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 enum cudaDeviceAttr {
     cudaDevAttrMaxSharedMemoryPerBlockOptin,
     cudaDevAttrMaxSharedMemoryPerMultiprocessor,
@@ -92,6 +90,7 @@ enum cudaDeviceAttr {
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 struct cudaFuncAttributes {
     size_t sharedSizeBytes;
+    int ptxVersion;
 };
 enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension, cudaLaunchAttributeProgrammaticStreamSerialization };
 struct cudaLaunchAttribute {
@@ -499,6 +498,15 @@ static inline cudaError_t cudaFree(void *p) {
     free(p);
     return cudaSuccess;
 }
+static inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) {
+    memcpy(d, s, n);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+    *free_b = (size_t)100 << 30, *total = (size_t)141 << 30;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 static inline cudaError_t cudaMemset(void *p, int v, size_t n) {
     memset(p, v, n);
     return cudaSuccess;
@@ -520,6 +528,7 @@ static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, in
 }
 template <typename F> static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, F) {
     a->sharedSizeBytes = 0; /* (static __shared__ variables are function statics here) */
+    a->ptxVersion = 90;
     return cudaSuccess;
 }
 template <typename F> static inline cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
@@ -535,8 +544,5 @@ static inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *cfg, void
     return cudaSuccess;
 }
 
-/* what the build's kernel image says of the device: nothing (0); no
-   cu_pdl_off scope open (both live in cuda_ops.cu, not built here) */
-int cu_code_arch(char *, size_t) { return 0; }
-thread_local int cu_pdl_off_depth = 0;
+
 #endif

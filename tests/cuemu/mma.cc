@@ -7,18 +7,16 @@
 // ring wraps), one, two and four tiles a block; the plain store with a
 // bias, the residual add, the SwiGLU, a folded RMSNorm; row-major and
 // tile-major weights. And the pre-normed path (run_prenorm), the q/k/v
-// projection's fused tail (run_qkv) and the pre-cut add (run_cut).
+// projection's fused tail (run_qkv), the pre-cut add (run_cut) and the
+// embedding's pre-normed output (run_embed), and RMSNorm.
 #include "../../src/cuda_mma.cu"
+#include "../../src/cuda_ops.cu"
 
-/* what the launchers reach outside cuda_mma.cu (cuda_ops.cu, cuda_gemm.cu) */
-size_t cu_tile_bytes(const dmat *W) { return (size_t)((W->N + 15) / 16) * ((W->K + 31) / 32) * 1024; }
-int cu_gemm_takes(const cu_gemm *, const dmat *, int) { return 0; } /* no cuBLAS here: the matmuls all take k_mma */
+/* what the launchers reach in cuda_gemm.cu: no cuBLAS here, the matmuls all take k_mma */
+int cu_gemm_takes(const cu_gemm *, const dmat *, int) { return 0; }
 void cu_gemm_matmul(cu_gemm *, cudaStream_t, int, float *, const float *, int, const dmat *, const dmat *,
                     const float *, const float *, float) {
     emu::fail("cuBLAS called with no groups taken");
-}
-void cu_rmsnorm(cudaStream_t, float *, const float *, const float *, int, int, float) {
-    emu::fail("cu_rmsnorm (cuda_ops.cu) is not part of this run");
 }
 
 #include "check.h"
@@ -302,6 +300,54 @@ static void run_cut(int M, int N, int K) {
     printf("  %-44s the f32 rows' bits, register and staged\n", what);
 }
 
+/* The embedding's pre-normed output (cu_embed with cu_cut: the first
+   layer's norm input as a residual add writes it) against a residual add
+   of zeros onto the same rows: the same rows, pre-cut words and sums of
+   squares, bit for bit. */
+static void run_embed(int M, int V, int H) {
+    mat E(V, H, false), Z(H, 32, true);
+    std::vector<int> tok(M);
+    for (int m = 0; m < M; m++) tok[m] = (int)((unsigned)(frand() * 1e6f + 1e6f) % (unsigned)V);
+    std::vector<float> g(H), zero((size_t)M * 32, 0.0f);
+    for (float &v : g) v = 1.0f + 0.5f * frand();
+    std::vector<float> o1((size_t)M * H, NAN), ps1((size_t)M * (H / 16), NAN), ps2 = ps1;
+    std::vector<uint32_t> q1((size_t)M * H), q2(q1.size());
+    cu_embed(NULL, o1.data(), &E.d, tok.data(), M, cu_cut{NULL, q1.data(), NULL, g.data(), ps1.data()});
+    std::vector<float> o2((size_t)M * H, NAN);
+    cu_embed(NULL, o2.data(), &E.d, tok.data(), M);
+    cu_layer_matmul(NULL, NULL, MM_ADD, o2.data(), zero.data(), M, &Z.d, NULL, NULL, NULL, 0.0f, NULL,
+                    cu_cut{NULL, q2.data(), NULL, g.data(), ps2.data()});
+    char what[96];
+    snprintf(what, sizeof what, "embedding, pre-normed M=%d H=%d", M, H);
+    EXPECT(!memcmp(o1.data(), o2.data(), sizeof(float) * o1.size()), "%s: the rows differ", what);
+    EXPECT(!memcmp(q1.data(), q2.data(), 4 * q1.size()), "%s: the pre-cut words differ from a residual add's", what);
+    EXPECT(!memcmp(ps1.data(), ps2.data(), sizeof(float) * ps1.size()), "%s: the sums of squares differ from a residual add's",
+           what);
+    for (int m = 0; m < M; m++)
+        EXPECT(o1[(size_t)m * H] == __bfloat162float(E.w[(size_t)tok[m] * H]), "%s: row %d is not token %d's", what, m, tok[m]);
+    printf("  %-44s a residual add's words and sums\n", what);
+}
+
+/* cu_rmsnorm (a block a row, a fixed tree) against a double reference */
+static void run_rmsnorm(int M, int D) {
+    std::vector<float> x((size_t)M * D), w(D), y((size_t)M * D, NAN);
+    for (float &v : x) v = frand();
+    for (float &v : w) v = 1.0f + 0.5f * frand();
+    cu_rmsnorm(NULL, y.data(), x.data(), w.data(), M, D, 1e-6f);
+    double err = 0;
+    for (int m = 0; m < M; m++) {
+        double ss = 0;
+        for (int i = 0; i < D; i++) ss += (double)x[(size_t)m * D + i] * x[(size_t)m * D + i];
+        const double r = 1.0 / sqrt(ss / D + 1e-6);
+        for (int i = 0; i < D; i++) {
+            const double want = w[i] * x[(size_t)m * D + i] * r, got = y[(size_t)m * D + i];
+            err = got != got ? INFINITY : fmax(err, fabs(got - want) / (fabs(want) + 1e-3));
+        }
+    }
+    EXPECT(err < 1e-5, "rmsnorm M=%d D=%d: %.3g from the reference", M, D, err);
+    printf("  %-44s %.2g from the reference\n", "rmsnorm", err);
+}
+
 int main(void) {
     emu::sms = 3;
     const mcase cases[] = {
@@ -327,6 +373,10 @@ int main(void) {
     run_cut(1, 48, 96);
     run_cut(7, 64, 320);
     run_cut(16, 32, 64);
+    run_embed(1, 50, 64);
+    run_embed(9, 300, 320);
+    run_rmsnorm(3, 200);
+    run_rmsnorm(1, 1000);
     if (failures) {
         fprintf(stderr, "cuemu matmul: %d checks failed\n", failures);
         return 1;
