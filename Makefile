@@ -125,18 +125,14 @@ test: $(TEST_BIN) $(BIN) test-assets test-clients cuda-build-check $(CUEMU_BINS)
 # CUDA kernels whose logic the CPU checks too (tests/cuemu/emu.h: each
 # CUDA thread a fiber, no GPU and no nvcc needed): built with the host C++
 # compiler and run by `make test`, so CI without a GPU runs them.
-CXX       ?= c++
 $(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/*.cu src/*.cuh src/*.h $(BUILD)/src/util.o $(BUILD)/src/tensor.o
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -g $(OPT) -DDSPARK_CUEMU -fno-strict-aliasing -Wall -Wno-unused-function -Wno-unknown-pragmas -Wno-sign-compare -Itests/cuemu \
 	  -Itests/cuemu/fake -Isrc $< $(BUILD)/src/util.o $(BUILD)/src/tensor.o -o $@ $(LDSAN) -lm
 
 cuemu: $(CUEMU_BINS)
-	$(CUEMU_DIR)/attn_mma
+	@for b in $(CUEMU_BINS); do $$b || exit 1; done
 	$(CUEMU_DIR)/attn_mma one-stage
-	$(CUEMU_DIR)/mma
-	$(CUEMU_DIR)/attn
-	$(CUEMU_DIR)/argmax
 
 # Where nvcc exists (no GPU needed), the CUDA build is compiled too, so a
 # change that breaks it is caught; its tests need a GPU (make test-cuda).

@@ -18,7 +18,7 @@
    kernel combines a row's chunks in chunk order. The chunking depends only
    on the row's own number of visible positions, so a row gives the same
    bits in any batch. Each kv head has nb blocks (about one per SM over all
-   kv heads: attn_blocks) that take its chunks in turn (c, c + nb, ...) up
+   kv heads: cu_attn_blocks) that take its chunks in turn (c, c + nb, ...) up
    to the last visible position, read from device memory, so a captured
    graph replays at any cache length without a grid sized for the whole
    window (which, for a 40k-position window, launched thousands of blocks
@@ -538,16 +538,6 @@ int cu_attn_spread_for(int len) {
     return f >= 0 ? f : len >= ATT_SPREAD_FROM;
 }
 
-/* blocks per kv head for k_attn_rows: about per_sm blocks per SM over all
-   kv heads (one by default: each holds two chunks of K and V in shared
-   memory, so one fits an SM), at least one, and no more than there are
-   chunks */
-static int attn_blocks(int nkv, int nchunk, int per_sm) {
-    int nb = per_sm * sm_count() / nkv;
-    if (nb < 1) nb = 1;
-    return nb < nchunk ? nb : nchunk;
-}
-
 /* the largest dynamic shared memory k_attn_rows<G, NW> may take (raised
    past the default 48 KiB once) */
 template <int G, int NW> static int attn_optin(void) {
@@ -600,7 +590,7 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
             per_sm = fit;
         }
     }
-    const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS, grid = nkv * attn_blocks(nkv, nchunk, per_sm);
+    const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS, grid = nkv * cu_attn_blocks(nkv, nchunk, per_sm);
     /* (up to five heads a kv head: more would spill at 128 registers a thread) */
     if constexpr (G <= 5)
         if (two && !inter && R * G > ATT_WARPS && wide_mode(0, 0) > 0 &&

@@ -121,15 +121,15 @@ __device__ __forceinline__ void amma_scores(const float *Qs, const float *Ks, fl
    chunk (a padding vector, or a row that sees no position of it) */
 struct amma_rows {
     int mrow0, nv, G, nh, kvh, nchunk, m0, M, causal, len;
+    /* positions vector v's row sees */
+    __device__ __forceinline__ int seen(int v) const { return len + (causal ? mrow0 + v / G + 1 : M); }
     __device__ __forceinline__ long slot(int v, int c) const {
-        if (v >= nv) return -1;
-        const int m = mrow0 + v / G, L = len + (causal ? m + 1 : M);
-        if (c * ATT_CHUNK >= L) return -1;
-        return ((long)(m - m0) * nh + kvh * G + v % G) * nchunk + c;
+        if (v >= nv || c * ATT_CHUNK >= seen(v)) return -1;
+        return ((long)(mrow0 + v / G - m0) * nh + kvh * G + v % G) * nchunk + c;
     }
-    /* positions of chunk c row v sees */
+    /* positions of chunk c vector v sees */
     __device__ __forceinline__ int np(int v, int c) const {
-        const int m = mrow0 + v / G, L = len + (causal ? m + 1 : M) - c * ATT_CHUNK;
+        const int L = seen(v) - c * ATT_CHUNK;
         return L < ATT_CHUNK ? L : ATT_CHUNK;
     }
 };
@@ -186,10 +186,9 @@ __global__ void __launch_bounds__(AMMA_THREADS, 1)
     const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS; /* rows of this launch */
     const int mrow0 = m0 + blockIdx.y * rg, rows = m0 + R - mrow0 < rg ? m0 + R - mrow0 : rg;
     const int nv = rows * G, nt = (nv + 15) / 16;
-    const int len = *d_len + first;
-    const int Lmax = len + (causal ? mrow0 + rows : M); /* positions the block's last row sees */
+    const amma_rows rw = {mrow0, nv, G, nh, kvh, nchunk, m0, M, causal, *d_len + first};
+    const int Lmax = rw.seen(nv - 1); /* positions the block's last row sees */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const amma_rows rw = {mrow0, nv, G, nh, kvh, nchunk, m0, M, causal, len};
     /* chunk c's K and V into stage buf as one cp.async group; V's rows past
        the last visible position zeroed */
     auto issue = [&](int c, int buf) {
@@ -301,9 +300,7 @@ static void amma_launch(cudaStream_t st, float *opart, float *mpart, float *spar
     if (rg > ATT_ROWS) rg = ATT_ROWS;
     const int rows = R < rg ? R : rg, nt = (rows * G + 15) / 16;
     const int optin = amma_optin<HD>(), two = amma_smem(HD, nt, 2) <= (size_t)optin;
-    int nb = sm_count() / nkv;
-    if (nb < 1) nb = 1;
-    if (nb > nchunk) nb = nchunk;
+    const int nb = cu_attn_blocks(nkv, nchunk, 1);
     launch_smem(k_attn_mma<HD>, dim3(nkv * nb, (R + rg - 1) / rg), AMMA_THREADS, amma_smem(HD, nt, two ? 2 : 1), st, q,
                 kc, vc, opart, mpart, spart, nh, nkv, cap, d_len, M, scale, nchunk, m0, causal, first, rg, nt, two,
                 early, pf);

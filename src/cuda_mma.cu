@@ -880,27 +880,23 @@ static int mma_stages(void) {
 int cu_mma_stages(int n) { return env_count(&g_mma_stages, "DSPARK_CUDA_MMA_STAGES", 1, n); }
 
 /* the dynamic shared memory a block of the staged kernel may take at OCC
-   blocks an SM (raised past the default 48 KiB once) */
+   blocks an SM: its share of the SM (less the 1 KiB an SM keeps for each
+   block and its static shared memory), within smem_optin */
 template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
 static int mma_ring_room(void) {
     static int room = -1;
     if (room < 0) {
         auto k = k_mma<T, TILES, MT, EPI, OCC, PC, true>;
-        int dev = 0, per_sm = 0, optin = 0;
+        const int optin = smem_optin(k);
+        int dev = 0, per_sm = 0;
         cudaGetDevice(&dev);
         cudaFuncAttributes fa;
         if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
             cudaFuncGetAttributes(&fa, k) != cudaSuccess) {
             cudaGetLastError();
             return room = 0;
         }
-        int r = per_sm / OCC - 1024 - (int)fa.sharedSizeBytes; /* (1 KiB an SM keeps for each block) */
-        if (r > optin - (int)fa.sharedSizeBytes) r = optin - (int)fa.sharedSizeBytes;
-        if (r > (48 << 10) && cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, r) != cudaSuccess) {
-            cudaGetLastError();
-            r = (48 << 10) - (int)fa.sharedSizeBytes;
-        }
+        const int share = per_sm / OCC - 1024 - (int)fa.sharedSizeBytes, r = share < optin ? share : optin;
         room = r > 0 ? r : 0;
     }
     return room;

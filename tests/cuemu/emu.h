@@ -151,7 +151,7 @@ inline std::function<void()> body;
 inline barrier block_bar;
 inline std::vector<barrier> warp_bar;
 inline std::vector<uint32_t> slots; /* [warp][lane][16] words exchanged at warp rendezvous */
-inline bool progress;
+inline bool progress; /* whether the scheduler's pass ran a fiber */
 inline int laggard = 0; /* the warp the scheduler holds back (see run_block) */
 /* the block's dynamic shared memory (DYN_SMEM) */
 alignas(16) inline unsigned char smem[262144];
@@ -187,7 +187,6 @@ inline bool try_release(barrier &b) {
     if (b.count + exited(b.lo, b.hi) < b.hi - b.lo) return false;
     b.count = 0;
     b.gen++;
-    progress = true;
     if (&b == &block_bar) laggard = (int)(coin() % ((nthreads + 31) / 32)); /* another after each barrier */
     return true;
 }
@@ -210,22 +209,22 @@ inline uint32_t *my_slot(int l = -1) { return &slots[((size_t)warp() * 32 + (l <
 
 /* cp.async: held until a wait lets the group land */
 inline void cp_issue(void *dst, const void *src, bool zero) { me().open.push_back({dst, src, zero}); }
-inline void cp_land(const std::vector<copy16> &g);
-/* a committed group lands at once (as it may on the GPU) on one commit in
-   two, else at the wait that covers it */
-inline void cp_commit() {
-    if (coin() & 1) {
-        cp_land(me().open);
-        me().open.clear(); /* landed, but still counted by wait_group */
-    }
-    me().groups.push_back(me().open);
-    me().open.clear();
-}
 inline void cp_land(const std::vector<copy16> &g) {
     for (const copy16 &c : g) {
         if (c.zero) memset(c.dst, 0, 16);
         else memcpy(c.dst, c.src, 16);
     }
+}
+/* a committed group lands at once (as it may on the GPU) on one commit in
+   two, else at the wait that covers it; either way wait_group counts it */
+inline void cp_commit() {
+    std::vector<copy16> &open = me().open;
+    if (coin() & 1) {
+        cp_land(open);
+        open.clear();
+    }
+    me().groups.push_back(std::move(open));
+    open.clear();
 }
 /* all but the newest n committed groups land (uncommitted copies stay, as
    on the GPU) */
@@ -243,7 +242,6 @@ inline void trampoline() {
     if (!f.open.empty()) fail("cp.async copies issued but never committed at the thread's end");
     cp_wait(0);
     f.done = true;
-    progress = true;
     /* uc_link returns to the scheduler */
 }
 
@@ -276,10 +274,11 @@ inline void run_block(const std::function<void()> &k) {
     }
     /* passes over the warps: in most, each warp is left out with odds of
        one in three, and one warp of the block (the laggard, drawn again at
-       each block barrier) runs in one pass in 32, so warps drift far apart between block barriers and
-       a stage refilled, or a buffer rewritten, while another warp still
-       reads it shows; after a pass that moved nothing, one with every
-       warp, and if that moves nothing either, the block is stuck */
+       each block barrier) runs in one pass in 32, so warps drift far apart
+       between block barriers and a stage refilled, or a buffer rewritten,
+       while another warp still reads it shows; after a pass that ran no
+       fiber, one with every warp, and if that runs none either (all wait
+       at rendezvous that never open), the block is stuck */
     const int nw = (nthreads + 31) / 32;
     laggard = (int)(coin() % nw);
     bool all = true;
@@ -479,8 +478,7 @@ static inline void cp_async_commit() { emu::cp_commit(); }
 /* (cp.async.wait_all is commit_group then wait_group 0: the copies not yet
    committed land too) */
 static inline void cp_async_wait_all() {
-    emu::cp_land(emu::me().open);
-    emu::me().open.clear();
+    emu::cp_commit();
     emu::cp_wait(0);
 }
 static inline void cp_async_wait_one() { emu::cp_wait(1); }
