@@ -43,8 +43,6 @@ struct cuda_ctx {
     int *tok, *pos, *d_len;          /* device: ids, positions, cache length before the batch */
     int *qkv_cnt;                    /* device: the fused q/k/v tail's per-head counts (cu_qkv_tail) */
     uint32_t *att_c, *gate_c;        /* device: att and gate pre-cut for o and down, CU_CUT_ROWS rows */
-    uint32_t *pre_q;                 /* device, pre-normed path (prenorm_for): [rows][hidden] the next norm's input pre-cut */
-    float *pre_ps;                   /* device, same: [rows][hidden / 16] its sums of squares, or NULL (path off) */
     int *d_ids, *h_ids;              /* argmax or samples of the logits rows: device, pinned host */
     cu_am am;                        /* the split argmax's scratch for the logits rows */
     cu_sample_args *h_samp, *d_samp; /* the device sampler's arguments: pinned host, device */
@@ -267,19 +265,6 @@ static int takes_gemm(const cuda_model *m, int max_batch) {
     return cu_gemm_rows() > 0 && max_batch >= cu_gemm_rows() && m->layers[0].wqkv.dt == DT_BF16;
 }
 
-/* whether every matrix of the layers and the LM head can take the
-   pre-normed path (cu_prenorm_ok): ctx_create makes its scratch only then */
-static int prenorm_model(const cuda_model *m) {
-    if (!cu_prenorm_ok(&m->lm_head)) return 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const dlayer *L = &m->layers[l];
-        const dmat *ws[] = {&L->wqkv, &L->wo, &L->wg, &L->wu, &L->wd};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            if (!cu_prenorm_ok(ws[i])) return 0;
-    }
-    return 1;
-}
-
 /* a context with activation scratch for rows >= max_batch rows (a whole
    number of cuBLAS groups when more) */
 static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, int rows, char *err,
@@ -334,12 +319,6 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
     if (cu_am_create(&x->am, (int)B, c->vocab_size, err, errlen) != 0) {
         cuda_ctx_free(x);
         return -1;
-    }
-    if (env_is("DSPARK_CUDA_PRENORM", "1") && prenorm_model(m) &&
-        (cudaMalloc((void **)&x->pre_q, sizeof(uint32_t) * R * H) != cudaSuccess ||
-         cudaMalloc((void **)&x->pre_ps, sizeof(float) * R * (H / 16)) != cudaSuccess)) {
-        cuda_ctx_free(x);
-        return ds_err(err, errlen, "CUDA: cannot allocate the pre-normed path's scratch%s", cu_tiles_hint());
     }
     size_t lf = (size_t)(GRAPH_ROWS > max_batch ? GRAPH_ROWS : max_batch) * (size_t)c->vocab_size;
     if (ensure_pinned(x, lf, err, errlen) != 0) {
@@ -403,8 +382,6 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
     cudaFree(x->qkv_cnt);
     cudaFree(x->att_c);
     cudaFree(x->gate_c);
-    cudaFree(x->pre_q);
-    cudaFree(x->pre_ps);
     cudaFree(x->d_ids);
     cu_am_free(&x->am);
     if (x->h_ids) cudaFreeHost(x->h_ids);
@@ -534,17 +511,11 @@ static int mm(cuda_ctx *x, int epi, float *y, const float *in, int M, const dmat
    there (the host copies it out: chain_launch) */
 enum { OUT_LOGITS = 1, OUT_IDS = 2, OUT_SAMPLE = 4, OUT_CHAIN = 8 };
 
-/* logits[n] of the final-normed rows x->x[row .. row + n), on the
-   pre-normed path where the forward that made them took it (pre) */
-static void lm_head(cuda_ctx *x, int row, int n, int pre) {
+/* logits[n] of the final-normed rows h[n] */
+static void lm_head(cuda_ctx *x, const float *h, int n) {
     const cuda_model *m = x->m;
     const model_config *c = &m->cfg;
-    const size_t H = (size_t)c->hidden_size;
-    const float *h = x->x + (size_t)row * H;
-    if (pre) {
-        cu_layer_matmul(x->st, x->gemm, MM_STORE, x->logits, h, n, &m->lm_head, NULL, NULL, m->final_norm,
-                        c->rms_norm_eps, x->xb, cu_cut{x->pre_q + (size_t)row * H, NULL, x->pre_ps + (size_t)row * (H / 16)});
-    } else if (cu_fuses_norm(&m->lm_head)) {
+    if (cu_fuses_norm(&m->lm_head)) {
         cu_matmul_norm(x->st, x->logits, h, n, &m->lm_head, NULL, m->final_norm, c->rms_norm_eps);
     } else {
         cu_rmsnorm(x->st, x->xb, h, m->final_norm, n, c->hidden_size, c->rms_norm_eps);
@@ -579,62 +550,6 @@ static int cuda_omit(void) {
     return v;
 }
 
-/* What the decode attention of layer L asks the L2 to fetch ahead (cu_pf)
-   while the memory would be idle (its scores and sums, its combine, the
-   launch after it): the o projection's weights, which it reads next.
-   Off by default until measured (docs/BENCHMARKS.md, "A decode step kernel
-   by kernel"; earlier placements were slower); DSPARK_CUDA_L2PF=1 turns it on,
-   DSPARK_CUDA_L2PF_GU=MB: also that many MB of the gate and up weights
-   (the first blocks' part, half each). */
-static cu_pf attn_pf(const cuda_ctx *x, const dlayer *L, int M) {
-    static const int off = !env_is("DSPARK_CUDA_L2PF", "1"), gu_mb = env_int("DSPARK_CUDA_L2PF_GU", 0);
-    cu_pf pf = {};
-    if (off || cu_gemm_takes(x->gemm, &L->wo, M)) return pf;
-    pf.n[0] = cu_mat_stream(&L->wo, NULL, &pf.p[0]);
-    if (gu_mb > 0 && !cu_gemm_takes(x->gemm, &L->wg, M)) {
-        size_t half = (size_t)gu_mb << 19;
-        for (int i = 0; i < 2; i++) {
-            size_t n = cu_mat_stream(i ? &L->wu : &L->wg, i ? &L->wg : &L->wu, &pf.p[1 + i]);
-            pf.n[1 + i] = n < half ? n : half;
-        }
-    }
-    return pf;
-}
-
-/* DSPARK_CUDA_L2PF_TAIL=MB: the gate and up projection's blocks, once
-   done, ask the L2 for the first MB of the down projection's weights, and
-   the down projection's for the next layer's qkv (or the LM head's): the
-   part their first blocks read (cu_mma_pf). Unset or 0 (the default): none,
-   until measured as attn_pf. */
-static cu_pf tail_pf(const cuda_ctx *x, const dmat *W, int M) {
-    static const int mb = env_int("DSPARK_CUDA_L2PF_TAIL", 0);
-    cu_pf pf = {};
-    if (!mb || cu_gemm_takes(x->gemm, W, M)) return pf;
-    size_t n = cu_mat_stream(W, NULL, &pf.p[0]), want = (size_t)mb << 20;
-    pf.n[0] = n < want ? n : want;
-    return pf;
-}
-
-/* Whether a forward of M rows takes the pre-normed path (cu_cut): each
-   residual add also writes the next norm's input pre-cut and its sums of
-   squares (the embedding too, for the first layer), and the q/k/v
-   projections, gate+up and the LM head take them instead of cutting and
-   squaring their input.
-   DSPARK_CUDA_PRENORM=1 on a model whose every matrix can (prenorm_model:
-   ctx_create then holds its scratch; off by default until measured,
-   docs/BENCHMARKS.md "A decode step kernel by kernel"), no cuBLAS groups
-   at M rows, and no kernels left out. Every width below the cuBLAS groups'
-   gets the same answer, so a verified row and the row decoded alone take
-   the same path: a row's bits do not depend on the batch on it either,
-   but they differ from the path's absence (another order of the norm's
-   sum). */
-static int prenorm_for(const cuda_ctx *x, int M) {
-    /* (every layer matrix is bf16 and within the cuBLAS context's sizes, so
-       the first one's answer is all of theirs; the LM head takes at most M
-       rows, so no groups either when they take none) */
-    return x->pre_ps && M >= 1 && M <= x->rows && !cuda_omit() && !cu_gemm_takes(x->gemm, &x->m->layers[0].wqkv, M);
-}
-
 /* Enqueues one chunk of M rows whose ids, positions and cache length are in
    h_in (pinned): the uploads, every layer, and, when n_sel > 0, the final
    norm and LM head for the chunk's last n_sel rows with the logits copied
@@ -647,7 +562,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
                           int spread) {
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
-    const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = x->st;
     int B = x->rows;
@@ -660,15 +575,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     }
     if (out == OUT_SAMPLE) cudaMemcpyAsync(x->d_samp, x->h_samp, sizeof(cu_sample_args), cudaMemcpyHostToDevice, st);
     mark(x, OP_IN);
-    /* the pre-normed path (prenorm_for): what a norm's matmul takes (pin)
-       and what the embedding and each residual add write for the next
-       norm (pout) */
-    const int pre = prenorm_for(x, M);
-    const cu_cut pin = pre ? cu_cut{x->pre_q, NULL, x->pre_ps} : cu_cut{};
-    auto pout = [&](const uint32_t *in, const float *next_gn) {
-        return pre ? cu_cut{in, x->pre_q, NULL, next_gn, x->pre_ps} : cu_cut{in, NULL};
-    };
-    cu_embed(st, x->x, &m->embed, x->tok, M, pout(NULL, m->layers[0].attn_norm));
+    cu_embed(st, x->x, &m->embed, x->tok, M);
     mark(x, OP_EMBED);
     if (b) copy_taps(x, b, -1, row0, M, dev);
     size_t KD = (size_t)nkv * hd;
@@ -683,8 +590,8 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
                             x->qkv_cnt};
         if (!(omit & OMIT_QKV)) {
             int fused = !cu_gemm_takes(x->gemm, &L->wqkv, M) &&
-                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail, pin);
-            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm, pin);
+                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail);
+            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
             mark(x, OP_QKV);
             if (!fused) cu_qkv_post_run(st, &tail.a, M);
             mark(x, OP_POST);
@@ -700,37 +607,29 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
                                    x->d_len, scale);
             if (Mt < M)
                 cu_attention(st, x->att + (size_t)Mt * nh * hd, x->q + (size_t)Mt * nh * hd, kc, vc, x->part, M - Mt,
-                             nh, nkv, hd, x->cap, x->d_len, scale, 1, Mt, spread, att_c, Mt ? cu_pf{} : attn_pf(x, L, M));
+                             nh, nkv, hd, x->cap, x->d_len, scale, 1, Mt, spread, att_c, cu_pf{});
             mark(x, OP_ATTN);
         }
         {
             cu_pdl_off serial; /* the o projection right after attention: see pdl_enabled */
-            if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL, pout(att_c, L->mlp_norm));
+            if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL});
         }
         mark(x, OP_O);
         uint32_t *gate_c = cu_layer_takes_cut(x->gemm, &L->wd, M) ? x->gate_c : NULL;
         {
             cu_swiglu_two two(cu_swiglu_two_for(spread)); /* (see there) */
-            cu_mma_pf ahead(tail_pf(x, &L->wd, M));
             if ((omit & OMIT_GU) ||
-                !mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm,
-                    cu_cut{pin.in, gate_c, pin.ps}))
+                !mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, cu_cut{NULL, gate_c}))
                 gate_c = NULL; /* (not written) */
         }
         mark(x, OP_GU);
-        if (!(omit & OMIT_DOWN)) {
-            cu_mma_pf ahead(tail_pf(x, l + 1 < c->n_layers ? &m->layers[l + 1].wqkv : &m->lm_head, M));
-            /* (the last layer's for the final norm whether or not this chunk
-               asks logits: a row's logits may be asked later, lm_head) */
-            mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL,
-               pout(gate_c, l + 1 < c->n_layers ? m->layers[l + 1].attn_norm : m->final_norm));
-        }
+        if (!(omit & OMIT_DOWN)) mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL});
         mark(x, OP_DOWN);
         if (b) copy_taps(x, b, l, row0, M, dev);
     }
     if (n_sel) {
         int V = c->vocab_size;
-        lm_head(x, M - n_sel, n_sel, pre);
+        lm_head(x, x->x + (size_t)(M - n_sel) * H, n_sel);
         mark(x, OP_HEAD);
         if (out & (OUT_IDS | OUT_SAMPLE)) {
             if (out & OUT_IDS) cu_argmax(st, x->d_ids, x->logits, n_sel, V, &x->am);
@@ -816,10 +715,9 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
         enqueue_chunk(x, M, 0, 0, b, row0, dev, spread);
         CK(cudaStreamSynchronize(x->st));
         if (cu_gemm_check(x->gemm, err, errlen)) return -1;
-        const int pre = prenorm_for(x, M); /* (the path the layers took) */
         for (int i = 0; i < n_sel; i++) {
             int r = b->logit_rows[*next_logit + i] - row0;
-            lm_head(x, r, 1, pre);
+            lm_head(x, x->x + (size_t)r * H, 1);
             if (b->argmax) {
                 cu_argmax(x->st, x->d_ids, x->logits, 1, V, &x->am);
                 CK(cudaMemcpyAsync(b->argmax + *next_logit + i, x->d_ids, sizeof(int), cudaMemcpyDeviceToHost,

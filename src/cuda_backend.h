@@ -128,14 +128,6 @@ int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int M, const vo
  * mode 2 the SwiGLU of the normed input (K a multiple of 8, bf16 / f16) */
 int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
                           const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
-/* The pre-normed path (cu_cut) on host arrays: the residual add
- * h[M][K] += a[M][Ka] . W1^T (W1 [K][Ka] bf16) writing the next norm's
- * input (gn . h pre-cut, its sums of squares), then from those y[M][N] =
- * RMSNorm(h, gn) . W^T (+ bias) (mode 0) or the SwiGLU of W and W2 (mode
- * 2); h is updated. K, Ka and N multiples of 16. */
-int cuda_test_prenorm(float *y, float *h, const float *a, int M, int K, int Ka, const void *w1, const void *w,
-                      const void *w2, int N, const float *bias, const float *gn, float eps, int mode, char *err,
-                      size_t errlen);
 /* the prefill path of bf16 matmuls: cuBLAS for each whole group of
  * CUDA_GEMM_MIN_ROWS rows (or DSPARK_CUDA_GEMM_ROWS), the kernels for the
  * rest; mode 0 store, 1 residual add, 2 SwiGLU; gn (or NULL) an RMSNorm */
@@ -194,13 +186,6 @@ int cuda_test_attention_wide(int on);
  * attention's mma kernel, head dims 16-128 by powers of two; 1 on; 0 or -1, the
  * default, off; other bits than off); returns the previous setting */
 int cuda_test_attention_mma(int on);
-/* sets the matmul's staged form (ring slots a warp, 2-8; 0 off; -1 the
- * environment's choice); returns the previous count */
-int cuda_test_mma_stages(int s);
-/* sets the staged form's persistent grid (0 off; 1 as many blocks as fit
- * the GPU; n > 1 at most n blocks; -1 the environment's choice); returns
- * the previous setting */
-int cuda_test_mma_persist(int n);
 /* sets whether this thread's bf16 SwiGLU matmuls of 1-8 rows run two blocks
    an SM (cu_swiglu_two; the same bits either way); returns the previous
    setting */

@@ -1,5 +1,5 @@
-// cuda_mma: the matmul kernels (the tensor-core kernel, register and staged
-// forms, with its epilogues, folded RMSNorm and q/k/v tail; the FMA kernel)
+// cuda_mma: the matmul kernels (the tensor-core kernel with its epilogues,
+// folded RMSNorm and q/k/v tail; the FMA kernel)
 // and their launchers, declared in cuda_ops.cuh; the matmul op benchmark.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,7 +31,6 @@ __device__ __forceinline__ void load8(const float *p, float *w) {
 
 /* open cu_swiglu_two scopes of this thread that turn it on */
 thread_local int cu_swiglu_two_depth = 0;
-thread_local cu_pf cu_mma_pf_cur = {};
 
 extern "C" int cuda_test_swiglu_two(int on) {
     int prev = cu_swiglu_two_depth > 0;
@@ -356,77 +355,6 @@ __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_ch
     }
 }
 
-/* The staged form of k_mma (PIPE; DSPARK_CUDA_MMA_STAGES, mma_stages):
-   each warp streams its chunks through a ring of `stages` slots in shared
-   memory by cp.async, stages - 1 chunks ahead of the one it multiplies, so
-   its memory requests stay in flight while it computes (the register form
-   requests U chunks, waits for them, computes, and only then requests the
-   next ones). A slot holds a lane's 16-byte pieces 32 apart (a warp's piece
-   is 512 contiguous bytes: conflict-free), in mma_chunk's order: the
-   weights (rows g and g + 8 of each tile), then the activation row groups.
-   Each lane reads back only the pieces it requested, so no warp waits for
-   another (a folded norm's weights, the same for every chunk of a row,
-   are copied once a block and shared: mma_norm_stage). Pieces past K or
-   past the rows are zero-filled, the values the register form loads
-   there; a chunk's operations and their order are the register form's:
-   the same bits. */
-#define MMA_MAX_STAGES 8
-template <int TILES, int MT> __host__ __device__ constexpr int mma_pieces() { return 2 * TILES + 2 * MT; }
-/* a folded norm's K weights into the block's copy gs (K % 8 == 0), by all its threads */
-__device__ __forceinline__ void mma_norm_stage(float *gs, const float *gn, int K) {
-    for (int i = threadIdx.x; i < K / 4; i += blockDim.x) cp_async16(gs + 4 * i, gn + 4 * i);
-}
-template <typename T, int TILES>
-__device__ __forceinline__ void pipe_issue_w(uint4 *slot, const T *const (&wa)[TILES], const T *const (&wb)[TILES],
-                                             int K, int c32, int t, int cs) {
-    const bool ok = c32 * 32 + 8 * t < K;
-    const size_t o = ok ? (size_t)c32 * cs : 0;
-#pragma unroll
-    for (int i = 0; i < TILES; i++) {
-        cp_async16_or_zero(slot + 64 * i, wa[i] + o, ok);
-        cp_async16_or_zero(slot + 64 * i + 32, wb[i] + o, ok);
-    }
-}
-template <int TILES, int MT>
-__device__ __forceinline__ void pipe_issue_x(uint4 *slot, const float *x, int K, int M, int m0, int c32, int g, int t) {
-    const int k = c32 * 32 + 8 * t;
-    const bool ok = k < K;
-    uint4 *s = slot + 64 * TILES;
-#pragma unroll
-    for (int j = 0; j < MT; j++) {
-        const int m = m0 + 8 * j + g;
-        const bool r = ok && m < M;
-        const float *p = r ? x + (size_t)m * K + k : x;
-        cp_async16_or_zero(s + 64 * j, p, r);
-        cp_async16_or_zero(s + 64 * j + 32, p + 4, r);
-    }
-}
-/* the chunk from its slot, the folded norm (its weights in gs; NULL: none)
-   applied as mma_load_x does */
-template <typename T, int TILES, int MT>
-__device__ __forceinline__ void pipe_take(mma_chunk<T, TILES, MT> &c, float (&ss)[MT], const uint4 *slot,
-                                          const float *gs, int K, int M, int m0, int c32, int g, int t) {
-#pragma unroll
-    for (int i = 0; i < TILES; i++) {
-        c.wa[i].u = slot[64 * i];
-        c.wb[i].u = slot[64 * i + 32];
-    }
-    const float4 *s = reinterpret_cast<const float4 *>(slot + 64 * TILES);
-    const int k = c32 * 32 + 8 * t;
-    const bool ok = k < K;
-#pragma unroll
-    for (int j = 0; j < MT; j++) {
-        c.xa[j] = s[64 * j];
-        c.xb[j] = s[64 * j + 32];
-        if (gs && ok && m0 + 8 * j + g < M) {
-            const float4 ga = *reinterpret_cast<const float4 *>(gs + k), gb = *reinterpret_cast<const float4 *>(gs + k + 4);
-            ss[j] = sumsq8(ss[j], c.xa[j], c.xb[j]);
-            c.xa[j] = mul4(c.xa[j], ga);
-            c.xb[j] = mul4(c.xb[j], gb);
-        }
-    }
-}
-
 /* (row m, head t) of cu_qkv_post by one warp, over the q heads, then the
    k heads, then the v heads: q/k get their per-head RMSNorm (when qn/kn
    are given) and NeoX RoPE at the row's position; k and v are written
@@ -528,37 +456,6 @@ __device__ void qkv_tail(const cu_qkv_tail &t, int M, int m0, int R, int n0, int
     for (int r = warp; r < rows; r += nw) qkv_post_item(t.a, m0 + r, head, threadIdx.x % 32);
 }
 
-/* The pre-normed path's norm factors (cu_cut): rr[r] = 1 / sqrt(mean of
-   row m0 + r's squares + eps) for rows < M, from its K / 16 group sums in
-   ps: 16 lanes a row whatever the rows (so the same order in any batch),
-   lane p adding groups p, p + 16, ... in order (NFS_LOADS requested at a
-   time: one L2 round trip for a Qwen3-8B row; the zeros past the end add
-   nothing to a sum of squares), then a fixed tree over the 16 (xor 8, 4,
-   2, 1); lane p = 0's sum is the row's. Whole warps (rows * 16 is a
-   multiple of 32). */
-#define NFS_LOADS 16
-__device__ __forceinline__ void norm_from_sums(float *rr, const float *ps, int K, int M, int m0, int rows, float eps) {
-    const int ng = K / 16;
-    for (int e = threadIdx.x; e < rows * 16; e += blockDim.x) {
-        const int r = e / 16, p = e % 16, m = m0 + r;
-        float v = 0.0f;
-        if (m < M)
-            for (int i0 = p; i0 < ng; i0 += 16 * NFS_LOADS) {
-                float t[NFS_LOADS];
-#pragma unroll
-                for (int j = 0; j < NFS_LOADS; j++)
-                    t[j] = i0 + 16 * j < ng ? __ldcg(ps + (size_t)m * ng + i0 + 16 * j) : 0.0f;
-#pragma unroll
-                for (int j = 0; j < NFS_LOADS; j++) v += t[j];
-            }
-        v += __shfl_xor_sync(0xffffffffu, v, 8);
-        v += __shfl_xor_sync(0xffffffffu, v, 4);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        if (p == 0) rr[r] = 1.0f / sqrtf(v / (float)K + eps);
-    }
-}
-
 /* EPI as k_matmul's; MM_SWIGLU: tiles 0..TILES/2-1 are gate rows, the
    others the up rows of the same outputs. gn (or NULL): the input is
    RMSNorm(x, gn) with eps, folded in as RMSNorm(x).W = r * ((gn . x).W)
@@ -566,243 +463,126 @@ __device__ __forceinline__ void norm_from_sums(float *rr, const float *ps, int K
    load anyway, so the norm needs no kernel of its own, and every block
    computes r in the same fixed order (per lane in chunk order, lanes of a
    row by butterfly, warps in order). */
-template <typename T, int TILES, int MT, int EPI, int OCC, bool PC, bool PIPE>
+template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
 __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y, const float *__restrict__ x,
                                                     const T *__restrict__ W, const T *__restrict__ W2,
                                                     const float *__restrict__ bias, int M, int N, int K,
                                                     const float *__restrict__ gn, float eps, cu_qkv_tail tail,
-                                                    int tiled, cu_cut cut, cu_pf pf, int stages) {
+                                                    int tiled, cu_cut cut) {
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES; /* output tiles */
     constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-    const int m0 = blockIdx.y * MT * 8, nc = (K + 31) / 32, cs = tiled ? 512 : 32;
-    /* the staged form: this warp's ring (stages slots of np pieces), its
-       chunks of a tile (warp + j * MMA_KS for j < nj), the activations'
-       source and whether they take a folded norm's weights */
-    const bool pnorm = !PC && gn;
-    const int np = mma_pieces<TILES, MT>(), nj = warp < nc ? (nc - 1 - warp) / MMA_KS + 1 : 0;
-    DYN_SMEM(uint4, mma_ring);
-    uint4 *const ring = mma_ring + (size_t)warp * stages * 32 * np + lane;
-    const float *const xs = PC ? reinterpret_cast<const float *>(cut.in) : x; /* pre-cut: the words at the f32 offsets */
-    /* the warps' partial sums: after the rings in the staged form, then
-       the block's copy of a folded norm's weights (gs) */
-    __shared__ float red_s[PIPE ? 1 : MMA_KS][PIPE ? 1 : NV][32];
-    float(*const red)[NV][32] = PIPE ? reinterpret_cast<float(*)[NV][32]>(mma_ring + (size_t)MMA_KS * stages * 32 * np)
-                                     : reinterpret_cast<float(*)[NV][32]>(&red_s[0][0][0]);
-    float *const gs = PIPE && pnorm ? &red[MMA_KS][0][0] : nullptr;
+    __shared__ float red[MMA_KS][NV][32];
     __shared__ float ssw[MMA_KS][MT * 8], rr[MT * 8];
-    /* MM_ADD with cut.ngn: the block's new x values, for their groups' sums of squares */
-    __shared__ float vt[EPI == MM_ADD ? MT * 8 : 1][EPI == MM_ADD ? OT * 16 : 1];
-    /* rows g and g+8 of each tile of the output tiles at n0, at the lane's
-       columns 8t..8t+7 of chunk 0; rows past N read row N-1 (row-major) or
-       the zero padding (dropped) */
-    auto tile_ptrs = [&](const T *(&pa)[TILES], const T *(&pb)[TILES], int n0) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int n0 = blockIdx.x * OT * 16, m0 = blockIdx.y * MT * 8;
+    const int nc = (K + 31) / 32, cs = tiled ? 512 : 32;
+    /* the activations' source (pre-cut: the words at the f32 row's offsets,
+       loaded as they are) and whether they take a folded norm's weights */
+    const float *const xs = PC ? reinterpret_cast<const float *>(cut.in) : x;
+    const bool pnorm = !PC && gn;
+    /* rows g and g+8 of each tile at the lane's columns 8t..8t+7 of chunk 0;
+       rows past N read row N-1 (row-major) or the zero padding (dropped) */
+    const T *wa[TILES], *wb[TILES];
 #pragma unroll
-        for (int i = 0; i < TILES; i++) {
-            const T *base = EPI == MM_SWIGLU && i >= OT ? W2 : W;
-            if (tiled) {
-                int R = n0 / 16 + i % OT, last = (N - 1) / 16;
-                pa[i] = base + (size_t)(R < last ? R : last) * nc * 512 + g * 32 + 8 * t;
-                pb[i] = pa[i] + 256;
-            } else {
-                int ra = n0 + 16 * (i % OT) + g, rb = ra + 8;
-                pa[i] = base + (size_t)(ra < N ? ra : N - 1) * K + 8 * t;
-                pb[i] = base + (size_t)(rb < N ? rb : N - 1) * K + 8 * t;
-            }
+    for (int i = 0; i < TILES; i++) {
+        const T *base = EPI == MM_SWIGLU && i >= OT ? W2 : W;
+        if (tiled) {
+            int R = n0 / 16 + i % OT, last = (N - 1) / 16;
+            wa[i] = base + (size_t)(R < last ? R : last) * nc * 512 + g * 32 + 8 * t;
+            wb[i] = wa[i] + 256;
+        } else {
+            int ra = n0 + 16 * (i % OT) + g, rb = ra + 8;
+            wa[i] = base + (size_t)(ra < N ? ra : N - 1) * K + 8 * t;
+            wb[i] = base + (size_t)(rb < N ? rb : N - 1) * K + 8 * t;
         }
-    };
-    float acc[TILES][MT][4], ss[MT];
-    auto zero = [&]() {
+    }
+    float acc[TILES][MT][4];
 #pragma unroll
-        for (int i = 0; i < TILES; i++)
+    for (int i = 0; i < TILES; i++)
 #pragma unroll
-            for (int j = 0; j < MT; j++)
+        for (int j = 0; j < MT; j++)
 #pragma unroll
-                for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+    /* U chunks in flight per warp (three when registers are capped: with
+       four the 9-16-row kernel capped for two blocks per SM spilled 84
+       bytes, and three made it 6% faster); the first group's weights are
+       requested before waiting for the previous kernel. U does not change
+       the order in which a warp's chunks are accumulated. */
+    constexpr int U = OCC >= 2      ? (TILES >= 4 ? 2 : MMA_U_CAPPED)
+                      : TILES * MT <= 2 ? MMA_U_SMALL
+                      : MT == 1         ? MMA_U_WIDE
+                                        : MMA_U_LARGE;
+    mma_chunk<T, TILES, MT> ch[U];
+    float ss[MT];
 #pragma unroll
-        for (int j = 0; j < MT; j++) ss[j] = 0.0f;
-    };
-    /* the block's sums for the output tiles at n0 (acc and ss of every
-       warp) into y: the partials added in warp order, the norm factor, the
-       epilogue, and what it writes for others (the pre-cut copy, the next
-       norm's input and sums, the q/k/v tail) */
-    auto finish = [&](int n0) {
+    for (int j = 0; j < MT; j++) ss[j] = 0.0f;
+    pdl_trigger();
 #pragma unroll
-        for (int i = 0; i < TILES; i++)
+    for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t, cs);
+    pdl_wait();
+    for (int c = warp;;) {
 #pragma unroll
-            for (int j = 0; j < MT; j++)
+        for (int u = 0; u < U; u++) mma_load_x(ch[u], ss, xs, pnorm ? gn : nullptr, K, M, m0, c + u * MMA_KS, g, t);
 #pragma unroll
-                for (int q = 0; q < 4; q++) red[warp][(i * MT + j) * 4 + q][lane] = acc[i][j][q];
-        if (gn && !cut.ps) {
+        for (int u = 0; u < U; u++)
+            if (c + u * MMA_KS < nc) mma_run<PC>(acc, ch[u]);
+        c += U * MMA_KS;
+        if (c >= nc) break;
 #pragma unroll
-            for (int j = 0; j < MT; j++) {
-                float v = ss[j];
-                v += __shfl_xor_sync(0xffffffffu, v, 1);
-                v += __shfl_xor_sync(0xffffffffu, v, 2);
-                if (t == 0) ssw[warp][8 * j + g] = v;
-            }
-            __syncthreads();
-            if (threadIdx.x < MT * 8) {
-                float v = ssw[0][threadIdx.x];
+        for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t, cs);
+    }
+    /* the block's sums: the partials added in warp order, the norm factor,
+       the epilogue, and what it writes for others (the pre-cut copy, the
+       q/k/v tail) */
 #pragma unroll
-                for (int w = 1; w < MMA_KS; w++) v += ssw[w][threadIdx.x];
-                rr[threadIdx.x] = 1.0f / sqrtf(v / (float)K + eps);
-            }
+    for (int i = 0; i < TILES; i++)
+#pragma unroll
+        for (int j = 0; j < MT; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) red[warp][(i * MT + j) * 4 + q][lane] = acc[i][j][q];
+    if (gn) {
+#pragma unroll
+        for (int j = 0; j < MT; j++) {
+            float v = ss[j];
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            v += __shfl_xor_sync(0xffffffffu, v, 2);
+            if (t == 0) ssw[warp][8 * j + g] = v;
         }
         __syncthreads();
-        for (int e = threadIdx.x; e < OT * MT * 4 * 32; e += 32 * MMA_KS) {
-            int l = e % 32, v = e / 32, q = v % 4, j = (v / 4) % MT, i = v / (4 * MT);
-            int n = n0 + 16 * i + l / 4 + (q >> 1) * 8, m = m0 + 8 * j + 2 * (l % 4) + (q & 1);
-            float s = red[0][v][l];
+        if (threadIdx.x < MT * 8) {
+            float v = ssw[0][threadIdx.x];
 #pragma unroll
-            for (int w = 1; w < MMA_KS; w++) s += red[w][v][l];
-            if (n >= N || m >= M) continue;
-            if (gn) s *= rr[m - m0];
-            float *dst = y + (size_t)m * N + n;
-            if (EPI == MM_SWIGLU) {
-                int vu = ((i + OT) * MT + j) * 4 + q;
-                float u = red[0][vu][l];
-#pragma unroll
-                for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
-                if (gn) u *= rr[m - m0];
-                const float v = s / (1.0f + expf(-s)) * u;
-                *dst = v;
-                if (cut.out) bf16_cut_put(cut.out + (size_t)m * N, n, v);
-            } else {
-                float r = bias ? s + bias[n] : s;
-                if (EPI == MM_ADD) {
-                    const float nv = *dst + r;
-                    *dst = nv;
-                    if (cut.ngn) {
-                        bf16_cut_put(cut.out + (size_t)m * N, n, cut.ngn[n] * nv);
-                        vt[m - m0][n - n0] = nv;
-                    }
-                } else {
-                    *dst = r;
-                }
-            }
+            for (int w = 1; w < MMA_KS; w++) v += ssw[w][threadIdx.x];
+            rr[threadIdx.x] = 1.0f / sqrtf(v / (float)K + eps);
         }
-        if constexpr (EPI == MM_ADD)
-            if (cut.ngn) { /* each 16-column group's squares in column order (N % 16 == 0: cu_layer_matmul) */
-                __syncthreads();
-                for (int e = threadIdx.x; e < MT * 8 * OT; e += 32 * MMA_KS) {
-                    const int r = e / OT, i = e % OT, m = m0 + r, n = n0 + 16 * i;
-                    if (m >= M || n >= N) continue;
-                    float s = 0.0f;
-#pragma unroll
-                    for (int q = 0; q < 16; q++) s = fmaf(vt[r][16 * i + q], vt[r][16 * i + q], s);
-                    cut.nps[(size_t)m * (N / 16) + n / 16] = s;
-                }
-            }
-        if constexpr (EPI == MM_STORE)
-            if (tail.cnt) qkv_tail(tail, M, m0, MT * 8, n0, OT * 16);
-    };
-    const T *wa[TILES], *wb[TILES];
-    tile_ptrs(wa, wb, blockIdx.x * OT * 16);
-    zero();
-    pdl_trigger();
-    if constexpr (PIPE) {
-        /* The block's output tiles are blockIdx.x, + gridDim.x, ... (one
-           unless the grid is persistent), each nj chunks a warp: one stream
-           of nq positions, issued stages - 1 ahead through the ring by a
-           cursor (tile ti, chunk ji, its weights pa/pb); chunk ji's
-           activations are the same for every tile. The first stages - 1
-           positions' weights and the norm's are requested before the wait,
-           in one group with the first activations, which the block waits
-           for together (each thread's copies of the norm's are everyone's). */
-        const int ntile = (N + OT * 16 - 1) / (OT * 16);
-        const int ntb = blockIdx.x < ntile ? (ntile - 1 - blockIdx.x) / gridDim.x + 1 : 0, nq = ntb * nj;
-        int ti = blockIdx.x, ji = 0;
-        const T *pa[TILES], *pb[TILES];
-#pragma unroll
-        for (int i = 0; i < TILES; i++) pa[i] = wa[i], pb[i] = wb[i];
-        auto advance = [&]() {
-            if (++ji == nj) {
-                ji = 0;
-                ti += gridDim.x;
-                if (ti < ntile) tile_ptrs(pa, pb, ti * OT * 16);
-            }
-        };
-        if (gs) mma_norm_stage(gs, gn, K);
-        for (int q = 0; q < stages - 1 && q < nq; q++) {
-            pipe_issue_w<T, TILES>(ring + (size_t)q * 32 * np, pa, pb, K, warp + ji * MMA_KS, t, cs);
-            advance();
-        }
-        pdl_wait();
-        /* (the pre-normed path's norm factors: below) */
-        if constexpr (EPI != MM_ADD && PC)
-            if (gn && cut.ps) norm_from_sums(rr, cut.ps, K, M, m0, MT * 8, eps);
-        for (int q = 0, xj = 0; q < stages - 1; q++) {
-            if (q < nq) {
-                pipe_issue_x<TILES, MT>(ring + (size_t)q * 32 * np, xs, K, M, m0, warp + xj * MMA_KS, g, t);
-                xj = xj + 1 == nj ? 0 : xj + 1;
-            }
-            cp_async_commit();
-        }
-        if (gs) {
-            cp_async_wait_but(stages - 2); /* the first group */
-            __syncthreads();
-        }
-        /* slot sq holds position q, slot sn position q + stages - 1 (the one before sq) */
-        int q = 0, sq = 0, sn = stages - 1;
-        for (int tb = 0; tb < ntb; tb++) {
-            if (tb) {
-                __syncthreads(); /* every warp is done with the previous tile's red, rr and vt */
-                zero();
-            }
-            for (int j = 0; j < nj; j++, q++) {
-                if (q + stages - 1 < nq) {
-                    uint4 *slot = ring + (size_t)sn * 32 * np;
-                    pipe_issue_w<T, TILES>(slot, pa, pb, K, warp + ji * MMA_KS, t, cs);
-                    pipe_issue_x<TILES, MT>(slot, xs, K, M, m0, warp + ji * MMA_KS, g, t);
-                    advance();
-                }
-                cp_async_commit();
-                cp_async_wait_but(stages - 1); /* position q's group has landed */
-                mma_chunk<T, TILES, MT> c;
-                pipe_take(c, ss, ring + (size_t)sq * 32 * np, gs, K, M, m0, warp + j * MMA_KS, g, t);
-                mma_run<PC>(acc, c);
-                sn = sq;
-                sq = sq + 1 == stages ? 0 : sq + 1;
-            }
-            finish((blockIdx.x + tb * gridDim.x) * OT * 16);
-        }
-        if constexpr (OCC == 1)
-            if (pf.n[0]) l2_prefetch(pf, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
-    } else {
-        /* U chunks in flight per warp (three when registers are capped: with
-           four the 9-16-row kernel capped for two blocks per SM spilled 84
-           bytes, and three made it 6% faster); the first group's weights are
-           requested before waiting for the previous kernel. U does not change
-           the order in which a warp's chunks are accumulated. */
-        constexpr int U = OCC >= 2      ? (TILES >= 4 ? 2 : MMA_U_CAPPED)
-                          : TILES * MT <= 2 ? MMA_U_SMALL
-                          : MT == 1         ? MMA_U_WIDE
-                                            : MMA_U_LARGE;
-        mma_chunk<T, TILES, MT> ch[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t, cs);
-        pdl_wait();
-        /* the pre-normed path's norm factors, while the first weights land; its
-           matmuls take pre-cut inputs at 1-16 rows and the f32 ones beyond (so
-           only those kernels carry the code: the others keep their registers) */
-        if constexpr (EPI != MM_ADD && (PC || MT > 2))
-            if (gn && cut.ps) norm_from_sums(rr, cut.ps, K, M, m0, MT * 8, eps);
-        for (int c = warp;;) {
-#pragma unroll
-            for (int u = 0; u < U; u++) mma_load_x(ch[u], ss, xs, pnorm ? gn : nullptr, K, M, m0, c + u * MMA_KS, g, t);
-#pragma unroll
-            for (int u = 0; u < U; u++)
-                if (c + u * MMA_KS < nc) mma_run<PC>(acc, ch[u]);
-            c += U * MMA_KS;
-            if (c >= nc) break;
-#pragma unroll
-            for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t, cs);
-        }
-        if constexpr (OCC == 1) /* (the two-blocks form has no registers to spare) */
-            if (pf.n[0]) l2_prefetch(pf, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
-        finish(blockIdx.x * OT * 16);
     }
+    __syncthreads();
+    for (int e = threadIdx.x; e < OT * MT * 4 * 32; e += 32 * MMA_KS) {
+        int l = e % 32, v = e / 32, q = v % 4, j = (v / 4) % MT, i = v / (4 * MT);
+        int n = n0 + 16 * i + l / 4 + (q >> 1) * 8, m = m0 + 8 * j + 2 * (l % 4) + (q & 1);
+        float s = red[0][v][l];
+#pragma unroll
+        for (int w = 1; w < MMA_KS; w++) s += red[w][v][l];
+        if (n >= N || m >= M) continue;
+        if (gn) s *= rr[m - m0];
+        float *dst = y + (size_t)m * N + n;
+        if (EPI == MM_SWIGLU) {
+            int vu = ((i + OT) * MT + j) * 4 + q;
+            float u = red[0][vu][l];
+#pragma unroll
+            for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
+            if (gn) u *= rr[m - m0];
+            const float v = s / (1.0f + expf(-s)) * u;
+            *dst = v;
+            if (cut.out) bf16_cut_put(cut.out + (size_t)m * N, n, v);
+        } else {
+            float r = bias ? s + bias[n] : s;
+            if (EPI == MM_ADD) *dst += r;
+            else *dst = r;
+        }
+    }
+    if constexpr (EPI == MM_STORE)
+        if (tail.cnt) qkv_tail(tail, M, m0, MT * 8, n0, OT * 16);
 }
 
 /* ---- launchers ----------------------------------------------------------- */
@@ -866,88 +646,6 @@ int cu_mma_tiles_force(int n) {
     return prev;
 }
 
-/* The staged form's ring slots a warp (k_mma's PIPE, MMA_MAX_STAGES at
-   most): DSPARK_CUDA_MMA_STAGES=S (2-8) asks for S, bf16 weights at 1-16
-   rows, fewer where a block's share of the SM's shared memory (at the
-   kernel's blocks per SM) holds fewer, none (the register form) below two;
-   0 or unset: the register form everywhere. Off by default until measured
-   (docs/BENCHMARKS.md). The same bits either way. */
-static int g_mma_stages = -1;
-static int mma_stages(void) {
-    const int s = env_count(&g_mma_stages, "DSPARK_CUDA_MMA_STAGES", 0, 0);
-    return s < 2 ? 0 : s > MMA_MAX_STAGES ? MMA_MAX_STAGES : s;
-}
-int cu_mma_stages(int n) { return env_count(&g_mma_stages, "DSPARK_CUDA_MMA_STAGES", 1, n); }
-
-/* the dynamic shared memory a block of the staged kernel may take at OCC
-   blocks an SM: its share of the SM (less the 1 KiB an SM keeps for each
-   block and its static shared memory), within smem_optin */
-template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
-static int mma_ring_room(void) {
-    static int room = -1;
-    if (room < 0) {
-        auto k = k_mma<T, TILES, MT, EPI, OCC, PC, true>;
-        const int optin = smem_optin(k);
-        int dev = 0, per_sm = 0;
-        cudaGetDevice(&dev);
-        cudaFuncAttributes fa;
-        if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
-            cudaFuncGetAttributes(&fa, k) != cudaSuccess) {
-            cudaGetLastError();
-            return room = 0;
-        }
-        const int share = per_sm / OCC - 1024 - (int)fa.sharedSizeBytes, r = share < optin ? share : optin;
-        room = r > 0 ? r : 0;
-    }
-    return room;
-}
-
-/* DSPARK_CUDA_MMA_PERSIST=1 (with the staged form; off by default until
-   measured): the grid holds as many blocks as fit the GPU at once, each
-   taking output tiles blockIdx.x, + gridDim.x, ... with its rings running
-   on from one tile into the next (no block's start-up between tiles);
-   the same bits. cu_mma_persist's n > 1 (for the tests): at most n
-   blocks. */
-static int g_mma_persist = -1;
-static int mma_persist(void) { return env_count(&g_mma_persist, "DSPARK_CUDA_MMA_PERSIST", 0, 0); }
-int cu_mma_persist(int n) { return env_count(&g_mma_persist, "DSPARK_CUDA_MMA_PERSIST", 1, n); }
-
-template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
-static void mma_go_pc(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
-                      int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value && MT <= 2) {
-        const int want = mma_stages();
-        if (want) {
-            auto k = k_mma<T, TILES, MT, EPI, OCC, PC, true>;
-            /* a slot, the partial sums and the norm's weights */
-            const size_t stage = (size_t)MMA_KS * 32 * sizeof(uint4) * mma_pieces<TILES, MT>();
-            const size_t fixed = sizeof(float) * (MMA_KS * TILES * MT * 4 * 32 + (!PC && gn ? W->K : 0));
-            const size_t room = mma_ring_room<T, TILES, MT, EPI, OCC, PC>();
-            const size_t fit = room > fixed ? (room - fixed) / stage : 0;
-            const int S = (size_t)want < fit ? want : (int)fit;
-            if (S >= 2) {
-                const size_t smem = S * stage + fixed;
-                if (int per = mma_persist()) {
-                    static size_t occ_smem = 0; /* the blocks an SM at the last size asked */
-                    static int occ = 0;
-                    if (per == 1 && occ_smem != smem) {
-                        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, 32 * MMA_KS, smem) != cudaSuccess)
-                            cudaGetLastError(), occ = 0;
-                        occ_smem = smem;
-                    }
-                    const unsigned cap = per == 1 ? (unsigned)((occ > 0 ? occ : 1) * sm_count()) : (unsigned)per;
-                    const unsigned cx = cap / grd.y > 0 ? cap / grd.y : 1;
-                    if (grd.x > cx) grd.x = cx;
-                }
-                return launch_smem(k, grd, 32 * MMA_KS, smem, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl, tiled,
-                                   cut, cu_mma_pf_cur, S);
-            }
-        }
-    }
-    launch(k_mma<T, TILES, MT, EPI, OCC, PC, false>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps,
-           tl, tiled, cut, cu_mma_pf_cur, 0);
-}
-
 /* One tile of one row group per block: two blocks fit an SM (registers),
    or three with registers capped for it. A grid of more than two and up
    to three blocks per SM (the qkv projection of the Qwen3 shapes: 384 on
@@ -959,9 +657,12 @@ static void mma_go_pc(dim3 grd, cudaStream_t st, float *y, const float *x, const
 template <typename T, int TILES, int MT, int EPI, int OCC>
 static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
                    int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value && MT <= 2)
-        if (cut.in) return mma_go_pc<T, TILES, MT, EPI, OCC, true>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
-    mma_go_pc<T, TILES, MT, EPI, OCC, false>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
+    if constexpr (std::is_same<T, __nv_bfloat16>::value && EPI == MM_ADD && MT <= 2)
+        if (cut.in)
+            return launch(k_mma<T, TILES, MT, EPI, OCC, true>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K,
+                          gn, eps, tl, tiled, cut);
+    launch(k_mma<T, TILES, MT, EPI, OCC, false>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl,
+           tiled, cut);
 }
 
 template <typename T, int TILES, int MT, int EPI>
@@ -997,13 +698,6 @@ static void mma_rows(cudaStream_t st, float *y, const float *x, int M, const dma
 /* the tile count mma_tiles takes for M rows of W */
 static int mma_tile_count(int M, const dmat *W, int swiglu) {
     if (g_mma_tiles) return g_mma_tiles;
-    { /* DSPARK_CUDA_GU_TILES16=4: the SwiGLU at 9-16 rows on four tiles a block
-         (384 blocks, one an SM, for Qwen3-8B) instead of two (768, two an
-         SM), for measurement (docs/BENCHMARKS.md, "A decode step kernel by
-         kernel"); the same bits either way */
-        static const int gu16 = env_int("DSPARK_CUDA_GU_TILES16", 0);
-        if (swiglu && M > 8 && M <= 16 && (gu16 == 2 || gu16 == 4)) return gu16;
-    }
     /* 9-16 rows of a matrix whose 16-row tiles fit one wave at two blocks
        per SM (o and down of the Qwen3 shapes): one tile per block, the
        register-capped kernel, twice the blocks of two tiles in flight */
@@ -1052,21 +746,14 @@ static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const d
 
 int cu_fuses_norm(const dmat *W) { return !fma_forced() && W->K % 8 == 0 && (W->dt == DT_BF16 || W->dt == DT_F16); }
 
-size_t cu_mat_stream(const dmat *W, const dmat *W2, const void **p) {
-    if (!cu_fuses_norm(W)) return 0;
-    const int tiled = W->t && (!W2 || W2->t);
-    *p = tiled ? W->t : W->p;
-    return tiled ? cu_tile_bytes(W) : (size_t)W->N * W->K * 2; /* bf16 or f16 */
-}
-
 int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
-                       const float *gn, float eps, const cu_qkv_tail *t, cu_cut pre) {
+                       const float *gn, float eps, const cu_qkv_tail *t) {
     static int off = -1; /* DSPARK_CUDA_QKV_TAIL=0: the separate kernel (for comparisons) */
     if (off < 0) off = env_is("DSPARK_CUDA_QKV_TAIL", "0");
     if (off || !cu_fuses_norm(W) || M < 1 || M > 16 || t->a.hd % (16 * mma_tile_count(M, W, 0)) ||
         t->a.hd > ATT_MAX_HD)
         return 0;
-    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t, pre);
+    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
     else mma_tiles<__half, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
     return 1;
 }
@@ -1100,33 +787,8 @@ int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, cons
     return 0;
 }
 
-int cu_prenorm_ok(const dmat *W) { return !fma_forced() && W->dt == DT_BF16 && W->K % 16 == 0 && W->N % 16 == 0; }
-
-/* cu_layer_matmul on the pre-normed path (cu_cut): a residual add that
-   also writes the next norm's input, or a folded-norm matmul that takes
-   it; the pre-cut words at 1-CU_CUT_ROWS rows, the f32 rows beyond */
-static int prenorm_matmul(cudaStream_t st, int epi, float *y, const float *x, int M, const dmat *W, const dmat *W2,
-                          const float *bias, const float *gn, float eps, cu_cut cut) {
-    if (M > CU_CUT_ROWS) cut.in = NULL;
-    if (epi == MM_ADD) {
-        cut.ps = NULL;
-        mma_tiles<__nv_bfloat16, MM_ADD>(st, y, x, M, W, NULL, bias, NULL, 0.0f, NULL, cut);
-        return 0;
-    }
-    cut.ngn = NULL, cut.nps = NULL;
-    if (epi == MM_SWIGLU) {
-        mma_tiles<__nv_bfloat16, MM_SWIGLU>(st, y, x, M, W, W2, NULL, gn, eps, NULL, cut);
-        return cut.out != NULL;
-    }
-    cut.out = NULL;
-    mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, NULL, cut);
-    return 0;
-}
-
 int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut) {
-    if ((cut.ps && gn) || (cut.ngn && epi == MM_ADD && !gn)) /* (the caller checked cu_prenorm_ok, no cuBLAS rows) */
-        return prenorm_matmul(st, epi, y, x, M, W, W2, bias, gn, eps, cut);
     if (cut.in && epi == MM_ADD && !gn && cu_layer_takes_cut(g, W, M)) {
         cu_matmul_add_cut(st, y, cut.in, M, W, bias);
         return 0;

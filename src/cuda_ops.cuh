@@ -109,22 +109,14 @@ __device__ __forceinline__ bf16x2_cut bf16_cut2(float x0, float x1) {
 
 /* a matmul's pre-cut input (in, for cu_matmul_add_cut) or the pre-cut
    copy of its output that the SwiGLU epilogue writes (out); NULL: none.
-   The pre-normed path (cu_layer_matmul; docs/ARCHITECTURE.md): a
-   residual add (MM_ADD) or the embedding (cu_embed) given ngn also
-   writes, for the matmul that will
-   take RMSNorm(x, ngn) of the new x, out = ngn . x pre-cut and nps = each
-   row's sums of squares over 16-column groups (N / 16 a row, each group's
-   squares added in column order); that matmul, given ps (those sums) and
-   its norm weights, takes in = the pre-cut words as its operands (1-16
-   rows; more rows multiply x by the weights themselves: the same f32
-   products) and forms a row's norm factor from ps in a fixed order, so
-   neither cuts nor squares its input. */
+   The embedding (cu_embed) given ngn writes out = ngn . x pre-cut and nps
+   = each row's sums of squares over 16-column groups (H / 16 a row, each
+   group's squares added in column order). */
 struct cu_cut {
     const uint32_t *in;
     uint32_t *out;
-    const float *ps;  /* consumer: [M][K / 16] sums of squares of its input rows */
-    const float *ngn; /* MM_ADD producer: the next norm's weights [N] */
-    float *nps;       /* MM_ADD producer: [M][N / 16] sums of squares of the new rows */
+    const float *ngn; /* cu_embed: a norm's weights [H] */
+    float *nps;       /* cu_embed: [M][H / 16] sums of squares of its rows */
 };
 
 /* An activation row cut ahead of its matmul (the pre-cut input of
@@ -150,25 +142,6 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /* all but the most recently committed group have landed */
 __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-/* 16 bytes, or 16 zero bytes (nothing read) where !ok */
-__device__ __forceinline__ void cp_async16_or_zero(void *smem, const void *gmem, bool ok) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem), "r"(ok ? 16 : 0) : "memory");
-}
-/* all but the n most recently committed groups have landed (n > 7: all
-   but 7, which waits longer than asked, never less) */
-__device__ __forceinline__ void cp_async_wait_but(int n) {
-    switch (n) {
-    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
-    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
-    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
-    }
-}
 #endif
 
 /* x as a TF32 head and tail, for the matmul's two-mma products and the
@@ -367,12 +340,6 @@ static inline int env_is(const char *name, const char *value) {
     const char *e = getenv(name);
     return e && !strcmp(e, value);
 }
-/* name's value as a non-negative integer, dflt when unset or negative */
-static inline int env_int(const char *name, int dflt) {
-    const char *e = getenv(name);
-    const int v = e && *e ? atoi(e) : dflt;
-    return v < 0 ? dflt : v;
-}
 
 /* device gpu's compute capability as major * 10 + minor (0 if unknown;
    -1: the current device) */
@@ -393,14 +360,6 @@ static inline int env_switch(int *mode, const char *name, int set, int on) {
     if (*mode == -2) *mode = env_is(name, "1") ? 1 : env_is(name, "0") ? 0 : -1;
     int prev = *mode;
     if (set) *mode = on;
-    return prev;
-}
-/* the same for a count (*v starts at -1): name's value at the first use
-   (env_int, 0 when unset); set: *v = n. Returns the previous value. */
-static inline int env_count(int *v, const char *name, int set, int n) {
-    if (*v < 0) *v = env_int(name, 0);
-    int prev = *v;
-    if (set) *v = n;
     return prev;
 }
 
@@ -431,19 +390,6 @@ struct cu_swiglu_two {
     ~cu_swiglu_two() { cu_swiglu_two_depth -= on; }
     cu_swiglu_two(const cu_swiglu_two &) = delete;
     cu_swiglu_two &operator=(const cu_swiglu_two &) = delete;
-};
-
-/* While one is in scope on a thread, the tensor-core matmuls it launches
-   have each block, once its last weights are loaded, ask the L2 for its
-   share of pf (l2_prefetch): a later kernel's weights, fetched while the
-   matmul's last blocks leave the memory part idle. A hint only. */
-extern thread_local cu_pf cu_mma_pf_cur;
-struct cu_mma_pf {
-    cu_pf prev;
-    explicit cu_mma_pf(const cu_pf &pf) : prev(cu_mma_pf_cur) { cu_mma_pf_cur = pf; }
-    ~cu_mma_pf() { cu_mma_pf_cur = prev; }
-    cu_mma_pf(const cu_mma_pf &) = delete;
-    cu_mma_pf &operator=(const cu_mma_pf &) = delete;
 };
 
 /* The virtual architecture (major * 10 + minor) this build's kernels run
@@ -592,10 +538,6 @@ void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dm
 /* 1 when W takes the tensor-core kernel, which can fold an RMSNorm of its
    input in (cu_matmul_norm, cu_matmul_swiglu_norm) */
 int cu_fuses_norm(const dmat *W);
-/* the bytes of W that the tensor-core kernel streams (its tile-major copy
-   where it and W2's, when given, exist, else W's rows), their start in *p;
-   0 when W does not take that kernel */
-size_t cu_mat_stream(const dmat *W, const dmat *W2, const void **p);
 /* 1 when M rows of W can take their input pre-cut (bf16_cut_put's layout):
    bf16 weights on the tensor-core kernel, 1-CU_CUT_ROWS rows (decode and
    verify) */
@@ -616,8 +558,8 @@ void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, con
 /* y = RMSNorm(x, w) per row of D */
 void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps);
 /* out[M][H] = E[tok[m]] widened; with pre.ngn (H a multiple of 16) also
-   the first norm's input for the pre-normed path (cu_cut: pre.out,
-   pre.nps) */
+   pre.ngn . out pre-cut (pre.out) and its rows' 16-column sums of squares
+   (pre.nps; cu_cut) */
 void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M, cu_cut pre = cu_cut{});
 /* q[M][nh][hd], k/v[M][nkv][hd] of the rows at positions pos[]: q/k get
    their per-head RMSNorm (qn/kn, when not NULL) and NeoX RoPE; k (roped)
@@ -661,7 +603,7 @@ static inline int cu_qkv_tail_cnt(int nh, int nkv) { return nh + 2 * nkv; }
    aligned column tiles), else 0 and nothing is enqueued. DSPARK_CUDA_QKV_TAIL=0
    turns it off (for comparisons). */
 int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
-                       const float *gn, float eps, const cu_qkv_tail *t, cu_cut pre = cu_cut{});
+                       const float *gn, float eps, const cu_qkv_tail *t);
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
@@ -739,11 +681,6 @@ void cu_attention_mma_pass(cudaStream_t st, float *opart, float *mpart, float *s
    op benchmark, cuda_mma_bench.cu) */
 int cu_mma_tiles_force(int n);
 void cu_matmul_fma(cudaStream_t st, float *y, const float *x, int M, const dmat *W);
-/* set the matmul's staged form: its ring slots a warp (0: off) and its
-   persistent grid (0 off, 1 on, n > 1 at most n blocks); see cuda_mma.cu.
-   Each returns the previous setting. */
-int cu_mma_stages(int n);
-int cu_mma_persist(int n);
 /* whether cu_attention takes the spread shape for a cache of len
    positions: the override, else len >= ATT_SPREAD_FROM */
 int cu_attn_spread_for(int len);
@@ -859,9 +796,6 @@ int cu_gemm_check(cu_gemm *g, char *err, size_t errlen);
    without a norm where cu_layer_takes_cut says so (the same bits as from
    x); cut.out (or NULL): where a SwiGLU writes y's pre-cut form when its
    kernel can (the folded-norm tensor-core kernel, no cuBLAS groups).
-   With cut.ps and gn, or cut.ngn on a residual add: the pre-normed path
-   (cu_cut), which the caller takes only where cu_prenorm_ok says so and
-   no cuBLAS groups take the rows.
    Returns 1 when cut.out was written, else 0. */
 int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut);
@@ -870,10 +804,5 @@ int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float 
    same bits, for comparisons). The forward asks the input's producer for
    the pre-cut copy only then. */
 int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M);
-/* whether W can take the pre-normed path (cu_cut): bf16 weights on the
-   tensor-core kernel, K and N multiples of 16. A forward takes the path for
-   every norm of its layers or for none, and only for rows without cuBLAS
-   groups. */
-int cu_prenorm_ok(const dmat *W);
 
 #endif

@@ -82,8 +82,6 @@ extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(o
 extern "C" int cuda_test_attention_early(int on) { return cu_attention_early(on); }
 extern "C" int cuda_test_attention_wide(int on) { return cu_attention_wide(on); }
 extern "C" int cuda_test_attention_mma(int on) { return cu_attention_mma(on); }
-extern "C" int cuda_test_mma_stages(int s) { return cu_mma_stages(s); }
-extern "C" int cuda_test_mma_persist(int n) { return cu_mma_persist(n); }
 extern "C" int cuda_test_code_arch(char *err, size_t errlen) { return cu_code_arch(err, errlen); }
 extern "C" int cuda_test_hopper_paths(void) { return cu_hopper_code() && pdl_enabled(); }
 extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(len); }
@@ -264,38 +262,6 @@ extern "C" int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int 
     cudaFree(dw);
     cudaFree(dw2);
     return rc;
-}
-
-extern "C" int cuda_test_prenorm(float *y, float *h, const float *a, int M, int K, int Ka, const void *w1,
-                                 const void *w, const void *w2, int N, const float *bias, const float *gn, float eps,
-                                 int mode, char *err, size_t errlen) {
-    dmat W1 = {NULL, DT_BF16, K, Ka}, W = {NULL, DT_BF16, N, K};
-    if (!cu_prenorm_ok(&W1) || !cu_prenorm_ok(&W) || M < 1 || (mode != 0 && mode != 2))
-        return ds_err(err, errlen, "no pre-normed path for mode %d, %d rows, %d x %d then %d x %d", mode, M, K, Ka,
-                      N, K);
-    float *dh, *da, *dy, *dg, *dps, *db = NULL;
-    uint32_t *dq;
-    void *dw1, *dw, *dw2 = NULL, *none = NULL;
-    if (dup_to_dev(&dh, h, (size_t)M * K, err, errlen) || dup_to_dev(&da, a, (size_t)M * Ka, err, errlen) ||
-        dup_to_dev(&dy, (float *)NULL, (size_t)M * N, err, errlen) || dup_to_dev(&dg, gn, (size_t)K, err, errlen) ||
-        dup_to_dev(&dps, (float *)NULL, (size_t)M * (K / 16), err, errlen) ||
-        dup_to_dev(&dq, (uint32_t *)NULL, (size_t)M * K, err, errlen) ||
-        (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)))
-        return -1;
-    if (weights_to_dev(&dw1, &none, w1, NULL, (size_t)K * Ka * 2, err, errlen) ||
-        weights_to_dev(&dw, &dw2, w, mode == 2 ? w2 : NULL, (size_t)N * K * 2, err, errlen))
-        return -1;
-    W1.p = dw1;
-    W.p = dw;
-    dmat W2 = {dw2, DT_BF16, N, K};
-    cu_layer_matmul(0, NULL, MM_ADD, dh, da, M, &W1, NULL, NULL, NULL, 0.0f, NULL, cu_cut{NULL, dq, NULL, dg, dps});
-    cu_layer_matmul(0, NULL, mode, dy, dh, M, &W, &W2, db, dg, eps, NULL, cu_cut{dq, NULL, dps});
-    CK_LAUNCH();
-    CK(cudaMemcpy(h, dh, sizeof(float) * (size_t)M * K, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost));
-    void *bufs[] = {dh, da, dy, dg, dps, dq, db, dw1, dw, dw2};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
-    return 0;
 }
 
 /* the prefill path: cuBLAS for whole groups of cu_gemm_rows() rows, the
