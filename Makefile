@@ -106,7 +106,7 @@ $(BUILD)/tests/%.o: tests/%.c
 
 # the CPU runs of CUDA kernels (tests/cuemu, below)
 CUEMU_DIR  = $(BUILD)/cuemu
-CUEMU_BINS = $(CUEMU_DIR)/attn_mma $(CUEMU_DIR)/attn $(CUEMU_DIR)/mma $(CUEMU_DIR)/argmax
+CUEMU_BINS = $(CUEMU_DIR)/attn $(CUEMU_DIR)/mma $(CUEMU_DIR)/argmax
 
 # The suite needs the real Qwen3/Llama-3 tokenizers; they are fetched once
 # into ~/.cache/dspark (outside the tree) unless already available.
@@ -132,7 +132,6 @@ $(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/*.cu s
 
 cuemu: $(CUEMU_BINS)
 	@for b in $(CUEMU_BINS); do $$b || exit 1; done
-	$(CUEMU_DIR)/attn_mma one-stage
 
 # Where nvcc exists (no GPU needed), the CUDA build is compiled too, so a
 # change that breaks it is caught; its tests need a GPU (make test-cuda).

@@ -66,14 +66,16 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax(int *out, const float
     if (t == 0) out[blockIdx.x] = si[0] < 0 ? 0 : si[0];
 }
 
-/* The split argmax (DSPARK_CUDA_ARGMAX_SPLIT=1, off by default until
-   measured; cu_argmax_split): a row's values in nb slices of about
+/* The split argmax (on by default, DSPARK_CUDA_ARGMAX_SPLIT=0 turns it
+   off; cu_argmax_split): a row's values in nb slices of about
    AM_SLICE, a block each (k_argmax with one block a row reads a 151,936-
    token row on one SM, about 10 us); each block leaves its slice's
    (largest, first index) in the scratch and counts itself, and the row's
    last block merges the nb pairs and resets the count. The merge takes
    the larger value, the smaller index on ties: without NaNs an order-free
-   rule, so the answer is op_argmax's whatever the slices. */
+   rule, so the answer is op_argmax's whatever the slices. Measured on an
+   H200 (docs/BENCHMARKS.md, "The prepared switches measured"): Qwen3-8B
+   t(1) at 512 positions 4.38-4.42 -> 4.36-4.38 ms. */
 #define AM_THREADS 256
 #define AM_SLICE 2048
 #define AM_MAX_SLICES 128
@@ -168,7 +170,7 @@ int cu_argmax_split(int on) { return am_split_mode(1, on); }
 
 void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n, const cu_am *a) {
     const int nb = am_slices(n);
-    if (am_split_mode(0, 0) > 0 && a && a->nb >= nb && nb >= 2 && M <= a->rows) {
+    if (am_split_mode(0, 0) != 0 && a && a->nb >= nb && nb >= 2 && M <= a->rows) {
         const int span = ((n + nb - 1) / nb + 3) / 4 * 4;
         return launch(k_argmax_split, dim3((unsigned)((n + span - 1) / span), (unsigned)M), AM_THREADS, st, out, x, n,
                       span, *a);

@@ -163,9 +163,9 @@ int cuda_test_tf32_cut(uint32_t *out, const float *x, int n, char *err, size_t e
 int cuda_test_bf16_cut(uint32_t *out, const float *x, int n, char *err, size_t errlen);
 /* out[m] = op_argmax(x[m], n) */
 int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen);
-/* sets whether the device argmax takes its split kernel (1 on; 0 or -1, the
- * default unless DSPARK_CUDA_ARGMAX_SPLIT=1, off); returns the previous
- * setting */
+/* sets whether the device argmax takes its split kernel (1 or -1, the
+ * default unless DSPARK_CUDA_ARGMAX_SPLIT=0, on; 0 off); returns the
+ * previous setting */
 int cuda_test_argmax_split(int on);
 int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);
 int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq, char *err,
@@ -179,13 +179,13 @@ int cuda_test_attention_spread(int on);
  * bits either way); returns the previous setting */
 int cuda_test_attention_early(int on);
 /* sets whether the decode attention's verify widths run on twice the warps
- * (1 on; 0 or -1, the default, off; the same bits either way); returns the
+ * (1 or -1, the default, on; 0 off; the same bits either way); returns the
  * previous setting */
 int cuda_test_attention_wide(int on);
-/* sets whether the decode attention runs on tensor cores (the split
- * attention's mma kernel, head dims 16-128 by powers of two; 1 on; 0 or -1, the
- * default, off; other bits than off); returns the previous setting */
-int cuda_test_attention_mma(int on);
+/* sets whether the decode attention's combine runs in the split kernel's
+ * last blocks (1 on; 0 or -1, the default, off; the same bits either way);
+ * returns the previous setting */
+int cuda_test_attention_fuse(int on);
 /* sets whether this thread's bf16 SwiGLU matmuls of 1-8 rows run two blocks
    an SM (cu_swiglu_two; the same bits either way); returns the previous
    setting */

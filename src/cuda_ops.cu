@@ -59,29 +59,14 @@ int cu_code_arch(char *err, size_t errlen) {
     return fa.ptxVersion;
 }
 
-/* a block a row; with pre.ngn, the first layer's norm input as a residual
-   add writes it (cu_cut: ngn . x pre-cut, each 16-column group's squares
-   in column order; H a multiple of 16) */
+/* a block a row */
 template <typename T>
-__global__ void k_embed(float *out, const T *e, const int *tok, int H, cu_cut pre) {
+__global__ void k_embed(float *out, const T *e, const int *tok, int H) {
     pdl_trigger();
     pdl_wait();
     int m = blockIdx.x;
     const T *row = e + (size_t)tok[m] * H;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) {
-        const float v = widen(row[i]);
-        out[(size_t)m * H + i] = v;
-        if (pre.ngn) bf16_cut_put(pre.out + (size_t)m * H, i, pre.ngn[i] * v);
-    }
-    if (pre.ngn)
-        for (int gi = threadIdx.x; gi < H / 16; gi += blockDim.x) {
-            float s = 0.0f;
-            for (int q = 0; q < 16; q++) {
-                const float v = widen(row[16 * gi + q]);
-                s = fmaf(v, v, s);
-            }
-            pre.nps[(size_t)m * (H / 16) + gi] = s;
-        }
+    for (int i = threadIdx.x; i < H; i += blockDim.x) out[(size_t)m * H + i] = widen(row[i]);
 }
 
 /* ---- weight uploads -------------------------------------------------------- */
@@ -243,11 +228,11 @@ void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M
     launch(k_rmsnorm, M, 256, st, y, x, w, D, eps);
 }
 
-void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M, cu_cut pre) {
+void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M) {
     int H = E->K;
     switch (E->dt) {
-    case DT_BF16: launch(k_embed<__nv_bfloat16>, M, 256, st, out, (const __nv_bfloat16 *)E->p, tok, H, pre); break;
-    case DT_F16: launch(k_embed<__half>, M, 256, st, out, (const __half *)E->p, tok, H, pre); break;
-    default: launch(k_embed<float>, M, 256, st, out, (const float *)E->p, tok, H, pre); break;
+    case DT_BF16: launch(k_embed<__nv_bfloat16>, M, 256, st, out, (const __nv_bfloat16 *)E->p, tok, H); break;
+    case DT_F16: launch(k_embed<__half>, M, 256, st, out, (const __half *)E->p, tok, H); break;
+    default: launch(k_embed<float>, M, 256, st, out, (const float *)E->p, tok, H); break;
     }
 }

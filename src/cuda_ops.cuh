@@ -48,9 +48,18 @@ extern "C" {
 #endif
 
 /* floats of split-attention scratch for a cache of cap positions:
-   partial outputs, maxima and sums */
+   partial outputs, maxima and sums, then nh counters (ints) for the
+   combine fused into the split kernel, which must be zero before the
+   scratch's first use (cu_attn_part_init) */
 static inline size_t cu_attn_part_floats(int nh, int hd, int cap) {
-    return (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK) * (hd + 2);
+    return (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK) * (hd + 2) + nh;
+}
+static inline int *cu_attn_part_cnt(float *part, int nh, int hd, int cap) {
+    return reinterpret_cast<int *>(part + cu_attn_part_floats(nh, hd, cap) - nh);
+}
+/* zeroes the counters of a newly allocated scratch (synchronous) */
+static inline cudaError_t cu_attn_part_init(float *part, int nh, int hd, int cap) {
+    return cudaMemset(cu_attn_part_cnt(part, nh, hd, cap), 0, sizeof(int) * nh);
 }
 
 /* ---- launching ---------------------------------------------------------- */
@@ -108,15 +117,10 @@ __device__ __forceinline__ bf16x2_cut bf16_cut2(float x0, float x1) {
 }
 
 /* a matmul's pre-cut input (in, for cu_matmul_add_cut) or the pre-cut
-   copy of its output that the SwiGLU epilogue writes (out); NULL: none.
-   The embedding (cu_embed) given ngn writes out = ngn . x pre-cut and nps
-   = each row's sums of squares over 16-column groups (H / 16 a row, each
-   group's squares added in column order). */
+   copy of its output that the SwiGLU epilogue writes (out); NULL: none */
 struct cu_cut {
     const uint32_t *in;
     uint32_t *out;
-    const float *ngn; /* cu_embed: a norm's weights [H] */
-    float *nps;       /* cu_embed: [M][H / 16] sums of squares of its rows */
 };
 
 /* An activation row cut ahead of its matmul (the pre-cut input of
@@ -290,36 +294,6 @@ __device__ __forceinline__ void pdl_trigger() {
 __device__ __forceinline__ void pdl_wait() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-/* Memory that a kernel leaving the memory idle (the decode attention) asks
-   the L2 to fetch ahead for a later kernel (the o projection's weights),
-   which then reads it from the L2 instead of DRAM: up to CU_PF_RANGES
-   ranges, 16-byte aligned. A hint only: no result depends on it. */
-#define CU_PF_RANGES 3
-#define CU_PF_PIECE 65536 /* bytes a prefetch instruction asks for */
-struct cu_pf {
-    const void *p[CU_PF_RANGES];
-    size_t n[CU_PF_RANGES];
-};
-/* block blk of nblk's share of pf: the ranges' pieces dealt to the blocks
-   in turn (each range starting where the previous one stopped), issued by
-   the lanes of warp 0 (cp.async.bulk.prefetch.L2: nothing waits for them) */
-__device__ __forceinline__ void l2_prefetch(const cu_pf &pf, int blk, int nblk) {
-#if __CUDA_ARCH__ >= 900
-    if (threadIdx.x >= 32) return;
-    size_t rot = 0;
-    for (int r = 0; r < CU_PF_RANGES; r++) {
-        const size_t n = pf.n[r], np = (n + CU_PF_PIECE - 1) / CU_PF_PIECE;
-        const size_t g = __cvta_generic_to_global(pf.p[r]);
-        for (size_t j = (blk + nblk - rot % nblk) % nblk + (size_t)nblk * threadIdx.x; j < np; j += (size_t)nblk * 32) {
-            const size_t off = j * CU_PF_PIECE;
-            const uint32_t sz = (uint32_t)((n - off < CU_PF_PIECE ? n - off : CU_PF_PIECE) & ~(size_t)15);
-            if (sz) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(g + off), "r"(sz) : "memory");
-        }
-        rot += np;
-    }
 #endif
 }
 
@@ -557,10 +531,8 @@ void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, con
                            const float *gn, float eps, uint32_t *yc);
 /* y = RMSNorm(x, w) per row of D */
 void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps);
-/* out[M][H] = E[tok[m]] widened; with pre.ngn (H a multiple of 16) also
-   pre.ngn . out pre-cut (pre.out) and its rows' 16-column sums of squares
-   (pre.nps; cu_cut) */
-void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M, cu_cut pre = cu_cut{});
+/* out[M][H] = E[tok[m]] widened */
+void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M);
 /* q[M][nh][hd], k/v[M][nkv][hd] of the rows at positions pos[]: q/k get
    their per-head RMSNorm (qn/kn, when not NULL) and NeoX RoPE; k (roped)
    and v are stored in the caches [nkv][cap][hd] at position *d_len + row. */
@@ -607,18 +579,16 @@ int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const d
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
-   cu_attn_part_floats(nh, hd, cap). spread: the launch shape for long
+   cu_attn_part_floats(nh, hd, cap), set up by cu_attn_part_init. spread: the launch shape for long
    caches (cu_attn_spread_for; the same bits either way). The cache's
    positions before *d_len, and *d_len itself, must have been written by
    stream work that ended before this forward's first kernel (the forward's
    upload of its inputs is such a barrier): the blocks read them before
    waiting for the previous kernel (cu_attention_early). outc (or NULL):
-   out's pre-cut form as well (bf16_cut_put), for cu_matmul_add_cut. pf:
-   what the blocks ask the L2 to fetch ahead (l2_prefetch) before waiting
-   for the previous kernel, at the first ATT_ROWS rows' launch. */
+   out's pre-cut form as well (bf16_cut_put), for cu_matmul_add_cut. */
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
-                  uint32_t *outc = NULL, cu_pf pf = cu_pf{});
+                  uint32_t *outc = NULL);
 /* Causal attention of prefill rows, as cu_attention with first 0, by a
    tensor-core kernel that stages the cache once per 64 query vectors (a
    different summation order: the forward uses it for the cuBLAS groups
@@ -659,23 +629,16 @@ int cu_attention_spread(int on);
    tests); returns the previous setting */
 int cu_attention_early(int on);
 /* sets whether cu_attention's two-stage launches whose rows have more
-   items than a block's warps take one each run on twice the warps (1 on;
-   0 or -1, the default unless DSPARK_CUDA_ATT_WIDE=1, off; the same bits
+   items than a block's warps take one each run on twice the warps (1 or
+   -1, the default unless DSPARK_CUDA_ATT_WIDE=0, on; 0 off; the same bits
    either way; for the tests); returns the previous setting */
 int cu_attention_wide(int on);
-/* The split attention on tensor cores (cuda_attn_mma.cu): cu_attention's
-   kernel for every row count where cu_attn_mma_takes (the switch on, head
-   dim 16, 32, 64 or 128); cu_attention_mma sets the switch (1 on; 0 or -1, the
-   default unless DSPARK_CUDA_ATT_MMA=1, off; for the tests) and returns
-   the previous setting. Other bits than k_attn_rows' (another
-   summation), a row's the same in any batch. cu_attention_mma_pass
-   writes the partials of the rows m0 .. m0 + ATT_ROWS - 1, as
-   k_attn_rows' launches do. */
-int cu_attention_mma(int on);
-int cu_attn_mma_takes(int nh, int nkv, int hd);
-void cu_attention_mma_pass(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q, const float *kc,
-                           const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
-                           int nchunk, int m0, int causal, int first, int early, cu_pf pf);
+/* sets whether cu_attention merges a launch's partials in the split
+   kernel's last block of each kv head instead of a separate combine
+   kernel, where its rows give each warp one (row, head) item (1 on; 0 or
+   -1, the default unless DSPARK_CUDA_ATT_FUSE=1, off; the same bits
+   either way; for the tests); returns the previous setting */
+int cu_attention_fuse(int on);
 /* forces the tensor-core matmul's tiles a block (1, 2 or 4; 0: its own
    choice) and returns the previous setting; the FMA matmul alone (for the
    op benchmark, cuda_mma_bench.cu) */
@@ -695,9 +658,9 @@ struct cu_am {
 };
 int cu_am_create(cu_am *a, int rows, int n, char *err, size_t errlen);
 void cu_am_free(cu_am *a);
-/* sets whether cu_argmax takes the split kernel where given scratch (1 on;
-   0 or -1, the default unless DSPARK_CUDA_ARGMAX_SPLIT=1, off); returns the
-   previous setting */
+/* sets whether cu_argmax takes the split kernel where given scratch (1 or
+   -1, the default unless DSPARK_CUDA_ARGMAX_SPLIT=0, on; 0 off); returns
+   the previous setting */
 int cu_argmax_split(int on);
 /* out[m] = the first index of the largest of x[m][0..n) (op_argmax's rule);
    a (NULL: none): scratch for the split kernel. A stream at a time per

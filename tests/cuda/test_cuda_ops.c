@@ -310,44 +310,28 @@ TEST(cuda_attention_wide_same_bits) {
     cuda_test_attention_wide(prev_w);
 }
 
-/* The split attention on tensor cores (DSPARK_CUDA_ATT_MMA=1) against the
- * CPU, and every row of a batch alone (a decode step at its position)
- * giving the batch's bits: one to eight query heads a kv head (eight: row
- * groups of 8, several a launch), head dims 16, 32, 64 and 128, decode and
- * verify widths, more rows than a launch takes (33), caches shorter than a
- * chunk, at a chunk's edge and over many chunks a block; head dims it does
- * not take (80, 256) as controls on k_attn_rows. */
-TEST(cuda_attention_mma_vs_cpu) {
+/* The combine fused into the split kernel (DSPARK_CUDA_ATT_FUSE=1: each kv
+ * head's last block merges its rows' partials) gives the separate
+ * combine's bits: decode rows of Qwen3-8B's heads at short and long caches
+ * (the spread shape from 1024 positions, more than 32 chunks a row from
+ * 2048), two rows, one to eight heads a kv head, head dims 32 to 256, more
+ * rows than one launch takes (its last launch fused); rows whose items
+ * outnumber the warps (16 rows of four heads) as a control that is never
+ * fused. */
+TEST(cuda_attention_fuse_same_bits) {
     if (!have_gpu()) return;
     char err[512];
     /* M, nh, nkv, hd, n_past */
-    const int shapes[][5] = {{1, 32, 8, 128, 511}, {16, 32, 8, 128, 600}, {9, 32, 8, 128, 64},  {1, 4, 1, 64, 0},
-                             {5, 8, 2, 128, 100},   {16, 16, 4, 64, 3},    {12, 64, 8, 128, 70}, {33, 8, 8, 128, 63},
-                             {17, 32, 8, 128, 3000}, {3, 24, 8, 64, 130},  {7, 8, 1, 128, 200},  {2, 6, 3, 80, 1000},
-                             {33, 4, 4, 32, 7},     {4, 8, 2, 16, 40},     {6, 8, 4, 256, 130}};
-    int prev = cuda_test_attention_mma(1);
+    const int shapes[][5] = {{1, 32, 8, 128, 512}, {1, 32, 8, 128, 8191}, {2, 32, 8, 128, 3000}, {1, 4, 1, 64, 0},
+                             {1, 16, 2, 256, 700}, {2, 8, 8, 32, 65},     {33, 8, 8, 128, 63},   {1, 64, 8, 128, 1500},
+                             {16, 32, 8, 128, 600}};
+    int prev_f = cuda_test_attention_fuse(1);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        attn_case a = attn_case_make(shapes[s], 9);
-        int M = a.M, nh = a.nh, hd = a.hd;
-        size_t row = (size_t)nh * hd;
-        float *oc = xmalloc(sizeof(float) * a.qn), *og = xmalloc(sizeof(float) * a.qn), *o1 = xmalloc(sizeof(float) * row);
-        op_attention(NULL, oc, a.q, M, nh, a.nkv, hd, a.k, a.v, a.cap, a.np, a.scale);
-        CHECK_MSG(attn_case_gpu(&a, og, M, a.np, 0, err, sizeof err) == 0, "%s", err);
-        double e = rel_err(og, oc, a.qn);
-        CHECK_MSG(e < 1e-5, "mma attention M=%d nh=%d nkv=%d hd=%d n_past=%d: %.3g", M, nh, a.nkv, hd, a.np, e);
-        for (int m = 0; m < M; m++) {
-            memset(o1, 0xff, sizeof(float) * row);
-            CHECK_MSG(cuda_test_attention(o1, a.q + m * row, 1, nh, a.nkv, hd, a.k, a.v, a.cap, a.np + m, a.scale, 0,
-                                          err, sizeof err) == 0,
-                      "%s", err);
-            CHECK_MSG(!memcmp(o1, og + m * row, sizeof(float) * row),
-                      "mma attention M=%d nh=%d nkv=%d hd=%d n_past=%d: row %d alone differs from the batch's", M, nh,
-                      a.nkv, hd, a.np, m);
-        }
-        free(oc), free(og), free(o1);
+        attn_case a = attn_case_make(shapes[s], 29);
+        CHECK_MSG(attn_case_same_bits(&a, cuda_test_attention_fuse, err, sizeof err), "fused combine: %s", err);
         attn_case_free(&a);
     }
-    cuda_test_attention_mma(prev);
+    cuda_test_attention_fuse(prev_f);
 }
 
 /* The prefill attention kernels against the CPU, across their span boundary

@@ -45,6 +45,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __shared__ static
 #define __restrict__
 #define __launch_bounds__(...)
@@ -308,19 +309,24 @@ inline void run_block(const std::function<void()> &k) {
     }
 }
 
-/* a launch: every block in turn, its dynamic shared memory NaN-filled
-   (0xff bytes) so a read of anything not yet written shows */
+/* a launch: every block in turn, in an order drawn anew each launch (a
+   GPU promises none: a kernel whose last block to finish does more, or
+   one that assumes block 0 runs first, shows), its dynamic shared memory
+   NaN-filled (0xff bytes) so a read of anything not yet written shows */
 inline void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &k) {
     if (smem_bytes > (size_t)smem_optin) fail("a launch asks for more shared memory than the device gives");
     gridDim = grid;
     blockDim = block;
+    std::vector<dim3> order;
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                blockIdx = dim3(x, y, z);
-                if (smem_bytes) memset(smem, 0xff, smem_bytes);
-                run_block(k);
-            }
+            for (unsigned x = 0; x < grid.x; x++) order.push_back(dim3(x, y, z));
+    for (size_t i = order.size(); i > 1; i--) std::swap(order[i - 1], order[coin() % i]);
+    for (const dim3 &b : order) {
+        blockIdx = b;
+        if (smem_bytes) memset(smem, 0xff, smem_bytes);
+        run_block(k);
+    }
 }
 
 /* the exchange behind the shuffles: lane l's v to the lane that asks for l */
@@ -473,7 +479,6 @@ static inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2
     emu::mma_bf16(d, a0, a1, a2, a3, b0, b1);
 }
 static inline void cp_async16(void *smem, const void *gmem) { emu::cp_issue(smem, gmem, false); }
-static inline void cp_async16_or_zero(void *smem, const void *gmem, bool ok) { emu::cp_issue(smem, gmem, !ok); }
 static inline void cp_async_commit() { emu::cp_commit(); }
 /* (cp.async.wait_all is commit_group then wait_group 0: the copies not yet
    committed land too) */
@@ -482,7 +487,6 @@ static inline void cp_async_wait_all() {
     emu::cp_wait(0);
 }
 static inline void cp_async_wait_one() { emu::cp_wait(1); }
-static inline void cp_async_wait_but(int n) { emu::cp_wait(n > 7 ? 7 : n); }
 #define DYN_SMEM(T, name) T *const name = reinterpret_cast<T *>(emu::smem)
 
 /* ---- the runtime calls the launchers make ---------------------------------- */
