@@ -142,85 +142,6 @@ __device__ __forceinline__ void attn_item(const float4 *ks, const float4 *vs, co
     attn_pv<GI>(vs, ew, opart, m, m0, hq, nh, hd, np, c, nchunk, lane);
 }
 
-/* The combine fused into the split kernel (cu_attention_fuse): the block
-   of a kv head that counts itself done last (a counter a kv head at the
-   end of the partials' scratch, cu_attn_part_floats; zero between
-   launches, the last block resetting it) merges the G heads x R rows of
-   that kv head, so a decode step's attention is one launch, not two. The
-   merge is k_attn_combine's arithmetic in the same order, so the same
-   bits: the max over the chunks (exact in any order); the sum of
-   exponentials lane l's chunks l, l + 32, ... in order, then warp_sum;
-   each output dim the chunks in order, fmaf with the chunk weight
-   exp(m_c - max) (computed by lane c % 32, broadcast), times 1 / sum.
-   Here a warp takes a (row, head) pair, or part of its dims where the
-   warps outnumber the pairs. Taken where a launch's rows give a warp an
-   item each (decode's one or two rows): a 16-row block would merge 64
-   pairs on 8 warps, more than the separate kernel's 64 blocks take. */
-struct attn_fuse {
-    float *out;     /* the attention's output rows, or NULL: not fused */
-    uint32_t *outc; /* their pre-cut copy (bf16_cut_put), or NULL */
-    int *cnt;       /* the kv heads' counters */
-};
-#define FUSE_DW (ATT_MAX_HD / 32) /* dims a lane, at most */
-__device__ __noinline__ void attn_fused_combine(attn_fuse fz, const float *opart, const float *mpart,
-                                                const float *spart, int kvh, int nb, int G, int nh, int hd,
-                                                const int *d_len, int nchunk, int m0, int M, int R, int causal,
-                                                int first) {
-    static_assert(ATT_MAX_HD <= 32 * FUSE_DW, "a lane's dims");
-    __shared__ int last;
-    __threadfence(); /* this block's partials are visible before it counts */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(fz.cnt + kvh, 1) == nb - 1;
-        if (last) fz.cnt[kvh] = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int warp = threadIdx.x / 32, nw = blockDim.x / 32, lane = threadIdx.x % 32, pairs = R * G;
-    const int nd = (hd + 31) / 32; /* a lane's dims d = lane + 32 j, j < nd */
-    int split = pairs < nw ? nw / pairs : 1;
-    if (split > nd) split = nd;
-    const int per = (nd + split - 1) / split;
-    for (int it = warp; it < pairs * split; it += nw) {
-        const int pr = it / split, j0 = it % split * per, j1 = j0 + per < nd ? j0 + per : nd;
-        const int m = m0 + pr / G, h = kvh * G + pr % G;
-        const int L = *d_len + first + (causal ? m + 1 : M), nc = (L + ATT_CHUNK - 1) / ATT_CHUNK;
-        const size_t base = ((size_t)(m - m0) * nh + h) * nchunk;
-        float mx = -INFINITY;
-        for (int c = lane; c < nc; c += 32) mx = fmaxf(mx, __ldcg(mpart + base + c));
-        mx = warp_max(mx);
-        float s = 0.0f;
-        for (int c = lane; c < nc; c += 32) s = fmaf(expf(__ldcg(mpart + base + c) - mx), __ldcg(spart + base + c), s);
-        const float inv = 1.0f / warp_sum(s);
-        float acc[FUSE_DW];
-#pragma unroll
-        for (int j = 0; j < FUSE_DW; j++) acc[j] = 0.0f;
-        for (int c0 = 0; c0 < nc; c0 += 32) {
-            const float wl = c0 + lane < nc ? expf(__ldcg(mpart + base + c0 + lane) - mx) : 0.0f;
-            const int n = nc - c0 < 32 ? nc - c0 : 32;
-            const float *op = opart + (base + c0) * hd + lane;
-#pragma unroll 4
-            for (int c = 0; c < n; c++) {
-                const float w = __shfl_sync(0xffffffffu, wl, c);
-#pragma unroll
-                for (int j = 0; j < FUSE_DW; j++)
-                    if (j >= j0 && j < j1 && lane + 32 * j < hd) acc[j] = fmaf(w, __ldcg(op + (size_t)c * hd + 32 * j), acc[j]);
-            }
-        }
-        float *o = fz.out + ((size_t)m * nh + h) * hd;
-        uint32_t *oc = fz.outc ? fz.outc + (size_t)m * nh * hd : NULL;
-#pragma unroll
-        for (int j = 0; j < FUSE_DW; j++) {
-            const int d = lane + 32 * j;
-            if (j < j0 || j >= j1 || d >= hd) continue;
-            const float v = acc[j] * inv;
-            o[d] = v;
-            if (oc) bf16_cut_put(oc, h * hd + d, v);
-        }
-    }
-}
-
 /* shared memory of k_attn_rows with ns stages of padded K and V, each
    warp's q rows and weights */
 static size_t att_smem(int G, int h4, int ns, int nw = ATT_WARPS) {
@@ -232,8 +153,7 @@ template <int G, int NW>
 __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
-                                                           int causal, int first, int two, int inter, int early,
-                                                           attn_fuse fz) {
+                                                           int causal, int first, int two, int inter, int early) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
     pdl_trigger();
     DYN_SMEM(float4, sm4);
@@ -317,8 +237,6 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
             __syncthreads(); /* V's readers are done */
             if (next) issue(c + nb, 0, 2);
         }
-        if (fz.out)
-            attn_fused_combine(fz, opart, mpart, spart, kvh, nb, G, nh, hd, d_len, nchunk, m0, M, R, causal, first);
         return;
     }
     for (; valid(c); c += nb) {
@@ -351,7 +269,6 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
         if (two) buf ^= 1;
         else if (valid(c + nb)) issue(c + nb, 0, 3);
     }
-    if (fz.out) attn_fused_combine(fz, opart, mpart, spart, kvh, nb, G, nh, hd, d_len, nchunk, m0, M, R, causal, first);
 }
 
 /* grid (rows x heads), COMB_THREADS threads: merges a row's partials (one
@@ -648,8 +565,7 @@ int cu_attention_wide(int on) { return wide_mode(1, on); }
 template <int G>
 static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
                         const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
-                        float scale, int nchunk, int m0, int causal, int first, int spread, int early,
-                        attn_fuse fz) {
+                        float scale, int nchunk, int m0, int causal, int first, int spread, int early) {
     const int optin = attn_optin<G, ATT_WARPS>();
     int two = att_smem(G, hd / 4, 2) <= (size_t)optin, per_sm = 1, inter = 0;
     /* spread (long caches, cu_attn_spread_for): one K/V stage and as many
@@ -680,9 +596,9 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
             att_smem(G, hd / 4, 2, ATT_WIDE) <= (size_t)attn_optin<G, ATT_WIDE>())
             return launch_smem(k_attn_rows<G, ATT_WIDE>, grid, 32 * ATT_WIDE, att_smem(G, hd / 4, 2, ATT_WIDE), st, q,
                                kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal,
-                               first, two, inter, early, fz);
+                               first, two, inter, early);
     launch_smem(k_attn_rows<G, ATT_WARPS>, grid, ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st, q, kc, vc, opart,
-                mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter, early, fz);
+                mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter, early);
 }
 
 /* k_attn_rows' early requests (env_switch: DSPARK_CUDA_ATT_EARLY=0 turns
@@ -696,15 +612,6 @@ static int early_mode(int set, int on) {
 }
 int cu_attention_early(int on) { return early_mode(1, on); }
 
-/* The combine fused into the split kernel (attn_fused_combine;
-   env_switch: DSPARK_CUDA_ATT_FUSE=1 turns it on at the first use,
-   cu_attention_fuse at any time; the same bits either way). */
-static int fuse_mode(int set, int on) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_ATT_FUSE", set, on);
-}
-int cu_attention_fuse(int on) { return fuse_mode(1, on); }
-
 void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
                   uint32_t *outc) {
@@ -713,16 +620,10 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
-        /* the combine in the split kernel where the rows give a warp an
-           item each (see attn_fused_combine) */
-        const attn_fuse fz = fuse_mode(0, 0) > 0 && R * G <= ATT_WARPS
-                                 ? attn_fuse{out, outc, cu_attn_part_cnt(part, nh, hd, cap)}
-                                 : attn_fuse{};
         with_g(G, [&](auto g) {
             attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
-                                            nchunk, m0, causal, first, spread, early_mode(0, 0) != 0, fz);
+                                            nchunk, m0, causal, first, spread, early_mode(0, 0) != 0);
         });
-        if (fz.out) continue; /* (merged by the split kernel's last blocks) */
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
                ATT_CHUNK, outc);

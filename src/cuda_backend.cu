@@ -302,7 +302,6 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
         cudaMalloc((void **)&x->gate_c, sizeof(uint32_t) * CU_CUT_ROWS * I) != cudaSuccess ||
         cudaMalloc((void **)&x->qkv_cnt, sizeof(int) * cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads)) != cudaSuccess ||
         cudaMemset(x->qkv_cnt, 0, sizeof(int) * cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads)) != cudaSuccess ||
-        cu_attn_part_init(x->part, c->n_heads, c->head_dim, n_ctx) != cudaSuccess ||
         cudaMalloc((void **)&x->d_ids, sizeof(int) * R) != cudaSuccess ||
         cudaMallocHost((void **)&x->h_ids, sizeof(int) * R) != cudaSuccess ||
         cudaMallocHost((void **)&x->h_samp, sizeof(cu_sample_args)) != cudaSuccess ||

@@ -182,10 +182,6 @@ int cuda_test_attention_early(int on);
  * (1 or -1, the default, on; 0 off; the same bits either way); returns the
  * previous setting */
 int cuda_test_attention_wide(int on);
-/* sets whether the decode attention's combine runs in the split kernel's
- * last blocks (1 on; 0 or -1, the default, off; the same bits either way);
- * returns the previous setting */
-int cuda_test_attention_fuse(int on);
 /* sets whether this thread's bf16 SwiGLU matmuls of 1-8 rows run two blocks
    an SM (cu_swiglu_two; the same bits either way); returns the previous
    setting */

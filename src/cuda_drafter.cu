@@ -215,8 +215,7 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
          cudaMallocHost((void **)&s->h_ids, sizeof(int) * B) == cudaSuccess &&
          cudaMallocHost((void **)&s->h_feat, sizeof(float) * CTX_ROWS * m->nt * H) == cudaSuccess &&
          cudaMallocHost((void **)&s->h_out, sizeof(float) * (B + V)) == cudaSuccess &&
-         cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking) == cudaSuccess &&
-         cu_attn_part_init(s->part, c->n_heads, c->head_dim, cap) == cudaSuccess;
+         cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking) == cudaSuccess;
     if (!ok) {
         cuda_dstate_free(s);
         cudaGetLastError();

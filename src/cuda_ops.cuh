@@ -48,18 +48,9 @@ extern "C" {
 #endif
 
 /* floats of split-attention scratch for a cache of cap positions:
-   partial outputs, maxima and sums, then nh counters (ints) for the
-   combine fused into the split kernel, which must be zero before the
-   scratch's first use (cu_attn_part_init) */
+   partial outputs, maxima and sums */
 static inline size_t cu_attn_part_floats(int nh, int hd, int cap) {
-    return (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK) * (hd + 2) + nh;
-}
-static inline int *cu_attn_part_cnt(float *part, int nh, int hd, int cap) {
-    return reinterpret_cast<int *>(part + cu_attn_part_floats(nh, hd, cap) - nh);
-}
-/* zeroes the counters of a newly allocated scratch (synchronous) */
-static inline cudaError_t cu_attn_part_init(float *part, int nh, int hd, int cap) {
-    return cudaMemset(cu_attn_part_cnt(part, nh, hd, cap), 0, sizeof(int) * nh);
+    return (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK) * (hd + 2);
 }
 
 /* ---- launching ---------------------------------------------------------- */
@@ -579,7 +570,7 @@ int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const d
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
-   cu_attn_part_floats(nh, hd, cap), set up by cu_attn_part_init. spread: the launch shape for long
+   cu_attn_part_floats(nh, hd, cap). spread: the launch shape for long
    caches (cu_attn_spread_for; the same bits either way). The cache's
    positions before *d_len, and *d_len itself, must have been written by
    stream work that ended before this forward's first kernel (the forward's
@@ -633,12 +624,6 @@ int cu_attention_early(int on);
    -1, the default unless DSPARK_CUDA_ATT_WIDE=0, on; 0 off; the same bits
    either way; for the tests); returns the previous setting */
 int cu_attention_wide(int on);
-/* sets whether cu_attention merges a launch's partials in the split
-   kernel's last block of each kv head instead of a separate combine
-   kernel, where its rows give each warp one (row, head) item (1 on; 0 or
-   -1, the default unless DSPARK_CUDA_ATT_FUSE=1, off; the same bits
-   either way; for the tests); returns the previous setting */
-int cu_attention_fuse(int on);
 /* forces the tensor-core matmul's tiles a block (1, 2 or 4; 0: its own
    choice) and returns the previous setting; the FMA matmul alone (for the
    op benchmark, cuda_mma_bench.cu) */

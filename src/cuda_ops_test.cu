@@ -81,7 +81,6 @@ extern "C" void cuda_test_attention_cut(uint32_t *dst) { g_att_cut = dst; }
 extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(on); }
 extern "C" int cuda_test_attention_early(int on) { return cu_attention_early(on); }
 extern "C" int cuda_test_attention_wide(int on) { return cu_attention_wide(on); }
-extern "C" int cuda_test_attention_fuse(int on) { return cu_attention_fuse(on); }
 extern "C" int cuda_test_code_arch(char *err, size_t errlen) { return cu_code_arch(err, errlen); }
 extern "C" int cuda_test_hopper_paths(void) { return cu_hopper_code() && pdl_enabled(); }
 extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(len); }
@@ -101,17 +100,14 @@ extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, in
         return -1;
     float *part;
     if (dup_to_dev(&part, (float *)NULL, cu_attn_part_floats(nh, hd, cap), err, errlen)) return -1;
-    CK(cu_attn_part_init(part, nh, hd, cap));
     float *img = NULL;
     if (tiled && cu_attn_wg_ready(hd) && dup_to_dev(&img, (float *)NULL, cu_attn_wg_floats(nkv, hd, cap), err, errlen))
         return -1;
     uint32_t *dc = NULL;
     if (!tiled && g_att_cut && dup_to_dev(&dc, (uint32_t *)NULL, (size_t)M * nh * hd, err, errlen)) return -1;
     if (tiled) cu_attention_tiled(0, dout, dq, dk, dv, part, img, M, nh, nkv, hd, cap, dlen, scale);
-    else /* twice on one scratch, as a forward's layers share it (the fused combine's counters come back to zero) */
-        for (int i = 0; i < 2; i++)
-            cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(n_past),
-                         dc);
+    else
+        cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(n_past), dc);
     CK_LAUNCH();
     CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
     if (dc) {

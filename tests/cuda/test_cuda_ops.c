@@ -310,30 +310,6 @@ TEST(cuda_attention_wide_same_bits) {
     cuda_test_attention_wide(prev_w);
 }
 
-/* The combine fused into the split kernel (DSPARK_CUDA_ATT_FUSE=1: each kv
- * head's last block merges its rows' partials) gives the separate
- * combine's bits: decode rows of Qwen3-8B's heads at short and long caches
- * (the spread shape from 1024 positions, more than 32 chunks a row from
- * 2048), two rows, one to eight heads a kv head, head dims 32 to 256, more
- * rows than one launch takes (its last launch fused); rows whose items
- * outnumber the warps (16 rows of four heads) as a control that is never
- * fused. */
-TEST(cuda_attention_fuse_same_bits) {
-    if (!have_gpu()) return;
-    char err[512];
-    /* M, nh, nkv, hd, n_past */
-    const int shapes[][5] = {{1, 32, 8, 128, 512}, {1, 32, 8, 128, 8191}, {2, 32, 8, 128, 3000}, {1, 4, 1, 64, 0},
-                             {1, 16, 2, 256, 700}, {2, 8, 8, 32, 65},     {33, 8, 8, 128, 63},   {1, 64, 8, 128, 1500},
-                             {16, 32, 8, 128, 600}};
-    int prev_f = cuda_test_attention_fuse(1);
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        attn_case a = attn_case_make(shapes[s], 29);
-        CHECK_MSG(attn_case_same_bits(&a, cuda_test_attention_fuse, err, sizeof err), "fused combine: %s", err);
-        attn_case_free(&a);
-    }
-    cuda_test_attention_fuse(prev_f);
-}
-
 /* The prefill attention kernels against the CPU, across their span boundary
    (2048 positions) and with partial row tiles; a row's bits do not depend on
    the batch (the first rows alone equal the same rows in the wide batch).

@@ -3,11 +3,9 @@
 // run on the CPU by emu.h, against a double reference, under each launch
 // switch: the default two-stage shape, the spread shape (one stage, the kv
 // heads interleaved), the first chunk requested after the wait, the verify
-// rows on 8 warps instead of 16 (DSPARK_CUDA_ATT_WIDE=0) and the combine
-// fused into the split kernel's last blocks (DSPARK_CUDA_ATT_FUSE, with the
-// shapes above). Each must give the default's bits, and each row alone (a
-// decode step at its position) the batch's bits. (The blocks run in a
-// random order each launch, so the fused combine's last block varies.)
+// rows on 8 warps instead of 16 (DSPARK_CUDA_ATT_WIDE=0). Each must give the
+// default's bits, and each row alone (a decode step at its position) the
+// batch's bits.
 #include "../../src/cuda_attn.cu"
 #include "check.h"
 #include "no_ops.h"
@@ -42,17 +40,7 @@ struct inputs {
 
 /* rows m0.. of the causal attention of M rows after n_past positions */
 static std::vector<float> gpu(const acase &a, const inputs &in, int m0, int M, int n_past, int tiled) {
-    /* one scratch for every launch, as a forward's layers share one: its
-       counters set up once (they must come back to zero after each
-       launch), its partials NaN again each time */
-    static std::vector<float> part;
-    const size_t np = cu_attn_part_floats(a.nh, a.hd, in.cap);
-    if (part.size() != np) {
-        part.assign(np, NAN);
-        cu_attn_part_init(part.data(), a.nh, a.hd, in.cap);
-    }
-    std::fill(part.begin(), part.end() - a.nh, NAN);
-    std::vector<float> out((size_t)M * a.nh * a.hd, NAN);
+    std::vector<float> out((size_t)M * a.nh * a.hd, NAN), part(cu_attn_part_floats(a.nh, a.hd, in.cap), NAN);
     const float *q = in.q.data() + (size_t)m0 * a.nh * a.hd;
     const float scale = 1.0f / sqrtf((float)a.hd);
     if (tiled)
@@ -97,18 +85,15 @@ static void run_case(const acase &a) {
     const inputs in(a);
     char what[96];
     snprintf(what, sizeof what, "M=%d nh=%d nkv=%d hd=%d n_past=%d", a.M, a.nh, a.nkv, a.hd, a.np);
-    /* switch settings: spread, early, wide, fuse; the first is the default */
-    const int modes[][4] = {{0, 1, 1, 0}, {1, 1, 1, 0}, {0, 0, 1, 0}, {1, 0, 1, 0}, {0, 1, 0, 0},
-                            {0, 1, 1, 1}, {1, 1, 1, 1}, {0, 0, 1, 1}, {0, 1, 0, 1}};
-    const char *names[] = {"default", "spread",       "late first chunk", "spread, late", "narrow",
-                           "fused",   "spread fused", "late fused",       "narrow fused"};
+    /* switch settings: spread, early, wide; the first is the default */
+    const int modes[][3] = {{0, 1, 1}, {1, 1, 1}, {0, 0, 1}, {1, 0, 1}, {0, 1, 0}};
+    const char *names[] = {"default", "spread", "late first chunk", "spread, late", "narrow"};
     std::vector<float> base;
     printf("  %s:", what);
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
         cu_attention_spread(modes[i][0]);
         cu_attention_early(modes[i][1]);
         cu_attention_wide(modes[i][2]);
-        cu_attention_fuse(modes[i][3]);
         const std::vector<float> out = gpu(a, in, 0, a.M, a.np, 0);
         const double rel = rel_to_reference(a, in, out);
         EXPECT(rel < 1e-5, "%s, %s: off the reference by %.3g", what, names[i], rel);
@@ -128,7 +113,6 @@ static void run_case(const acase &a) {
     cu_attention_spread(-1);
     cu_attention_early(-1);
     cu_attention_wide(-1);
-    cu_attention_fuse(-1);
     if (cu_attn_tiled_ok(a.nh, a.nkv, a.hd)) {
         const double rel = rel_to_reference(a, in, gpu(a, in, 0, a.M, a.np, 1));
         EXPECT(rel < 1e-5, "%s, the prefill kernel: off the reference by %.3g", what, rel);
@@ -145,8 +129,8 @@ int main(void) {
         {4, 8, 4, 32, 63},   /* 3-4 rows: wide takes (row, head) pairs; a chunk's edge */
         {16, 4, 1, 32, 20},  /* 16 rows of one kv head, a cache shorter than a chunk */
         {3, 16, 2, 128, 90}, /* eight heads a kv head: whole rows, one stage past two */
-        {33, 2, 2, 16, 5},   /* two launches (ATT_ROWS), the second fused */
-        {2, 4, 1, 128, 2100}, /* more than 32 chunks a row: the fused combine's weights in two rounds */
+        {33, 2, 2, 16, 5},   /* two launches (ATT_ROWS) */
+        {2, 4, 1, 128, 2100}, /* more than 32 chunks a row */
     };
     for (const acase &a : cases) run_case(a);
     if (failures) {

@@ -45,7 +45,6 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
 #define __shared__ static
 #define __restrict__
 #define __launch_bounds__(...)
