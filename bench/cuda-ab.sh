@@ -49,7 +49,7 @@ stamp() {
     out=$(run "$spec" dspark run --model "$M" --seed 1 --prompt-ids "$ids" --ignore-eos --temp 0 --device cuda "$@" \
         2>&1 > /dev/null) || { echo "$out" >&2; exit 1; }
     echo "$out" | grep '^stamp:' | tr ',' '\n' | awk -v n="${spec%%=*}" -v k="$kind" '
-        / decode / { for (i = 1; i <= NF; i++) if ($i == "decode") r = $(i + 1) }
+        / decode [0-9.]+ tok\/s/ { for (i = 1; i <= NF; i++) if ($i == "decode") r = $(i + 1) }
         /fnv1a/ { h = $NF }
         END { if (r == "") exit 1; print n, k, r, h }'
 }
