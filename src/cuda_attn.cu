@@ -272,14 +272,17 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
 }
 
 /* grid (rows x heads), COMB_THREADS threads: merges a row's partials (one
-   per span positions) for one head. The max is exact in any order; the
-   chunk weights exp(m_c - max) are computed once each into shared memory
-   (COMB_W at a time); the sum of exponentials is lane l's chunks
-   (l, l + 32, ...) in order, then a butterfly; and thread t accumulates
-   dims t, t + COMB_THREADS over the chunks in order. The partial outputs
-   are staged in shared memory COMB_TF floats (whole chunks) at a time, all
-   threads loading, so a long row's chunks take a few round trips to L2
-   rather than one per few chunks. Nothing depends on the batch. */
+   per span positions) for one head. The max is exact in any order; thread
+   t takes chunks t, t + COMB_THREADS, ... in order for the sum of
+   exponentials (exp(m_c - max) s_c), then a butterfly a warp and the
+   warps' sums in warp order; the chunk weights exp(m_c - max) go to shared
+   memory (COMB_W at a time); and thread t accumulates dims t, t +
+   COMB_THREADS over the chunks in order. The partial outputs are staged in
+   shared memory COMB_TF floats (whole chunks) at a time, all threads
+   loading, the first tile requested by cp.async with the maxima and sums
+   before anything waits, so a row of up to COMB_TF / hd chunks (4096
+   positions at hd 128) costs one round trip to L2. Nothing depends on the
+   batch. */
 #define COMB_THREADS 128
 #define COMB_W 1024
 #define COMB_TF 8192
@@ -289,6 +292,7 @@ __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const
                                                                int span, uint32_t *outc) {
     static_assert(ATT_MAX_HD <= 2 * COMB_THREADS, "two dims per thread");
     static_assert(COMB_TF >= ATT_MAX_HD, "a staged tile holds a chunk");
+    static_assert(COMB_W >= COMB_THREADS, "a thread's first chunk has its weight in the first tile");
     __shared__ float w[COMB_W], red[COMB_THREADS / 32], bc[2];
     __shared__ float4 ot[COMB_TF / 4];
     pdl_trigger();
@@ -297,8 +301,18 @@ __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const
     int m = m0 + (int)blockIdx.x / nh, h = blockIdx.x % nh;
     int L = *d_len + first + (causal ? m + 1 : M), nc = (L + span - 1) / span;
     size_t base = ((size_t)(m - m0) * nh + h) * nchunk;
-    float mx = -INFINITY;
-    for (int c = tid; c < nc; c += COMB_THREADS) mx = fmaxf(mx, mpart[base + c]);
+    const int per = COMB_TF / hd; /* chunks per staged tile */
+    /* the first tile (the first chunks of the first weights' tile), as one cp.async group */
+    const int n0 = nc < per ? (nc < COMB_W ? nc : COMB_W) : (per < COMB_W ? per : COMB_W);
+    {
+        const float4 *src = reinterpret_cast<const float4 *>(opart + base * hd);
+        for (int i = tid; i < n0 * hd / 4; i += COMB_THREADS) cp_async16(ot + i, src + i);
+        cp_async_commit();
+    }
+    /* this thread's first chunk's max and sum, held */
+    const float mt = tid < nc ? mpart[base + tid] : -INFINITY, st = tid < nc ? spart[base + tid] : 0.0f;
+    float mx = mt;
+    for (int c = tid + COMB_THREADS; c < nc; c += COMB_THREADS) mx = fmaxf(mx, mpart[base + c]);
     mx = warp_max(mx);
     if (lane == 0) red[warp] = mx;
     __syncthreads();
@@ -309,25 +323,32 @@ __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const
     }
     __syncthreads();
     mx = bc[0];
-    if (warp == 0) {
-        float s = 0.0f;
-        for (int c = lane; c < nc; c += 32) s = fmaf(expf(mpart[base + c] - mx), spart[base + c], s);
-        s = warp_sum(s);
-        if (lane == 0) bc[1] = 1.0f / s;
+    float s = tid < nc ? expf(mt - mx) * st : 0.0f;
+    for (int c = tid + COMB_THREADS; c < nc; c += COMB_THREADS) s = fmaf(expf(mpart[base + c] - mx), spart[base + c], s);
+    s = warp_sum(s);
+    if (lane == 0) red[warp] = s; /* (thread 0 read red before the barrier above) */
+    __syncthreads();
+    if (tid == 0) {
+        float v = red[0];
+        for (int i = 1; i < COMB_THREADS / 32; i++) v += red[i];
+        bc[1] = 1.0f / v;
     }
     float acc0 = 0.0f, acc1 = 0.0f;
     const int d0 = tid, d1 = tid + COMB_THREADS;
     for (int t0 = 0; t0 < nc; t0 += COMB_W) {
         int n = nc - t0 < COMB_W ? nc - t0 : COMB_W;
         __syncthreads(); /* the previous tile's weights are used up */
-        for (int c = tid; c < n; c += COMB_THREADS) w[c] = expf(mpart[base + t0 + c] - mx);
+        for (int c = tid; c < n; c += COMB_THREADS) w[c] = expf((t0 == 0 && c == tid ? mt : mpart[base + t0 + c]) - mx);
         __syncthreads();
-        const int per = COMB_TF / hd; /* chunks per staged tile */
         for (int s0 = 0; s0 < n; s0 += per) {
             const int ns = n - s0 < per ? n - s0 : per;
-            const float4 *src = reinterpret_cast<const float4 *>(opart + (base + t0 + s0) * hd);
-            __syncthreads(); /* the previous tile is used up */
-            for (int i = tid; i < ns * hd / 4; i += COMB_THREADS) ot[i] = src[i];
+            if (t0 || s0) {
+                const float4 *src = reinterpret_cast<const float4 *>(opart + (base + t0 + s0) * hd);
+                __syncthreads(); /* the previous tile is used up */
+                for (int i = tid; i < ns * hd / 4; i += COMB_THREADS) ot[i] = src[i];
+            } else {
+                cp_async_wait_all(); /* the first tile, requested at the start */
+            }
             __syncthreads();
             const float *of = reinterpret_cast<const float *>(ot);
             if (d0 < hd) {

@@ -121,6 +121,36 @@ static void run_case(const acase &a) {
     printf("\n");
 }
 
+/* k_attn_combine alone over nc chunks of made-up partials (row 0 of one
+   launch, nh heads), against a double reference: a row's first staged
+   tile requested by cp.async, later tiles loaded in turn, and past COMB_W
+   chunks a second tile of weights */
+static void run_combine(int nc, int nh, int hd) {
+    std::vector<float> o((size_t)nh * nc * hd), mp((size_t)nh * nc), sp(mp.size()), out((size_t)nh * hd, NAN);
+    for (float &x : o) x = frand();
+    for (size_t i = 0; i < mp.size(); i++) mp[i] = 6.0f * frand(), sp[i] = 1.5f + frand();
+    const int d_len = nc * ATT_CHUNK - 1; /* row 0 sees d_len + 1 positions: nc chunks */
+    launch(k_attn_combine, nh, COMB_THREADS, nullptr, out.data(), (const float *)o.data(), (const float *)mp.data(),
+           (const float *)sp.data(), nh, hd, &d_len, nc, 0, 1, 1, 0, ATT_CHUNK, (uint32_t *)nullptr);
+    double err = 0, big = 0;
+    for (int h = 0; h < nh; h++) {
+        const size_t b = (size_t)h * nc;
+        double mx = -INFINITY, sum = 0;
+        for (int c = 0; c < nc; c++) mx = fmax(mx, mp[b + c]);
+        for (int c = 0; c < nc; c++) sum += exp(mp[b + c] - mx) * sp[b + c];
+        for (int d = 0; d < hd; d++) {
+            double want = 0;
+            for (int c = 0; c < nc; c++) want += exp(mp[b + c] - mx) * o[(b + c) * hd + d];
+            want /= sum;
+            const double got = out[(size_t)h * hd + d];
+            big = fmax(big, fabs(want));
+            err = got != got ? INFINITY : fmax(err, fabs(got - want));
+        }
+    }
+    EXPECT(err / big < 1e-5, "combine of %d chunks, hd %d: off the reference by %.3g", nc, hd, err / big);
+    printf("  combine alone, %d chunks, hd %d: %.1g\n", nc, hd, err / big);
+}
+
 int main(void) {
     emu::sms = 3; /* (read once) blocks take several chunks in turn */
     const acase cases[] = {
@@ -131,8 +161,13 @@ int main(void) {
         {3, 16, 2, 128, 90}, /* eight heads a kv head: whole rows, one stage past two */
         {33, 2, 2, 16, 5},   /* two launches (ATT_ROWS) */
         {2, 4, 1, 128, 2100}, /* more than 32 chunks a row */
+        {1, 4, 1, 128, 4200}, /* more chunks than the combine's first staged tile */
     };
     for (const acase &a : cases) run_case(a);
+    run_combine(1, 3, 128);
+    run_combine(66, 2, 128);  /* two staged tiles (64 chunks a tile at hd 128) */
+    run_combine(1300, 2, 16); /* tiles of 512 chunks; a second tile of weights (COMB_W) */
+    run_combine(200, 1, 256); /* 32 chunks a tile; two dims a thread */
     if (failures) {
         fprintf(stderr, "cuemu attention (whole): %d checks failed\n", failures);
         return 1;
