@@ -17,6 +17,8 @@
 #                             from `scripts/cuda-pack REV`); ROUNDS, REPS, REPS_LONG,
 #                             LONG, RUN and SPEC pass through
 #   tl:CTX:ROWS:MODE[:VARS]   cuda-timeline /tmp/m8 CTX ROWS 8 MODE (chain or forward)
+#   prof:MATRIX:ROWS[:VARS]   bench/cuda-mma-profile.sh (Nsight Compute) on MATRIX at
+#                             ROWS (widths joined by '+'), e.g. prof:gate+up:1+16:DSPARK_BENCH_NORM=1
 # e.g. bench/cuda-steps.sh /tmp/out 570 test ab:main=,wide=DSPARK_CUDA_ATT_WIDE=0 tl:512:1:chain
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -83,6 +85,11 @@ for s in "$@"; do
         IFS=: read -r _ ctx rows mode vars <<< "$s"
         # shellcheck disable=SC2086
         step "$n-timeline" 20 env DSPARK_DEVICE=cuda ${vars//:/ } "$P/cuda-timeline" /tmp/m8 "$ctx" "$rows" 8 "$mode"
+        ;;
+    prof:*)
+        IFS=: read -r _ mat rows vars <<< "$s"
+        # shellcheck disable=SC2086
+        step "$n-profile" 60 env ${vars//:/ } bench/cuda-mma-profile.sh "$P" "$mat" "${rows//+/ }"
         ;;
     *) echo "$s: unknown step" >> "$OUTD/steps.txt" ;;
     esac
