@@ -18,7 +18,7 @@
    kernel combines a row's chunks in chunk order. The chunking depends only
    on the row's own number of visible positions, so a row gives the same
    bits in any batch. Each kv head has nb blocks (about one per SM over all
-   kv heads: cu_attn_blocks) that take its chunks in turn (c, c + nb, ...) up
+   kv heads: attn_blocks) that take its chunks in turn (c, c + nb, ...) up
    to the last visible position, read from device memory, so a captured
    graph replays at any cache length without a grid sized for the whole
    window (which, for a 40k-position window, launched thousands of blocks
@@ -303,7 +303,8 @@ __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const
     size_t base = ((size_t)(m - m0) * nh + h) * nchunk;
     const int per = COMB_TF / hd; /* chunks per staged tile */
     /* the first tile (the first chunks of the first weights' tile), as one cp.async group */
-    const int n0 = nc < per ? (nc < COMB_W ? nc : COMB_W) : (per < COMB_W ? per : COMB_W);
+    int n0 = nc < per ? nc : per;
+    if (n0 > COMB_W) n0 = COMB_W;
     {
         const float4 *src = reinterpret_cast<const float4 *>(opart + base * hd);
         for (int i = tid; i < n0 * hd / 4; i += COMB_THREADS) cp_async16(ot + i, src + i);
@@ -557,11 +558,35 @@ int cu_attn_spread_for(int len) {
     return f >= 0 ? f : len >= ATT_SPREAD_FROM;
 }
 
-/* the largest dynamic shared memory k_attn_rows<G, NW> may take (raised
-   past the default 48 KiB once) */
+/* blocks per kv head for k_attn_rows: about per_sm blocks per SM over all
+   kv heads (one by default: each holds two chunks of K and V in shared
+   memory, so one fits an SM), at least one, and no more than there are
+   chunks */
+static int attn_blocks(int nkv, int nchunk, int per_sm) {
+    int nb = per_sm * sm_count() / nkv;
+    if (nb < 1) nb = 1;
+    return nb < nchunk ? nb : nchunk;
+}
+
+/* the largest dynamic shared memory k_attn_rows<G, NW> may take: what the
+   device's opt-in limit leaves beside its static shared memory, the
+   attribute raised to that once, or the default 48 KiB's share where the
+   attribute cannot be raised */
 template <int G, int NW> static int attn_optin(void) {
     static int optin = 0;
-    if (!optin) optin = smem_optin(k_attn_rows<G, NW>);
+    if (!optin) {
+        int dev = 0, lim = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&lim, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) lim = 48 << 10;
+        cudaFuncAttributes fa;
+        const int fixed = cudaFuncGetAttributes(&fa, k_attn_rows<G, NW>) == cudaSuccess ? (int)fa.sharedSizeBytes : 0;
+        if (cudaFuncSetAttribute(k_attn_rows<G, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim - fixed) !=
+            cudaSuccess) {
+            cudaGetLastError(); /* (not sticky) */
+            lim = 48 << 10;
+        }
+        optin = lim - fixed;
+    }
     return optin;
 }
 
@@ -610,7 +635,7 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
             per_sm = fit;
         }
     }
-    const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS, grid = nkv * cu_attn_blocks(nkv, nchunk, per_sm);
+    const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS, grid = nkv * attn_blocks(nkv, nchunk, per_sm);
     /* (up to five heads a kv head: more would spill at 128 registers a thread) */
     if constexpr (G <= 5)
         if (two && !inter && R * G > ATT_WARPS && wide_mode(0, 0) != 0 &&

@@ -729,19 +729,20 @@ static int fma_forced(void) { /* DSPARK_CUDA_MM=fma: the FMA kernel everywhere (
     return on;
 }
 
+/* the FMA kernel, 8 rows per pass up to 8 rows, else 16 */
+template <int EPI>
+static void fma_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                     const float *bias) {
+    if (M <= 8) matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
+    else matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
+}
+
 template <int EPI>
 static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                        const float *bias) {
-    if (fma_forced()) {
-        if (M <= 8) matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
-        else matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
-    } else if (W->K % 8 == 0 && W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
-    else if (W->K % 8 == 0 && W->dt == DT_F16) mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
-    else if (M <= 8) {
-        matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
-    } else {
-        matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
-    }
+    if (!fma_forced() && W->K % 8 == 0 && W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
+    else if (!fma_forced() && W->K % 8 == 0 && W->dt == DT_F16) mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
+    else fma_rows<EPI>(st, y, x, M, W, W2, bias);
 }
 
 int cu_fuses_norm(const dmat *W) { return !fma_forced() && W->K % 8 == 0 && (W->dt == DT_BF16 || W->dt == DT_F16); }
@@ -827,6 +828,5 @@ void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dm
 
 /* the FMA kernel alone (the op benchmark's mode 3) */
 void cu_matmul_fma(cudaStream_t st, float *y, const float *x, int M, const dmat *W) {
-    if (M <= 8) matmul_rows<8, MM_STORE>(st, y, x, M, W, NULL, NULL);
-    else matmul_rows<16, MM_STORE>(st, y, x, M, W, NULL, NULL);
+    fma_rows<MM_STORE>(st, y, x, M, W, NULL, NULL);
 }

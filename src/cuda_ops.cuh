@@ -243,33 +243,6 @@ static inline int sm_count(void) {
     return sms;
 }
 
-/* the largest dynamic shared memory a block of kernel k may take (what
-   the device's opt-in limit leaves beside k's static shared memory), its
-   attribute raised to that, or the default 48 KiB's share where the
-   attribute cannot be raised; callers keep the answer (once a kernel) */
-template <typename K> static inline int smem_optin(K k) {
-    int dev = 0, optin = 0;
-    cudaGetDevice(&dev);
-    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) optin = 48 << 10;
-    cudaFuncAttributes fa;
-    const int fixed = cudaFuncGetAttributes(&fa, k) == cudaSuccess ? (int)fa.sharedSizeBytes : 0;
-    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - fixed) != cudaSuccess) {
-        cudaGetLastError(); /* (not sticky) */
-        optin = 48 << 10;
-    }
-    return optin - fixed;
-}
-
-/* blocks per kv head for the split attention's kernels: about per_sm
-   blocks per SM over all kv heads (one by default: each holds two chunks
-   of K and V in shared memory, so one fits an SM), at least one, and no
-   more than there are chunks; the blocks take a head's chunks in turn */
-static inline int cu_attn_blocks(int nkv, int nchunk, int per_sm) {
-    int nb = per_sm * sm_count() / nkv;
-    if (nb < 1) nb = 1;
-    return nb < nchunk ? nb : nchunk;
-}
-
 /* Programmatic dependent launch: a kernel lets the next one in its stream be
    scheduled once all its blocks have started (pdl_trigger) and waits for the
    previous kernel's completion and memory (pdl_wait) before it reads

@@ -10,7 +10,8 @@
 // barrier after it) sees the block's initial NaNs instead of the data;
 // a group lands at its commit on a coin toss, and warps are left out of
 // scheduling passes at random, so a stage refilled while another warp
-// still reads it shows too. Blocks run one after another.
+// still reads it shows too. Blocks run one after another, in an order
+// drawn anew each launch.
 //
 // What it is not: a timing model, or the tensor core's arithmetic (an mma
 // is the exact product of its operands, TF32-truncated or bf16, summed in
@@ -37,7 +38,6 @@
 
 #ifndef DSPARK_CUEMU
 #error "tests/cuemu builds define DSPARK_CUEMU"
-
 #endif
 
 /* ---- CUDA syntax ---------------------------------------------------------- */
@@ -124,7 +124,6 @@ inline int sms = 6, smem_optin = 232448, smem_per_sm = 233472;
 struct copy16 {
     void *dst;
     const void *src;
-    bool zero;
 };
 
 struct fiber {
@@ -208,12 +207,9 @@ inline void syncwarp() { rendezvous(warp_bar[warp()]); }
 inline uint32_t *my_slot(int l = -1) { return &slots[((size_t)warp() * 32 + (l < 0 ? lane() : l)) * 16]; }
 
 /* cp.async: held until a wait lets the group land */
-inline void cp_issue(void *dst, const void *src, bool zero) { me().open.push_back({dst, src, zero}); }
+inline void cp_issue(void *dst, const void *src) { me().open.push_back({dst, src}); }
 inline void cp_land(const std::vector<copy16> &g) {
-    for (const copy16 &c : g) {
-        if (c.zero) memset(c.dst, 0, 16);
-        else memcpy(c.dst, c.src, 16);
-    }
+    for (const copy16 &c : g) memcpy(c.dst, c.src, 16);
 }
 /* a committed group lands at once (as it may on the GPU) on one commit in
    two, else at the wait that covers it; either way wait_group counts it */
@@ -382,7 +378,6 @@ inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint3
 
 } // namespace emu
 
-
 static inline void __syncthreads() { emu::syncthreads(); }
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu::syncwarp(); }
 static inline float __shfl_xor_sync(unsigned mask, float v, int off) {
@@ -403,15 +398,6 @@ static inline float __shfl_down_sync(unsigned mask, float v, int delta) {
     const int src = emu::lane() + delta;
     const float r = __uint_as_float(emu::shfl(__float_as_uint(v), src < 32 ? src : emu::lane()));
     return r;
-}
-static inline int __syncthreads_or(int p) {
-    static int any;
-    emu::syncthreads();
-    any = 0;
-    emu::syncthreads();
-    if (p) any = 1;
-    emu::syncthreads();
-    return any;
 }
 static inline void __threadfence() {}
 static inline int atomicAdd(int *p, int v) {
@@ -457,15 +443,6 @@ static inline float __half2float(__half h) {
     if (e) return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
     return (s ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-8f; /* subnormal: m x 2^-24 */
 }
-static inline __half __float2half(float f) { /* round to nearest even, finite inputs in range */
-    const uint32_t u = __float_as_uint(f), s = (u >> 16) & 0x8000;
-    const float a = fabsf(f);
-    if (a >= 65520.0f) return {(uint16_t)(s | 0x7c00)};
-    if (a < 6.103515625e-05f) return {(uint16_t)(s | (uint16_t)lrintf(a * 16777216.0f))};
-    uint32_t v = __float_as_uint(a);
-    v += 0xfffu + ((v >> 13) & 1);
-    return {(uint16_t)(s | (((v >> 23) - 112) << 10) | ((v >> 13) & 1023))};
-}
 static inline float2 __half22float2(__half2 h) { return {__half2float(h.x), __half2float(h.y)}; }
 
 /* ---- the inline-assembly helpers of cuda_ops.cuh --------------------------- */
@@ -477,7 +454,7 @@ static inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2
                             uint32_t b1) {
     emu::mma_bf16(d, a0, a1, a2, a3, b0, b1);
 }
-static inline void cp_async16(void *smem, const void *gmem) { emu::cp_issue(smem, gmem, false); }
+static inline void cp_async16(void *smem, const void *gmem) { emu::cp_issue(smem, gmem); }
 static inline void cp_async_commit() { emu::cp_commit(); }
 /* (cp.async.wait_all is commit_group then wait_group 0: the copies not yet
    committed land too) */
@@ -544,6 +521,5 @@ static inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *cfg, void
     emu::launch(cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, [&]() { k(args...); });
     return cudaSuccess;
 }
-
 
 #endif

@@ -68,18 +68,6 @@ static std::vector<double> reference(const mcase &c, const std::vector<float> &x
     return y;
 }
 
-/* how far got is from want: the largest difference over want's largest
-   magnitude (a NaN: infinitely far) */
-template <typename W> static double rel_off(const std::vector<float> &got, const std::vector<W> &want) {
-    double big = 0, err = 0;
-    for (size_t i = 0; i < want.size(); i++) {
-        big = fmax(big, fabs((double)want[i]));
-        const double d = fabs(got[i] - (double)want[i]);
-        err = d != d ? INFINITY : fmax(err, d);
-    }
-    return err / (big > 0 ? big : 1);
-}
-
 static std::vector<float> run(const mcase &c, const std::vector<float> &x, const mat &W, const mat &W2,
                               const std::vector<float> &bias, const std::vector<float> &gn, const std::vector<float> &y0) {
     std::vector<float> y = y0;
