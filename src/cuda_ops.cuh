@@ -601,6 +601,13 @@ int cu_attention_wide(int on);
    choice) and returns the previous setting; the FMA matmul alone (for the
    op benchmark, cuda_mma_bench.cu) */
 int cu_mma_tiles_force(int n);
+/* the tensor-core matmul's looping grid (cuda_mma.cu): cu_mma_loop sets it
+   when set (on: 1 on where it pays, 0 off) and returns the setting before
+   (-1: the default, off, unless DSPARK_CUDA_MMA_LOOP=1);
+   cu_mma_loop_force(cap) makes every launch that can loop take at most cap
+   blocks (0: back to the switch) and returns the previous cap */
+int cu_mma_loop(int set, int on);
+int cu_mma_loop_force(int cap);
 void cu_matmul_fma(cudaStream_t st, float *y, const float *x, int M, const dmat *W);
 /* whether cu_attention takes the spread shape for a cache of len
    positions: the override, else len >= ATT_SPREAD_FROM */
