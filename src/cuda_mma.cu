@@ -468,7 +468,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
                                                     const T *__restrict__ W, const T *__restrict__ W2,
                                                     const float *__restrict__ bias, int M, int N, int K,
                                                     const float *__restrict__ gn, float eps, cu_qkv_tail tail,
-                                                    int tiled, cu_cut cut) {
+                                                    int tiled, cu_cut cut, int late) {
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES; /* output tiles */
     constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
     __shared__ float red[MMA_KS][NV][32];
@@ -510,7 +510,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
                       : MT == 1         ? MMA_U_WIDE
                                         : MMA_U_LARGE;
     mma_chunk<T, TILES, MT> ch[U];
-    pdl_trigger();
+    if (!late) pdl_trigger();
 #pragma unroll
     for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t, cs);
     pdl_wait();
@@ -539,6 +539,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
 #pragma unroll
             for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t, cs);
         }
+        if (late) pdl_trigger(); /* (cu_pdl_late) */
         const int nbx = LOOP ? bx + (int)gridDim.x : ntx;
         if (LOOP && nbx < ntx) {
             aim(nbx * OT * 16);
@@ -708,7 +709,7 @@ static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T 
     if constexpr (std::is_same<T, __nv_bfloat16>::value && EPI == MM_ADD && MT <= 2)
         if (cut.in)
             return launch(k_mma<T, TILES, MT, EPI, OCC, true>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K,
-                          gn, eps, tl, tiled, cut);
+                          gn, eps, tl, tiled, cut, cu_pdl_late());
     if constexpr (std::is_same<T, __nv_bfloat16>::value && EPI != MM_ADD && OCC == 1 && MT <= 2) {
         static int fit = -1;
         if (fit < 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k_mma<T, TILES, MT, EPI, OCC, false, true>,
@@ -716,10 +717,10 @@ static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T 
             fit = 0;
         if (const unsigned gx = mma_loop_grid(grd, fit))
             return launch(k_mma<T, TILES, MT, EPI, OCC, false, true>, dim3(gx, 1), 32 * MMA_KS, st, y, x, w, w2, bias,
-                          M, W->N, W->K, gn, eps, tl, tiled, cut);
+                          M, W->N, W->K, gn, eps, tl, tiled, cut, cu_pdl_late());
     }
     launch(k_mma<T, TILES, MT, EPI, OCC, false>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl,
-           tiled, cut);
+           tiled, cut, cu_pdl_late());
 }
 
 template <typename T, int TILES, int MT, int EPI>

@@ -302,9 +302,26 @@ static inline int env_switch(int *mode, const char *name, int set, int on) {
 }
 
 extern thread_local int cu_pdl_off_depth;
+/* Two launch experiments, off unless set in the environment (neither
+   changes a result: a kernel's wait is for the whole previous grid
+   wherever the trigger is). DSPARK_CUDA_PDL_LATE=1: the tensor-core matmul
+   and the decode attention let the next kernel launch only after their
+   main loops (not at their start), so fewer kernels' blocks sit resident
+   ahead of the one running. DSPARK_CUDA_PDL_O=1: the attention's combine
+   and the o projection are launched with programmatic dependent launch
+   too (see cu_attention and the layer). */
+static inline int cu_pdl_late(void) {
+    static int mode = -2;
+    return env_switch(&mode, "DSPARK_CUDA_PDL_LATE", 0, 0) == 1;
+}
+static inline int cu_pdl_o(void) {
+    static int mode = -2;
+    return env_switch(&mode, "DSPARK_CUDA_PDL_O", 0, 0) == 1;
+}
 struct cu_pdl_off {
-    cu_pdl_off() { cu_pdl_off_depth++; }
-    ~cu_pdl_off() { cu_pdl_off_depth--; }
+    int on;
+    explicit cu_pdl_off(int on_ = 1) : on(on_) { cu_pdl_off_depth += on; }
+    ~cu_pdl_off() { cu_pdl_off_depth -= on; }
     cu_pdl_off(const cu_pdl_off &) = delete;
     cu_pdl_off &operator=(const cu_pdl_off &) = delete;
 };
