@@ -674,7 +674,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
                                             nchunk, m0, causal, first, spread,
                                             (early_mode(0, 0) != 0) | (cu_pdl_late() << 1));
         });
-        cu_pdl_off serial(!cu_pdl_o()); /* see pdl_enabled (and cu_pdl_o) */
+        cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
                ATT_CHUNK, outc);
     }

@@ -566,6 +566,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = x->st;
     int B = x->rows;
+    cu_pdl_late_scope late((out & OUT_CHAIN) != 0); /* the chained step's kernels trigger late */
     if (out & OUT_CHAIN) {
         cu_chain_next(st, x->tok, x->pos, x->d_len, x->d_ids);
     } else {
@@ -611,7 +612,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
             mark(x, OP_ATTN);
         }
         {
-            cu_pdl_off serial(!cu_pdl_o()); /* the o projection right after attention: see pdl_enabled (and cu_pdl_o) */
+            cu_pdl_off serial; /* the o projection right after attention: see pdl_enabled */
             if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL});
         }
         mark(x, OP_O);

@@ -167,10 +167,6 @@ int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t e
  * default unless DSPARK_CUDA_ARGMAX_SPLIT=0, on; 0 off); returns the
  * previous setting */
 int cuda_test_argmax_split(int on);
-/* the tensor-core matmul's looping grid (cu_mma_loop): on (1 on where it
-   pays, 0 off, -1 the default) and cap (> 0: every launch that can loop
-   takes at most cap blocks; 0 none); returns the previous on setting */
-int cuda_test_mma_loop(int on, int cap);
 int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);
 int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq, char *err,
                    size_t errlen);

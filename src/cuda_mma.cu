@@ -463,7 +463,7 @@ __device__ void qkv_tail(const cu_qkv_tail &t, int M, int m0, int R, int n0, int
    load anyway, so the norm needs no kernel of its own, and every block
    computes r in the same fixed order (per lane in chunk order, lanes of a
    row by butterfly, warps in order). */
-template <typename T, int TILES, int MT, int EPI, int OCC, bool PC, bool LOOP = false>
+template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
 __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y, const float *__restrict__ x,
                                                     const T *__restrict__ W, const T *__restrict__ W2,
                                                     const float *__restrict__ bias, int M, int N, int K,
@@ -474,9 +474,8 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
     __shared__ float red[MMA_KS][NV][32];
     __shared__ float ssw[MMA_KS][MT * 8], rr[MT * 8];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-    const int m0 = blockIdx.y * MT * 8, ntx = (N + OT * 16 - 1) / (OT * 16);
+    const int n0 = blockIdx.x * OT * 16, m0 = blockIdx.y * MT * 8;
     const int nc = (K + 31) / 32, cs = tiled ? 512 : 32;
-    int bx = blockIdx.x, n0 = bx * OT * 16;
     /* the activations' source (pre-cut: the words at the f32 row's offsets,
        loaded as they are) and whether they take a folded norm's weights */
     const float *const xs = PC ? reinterpret_cast<const float *>(cut.in) : x;
@@ -484,22 +483,26 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
     /* rows g and g+8 of each tile at the lane's columns 8t..8t+7 of chunk 0;
        rows past N read row N-1 (row-major) or the zero padding (dropped) */
     const T *wa[TILES], *wb[TILES];
-    auto aim = [&](int n0) {
 #pragma unroll
-        for (int i = 0; i < TILES; i++) {
-            const T *base = EPI == MM_SWIGLU && i >= OT ? W2 : W;
-            if (tiled) {
-                int R = n0 / 16 + i % OT, last = (N - 1) / 16;
-                wa[i] = base + (size_t)(R < last ? R : last) * nc * 512 + g * 32 + 8 * t;
-                wb[i] = wa[i] + 256;
-            } else {
-                int ra = n0 + 16 * (i % OT) + g, rb = ra + 8;
-                wa[i] = base + (size_t)(ra < N ? ra : N - 1) * K + 8 * t;
-                wb[i] = base + (size_t)(rb < N ? rb : N - 1) * K + 8 * t;
-            }
+    for (int i = 0; i < TILES; i++) {
+        const T *base = EPI == MM_SWIGLU && i >= OT ? W2 : W;
+        if (tiled) {
+            int R = n0 / 16 + i % OT, last = (N - 1) / 16;
+            wa[i] = base + (size_t)(R < last ? R : last) * nc * 512 + g * 32 + 8 * t;
+            wb[i] = wa[i] + 256;
+        } else {
+            int ra = n0 + 16 * (i % OT) + g, rb = ra + 8;
+            wa[i] = base + (size_t)(ra < N ? ra : N - 1) * K + 8 * t;
+            wb[i] = base + (size_t)(rb < N ? rb : N - 1) * K + 8 * t;
         }
-    };
-    aim(n0);
+    }
+    float acc[TILES][MT][4];
+#pragma unroll
+    for (int i = 0; i < TILES; i++)
+#pragma unroll
+        for (int j = 0; j < MT; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
     /* U chunks in flight per warp (three when registers are capped: with
        four the 9-16-row kernel capped for two blocks per SM spilled 84
        bytes, and three made it 6% faster); the first group's weights are
@@ -510,99 +513,77 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
                       : MT == 1         ? MMA_U_WIDE
                                         : MMA_U_LARGE;
     mma_chunk<T, TILES, MT> ch[U];
+    float ss[MT];
+#pragma unroll
+    for (int j = 0; j < MT; j++) ss[j] = 0.0f;
     if (!late) pdl_trigger();
 #pragma unroll
     for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t, cs);
     pdl_wait();
-    /* LOOP: the block takes output tiles blockIdx.x, + gridDim.x, ... in
-       turn, the next tile's first chunks requested before this one's sums
-       (each tile's operations exactly a one-tile block's) */
-    for (;;) {
-        float acc[TILES][MT][4];
+    for (int c = warp;;) {
 #pragma unroll
-        for (int i = 0; i < TILES; i++)
+        for (int u = 0; u < U; u++) mma_load_x(ch[u], ss, xs, pnorm ? gn : nullptr, K, M, m0, c + u * MMA_KS, g, t);
 #pragma unroll
-            for (int j = 0; j < MT; j++)
+        for (int u = 0; u < U; u++)
+            if (c + u * MMA_KS < nc) mma_run<PC>(acc, ch[u]);
+        c += U * MMA_KS;
+        if (c >= nc) break;
 #pragma unroll
-                for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
-        float ss[MT];
+        for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t, cs);
+    }
+    if (late) pdl_trigger(); /* (cu_pdl_late) */
+    /* the block's sums: the partials added in warp order, the norm factor,
+       the epilogue, and what it writes for others (the pre-cut copy, the
+       q/k/v tail) */
 #pragma unroll
-        for (int j = 0; j < MT; j++) ss[j] = 0.0f;
-        for (int c = warp;;) {
+    for (int i = 0; i < TILES; i++)
 #pragma unroll
-            for (int u = 0; u < U; u++) mma_load_x(ch[u], ss, xs, pnorm ? gn : nullptr, K, M, m0, c + u * MMA_KS, g, t);
+        for (int j = 0; j < MT; j++)
 #pragma unroll
-            for (int u = 0; u < U; u++)
-                if (c + u * MMA_KS < nc) mma_run<PC>(acc, ch[u]);
-            c += U * MMA_KS;
-            if (c >= nc) break;
+            for (int q = 0; q < 4; q++) red[warp][(i * MT + j) * 4 + q][lane] = acc[i][j][q];
+    if (gn) {
 #pragma unroll
-            for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t, cs);
-        }
-        if (late) pdl_trigger(); /* (cu_pdl_late) */
-        const int nbx = LOOP ? bx + (int)gridDim.x : ntx;
-        if (LOOP && nbx < ntx) {
-            aim(nbx * OT * 16);
-#pragma unroll
-            for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, warp + u * MMA_KS, t, cs);
-        }
-        /* the block's sums: the partials added in warp order, the norm factor,
-           the epilogue, and what it writes for others (the pre-cut copy, the
-           q/k/v tail) */
-#pragma unroll
-        for (int i = 0; i < TILES; i++)
-#pragma unroll
-            for (int j = 0; j < MT; j++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) red[warp][(i * MT + j) * 4 + q][lane] = acc[i][j][q];
-        if (gn) {
-#pragma unroll
-            for (int j = 0; j < MT; j++) {
-                float v = ss[j];
-                v += __shfl_xor_sync(0xffffffffu, v, 1);
-                v += __shfl_xor_sync(0xffffffffu, v, 2);
-                if (t == 0) ssw[warp][8 * j + g] = v;
-            }
-            __syncthreads();
-            if (threadIdx.x < MT * 8) {
-                float v = ssw[0][threadIdx.x];
-#pragma unroll
-                for (int w = 1; w < MMA_KS; w++) v += ssw[w][threadIdx.x];
-                rr[threadIdx.x] = 1.0f / sqrtf(v / (float)K + eps);
-            }
+        for (int j = 0; j < MT; j++) {
+            float v = ss[j];
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            v += __shfl_xor_sync(0xffffffffu, v, 2);
+            if (t == 0) ssw[warp][8 * j + g] = v;
         }
         __syncthreads();
-        for (int e = threadIdx.x; e < OT * MT * 4 * 32; e += 32 * MMA_KS) {
-            int l = e % 32, v = e / 32, q = v % 4, j = (v / 4) % MT, i = v / (4 * MT);
-            int n = n0 + 16 * i + l / 4 + (q >> 1) * 8, m = m0 + 8 * j + 2 * (l % 4) + (q & 1);
-            float s = red[0][v][l];
+        if (threadIdx.x < MT * 8) {
+            float v = ssw[0][threadIdx.x];
 #pragma unroll
-            for (int w = 1; w < MMA_KS; w++) s += red[w][v][l];
-            if (n >= N || m >= M) continue;
-            if (gn) s *= rr[m - m0];
-            float *dst = y + (size_t)m * N + n;
-            if (EPI == MM_SWIGLU) {
-                int vu = ((i + OT) * MT + j) * 4 + q;
-                float u = red[0][vu][l];
-#pragma unroll
-                for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
-                if (gn) u *= rr[m - m0];
-                const float v = s / (1.0f + expf(-s)) * u;
-                *dst = v;
-                if (cut.out) bf16_cut_put(cut.out + (size_t)m * N, n, v);
-            } else {
-                float r = bias ? s + bias[n] : s;
-                if (EPI == MM_ADD) *dst += r;
-                else *dst = r;
-            }
+            for (int w = 1; w < MMA_KS; w++) v += ssw[w][threadIdx.x];
+            rr[threadIdx.x] = 1.0f / sqrtf(v / (float)K + eps);
         }
-        if constexpr (EPI == MM_STORE)
-            if (tail.cnt) qkv_tail(tail, M, m0, MT * 8, n0, OT * 16);
-        if (!LOOP || nbx >= ntx) break;
-        bx = nbx;
-        n0 = bx * OT * 16;
-        __syncthreads(); /* (red, ssw and rr are read to the last before the next tile writes them) */
     }
+    __syncthreads();
+    for (int e = threadIdx.x; e < OT * MT * 4 * 32; e += 32 * MMA_KS) {
+        int l = e % 32, v = e / 32, q = v % 4, j = (v / 4) % MT, i = v / (4 * MT);
+        int n = n0 + 16 * i + l / 4 + (q >> 1) * 8, m = m0 + 8 * j + 2 * (l % 4) + (q & 1);
+        float s = red[0][v][l];
+#pragma unroll
+        for (int w = 1; w < MMA_KS; w++) s += red[w][v][l];
+        if (n >= N || m >= M) continue;
+        if (gn) s *= rr[m - m0];
+        float *dst = y + (size_t)m * N + n;
+        if (EPI == MM_SWIGLU) {
+            int vu = ((i + OT) * MT + j) * 4 + q;
+            float u = red[0][vu][l];
+#pragma unroll
+            for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
+            if (gn) u *= rr[m - m0];
+            const float v = s / (1.0f + expf(-s)) * u;
+            *dst = v;
+            if (cut.out) bf16_cut_put(cut.out + (size_t)m * N, n, v);
+        } else {
+            float r = bias ? s + bias[n] : s;
+            if (EPI == MM_ADD) *dst += r;
+            else *dst = r;
+        }
+    }
+    if constexpr (EPI == MM_STORE)
+        if (tail.cnt) qkv_tail(tail, M, m0, MT * 8, n0, OT * 16);
 }
 
 /* ---- launchers ----------------------------------------------------------- */
@@ -674,35 +655,6 @@ int cu_mma_tiles_force(int n) {
    tile of two row groups (9-16 rows, see mma_tiles) has its registers
    capped for two blocks per SM (152 would allow one). The choice depends
    on the weight's shape only, and none changes a row's operations. */
-/* The looping grid (k_mma's LOOP; DSPARK_CUDA_MMA_LOOP=1 turns it on, off
-   by default): a bf16 matmul of one row group whose blocks would run more
-   than two waves at the uncapped kernel's occupancy (the LM head: 9,496
-   one-tile blocks at one row) launches as many blocks as fit the GPU at
-   once, each taking ceil(tiles / blocks) tiles or one fewer, so that a
-   block's next tile is in flight while it sums the last. g_mma_loop_cap >
-   0 (cu_mma_loop_force, the tests) forces a grid of at most that many
-   blocks wherever the kernel can loop. Neither changes a tile's
-   operations. */
-static int g_mma_loop_cap = 0;
-int cu_mma_loop(int set, int on) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_MMA_LOOP", set, on);
-}
-int cu_mma_loop_force(int cap) {
-    const int prev = g_mma_loop_cap;
-    g_mma_loop_cap = cap;
-    return prev;
-}
-/* the looping grid's width for grd (fit: the kernel's blocks an SM), or 0
-   for the plain grid */
-static unsigned mma_loop_grid(dim3 grd, int fit) {
-    if (grd.y != 1 || (cu_mma_loop(0, 0) != 1 && !g_mma_loop_cap)) return 0;
-    unsigned cap = g_mma_loop_cap > 0 ? (unsigned)g_mma_loop_cap : (unsigned)(fit * sm_count());
-    if (cap < 1 || (!g_mma_loop_cap && grd.x <= 2 * cap) || grd.x <= cap) return 0;
-    const unsigned per = (grd.x + cap - 1) / cap;
-    return (grd.x + per - 1) / per;
-}
-
 template <typename T, int TILES, int MT, int EPI, int OCC>
 static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
                    int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
@@ -710,15 +662,6 @@ static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T 
         if (cut.in)
             return launch(k_mma<T, TILES, MT, EPI, OCC, true>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K,
                           gn, eps, tl, tiled, cut, cu_pdl_late());
-    if constexpr (std::is_same<T, __nv_bfloat16>::value && EPI != MM_ADD && OCC == 1 && MT <= 2) {
-        static int fit = -1;
-        if (fit < 0 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k_mma<T, TILES, MT, EPI, OCC, false, true>,
-                                                                     32 * MMA_KS, 0) != cudaSuccess)
-            fit = 0;
-        if (const unsigned gx = mma_loop_grid(grd, fit))
-            return launch(k_mma<T, TILES, MT, EPI, OCC, false, true>, dim3(gx, 1), 32 * MMA_KS, st, y, x, w, w2, bias,
-                          M, W->N, W->K, gn, eps, tl, tiled, cut, cu_pdl_late());
-    }
     launch(k_mma<T, TILES, MT, EPI, OCC, false>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl,
            tiled, cut, cu_pdl_late());
 }

@@ -20,6 +20,8 @@
 
 /* open cu_pdl_off scopes of this thread (see pdl_enabled) */
 thread_local int cu_pdl_off_depth = 0;
+/* open cu_pdl_late_scope scopes of this thread (see cu_pdl_late) */
+thread_local int cu_pdl_late_depth = 0;
 
 /* one block (256 threads) per row; fixed strided partial sums, then a fixed tree */
 __global__ void k_rmsnorm(float *y, const float *x, const float *w, int D, float eps) {

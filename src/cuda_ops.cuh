@@ -302,26 +302,32 @@ static inline int env_switch(int *mode, const char *name, int set, int on) {
 }
 
 extern thread_local int cu_pdl_off_depth;
-/* Two launch experiments, off unless set in the environment (neither
-   changes a result: a kernel's wait is for the whole previous grid
-   wherever the trigger is). DSPARK_CUDA_PDL_LATE=1: the tensor-core matmul
-   and the decode attention let the next kernel launch only after their
-   main loops (not at their start), so fewer kernels' blocks sit resident
-   ahead of the one running. DSPARK_CUDA_PDL_O=1: the attention's combine
-   and the o projection are launched with programmatic dependent launch
-   too (see cu_attention and the layer). */
+/* The late trigger: the tensor-core matmul and the decode attention let
+   the next kernel launch after their main loops instead of at their start
+   (no result changes: a kernel's wait is for the whole previous grid
+   wherever the trigger is). On while a cu_pdl_late_scope is open on the
+   launching thread (the chained decode step, cuda_backend.cu), unless
+   DSPARK_CUDA_PDL_LATE=1 or 0 forces it on or off for every launch.
+   Measured on an H200 (docs/BENCHMARKS.md, "The late trigger"): the
+   chained one-row step of Qwen3-8B 4,465 -> 4,438 us; single forwards
+   (verify-cost) 0.04-0.06 ms slower at 1 and 16 rows, so those keep the
+   trigger at the start. */
+extern thread_local int cu_pdl_late_depth;
 static inline int cu_pdl_late(void) {
     static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_PDL_LATE", 0, 0) == 1;
+    const int f = env_switch(&mode, "DSPARK_CUDA_PDL_LATE", 0, 0);
+    return f >= 0 ? f : cu_pdl_late_depth > 0;
 }
-static inline int cu_pdl_o(void) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_PDL_O", 0, 0) == 1;
-}
-struct cu_pdl_off {
+struct cu_pdl_late_scope {
     int on;
-    explicit cu_pdl_off(int on_ = 1) : on(on_) { cu_pdl_off_depth += on; }
-    ~cu_pdl_off() { cu_pdl_off_depth -= on; }
+    explicit cu_pdl_late_scope(int on_) : on(on_) { cu_pdl_late_depth += on; }
+    ~cu_pdl_late_scope() { cu_pdl_late_depth -= on; }
+    cu_pdl_late_scope(const cu_pdl_late_scope &) = delete;
+    cu_pdl_late_scope &operator=(const cu_pdl_late_scope &) = delete;
+};
+struct cu_pdl_off {
+    cu_pdl_off() { cu_pdl_off_depth++; }
+    ~cu_pdl_off() { cu_pdl_off_depth--; }
     cu_pdl_off(const cu_pdl_off &) = delete;
     cu_pdl_off &operator=(const cu_pdl_off &) = delete;
 };
@@ -618,13 +624,6 @@ int cu_attention_wide(int on);
    choice) and returns the previous setting; the FMA matmul alone (for the
    op benchmark, cuda_mma_bench.cu) */
 int cu_mma_tiles_force(int n);
-/* the tensor-core matmul's looping grid (cuda_mma.cu): cu_mma_loop sets it
-   when set (on: 1 on where it pays, 0 off) and returns the setting before
-   (-1: the default, off, unless DSPARK_CUDA_MMA_LOOP=1);
-   cu_mma_loop_force(cap) makes every launch that can loop take at most cap
-   blocks (0: back to the switch) and returns the previous cap */
-int cu_mma_loop(int set, int on);
-int cu_mma_loop_force(int cap);
 void cu_matmul_fma(cudaStream_t st, float *y, const float *x, int M, const dmat *W);
 /* whether cu_attention takes the spread shape for a cache of len
    positions: the override, else len >= ATT_SPREAD_FROM */

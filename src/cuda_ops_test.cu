@@ -391,7 +391,3 @@ extern "C" int cuda_test_argmax(int *out, const float *x, int M, int n, char *er
     return 0;
 }
 extern "C" int cuda_test_argmax_split(int on) { return cu_argmax_split(on); }
-extern "C" int cuda_test_mma_loop(int on, int cap) {
-    cu_mma_loop_force(cap);
-    return cu_mma_loop(1, on);
-}

@@ -754,46 +754,6 @@ TEST(cuda_bf16_cut_bound) {
     free(x), free(out);
 }
 
-/* The looping grid (DSPARK_CUDA_MMA_LOOP: blocks taking output tiles in
-   turn) gives the plain grid's bits: an LM-head-like width of many waves
-   (where the switch alone takes it) and narrower ones on forced grids of
-   1, 7 and 100 blocks; one and 16 rows, the folded norm, the SwiGLU. */
-TEST(cuda_mma_loop_same_bits) {
-    if (!have_gpu()) return;
-    const int shapes[][3] = {{1, 40000, 512}, {16, 40000, 256}, {1, 1000, 4096}, {5, 2000, 520}, {12, 360, 264}};
-    char err[512];
-    const int prev = cuda_test_mma_loop(0, 0);
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-        float *x = xmalloc(sizeof(float) * M * K), *g = xmalloc(sizeof(float) * K);
-        float *w1 = xmalloc(sizeof(float) * N * K), *w2 = xmalloc(sizeof(float) * N * K);
-        float *y0 = xmalloc(sizeof(float) * M * N), *y = xmalloc(sizeof(float) * M * N);
-        fill(x, (size_t)M * K, 3.0f);
-        for (int i = 0; i < K; i++) g[i] = 1.0f + frand() * 0.5f;
-        fill(w1, (size_t)N * K, 0.1f);
-        fill(w2, (size_t)N * K, 0.1f);
-        void *p1 = make_weights(DT_BF16, w1, (size_t)N * K), *p2 = make_weights(DT_BF16, w2, (size_t)N * K);
-        for (int mode = 0; mode <= 2; mode += 2) {
-            cuda_test_mma_loop(0, 0);
-            CHECK_MSG(cuda_test_matmul_norm(y0, x, M, p1, mode ? p2 : NULL, DT_BF16, N, K, NULL, g, 1e-6f, mode, err,
-                                            sizeof err) == 0,
-                      "%s", err);
-            const int caps[] = {0, 1, 7, 100};
-            for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
-                cuda_test_mma_loop(1, caps[c]);
-                CHECK_MSG(cuda_test_matmul_norm(y, x, M, p1, mode ? p2 : NULL, DT_BF16, N, K, NULL, g, 1e-6f, mode,
-                                                err, sizeof err) == 0,
-                          "%s", err);
-                CHECK_MSG(!memcmp(y0, y, sizeof(float) * M * N),
-                          "M=%d N=%d K=%d %s: a looping grid (cap %d) gives other bits", M, N, K,
-                          mode ? "swiglu" : "store", caps[c]);
-            }
-        }
-        free(x), free(g), free(w1), free(w2), free(p1), free(p2), free(y0), free(y);
-    }
-    cuda_test_mma_loop(prev, 0);
-}
-
 /* device argmax = op_argmax, ties to the first index, any width, one
    block a row and split over slices (DSPARK_CUDA_ARGMAX_SPLIT=1): ties
    across slices, the largest in the last slice's ragged tail, rows all

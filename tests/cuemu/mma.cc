@@ -112,22 +112,8 @@ static void run_case(const mcase &c) {
         EXPECT(rel < 2e-5, "%s, %d tiles: off the reference by %.3g", what, tiles, rel);
         worst = fmax(worst, rel);
     }
-    /* a looping grid of one to three blocks (each taking several tiles in
-       turn) gives each tile count's bits */
-    for (int tiles : {1, 2, 4}) {
-        if (c.epi == GLU && tiles == 1) continue;
-        cu_mma_tiles_force(tiles);
-        for (int cap : {1, 2, 3}) {
-            cu_mma_loop_force(cap);
-            const std::vector<float> yr = run(c, x, W, W2, bias, gn, y0);
-            cu_mma_loop_force(0);
-            EXPECT(!memcmp(first.data(), yr.data(), sizeof(float) * yr.size()),
-                   "%s: %d tiles a block on a looping grid of %d blocks differ from the first count's bits", what,
-                   tiles, cap);
-        }
-    }
     cu_mma_tiles_force(0);
-    printf("  %-44s within %.2g of the reference, looping grids the same bits\n", what, worst);
+    printf("  %-44s within %.2g of the reference\n", what, worst);
 }
 
 /* The q/k/v projection with its tail (cu_matmul_norm_qkv: the matmul's
@@ -168,21 +154,14 @@ static void run_qkv(int M, int nh, int nkv, int hd, int H) {
         }
         return o;
     };
-    const out sep = go(false);
-    /* the plain grid, then looping grids of two and three blocks (a block
-       completing heads tile after tile) */
-    for (int cap : {0, 2, 3}) {
-        cu_mma_loop_force(cap);
-        const out f = go(true);
-        cu_mma_loop_force(0);
-        EXPECT(!memcmp(f.y.data(), sep.y.data(), sizeof(float) * f.y.size()) &&
-                   !memcmp(f.q.data(), sep.q.data(), sizeof(float) * f.q.size()) &&
-                   !memcmp(f.kc.data(), sep.kc.data(), sizeof(float) * f.kc.size()) &&
-                   !memcmp(f.vc.data(), sep.vc.data(), sizeof(float) * f.vc.size()),
-               "%s, looping grid cap %d: the fused tail differs from the separate kernel", what, cap);
-        for (int c : cnt) EXPECT(c == 0, "%s: a head's count left at %d", what, c);
-    }
-    printf("  %-44s fused = separate, looping grids too\n", what);
+    const out sep = go(false), f = go(true);
+    EXPECT(!memcmp(f.y.data(), sep.y.data(), sizeof(float) * f.y.size()) &&
+               !memcmp(f.q.data(), sep.q.data(), sizeof(float) * f.q.size()) &&
+               !memcmp(f.kc.data(), sep.kc.data(), sizeof(float) * f.kc.size()) &&
+               !memcmp(f.vc.data(), sep.vc.data(), sizeof(float) * f.vc.size()),
+           "%s: the fused tail differs from the separate kernel", what);
+    for (int c : cnt) EXPECT(c == 0, "%s: a head's count left at %d", what, c);
+    printf("  %-44s fused = separate\n", what);
 }
 
 /* The residual add from pre-cut inputs (cu_matmul_add_cut: each value's
