@@ -308,10 +308,10 @@ extern thread_local int cu_pdl_off_depth;
    wherever the trigger is). On while a cu_pdl_late_scope is open on the
    launching thread (the chained decode step, cuda_backend.cu), unless
    DSPARK_CUDA_PDL_LATE=1 or 0 forces it on or off for every launch.
-   Measured on an H200 (docs/BENCHMARKS.md, "The late trigger"): the
-   chained one-row step of Qwen3-8B 4,465 -> 4,438 us; single forwards
-   (verify-cost) 0.04-0.06 ms slower at 1 and 16 rows, so those keep the
-   trigger at the start. */
+   Measured on an H200 (docs/BENCHMARKS.md, "The combine in one round trip
+   measured; the late trigger"): the chained one-row step of Qwen3-8B
+   4,465 -> 4,438 us; single forwards (verify-cost) 0.03-0.08 ms slower at
+   one row and 0.03 at 16, so those keep the trigger at the start. */
 extern thread_local int cu_pdl_late_depth;
 static inline int cu_pdl_late(void) {
     static int mode = -2;
