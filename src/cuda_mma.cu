@@ -658,7 +658,7 @@ int cu_mma_tiles_force(int n) {
 template <typename T, int TILES, int MT, int EPI, int OCC>
 static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
                    int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value && EPI == MM_ADD && MT <= 2)
+    if constexpr (std::is_same<T, __nv_bfloat16>::value && EPI != MM_SWIGLU && MT <= 2)
         if (cut.in)
             return launch(k_mma<T, TILES, MT, EPI, OCC, true>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K,
                           gn, eps, tl, tiled, cut, cu_pdl_late());
@@ -777,6 +777,15 @@ void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, con
 
 int cu_takes_cut(const dmat *W, int M) {
     return !fma_forced() && W->K % 8 == 0 && W->dt == DT_BF16 && M >= 1 && M <= CU_CUT_ROWS;
+}
+int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W) {
+    if (!cu_takes_cut(W, M)) return -1;
+    mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, NULL, NULL, 0.0f, NULL, cu_cut{xc, NULL});
+    return 0;
+}
+int cu_lm_precut(int set, int on) {
+    static int mode = -2;
+    return env_switch(&mode, "DSPARK_CUDA_LM_PRECUT", set, on);
 }
 int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M) {
     static int on = -1; /* DSPARK_CUDA_CUT=0: never (the same bits, for comparisons) */

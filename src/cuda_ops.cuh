@@ -508,6 +508,20 @@ int cu_takes_cut(const dmat *W, int M);
    as the f32 input's, so the same bits); -1 and nothing enqueued unless
    cu_takes_cut(W, M) */
 int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias);
+/* y = x . W^T from the input's pre-cut form xc alone; -1 and nothing
+   enqueued unless cu_takes_cut(W, M) */
+int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W);
+/* The LM head from pre-cut rows (DSPARK_CUDA_LM_PRECUT=1; off by default,
+   not yet measured): the final RMSNorm as its own one-block-a-row kernel
+   writing the normed rows' pre-cut form, and the LM head's matmul taking
+   them as o and down take theirs, instead of folding the norm in and
+   cutting the activations in every block (at 9-16 rows the LM head's
+   blocks spend most of their instructions there: 433 us at 16 rows
+   against 295 at one). Other bits than the folded norm's (another
+   rounding of the normed input), the same in every batch. cu_lm_precut
+   sets it when set (for the tests) and returns the setting before (-1:
+   the default). */
+int cu_lm_precut(int set, int on);
 /* y = RMSNorm(x, gn, eps) . W^T (+ bias), without a separate norm pass */
 void cu_matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
                     const float *gn, float eps);
@@ -518,6 +532,8 @@ void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, con
                            const float *gn, float eps, uint32_t *yc);
 /* y = RMSNorm(x, w) per row of D */
 void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps);
+/* cu_rmsnorm's rows in their pre-cut form yc[M][D] alone (bf16_cut_put) */
+void cu_rmsnorm_cut(cudaStream_t st, uint32_t *yc, const float *x, const float *w, int M, int D, float eps);
 /* out[M][H] = E[tok[m]] widened */
 void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M);
 /* q[M][nh][hd], k/v[M][nkv][hd] of the rows at positions pos[]: q/k get

@@ -190,6 +190,47 @@ static void run_cut(int M, int N, int K) {
     printf("  %-44s the f32 rows' bits\n", what);
 }
 
+/* The LM head from pre-cut rows (cu_lm_precut: cu_rmsnorm_cut, then
+   cu_matmul_cut): the pre-cut words are bf16_cut_put of cu_rmsnorm's rows,
+   the logits within 2e-5 of a double reference of RMSNorm(x) . W^T, the
+   same bits at every tile count, and each row alone the batch's bits. */
+static void run_lm_precut(int M, int N, int K) {
+    mat W(N, K, true);
+    std::vector<float> x((size_t)M * K), gn(K), xn((size_t)M * K);
+    for (float &v : x) v = 4.0f * frand();
+    for (float &v : gn) v = 1.0f + 0.5f * frand();
+    char what[96];
+    snprintf(what, sizeof what, "pre-cut LM head M=%d N=%d K=%d", M, N, K);
+    std::vector<uint32_t> xc((size_t)M * K, 0xdeadbeefu), want((size_t)M * K);
+    cu_rmsnorm_cut(NULL, xc.data(), x.data(), gn.data(), M, K, 1e-6f);
+    cu_rmsnorm(NULL, xn.data(), x.data(), gn.data(), M, K, 1e-6f);
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < K; k++) bf16_cut_put(want.data() + (size_t)m * K, k, xn[(size_t)m * K + k]);
+    EXPECT(!memcmp(xc.data(), want.data(), 4 * want.size()), "%s: the pre-cut rows are not the normed rows' cut", what);
+    const mcase c = {M, N, K, ST, 1, 1};
+    const std::vector<double> ref = reference(c, x, W, W, {}, gn, {});
+    std::vector<float> first;
+    for (int tiles : {1, 2, 4}) {
+        cu_mma_tiles_force(tiles);
+        std::vector<float> y((size_t)M * N, NAN);
+        EXPECT(cu_matmul_cut(NULL, y.data(), xc.data(), M, &W.d) == 0, "%s: refused", what);
+        const double rel = rel_off(y, ref);
+        EXPECT(rel < 2e-5, "%s, %d tiles: off the reference by %.3g", what, tiles, rel);
+        if (first.empty()) first = y;
+        else
+            EXPECT(!memcmp(first.data(), y.data(), sizeof(float) * y.size()), "%s: %d tiles a block give other bits",
+                   what, tiles);
+    }
+    cu_mma_tiles_force(0);
+    for (int m = 0; m < M; m++) {
+        std::vector<float> y1(N, NAN);
+        EXPECT(cu_matmul_cut(NULL, y1.data(), xc.data() + (size_t)m * K, 1, &W.d) == 0, "%s: refused", what);
+        EXPECT(!memcmp(y1.data(), first.data() + (size_t)m * N, sizeof(float) * N), "%s: row %d alone differs", what,
+               m);
+    }
+    printf("  %-44s within 2e-5 of the reference, rows alone the batch's bits\n", what);
+}
+
 /* The embedding (cu_embed): each row the token's bf16 row widened, bit
    for bit. */
 static void run_embed(int M, int V, int H) {
@@ -248,6 +289,9 @@ int main(void) {
     run_cut(1, 48, 96);
     run_cut(7, 64, 320);
     run_cut(16, 32, 64);
+    run_lm_precut(1, 200, 264);
+    run_lm_precut(9, 72, 96);
+    run_lm_precut(16, 40, 520);
     run_embed(1, 50, 64);
     run_embed(9, 300, 320);
     run_rmsnorm(3, 200);
