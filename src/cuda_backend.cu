@@ -515,11 +515,14 @@ enum { OUT_LOGITS = 1, OUT_IDS = 2, OUT_SAMPLE = 4, OUT_CHAIN = 8 };
 static void lm_head(cuda_ctx *x, const float *h, int n) {
     const cuda_model *m = x->m;
     const model_config *c = &m->cfg;
-    /* (the pre-cut rows in gate_c, free after the last layer's down) */
-    if (cu_lm_precut(0, 0) == 1 && cu_takes_cut(&m->lm_head, n) && c->intermediate_size >= c->hidden_size) {
+    /* cu_lm_precut: the pre-cut rows in gate_c (free after the last
+       layer's down); wider batches, or a gate_c too narrow, take the normed
+       rows in f32 (below), which the matmul cuts the same way: the same bits */
+    const int pre = cu_lm_precut(0, 0) == 1;
+    if (pre && cu_takes_cut(&m->lm_head, n) && c->intermediate_size >= c->hidden_size) {
         cu_rmsnorm_cut(x->st, x->gate_c, h, m->final_norm, n, c->hidden_size, c->rms_norm_eps);
         cu_matmul_cut(x->st, x->logits, x->gate_c, n, &m->lm_head);
-    } else if (cu_fuses_norm(&m->lm_head)) {
+    } else if (!pre && cu_fuses_norm(&m->lm_head)) {
         cu_matmul_norm(x->st, x->logits, h, n, &m->lm_head, NULL, m->final_norm, c->rms_norm_eps);
     } else {
         cu_rmsnorm(x->st, x->xb, h, m->final_norm, n, c->hidden_size, c->rms_norm_eps);

@@ -517,8 +517,10 @@ int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dm
    them as o and down take theirs, instead of folding the norm in and
    cutting the activations in every block (at 9-16 rows the LM head's
    blocks spend most of their instructions there: 433 us at 16 rows
-   against 295 at one). Other bits than the folded norm's (another
-   rounding of the normed input), the same in every batch. cu_lm_precut
+   against 295 at one); more than CU_CUT_ROWS rows take the normed rows in
+   f32 through the plain matmul, which cuts them the same way. Other bits
+   than the folded norm's (another rounding of the normed input), the same
+   in every batch. cu_lm_precut
    sets it when set (for the tests) and returns the setting before (-1:
    the default). */
 int cu_lm_precut(int set, int on);
