@@ -11,6 +11,8 @@
 # Steps:
 #   test                      scripts/test-cuda on the pack
 #   ops                       gate+up alone at 16 rows, with and without the folded norm
+#   lm                        the LM head alone at 1, 9 and 16 rows, folded norm against
+#                             the pre-cut rows (DSPARK_CUDA_LM_PRECUT=1's kernels)
 #   ab:NAME=VARS,NAME=VARS..  bench/cuda-ab.sh /tmp/m8 with a variant per NAME,
 #                             VARS as VAR=VALUE joined by ':' (none: the defaults),
 #                             led by @base for the baseline pack (build/devpack-base.tar.xz,
@@ -68,6 +70,9 @@ for s in "$@"; do
     test) step "$n-test" 200 scripts/test-cuda "$P" ;;
     ops)
         step "$n-ops" 20 sh -c "for b in 0 1; do DSPARK_BENCH_NORM=\$b $P/cuda-ops-bench 50 one gate+up 16; done"
+        ;;
+    lm)
+        step "$n-lm" 30 sh -c "for r in 1 9 16; do for b in 1 cut 1 cut; do echo \"rows \$r, DSPARK_BENCH_NORM=\$b\"; DSPARK_BENCH_NORM=\$b $P/cuda-ops-bench 50 one lm_head \$r; done; done"
         ;;
     ab:*)
         wait $MODELS

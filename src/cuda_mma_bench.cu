@@ -35,13 +35,18 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
        kernel's own cost with the forward's epilogue, apart from the chain
        around it) */
     const int fwd = env_is("DSPARK_BENCH_NORM", "1") && (mode == 0 || mode == 2);
+    /* DSPARK_BENCH_NORM=cut: the plain store as the pre-cut LM head runs
+       it (cu_lm_precut): the norm's own kernel writing the pre-cut rows,
+       then the matmul from them, both timed */
+    const int pcut = env_is("DSPARK_BENCH_NORM", "cut") && mode == 0 && M <= CU_CUT_ROWS;
     __nv_bfloat16 *w;
     float *x, *y, *gn = NULL;
     uint32_t *yc = NULL;
     CK(cudaMalloc((void **)&w, wn * 2 * nw * copies));
     CK(cudaMalloc((void **)&x, sizeof(float) * (size_t)M * K));
     CK(cudaMalloc((void **)&y, sizeof(float) * (size_t)M * N));
-    if (fwd) {
+    if (pcut) CK(cudaMalloc((void **)&yc, sizeof(uint32_t) * (size_t)M * K));
+    if (fwd || pcut) {
         CK(cudaMalloc((void **)&gn, sizeof(float) * K));
         float *ones = (float *)xmalloc(sizeof(float) * K);
         for (int i = 0; i < K; i++) ones[i] = 1.0f;
@@ -77,7 +82,10 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
         int Mg = mode == 4 ? cu_gemm_takes(gm, &W, M) : 0;
         if (Mg) cu_gemm_matmul(gm, st, MM_STORE, y, x, Mg, &W, NULL, NULL, NULL, 0);
         if (Mg == M) continue;
-        if (mode == 3) cu_matmul_fma(st, y, x, M, &W);
+        if (pcut) {
+            cu_rmsnorm_cut(st, yc, x, gn, M, K, 1e-6f);
+            cu_matmul_cut(st, y, yc, M, &W);
+        } else if (mode == 3) cu_matmul_fma(st, y, x, M, &W);
         else if (mode == 2 && fwd) cu_matmul_swiglu_norm(st, y, x, M, &W, &W2, gn, 1e-6f, yc);
         else if (mode == 2) cu_matmul_swiglu(st, y, x, M, &W, &W2);
         else if (mode == 1) cu_matmul_add(st, y, x, M, &W, NULL);
