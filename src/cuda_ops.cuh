@@ -301,6 +301,17 @@ static inline int env_switch(int *mode, const char *name, int set, int on) {
     return prev;
 }
 
+/* a scope that adds on to a launch setting's depth counter d while open
+   (the launch settings below: a thread's launches read their counters) */
+struct cu_depth_scope {
+    int &d;
+    int on;
+    cu_depth_scope(int &d_, int on_) : d(d_), on(on_) { d += on; }
+    ~cu_depth_scope() { d -= on; }
+    cu_depth_scope(const cu_depth_scope &) = delete;
+    cu_depth_scope &operator=(const cu_depth_scope &) = delete;
+};
+
 extern thread_local int cu_pdl_off_depth;
 /* The late trigger: the tensor-core matmul and the decode attention let
    the next kernel launch after their main loops instead of at their start
@@ -318,18 +329,11 @@ static inline int cu_pdl_late(void) {
     const int f = env_switch(&mode, "DSPARK_CUDA_PDL_LATE", 0, 0);
     return f >= 0 ? f : cu_pdl_late_depth > 0;
 }
-struct cu_pdl_late_scope {
-    int on;
-    explicit cu_pdl_late_scope(int on_) : on(on_) { cu_pdl_late_depth += on; }
-    ~cu_pdl_late_scope() { cu_pdl_late_depth -= on; }
-    cu_pdl_late_scope(const cu_pdl_late_scope &) = delete;
-    cu_pdl_late_scope &operator=(const cu_pdl_late_scope &) = delete;
+struct cu_pdl_late_scope : cu_depth_scope {
+    explicit cu_pdl_late_scope(int on) : cu_depth_scope(cu_pdl_late_depth, on) {}
 };
-struct cu_pdl_off {
-    cu_pdl_off() { cu_pdl_off_depth++; }
-    ~cu_pdl_off() { cu_pdl_off_depth--; }
-    cu_pdl_off(const cu_pdl_off &) = delete;
-    cu_pdl_off &operator=(const cu_pdl_off &) = delete;
+struct cu_pdl_off : cu_depth_scope {
+    cu_pdl_off() : cu_depth_scope(cu_pdl_off_depth, 1) {}
 };
 
 /* While a cu_swiglu_two scope that turns it on is open on the launching
@@ -345,12 +349,8 @@ struct cu_pdl_off {
    forces it at every length. */
 extern thread_local int cu_swiglu_two_depth;
 int cu_swiglu_two_for(int spread);
-struct cu_swiglu_two {
-    int on;
-    explicit cu_swiglu_two(int on_) : on(on_) { cu_swiglu_two_depth += on; }
-    ~cu_swiglu_two() { cu_swiglu_two_depth -= on; }
-    cu_swiglu_two(const cu_swiglu_two &) = delete;
-    cu_swiglu_two &operator=(const cu_swiglu_two &) = delete;
+struct cu_swiglu_two : cu_depth_scope {
+    explicit cu_swiglu_two(int on) : cu_depth_scope(cu_swiglu_two_depth, on) {}
 };
 
 /* The virtual architecture (major * 10 + minor) this build's kernels run
