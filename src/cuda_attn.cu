@@ -155,8 +155,7 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
                                                            int causal, int first, int two, int inter, int early) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
-    /* early: bit 0 the early requests, bit 1 the trigger after the loop (cu_pdl_late) */
-    if (!(early & 2)) pdl_trigger();
+    pdl_trigger();
     DYN_SMEM(float4, sm4);
     const int h4 = hd / 4, kst = h4 + 1; /* K row stride in float4s: hd + 4 floats */
     const int stage = ATT_CHUNK * kst + ATT_CHUNK * h4;                        /* float4s per stage */
@@ -202,7 +201,7 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
     /* early: when all its positions come before *d_len (cu_attention:
        written before this forward), requested before waiting for the
        previous kernel */
-    const int pre = (early & 1) && valid(c) && (c + 1) * ATT_CHUNK <= *d_len;
+    const int pre = early && valid(c) && (c + 1) * ATT_CHUNK <= *d_len;
     if (pre) issue_first();
     pdl_wait();
     if (!whole && warp < items) attn_stage_q<1>(q, qw, m0 + warp / G, kvh * G + warp % G, nh, hd, lane);
@@ -238,7 +237,6 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
             __syncthreads(); /* V's readers are done */
             if (next) issue(c + nb, 0, 2);
         }
-        if (early & 2) pdl_trigger();
         return;
     }
     for (; valid(c); c += nb) {
@@ -271,7 +269,6 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
         if (two) buf ^= 1;
         else if (valid(c + nb)) issue(c + nb, 0, 3);
     }
-    if (early & 2) pdl_trigger();
 }
 
 /* grid (rows x heads), COMB_THREADS threads: merges a row's partials (one
@@ -671,8 +668,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
         with_g(G, [&](auto g) {
             attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
-                                            nchunk, m0, causal, first, spread,
-                                            (early_mode(0, 0) != 0) | (cu_pdl_late() << 1));
+                                            nchunk, m0, causal, first, spread, early_mode(0, 0) != 0);
         });
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,

@@ -518,7 +518,7 @@ static void lm_head(cuda_ctx *x, const float *h, int n) {
     /* cu_lm_precut: the pre-cut rows in gate_c (free after the last
        layer's down); wider batches, or a gate_c too narrow, take the normed
        rows in f32 (below), which the matmul cuts the same way: the same bits */
-    const int pre = cu_lm_precut(0, 0) == 1;
+    const int pre = cu_lm_precut();
     if (pre && cu_takes_cut(&m->lm_head, n) && c->intermediate_size >= c->hidden_size) {
         cu_rmsnorm_cut(x->st, x->gate_c, h, m->final_norm, n, c->hidden_size, c->rms_norm_eps);
         cu_matmul_cut(x->st, x->logits, x->gate_c, n, &m->lm_head);

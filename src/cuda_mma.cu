@@ -778,24 +778,26 @@ void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, con
 int cu_takes_cut(const dmat *W, int M) {
     return !fma_forced() && W->K % 8 == 0 && W->dt == DT_BF16 && M >= 1 && M <= CU_CUT_ROWS;
 }
-int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W) {
-    if (!cu_takes_cut(W, M)) return -1;
-    mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, NULL, NULL, 0.0f, NULL, cu_cut{xc, NULL});
-    return 0;
-}
-int cu_lm_precut(int set, int on) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_LM_PRECUT", set, on);
-}
 int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M) {
     static int on = -1; /* DSPARK_CUDA_CUT=0: never (the same bits, for comparisons) */
     if (on < 0) on = !env_is("DSPARK_CUDA_CUT", "0");
     return on && cu_takes_cut(W, M) && !cu_gemm_takes(g, W, M);
 }
-int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias) {
+template <int EPI>
+static int matmul_from_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias) {
     if (!cu_takes_cut(W, M)) return -1;
-    mma_tiles<__nv_bfloat16, MM_ADD>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, cu_cut{xc, NULL});
+    mma_tiles<__nv_bfloat16, EPI>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, cu_cut{xc, NULL});
     return 0;
+}
+int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias) {
+    return matmul_from_cut<MM_ADD>(st, y, xc, M, W, bias);
+}
+int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W) {
+    return matmul_from_cut<MM_STORE>(st, y, xc, M, W, NULL);
+}
+int cu_lm_precut(void) {
+    static int mode = -2;
+    return env_switch(&mode, "DSPARK_CUDA_LM_PRECUT", 0, 0) == 1;
 }
 
 int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,

@@ -313,8 +313,8 @@ struct cu_depth_scope {
 };
 
 extern thread_local int cu_pdl_off_depth;
-/* The late trigger: the tensor-core matmul and the decode attention let
-   the next kernel launch after their main loops instead of at their start
+/* The late trigger: the tensor-core matmul lets the next kernel launch
+   after its main loop instead of at its start
    (no result changes: a kernel's wait is for the whole previous grid
    wherever the trigger is). On while a cu_pdl_late_scope is open on the
    launching thread (the chained decode step, cuda_backend.cu), unless
@@ -520,10 +520,8 @@ int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dm
    against 295 at one); more than CU_CUT_ROWS rows take the normed rows in
    f32 through the plain matmul, which cuts them the same way. Other bits
    than the folded norm's (another rounding of the normed input), the same
-   in every batch. cu_lm_precut
-   sets it when set (for the tests) and returns the setting before (-1:
-   the default). */
-int cu_lm_precut(int set, int on);
+   in every batch. cu_lm_precut: whether it is on. */
+int cu_lm_precut(void);
 /* y = RMSNorm(x, gn, eps) . W^T (+ bias), without a separate norm pass */
 void cu_matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
                     const float *gn, float eps);
