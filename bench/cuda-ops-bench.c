@@ -17,9 +17,10 @@
  *                                      in L2 where it fits, DSPARK_BENCH_NORM=1 folds an
  *                                      RMSNorm into qkv, gate+up and the LM head and has
  *                                      the SwiGLU write its pre-cut copy, as the forward;
- *                                      DSPARK_BENCH_NORM=cut runs the plain store as the
- *                                      pre-cut LM head, DSPARK_CUDA_LM_PRECUT=1, does: the
- *                                      norm's kernel writing pre-cut rows, then the matmul) */
+ *                                      DSPARK_BENCH_NORM=cut runs that norm apart, as
+ *                                      DSPARK_CUDA_NORM_SPLIT has the forward do: its
+ *                                      kernel writing pre-cut rows and scales, then the
+ *                                      matmul from them) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -11,8 +11,9 @@
 # Steps:
 #   test                      scripts/test-cuda on the pack
 #   ops                       gate+up alone at 16 rows, with and without the folded norm
-#   lm                        the LM head alone at 1, 9 and 16 rows, folded norm against
-#                             the pre-cut rows (DSPARK_CUDA_LM_PRECUT=1's kernels)
+#   norm                      the LM head, gate+up and q/k/v alone at 1, 9 and 16 rows,
+#                             the folded norm against the norm run apart (DSPARK_BENCH_NORM=cut:
+#                             the kernels DSPARK_CUDA_NORM_SPLIT has the forward run)
 #   ab:NAME=VARS,NAME=VARS..  bench/cuda-ab.sh /tmp/m8 with a variant per NAME,
 #                             VARS as VAR=VALUE joined by ':' (none: the defaults),
 #                             led by @base for the baseline pack (build/devpack-base.tar.xz,
@@ -71,8 +72,8 @@ for s in "$@"; do
     ops)
         step "$n-ops" 20 sh -c "for b in 0 1; do DSPARK_BENCH_NORM=\$b $P/cuda-ops-bench 50 one gate+up 16; done"
         ;;
-    lm)
-        step "$n-lm" 30 sh -c "for r in 1 9 16; do for b in 1 cut 1 cut; do echo \"rows \$r, DSPARK_BENCH_NORM=\$b\"; DSPARK_BENCH_NORM=\$b $P/cuda-ops-bench 50 one lm_head \$r; done; done"
+    norm)
+        step "$n-norm" 90 sh -c "for mx in lm_head gate+up qkv; do for r in 1 9 16; do for b in 1 cut 1 cut; do echo \"\$mx, rows \$r, DSPARK_BENCH_NORM=\$b\"; DSPARK_BENCH_NORM=\$b $P/cuda-ops-bench 50 one \$mx \$r; done; done; done"
         ;;
     ab:*)
         wait $MODELS

@@ -43,6 +43,8 @@ struct cuda_ctx {
     int *tok, *pos, *d_len;          /* device: ids, positions, cache length before the batch */
     int *qkv_cnt;                    /* device: the fused q/k/v tail's per-head counts (cu_qkv_tail) */
     uint32_t *att_c, *gate_c;        /* device: att and gate pre-cut for o and down, CU_CUT_ROWS rows */
+    uint32_t *norm_c;                /* device: a norm run apart, its pre-cut rows (cu_norm_split), CU_CUT_ROWS */
+    float *norm_r;                   /* device: and its rows' scales */
     int *d_ids, *h_ids;              /* argmax or samples of the logits rows: device, pinned host */
     cu_am am;                        /* the split argmax's scratch for the logits rows */
     cu_sample_args *h_samp, *d_samp; /* the device sampler's arguments: pinned host, device */
@@ -300,6 +302,8 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
         cudaMalloc((void **)&x->d_len, sizeof(int)) != cudaSuccess ||
         cudaMalloc((void **)&x->att_c, sizeof(uint32_t) * CU_CUT_ROWS * QD) != cudaSuccess ||
         cudaMalloc((void **)&x->gate_c, sizeof(uint32_t) * CU_CUT_ROWS * I) != cudaSuccess ||
+        cudaMalloc((void **)&x->norm_c, sizeof(uint32_t) * CU_CUT_ROWS * H) != cudaSuccess ||
+        cudaMalloc((void **)&x->norm_r, sizeof(float) * CU_CUT_ROWS) != cudaSuccess ||
         cudaMalloc((void **)&x->qkv_cnt, sizeof(int) * cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads)) != cudaSuccess ||
         cudaMemset(x->qkv_cnt, 0, sizeof(int) * cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads)) != cudaSuccess ||
         cudaMalloc((void **)&x->d_ids, sizeof(int) * R) != cudaSuccess ||
@@ -382,6 +386,8 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
     cudaFree(x->qkv_cnt);
     cudaFree(x->att_c);
     cudaFree(x->gate_c);
+    cudaFree(x->norm_c);
+    cudaFree(x->norm_r);
     cudaFree(x->d_ids);
     cu_am_free(&x->am);
     if (x->h_ids) cudaFreeHost(x->h_ids);
@@ -511,18 +517,25 @@ static int mm(cuda_ctx *x, int epi, float *y, const float *in, int M, const dmat
    there (the host copies it out: chain_launch) */
 enum { OUT_LOGITS = 1, OUT_IDS = 2, OUT_SAMPLE = 4, OUT_CHAIN = 8 };
 
+/* The RMSNorm (weights gn) of M rows `in` ahead of a matmul of W run by
+   its own kernel where cu_norm_split says so for site (and the matmul
+   can take its input pre-cut): the rows' pre-cut products and scales in
+   norm_c and norm_r, returned as the matmul's cu_cut (in, r); else none
+   (the norm folded into the matmul). The same bits either way. */
+static cu_cut norm_apart(cuda_ctx *x, int site, const float *in, int M, const dmat *W, const float *gn) {
+    if (!cu_norm_split(site, M) || !cu_layer_takes_cut(x->gemm, W, M) || !cu_norm_cut_ok(W->K)) return cu_cut{};
+    cu_norm_cut(x->st, x->norm_c, x->norm_r, in, gn, M, W->K, x->m->cfg.rms_norm_eps);
+    return cu_cut{x->norm_c, NULL, x->norm_r};
+}
+
 /* logits[n] of the final-normed rows h[n] */
 static void lm_head(cuda_ctx *x, const float *h, int n) {
     const cuda_model *m = x->m;
     const model_config *c = &m->cfg;
-    /* cu_lm_precut: the pre-cut rows in gate_c (free after the last
-       layer's down); wider batches, or a gate_c too narrow, take the normed
-       rows in f32 (below), which the matmul cuts the same way: the same bits */
-    const int pre = cu_lm_precut();
-    if (pre && cu_takes_cut(&m->lm_head, n) && c->intermediate_size >= c->hidden_size) {
-        cu_rmsnorm_cut(x->st, x->gate_c, h, m->final_norm, n, c->hidden_size, c->rms_norm_eps);
-        cu_matmul_cut(x->st, x->logits, x->gate_c, n, &m->lm_head);
-    } else if (!pre && cu_fuses_norm(&m->lm_head)) {
+    const cu_cut pre = norm_apart(x, CU_NS_LM, h, n, &m->lm_head, m->final_norm);
+    if (pre.in) {
+        cu_matmul_cut(x->st, x->logits, pre.in, n, &m->lm_head, pre.r);
+    } else if (cu_fuses_norm(&m->lm_head)) {
         cu_matmul_norm(x->st, x->logits, h, n, &m->lm_head, NULL, m->final_norm, c->rms_norm_eps);
     } else {
         cu_rmsnorm(x->st, x->xb, h, m->final_norm, n, c->hidden_size, c->rms_norm_eps);
@@ -597,9 +610,10 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
                                               hd, x->cap, x->d_len, eps),
                             x->qkv_cnt};
         if (!(omit & OMIT_QKV)) {
+            const cu_cut qc = norm_apart(x, CU_NS_QKV, x->x, M, &L->wqkv, L->attn_norm);
             int fused = !cu_gemm_takes(x->gemm, &L->wqkv, M) &&
-                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail);
-            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
+                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail, qc);
+            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm, qc);
             mark(x, OP_QKV);
             if (!fused) cu_qkv_post_run(st, &tail.a, M);
             mark(x, OP_POST);
@@ -620,18 +634,20 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         }
         {
             cu_pdl_off serial; /* the o projection right after attention: see pdl_enabled */
-            if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL});
+            if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL, NULL});
         }
         mark(x, OP_O);
         uint32_t *gate_c = cu_layer_takes_cut(x->gemm, &L->wd, M) ? x->gate_c : NULL;
         {
             cu_swiglu_two two(cu_swiglu_two_for(spread)); /* (see there) */
-            if ((omit & OMIT_GU) ||
-                !mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, cu_cut{NULL, gate_c}))
+            cu_cut gc = {};
+            if (!(omit & OMIT_GU)) gc = norm_apart(x, CU_NS_GU, x->x, M, &L->wg, L->mlp_norm);
+            gc.out = gate_c;
+            if ((omit & OMIT_GU) || !mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, gc))
                 gate_c = NULL; /* (not written) */
         }
         mark(x, OP_GU);
-        if (!(omit & OMIT_DOWN)) mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL});
+        if (!(omit & OMIT_DOWN)) mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL, NULL});
         mark(x, OP_DOWN);
         if (b) copy_taps(x, b, l, row0, M, dev);
     }

@@ -124,6 +124,18 @@ int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const
  * tails) */
 int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int M, const void *w, const void *w2, int N, int K,
                          const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
+/* the folded norm run apart (cu_norm_cut, then the matmul from its pre-cut
+ * rows and scales; bf16 weights, 1-16 rows): mode 0 y = RMSNorm(x,
+ * gn).W^T (+ bias), mode 2 the SwiGLU with its pre-cut form into yc[M][N]
+ * (cuda_test_matmul_cut's layout); the folded norm's bits */
+int cuda_test_matmul_norm_apart(float *y, uint32_t *yc, const float *x, int M, const void *w, const void *w2, int N,
+                                int K, const float *bias, const float *gn, float eps, int mode, char *err,
+                                size_t errlen);
+/* sets where the forward runs its folded norms apart (cu_norm_split: a
+ * mask of 1 the attention norm, 2 the MLP norm, 4 the final norm, from
+ * batches of `rows` rows up; -1: as the environment says); returns the
+ * mask before */
+int cuda_test_norm_split(int sites, int rows);
 /* RMSNorm folded into the matmul: mode 0 y = RMSNorm(x, gn).W^T (+ bias);
  * mode 2 the SwiGLU of the normed input (K a multiple of 8, bf16 / f16) */
 int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,

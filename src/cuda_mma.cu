@@ -200,6 +200,10 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
    KS is a function of the matrix shape alone (mma_ks). */
 
 #define MMA_KS 8
+/* k_norm_cut's threads, and the shared memory its row may take (the
+   default limit: K up to 12,288) */
+#define NORM_CUT_THREADS 512
+#define NORM_CUT_SMEM (48 * 1024)
 /* chunks in flight per warp (k_mma's U): register-capped kernels (two
    for four tiles, the SwiGLU's at 1-8 rows under cu_swiglu_two: 128
    registers and no spills, where three would spill), up to
@@ -462,7 +466,9 @@ __device__ void qkv_tail(const cu_qkv_tail &t, int M, int m0, int R, int n0, int
    with r = 1/sqrt(mean(x^2) + eps): the warps square the raw values they
    load anyway, so the norm needs no kernel of its own, and every block
    computes r in the same fixed order (per lane in chunk order, lanes of a
-   row by butterfly, warps in order). */
+   row by butterfly, warps in order). PC: the input pre-cut (cut.in), its
+   rows scaled by cut.r when given (the norm run apart by k_norm_cut, which
+   cuts the same products and sums r in the same order). */
 template <typename T, int TILES, int MT, int EPI, int OCC, bool PC>
 __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y, const float *__restrict__ x,
                                                     const T *__restrict__ W, const T *__restrict__ W2,
@@ -541,7 +547,11 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
         for (int j = 0; j < MT; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) red[warp][(i * MT + j) * 4 + q][lane] = acc[i][j][q];
-    if (gn) {
+    /* the sums scaled by the rows' norm factors: folded here (gn), or run
+       apart (cut.r: cu_norm_cut's, the same factors; read where used, as a
+       flag kept live through the main loop cost the folded kernels registers) */
+#define MMA_SCALED (PC ? cut.r != nullptr : gn != nullptr)
+    if (!PC && gn) {
 #pragma unroll
         for (int j = 0; j < MT; j++) {
             float v = ss[j];
@@ -556,6 +566,8 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
             for (int w = 1; w < MMA_KS; w++) v += ssw[w][threadIdx.x];
             rr[threadIdx.x] = 1.0f / sqrtf(v / (float)K + eps);
         }
+    } else if (PC && cut.r && threadIdx.x < MT * 8) { /* the norm run apart: cu_norm_cut's scales */
+        rr[threadIdx.x] = m0 + (int)threadIdx.x < M ? cut.r[m0 + threadIdx.x] : 1.0f;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < OT * MT * 4 * 32; e += 32 * MMA_KS) {
@@ -565,14 +577,14 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
 #pragma unroll
         for (int w = 1; w < MMA_KS; w++) s += red[w][v][l];
         if (n >= N || m >= M) continue;
-        if (gn) s *= rr[m - m0];
+        if (MMA_SCALED) s *= rr[m - m0];
         float *dst = y + (size_t)m * N + n;
         if (EPI == MM_SWIGLU) {
             int vu = ((i + OT) * MT + j) * 4 + q;
             float u = red[0][vu][l];
 #pragma unroll
             for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
-            if (gn) u *= rr[m - m0];
+            if (MMA_SCALED) u *= rr[m - m0];
             const float v = s / (1.0f + expf(-s)) * u;
             *dst = v;
             if (cut.out) bf16_cut_put(cut.out + (size_t)m * N, n, v);
@@ -584,9 +596,96 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
     }
     if constexpr (EPI == MM_STORE)
         if (tail.cnt) qkv_tail(tail, M, m0, MT * 8, n0, OT * 16);
+#undef MMA_SCALED
+}
+
+/* The folded norm run apart (cu_norm_cut): block m takes row m. Its
+   threads load the row's 8-value groups (group p: k = 8p .. 8p+7, as lane
+   t of a lane quad loads it in chunk p / 4 of k_mma), keep the raw values
+   in shared memory and write the pre-cut products gn . x (bf16_cut2 of
+   each pair, the operands k_mma cuts from the same products); then lane
+   L = 4w + t of the first warp sums the squares of groups L, L + 32, ...:
+   warp w's chunks w, w + MMA_KS, ... at quad slot t, so exactly the
+   sequence lane (g, t) of warp w adds in k_mma; the quad by the same
+   butterfly, the warps in order, and the same expression for r. */
+__global__ void __launch_bounds__(NORM_CUT_THREADS) k_norm_cut(uint32_t *__restrict__ xc, float *__restrict__ r,
+                                                               const float *__restrict__ x,
+                                                               const float *__restrict__ gn, int K, float eps) {
+    static_assert(MMA_KS * 4 == 32, "a warp's lanes are k_mma's warps x quad slots");
+    DYN_SMEM(float4, row4); /* the raw row, K / 4 float4 */
+    pdl_trigger();
+    pdl_wait();
+    const int G = K / 8;
+    const float4 *xr = reinterpret_cast<const float4 *>(x + (size_t)blockIdx.x * K);
+    const float4 *g4 = reinterpret_cast<const float4 *>(gn);
+    uint4 *cr = reinterpret_cast<uint4 *>(xc + (size_t)blockIdx.x * K);
+    for (int p = threadIdx.x; p < G; p += NORM_CUT_THREADS) {
+        const float4 a = xr[2 * p], b = xr[2 * p + 1];
+        row4[2 * p] = a;
+        row4[2 * p + 1] = b;
+        const float4 va = mul4(a, g4[2 * p]), vb = mul4(b, g4[2 * p + 1]);
+        const bf16x2_cut c0 = bf16_cut2(va.x, va.y), c1 = bf16_cut2(va.z, va.w);
+        const bf16x2_cut c2 = bf16_cut2(vb.x, vb.y), c3 = bf16_cut2(vb.z, vb.w);
+        cr[2 * p] = make_uint4(c0.h, c0.l, c1.h, c1.l);
+        cr[2 * p + 1] = make_uint4(c2.h, c2.l, c3.h, c3.l);
+    }
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
+    const int L = threadIdx.x;
+    float v = 0.0f;
+    for (int p = L; p < G; p += 32) v = sumsq8(v, row4[2 * p], row4[2 * p + 1]);
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    float sum = __shfl_sync(0xffffffffu, v, 0);
+#pragma unroll
+    for (int w = 1; w < MMA_KS; w++) sum += __shfl_sync(0xffffffffu, v, 4 * w);
+    if (L == 0) r[blockIdx.x] = 1.0f / sqrtf(sum / (float)K + eps);
 }
 
 /* ---- launchers ----------------------------------------------------------- */
+
+int cu_norm_cut_ok(int K) { return K > 0 && K % 8 == 0 && (size_t)K * sizeof(float) <= NORM_CUT_SMEM; }
+void cu_norm_cut(cudaStream_t st, uint32_t *xc, float *r, const float *x, const float *gn, int M, int K, float eps) {
+    launch_smem(k_norm_cut, M, NORM_CUT_THREADS, sizeof(float) * (size_t)K, st, xc, r, x, gn, K, eps);
+}
+
+/* cu_norm_split's sites and least width: -1 until read from the
+   environment (or set by cu_norm_split_force) */
+static int g_ns_sites = -1, g_ns_rows = 9;
+static void norm_split_env(void) {
+    const char *e = getenv("DSPARK_CUDA_NORM_SPLIT"), *er = getenv("DSPARK_CUDA_NORM_SPLIT_ROWS");
+    int s = 0;
+    if (e && !strcmp(e, "all")) s = CU_NS_QKV | CU_NS_GU | CU_NS_LM;
+    else
+        for (const char *c = e ? e : ""; *c; c++) {
+            if (*c == 'q') s |= CU_NS_QKV;
+            else if (*c == 'g') s |= CU_NS_GU;
+            else if (*c == 'l') s |= CU_NS_LM;
+            else if (*c != ',' && *c != '0') {
+                fprintf(stderr, "dspark: DSPARK_CUDA_NORM_SPLIT: no site '%c' (q, g, l or all); ignored\n", *c);
+            }
+        }
+    const int rows = er ? atoi(er) : 9;
+    if (er && (rows < 1 || rows > CU_CUT_ROWS))
+        fprintf(stderr, "dspark: DSPARK_CUDA_NORM_SPLIT_ROWS=%s: not 1-%d; 9 taken\n", er, CU_CUT_ROWS);
+    g_ns_rows = rows >= 1 && rows <= CU_CUT_ROWS ? rows : 9;
+    g_ns_sites = s;
+}
+int cu_norm_split(int site, int M) {
+    if (g_ns_sites < 0) norm_split_env();
+    return (g_ns_sites & site) && M >= g_ns_rows && M <= CU_CUT_ROWS;
+}
+int cu_norm_split_force(int sites, int rows) {
+    if (g_ns_sites < 0) norm_split_env();
+    const int prev = g_ns_sites;
+    if (sites < 0) {
+        norm_split_env();
+    } else {
+        g_ns_sites = sites;
+        g_ns_rows = rows;
+    }
+    return prev;
+}
 
 void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
                  const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
@@ -658,7 +757,7 @@ int cu_mma_tiles_force(int n) {
 template <typename T, int TILES, int MT, int EPI, int OCC>
 static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
                    int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value && EPI != MM_SWIGLU && MT <= 2)
+    if constexpr (std::is_same<T, __nv_bfloat16>::value && MT <= 2)
         if (cut.in)
             return launch(k_mma<T, TILES, MT, EPI, OCC, true>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K,
                           gn, eps, tl, tiled, cut, cu_pdl_late());
@@ -749,13 +848,16 @@ static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const d
 int cu_fuses_norm(const dmat *W) { return !fma_forced() && W->K % 8 == 0 && (W->dt == DT_BF16 || W->dt == DT_F16); }
 
 int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
-                       const float *gn, float eps, const cu_qkv_tail *t) {
+                       const float *gn, float eps, const cu_qkv_tail *t, cu_cut cut) {
     static int off = -1; /* DSPARK_CUDA_QKV_TAIL=0: the separate kernel (for comparisons) */
     if (off < 0) off = env_is("DSPARK_CUDA_QKV_TAIL", "0");
+    const int pre = cut.in && cut.r; /* the norm run apart */
     if (off || !cu_fuses_norm(W) || M < 1 || M > 16 || t->a.hd % (16 * mma_tile_count(M, W, 0)) ||
-        t->a.hd > ATT_MAX_HD)
+        t->a.hd > ATT_MAX_HD || (pre && !cu_takes_cut(W, M)))
         return 0;
-    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
+    if (pre)
+        mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, t, cu_cut{cut.in, NULL, cut.r});
+    else if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
     else mma_tiles<__half, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
     return 1;
 }
@@ -783,25 +885,26 @@ int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M) {
     if (on < 0) on = !env_is("DSPARK_CUDA_CUT", "0");
     return on && cu_takes_cut(W, M) && !cu_gemm_takes(g, W, M);
 }
-template <int EPI>
-static int matmul_from_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias) {
+int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias) {
     if (!cu_takes_cut(W, M)) return -1;
-    mma_tiles<__nv_bfloat16, EPI>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, cu_cut{xc, NULL});
+    mma_tiles<__nv_bfloat16, MM_ADD>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, cu_cut{xc, NULL, NULL});
     return 0;
 }
-int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias) {
-    return matmul_from_cut<MM_ADD>(st, y, xc, M, W, bias);
-}
-int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W) {
-    return matmul_from_cut<MM_STORE>(st, y, xc, M, W, NULL);
-}
-int cu_lm_precut(void) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_LM_PRECUT", 0, 0) == 1;
+int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *r) {
+    if (!cu_takes_cut(W, M)) return -1;
+    mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, NULL, NULL, 0.0f, NULL, cu_cut{xc, NULL, r});
+    return 0;
 }
 
 int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut) {
+    if (cut.in && cut.r && gn && cu_layer_takes_cut(g, W, M)) { /* the norm run apart (cu_norm_cut) */
+        const cu_cut c = {cut.in, epi == MM_SWIGLU ? cut.out : NULL, cut.r};
+        if (epi == MM_SWIGLU) mma_tiles<__nv_bfloat16, MM_SWIGLU>(st, y, NULL, M, W, W2, NULL, NULL, 0.0f, NULL, c);
+        else if (epi == MM_ADD) mma_tiles<__nv_bfloat16, MM_ADD>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, c);
+        else mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, c);
+        return c.out != NULL;
+    }
     if (cut.in && epi == MM_ADD && !gn && cu_layer_takes_cut(g, W, M)) {
         cu_matmul_add_cut(st, y, cut.in, M, W, bias);
         return 0;

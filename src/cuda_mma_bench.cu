@@ -35,17 +35,22 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
        kernel's own cost with the forward's epilogue, apart from the chain
        around it) */
     const int fwd = env_is("DSPARK_BENCH_NORM", "1") && (mode == 0 || mode == 2);
-    /* DSPARK_BENCH_NORM=cut: the plain store as the pre-cut LM head runs
-       it (cu_lm_precut): the norm's own kernel writing the pre-cut rows,
-       then the matmul from them, both timed */
-    const int pcut = env_is("DSPARK_BENCH_NORM", "cut") && mode == 0 && M <= CU_CUT_ROWS;
+    /* DSPARK_BENCH_NORM=cut: the plain store and the SwiGLU with the norm
+       run apart, as cu_norm_split has the forward run it: cu_norm_cut
+       writing the pre-cut rows and scales, then the matmul from them (the
+       SwiGLU writing its pre-cut copy), both timed */
+    const int pcut = env_is("DSPARK_BENCH_NORM", "cut") && (mode == 0 || mode == 2) && M <= CU_CUT_ROWS &&
+                     cu_norm_cut_ok(K);
     __nv_bfloat16 *w;
-    float *x, *y, *gn = NULL;
-    uint32_t *yc = NULL;
+    float *x, *y, *gn = NULL, *rs = NULL;
+    uint32_t *yc = NULL, *xc = NULL;
     CK(cudaMalloc((void **)&w, wn * 2 * nw * copies));
     CK(cudaMalloc((void **)&x, sizeof(float) * (size_t)M * K));
     CK(cudaMalloc((void **)&y, sizeof(float) * (size_t)M * N));
-    if (pcut) CK(cudaMalloc((void **)&yc, sizeof(uint32_t) * (size_t)M * K));
+    if (pcut) {
+        CK(cudaMalloc((void **)&xc, sizeof(uint32_t) * (size_t)M * K));
+        CK(cudaMalloc((void **)&rs, sizeof(float) * (size_t)M));
+    }
     if (fwd || pcut) {
         CK(cudaMalloc((void **)&gn, sizeof(float) * K));
         float *ones = (float *)xmalloc(sizeof(float) * K);
@@ -83,8 +88,9 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
         if (Mg) cu_gemm_matmul(gm, st, MM_STORE, y, x, Mg, &W, NULL, NULL, NULL, 0);
         if (Mg == M) continue;
         if (pcut) {
-            cu_rmsnorm_cut(st, yc, x, gn, M, K, 1e-6f);
-            cu_matmul_cut(st, y, yc, M, &W);
+            cu_norm_cut(st, xc, rs, x, gn, M, K, 1e-6f);
+            cu_layer_matmul(st, NULL, mode == 2 ? MM_SWIGLU : MM_STORE, y, NULL, M, &W, &W2, NULL, gn, 1e-6f, NULL,
+                            cu_cut{xc, yc, rs});
         } else if (mode == 3) cu_matmul_fma(st, y, x, M, &W);
         else if (mode == 2 && fwd) cu_matmul_swiglu_norm(st, y, x, M, &W, &W2, gn, 1e-6f, yc);
         else if (mode == 2) cu_matmul_swiglu(st, y, x, M, &W, &W2);
@@ -108,6 +114,8 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
     cudaFree(y);
     cudaFree(gn);
     cudaFree(yc);
+    cudaFree(xc);
+    cudaFree(rs);
     if (e != cudaSuccess) return ds_err(err, errlen, "CUDA: matmul benchmark: %s", cudaGetErrorString(e));
     *us = 1000.0 * ms / reps;
     return 0;

@@ -24,13 +24,13 @@ thread_local int cu_pdl_off_depth = 0;
 thread_local int cu_pdl_late_depth = 0;
 
 /* one block (256 threads) per row; fixed strided partial sums, then a
-   fixed tree; y (or NULL) the rows, yc (or NULL) their pre-cut form */
-__global__ void k_rmsnorm(float *y, const float *x, const float *w, int D, float eps, uint32_t *yc) {
+   fixed tree */
+__global__ void k_rmsnorm(float *y, const float *x, const float *w, int D, float eps) {
     pdl_trigger();
     pdl_wait();
     __shared__ float part[256];
     const float *xr = x + (size_t)blockIdx.x * D;
-    float *yr = y ? y + (size_t)blockIdx.x * D : NULL;
+    float *yr = y + (size_t)blockIdx.x * D;
     float s = 0.0f;
     for (int i = threadIdx.x; i < D; i += blockDim.x) s = fmaf(xr[i], xr[i], s);
     part[threadIdx.x] = s;
@@ -40,12 +40,7 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, int D, float
         __syncthreads();
     }
     float r = 1.0f / sqrtf(part[0] / (float)D + eps);
-    uint32_t *cr = yc ? yc + (size_t)blockIdx.x * D : NULL;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        const float v = w[i] * (xr[i] * r);
-        if (y) yr[i] = v;
-        if (cr) bf16_cut_put(cr, i, v);
-    }
+    for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w[i] * (xr[i] * r);
 }
 
 int cu_code_arch(char *err, size_t errlen) {
@@ -233,10 +228,7 @@ void cu_chain_next(cudaStream_t st, int *tok, int *pos, int *len, const int *ids
 }
 
 void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps) {
-    launch(k_rmsnorm, M, 256, st, y, x, w, D, eps, (uint32_t *)NULL);
-}
-void cu_rmsnorm_cut(cudaStream_t st, uint32_t *yc, const float *x, const float *w, int M, int D, float eps) {
-    launch(k_rmsnorm, M, 256, st, (float *)NULL, x, w, D, eps, yc);
+    launch(k_rmsnorm, M, 256, st, y, x, w, D, eps);
 }
 
 void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M) {

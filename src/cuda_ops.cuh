@@ -108,10 +108,14 @@ __device__ __forceinline__ bf16x2_cut bf16_cut2(float x0, float x1) {
 }
 
 /* a matmul's pre-cut input (in, for cu_matmul_add_cut) or the pre-cut
-   copy of its output that the SwiGLU epilogue writes (out); NULL: none */
+   copy of its output that the SwiGLU epilogue writes (out); NULL: none.
+   r (or NULL): with in, the rows' RMSNorm scales from cu_norm_cut, in
+   being the norm weights times the rows, pre-cut: the matmul scales its
+   sums by them as the folded norm does (the folded norm's bits). */
 struct cu_cut {
     const uint32_t *in;
     uint32_t *out;
+    const float *r;
 };
 
 /* An activation row cut ahead of its matmul (the pre-cut input of
@@ -508,20 +512,37 @@ int cu_takes_cut(const dmat *W, int M);
    as the f32 input's, so the same bits); -1 and nothing enqueued unless
    cu_takes_cut(W, M) */
 int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias);
-/* y = x . W^T from the input's pre-cut form xc alone; -1 and nothing
-   enqueued unless cu_takes_cut(W, M) */
-int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W);
-/* The LM head from pre-cut rows (DSPARK_CUDA_LM_PRECUT=1; off by default,
-   not yet measured): the final RMSNorm as its own one-block-a-row kernel
-   writing the normed rows' pre-cut form, and the LM head's matmul taking
-   them as o and down take theirs, instead of folding the norm in and
-   cutting the activations in every block (at 9-16 rows the LM head's
-   blocks spend most of their instructions there: 433 us at 16 rows
-   against 295 at one); more than CU_CUT_ROWS rows take the normed rows in
-   f32 through the plain matmul, which cuts them the same way. Other bits
-   than the folded norm's (another rounding of the normed input), the same
-   in every batch. cu_lm_precut: whether it is on. */
-int cu_lm_precut(void);
+/* y = x . W^T from the input's pre-cut form xc alone, each row's sums
+   times r[m] when r is not NULL (cu_norm_cut's scales: then the folded
+   norm's bits); -1 and nothing enqueued unless cu_takes_cut(W, M) */
+int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *r = NULL);
+/* The folded RMSNorm's own kernel (cu_norm_split): for each of M rows of
+   x[M][K], r[m] = 1/sqrt(mean(x^2) + eps) summed in exactly the folded
+   norm's order (k_mma: each warp's lane quads over their chunks, the
+   quad by butterfly, the warps in order), and xc[m] the pre-cut form
+   (bf16_cut_put's layout) of gn . x, the products the folded norm's blocks
+   cut themselves. A matmul from cu_cut{xc, .., r} multiplies the same
+   operands in the same order and scales by the same r: the folded norm's
+   bits, so the choice may follow the batch width. Needs K % 8 == 0 and
+   cu_norm_cut_ok(K) (the row fits the block's shared memory). */
+void cu_norm_cut(cudaStream_t st, uint32_t *xc, float *r, const float *x, const float *gn, int M, int K, float eps);
+int cu_norm_cut_ok(int K);
+/* Where the forward runs a folded norm as cu_norm_cut ahead of its
+   matmul (the matmul then takes its input pre-cut, no norm and no cut in
+   its blocks; the same bits): at 9-16 rows a folded-norm block spends most
+   of its instructions on the norm's products and squares and the cut
+   (gate+up alone 51.4 us without the norm, 74.7 with it, at 16 rows),
+   which every block repeats for the whole input. Sites: CU_NS_QKV (the
+   attention norm before q/k/v), CU_NS_GU (the MLP norm before gate+up),
+   CU_NS_LM (the final norm before the LM head). Off by default (not yet
+   measured); DSPARK_CUDA_NORM_SPLIT names the sites (letters q, g, l, or
+   "all"), DSPARK_CUDA_NORM_SPLIT_ROWS the least batch width (default 9,
+   at most CU_CUT_ROWS). cu_norm_split: whether site's norm runs apart for
+   M rows; cu_norm_split_force: the tests' override (sites -1: the
+   environment's again), returning the sites before. */
+enum { CU_NS_QKV = 1, CU_NS_GU = 2, CU_NS_LM = 4 };
+int cu_norm_split(int site, int M);
+int cu_norm_split_force(int sites, int rows);
 /* y = RMSNorm(x, gn, eps) . W^T (+ bias), without a separate norm pass */
 void cu_matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
                     const float *gn, float eps);
@@ -532,8 +553,6 @@ void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, con
                            const float *gn, float eps, uint32_t *yc);
 /* y = RMSNorm(x, w) per row of D */
 void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps);
-/* cu_rmsnorm's rows in their pre-cut form yc[M][D] alone (bf16_cut_put) */
-void cu_rmsnorm_cut(cudaStream_t st, uint32_t *yc, const float *x, const float *w, int M, int D, float eps);
 /* out[M][H] = E[tok[m]] widened */
 void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M);
 /* q[M][nh][hd], k/v[M][nkv][hd] of the rows at positions pos[]: q/k get
@@ -576,9 +595,10 @@ static inline int cu_qkv_tail_cnt(int nh, int nkv) { return nh + 2 * nkv; }
 /* y = RMSNorm(x, gn) . W^T + bias (W: the fused q/k/v projection) and the
    tail t; 1 when the tensor-core kernel takes it (M <= 16 rows in head-
    aligned column tiles), else 0 and nothing is enqueued. DSPARK_CUDA_QKV_TAIL=0
-   turns it off (for comparisons). */
+   turns it off (for comparisons). cut.in and cut.r (or NULL): the norm
+   already run by cu_norm_cut (x then unused; the same bits). */
 int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
-                       const float *gn, float eps, const cu_qkv_tail *t);
+                       const float *gn, float eps, const cu_qkv_tail *t, cu_cut cut = cu_cut{});
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
@@ -754,9 +774,12 @@ int cu_gemm_check(cu_gemm *g, char *err, size_t errlen);
    first. With gn, only MM_STORE and MM_SWIGLU occur in the forward.
    cut.in (or NULL): x's pre-cut form as well, taken by a residual add
    without a norm where cu_layer_takes_cut says so (the same bits as from
-   x); cut.out (or NULL): where a SwiGLU writes y's pre-cut form when its
-   kernel can (the folded-norm tensor-core kernel, no cuBLAS groups).
-   Returns 1 when cut.out was written, else 0. */
+   x); with gn, cut.in and cut.r: the norm already run by cu_norm_cut
+   (any epilogue; where cu_layer_takes_cut says so, as the forward checks
+   before running it); cut.out (or NULL): where a SwiGLU writes y's pre-cut
+   form when its kernel can (the tensor-core kernel with the norm folded
+   in or run apart, no cuBLAS groups). Returns 1 when cut.out was written,
+   else 0. */
 int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut);
 /* whether cu_layer_matmul takes M rows of W from a pre-cut input:

@@ -263,6 +263,42 @@ extern "C" int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int 
     return rc;
 }
 
+/* The folded norm run apart (cu_norm_cut, then the matmul from its pre-cut
+   rows and scales, as cu_norm_split has the forward run it), bf16
+   weights: mode 0 y = RMSNorm(x, gn) . W^T (+ bias), mode 2 the SwiGLU
+   with its pre-cut copy into yc[M][N] */
+extern "C" int cuda_test_matmul_norm_apart(float *y, uint32_t *yc, const float *x, int M, const void *w,
+                                           const void *w2, int N, int K, const float *bias, const float *gn, float eps,
+                                           int mode, char *err, size_t errlen) {
+    float *dx, *dy, *db = NULL, *dg, *dr;
+    uint32_t *dxc, *dyc = NULL;
+    void *dw, *dw2 = NULL;
+    const size_t wb = (size_t)N * K * 2, yn = (size_t)M * N;
+    dmat W = {NULL, DT_BF16, N, K};
+    if (!cu_takes_cut(&W, M) || !cu_norm_cut_ok(K) || (mode == 2 && (!w2 || N % 8)) || (mode != 0 && mode != 2))
+        return ds_err(err, errlen, "no norm apart for mode %d, %d rows of %d x %d", mode, M, N, K);
+    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, (float *)NULL, yn, err, errlen) ||
+        dup_to_dev(&dg, gn, (size_t)K, err, errlen) || dup_to_dev(&dr, (float *)NULL, (size_t)M, err, errlen) ||
+        dup_to_dev(&dxc, (uint32_t *)NULL, (size_t)M * K, err, errlen) ||
+        (mode == 2 && dup_to_dev(&dyc, (uint32_t *)NULL, yn, err, errlen)) ||
+        (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)))
+        return -1;
+    if (weights_to_dev(&dw, &dw2, w, mode == 2 ? w2 : NULL, wb, err, errlen)) return -1;
+    W.p = dw;
+    dmat W2 = {dw2, DT_BF16, N, K};
+    cu_norm_cut(0, dxc, dr, dx, dg, M, K, eps);
+    const int wrote = cu_layer_matmul(0, NULL, mode == 2 ? MM_SWIGLU : MM_STORE, dy, NULL, M, &W, &W2, db, dg, eps, NULL,
+                                      cu_cut{dxc, dyc, dr});
+    int rc = mode == 2 && !wrote ? ds_err(err, errlen, "the SwiGLU's pre-cut copy was not written") : 0;
+    CK_LAUNCH();
+    CK(cudaMemcpy(y, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost));
+    if (mode == 2) CK(cudaMemcpy(yc, dyc, sizeof(uint32_t) * yn, cudaMemcpyDeviceToHost));
+    void *bufs[] = {dx, dy, db, dg, dr, dxc, dyc, dw, dw2};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    return rc;
+}
+extern "C" int cuda_test_norm_split(int sites, int rows) { return cu_norm_split_force(sites, rows); }
+
 /* the prefill path: cuBLAS for whole groups of cu_gemm_rows() rows, the
    kernels for the rest; mode and gn as above (gn NULL: no norm) */
 extern "C" int cuda_test_matmul_prefill(float *y, const float *x, int M, const void *w, const void *w2, int N, int K,

@@ -536,6 +536,47 @@ TEST(cuda_matmul_cut_same_bits) {
     }
 }
 
+/* The folded norm run apart (cu_norm_split's path: cu_norm_cut, then the
+   matmul from its pre-cut rows and scales) gives the folded norm's bits:
+   the plain store with a bias (q/k/v, the LM head) and the SwiGLU with its
+   pre-cut copy, 1-16 rows, widths off the tiles, K from one chunk a warp
+   to the 8B shape's hidden size and past it. */
+TEST(cuda_norm_apart_same_bits) {
+    if (!have_gpu()) return;
+    const int shapes[][3] = {{1, 64, 64}, {2, 200, 264}, {8, 96, 1000}, {9, 136, 520}, {16, 512, 4096}, {13, 40, 72},
+                             {16, 1000, 6144}};
+    char err[512];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        float *x = xmalloc(sizeof(float) * M * K), *g = xmalloc(sizeof(float) * K), *b = xmalloc(sizeof(float) * N);
+        float *w1 = xmalloc(sizeof(float) * N * K), *w2 = xmalloc(sizeof(float) * N * K);
+        float *ya = xmalloc(sizeof(float) * M * N), *yb = xmalloc(sizeof(float) * M * N);
+        uint32_t *ca = xmalloc(sizeof(uint32_t) * M * N), *cb = xmalloc(sizeof(uint32_t) * M * N);
+        fill(x, (size_t)M * K, 3.0f);
+        for (int i = 0; i < K; i++) g[i] = 1.0f + frand() * 0.5f;
+        fill(w1, (size_t)N * K, 0.1f);
+        fill(w2, (size_t)N * K, 0.1f);
+        fill(b, (size_t)N, 0.5f);
+        void *p1 = make_weights(DT_BF16, w1, (size_t)N * K), *p2 = make_weights(DT_BF16, w2, (size_t)N * K);
+        CHECK_MSG(cuda_test_matmul_norm(ya, x, M, p1, NULL, DT_BF16, N, K, b, g, 1e-6f, 0, err, sizeof err) == 0, "%s",
+                  err);
+        CHECK_MSG(cuda_test_matmul_norm_apart(yb, NULL, x, M, p1, NULL, N, K, b, g, 1e-6f, 0, err, sizeof err) == 0,
+                  "%s", err);
+        CHECK_MSG(!memcmp(ya, yb, sizeof(float) * M * N), "M=%d N=%d K=%d: the norm apart gives other bits", M, N, K);
+        if (N % 8 == 0) {
+            memset(ca, 0xff, sizeof(uint32_t) * M * N);
+            memset(cb, 0xee, sizeof(uint32_t) * M * N);
+            CHECK_MSG(cuda_test_matmul_cut(ya, ca, x, M, p1, p2, N, K, NULL, g, 1e-6f, 2, err, sizeof err) == 0, "%s",
+                      err);
+            CHECK_MSG(cuda_test_matmul_norm_apart(yb, cb, x, M, p1, p2, N, K, NULL, g, 1e-6f, 2, err, sizeof err) == 0,
+                      "%s", err);
+            CHECK_MSG(!memcmp(ya, yb, sizeof(float) * M * N) && !memcmp(ca, cb, sizeof(uint32_t) * M * N),
+                      "M=%d N=%d K=%d: the SwiGLU with the norm apart gives other bits", M, N, K);
+        }
+        free(x), free(g), free(b), free(w1), free(w2), free(ya), free(yb), free(ca), free(cb), free(p1), free(p2);
+    }
+}
+
 /* The SwiGLU matmul of 1-8 rows run two blocks an SM (cu_swiglu_two, the
    forward's choice for short caches) gives the bits of one block an SM,
    its pre-cut copy included, on shapes off the tile sizes; 9-16 rows,

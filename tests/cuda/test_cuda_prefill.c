@@ -4,8 +4,9 @@
  * the same whether it is prefilled in one call or in calls of 128 rows (as
  * speculative decoding prefills for a drafter that reads taps): the same
  * logits bits at the end of the prompt and the same greedy continuation.
- * And the whole path against the CPU within the golden tolerance. Built
- * only by `make test-cuda`. */
+ * And the whole path against the CPU within the golden tolerance. Also:
+ * the folded norms run apart (cu_norm_split) give a forward the same bits.
+ * Built only by `make test-cuda`. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,4 +95,57 @@ TEST(cuda_prefill_chunking_same_cache) {
     free(la), free(lb), free(lc);
     model_free(mg);
     model_free(mc);
+}
+
+/* the logits of every row of a k-row batch after a 40-token prompt, in a
+   context of its own (its graphs captured with the switches as they are) */
+static int batch_logits(model *m, const int *prompt, int k, float *logits, char *err, size_t errlen) {
+    model_ctx *c;
+    if (mctx_create(&c, m, 256, 16, NULL, err, errlen) != 0) return -1;
+    model_batch p = {.n = 40, .tokens = prompt, .n_logits = 1, .logits = logits};
+    int rc = model_forward(c, &p, err, errlen);
+    model_batch b = {.n = k, .tokens = prompt + 40, .n_logits = k, .logits = logits};
+    if (!rc) rc = model_forward(c, &b, err, errlen);
+    mctx_free(c);
+    return rc;
+}
+
+/* The folded norms run apart (cu_norm_split: the attention, MLP and final
+   norms by their own kernel, the matmuls from its pre-cut rows and scales)
+   give a forward the folded norms' bits, at every width from one row:
+   so the switch may follow the batch width without a verified row ever
+   differing from the row decoded alone. */
+TEST(cuda_norm_split_forward_same_bits) {
+    if (cuda_device_count() <= 0) {
+        test_fail(__FILE__, __LINE__, "no CUDA device visible (make test-cuda needs a GPU)");
+        return;
+    }
+    char dir[1024], err[1024];
+    snprintf(dir, sizeof dir, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
+    model *m;
+    model_load_opts gpu = {.device = "cuda"};
+    if (model_load(&m, dir, &gpu, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return;
+    }
+    const int V = model_cfg(m)->vocab_size;
+    int prompt[56];
+    uint32_t r = 777u;
+    for (int i = 0; i < 56; i++) {
+        r = r * 1664525u + 1013904223u;
+        prompt[i] = (int)((r >> 8) % 6000u);
+    }
+    float *la = xmalloc(sizeof(float) * 16 * V), *lb = xmalloc(sizeof(float) * 16 * V);
+    const int ks[] = {1, 5, 9, 16};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        const int k = ks[i];
+        cuda_test_norm_split(0, 9);
+        CHECK_MSG(batch_logits(m, prompt, k, la, err, sizeof err) == 0, "%s", err);
+        cuda_test_norm_split(1 | 2 | 4, 1);
+        CHECK_MSG(batch_logits(m, prompt, k, lb, err, sizeof err) == 0, "%s", err);
+        CHECK_MSG(!memcmp(la, lb, sizeof(float) * k * V), "%d rows: the norms run apart give other logits", k);
+    }
+    cuda_test_norm_split(-1, 0);
+    free(la), free(lb);
+    model_free(m);
 }

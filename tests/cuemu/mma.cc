@@ -5,7 +5,8 @@
 // two and four tiles a block; the plain store with a bias, the residual
 // add, the SwiGLU, a folded RMSNorm; row-major and tile-major weights. And
 // the q/k/v projection's fused tail (run_qkv), the pre-cut add (run_cut),
-// the embedding (run_embed) and RMSNorm.
+// the folded norm run apart (run_norm_split), the embedding (run_embed) and
+// RMSNorm.
 #include "../../src/cuda_mma.cu"
 #include "../../src/cuda_ops.cu"
 
@@ -139,13 +140,20 @@ static void run_qkv(int M, int nh, int nkv, int hd, int H) {
     struct out {
         std::vector<float> y, q, kc, vc;
     };
-    auto go = [&](bool fused) {
+    auto go = [&](int how) { /* 0 separate, 1 fused, 2 fused with the norm apart */
         out o{std::vector<float>((size_t)M * N, NAN), std::vector<float>((size_t)M * nh * hd, NAN),
               std::vector<float>((size_t)nkv * cap * hd, 0.0f), std::vector<float>((size_t)nkv * cap * hd, 0.0f)};
         cu_qkv_tail t = {cu_qkv_fused_args(o.q.data(), o.y.data(), o.kc.data(), o.vc.data(), qn.data(), kn.data(),
                                            pos.data(), inv.data(), nh, nkv, hd, cap, &n_past, 1e-6f),
                          cnt.data()};
-        if (fused) {
+        if (how == 2) {
+            std::vector<uint32_t> xc((size_t)M * H);
+            std::vector<float> r(M);
+            cu_norm_cut(NULL, xc.data(), r.data(), x.data(), gn.data(), M, H, 1e-6f);
+            EXPECT(cu_matmul_norm_qkv(NULL, o.y.data(), NULL, M, &W.d, bias.data(), gn.data(), 1e-6f, &t,
+                                      cu_cut{xc.data(), NULL, r.data()}),
+                   "%s: the fused kernel did not take the norm apart", what);
+        } else if (how == 1) {
             EXPECT(cu_matmul_norm_qkv(NULL, o.y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f, &t),
                    "%s: the fused kernel did not take it", what);
         } else {
@@ -154,14 +162,17 @@ static void run_qkv(int M, int nh, int nkv, int hd, int H) {
         }
         return o;
     };
-    const out sep = go(false), f = go(true);
-    EXPECT(!memcmp(f.y.data(), sep.y.data(), sizeof(float) * f.y.size()) &&
-               !memcmp(f.q.data(), sep.q.data(), sizeof(float) * f.q.size()) &&
-               !memcmp(f.kc.data(), sep.kc.data(), sizeof(float) * f.kc.size()) &&
-               !memcmp(f.vc.data(), sep.vc.data(), sizeof(float) * f.vc.size()),
-           "%s: the fused tail differs from the separate kernel", what);
-    for (int c : cnt) EXPECT(c == 0, "%s: a head's count left at %d", what, c);
-    printf("  %-44s fused = separate\n", what);
+    const out sep = go(0);
+    for (int how = 1; how <= 2; how++) {
+        const out f = go(how);
+        EXPECT(!memcmp(f.y.data(), sep.y.data(), sizeof(float) * f.y.size()) &&
+                   !memcmp(f.q.data(), sep.q.data(), sizeof(float) * f.q.size()) &&
+                   !memcmp(f.kc.data(), sep.kc.data(), sizeof(float) * f.kc.size()) &&
+                   !memcmp(f.vc.data(), sep.vc.data(), sizeof(float) * f.vc.size()),
+               "%s: the fused tail%s differs from the separate kernel", what, how == 2 ? " with the norm apart" : "");
+        for (int c : cnt) EXPECT(c == 0, "%s: a head's count left at %d", what, c);
+    }
+    printf("  %-44s fused = separate (and with the norm apart)\n", what);
 }
 
 /* The residual add from pre-cut inputs (cu_matmul_add_cut: each value's
@@ -190,49 +201,63 @@ static void run_cut(int M, int N, int K) {
     printf("  %-44s the f32 rows' bits\n", what);
 }
 
-/* The LM head from pre-cut rows (cu_lm_precut: cu_rmsnorm_cut, then
-   cu_matmul_cut): the pre-cut words are bf16_cut_put of cu_rmsnorm's rows,
-   the logits within 2e-5 of a double reference of RMSNorm(x) . W^T, the
-   same bits at every tile count, and each row alone the batch's bits. */
-static void run_lm_precut(int M, int N, int K) {
-    mat W(N, K, true);
-    std::vector<float> x((size_t)M * K), gn(K), xn((size_t)M * K);
+/* The folded norm run apart (cu_norm_split's path: cu_norm_cut, then the
+   matmul from its pre-cut rows and scales): the pre-cut words are
+   bf16_cut_put of gn . x, the scales within 1e-6 of a double reference,
+   and the matmul gives the folded norm's bits (the plain store with a bias
+   and the SwiGLU with its pre-cut copy) at every tile count. */
+static void run_norm_split(int M, int N, int K, int epi) {
+    mat W(N, K, true), W2(N, K, true);
+    std::vector<float> x((size_t)M * K), gn(K), bias(N), r(M, NAN);
     for (float &v : x) v = 4.0f * frand();
     for (float &v : gn) v = 1.0f + 0.5f * frand();
+    for (float &v : bias) v = frand();
     char what[96];
-    snprintf(what, sizeof what, "pre-cut LM head M=%d N=%d K=%d", M, N, K);
+    snprintf(what, sizeof what, "norm apart M=%d N=%d K=%d %s", M, N, K, epi == GLU ? "swiglu" : "store");
+    EXPECT(cu_norm_cut_ok(K), "%s: refused", what);
     std::vector<uint32_t> xc((size_t)M * K, 0xdeadbeefu), want((size_t)M * K);
-    cu_rmsnorm_cut(NULL, xc.data(), x.data(), gn.data(), M, K, 1e-6f);
-    cu_rmsnorm(NULL, xn.data(), x.data(), gn.data(), M, K, 1e-6f);
-    for (int m = 0; m < M; m++)
-        for (int k = 0; k < K; k++) bf16_cut_put(want.data() + (size_t)m * K, k, xn[(size_t)m * K + k]);
-    EXPECT(!memcmp(xc.data(), want.data(), 4 * want.size()), "%s: the pre-cut rows are not the normed rows' cut", what);
-    const mcase c = {M, N, K, ST, 1, 1};
-    const std::vector<double> ref = reference(c, x, W, W, {}, gn, {});
-    std::vector<float> first;
+    cu_norm_cut(NULL, xc.data(), r.data(), x.data(), gn.data(), M, K, 1e-6f);
+    for (int m = 0; m < M; m++) {
+        double ss = 0;
+        for (int k = 0; k < K; k++) {
+            const float v = x[(size_t)m * K + k];
+            ss += (double)v * v;
+            bf16_cut_put(want.data() + (size_t)m * K, k, v * gn[k]);
+        }
+        const double rd = 1.0 / sqrt(ss / K + 1e-6);
+        EXPECT(fabs(r[m] - rd) <= 1e-6 * rd, "%s: row %d's scale %.9g, the reference %.9g", what, m, r[m], rd);
+    }
+    EXPECT(!memcmp(xc.data(), want.data(), 4 * want.size()), "%s: the pre-cut rows are not gn . x cut", what);
     for (int tiles : {1, 2, 4}) {
+        if (epi == GLU && tiles == 1) continue;
         cu_mma_tiles_force(tiles);
-        std::vector<float> y((size_t)M * N, NAN);
-        EXPECT(cu_matmul_cut(NULL, y.data(), xc.data(), M, &W.d) == 0, "%s: refused", what);
-        const double rel = rel_off(y, ref);
-        EXPECT(rel < 2e-5, "%s, %d tiles: off the reference by %.3g", what, tiles, rel);
-        if (first.empty()) first = y;
-        else
-            EXPECT(!memcmp(first.data(), y.data(), sizeof(float) * y.size()), "%s: %d tiles a block give other bits",
+        std::vector<float> yf((size_t)M * N, NAN), ys((size_t)M * N, NAN);
+        std::vector<uint32_t> cf((size_t)M * N, 1u), cs((size_t)M * N, 2u);
+        if (epi == GLU) {
+            cu_matmul_swiglu_norm(NULL, yf.data(), x.data(), M, &W.d, &W2.d, gn.data(), 1e-6f, cf.data());
+            EXPECT(cu_layer_matmul(NULL, NULL, MM_SWIGLU, ys.data(), NULL, M, &W.d, &W2.d, NULL, gn.data(), 1e-6f, NULL,
+                                   cu_cut{xc.data(), cs.data(), r.data()}) == 1,
+                   "%s: the SwiGLU's pre-cut copy not written", what);
+            EXPECT(!memcmp(cf.data(), cs.data(), 4 * cf.size()), "%s, %d tiles: the SwiGLU's pre-cut copy differs",
                    what, tiles);
+        } else {
+            cu_matmul_norm(NULL, yf.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f);
+            EXPECT(cu_layer_matmul(NULL, NULL, MM_STORE, ys.data(), NULL, M, &W.d, NULL, bias.data(), gn.data(), 1e-6f,
+                                   NULL, cu_cut{xc.data(), NULL, r.data()}) == 0,
+                   "%s: a pre-cut copy reported", what);
+        }
+        EXPECT(!memcmp(yf.data(), ys.data(), sizeof(float) * yf.size()), "%s, %d tiles: not the folded norm's bits",
+               what, tiles);
+        if (epi != GLU) { /* the LM head's entry point: the same */
+            std::vector<float> yl((size_t)M * N, NAN);
+            cu_matmul_norm(NULL, yf.data(), x.data(), M, &W.d, NULL, gn.data(), 1e-6f);
+            EXPECT(cu_matmul_cut(NULL, yl.data(), xc.data(), M, &W.d, r.data()) == 0, "%s: refused", what);
+            EXPECT(!memcmp(yf.data(), yl.data(), sizeof(float) * yf.size()),
+                   "%s, %d tiles: cu_matmul_cut is not the folded norm's bits", what, tiles);
+        }
     }
     cu_mma_tiles_force(0);
-    /* the normed rows in f32 through the plain matmul (wider batches): the same bits */
-    std::vector<float> yf((size_t)M * N, NAN);
-    cu_matmul(NULL, yf.data(), xn.data(), M, &W.d, NULL);
-    EXPECT(!memcmp(yf.data(), first.data(), sizeof(float) * yf.size()), "%s: the f32 normed rows give other bits", what);
-    for (int m = 0; m < M; m++) {
-        std::vector<float> y1(N, NAN);
-        EXPECT(cu_matmul_cut(NULL, y1.data(), xc.data() + (size_t)m * K, 1, &W.d) == 0, "%s: refused", what);
-        EXPECT(!memcmp(y1.data(), first.data() + (size_t)m * N, sizeof(float) * N), "%s: row %d alone differs", what,
-               m);
-    }
-    printf("  %-44s within 2e-5 of the reference, rows alone and f32 rows the same bits\n", what);
+    printf("  %-44s the folded norm's bits\n", what);
 }
 
 /* The embedding (cu_embed): each row the token's bf16 row widened, bit
@@ -293,9 +318,13 @@ int main(void) {
     run_cut(1, 48, 96);
     run_cut(7, 64, 320);
     run_cut(16, 32, 64);
-    run_lm_precut(1, 200, 264);
-    run_lm_precut(9, 72, 96);
-    run_lm_precut(16, 40, 520);
+    run_norm_split(1, 200, 264, ST);
+    run_norm_split(9, 72, 96, ST);
+    run_norm_split(16, 40, 520, ST);
+    run_norm_split(13, 48, 1032, ST);
+    run_norm_split(3, 64, 264, GLU);
+    run_norm_split(12, 32, 776, GLU);
+    run_norm_split(16, 48, 136, GLU);
     run_embed(1, 50, 64);
     run_embed(9, 300, 320);
     run_rmsnorm(3, 200);
