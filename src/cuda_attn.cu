@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <type_traits>
 
@@ -153,7 +155,8 @@ template <int G, int NW>
 __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
-                                                           int causal, int first, int two, int inter, int early) {
+                                                           int causal, int first, int two, int inter, int early,
+                                                           int rsplit) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
     pdl_trigger();
     DYN_SMEM(float4, sm4);
@@ -161,13 +164,19 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
     const int stage = ATT_CHUNK * kst + ATT_CHUNK * h4;                        /* float4s per stage */
     float4 *qs = sm4 + (two ? 2 : 1) * stage;                                 /* qs: [warp][G][h4] */
     float *es = reinterpret_cast<float *>(qs + NW * G * h4);           /* es: [warp][G][ATT_CHUNK] */
-    /* nb blocks per kv head take its chunks in turn: consecutive blocks
-       share a kv head, or (inter) take the kv heads in turn, so that the
-       blocks holding a head's first chunks land on different SMs */
-    const int nb = gridDim.x / nkv, kvh = inter ? blockIdx.x % nkv : blockIdx.x / nb;
-    const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
+    /* nb x rsplit blocks per kv head take its chunks in turn, rsplit
+       blocks a chunk, each a group of the launch's rows (cu_attention_rsplit;
+       one group unless set): consecutive blocks share a kv head, or
+       (inter) take the kv heads in turn, so that the blocks holding a
+       head's first chunks land on different SMs */
+    const int nbs = gridDim.x / nkv, nb = nbs / rsplit, kvh = inter ? blockIdx.x % nkv : blockIdx.x / nbs;
+    const int jb = inter ? blockIdx.x / nkv : blockIdx.x % nbs, rg = jb % rsplit;
+    const int RL = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS, RS = (RL + rsplit - 1) / rsplit;
+    const int mr0 = m0 + rg * RS; /* this block's rows: mr0 .. mr0 + R - 1 (slots still from m0) */
+    const int R = RL - rg * RS < RS ? RL - rg * RS : RS;
+    if (R <= 0) return;
     const int len = *d_len + first;
-    const int Lmax = len + (causal ? m0 + R : M); /* positions the group's last row sees */
+    const int Lmax = len + (causal ? mr0 + R : M); /* positions the group's last row sees */
     const int whole = R * G > NW, items = whole ? R : R * G;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float4 *qw = qs + warp * G * h4;
@@ -185,7 +194,7 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
         }
         cp_async_commit();
     };
-    int c = inter ? blockIdx.x / nkv : blockIdx.x % nb, buf = 0;
+    int c = jb / rsplit, buf = 0;
     auto valid = [&](int ch) { return ch < nchunk && ch * ATT_CHUNK < Lmax; };
     /* the first chunk into stage 0: K and V as two groups where they are
        waited for apart, else as one */
@@ -204,7 +213,7 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
     const int pre = early && valid(c) && (c + 1) * ATT_CHUNK <= *d_len;
     if (pre) issue_first();
     pdl_wait();
-    if (!whole && warp < items) attn_stage_q<1>(q, qw, m0 + warp / G, kvh * G + warp % G, nh, hd, lane);
+    if (!whole && warp < items) attn_stage_q<1>(q, qw, mr0 + warp / G, kvh * G + warp % G, nh, hd, lane);
     if (valid(c) && !pre) issue_first();
     if (apart) {
         /* One stage (the spread shape, or heads too large for two), a warp
@@ -216,7 +225,7 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
            H200 (docs/BENCHMARKS.md, "The decode attention's K and V
            apart"): Qwen3-8B t(1) at 8192 positions 5.68 -> 5.39 ms; the
            same split with two stages at 512 gained nothing. */
-        const int r = warp / G, m = m0 + r, L = len + (causal ? m + 1 : M);
+        const int r = warp / G, m = mr0 + r, L = len + (causal ? m + 1 : M);
         const float4 *ks = sm4, *vs = ks + ATT_CHUNK * kst;
         for (; valid(c); c += nb) {
             const int p0 = c * ATT_CHUNK, np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK, mine = warp < items && p0 < L;
@@ -254,7 +263,7 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
         const float4 *ks = sm4 + buf * stage, *vs = ks + ATT_CHUNK * kst;
         for (int it = warp; it < items; it += NW) {
             int r = whole ? it : it / G, g0 = whole ? 0 : it % G;
-            int m = m0 + r, L = len + (causal ? m + 1 : M);
+            int m = mr0 + r, L = len + (causal ? m + 1 : M);
             if (p0 >= L) continue;
             int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
             if (whole) {
@@ -608,6 +617,32 @@ static int wide_mode(int set, int on) {
 
 int cu_attention_wide(int on) { return wide_mode(1, on); }
 
+/* Row groups a chunk (DSPARK_CUDA_ATT_RSPLIT=S, cu_attention_rsplit: 1,
+   none, by default; prepared, not yet measured): in the two-stage shape
+   (caches under the spread shape's 1024 positions, so 17 chunks a kv head
+   at most), a launch of R rows runs S blocks a chunk, each min(S, R)-th of
+   the rows, from one K/V stage (two blocks an SM fit then). A 16-row
+   verify at 512 positions has 9 chunks a kv head, 72 blocks on 132 SMs,
+   each computing 16 rows x 4 heads over its chunk (about 32k warp
+   instructions of FMAs alone: the step's attention grows 9 us a layer
+   from one row to 16); two groups put 144 blocks on the SMs with half
+   that each. Which block computes a (row, head, chunk) partial does not
+   enter its arithmetic: the same bits. */
+static int rsplit_mode(int set, int on) {
+    static int mode = -2;
+    if (mode == -2) {
+        const char *e = getenv("DSPARK_CUDA_ATT_RSPLIT");
+        const int v = e ? atoi(e) : 1;
+        if (e && (v < 1 || v > ATT_ROWS))
+            fprintf(stderr, "dspark: DSPARK_CUDA_ATT_RSPLIT=%s: not 1-%d; 1 taken\n", e, ATT_ROWS);
+        mode = v >= 1 && v <= ATT_ROWS ? v : 1;
+    }
+    const int prev = mode;
+    if (set) mode = on >= 1 && on <= ATT_ROWS ? on : 1;
+    return prev;
+}
+int cu_attention_rsplit(int n) { return rsplit_mode(1, n); }
+
 template <int G>
 static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
                         const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
@@ -635,16 +670,24 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
             per_sm = fit;
         }
     }
-    const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS, grid = nkv * attn_blocks(nkv, nchunk, per_sm);
+    const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
+    int grid = nkv * attn_blocks(nkv, nchunk, per_sm), rs = 1;
+    if (!inter && two) { /* row groups a chunk (rsplit_mode), from one stage */
+        rs = rsplit_mode(0, 0) < R ? rsplit_mode(0, 0) : R;
+        if (rs > 1) {
+            two = 0;
+            grid *= rs;
+        }
+    }
     /* (up to five heads a kv head: more would spill at 128 registers a thread) */
     if constexpr (G <= 5)
         if (two && !inter && R * G > ATT_WARPS && wide_mode(0, 0) != 0 &&
             att_smem(G, hd / 4, 2, ATT_WIDE) <= (size_t)attn_optin<G, ATT_WIDE>())
             return launch_smem(k_attn_rows<G, ATT_WIDE>, grid, 32 * ATT_WIDE, att_smem(G, hd / 4, 2, ATT_WIDE), st, q,
                                kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal,
-                               first, two, inter, early);
+                               first, two, inter, early, 1);
     launch_smem(k_attn_rows<G, ATT_WARPS>, grid, ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st, q, kc, vc, opart,
-                mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter, early);
+                mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter, early, rs);
 }
 
 /* k_attn_rows' early requests (env_switch: DSPARK_CUDA_ATT_EARLY=0 turns

@@ -194,6 +194,10 @@ int cuda_test_attention_early(int on);
  * (1 or -1, the default, on; 0 off; the same bits either way); returns the
  * previous setting */
 int cuda_test_attention_wide(int on);
+/* sets the decode attention's row groups a chunk (cu_attention_rsplit: 1
+ * none, the default; the same bits whatever the count); returns the
+ * previous setting */
+int cuda_test_attention_rsplit(int n);
 /* sets whether this thread's bf16 SwiGLU matmuls of 1-8 rows run two blocks
    an SM (cu_swiglu_two; the same bits either way); returns the previous
    setting */

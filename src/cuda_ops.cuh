@@ -656,6 +656,10 @@ int cu_attention_early(int on);
    -1, the default unless DSPARK_CUDA_ATT_WIDE=0, on; 0 off; the same bits
    either way; for the tests); returns the previous setting */
 int cu_attention_wide(int on);
+/* sets the row groups a chunk of the two-stage decode attention (1, the
+   default unless DSPARK_CUDA_ATT_RSPLIT says otherwise: none; the same
+   bits whatever the count); returns the previous setting */
+int cu_attention_rsplit(int n);
 /* forces the tensor-core matmul's tiles a block (1, 2 or 4; 0: its own
    choice) and returns the previous setting; the FMA matmul alone (for the
    op benchmark, cuda_mma_bench.cu) */

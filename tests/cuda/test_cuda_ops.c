@@ -310,6 +310,30 @@ TEST(cuda_attention_wide_same_bits) {
     cuda_test_attention_wide(prev_w);
 }
 
+/* Row groups a chunk (cu_attention_rsplit: S blocks a chunk of the
+ * two-stage shape, each a group of the rows, from one K/V stage) give the
+ * default's bits: two and four groups, verify widths, a chunk's edge, two
+ * launches (ATT_ROWS), groups of one to sixteen heads a kv head. */
+static int rsplit_two(int on) { return cuda_test_attention_rsplit(on ? 2 : 1); }
+static int rsplit_four(int on) { return cuda_test_attention_rsplit(on ? 4 : 1); }
+TEST(cuda_attention_rsplit_same_bits) {
+    if (!have_gpu()) return;
+    char err[512];
+    /* M, nh, nkv, hd, n_past */
+    const int shapes[][5] = {{16, 32, 8, 128, 512}, {9, 32, 8, 128, 600}, {3, 32, 8, 128, 100}, {4, 16, 4, 64, 63},
+                             {12, 8, 1, 128, 700},  {17, 32, 8, 128, 64}, {33, 4, 4, 32, 7},    {2, 32, 8, 128, 900},
+                             {7, 16, 16, 64, 90},   {16, 32, 8, 128, 1000}};
+    int prev_s = cuda_test_attention_spread(0), prev_r = cuda_test_attention_rsplit(1);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        attn_case a = attn_case_make(shapes[s], 72);
+        CHECK_MSG(attn_case_same_bits(&a, rsplit_two, err, sizeof err), "two row groups: %s", err);
+        CHECK_MSG(attn_case_same_bits(&a, rsplit_four, err, sizeof err), "four row groups: %s", err);
+        attn_case_free(&a);
+    }
+    cuda_test_attention_rsplit(prev_r);
+    cuda_test_attention_spread(prev_s);
+}
+
 /* The prefill attention kernels against the CPU, across their span boundary
    (2048 positions) and with partial row tiles; a row's bits do not depend on
    the batch (the first rows alone equal the same rows in the wide batch).

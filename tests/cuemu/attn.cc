@@ -3,7 +3,8 @@
 // run on the CPU by emu.h, against a double reference, under each launch
 // switch: the default two-stage shape, the spread shape (one stage, the kv
 // heads interleaved), the first chunk requested after the wait, the verify
-// rows on 8 warps instead of 16 (DSPARK_CUDA_ATT_WIDE=0). Each must give the
+// rows on 8 warps instead of 16 (DSPARK_CUDA_ATT_WIDE=0), two and three row
+// groups a chunk (DSPARK_CUDA_ATT_RSPLIT). Each must give the
 // default's bits, and each row alone (a decode step at its position) the
 // batch's bits.
 #include "../../src/cuda_attn.cu"
@@ -81,15 +82,18 @@ static void run_case(const acase &a) {
     const inputs in(a);
     char what[96];
     snprintf(what, sizeof what, "M=%d nh=%d nkv=%d hd=%d n_past=%d", a.M, a.nh, a.nkv, a.hd, a.np);
-    /* switch settings: spread, early, wide; the first is the default */
-    const int modes[][3] = {{0, 1, 1}, {1, 1, 1}, {0, 0, 1}, {1, 0, 1}, {0, 1, 0}};
-    const char *names[] = {"default", "spread", "late first chunk", "spread, late", "narrow"};
+    /* switch settings: spread, early, wide, row groups a chunk; the first is the default */
+    const int modes[][4] = {{0, 1, 1, 1}, {1, 1, 1, 1}, {0, 0, 1, 1}, {1, 0, 1, 1}, {0, 1, 0, 1},
+                            {0, 1, 1, 2}, {0, 0, 1, 3}, {1, 1, 1, 2}};
+    const char *names[] = {"default", "spread", "late first chunk", "spread, late", "narrow",
+                           "2 row groups", "3 row groups, late", "spread (no row groups)"};
     std::vector<float> base;
     printf("  %s:", what);
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
         cu_attention_spread(modes[i][0]);
         cu_attention_early(modes[i][1]);
         cu_attention_wide(modes[i][2]);
+        cu_attention_rsplit(modes[i][3]);
         const std::vector<float> out = gpu(a, in, 0, a.M, a.np, 0);
         const double rel = rel_to_reference(a, in, out);
         EXPECT(rel < 1e-5, "%s, %s: off the reference by %.3g", what, names[i], rel);
@@ -109,6 +113,7 @@ static void run_case(const acase &a) {
     cu_attention_spread(-1);
     cu_attention_early(-1);
     cu_attention_wide(-1);
+    cu_attention_rsplit(1);
     if (cu_attn_tiled_ok(a.nh, a.nkv, a.hd)) {
         const double rel = rel_to_reference(a, in, gpu(a, in, 0, a.M, a.np, 1));
         EXPECT(rel < 1e-5, "%s, the prefill kernel: off the reference by %.3g", what, rel);
