@@ -298,13 +298,13 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
 __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const float *opart, const float *mpart,
                                                                const float *spart, int nh, int hd, const int *d_len,
                                                                int nchunk, int m0, int M, int causal, int first,
-                                                               int span, uint32_t *outc) {
+                                                               int span, uint32_t *outc, int late) {
     static_assert(ATT_MAX_HD <= 2 * COMB_THREADS, "two dims per thread");
     static_assert(COMB_TF >= ATT_MAX_HD, "a staged tile holds a chunk");
     static_assert(COMB_W >= COMB_THREADS, "a thread's first chunk has its weight in the first tile");
     __shared__ float w[COMB_W], red[COMB_THREADS / 32], bc[2];
     __shared__ float4 ot[COMB_TF / 4];
-    pdl_trigger();
+    if (!late) pdl_trigger();
     pdl_wait();
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     int m = m0 + (int)blockIdx.x / nh, h = blockIdx.x % nh;
@@ -371,6 +371,7 @@ __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const
             }
         }
     }
+    if (late) pdl_trigger(); /* its reads done (cu_o_pdl) */
     __syncthreads();
     float inv = bc[1];
     float *o = out + ((size_t)m * nh + h) * hd;
@@ -643,6 +644,11 @@ static int rsplit_mode(int set, int on) {
 }
 int cu_attention_rsplit(int n) { return rsplit_mode(1, n); }
 
+int cu_o_pdl(void) {
+    static int mode = -2;
+    return env_switch(&mode, "DSPARK_CUDA_O_PDL", 0, 0) == 1;
+}
+
 template <int G>
 static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
                         const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
@@ -715,7 +721,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
         });
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
-               ATT_CHUNK, outc);
+               ATT_CHUNK, outc, cu_o_pdl());
     }
 }
 
@@ -757,6 +763,6 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
         else run(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, n * nh, COMB_THREADS, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
-               n, 1, m0, AT_SPLIT, (uint32_t *)NULL);
+               n, 1, m0, AT_SPLIT, (uint32_t *)NULL, 0);
     }
 }

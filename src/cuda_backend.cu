@@ -633,7 +633,8 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
             mark(x, OP_ATTN);
         }
         {
-            cu_pdl_off serial; /* the o projection right after attention: see pdl_enabled */
+            /* the o projection right after attention: see pdl_enabled (and cu_o_pdl) */
+            cu_depth_scope serial(cu_pdl_off_depth, !cu_o_pdl());
             if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL, NULL});
         }
         mark(x, OP_O);

@@ -660,6 +660,16 @@ int cu_attention_wide(int on);
    default unless DSPARK_CUDA_ATT_RSPLIT says otherwise: none; the same
    bits whatever the count); returns the previous setting */
 int cu_attention_rsplit(int n);
+/* The o projection under programmatic dependent launch, the decode
+   attention's combine letting it launch only after its last read
+   (DSPARK_CUDA_O_PDL=1; off by default, not yet measured). o under PDL was
+   measured 0.25-0.45 ms a Qwen3-8B step slower whenever the combine
+   triggered it at the combine's start: o's 256 blocks then sit on every
+   SM with their first weight requests (8 MB) queued ahead of the
+   combine's few dependent reads. Triggered after those reads, o's launch
+   and first requests overlap only the combine's arithmetic and stores.
+   Launch timing only: the same bits. */
+int cu_o_pdl(void);
 /* forces the tensor-core matmul's tiles a block (1, 2 or 4; 0: its own
    choice) and returns the previous setting; the FMA matmul alone (for the
    op benchmark, cuda_mma_bench.cu) */

@@ -132,7 +132,7 @@ static void run_combine(int nc, int nh, int hd) {
     for (size_t i = 0; i < mp.size(); i++) mp[i] = 6.0f * frand(), sp[i] = 1.5f + frand();
     const int d_len = nc * ATT_CHUNK - 1; /* row 0 sees d_len + 1 positions: nc chunks */
     launch(k_attn_combine, nh, COMB_THREADS, nullptr, out.data(), (const float *)o.data(), (const float *)mp.data(),
-           (const float *)sp.data(), nh, hd, &d_len, nc, 0, 1, 1, 0, ATT_CHUNK, (uint32_t *)nullptr);
+           (const float *)sp.data(), nh, hd, &d_len, nc, 0, 1, 1, 0, ATT_CHUNK, (uint32_t *)nullptr, nc % 2);
     std::vector<double> want(out.size(), 0.0);
     for (int h = 0; h < nh; h++) {
         const size_t b = (size_t)h * nc;
