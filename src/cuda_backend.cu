@@ -523,7 +523,7 @@ enum { OUT_LOGITS = 1, OUT_IDS = 2, OUT_SAMPLE = 4, OUT_CHAIN = 8 };
    norm_c and norm_r, returned as the matmul's cu_cut (in, r); else none
    (the norm folded into the matmul). The same bits either way. */
 static cu_cut norm_apart(cuda_ctx *x, int site, const float *in, int M, const dmat *W, const float *gn) {
-    if (!cu_norm_split(site, M) || !cu_layer_takes_cut(x->gemm, W, M) || !cu_norm_cut_ok(W->K)) return cu_cut{};
+    if (!gn || !cu_norm_split(site, M) || !cu_layer_takes_cut(x->gemm, W, M) || !cu_norm_cut_ok(W->K)) return cu_cut{};
     cu_norm_cut(x->st, x->norm_c, x->norm_r, in, gn, M, W->K, x->m->cfg.rms_norm_eps);
     return cu_cut{x->norm_c, NULL, x->norm_r};
 }
