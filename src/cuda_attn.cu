@@ -144,6 +144,138 @@ __device__ __forceinline__ void attn_item(const float4 *ks, const float4 *vs, co
     attn_pv<GI>(vs, ew, opart, m, m0, hq, nh, hd, np, c, nchunk, lane);
 }
 
+/* The combine: merges a row's partials (one per span positions) for one
+   head, on COMB_THREADS threads (a block's first ones; the others only
+   meet its barriers). The max is exact in any order; thread t takes
+   chunks t, t + COMB_THREADS, ... in order for the sum of exponentials
+   (exp(m_c - max) s_c), then a butterfly a warp and the warps' sums in
+   warp order; the chunk weights exp(m_c - max) go to shared memory
+   (COMB_W at a time); and thread t accumulates dims t, t + COMB_THREADS
+   over the chunks in order. The partial outputs are staged in shared
+   memory COMB_TF floats (whole chunks) at a time, all threads loading,
+   the first tile requested by cp.async with the maxima and sums before
+   anything waits, so a row of up to COMB_TF / hd chunks (4096 positions at
+   hd 128) costs one round trip to L2. The partials are read from L2
+   (another block wrote them: the kernel before, or a block of the same
+   cluster). Nothing depends on the batch, or on which kernel runs it. */
+#define COMB_THREADS 128
+#define COMB_W 1024
+#define COMB_TF 8192
+struct comb_smem {
+    float w[COMB_W], red[COMB_THREADS / 32], bc[2];
+    float4 ot[COMB_TF / 4];
+};
+/* a partial: past L1 (CG) or as a plain load */
+template <bool CG, typename T> __device__ __forceinline__ T ld_part(const T *p) { return CG ? __ldcg(p) : *p; }
+/* row m (slots from m0), head h, L visible positions; late: let the next
+   kernel launch once the partials are read. SUB: the block has more
+   threads than COMB_THREADS (the cluster form), and reads the partials
+   past L1 (ld.cg: other blocks of the running kernel wrote them); else it
+   is k_attn_combine's block, compiled as that kernel always was. */
+template <bool SUB>
+__device__ __forceinline__ void attn_combine_row(comb_smem &cs, float *out, const float *opart, const float *mpart,
+                                                 const float *spart, int nh, int hd, int m, int h, int m0, int L,
+                                                 int nchunk, int span, uint32_t *outc, int late) {
+    static_assert(ATT_MAX_HD <= 2 * COMB_THREADS, "two dims per thread");
+    static_assert(COMB_TF >= ATT_MAX_HD, "a staged tile holds a chunk");
+    static_assert(COMB_W >= COMB_THREADS, "a thread's first chunk has its weight in the first tile");
+    float *const w = cs.w, *const red = cs.red, *const bc = cs.bc;
+    float4 *const ot = cs.ot;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, act = !SUB || tid < COMB_THREADS;
+    const int nc = (L + span - 1) / span;
+    size_t base = ((size_t)(m - m0) * nh + h) * nchunk;
+    const int per = COMB_TF / hd; /* chunks per staged tile */
+    /* the first tile (the first chunks of the first weights' tile), as one cp.async group */
+    int n0 = nc < per ? nc : per;
+    if (n0 > COMB_W) n0 = COMB_W;
+    {
+        const float4 *src = reinterpret_cast<const float4 *>(opart + base * hd);
+        for (int i = tid; act && i < n0 * hd / 4; i += COMB_THREADS) cp_async16(ot + i, src + i);
+        cp_async_commit();
+    }
+    /* this thread's first chunk's max and sum, held */
+    const float mt = act && tid < nc ? ld_part<SUB>(mpart + base + tid) : -INFINITY,
+                st = act && tid < nc ? ld_part<SUB>(spart + base + tid) : 0.0f;
+    float mx = mt;
+    for (int c = tid + COMB_THREADS; act && c < nc; c += COMB_THREADS) mx = fmaxf(mx, ld_part<SUB>(mpart + base + c));
+    mx = warp_max(mx);
+    if (lane == 0 && act) red[warp] = mx;
+    __syncthreads();
+    if (tid == 0) {
+        float v = red[0];
+        for (int i = 1; i < COMB_THREADS / 32; i++) v = fmaxf(v, red[i]);
+        bc[0] = v;
+    }
+    __syncthreads();
+    mx = bc[0];
+    float s = act && tid < nc ? expf(mt - mx) * st : 0.0f;
+    for (int c = tid + COMB_THREADS; act && c < nc; c += COMB_THREADS)
+        s = fmaf(expf(ld_part<SUB>(mpart + base + c) - mx), ld_part<SUB>(spart + base + c), s);
+    s = warp_sum(s);
+    if (lane == 0 && act) red[warp] = s; /* (thread 0 read red before the barrier above) */
+    __syncthreads();
+    if (tid == 0) {
+        float v = red[0];
+        for (int i = 1; i < COMB_THREADS / 32; i++) v += red[i];
+        bc[1] = 1.0f / v;
+    }
+    float acc0 = 0.0f, acc1 = 0.0f;
+    const int d0 = tid, d1 = tid + COMB_THREADS;
+    for (int t0 = 0; t0 < nc; t0 += COMB_W) {
+        int n = nc - t0 < COMB_W ? nc - t0 : COMB_W;
+        __syncthreads(); /* the previous tile's weights are used up */
+        for (int c = tid; act && c < n; c += COMB_THREADS)
+            w[c] = expf((t0 == 0 && c == tid ? mt : ld_part<SUB>(mpart + base + t0 + c)) - mx);
+        __syncthreads();
+        for (int s0 = 0; s0 < n; s0 += per) {
+            const int ns = n - s0 < per ? n - s0 : per;
+            if (t0 || s0) {
+                const float4 *src = reinterpret_cast<const float4 *>(opart + (base + t0 + s0) * hd);
+                __syncthreads(); /* the previous tile is used up */
+                for (int i = tid; act && i < ns * hd / 4; i += COMB_THREADS) ot[i] = ld_part<SUB>(src + i);
+            } else {
+                cp_async_wait_all(); /* the first tile, requested at the start */
+            }
+            __syncthreads();
+            const float *of = reinterpret_cast<const float *>(ot);
+            if (act && d0 < hd) {
+#pragma unroll 4
+                for (int c = 0; c < ns; c++) acc0 = fmaf(w[s0 + c], of[c * hd + d0], acc0);
+            }
+            if (act && d1 < hd) {
+#pragma unroll 4
+                for (int c = 0; c < ns; c++) acc1 = fmaf(w[s0 + c], of[c * hd + d1], acc1);
+            }
+        }
+    }
+    if (late) pdl_trigger(); /* its reads done (cu_o_pdl) */
+    __syncthreads();
+    float inv = bc[1];
+    float *o = out + ((size_t)m * nh + h) * hd;
+    uint32_t *oc = outc ? outc + (size_t)m * nh * hd : NULL; /* the pre-cut copy: row m of nh * hd values */
+    if (act && d0 < hd) {
+        o[d0] = acc0 * inv;
+        if (oc) bf16_cut_put(oc, h * hd + d0, o[d0]);
+    }
+    if (act && d1 < hd) {
+        o[d1] = acc1 * inv;
+        if (oc) bf16_cut_put(oc, h * hd + d1, o[d1]);
+    }
+}
+
+/* grid (rows x heads), COMB_THREADS threads: a (row, head) a block */
+__global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const float *opart, const float *mpart,
+                                                               const float *spart, int nh, int hd, const int *d_len,
+                                                               int nchunk, int m0, int M, int causal, int first,
+                                                               int span, uint32_t *outc, int late) {
+    __shared__ comb_smem cs;
+    if (!late) pdl_trigger();
+    pdl_wait();
+    const int m = m0 + (int)blockIdx.x / nh, h = blockIdx.x % nh;
+    const int L = *d_len + first + (causal ? m + 1 : M);
+    attn_combine_row<false>(cs, out, opart, mpart, spart, nh, hd, m, h, m0, L, nchunk, span, outc, late);
+}
+
 /* shared memory of k_attn_rows with ns stages of padded K and V, each
    warp's q rows and weights */
 static size_t att_smem(int G, int h4, int ns, int nw = ATT_WARPS) {
@@ -151,14 +283,18 @@ static size_t att_smem(int G, int h4, int ns, int nw = ATT_WARPS) {
            nw * G * ATT_CHUNK * sizeof(float);
 }
 
-template <int G, int NW>
+/* CL: the blocks of a kv head are a thread-block cluster (two-stage shape,
+   one row group) and merge their rows' chunks themselves once all have
+   written them (attn_cluster_tail): no combine kernel; late: the next
+   kernel launches only after that merge's reads (cu_o_pdl) */
+template <int G, int NW, bool CL = false>
 __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
                                                            int causal, int first, int two, int inter, int early,
-                                                           int rsplit) {
+                                                           int rsplit, float *out, uint32_t *outc, int late) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
-    pdl_trigger();
+    if (!(CL && late)) pdl_trigger();
     DYN_SMEM(float4, sm4);
     const int h4 = hd / 4, kst = h4 + 1; /* K row stride in float4s: hd + 4 floats */
     const int stage = ATT_CHUNK * kst + ATT_CHUNK * h4;                        /* float4s per stage */
@@ -246,143 +382,51 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
             __syncthreads(); /* V's readers are done */
             if (next) issue(c + nb, 0, 2);
         }
-        return;
-    }
-    for (; valid(c); c += nb) {
-        /* two stages: the next chunk's copy goes out before this one is
-           used (its stage was last read before the previous closing
-           barrier); one stage (large heads): after */
-        if (two && valid(c + nb)) {
-            issue(c + nb, buf ^ 1, 3);
-            cp_async_wait_one();
-        } else {
-            cp_async_wait_all();
-        }
-        __syncthreads();
-        const int p0 = c * ATT_CHUNK;
-        const float4 *ks = sm4 + buf * stage, *vs = ks + ATT_CHUNK * kst;
-        for (int it = warp; it < items; it += NW) {
-            int r = whole ? it : it / G, g0 = whole ? 0 : it % G;
-            int m = mr0 + r, L = len + (causal ? m + 1 : M);
-            if (p0 >= L) continue;
-            int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
-            if (whole) {
-                attn_stage_q<G>(q, qw, m, kvh * G, nh, hd, lane);
-                attn_item<G>(ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G, nh, hd, np, scale, c, nchunk, lane);
-            } else { /* the warp's one item: its q was staged before the loop */
-                attn_item<1>(ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G + g0, nh, hd, np, scale, c, nchunk,
-                             lane);
-            }
-        }
-        __syncthreads(); /* this stage's readers are done before it is refilled */
-        if (two) buf ^= 1;
-        else if (valid(c + nb)) issue(c + nb, 0, 3);
-    }
-}
-
-/* grid (rows x heads), COMB_THREADS threads: merges a row's partials (one
-   per span positions) for one head. The max is exact in any order; thread
-   t takes chunks t, t + COMB_THREADS, ... in order for the sum of
-   exponentials (exp(m_c - max) s_c), then a butterfly a warp and the
-   warps' sums in warp order; the chunk weights exp(m_c - max) go to shared
-   memory (COMB_W at a time); and thread t accumulates dims t, t +
-   COMB_THREADS over the chunks in order. The partial outputs are staged in
-   shared memory COMB_TF floats (whole chunks) at a time, all threads
-   loading, the first tile requested by cp.async with the maxima and sums
-   before anything waits, so a row of up to COMB_TF / hd chunks (4096
-   positions at hd 128) costs one round trip to L2. Nothing depends on the
-   batch. */
-#define COMB_THREADS 128
-#define COMB_W 1024
-#define COMB_TF 8192
-__global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const float *opart, const float *mpart,
-                                                               const float *spart, int nh, int hd, const int *d_len,
-                                                               int nchunk, int m0, int M, int causal, int first,
-                                                               int span, uint32_t *outc, int late) {
-    static_assert(ATT_MAX_HD <= 2 * COMB_THREADS, "two dims per thread");
-    static_assert(COMB_TF >= ATT_MAX_HD, "a staged tile holds a chunk");
-    static_assert(COMB_W >= COMB_THREADS, "a thread's first chunk has its weight in the first tile");
-    __shared__ float w[COMB_W], red[COMB_THREADS / 32], bc[2];
-    __shared__ float4 ot[COMB_TF / 4];
-    if (!late) pdl_trigger();
-    pdl_wait();
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    int m = m0 + (int)blockIdx.x / nh, h = blockIdx.x % nh;
-    int L = *d_len + first + (causal ? m + 1 : M), nc = (L + span - 1) / span;
-    size_t base = ((size_t)(m - m0) * nh + h) * nchunk;
-    const int per = COMB_TF / hd; /* chunks per staged tile */
-    /* the first tile (the first chunks of the first weights' tile), as one cp.async group */
-    int n0 = nc < per ? nc : per;
-    if (n0 > COMB_W) n0 = COMB_W;
-    {
-        const float4 *src = reinterpret_cast<const float4 *>(opart + base * hd);
-        for (int i = tid; i < n0 * hd / 4; i += COMB_THREADS) cp_async16(ot + i, src + i);
-        cp_async_commit();
-    }
-    /* this thread's first chunk's max and sum, held */
-    const float mt = tid < nc ? mpart[base + tid] : -INFINITY, st = tid < nc ? spart[base + tid] : 0.0f;
-    float mx = mt;
-    for (int c = tid + COMB_THREADS; c < nc; c += COMB_THREADS) mx = fmaxf(mx, mpart[base + c]);
-    mx = warp_max(mx);
-    if (lane == 0) red[warp] = mx;
-    __syncthreads();
-    if (tid == 0) {
-        float v = red[0];
-        for (int i = 1; i < COMB_THREADS / 32; i++) v = fmaxf(v, red[i]);
-        bc[0] = v;
-    }
-    __syncthreads();
-    mx = bc[0];
-    float s = tid < nc ? expf(mt - mx) * st : 0.0f;
-    for (int c = tid + COMB_THREADS; c < nc; c += COMB_THREADS) s = fmaf(expf(mpart[base + c] - mx), spart[base + c], s);
-    s = warp_sum(s);
-    if (lane == 0) red[warp] = s; /* (thread 0 read red before the barrier above) */
-    __syncthreads();
-    if (tid == 0) {
-        float v = red[0];
-        for (int i = 1; i < COMB_THREADS / 32; i++) v += red[i];
-        bc[1] = 1.0f / v;
-    }
-    float acc0 = 0.0f, acc1 = 0.0f;
-    const int d0 = tid, d1 = tid + COMB_THREADS;
-    for (int t0 = 0; t0 < nc; t0 += COMB_W) {
-        int n = nc - t0 < COMB_W ? nc - t0 : COMB_W;
-        __syncthreads(); /* the previous tile's weights are used up */
-        for (int c = tid; c < n; c += COMB_THREADS) w[c] = expf((t0 == 0 && c == tid ? mt : mpart[base + t0 + c]) - mx);
-        __syncthreads();
-        for (int s0 = 0; s0 < n; s0 += per) {
-            const int ns = n - s0 < per ? n - s0 : per;
-            if (t0 || s0) {
-                const float4 *src = reinterpret_cast<const float4 *>(opart + (base + t0 + s0) * hd);
-                __syncthreads(); /* the previous tile is used up */
-                for (int i = tid; i < ns * hd / 4; i += COMB_THREADS) ot[i] = src[i];
+    } else {
+        for (; valid(c); c += nb) {
+            /* two stages: the next chunk's copy goes out before this one is
+               used (its stage was last read before the previous closing
+               barrier); one stage (large heads): after */
+            if (two && valid(c + nb)) {
+                issue(c + nb, buf ^ 1, 3);
+                cp_async_wait_one();
             } else {
-                cp_async_wait_all(); /* the first tile, requested at the start */
+                cp_async_wait_all();
             }
             __syncthreads();
-            const float *of = reinterpret_cast<const float *>(ot);
-            if (d0 < hd) {
-#pragma unroll 4
-                for (int c = 0; c < ns; c++) acc0 = fmaf(w[s0 + c], of[c * hd + d0], acc0);
+            const int p0 = c * ATT_CHUNK;
+            const float4 *ks = sm4 + buf * stage, *vs = ks + ATT_CHUNK * kst;
+            for (int it = warp; it < items; it += NW) {
+                int r = whole ? it : it / G, g0 = whole ? 0 : it % G;
+                int m = mr0 + r, L = len + (causal ? m + 1 : M);
+                if (p0 >= L) continue;
+                int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
+                if (whole) {
+                    attn_stage_q<G>(q, qw, m, kvh * G, nh, hd, lane);
+                    attn_item<G>(ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G, nh, hd, np, scale, c, nchunk,
+                                 lane);
+                } else { /* the warp's one item: its q was staged before the loop */
+                    attn_item<1>(ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G + g0, nh, hd, np, scale, c, nchunk,
+                                 lane);
+                }
             }
-            if (d1 < hd) {
-#pragma unroll 4
-                for (int c = 0; c < ns; c++) acc1 = fmaf(w[s0 + c], of[c * hd + d1], acc1);
-            }
+            __syncthreads(); /* this stage's readers are done before it is refilled */
+            if (two) buf ^= 1;
+            else if (valid(c + nb)) issue(c + nb, 0, 3);
         }
     }
-    if (late) pdl_trigger(); /* its reads done (cu_o_pdl) */
-    __syncthreads();
-    float inv = bc[1];
-    float *o = out + ((size_t)m * nh + h) * hd;
-    uint32_t *oc = outc ? outc + (size_t)m * nh * hd : NULL; /* the pre-cut copy: row m of nh * hd values */
-    if (d0 < hd) {
-        o[d0] = acc0 * inv;
-        if (oc) bf16_cut_put(oc, h * hd + d0, o[d0]);
-    }
-    if (d1 < hd) {
-        o[d1] = acc1 * inv;
-        if (oc) bf16_cut_put(oc, h * hd + d1, o[d1]);
+    if constexpr (CL) {
+        /* every block of the cluster has written its chunks' partials:
+           block jb merges the kv head's (row, head) pairs jb, jb + nbs,
+           ... with the combine's arithmetic, in the stages' memory */
+        cluster_sync();
+        comb_smem &cs = *reinterpret_cast<comb_smem *>(sm4);
+        for (int p = jb; p < R * G; p += nbs) {
+            const int m = mr0 + p / G, h = kvh * G + p % G;
+            attn_combine_row<true>(cs, out, opart, mpart, spart, nh, hd, m, h, m0, len + (causal ? m + 1 : M),
+                                   nchunk, ATT_CHUNK, outc, late && p + nbs >= R * G);
+        }
+        if (late && jb >= R * G) pdl_trigger(); /* (a block with no pair) */
     }
 }
 
@@ -582,15 +626,16 @@ static int attn_blocks(int nkv, int nchunk, int per_sm) {
    device's opt-in limit leaves beside its static shared memory, the
    attribute raised to that once, or the default 48 KiB's share where the
    attribute cannot be raised */
-template <int G, int NW> static int attn_optin(void) {
+template <int G, int NW, bool CL = false> static int attn_optin(void) {
     static int optin = 0;
     if (!optin) {
         int dev = 0, lim = 0;
         cudaGetDevice(&dev);
         if (cudaDeviceGetAttribute(&lim, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) lim = 48 << 10;
         cudaFuncAttributes fa;
-        const int fixed = cudaFuncGetAttributes(&fa, k_attn_rows<G, NW>) == cudaSuccess ? (int)fa.sharedSizeBytes : 0;
-        if (cudaFuncSetAttribute(k_attn_rows<G, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim - fixed) !=
+        const int fixed =
+            cudaFuncGetAttributes(&fa, k_attn_rows<G, NW, CL>) == cudaSuccess ? (int)fa.sharedSizeBytes : 0;
+        if (cudaFuncSetAttribute(k_attn_rows<G, NW, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim - fixed) !=
             cudaSuccess) {
             cudaGetLastError(); /* (not sticky) */
             lim = 48 << 10;
@@ -644,15 +689,37 @@ static int rsplit_mode(int set, int on) {
 }
 int cu_attention_rsplit(int n) { return rsplit_mode(1, n); }
 
+/* The decode attention's blocks of a kv head as a thread-block cluster
+   that merges its rows' chunks itself (DSPARK_CUDA_ATT_CLUSTER=1,
+   cu_attention_cluster; off by default, not yet measured): in the
+   two-stage shape (caches under 1024 positions) on a Hopper GPU, the kv
+   head's blocks (at most ATT_CLUSTER_MAX, a portable cluster size) meet at
+   a cluster barrier once their partials are written, and each then merges
+   some of the head's (row, query head) pairs with k_attn_combine's code
+   (attn_combine_row), so no combine kernel is launched. The combine
+   costs a one-row Qwen3-8B step 2.5 us a layer, most of it its launch
+   after the attention's last block and its first round trip to L2; the
+   barrier replaces the launch. The same arithmetic: the same bits. */
+#define ATT_CLUSTER_MAX 8
+static int cluster_mode(int set, int on) {
+    static int mode = -2;
+    return env_switch(&mode, "DSPARK_CUDA_ATT_CLUSTER", set, on);
+}
+int cu_attention_cluster(int on) { return cluster_mode(1, on); }
+
 int cu_o_pdl(void) {
     static int mode = -2;
     return env_switch(&mode, "DSPARK_CUDA_O_PDL", 0, 0) == 1;
 }
 
+/* one launch of k_attn_rows for rows m0 .. (ATT_ROWS of them at most);
+   returns 1 when its blocks merged the chunks themselves (the cluster
+   form: out and outc written), else 0 (k_attn_combine to follow) */
 template <int G>
-static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
-                        const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
-                        float scale, int nchunk, int m0, int causal, int first, int spread, int early) {
+static int attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
+                       const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
+                       float scale, int nchunk, int m0, int causal, int first, int spread, int early, float *out,
+                       uint32_t *outc) {
     const int optin = attn_optin<G, ATT_WARPS>();
     int two = att_smem(G, hd / 4, 2) <= (size_t)optin, per_sm = 1, inter = 0;
     /* spread (long caches, cu_attn_spread_for): one K/V stage and as many
@@ -686,14 +753,34 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
         }
     }
     /* (up to five heads a kv head: more would spill at 128 registers a thread) */
+    const int wide = G <= 5 && two && !inter && R * G > ATT_WARPS && wide_mode(0, 0) != 0;
+    if (two && !inter && rs == 1 && cluster_mode(0, 0) == 1 && cu_hopper_code()) { /* the cluster form */
+        int nbc = attn_blocks(nkv, nchunk, 1);
+        if (nbc > ATT_CLUSTER_MAX) nbc = ATT_CLUSTER_MAX;
+        const int late = cu_o_pdl();
+        auto go = [&](auto kern, int nw, int optin) {
+            size_t sm = att_smem(G, hd / 4, 2, nw);
+            if (sm < sizeof(comb_smem)) sm = sizeof(comb_smem);
+            if (sm > (size_t)optin) return 0;
+            launch_cluster(kern, nkv * nbc, 32 * nw, sm, nbc, st, q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap,
+                           d_len, M, scale, nchunk, m0, causal, first, 1, 0, early, 1, out, outc, late);
+            return 1;
+        };
+        if constexpr (G <= 5)
+            if (wide && go(k_attn_rows<G, ATT_WIDE, true>, ATT_WIDE, attn_optin<G, ATT_WIDE, true>())) return 1;
+        if (!wide && go(k_attn_rows<G, ATT_WARPS, true>, ATT_WARPS, attn_optin<G, ATT_WARPS, true>())) return 1;
+    }
     if constexpr (G <= 5)
-        if (two && !inter && R * G > ATT_WARPS && wide_mode(0, 0) != 0 &&
-            att_smem(G, hd / 4, 2, ATT_WIDE) <= (size_t)attn_optin<G, ATT_WIDE>())
-            return launch_smem(k_attn_rows<G, ATT_WIDE>, grid, 32 * ATT_WIDE, att_smem(G, hd / 4, 2, ATT_WIDE), st, q,
-                               kc, vc, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal,
-                               first, two, inter, early, 1);
+        if (wide && att_smem(G, hd / 4, 2, ATT_WIDE) <= (size_t)attn_optin<G, ATT_WIDE>()) {
+            launch_smem(k_attn_rows<G, ATT_WIDE>, grid, 32 * ATT_WIDE, att_smem(G, hd / 4, 2, ATT_WIDE), st, q, kc, vc,
+                        opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter,
+                        early, 1, (float *)NULL, (uint32_t *)NULL, 0);
+            return 0;
+        }
     launch_smem(k_attn_rows<G, ATT_WARPS>, grid, ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st, q, kc, vc, opart,
-                mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter, early, rs);
+                mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter, early, rs,
+                (float *)NULL, (uint32_t *)NULL, 0);
+    return 0;
 }
 
 /* k_attn_rows' early requests (env_switch: DSPARK_CUDA_ATT_EARLY=0 turns
@@ -715,10 +802,13 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
+        int merged = 0;
         with_g(G, [&](auto g) {
-            attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
-                                            nchunk, m0, causal, first, spread, early_mode(0, 0) != 0);
+            merged = attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len,
+                                                     scale, nchunk, m0, causal, first, spread, early_mode(0, 0) != 0,
+                                                     out, outc);
         });
+        if (merged) continue;
         cu_pdl_off serial; /* see pdl_enabled */
         launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
                ATT_CHUNK, outc, cu_o_pdl());

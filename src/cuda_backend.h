@@ -198,6 +198,11 @@ int cuda_test_attention_wide(int on);
  * none, the default; the same bits whatever the count); returns the
  * previous setting */
 int cuda_test_attention_rsplit(int n);
+/* sets whether the decode attention's blocks of a kv head run as a
+ * cluster that merges the chunks itself (cu_attention_cluster: 1 on, 0 or
+ * -1 off, the default; the same bits either way); returns the previous
+ * setting */
+int cuda_test_attention_cluster(int on);
 /* sets whether this thread's bf16 SwiGLU matmuls of 1-8 rows run two blocks
    an SM (cu_swiglu_two; the same bits either way); returns the previous
    setting */

@@ -265,6 +265,28 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+#ifndef DSPARK_CUEMU /* (tests/cuemu/emu.h: the CPU's) */
+/* Thread-block clusters (compute capability 9.0): every thread of the
+   cluster's blocks arrives (release: its writes, global ones included, are
+   visible to the cluster's threads after the wait), then waits (acquire);
+   called by every thread, uniformly. cluster_rank: the block's place in
+   its cluster. Older GPUs never launch a kernel that calls them. */
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+#if __CUDA_ARCH__ >= 900
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+#else
+    return 0;
+#endif
+}
+#endif
+
 /* Kernels are launched with programmatic dependent launch allowed
    (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0, or while a
    cu_pdl_off scope is open on the launching thread. Two launches go without
@@ -660,6 +682,11 @@ int cu_attention_wide(int on);
    default unless DSPARK_CUDA_ATT_RSPLIT says otherwise: none; the same
    bits whatever the count); returns the previous setting */
 int cu_attention_rsplit(int n);
+/* sets whether the two-stage decode attention's blocks of a kv head run as
+   a cluster that merges the chunks itself, no combine kernel (1 on; 0 or
+   -1, the default unless DSPARK_CUDA_ATT_CLUSTER=1, off; the same bits
+   either way); returns the previous setting */
+int cu_attention_cluster(int on);
 /* The o projection under programmatic dependent launch, the decode
    attention's combine letting it launch only after its last read
    (DSPARK_CUDA_O_PDL=1; off by default, not yet measured). o under PDL was

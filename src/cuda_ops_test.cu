@@ -82,6 +82,7 @@ extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(o
 extern "C" int cuda_test_attention_early(int on) { return cu_attention_early(on); }
 extern "C" int cuda_test_attention_wide(int on) { return cu_attention_wide(on); }
 extern "C" int cuda_test_attention_rsplit(int n) { return cu_attention_rsplit(n); }
+extern "C" int cuda_test_attention_cluster(int on) { return cu_attention_cluster(on); }
 extern "C" int cuda_test_code_arch(char *err, size_t errlen) { return cu_code_arch(err, errlen); }
 extern "C" int cuda_test_hopper_paths(void) { return cu_hopper_code() && pdl_enabled(); }
 extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(len); }

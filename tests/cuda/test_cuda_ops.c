@@ -334,6 +334,29 @@ TEST(cuda_attention_rsplit_same_bits) {
     cuda_test_attention_spread(prev_s);
 }
 
+/* A kv head's blocks as a thread-block cluster that merges the chunks
+ * itself (cu_attention_cluster: no combine kernel) give the default's
+ * bits: decode and verify widths, 8 and 16 warps, blocks with several
+ * chunks and with none, two launches (ATT_ROWS), one to sixteen heads a
+ * kv head, and with the o projection's late trigger (DSPARK_CUDA_O_PDL
+ * read at the first use: as the environment says). */
+TEST(cuda_attention_cluster_same_bits) {
+    if (!have_gpu()) return;
+    char err[512];
+    /* M, nh, nkv, hd, n_past */
+    const int shapes[][5] = {{1, 32, 8, 128, 512}, {16, 32, 8, 128, 512}, {9, 32, 8, 128, 1000}, {3, 32, 8, 128, 100},
+                             {4, 16, 4, 64, 63},   {12, 8, 1, 128, 700},  {33, 4, 4, 32, 7},     {2, 32, 8, 128, 900},
+                             {7, 16, 16, 64, 90},  {1, 8, 1, 256, 300}};
+    int prev_s = cuda_test_attention_spread(0), prev_c = cuda_test_attention_cluster(0);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        attn_case a = attn_case_make(shapes[s], 73);
+        CHECK_MSG(attn_case_same_bits(&a, cuda_test_attention_cluster, err, sizeof err), "cluster attention: %s", err);
+        attn_case_free(&a);
+    }
+    cuda_test_attention_cluster(prev_c);
+    cuda_test_attention_spread(prev_s);
+}
+
 /* The prefill attention kernels against the CPU, across their span boundary
    (2048 positions) and with partial row tiles; a row's bits do not depend on
    the batch (the first rows alone equal the same rows in the wide batch).

@@ -4,7 +4,8 @@
 // switch: the default two-stage shape, the spread shape (one stage, the kv
 // heads interleaved), the first chunk requested after the wait, the verify
 // rows on 8 warps instead of 16 (DSPARK_CUDA_ATT_WIDE=0), two and three row
-// groups a chunk (DSPARK_CUDA_ATT_RSPLIT). Each must give the
+// groups a chunk (DSPARK_CUDA_ATT_RSPLIT), a kv head's blocks as a cluster
+// that merges its chunks (DSPARK_CUDA_ATT_CLUSTER). Each must give the
 // default's bits, and each row alone (a decode step at its position) the
 // batch's bits.
 #include "../../src/cuda_attn.cu"
@@ -82,11 +83,13 @@ static void run_case(const acase &a) {
     const inputs in(a);
     char what[96];
     snprintf(what, sizeof what, "M=%d nh=%d nkv=%d hd=%d n_past=%d", a.M, a.nh, a.nkv, a.hd, a.np);
-    /* switch settings: spread, early, wide, row groups a chunk; the first is the default */
-    const int modes[][4] = {{0, 1, 1, 1}, {1, 1, 1, 1}, {0, 0, 1, 1}, {1, 0, 1, 1}, {0, 1, 0, 1},
-                            {0, 1, 1, 2}, {0, 0, 1, 3}, {1, 1, 1, 2}};
+    /* switch settings: spread, early, wide, row groups a chunk, cluster; the first is the default */
+    const int modes[][5] = {{0, 1, 1, 1, 0}, {1, 1, 1, 1, 0}, {0, 0, 1, 1, 0}, {1, 0, 1, 1, 0},
+                            {0, 1, 0, 1, 0}, {0, 1, 1, 2, 0}, {0, 0, 1, 3, 0}, {1, 1, 1, 2, 0},
+                            {0, 1, 1, 1, 1}, {0, 0, 0, 1, 1}, {1, 1, 1, 1, 1}};
     const char *names[] = {"default", "spread", "late first chunk", "spread, late", "narrow",
-                           "2 row groups", "3 row groups, late", "spread (no row groups)"};
+                           "2 row groups", "3 row groups, late", "spread (no row groups)",
+                           "cluster", "cluster, late, narrow", "spread (no cluster)"};
     std::vector<float> base;
     printf("  %s:", what);
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
@@ -94,6 +97,7 @@ static void run_case(const acase &a) {
         cu_attention_early(modes[i][1]);
         cu_attention_wide(modes[i][2]);
         cu_attention_rsplit(modes[i][3]);
+        cu_attention_cluster(modes[i][4]);
         const std::vector<float> out = gpu(a, in, 0, a.M, a.np, 0);
         const double rel = rel_to_reference(a, in, out);
         EXPECT(rel < 1e-5, "%s, %s: off the reference by %.3g", what, names[i], rel);
@@ -114,6 +118,7 @@ static void run_case(const acase &a) {
     cu_attention_early(-1);
     cu_attention_wide(-1);
     cu_attention_rsplit(1);
+    cu_attention_cluster(0);
     if (cu_attn_tiled_ok(a.nh, a.nkv, a.hd)) {
         const double rel = rel_to_reference(a, in, gpu(a, in, 0, a.M, a.np, 1));
         EXPECT(rel < 1e-5, "%s, the prefill kernel: off the reference by %.3g", what, rel);
@@ -160,6 +165,9 @@ int main(void) {
         {33, 2, 2, 16, 5},   /* two launches (ATT_ROWS) */
         {2, 4, 1, 128, 2100}, /* more than 32 chunks a row */
         {1, 4, 1, 128, 4200}, /* more chunks than the combine's first staged tile */
+        {5, 4, 1, 64, 300},   /* a kv head's three blocks (a cluster), two chunks for some */
+        {12, 8, 1, 32, 500},  /* eight heads a kv head, whole rows, a cluster of three */
+        {1, 2, 1, 64, 700},   /* decode, a cluster of three: one pair, two blocks with none */
     };
     for (const acase &a : cases) run_case(a);
     run_combine(1, 3, 128);

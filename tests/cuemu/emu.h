@@ -11,7 +11,7 @@
 // a group lands at its commit on a coin toss, and warps are left out of
 // scheduling passes at random, so a stage refilled while another warp
 // still reads it shows too. Blocks run one after another, in an order
-// drawn anew each launch.
+// drawn anew each launch; a thread-block cluster's blocks run together.
 //
 // What it is not: a timing model, or the tensor core's arithmetic (an mma
 // is the exact product of its operands, TF32-truncated or bf16, summed in
@@ -21,7 +21,9 @@
 // types, intrinsics and runtime calls they use CPU meanings, and
 // cuda_ops.cuh leaves out its inline-assembly helpers (mma, cp.async) for
 // the ones below. __shared__ variables become function statics (one per
-// block, as blocks run in turn); DYN_SMEM is the block's buffer.
+// block, as blocks run in turn; one per cluster for a clustered launch, so
+// clustered kernels keep theirs in DYN_SMEM); DYN_SMEM is the block's
+// buffer.
 #ifndef DS_CUEMU_H
 #define DS_CUEMU_H
 
@@ -129,7 +131,8 @@ struct copy16 {
 struct fiber {
     ucontext_t ctx;
     std::vector<char> stack;
-    int tid = 0;
+    int tid = 0; /* in its block */
+    int blk = 0; /* its block's place in the cluster running (0 outside clusters) */
     bool done = false;
     struct barrier *wait = nullptr; /* the rendezvous it waits at, and that one's generation */
     unsigned wait_gen = 0;
@@ -138,22 +141,29 @@ struct fiber {
 };
 
 struct barrier {
-    int lo = 0, hi = 0; /* the threads it waits for */
+    int lo = 0, hi = 0; /* the threads it waits for (fiber indices) */
     int count = 0;
     unsigned gen = 0;
+    bool block = false; /* a block's __syncthreads (see try_release) */
 };
 
+/* The blocks running together: one, or a thread-block cluster's (a
+   launch with a cluster dimension): fiber i is thread i % nthreads of
+   the i / nthreads-th. */
 inline std::vector<fiber> fibers;
-inline int cur = -1, nthreads = 0;
+inline int cur = -1, nthreads = 0, nblocks = 1;
+inline std::vector<dim3> running; /* their blockIdx */
 inline ucontext_t sched;
 inline std::function<void()> body;
-inline barrier block_bar;
-inline std::vector<barrier> warp_bar;
-inline std::vector<uint32_t> slots; /* [warp][lane][16] words exchanged at warp rendezvous */
+inline std::vector<barrier> block_bar; /* a block each */
+inline barrier cluster_bar;
+inline std::vector<barrier> warp_bar;  /* [block][warp] */
+inline std::vector<uint32_t> slots; /* [block][warp][lane][16] words exchanged at warp rendezvous */
 inline bool progress; /* whether the scheduler's pass ran a fiber */
-inline int laggard = 0; /* the warp the scheduler holds back (see run_block) */
-/* the block's dynamic shared memory (DYN_SMEM) */
-alignas(16) inline unsigned char smem[262144];
+inline int laggard = 0; /* the warp the scheduler holds back (see run_blocks) */
+/* the running blocks' dynamic shared memory (DYN_SMEM), smem_stride bytes a block */
+inline std::vector<float4> smem_buf;
+inline size_t smem_stride = 0;
 
 [[noreturn]] inline void fail(const char *what) {
     fprintf(stderr, "cuemu: %s (grid %u,%u,%u of %u threads, block %u,%u,%u, thread %d)\n", what, gridDim.x, gridDim.y,
@@ -172,6 +182,10 @@ inline unsigned coin() {
 inline fiber &me() { return fibers[cur]; }
 inline int lane() { return me().tid % 32; }
 inline int warp() { return me().tid / 32; }
+inline int warps_per_block() { return (nthreads + 31) / 32; }
+inline int gwarp() { return me().blk * warps_per_block() + warp(); } /* among the running blocks' */
+/* the calling thread's block's dynamic shared memory */
+inline void *dyn_smem() { return reinterpret_cast<unsigned char *>(smem_buf.data()) + (size_t)me().blk * smem_stride; }
 inline void yield() { swapcontext(&me().ctx, &sched); }
 
 inline int exited(int lo, int hi) {
@@ -186,7 +200,7 @@ inline bool try_release(barrier &b) {
     if (b.count + exited(b.lo, b.hi) < b.hi - b.lo) return false;
     b.count = 0;
     b.gen++;
-    if (&b == &block_bar) laggard = (int)(coin() % ((nthreads + 31) / 32)); /* another after each barrier */
+    if (b.block) laggard = (int)(coin() % (nblocks * warps_per_block())); /* another after each barrier */
     return true;
 }
 
@@ -202,9 +216,11 @@ inline void rendezvous(barrier &b) {
     me().wait = nullptr;
 }
 
-inline void syncthreads() { rendezvous(block_bar); }
-inline void syncwarp() { rendezvous(warp_bar[warp()]); }
-inline uint32_t *my_slot(int l = -1) { return &slots[((size_t)warp() * 32 + (l < 0 ? lane() : l)) * 16]; }
+inline void syncthreads() { rendezvous(block_bar[me().blk]); }
+/* barrier.cluster.arrive + wait: every live thread of the cluster's blocks */
+inline void cluster_sync() { rendezvous(cluster_bar); }
+inline void syncwarp() { rendezvous(warp_bar[gwarp()]); }
+inline uint32_t *my_slot(int l = -1) { return &slots[((size_t)gwarp() * 32 + (l < 0 ? lane() : l)) * 16]; }
 
 /* cp.async: held until a wait lets the group land */
 inline void cp_issue(void *dst, const void *src) { me().open.push_back({dst, src}); }
@@ -241,22 +257,39 @@ inline void trampoline() {
     /* uc_link returns to the scheduler */
 }
 
-/* runs one block of the kernel call k on blockDim threads */
-inline void run_block(const std::function<void()> &k) {
+/* runs the blocks `blocks` (one, or a cluster's) of the kernel call k
+   together on blockDim threads each, their dynamic shared memory
+   smem_bytes each, NaN-filled (0xff bytes) so a read of anything not yet
+   written shows */
+inline void run_blocks(const std::vector<dim3> &blocks, size_t smem_bytes, const std::function<void()> &k) {
     nthreads = (int)(blockDim.x * blockDim.y * blockDim.z);
-    if ((int)fibers.size() < nthreads) fibers.resize(nthreads);
-    warp_bar.assign((nthreads + 31) / 32, barrier());
-    for (size_t w = 0; w < warp_bar.size(); w++) {
-        warp_bar[w].lo = (int)w * 32;
-        warp_bar[w].hi = (int)w * 32 + 32 < nthreads ? (int)w * 32 + 32 : nthreads;
+    nblocks = (int)blocks.size();
+    running = blocks;
+    const int nw = warps_per_block(), total = nblocks * nthreads;
+    smem_stride = (smem_bytes + 15) / 16 * 16;
+    if (smem_buf.size() * 16 < smem_stride * nblocks) smem_buf.resize(smem_stride * nblocks / 16);
+    if (smem_bytes) memset(smem_buf.data(), 0xff, smem_stride * nblocks);
+    if ((int)fibers.size() < total) fibers.resize(total);
+    warp_bar.assign((size_t)nblocks * nw, barrier());
+    block_bar.assign(nblocks, barrier());
+    for (int b = 0; b < nblocks; b++) {
+        block_bar[b].lo = b * nthreads;
+        block_bar[b].hi = (b + 1) * nthreads;
+        block_bar[b].block = true;
+        for (int w = 0; w < nw; w++) {
+            barrier &wb = warp_bar[(size_t)b * nw + w];
+            wb.lo = b * nthreads + w * 32;
+            wb.hi = w * 32 + 32 < nthreads ? wb.lo + 32 : (b + 1) * nthreads;
+        }
     }
-    slots.assign((size_t)warp_bar.size() * 32 * 16, 0);
-    block_bar = barrier();
-    block_bar.hi = nthreads;
+    cluster_bar = barrier();
+    cluster_bar.hi = total;
+    slots.assign((size_t)nblocks * nw * 32 * 16, 0);
     body = k;
-    for (int i = 0; i < nthreads; i++) {
+    for (int i = 0; i < total; i++) {
         fiber &f = fibers[i];
-        f.tid = i;
+        f.tid = i % nthreads;
+        f.blk = i / nthreads;
         f.done = false;
         f.wait = nullptr;
         f.groups.clear();
@@ -269,21 +302,22 @@ inline void run_block(const std::function<void()> &k) {
         makecontext(&f.ctx, trampoline, 0);
     }
     /* passes over the warps: in most, each warp is left out with odds of
-       one in three, and one warp of the block (the laggard, drawn again at
-       each block barrier) runs in one pass in 32, so warps drift far apart
-       between block barriers and a stage refilled, or a buffer rewritten,
-       while another warp still reads it shows; after a pass that ran no
-       fiber, one with every warp, and if that runs none either (all wait
-       at rendezvous that never open), the block is stuck */
-    const int nw = (nthreads + 31) / 32;
-    laggard = (int)(coin() % nw);
+       one in three, and one warp (the laggard, drawn again at each block
+       barrier) runs in one pass in 32, so warps drift far apart between
+       block barriers and a stage refilled, or a buffer rewritten, while
+       another warp still reads it shows; after a pass that ran no fiber,
+       one with every warp, and if that runs none either (all wait at
+       rendezvous that never open), the blocks are stuck */
+    const int gw = nblocks * nw;
+    laggard = (int)(coin() % gw);
     bool all = true;
     for (;;) {
         bool live = false;
         progress = false;
-        for (int w = 0; w < nw; w++) {
+        for (int w = 0; w < gw; w++) {
             const bool run = all || (w == laggard ? coin() % 32 == 0 : coin() % 3 != 0);
-            for (cur = 32 * w; cur < nthreads && cur < 32 * w + 32; cur++) {
+            const int b = w / nw, lo = b * nthreads + (w % nw) * 32, hi = lo + 32 < (b + 1) * nthreads ? lo + 32 : (b + 1) * nthreads;
+            for (cur = lo; cur < hi; cur++) {
                 fiber &f = fibers[cur];
                 if (f.done) continue;
                 live = true;
@@ -292,8 +326,10 @@ inline void run_block(const std::function<void()> &k) {
                    thread's exit may open it) */
                 if (f.wait && f.wait->gen == f.wait_gen && !try_release(*f.wait)) continue;
                 progress = true;
-                threadIdx = dim3((unsigned)cur % blockDim.x, (unsigned)cur / blockDim.x % blockDim.y,
-                                 (unsigned)cur / (blockDim.x * blockDim.y));
+                const int t = f.tid;
+                threadIdx = dim3((unsigned)t % blockDim.x, (unsigned)t / blockDim.x % blockDim.y,
+                                 (unsigned)t / (blockDim.x * blockDim.y));
+                blockIdx = running[f.blk];
                 swapcontext(&sched, &fibers[cur].ctx);
             }
         }
@@ -304,23 +340,26 @@ inline void run_block(const std::function<void()> &k) {
     }
 }
 
-/* a launch: every block in turn, in an order drawn anew each launch (a
-   GPU promises none: a kernel whose last block to finish does more, or
-   one that assumes block 0 runs first, shows), its dynamic shared memory
-   NaN-filled (0xff bytes) so a read of anything not yet written shows */
-inline void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &k) {
+/* a launch: every block (or cluster of cx blocks along x) in turn, in an
+   order drawn anew each launch (a GPU promises none: a kernel whose last
+   block to finish does more, or one that assumes block 0 runs first,
+   shows); a cluster's blocks run together (cluster_sync meets across
+   them), so a clustered kernel keeps its shared memory in DYN_SMEM (its
+   __shared__ statics would be one for the whole cluster) */
+inline void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &k, unsigned cx = 1) {
     if (smem_bytes > (size_t)smem_optin) fail("a launch asks for more shared memory than the device gives");
+    if (cx < 1 || grid.x % cx) fail("a grid that is not a whole number of clusters");
     gridDim = grid;
     blockDim = block;
-    std::vector<dim3> order;
+    std::vector<dim3> order; /* each cluster's first block */
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) order.push_back(dim3(x, y, z));
+            for (unsigned x = 0; x < grid.x; x += cx) order.push_back(dim3(x, y, z));
     for (size_t i = order.size(); i > 1; i--) std::swap(order[i - 1], order[coin() % i]);
     for (const dim3 &b : order) {
-        blockIdx = b;
-        if (smem_bytes) memset(smem, 0xff, smem_bytes);
-        run_block(k);
+        std::vector<dim3> blocks;
+        for (unsigned j = 0; j < cx; j++) blocks.push_back(dim3(b.x + j, b.y, b.z));
+        run_blocks(blocks, smem_bytes, k);
     }
 }
 
@@ -463,7 +502,9 @@ static inline void cp_async_wait_all() {
     emu::cp_wait(0);
 }
 static inline void cp_async_wait_one() { emu::cp_wait(1); }
-#define DYN_SMEM(T, name) T *const name = reinterpret_cast<T *>(emu::smem)
+#define DYN_SMEM(T, name) T *const name = reinterpret_cast<T *>(emu::dyn_smem())
+static inline void cluster_sync() { emu::cluster_sync(); }
+static inline unsigned cluster_rank() { return blockIdx.x % emu::nblocks; }
 
 /* ---- the runtime calls the launchers make ---------------------------------- */
 static inline const char *cudaGetErrorString(cudaError_t) { return "(emulated)"; }
@@ -518,7 +559,10 @@ template <typename F> static inline cudaError_t cudaOccupancyMaxActiveBlocksPerM
 }
 template <typename... KA, typename... A>
 static inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *cfg, void (*k)(KA...), A... args) {
-    emu::launch(cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, [&]() { k(args...); });
+    unsigned cx = 1;
+    for (unsigned i = 0; i < cfg->numAttrs; i++)
+        if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension) cx = cfg->attrs[i].val.clusterDim.x;
+    emu::launch(cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, [&]() { k(args...); }, cx);
     return cudaSuccess;
 }
 
