@@ -762,6 +762,30 @@ static int attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart
             size_t sm = att_smem(G, hd / 4, 2, nw);
             if (sm < sizeof(comb_smem)) sm = sizeof(comb_smem);
             if (sm > (size_t)optin) return 0;
+            /* whether such a cluster can be resident at all (else the
+               launch would fail): asked once per shape */
+            static int fit_nbc = -1, fit = 0;
+            static size_t fit_sm = 0;
+            if (fit_nbc != nbc || fit_sm != sm) {
+                cudaLaunchAttribute at[1];
+                cudaLaunchConfig_t cfg = {};
+                cfg.gridDim = dim3(nkv * nbc);
+                cfg.blockDim = dim3(32 * nw);
+                cfg.dynamicSmemBytes = sm;
+                cfg.attrs = at;
+                cfg.numAttrs = 1;
+                at[0].id = cudaLaunchAttributeClusterDimension;
+                at[0].val.clusterDim.x = nbc;
+                at[0].val.clusterDim.y = 1;
+                at[0].val.clusterDim.z = 1;
+                int n = 0;
+                if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+                    cudaGetLastError(); /* (not sticky) */
+                    n = 0;
+                }
+                fit_nbc = nbc, fit_sm = sm, fit = n >= 1;
+            }
+            if (!fit) return 0;
             launch_cluster(kern, nkv * nbc, 32 * nw, sm, nbc, st, q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap,
                            d_len, M, scale, nchunk, m0, causal, first, 1, 0, early, 1, out, outc, late);
             return 1;

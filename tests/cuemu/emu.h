@@ -557,6 +557,15 @@ template <typename F> static inline cudaError_t cudaOccupancyMaxActiveBlocksPerM
     *n = f < 2 ? f : 2;
     return cudaSuccess;
 }
+/* clusters resident at once: the SMs' worth, where each block's shared memory fits */
+template <typename F>
+static inline cudaError_t cudaOccupancyMaxActiveClusters(int *n, F, const cudaLaunchConfig_t *cfg) {
+    unsigned cx = 1;
+    for (unsigned i = 0; i < cfg->numAttrs; i++)
+        if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension) cx = cfg->attrs[i].val.clusterDim.x;
+    *n = cfg->dynamicSmemBytes <= (size_t)emu::smem_optin && cx <= (unsigned)emu::sms ? emu::sms / (int)cx : 0;
+    return cudaSuccess;
+}
 template <typename... KA, typename... A>
 static inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *cfg, void (*k)(KA...), A... args) {
     unsigned cx = 1;
