@@ -101,7 +101,7 @@ TEST(cuda_prefill_chunking_same_cache) {
    context of its own (its graphs captured with the switches as they are) */
 static int batch_logits(model *m, const int *prompt, int k, float *logits, char *err, size_t errlen) {
     model_ctx *c;
-    if (mctx_create(&c, m, 256, 16, NULL, err, errlen) != 0) return -1;
+    if (mctx_create(&c, m, 256, 64, NULL, err, errlen) != 0) return -1;
     model_batch p = {.n = 40, .tokens = prompt, .n_logits = 1, .logits = logits};
     int rc = model_forward(c, &p, err, errlen);
     model_batch b = {.n = k, .tokens = prompt + 40, .n_logits = k, .logits = logits};
