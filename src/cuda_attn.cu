@@ -285,7 +285,7 @@ static size_t att_smem(int G, int h4, int ns, int nw = ATT_WARPS) {
 
 /* CL: the blocks of a kv head are a thread-block cluster (two-stage shape,
    one row group) and merge their rows' chunks themselves once all have
-   written them (attn_cluster_tail): no combine kernel; late: the next
+   written them (the tail below): no combine kernel; late: the next
    kernel launches only after that merge's reads (cu_o_pdl) */
 template <int G, int NW, bool CL = false>
 __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
