@@ -608,7 +608,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
            q, k and v itself (no kernel of its own between it and attention) */
         cu_qkv_tail tail = {cu_qkv_fused_args(x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, nh, nkv,
                                               hd, x->cap, x->d_len, eps),
-                            x->qkv_cnt};
+                            x->qkv_cnt, cu_acqrel()};
         if (!(omit & OMIT_QKV)) {
             const cu_cut qc = norm_apart(x, CU_NS_QKV, x->x, M, &L->wqkv, L->attn_norm);
             int fused = !cu_gemm_takes(x->gemm, &L->wqkv, M) &&

@@ -446,16 +446,16 @@ __global__ void k_qkv_post(cu_qkv_args a) {
    and post-processes the head, a warp a row */
 __device__ void qkv_tail(const cu_qkv_tail &t, int M, int m0, int R, int n0, int nc) {
     __shared__ int last;
-    __threadfence(); /* this block's columns are visible before it counts */
+    if (!t.acqrel) __threadfence(); /* this block's columns are visible before it counts */
     __syncthreads();
     const int head = n0 / t.a.hd;
     if (threadIdx.x == 0) {
-        last = atomicAdd(t.cnt + head, 1) == t.a.hd / nc - 1;
+        last = count_arrive(t.cnt + head, t.acqrel) == t.a.hd / nc - 1;
         if (last) t.cnt[head] = 0;
     }
     __syncthreads();
     if (!last) return;
-    __threadfence();
+    if (!t.acqrel) __threadfence();
     const int warp = threadIdx.x / 32, nw = blockDim.x / 32, rows = M - m0 < R ? M - m0 : R;
     for (int r = warp; r < rows; r += nw) qkv_post_item(t.a, m0 + r, head, threadIdx.x % 32);
 }

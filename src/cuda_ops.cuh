@@ -287,6 +287,27 @@ __device__ __forceinline__ unsigned cluster_rank() {
 }
 #endif
 
+/* A block's arrival at a count the grid's blocks share, by its thread 0
+   after a __syncthreads that follows the block's writes: the count before.
+   With acqrel (cu_acqrel), one atomic with acquire-release semantics at GPU
+   scope: it publishes the writes the block's threads made before the
+   barrier, and for the block that arrives last, the others' writes become
+   visible to its threads after its next barrier (a generic grid barrier's
+   pattern), so the caller needs no fences. Without, a relaxed atomic
+   between the caller's fences (__threadfence by every thread before the
+   barrier, and after the next one in the last block), as before. */
+#ifndef DSPARK_CUEMU
+template <typename T> __device__ __forceinline__ T count_arrive(T *cnt, int acqrel) {
+    static_assert(sizeof(T) == 4, "a 32-bit count");
+    if (!acqrel) return atomicAdd(cnt, (T)1);
+    T old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
+    return old;
+}
+#else
+template <typename T> static inline T count_arrive(T *cnt, int) { return atomicAdd(cnt, (T)1); }
+#endif
+
 /* Kernels are launched with programmatic dependent launch allowed
    (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0, or while a
    cu_pdl_off scope is open on the launching thread. Two launches go without
@@ -325,6 +346,15 @@ static inline int env_switch(int *mode, const char *name, int set, int on) {
     int prev = *mode;
     if (set) *mode = on;
     return prev;
+}
+
+/* whether count_arrive takes the acquire-release atomic (DSPARK_CUDA_ACQREL=1;
+   off by default, not yet measured: the fences it saves sit on the
+   critical path of the q/k/v projection's per-head tail, a layer's
+   last blocks, and of the split argmax) */
+static inline int cu_acqrel(void) {
+    static int mode = -2;
+    return env_switch(&mode, "DSPARK_CUDA_ACQREL", 0, 0) == 1;
 }
 
 /* a scope that adds on to a launch setting's depth counter d while open
@@ -612,6 +642,7 @@ cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, 
 struct cu_qkv_tail {
     cu_qkv_args a;
     int *cnt;
+    int acqrel; /* count_arrive's */
 };
 static inline int cu_qkv_tail_cnt(int nh, int nkv) { return nh + 2 * nkv; }
 /* y = RMSNorm(x, gn) . W^T + bias (W: the fused q/k/v projection) and the
@@ -713,6 +744,7 @@ struct cu_am {
     int *i;
     unsigned *cnt;
     int rows, nb;
+    int acqrel; /* count_arrive's */
 };
 int cu_am_create(cu_am *a, int rows, int n, char *err, size_t errlen);
 void cu_am_free(cu_am *a);

@@ -340,7 +340,7 @@ extern "C" int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int
     dmat W = {dw, DT_BF16, N, K};
     const float eps = 1e-6f;
     int rc = 0;
-    cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, dkc, dvc, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt};
+    cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, dkc, dvc, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt, cu_acqrel()};
     if (fused) {
         for (int r = 0; r < 2 && rc == 0; r++) {
             if (r) { /* the second run starts from zeroed outputs */
