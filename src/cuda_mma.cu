@@ -795,9 +795,29 @@ static void mma_rows(cudaStream_t st, float *y, const float *x, int M, const dma
     else mma_launch<T, 2, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut); /* reduction scratch bounds TILES x MT */
 }
 
+/* Tiles a warp for 1-8 rows of a matrix of many waves (more one-tile
+   blocks than four an SM: the LM head, 9,496 blocks for Qwen3's
+   vocabulary), DSPARK_CUDA_WIDE_TILES=2 or 4; 0, the default, leaves
+   them at one (not yet measured: at one row the LM head's 36 waves of
+   one-tile blocks lose about 0.67 us a wave in the step, a block's start
+   and epilogue, and more tiles a warp keep as many bytes in flight with
+   longer blocks; bench/cuda-steps.sh's lmtiles step times the kernel
+   alone). */
+static int wide_tiles(void) {
+    static int t = -1;
+    if (t < 0) {
+        const char *e = getenv("DSPARK_CUDA_WIDE_TILES");
+        t = e && (!strcmp(e, "2") || !strcmp(e, "4")) ? atoi(e) : 0;
+        if (e && !t && strcmp(e, "0") && strcmp(e, "1"))
+            fprintf(stderr, "dspark: DSPARK_CUDA_WIDE_TILES=%s: not 2 or 4; one tile kept\n", e);
+    }
+    return t;
+}
+
 /* the tile count mma_tiles takes for M rows of W */
 static int mma_tile_count(int M, const dmat *W, int swiglu) {
     if (g_mma_tiles) return g_mma_tiles;
+    if (!swiglu && M <= 8 && wide_tiles() && (W->N + 15) / 16 > 4 * sm_count()) return wide_tiles();
     /* 9-16 rows of a matrix whose 16-row tiles fit one wave at two blocks
        per SM (o and down of the Qwen3 shapes): one tile per block, the
        register-capped kernel, twice the blocks of two tiles in flight */
