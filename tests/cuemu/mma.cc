@@ -260,6 +260,36 @@ static void run_norm_split(int M, int N, int K, int epi) {
     printf("  %-44s the folded norm's bits\n", what);
 }
 
+/* Where the forward runs a norm apart (cu_norm_split): the sites
+   DSPARK_CUDA_NORM_SPLIT names (q, g, l, all; anything else ignored with a
+   warning), from DSPARK_CUDA_NORM_SPLIT_ROWS rows (9 by default or when
+   out of 1-16) up to 16, never above. */
+static void run_norm_split_env(void) {
+    struct {
+        const char *sites, *rows;
+        int site, M, want;
+    } cases[] = {
+        {NULL, NULL, CU_NS_GU, 16, 0},  {"g", NULL, CU_NS_GU, 16, 1},   {"g", NULL, CU_NS_GU, 8, 0},
+        {"g", NULL, CU_NS_GU, 9, 1},    {"g", NULL, CU_NS_GU, 17, 0},   {"g", NULL, CU_NS_QKV, 16, 0},
+        {"ql", "1", CU_NS_QKV, 1, 1},   {"ql", "1", CU_NS_LM, 1, 1},    {"ql", "1", CU_NS_GU, 1, 0},
+        {"all", "12", CU_NS_GU, 11, 0}, {"all", "12", CU_NS_LM, 12, 1}, {"all", "17", CU_NS_QKV, 9, 1},
+        {"all", "0", CU_NS_QKV, 8, 0},  {"gx", NULL, CU_NS_GU, 9, 1},   {"0", NULL, CU_NS_GU, 16, 0},
+    };
+    for (const auto &c : cases) {
+        if (c.sites) setenv("DSPARK_CUDA_NORM_SPLIT", c.sites, 1);
+        else unsetenv("DSPARK_CUDA_NORM_SPLIT");
+        if (c.rows) setenv("DSPARK_CUDA_NORM_SPLIT_ROWS", c.rows, 1);
+        else unsetenv("DSPARK_CUDA_NORM_SPLIT_ROWS");
+        cu_norm_split_force(-1, 0); /* the environment read again */
+        EXPECT(cu_norm_split(c.site, c.M) == c.want, "NORM_SPLIT=%s ROWS=%s: site %d at %d rows: %d, want %d",
+               c.sites ? c.sites : "(unset)", c.rows ? c.rows : "(unset)", c.site, c.M, !c.want, c.want);
+    }
+    unsetenv("DSPARK_CUDA_NORM_SPLIT");
+    unsetenv("DSPARK_CUDA_NORM_SPLIT_ROWS");
+    cu_norm_split_force(-1, 0);
+    printf("  %-44s the sites and widths the environment names\n", "where the norm runs apart");
+}
+
 /* The embedding (cu_embed): each row the token's bf16 row widened, bit
    for bit. */
 static void run_embed(int M, int V, int H) {
@@ -325,6 +355,7 @@ int main(void) {
     run_norm_split(3, 64, 264, GLU);
     run_norm_split(12, 32, 776, GLU);
     run_norm_split(16, 48, 136, GLU);
+    run_norm_split_env();
     run_embed(1, 50, 64);
     run_embed(9, 300, 320);
     run_rmsnorm(3, 200);
