@@ -746,6 +746,18 @@ int cu_mma_tiles_force(int n) {
     return prev;
 }
 
+/* A one-tile grid of many waves (more blocks than four an SM: the LM
+   head's at 1-8 rows) on the register-capped kernel, three blocks an SM
+   with three chunks in flight a warp, 72 KB an SM, instead of two with
+   four, 64 KB (DSPARK_CUDA_WIDE_OCC=3; off by default, not yet measured:
+   a third fewer waves of block starts and epilogues, see wide_tiles).
+   Neither changes a row's operations. */
+static int wide_occ3(void) {
+    static int on = -1;
+    if (on < 0) on = env_is("DSPARK_CUDA_WIDE_OCC", "3");
+    return on;
+}
+
 /* One tile of one row group per block: two blocks fit an SM (registers),
    or three with registers capped for it. A grid of more than two and up
    to three blocks per SM (the qkv projection of the Qwen3 shapes: 384 on
@@ -782,7 +794,7 @@ static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const d
     if constexpr (TILES == 1 && MT == 2) /* registers capped for two blocks per SM (see mma_tiles) */
         return mma_go<T, TILES, MT, EPI, 2>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
     if constexpr (TILES * MT == 1) /* (the capped kernel exists for one tile only: others would spill) */
-        if (blocks > 2 * sms && blocks <= 3 * sms)
+        if ((blocks > 2 * sms && blocks <= 3 * sms) || (blocks > 4 * sms && wide_occ3()))
             return mma_go<T, TILES, MT, EPI, 3>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
     mma_go<T, TILES, MT, EPI, 1>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
 }

@@ -329,6 +329,10 @@ static void run_rmsnorm(int M, int D) {
 
 int main(void) {
     emu::sms = 3;
+    /* one-tile grids of more blocks than four an SM (twenty tiles, the
+       LM head's shape in small) on the register-capped kernel, whose bits
+       the other tile counts' must equal */
+    setenv("DSPARK_CUDA_WIDE_OCC", "3", 1);
     const mcase cases[] = {
         {1, 40, 256, ST, 0, 1},   /* decode, a width off the tiles, 8 chunks: one a warp */
         {3, 64, 776, ST, 1, 0},   /* folded norm, K past the last whole chunk, several chunks a warp */
@@ -340,6 +344,7 @@ int main(void) {
         {12, 32, 136, GLU, 0, 1}, /* SwiGLU at 9-16 rows: two tiles */
         {1, 320, 64, ST, 0, 1},   /* twenty tiles, two chunks: six warps have none */
         {3, 160, 520, ADD, 0, 0}, /* ten tiles of 17 chunks */
+        {1, 216, 776, ST, 1, 1},  /* fourteen one-tile blocks of 25 chunks: the capped kernel (main) */
     };
     for (const mcase &c : cases) run_case(c);
     run_qkv(1, 4, 2, 32, 64);
