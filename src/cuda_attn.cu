@@ -4,8 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 #include <type_traits>
 
@@ -676,13 +674,7 @@ int cu_attention_wide(int on) { return wide_mode(1, on); }
    enter its arithmetic: the same bits. */
 static int rsplit_mode(int set, int on) {
     static int mode = -2;
-    if (mode == -2) {
-        const char *e = getenv("DSPARK_CUDA_ATT_RSPLIT");
-        const int v = e ? atoi(e) : 1;
-        if (e && (v < 1 || v > ATT_ROWS))
-            fprintf(stderr, "dspark: DSPARK_CUDA_ATT_RSPLIT=%s: not 1-%d; 1 taken\n", e, ATT_ROWS);
-        mode = v >= 1 && v <= ATT_ROWS ? v : 1;
-    }
+    if (mode == -2) mode = env_int("DSPARK_CUDA_ATT_RSPLIT", 1, ATT_ROWS, 1);
     const int prev = mode;
     if (set) mode = on >= 1 && on <= ATT_ROWS ? on : 1;
     return prev;
@@ -710,6 +702,35 @@ int cu_attention_cluster(int on) { return cluster_mode(1, on); }
 int cu_o_pdl(void) {
     static int mode = -2;
     return env_switch(&mode, "DSPARK_CUDA_O_PDL", 0, 0) == 1;
+}
+
+/* whether a cluster of nbc blocks of kernel k (threads and sm bytes of
+   shared memory each) can be resident at all, else its launch would fail;
+   asked once per shape */
+template <typename K> static int cluster_fits(K k, int nbc, int threads, size_t sm) {
+    static const void *fit_k = NULL;
+    static int fit_nbc = -1, fit = 0;
+    static size_t fit_sm = 0;
+    if (fit_k != (const void *)k || fit_nbc != nbc || fit_sm != sm) {
+        cudaLaunchAttribute at[1];
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(nbc);
+        cfg.blockDim = dim3(threads);
+        cfg.dynamicSmemBytes = sm;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = nbc;
+        at[0].val.clusterDim.y = 1;
+        at[0].val.clusterDim.z = 1;
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) != cudaSuccess) {
+            cudaGetLastError(); /* (not sticky) */
+            n = 0;
+        }
+        fit_k = (const void *)k, fit_nbc = nbc, fit_sm = sm, fit = n >= 1;
+    }
+    return fit;
 }
 
 /* one launch of k_attn_rows for rows m0 .. (ATT_ROWS of them at most);
@@ -761,31 +782,7 @@ static int attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart
         auto go = [&](auto kern, int nw, int optin) {
             size_t sm = att_smem(G, hd / 4, 2, nw);
             if (sm < sizeof(comb_smem)) sm = sizeof(comb_smem);
-            if (sm > (size_t)optin) return 0;
-            /* whether such a cluster can be resident at all (else the
-               launch would fail): asked once per shape */
-            static int fit_nbc = -1, fit = 0;
-            static size_t fit_sm = 0;
-            if (fit_nbc != nbc || fit_sm != sm) {
-                cudaLaunchAttribute at[1];
-                cudaLaunchConfig_t cfg = {};
-                cfg.gridDim = dim3(nkv * nbc);
-                cfg.blockDim = dim3(32 * nw);
-                cfg.dynamicSmemBytes = sm;
-                cfg.attrs = at;
-                cfg.numAttrs = 1;
-                at[0].id = cudaLaunchAttributeClusterDimension;
-                at[0].val.clusterDim.x = nbc;
-                at[0].val.clusterDim.y = 1;
-                at[0].val.clusterDim.z = 1;
-                int n = 0;
-                if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
-                    cudaGetLastError(); /* (not sticky) */
-                    n = 0;
-                }
-                fit_nbc = nbc, fit_sm = sm, fit = n >= 1;
-            }
-            if (!fit) return 0;
+            if (sm > (size_t)optin || !cluster_fits(kern, nbc, 32 * nw, sm)) return 0;
             launch_cluster(kern, nkv * nbc, 32 * nw, sm, nbc, st, q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap,
                            d_len, M, scale, nchunk, m0, causal, first, 1, 0, early, 1, out, outc, late);
             return 1;

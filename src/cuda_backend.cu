@@ -641,11 +641,14 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
         uint32_t *gate_c = cu_layer_takes_cut(x->gemm, &L->wd, M) ? x->gate_c : NULL;
         {
             cu_swiglu_two two(cu_swiglu_two_for(spread)); /* (see there) */
-            cu_cut gc = {};
-            if (!(omit & OMIT_GU)) gc = norm_apart(x, CU_NS_GU, x->x, M, &L->wg, L->mlp_norm);
-            gc.out = gate_c;
-            if ((omit & OMIT_GU) || !mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, gc))
-                gate_c = NULL; /* (not written) */
+            if (omit & OMIT_GU) {
+                gate_c = NULL;
+            } else {
+                cu_cut gc = norm_apart(x, CU_NS_GU, x->x, M, &L->wg, L->mlp_norm);
+                gc.out = gate_c;
+                if (!mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, gc))
+                    gate_c = NULL; /* (not written) */
+            }
         }
         mark(x, OP_GU);
         if (!(omit & OMIT_DOWN)) mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL, NULL});

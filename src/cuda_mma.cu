@@ -550,7 +550,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
     /* the sums scaled by the rows' norm factors: folded here (gn), or run
        apart (cut.r: cu_norm_cut's, the same factors; read where used, as a
        flag kept live through the main loop cost the folded kernels registers) */
-#define MMA_SCALED (PC ? cut.r != nullptr : gn != nullptr)
+    auto scaled = [&] { return PC ? cut.r != nullptr : gn != nullptr; };
     if (!PC && gn) {
 #pragma unroll
         for (int j = 0; j < MT; j++) {
@@ -577,14 +577,14 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
 #pragma unroll
         for (int w = 1; w < MMA_KS; w++) s += red[w][v][l];
         if (n >= N || m >= M) continue;
-        if (MMA_SCALED) s *= rr[m - m0];
+        if (scaled()) s *= rr[m - m0];
         float *dst = y + (size_t)m * N + n;
         if (EPI == MM_SWIGLU) {
             int vu = ((i + OT) * MT + j) * 4 + q;
             float u = red[0][vu][l];
 #pragma unroll
             for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
-            if (MMA_SCALED) u *= rr[m - m0];
+            if (scaled()) u *= rr[m - m0];
             const float v = s / (1.0f + expf(-s)) * u;
             *dst = v;
             if (cut.out) bf16_cut_put(cut.out + (size_t)m * N, n, v);
@@ -596,7 +596,6 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
     }
     if constexpr (EPI == MM_STORE)
         if (tail.cnt) qkv_tail(tail, M, m0, MT * 8, n0, OT * 16);
-#undef MMA_SCALED
 }
 
 /* The folded norm run apart (cu_norm_cut): block m takes row m. Its
@@ -653,7 +652,7 @@ void cu_norm_cut(cudaStream_t st, uint32_t *xc, float *r, const float *x, const 
    environment (or set by cu_norm_split_force) */
 static int g_ns_sites = -1, g_ns_rows = 9;
 static void norm_split_env(void) {
-    const char *e = getenv("DSPARK_CUDA_NORM_SPLIT"), *er = getenv("DSPARK_CUDA_NORM_SPLIT_ROWS");
+    const char *e = getenv("DSPARK_CUDA_NORM_SPLIT");
     int s = 0;
     if (e && !strcmp(e, "all")) s = CU_NS_QKV | CU_NS_GU | CU_NS_LM;
     else
@@ -661,14 +660,10 @@ static void norm_split_env(void) {
             if (*c == 'q') s |= CU_NS_QKV;
             else if (*c == 'g') s |= CU_NS_GU;
             else if (*c == 'l') s |= CU_NS_LM;
-            else if (*c != ',' && *c != '0') {
+            else if (*c != ',' && *c != '0')
                 fprintf(stderr, "dspark: DSPARK_CUDA_NORM_SPLIT: no site '%c' (q, g, l or all); ignored\n", *c);
-            }
         }
-    const int rows = er ? atoi(er) : 9;
-    if (er && (rows < 1 || rows > CU_CUT_ROWS))
-        fprintf(stderr, "dspark: DSPARK_CUDA_NORM_SPLIT_ROWS=%s: not 1-%d; 9 taken\n", er, CU_CUT_ROWS);
-    g_ns_rows = rows >= 1 && rows <= CU_CUT_ROWS ? rows : 9;
+    g_ns_rows = env_int("DSPARK_CUDA_NORM_SPLIT_ROWS", 1, CU_CUT_ROWS, 9);
     g_ns_sites = s;
 }
 int cu_norm_split(int site, int M) {
@@ -879,6 +874,15 @@ static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const d
 
 int cu_fuses_norm(const dmat *W) { return !fma_forced() && W->K % 8 == 0 && (W->dt == DT_BF16 || W->dt == DT_F16); }
 
+/* bf16 weights from a pre-cut input c.in (c.r: the scales of a norm run
+   apart; c.out: a SwiGLU's pre-cut copy of its output; tail: q/k/v's) */
+static void mma_from_cut(cudaStream_t st, int epi, float *y, int M, const dmat *W, const dmat *W2, const float *bias,
+                         cu_cut c, const cu_qkv_tail *tail = NULL) {
+    if (epi == MM_SWIGLU) mma_tiles<__nv_bfloat16, MM_SWIGLU>(st, y, NULL, M, W, W2, NULL, NULL, 0.0f, NULL, c);
+    else if (epi == MM_ADD) mma_tiles<__nv_bfloat16, MM_ADD>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, c);
+    else mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, tail, c);
+}
+
 int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
                        const float *gn, float eps, const cu_qkv_tail *t, cu_cut cut) {
     static int off = -1; /* DSPARK_CUDA_QKV_TAIL=0: the separate kernel (for comparisons) */
@@ -887,8 +891,7 @@ int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const d
     if (off || !cu_fuses_norm(W) || M < 1 || M > 16 || t->a.hd % (16 * mma_tile_count(M, W, 0)) ||
         t->a.hd > ATT_MAX_HD || (pre && !cu_takes_cut(W, M)))
         return 0;
-    if (pre)
-        mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, t, cu_cut{cut.in, NULL, cut.r});
+    if (pre) mma_from_cut(st, MM_STORE, y, M, W, NULL, bias, cu_cut{cut.in, NULL, cut.r}, t);
     else if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
     else mma_tiles<__half, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
     return 1;
@@ -919,27 +922,23 @@ int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M) {
 }
 int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias) {
     if (!cu_takes_cut(W, M)) return -1;
-    mma_tiles<__nv_bfloat16, MM_ADD>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, cu_cut{xc, NULL, NULL});
+    mma_from_cut(st, MM_ADD, y, M, W, NULL, bias, cu_cut{xc, NULL, NULL});
     return 0;
 }
 int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *r) {
     if (!cu_takes_cut(W, M)) return -1;
-    mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, NULL, NULL, 0.0f, NULL, cu_cut{xc, NULL, r});
+    mma_from_cut(st, MM_STORE, y, M, W, NULL, NULL, cu_cut{xc, NULL, r});
     return 0;
 }
 
 int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut) {
-    if (cut.in && cut.r && gn && cu_layer_takes_cut(g, W, M)) { /* the norm run apart (cu_norm_cut) */
-        const cu_cut c = {cut.in, epi == MM_SWIGLU ? cut.out : NULL, cut.r};
-        if (epi == MM_SWIGLU) mma_tiles<__nv_bfloat16, MM_SWIGLU>(st, y, NULL, M, W, W2, NULL, NULL, 0.0f, NULL, c);
-        else if (epi == MM_ADD) mma_tiles<__nv_bfloat16, MM_ADD>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, c);
-        else mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, c);
+    /* a pre-cut input: a residual add's (no norm), or a norm run apart by
+       cu_norm_cut (its scales in cut.r) */
+    if (cut.in && (gn ? cut.r != NULL : epi == MM_ADD) && cu_layer_takes_cut(g, W, M)) {
+        const cu_cut c = {cut.in, epi == MM_SWIGLU ? cut.out : NULL, gn ? cut.r : NULL};
+        mma_from_cut(st, epi, y, M, W, W2, bias, c);
         return c.out != NULL;
-    }
-    if (cut.in && epi == MM_ADD && !gn && cu_layer_takes_cut(g, W, M)) {
-        cu_matmul_add_cut(st, y, cut.in, M, W, bias);
-        return 0;
     }
     int Mg = cu_gemm_takes(g, W, M);
     if (Mg) cu_gemm_matmul(g, st, epi, y, x, Mg, W, W2, bias, gn, eps);

@@ -15,6 +15,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 extern "C" {
 #include "cuda_backend.h"
 #include "model.h"
@@ -269,20 +273,11 @@ __device__ __forceinline__ void pdl_wait() {
 /* Thread-block clusters (compute capability 9.0): every thread of the
    cluster's blocks arrives (release: its writes, global ones included, are
    visible to the cluster's threads after the wait), then waits (acquire);
-   called by every thread, uniformly. cluster_rank: the block's place in
-   its cluster. Older GPUs never launch a kernel that calls them. */
+   called by every thread, uniformly. Older GPUs never launch a kernel
+   that calls it. */
 __device__ __forceinline__ void cluster_sync() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ unsigned cluster_rank() {
-#if __CUDA_ARCH__ >= 900
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-#else
-    return 0;
 #endif
 }
 #endif
@@ -346,6 +341,17 @@ static inline int env_switch(int *mode, const char *name, int set, int on) {
     int prev = *mode;
     if (set) *mode = on;
     return prev;
+}
+
+/* an integer setting from the environment: def when unset; a value
+   outside lo..hi refused with a warning naming it, def taken */
+static inline int env_int(const char *name, int lo, int hi, int def) {
+    const char *e = getenv(name);
+    if (!e) return def;
+    const int v = atoi(e);
+    if (v >= lo && v <= hi) return v;
+    fprintf(stderr, "dspark: %s=%s: not %d-%d; %d taken\n", name, e, lo, hi, def);
+    return def;
 }
 
 /* whether count_arrive takes the acquire-release atomic (DSPARK_CUDA_ACQREL=1;

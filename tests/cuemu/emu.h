@@ -316,8 +316,7 @@ inline void run_blocks(const std::vector<dim3> &blocks, size_t smem_bytes, const
         progress = false;
         for (int w = 0; w < gw; w++) {
             const bool run = all || (w == laggard ? coin() % 32 == 0 : coin() % 3 != 0);
-            const int b = w / nw, lo = b * nthreads + (w % nw) * 32, hi = lo + 32 < (b + 1) * nthreads ? lo + 32 : (b + 1) * nthreads;
-            for (cur = lo; cur < hi; cur++) {
+            for (cur = warp_bar[w].lo; cur < warp_bar[w].hi; cur++) {
                 fiber &f = fibers[cur];
                 if (f.done) continue;
                 live = true;
@@ -504,7 +503,6 @@ static inline void cp_async_wait_all() {
 static inline void cp_async_wait_one() { emu::cp_wait(1); }
 #define DYN_SMEM(T, name) T *const name = reinterpret_cast<T *>(emu::dyn_smem())
 static inline void cluster_sync() { emu::cluster_sync(); }
-static inline unsigned cluster_rank() { return blockIdx.x % emu::nblocks; }
 
 /* ---- the runtime calls the launchers make ---------------------------------- */
 static inline const char *cudaGetErrorString(cudaError_t) { return "(emulated)"; }
