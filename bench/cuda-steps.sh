@@ -9,6 +9,10 @@
 # wait for them.
 #   bench/cuda-steps.sh OUTDIR DEADLINE_S STEP...
 # Steps:
+#   bw                        cuda-stream-probe: the card's read bandwidth under the
+#                             matmuls' load patterns, so that a decode figure can be set
+#                             against this card's ceiling (an H100 streams about a third
+#                             less than an H200: the targets' 230 tok/s is an H200 figure)
 #   test                      scripts/test-cuda on the pack
 #   ops                       gate+up alone at 16 rows, with and without the folded norm
 #   norm                      the LM head, gate+up and q/k/v alone at 1, 9 and 16 rows,
@@ -72,6 +76,7 @@ n=0
 for s in "$@"; do
     n=$((n + 1))
     case $s in
+    bw) step "$n-bw" 30 "$P/cuda-stream-probe" 20 ;;
     test) step "$n-test" 200 scripts/test-cuda "$P" ;;
     ops)
         step "$n-ops" 20 sh -c "for b in 0 1; do DSPARK_BENCH_NORM=\$b $P/cuda-ops-bench 50 one gate+up 16; done"
