@@ -234,14 +234,27 @@ static int attn_case_same_bits(const attn_case *a, int (*set)(int), char *err, s
     return ok;
 }
 
-/* each of n shapes (M, nh, nkv, hd, n_past) with a launch switch off and
- * on (attn_case_same_bits) in the two-stage shape; the shape's setting
+/* The shapes (M, nh, nkv, hd, n_past) the verify-width launch switches
+ * (wide, row groups, cluster) are checked on: decode rows and verify
+ * widths (3-4 rows, 9-16, more than one launch group), caches shorter
+ * than a chunk, at a chunk's edge and of several chunks a block, one to
+ * sixteen query heads a kv head, head sizes 32 to 256 (the spread shape,
+ * the forward's choice from 1024 positions, is off in
+ * attn_shapes_same_bits, so the caches past it are checked without it) */
+static const int attn_switch_shapes[][5] = {
+    {1, 32, 8, 128, 512},  {16, 32, 8, 128, 512}, {16, 32, 8, 128, 600}, {16, 32, 8, 128, 1000},
+    {9, 32, 8, 128, 512},  {9, 32, 8, 128, 600},  {9, 32, 8, 128, 1000}, {3, 32, 8, 128, 100},
+    {4, 16, 4, 64, 63},    {12, 8, 1, 128, 700},  {17, 32, 8, 128, 64},  {33, 4, 4, 32, 7},
+    {5, 16, 2, 128, 2000}, {2, 32, 8, 128, 900},  {7, 16, 16, 64, 90},   {1, 8, 1, 256, 300}};
+
+/* each of those shapes with a launch switch off and on
+ * (attn_case_same_bits) in the two-stage shape; the shape's setting
  * restored, the switch's left to the caller */
-static void attn_shapes_same_bits(const int (*shapes)[5], size_t n, int slack, int (*set)(int), const char *what) {
+static void attn_shapes_same_bits(int slack, int (*set)(int), const char *what) {
     char err[512];
     int prev_s = cuda_test_attention_spread(0);
-    for (size_t s = 0; s < n; s++) {
-        attn_case a = attn_case_make(shapes[s], slack);
+    for (size_t s = 0; s < sizeof attn_switch_shapes / sizeof attn_switch_shapes[0]; s++) {
+        attn_case a = attn_case_make(attn_switch_shapes[s], slack);
         CHECK_MSG(attn_case_same_bits(&a, set, err, sizeof err), "%s: %s", what, err);
         attn_case_free(&a);
     }
@@ -309,12 +322,8 @@ TEST(cuda_attention_early_same_bits) {
  * and spanning several; decode rows (never wide) as a control. */
 TEST(cuda_attention_wide_same_bits) {
     if (!have_gpu()) return;
-    /* M, nh, nkv, hd, n_past */
-    const int shapes[][5] = {{16, 32, 8, 128, 600}, {9, 32, 8, 128, 512}, {3, 32, 8, 128, 100}, {4, 16, 4, 64, 63},
-                             {12, 8, 1, 128, 700},  {17, 32, 8, 128, 64}, {33, 4, 4, 32, 7},    {5, 16, 2, 128, 2000},
-                             {1, 32, 8, 128, 512},  {7, 16, 16, 64, 90}};
     int prev_w = cuda_test_attention_wide(1);
-    attn_shapes_same_bits(shapes, sizeof shapes / sizeof shapes[0], 71, cuda_test_attention_wide, "wide attention");
+    attn_shapes_same_bits(71, cuda_test_attention_wide, "wide attention");
     cuda_test_attention_wide(prev_w);
 }
 
@@ -326,13 +335,9 @@ static int rsplit_two(int on) { return cuda_test_attention_rsplit(on ? 2 : 1); }
 static int rsplit_four(int on) { return cuda_test_attention_rsplit(on ? 4 : 1); }
 TEST(cuda_attention_rsplit_same_bits) {
     if (!have_gpu()) return;
-    /* M, nh, nkv, hd, n_past */
-    const int shapes[][5] = {{16, 32, 8, 128, 512}, {9, 32, 8, 128, 600}, {3, 32, 8, 128, 100}, {4, 16, 4, 64, 63},
-                             {12, 8, 1, 128, 700},  {17, 32, 8, 128, 64}, {33, 4, 4, 32, 7},    {2, 32, 8, 128, 900},
-                             {7, 16, 16, 64, 90},   {16, 32, 8, 128, 1000}};
     int prev_r = cuda_test_attention_rsplit(1);
-    attn_shapes_same_bits(shapes, sizeof shapes / sizeof shapes[0], 72, rsplit_two, "two row groups");
-    attn_shapes_same_bits(shapes, sizeof shapes / sizeof shapes[0], 72, rsplit_four, "four row groups");
+    attn_shapes_same_bits(72, rsplit_two, "two row groups");
+    attn_shapes_same_bits(72, rsplit_four, "four row groups");
     cuda_test_attention_rsplit(prev_r);
 }
 
@@ -344,13 +349,8 @@ TEST(cuda_attention_rsplit_same_bits) {
  * read at the first use: as the environment says). */
 TEST(cuda_attention_cluster_same_bits) {
     if (!have_gpu()) return;
-    /* M, nh, nkv, hd, n_past */
-    const int shapes[][5] = {{1, 32, 8, 128, 512}, {16, 32, 8, 128, 512}, {9, 32, 8, 128, 1000}, {3, 32, 8, 128, 100},
-                             {4, 16, 4, 64, 63},   {12, 8, 1, 128, 700},  {33, 4, 4, 32, 7},     {2, 32, 8, 128, 900},
-                             {7, 16, 16, 64, 90},  {1, 8, 1, 256, 300}};
     int prev_c = cuda_test_attention_cluster(0);
-    attn_shapes_same_bits(shapes, sizeof shapes / sizeof shapes[0], 73, cuda_test_attention_cluster,
-                          "cluster attention");
+    attn_shapes_same_bits(73, cuda_test_attention_cluster, "cluster attention");
     cuda_test_attention_cluster(prev_c);
 }
 
