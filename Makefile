@@ -54,24 +54,30 @@ endif
 CFLAGS  = $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 SIMD_FLAGS = -mavx2 -mfma -mf16c
 
-LIB_SRC  = $(filter-out src/main.c src/cuda_none.c,$(wildcard src/*.c))
+# src/ by layer: base (util, json, strbuf), engine (model description, backends,
+# kernels; engine/cuda the GPU backend), text, spec, server, cli.
+ALL_SRC  = $(wildcard src/*/*.c src/*/*/*.c)
+HDRS     = $(wildcard src/*/*.h src/*/*/*.h src/*/*/*.cuh)
+LIB_SRC  = $(filter-out src/cli/main.c src/engine/cuda/cuda_none.c,$(ALL_SRC))
 ifeq ($(CUDA),1)
-  CU_OBJ   = $(patsubst src/%.cu,$(BUILD)/src/%.o,$(wildcard src/*.cu))
+  CU_OBJ   = $(patsubst src/%.cu,$(BUILD)/src/%.o,$(wildcard src/engine/cuda/*.cu))
   # the CUDA objects depend on a file holding the target, rewritten only
   # when it differs, so they are rebuilt when the target changes
   ARCH_STAMP = $(BUILD)/cuda-arch
   $(shell mkdir -p $(BUILD) && (echo '$(CUDA_ARCH)' | cmp -s - $(ARCH_STAMP) || echo '$(CUDA_ARCH)' > $(ARCH_STAMP)))
   LIBS    += -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
   TEST_CUDA_SRC = $(wildcard tests/cuda/*.c)
+  TEST_CU_OBJ = $(BUILD)/tests/cuda/cuda_ops_test.o
 else
-  LIB_SRC += src/cuda_none.c
+  LIB_SRC += src/engine/cuda/cuda_none.c
   CU_OBJ   =
   TEST_CUDA_SRC =
+  TEST_CU_OBJ =
 endif
 LIB_OBJ  = $(patsubst src/%.c,$(BUILD)/src/%.o,$(LIB_SRC)) $(CU_OBJ)
-MAIN_OBJ = $(BUILD)/src/main.o
+MAIN_OBJ = $(BUILD)/src/cli/main.o
 TEST_SRC = $(wildcard tests/*.c) $(TEST_CUDA_SRC)
-TEST_OBJ = $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRC))
+TEST_OBJ = $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRC)) $(TEST_CU_OBJ)
 TEST_BIN = $(BUILD)/dspark-tests
 
 .PHONY: all test bench fuzz help clean test-assets test-clients demo test-claude test-codex cuda test-cuda cuda-build-check cuemu
@@ -96,9 +102,9 @@ $(BUILD)/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/src/%.o: src/%.cu src/*.h src/*.cuh $(ARCH_STAMP)
+$(BUILD)/%.o: %.cu $(HDRS) $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) $(CUDA_DEFS) -Isrc -lineinfo -Xfatbin -compress-all -Xcompiler -fPIC,-pthread -c $< -o $@
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) $(CUDA_DEFS) -Isrc -Itests -lineinfo -Xfatbin -compress-all -Xcompiler -fPIC,-pthread -c $< -o $@
 
 $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
@@ -125,10 +131,10 @@ test: $(TEST_BIN) $(BIN) test-assets test-clients cuda-build-check $(CUEMU_BINS)
 # CUDA kernels whose logic the CPU checks too (tests/cuemu/emu.h: each
 # CUDA thread a fiber, no GPU and no nvcc needed): built with the host C++
 # compiler and run by `make test`, so CI without a GPU runs them.
-$(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/*.cu src/*.cuh src/*.h $(BUILD)/src/util.o $(BUILD)/src/tensor.o
+$(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/engine/cuda/*.cu $(HDRS) $(BUILD)/src/base/util.o $(BUILD)/src/engine/tensor.o
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -g $(OPT) -DDSPARK_CUEMU -fno-strict-aliasing -Wall -Wno-unused-function -Wno-unknown-pragmas -Wno-sign-compare -Itests/cuemu \
-	  -Itests/cuemu/fake -Isrc $< $(BUILD)/src/util.o $(BUILD)/src/tensor.o -o $@ $(LDSAN) -lm
+	  -Itests/cuemu/fake -Isrc $< $(BUILD)/src/base/util.o $(BUILD)/src/engine/tensor.o -o $@ $(LDSAN) -lm
 
 cuemu: $(CUEMU_BINS)
 	@for b in $(CUEMU_BINS); do $$b || exit 1; done
@@ -174,9 +180,9 @@ demo:
 	scripts/demo
 
 FUZZ_TARGETS = $(patsubst fuzz/%.c,build/fuzz/%,$(wildcard fuzz/fuzz_*.c))
-FUZZ_LIB_SRC = $(filter-out src/main.c src/%_avx2.c src/%_avx512.c,$(LIB_SRC))
+FUZZ_LIB_SRC = $(filter-out src/cli/main.c src/%_avx2.c src/%_avx512.c,$(LIB_SRC))
 
-build/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC) src/*.h
+build/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC) $(HDRS)
 	@mkdir -p build/fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
 	  -DDS_NO_SIMD -o $@ $< $(FUZZ_LIB_SRC) $(LIBS)

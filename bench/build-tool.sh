@@ -10,16 +10,17 @@ set -e
 cd "$(dirname "$0")/.."
 name="${1:?usage: bench/build-tool.sh NAME [OUT]}"
 if [ "${CUDA:-0}" = 1 ]; then
-    make -s CUDA=1 -j2 build/cuda/dspark >/dev/null
+    make -s CUDA=1 -j2 build/cuda/dspark build/cuda/bench/cuda_mma_bench.o >/dev/null
     dir=build/cuda
+    bench_obj=build/cuda/bench/cuda_mma_bench.o
     extra="-L${CUDA_HOME:-/usr/local/cuda}/lib64 -lcublas -lcudart -lstdc++"
 else
     make -s -j2 dspark >/dev/null
     dir=build/rel
     extra=
 fi
-OBJS=$(ls $dir/src/*.o | grep -v '/main\.o$')
+OBJS=$(find $dir/src -name "*.o" ! -name main.o)
 mkdir -p "$(dirname "${2:-build/$name}")"
 # shellcheck disable=SC2086
-cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc ${TOOL_CFLAGS:-} -o "${2:-build/$name}" "bench/$name.c" $OBJS \
+cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc ${TOOL_CFLAGS:-} -o "${2:-build/$name}" "bench/$name.c" $OBJS ${bench_obj:-} \
     -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm $extra ${TOOL_LIBS:-}

@@ -4,7 +4,7 @@
  * tensor-core kernel with its default tile counts (on row-major and on
  * tile-major weights) and at 1, 2 and 4 weight tiles per warp, for the FMA kernel, and for the prefill path (cuBLAS on
  * whole groups of rows). Weights are cycled through copies that miss L2, as in a forward
- * pass. Then the device sampler (src/cuda_sample.cu) on Qwen3's vocabulary,
+ * pass. Then the device sampler (src/engine/cuda/cuda_sample.cu) on Qwen3's vocabulary,
  * one row and a 16-draft verify's 17, flat and peaked logits, and against
  * the host path (readback and the host sampler) for vocabularies of 6,144
  * to 151,936 tokens (where CUDA_SAMPLE_MIN_VOCAB comes from). Built by
@@ -25,9 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend.h"
-#include "sampler.h"
-#include "util.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/sampler.h"
+#include "base/util.h"
 
 /* Where sampling on the device starts to pay (CUDA_SAMPLE_MIN_VOCAB): one
  * decode row of a trained model's shape (peaked, as cuda_bench_sample

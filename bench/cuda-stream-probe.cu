@@ -8,7 +8,7 @@
 // bytes in flight? Patterns, for an N x K row-major matrix (a tile-major
 // copy for the last):
 //   contiguous    grid-stride 16-byte loads, 4 in flight per thread
-//   mma           k_mma's (src/cuda_mma.cu, one 16-row tile a block, 8
+//   mma           k_mma's (src/engine/cuda/cuda_mma.cu, one 16-row tile a block, 8
 //                 warps splitting K in 32-wide chunks, lane (g, t) loading
 //                 rows g and g + 8 at k = 32 c + 8 t), 4 chunks in flight
 //   mma 2/SM      the same with shared memory reserved so that two blocks

@@ -25,9 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
-#include "threadpool.h"
-#include "util.h"
+#include "engine/model.h"
+#include "engine/threadpool.h"
+#include "base/util.h"
 
 typedef struct {
     unsigned long long start, end;

@@ -20,11 +20,11 @@
  * order in which the bytes are read differs.
  *
  * Built by hand (not by make):
- *   gcc -std=c11 -D_GNU_SOURCE -O2 -mavx2 -mfma -mf16c -c src/ops_avx2.c -o /tmp/ops_avx2.o -Isrc
+ *   gcc -std=c11 -D_GNU_SOURCE -O2 -mavx2 -mfma -mf16c -c src/engine/ops_avx2.c -o /tmp/ops_avx2.o -Isrc
  *   gcc -std=c11 -D_GNU_SOURCE -O2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c \
- *       -c src/ops_avx512.c -o /tmp/ops_avx512.o -Isrc
- *   gcc -std=c11 -D_GNU_SOURCE -O2 -mavx2 -mfma -mf16c -pthread -Isrc bench/gemv-layout.c src/ops.c \
- *       src/threadpool.c src/cpu.c src/util.c /tmp/ops_avx2.o /tmp/ops_avx512.o -o /tmp/gemv-layout -lm
+ *       -c src/engine/ops_avx512.c -o /tmp/ops_avx512.o -Isrc
+ *   gcc -std=c11 -D_GNU_SOURCE -O2 -mavx2 -mfma -mf16c -pthread -Isrc bench/gemv-layout.c src/engine/ops.c \
+ *       src/engine/threadpool.c src/engine/cpu.c src/base/util.c /tmp/ops_avx2.o /tmp/ops_avx512.o -o /tmp/gemv-layout -lm
  *   /tmp/gemv-layout [K...]            (default: 1024 3072, the 0.6B shapes)
  */
 #include <immintrin.h>
@@ -35,8 +35,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "ops.h"
-#include "threadpool.h"
+#include "engine/ops.h"
+#include "engine/threadpool.h"
 
 #define AI static inline __attribute__((always_inline))
 

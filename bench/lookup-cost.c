@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lookup.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "spec/lookup.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 int main(int argc, char **argv) {
     if (argc < 3) {

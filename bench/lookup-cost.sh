@@ -11,7 +11,7 @@ qwen="${DSPARK_TOKENIZERS:-$HOME/.cache/dspark/tokenizers}/qwen3"
 for tk in models/dspark-coder-6m "$qwen"; do
     [ -f "$tk/tokenizer.json" ] || { echo "lookup-cost: no tokenizer in $tk (scripts/fetch-test-assets)"; continue; }
     echo "# tokenizer $tk, K ${1:-16}"
-    for f in src/spec.c src/serve.c src/jinja_eval.c tools/train/target.py; do
+    for f in src/spec/spec.c src/server/serve.c src/text/jinja_eval.c tools/train/target.py; do
         [ -f "$f" ] && build/lookup-cost "$tk" "$f" "${1:-16}"
     done
 done

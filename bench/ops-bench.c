@@ -11,11 +11,11 @@
  *   attention (prefill 512, decode at 4k context) and the tp_run latency.
  *
  * Built by hand (not by make):
- *   gcc -std=c11 -D_GNU_SOURCE -O2 -mavx2 -mfma -mf16c -c src/ops_avx2.c -o /tmp/ops_avx2.o -Isrc
+ *   gcc -std=c11 -D_GNU_SOURCE -O2 -mavx2 -mfma -mf16c -c src/engine/ops_avx2.c -o /tmp/ops_avx2.o -Isrc
  *   gcc -std=c11 -D_GNU_SOURCE -O2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c \
- *       -c src/ops_avx512.c -o /tmp/ops_avx512.o -Isrc
- *   gcc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc bench/ops-bench.c src/ops.c src/threadpool.c \
- *       src/cpu.c src/util.c src/tensor.c /tmp/ops_avx2.o /tmp/ops_avx512.o -o /tmp/ops-bench -lm
+ *       -c src/engine/ops_avx512.c -o /tmp/ops_avx512.o -Isrc
+ *   gcc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc bench/ops-bench.c src/engine/ops.c src/engine/threadpool.c \
+ *       src/engine/cpu.c src/base/util.c src/engine/tensor.c /tmp/ops_avx2.o /tmp/ops_avx512.o -o /tmp/ops-bench -lm
  *   /tmp/ops-bench [threads...]        (default: 1 2)
  * Environment: OPS_BENCH_LEVEL=0/1/2 (scalar/AVX2/AVX-512), OPS_BENCH_M1=1
  * (decode only), OPS_BENCH_VERIFY=1 (also the matmuls of a verify forward:
@@ -37,11 +37,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cpu.h"
-#include "ops.h"
-#include "ops_internal.h"
-#include "threadpool.h"
-#include "util.h"
+#include "engine/cpu.h"
+#include "engine/ops.h"
+#include "engine/ops_internal.h"
+#include "engine/threadpool.h"
+#include "base/util.h"
 
 static uint64_t rs = 88172645463325252ULL;
 static uint32_t rnd(void) {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "sampler.h"
+#include "engine/sampler.h"
 
 static double now(void) {
     struct timespec t;

@@ -54,8 +54,8 @@ fi
 BIN=${TOKBENCH:-build/tok-bench} # TOKBENCH: a prebuilt tok-bench (skips the build)
 if [ -z "${TOKBENCH:-}" ]; then
   mkdir -p build
-  cc -std=c11 -D_GNU_SOURCE -O2 -Isrc -o build/tok-bench bench/tok-bench.c src/util.c src/json.c src/tokenizer.c \
-    src/tok_*.c -lcjson -lpcre2-8 -lutf8proc -lm -pthread
+  cc -std=c11 -D_GNU_SOURCE -O2 -Isrc -o build/tok-bench bench/tok-bench.c src/base/util.c src/base/json.c src/text/tokenizer.c \
+    src/text/tok_*.c -lcjson -lpcre2-8 -lutf8proc -lm -pthread
 fi
 
 have_hf=1

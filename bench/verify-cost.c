@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
-#include "threadpool.h"
-#include "util.h"
+#include "engine/model.h"
+#include "engine/threadpool.h"
+#include "base/util.h"
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

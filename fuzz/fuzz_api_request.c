@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
+#include "server/api.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "config.h"
+#include "engine/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -19,10 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "stopstr.h"
-#include "strbuf.h"
-#include "think.h"
-#include "util.h"
+#include "text/stopstr.h"
+#include "base/strbuf.h"
+#include "text/think.h"
+#include "base/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -16,8 +16,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "strbuf.h"
-#include "toolcall.h"
+#include "base/strbuf.h"
+#include "server/toolcall.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

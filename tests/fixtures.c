@@ -7,7 +7,7 @@
 #include <sys/wait.h>
 
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 int test_copy_qwen3_tokenizer(const char *dir) {
     const char *tdir = test_tokenizer_dir();

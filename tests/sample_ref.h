@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "sampler.h"
+#include "engine/sampler.h"
 
 /* how far a uniform may be from a draw's boundary and still land on the
    other side through the samplers' float rounding */

@@ -34,13 +34,13 @@
 
 #include <cjson/cJSON.h>
 
-#include "chat_template.h"
-#include "model.h"
-#include "ops.h"
-#include "seq.h"
+#include "text/chat_template.h"
+#include "engine/model.h"
+#include "engine/ops.h"
+#include "spec/seq.h"
 #include "test.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 #define SC_H 64          /* hidden size: at most SC_H states */
 #define SC_I 64          /* MLP width (its weights are zero) */

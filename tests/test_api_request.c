@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
+#include "server/api.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 static int parse_at(int line, api_kind kind, const char *json, api_request *r, char *err, size_t errlen) {
     cJSON *b = cJSON_Parse(json);

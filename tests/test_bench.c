@@ -9,7 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 
 static const char *drafters(void) {

@@ -9,12 +9,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "calib.h"
-#include "model.h"
-#include "seq.h"
+#include "spec/calib.h"
+#include "engine/model.h"
+#include "spec/seq.h"
 #include "test.h"
-#include "threadpool.h"
-#include "util.h"
+#include "engine/threadpool.h"
+#include "base/util.h"
 
 static uint32_t lcg(uint32_t *s) {
     *s = *s * 1664525u + 1013904223u;

@@ -7,7 +7,7 @@
 #include <sys/wait.h>
 
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 static const char *bin(void) {
     const char *b = getenv("DSPARK_BIN");

@@ -7,10 +7,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "chat_template.h"
-#include "jinja.h"
+#include "text/chat_template.h"
+#include "text/jinja.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 static void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");

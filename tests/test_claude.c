@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 typedef struct {
     int fd, port;

@@ -8,9 +8,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "calib.h"
+#include "spec/calib.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 
 static char *model_dir(const char *name) {

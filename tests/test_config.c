@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "config.h"
+#include "engine/config.h"
 #include "test.h"
 
 /* Qwen/Qwen3-4B (April 2025), verbatim apart from layout */

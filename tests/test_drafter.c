@@ -11,16 +11,16 @@
 
 #include <cjson/cJSON.h>
 
-#include "cuda_backend.h"
-#include "drafter.h"
-#include "json.h"
-#include "lookup.h"
-#include "ops.h"
-#include "registry.h"
-#include "spec.h"
+#include "engine/cuda/cuda_backend.h"
+#include "spec/drafter.h"
+#include "base/json.h"
+#include "spec/lookup.h"
+#include "engine/ops.h"
+#include "spec/registry.h"
+#include "spec/spec.h"
 #include "test.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 typedef struct {
     model *m;

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jinja.h"
+#include "text/jinja.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 /* Generated once with Python Jinja2 from the same templates and context;
  * want == NULL means Jinja2 raised an error. */

@@ -1,7 +1,7 @@
 /* KV cache: store/commit/truncate bookkeeping and layout. */
 #include <string.h>
 
-#include "kv.h"
+#include "engine/kv.h"
 #include "test.h"
 
 TEST(kv_store_truncate) {

@@ -7,13 +7,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_backend.h"
-#include "json.h"
-#include "model.h"
-#include "ops.h"
-#include "registry.h"
+#include "engine/cuda/cuda_backend.h"
+#include "base/json.h"
+#include "engine/model.h"
+#include "engine/ops.h"
+#include "spec/registry.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 static const char *MODELS[] = {"qwen3-bf16",  "qwen3-f16-sharded", "qwen3-f32-untied", "qwen2-bf16-legacy",
                                "llama3-bf16", "llama3-f16-legacy", "bundled"};

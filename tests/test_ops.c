@@ -11,12 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
-#include "ops.h"
-#include "ops_internal.h"
+#include "engine/cpu.h"
+#include "engine/ops.h"
+#include "engine/ops_internal.h"
 #include "test.h"
-#include "threadpool.h"
-#include "util.h"
+#include "engine/threadpool.h"
+#include "base/util.h"
 
 /* ------------------------------------------------------------- helpers */
 

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "registry.h"
+#include "spec/registry.h"
 #include "test.h"
 
 static void qwen3(model_config *c, int hidden, int layers, double theta) {

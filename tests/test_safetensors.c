@@ -9,9 +9,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "safetensors.h"
+#include "engine/safetensors.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 /* ---- fixture writers ---- */
 

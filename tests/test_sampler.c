@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "sample_ref.h"
-#include "sampler.h"
+#include "engine/sampler.h"
 #include "test.h"
 
 static const float LOGITS[6] = {2.0f, 1.5f, 0.7f, 0.0f, -1.0f, -3.0f};

@@ -7,7 +7,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "serve_internal.h"
+#include "server/serve_internal.h"
 #include "test.h"
 
 typedef struct {

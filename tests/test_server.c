@@ -33,9 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "registry.h"
+#include "spec/registry.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #define HEALTH_WAIT_S 30.0
 #define STOP_WAIT_S 10.0

@@ -8,13 +8,13 @@
 
 #include <cjson/cJSON.h>
 
-#include "cli.h"
-#include "json.h"
-#include "lookup.h"
-#include "ops.h"
-#include "spec.h"
+#include "cli/cli.h"
+#include "base/json.h"
+#include "spec/lookup.h"
+#include "engine/ops.h"
+#include "spec/spec.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 static uint32_t lcg(uint32_t *s) {
     *s = *s * 1664525u + 1013904223u;

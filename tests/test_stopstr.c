@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "stopstr.h"
-#include "strbuf.h"
+#include "text/stopstr.h"
+#include "base/strbuf.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 
 /* Whole-text reference: the earliest occurrence of any stop string (the

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strbuf.h"
+#include "base/strbuf.h"
 #include "test.h"
-#include "think.h"
-#include "util.h"
+#include "text/think.h"
+#include "base/util.h"
 
 #define QO "<think>"
 #define QC "</think>"

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu.h"
+#include "engine/cpu.h"
 #include "test.h"
-#include "threadpool.h"
+#include "engine/threadpool.h"
 
 typedef struct {
     atomic_int calls[8];

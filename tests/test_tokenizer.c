@@ -9,10 +9,10 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "json.h"
+#include "base/json.h"
 #include "test.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 /* ---------------------------------------------------------------- */
 /* helpers                                                            */

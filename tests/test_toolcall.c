@@ -11,12 +11,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "chat_template.h"
-#include "registry.h"
-#include "strbuf.h"
+#include "text/chat_template.h"
+#include "spec/registry.h"
+#include "base/strbuf.h"
 #include "test.h"
-#include "toolcall.h"
-#include "util.h"
+#include "server/toolcall.h"
+#include "base/util.h"
 
 #define CHECK_STR(a, b)                                                                          \
     do {                                                                                         \

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Simulates n-gram drafting on a model's own greedy outputs: how many tokens
-per verify round prompt lookup (as src/lookup.c drafts) and a static n-gram
+per verify round prompt lookup (as src/spec/lookup.c drafts) and a static n-gram
 table built from other outputs of the same model would give, and an
 estimated speedup from a verify cost curve.
 
@@ -102,7 +102,7 @@ def static_table(store, nmax):
 
 
 def lookup_propose(ctx, k, nmax=3):
-    """src/lookup.c: the ids after the most recent earlier occurrence of the longest suffix n-gram"""
+    """src/spec/lookup.c: the ids after the most recent earlier occurrence of the longest suffix n-gram"""
     for g in range(nmax, 0, -1):
         if len(ctx) <= g:
             continue

@@ -14,15 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend.h"
-#include "cuda_drafter.h"
-#include "drafter.h"
-#include "ops.h"
-#include "registry.h"
-#include "sampler.h"
-#include "seq.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/cuda_drafter.h"
+#include "spec/drafter.h"
+#include "engine/ops.h"
+#include "spec/registry.h"
+#include "engine/sampler.h"
+#include "spec/seq.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 /* head rows and confidences: relative to the row's largest logit */
 #define TOL_ROWS 1e-4

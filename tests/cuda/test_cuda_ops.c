@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend.h"
-#include "ops.h"
-#include "tensor.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/ops.h"
+#include "engine/tensor.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 static uint64_t rng = 0x1234567ULL;
 static float frand(void) { /* uniform in [-1, 1) */

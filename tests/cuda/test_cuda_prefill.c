@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend.h"
-#include "model.h"
-#include "ops.h"
-#include "registry.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/model.h"
+#include "engine/ops.h"
+#include "spec/registry.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #define N_PROMPT 300 /* two whole groups and 44 rows past them */
 #define N_DECODE 8

@@ -1,4 +1,4 @@
-/* The GPU's sampler (src/cuda_sample.cu): sampler_rows's answers from the
+/* The GPU's sampler (src/engine/cuda/cuda_sample.cu): sampler_rows's answers from the
  * device against the double-precision reference (tests/sample_ref.c) on
  * vocabularies of several sizes, with ties cut by every filter; and sampled
  * generation on the bundled model, where the device samples each verify's
@@ -11,17 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend.h"
-#include "drafter.h"
-#include "lookup.h"
-#include "model.h"
-#include "registry.h"
+#include "engine/cuda/cuda_backend.h"
+#include "spec/drafter.h"
+#include "spec/lookup.h"
+#include "engine/model.h"
+#include "spec/registry.h"
 #include "sample_ref.h"
-#include "seq.h"
-#include "spec.h"
+#include "spec/seq.h"
+#include "spec/spec.h"
 #include "test.h"
-#include "threadpool.h"
-#include "util.h"
+#include "engine/threadpool.h"
+#include "base/util.h"
 
 static int have_gpu(void) {
     if (cuda_device_count() > 0) return 1;

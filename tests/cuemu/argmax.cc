@@ -1,4 +1,4 @@
-// The device argmax (src/cuda_argmax.cu) run on the CPU by emu.h: one
+// The device argmax (src/engine/cuda/cuda_argmax.cu) run on the CPU by emu.h: one
 // block a row (k_argmax) and the split form (DSPARK_CUDA_ARGMAX_SPLIT: a
 // block a slice, the row's last block merging the pairs), against the
 // first largest value's index, over widths from one slice to a Qwen3
@@ -6,7 +6,7 @@
 // at once, ties inside a slice and across slices, -inf values, a row of
 // -inf, and a second call on the same scratch (the count reset by the last
 // block).
-#include "../../src/cuda_argmax.cu"
+#include "../../src/engine/cuda/cuda_argmax.cu"
 #include "check.h"
 #include "no_ops.h"
 

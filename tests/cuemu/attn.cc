@@ -8,7 +8,7 @@
 // that merges its chunks (DSPARK_CUDA_ATT_CLUSTER). Each must give the
 // default's bits, and each row alone (a decode step at its position) the
 // batch's bits.
-#include "../../src/cuda_attn.cu"
+#include "../../src/engine/cuda/cuda_attn.cu"
 #include "check.h"
 #include "no_ops.h"
 

@@ -1,4 +1,4 @@
-// The tensor-core matmul (src/cuda_mma.cu, k_mma) run on the CPU by emu.h
+// The tensor-core matmul (src/engine/cuda/cuda_mma.cu, k_mma) run on the CPU by emu.h
 // must agree with a double reference, and the tiles a block takes must
 // leave a row's bits alone. Shapes: 1-16 rows (one and two row groups),
 // widths off the 16-row tiles, K from one chunk a warp to several, one,
@@ -7,8 +7,8 @@
 // the q/k/v projection's fused tail (run_qkv), the pre-cut add (run_cut),
 // the folded norm run apart (run_norm_split), the embedding (run_embed) and
 // RMSNorm.
-#include "../../src/cuda_mma.cu"
-#include "../../src/cuda_ops.cu"
+#include "../../src/engine/cuda/cuda_mma.cu"
+#include "../../src/engine/cuda/cuda_ops.cu"
 
 /* what the launchers reach in cuda_gemm.cu: no cuBLAS here, the matmuls all take k_mma */
 int cu_gemm_takes(const cu_gemm *, const dmat *, int) { return 0; }

@@ -1,0 +1,903 @@
+// cuda_backend: see cuda_backend.h. The model's weights, device contexts and
+// forward pass; the kernels are in cuda_mma.cu, cuda_ops.cu and cuda_attn*.cu.
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cuda/cuda_ops.cuh"
+
+#define TRACE_EVENTS 1024
+#define GRAPH_ROWS 17 /* widest batch replayed from a graph: a verify of 16 drafts + the anchor */
+#define GRAPH_TAPS 8  /* most tapped layers a graph copies out (the published drafters tap 5) */
+/* d_taps, where the taps of up to GRAPH_ROWS rows are copied on the device,
+   is where taps_on_device leaves those */
+static_assert(GRAPH_ROWS == MODEL_DEVICE_TAP_ROWS && GRAPH_TAPS == MODEL_DEVICE_TAPS, "device taps buffer");
+
+struct dlayer {
+    dmat wqkv, wo, wg, wu, wd; /* wqkv: q, k and v projections stacked [QD + 2 KD][H] */
+    float *attn_norm, *mlp_norm, *q_norm, *k_norm, *bqkv, *bo;
+};
+
+struct cuda_model {
+    model_config cfg;
+    int gpu;
+    int clusters; /* the device has thread-block clusters (compute capability 9.0 on): the device sampler */
+    dmat embed, lm_head;
+    float *final_norm, *inv_freq;
+    dlayer *layers;
+    dev_pool pool; /* every device allocation of the weights */
+    int tiles_done; /* the tile-major copies decided (model_tiles) */
+};
+
+struct cuda_ctx {
+    cuda_model *m;
+    int cap, len, max_batch;
+    int rows;                        /* rows of activation scratch: max_batch, or more for prefill (prefill_rows) */
+    float *kv;                       /* [layer][2][nkv][cap][hd] */
+    float *x, *xb, *q, *att, *qkv, *gate, *logits;
+    float *part;                     /* split attention partials */
+    float *wg_img;                   /* the warpgroup-mma prefill attention's scratch, or NULL (ctx_create) */
+    int *tok, *pos, *d_len;          /* device: ids, positions, cache length before the batch */
+    int *qkv_cnt;                    /* device: the fused q/k/v tail's per-head counts (cu_qkv_tail) */
+    uint32_t *att_c, *gate_c;        /* device: att and gate pre-cut for o and down, CU_CUT_ROWS rows */
+    uint32_t *norm_c;                /* device: a norm run apart, its pre-cut rows (cu_norm_split), CU_CUT_ROWS */
+    float *norm_r;                   /* device: and its rows' scales */
+    int *d_ids, *h_ids;              /* argmax or samples of the logits rows: device, pinned host */
+    cu_am am;                        /* the split argmax's scratch for the logits rows */
+    cu_sample_args *h_samp, *d_samp; /* the device sampler's arguments: pinned host, device */
+    float *escr;                     /* the device sampler's scratch rows */
+    int *h_in;                       /* pinned: [rows] ids, [rows] positions, [1] length */
+    float *h_pinned;                 /* pinned host staging for logits */
+    size_t pinned_floats;
+    cudaStream_t st;
+    /* rows per forward chunk: max_batch, or a whole number of cuBLAS
+       groups of prefill_rows when max_batch holds one; small_chunk the
+       same from max_batch alone, for batches that ask more logits rows
+       than the max_batch rows of the logits buffer */
+    int chunk, small_chunk;
+    cu_gemm *gemm; /* cuBLAS for the groups of prefill-sized chunks (NULL: chunks are narrower) */
+    /* CUDA graphs of whole forwards, by (the attention's launch shape,
+       spread for long caches or not; with taps or not; what comes back:
+       logits, ids or both; rows; logits rows), for batches of up to
+       GRAPH_ROWS rows. Tapped graphs copy the tap layers into d_taps (the
+       host copies follow the replay, unless the taps stay there:
+       taps_on_device); they are captured for one set of tap layers,
+       tap_layers (a drafter's), and other sets run without graphs. */
+    cudaGraphExec_t graphs[2][2][5][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
+    float *d_taps; /* [GRAPH_TAPS][GRAPH_ROWS][hidden] */
+    /* wider batches' device taps (a speculative prefill's chunks):
+       [GRAPH_TAPS][wide_rows][hidden], allocated by cuda_ctx_taps */
+    float *d_wide;
+    int wide_rows;
+    int tap_layers[GRAPH_TAPS], n_tap_layers;
+    int use_graphs;
+    /* chained decoding (cuda_chain_start): a step's graph by the attention's
+       launch shape; each step's argmax read back into h_ring[its number %
+       2], with chain_ev[the same] recorded after it; steps launched and
+       consumed so far (their difference the steps in flight, at most 2) */
+    cudaGraphExec_t chain_g[2];
+    int *h_ring;
+    cudaEvent_t chain_ev[2];
+    long chain_launched, chain_done;
+    /* DSPARK_CUDA_TRACE=1: forwards run without graphs, with events between
+       the ops, and print where each one's GPU time went (bench use) */
+    cudaEvent_t *ev;
+    int *ev_op, n_ev;
+};
+
+/* q, k and v stacked into one matrix (and their biases into one vector,
+   zeros for a missing one) so a single launch reads all three */
+static int up_qkv(cuda_model *m, dlayer *D, const wlayer *L, char *err, size_t errlen) {
+    const tensor *t[3] = {L->wq, L->wk, L->wv};
+    const float *b[3] = {L->bq, L->bk, L->bv};
+    for (int i = 1; i < 3; i++)
+        if (t[i]->dtype != t[0]->dtype || t[i]->shape[1] != t[0]->shape[1])
+            return ds_err(err, errlen, "CUDA backend: %s and %s differ in dtype or width", t[0]->name, t[i]->name);
+    if (t[0]->dtype != DT_BF16 && t[0]->dtype != DT_F16 && t[0]->dtype != DT_F32)
+        return ds_err(err, errlen, "CUDA backend: %s has dtype %s (bf16, f16 or f32 needed)", t[0]->name,
+                      dtype_name(t[0]->dtype));
+    size_t bytes = t[0]->nbytes + t[1]->nbytes + t[2]->nbytes;
+    D->wqkv.dt = t[0]->dtype;
+    D->wqkv.K = (int)t[0]->shape[1];
+    D->wqkv.N = (int)(t[0]->shape[0] + t[1]->shape[0] + t[2]->shape[0]);
+    if (cu_dev_alloc(&m->pool, &D->wqkv.p, bytes, err, errlen)) return -1;
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        CK(cudaMemcpy((char *)D->wqkv.p + off, t[i]->data, t[i]->nbytes, cudaMemcpyHostToDevice));
+        off += t[i]->nbytes;
+    }
+    D->bqkv = NULL;
+    if (!b[0] && !b[1] && !b[2]) return 0;
+    float *h = (float *)xcalloc((size_t)D->wqkv.N, sizeof(float));
+    for (int i = 0, o = 0; i < 3; o += (int)t[i]->shape[0], i++)
+        if (b[i]) memcpy(h + o, b[i], sizeof(float) * (size_t)t[i]->shape[0]);
+    int rc = cu_up_f32(&m->pool, &D->bqkv, h, (size_t)D->wqkv.N, err, errlen);
+    free(h);
+    return rc;
+}
+
+extern "C" int cuda_model_samples(const cuda_model *m) {
+    if (!m->clusters) return 0; /* the device sampler runs on thread-block clusters */
+    const char *e = getenv("DSPARK_CUDA_SAMPLE");
+    if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) return e[0] == '1';
+    return m->cfg.vocab_size >= CUDA_SAMPLE_MIN_VOCAB;
+}
+
+extern "C" int cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+    return n;
+}
+
+extern "C" int cuda_describe(int gpu, char *out, size_t n) {
+    cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, gpu);
+    if (e != cudaSuccess) {
+        snprintf(out, n, "cannot query CUDA device %d: %s", gpu, cudaGetErrorString(e));
+        return -1;
+    }
+    int drv = 0, rt = 0, cur = -1;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    int len = snprintf(out, n, "%s, %.1f GiB, compute %d.%d, %d SMs, driver %d.%d, runtime %d.%d", p.name,
+                       (double)p.totalGlobalMem / (1 << 30), p.major, p.minor, p.multiProcessorCount, drv / 1000,
+                       (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+    /* the architecture the build's kernels run from there (where it is the
+       current device: the model's, after cuda_model_create checked it) */
+    int a = cudaGetDevice(&cur) == cudaSuccess && cur == gpu ? cu_code_arch(NULL, 0) : 0;
+    if (len > 0 && (size_t)len < n && a > 0) snprintf(out + len, n - (size_t)len, ", kernels compute_%d", a);
+    return 0;
+}
+
+extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gpu, char *err, size_t errlen) {
+    *out = NULL;
+    int ndev = cuda_device_count();
+    if (ndev <= 0) return ds_err(err, errlen, "no CUDA device is visible");
+    if (gpu < 0 || gpu >= ndev) return ds_err(err, errlen, "CUDA device %d does not exist (%d visible)", gpu, ndev);
+    CK(cudaSetDevice(gpu));
+    const int cc = cu_device_cc(gpu);
+    if (cc < 80)
+        return ds_err(err, errlen, "CUDA backend: device %d has compute capability %d.%d; it needs 8.0 or newer "
+                      "(bf16 tensor cores, asynchronous copies)", gpu, cc / 10, cc % 10);
+    if (cu_code_arch(err, errlen) < 0) return -1;
+    if (w->cfg->n_heads % w->cfg->n_kv_heads || w->cfg->n_heads / w->cfg->n_kv_heads > ATT_MAX_G)
+        return ds_err(err, errlen, "CUDA backend: %d query heads per kv head is not supported (at most %d)",
+                      w->cfg->n_heads / w->cfg->n_kv_heads, ATT_MAX_G);
+    if (w->cfg->head_dim % 4 || w->cfg->head_dim > ATT_MAX_HD)
+        return ds_err(err, errlen, "CUDA backend: head_dim %d is not supported (a multiple of 4, at most %d)",
+                      w->cfg->head_dim, ATT_MAX_HD);
+    cuda_model *m = (cuda_model *)xcalloc(1, sizeof *m);
+    m->cfg = *w->cfg;
+    m->gpu = gpu;
+    m->clusters = cu_hopper_code();
+    const model_config *c = &m->cfg;
+    int H = c->hidden_size, hd = c->head_dim;
+    int rc = cu_up_mat(&m->pool, &m->embed, w->embed, err, errlen);
+    if (!rc) {
+        if (w->lm_head == w->embed) m->lm_head = m->embed;
+        else rc = cu_up_mat(&m->pool, &m->lm_head, w->lm_head, err, errlen);
+    }
+    if (!rc) rc = cu_up_f32(&m->pool, &m->final_norm, w->final_norm, (size_t)H, err, errlen);
+    if (!rc) rc = cu_up_f32(&m->pool, &m->inv_freq, w->inv_freq, (size_t)hd / 2, err, errlen);
+    m->layers = (dlayer *)xcalloc((size_t)c->n_layers, sizeof(dlayer));
+    for (int l = 0; !rc && l < c->n_layers; l++) {
+        const wlayer *L = &w->layers[l];
+        dlayer *D = &m->layers[l];
+        rc = up_qkv(m, D, L, err, errlen) || cu_up_mat(&m->pool, &D->wo, L->wo, err, errlen) ||
+             cu_up_mat(&m->pool, &D->wg, L->wg, err, errlen) || cu_up_mat(&m->pool, &D->wu, L->wu, err, errlen) ||
+             cu_up_mat(&m->pool, &D->wd, L->wd, err, errlen) ||
+             cu_up_f32(&m->pool, &D->attn_norm, L->attn_norm, (size_t)H, err, errlen) ||
+             cu_up_f32(&m->pool, &D->mlp_norm, L->mlp_norm, (size_t)H, err, errlen) ||
+             cu_up_f32(&m->pool, &D->q_norm, L->q_norm, (size_t)hd, err, errlen) ||
+             cu_up_f32(&m->pool, &D->k_norm, L->k_norm, (size_t)hd, err, errlen) ||
+             cu_up_f32(&m->pool, &D->bo, L->bo, (size_t)H, err, errlen);
+        rc = rc ? -1 : 0;
+        if (!rc && (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N))
+            rc = ds_err(err, errlen, "CUDA backend: layer %d: gate and up projections differ in dtype or shape", l);
+    }
+    if (rc) {
+        cuda_model_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+/* the matrices' tile-major copies (see dmat), decided by the first forward */
+static int model_tiles(cuda_model *m, char *err, size_t errlen) {
+    if (__atomic_load_n(&m->tiles_done, __ATOMIC_ACQUIRE)) return 0;
+    const model_config *c = &m->cfg;
+    int n = 0;
+    dmat **mats = (dmat **)xmalloc(sizeof(dmat *) * (size_t)(5 * c->n_layers + 1));
+    mats[n++] = &m->lm_head;
+    for (int l = 0; l < c->n_layers; l++) {
+        dlayer *D = &m->layers[l];
+        dmat *ls[5] = {&D->wqkv, &D->wo, &D->wg, &D->wu, &D->wd};
+        for (int i = 0; i < 5; i++) mats[n++] = ls[i];
+    }
+    int rc = cu_tile_once(&m->tiles_done, &m->pool, mats, n, err, errlen);
+    free(mats);
+    return rc;
+}
+
+const dmat *cu_model_embed(const cuda_model *m) { return &m->embed; }
+const dmat *cu_model_lm_head(const cuda_model *m) { return &m->lm_head; }
+int cu_model_gpu(const cuda_model *m) { return m->gpu; }
+
+extern "C" void cuda_model_free(cuda_model *m) {
+    if (!m) return;
+    cu_pool_free(&m->pool);
+    free(m->layers);
+    free(m);
+}
+
+static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen);
+
+/* Rows per prefill chunk on a GPU, when the caller's max_batch holds a
+   cuBLAS group: at least CUDA_PREFILL_ROWS (DSPARK_CUDA_PREFILL_ROWS=N
+   overrides it; a value below max_batch leaves max_batch). A wider chunk gives the
+   prefill attention more blocks than the 1.45 waves of a 256-row chunk at
+   4k positions; measured on an H200 with a Qwen3-8B (docs/BENCHMARKS.md,
+   "Where a prefill's time goes"): 4k prefill 9,480-9,497 -> 10,762-10,785
+   tok/s from 256 to 1024 rows (11,071 at 2048 in another run), 16k 6,000 ->
+   6,199. A row's bits do not depend on its chunk
+   (cuBLAS groups and attention spans start at fixed rows and positions),
+   so this changes no result. Costs about 380 KB of scratch a row for that
+   model; the logits buffer keeps max_batch rows. When the wider scratch
+   cannot be allocated, the context falls back to max_batch rows. */
+static int g_prefill_rows = -1; /* -1: not read yet */
+static int prefill_rows(void) {
+    if (g_prefill_rows < 0) {
+        const char *e = getenv("DSPARK_CUDA_PREFILL_ROWS");
+        g_prefill_rows = e && *e && atoi(e) > 0 ? atoi(e) : CUDA_PREFILL_ROWS;
+    }
+    return g_prefill_rows;
+}
+extern "C" int cuda_test_prefill_rows(int rows) {
+    int prev = prefill_rows();
+    g_prefill_rows = rows;
+    return prev;
+}
+
+/* whether a context of max_batch rows runs cuBLAS groups (bf16 weights) */
+static int takes_gemm(const cuda_model *m, int max_batch) {
+    return cu_gemm_rows() > 0 && max_batch >= cu_gemm_rows() && m->layers[0].wqkv.dt == DT_BF16;
+}
+
+/* a context with activation scratch for rows >= max_batch rows (a whole
+   number of cuBLAS groups when more) */
+static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, int rows, char *err,
+                      size_t errlen) {
+    const model_config *c = &m->cfg;
+    const int G = cu_gemm_rows(), gemm = takes_gemm(m, max_batch);
+    size_t B = (size_t)max_batch, R = (size_t)rows, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
+    cuda_ctx *x = (cuda_ctx *)xcalloc(1, sizeof *x);
+    x->m = m;
+    x->cap = n_ctx;
+    x->max_batch = max_batch;
+    x->rows = (int)R;
+    size_t kvf = (size_t)c->n_layers * 2 * KD * (size_t)n_ctx;
+    cudaError_t e = cudaMalloc((void **)&x->kv, sizeof(float) * kvf);
+    if (e != cudaSuccess) {
+        free(x);
+        return ds_err(err, errlen, "CUDA: cannot allocate the %.2f GiB KV cache for %d positions: %s%s",
+                      (double)sizeof(float) * kvf / (1 << 30), n_ctx, cudaGetErrorString(e), cu_tiles_hint());
+    }
+    float **bufs[] = {&x->x, &x->xb, &x->q, &x->att, &x->qkv, &x->gate, &x->logits, &x->part, &x->d_taps};
+    size_t sizes[] = {R * H, R * H, R * QD, R * QD, R * (QD + 2 * KD), R * I, B * (size_t)c->vocab_size,
+                      cu_attn_part_floats(c->n_heads, c->head_dim, n_ctx), (size_t)GRAPH_TAPS * GRAPH_ROWS * H};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        e = cudaMalloc((void **)bufs[i], sizeof(float) * sizes[i]);
+        if (e != cudaSuccess) {
+            cuda_ctx_free(x);
+            return ds_err(err, errlen, "CUDA: cannot allocate scratch: %s%s", cudaGetErrorString(e), cu_tiles_hint());
+        }
+    }
+    if (cudaMalloc((void **)&x->tok, sizeof(int) * R) != cudaSuccess ||
+        cudaMalloc((void **)&x->pos, sizeof(int) * R) != cudaSuccess ||
+        cudaMalloc((void **)&x->d_len, sizeof(int)) != cudaSuccess ||
+        cudaMalloc((void **)&x->att_c, sizeof(uint32_t) * CU_CUT_ROWS * QD) != cudaSuccess ||
+        cudaMalloc((void **)&x->gate_c, sizeof(uint32_t) * CU_CUT_ROWS * I) != cudaSuccess ||
+        cudaMalloc((void **)&x->norm_c, sizeof(uint32_t) * CU_CUT_ROWS * H) != cudaSuccess ||
+        cudaMalloc((void **)&x->norm_r, sizeof(float) * CU_CUT_ROWS) != cudaSuccess ||
+        cudaMalloc((void **)&x->qkv_cnt, sizeof(int) * cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads)) != cudaSuccess ||
+        cudaMemset(x->qkv_cnt, 0, sizeof(int) * cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads)) != cudaSuccess ||
+        cudaMalloc((void **)&x->d_ids, sizeof(int) * R) != cudaSuccess ||
+        cudaMallocHost((void **)&x->h_ids, sizeof(int) * R) != cudaSuccess ||
+        cudaMallocHost((void **)&x->h_samp, sizeof(cu_sample_args)) != cudaSuccess ||
+        cudaMalloc((void **)&x->d_samp, sizeof(cu_sample_args)) != cudaSuccess ||
+        cudaMalloc((void **)&x->escr, sizeof(float) * (B < MODEL_SAMPLE_ROWS ? B : MODEL_SAMPLE_ROWS) *
+                                          cu_sample_stride(c->vocab_size)) != cudaSuccess ||
+        cudaMallocHost((void **)&x->h_in, sizeof(int) * (2 * R + 1)) != cudaSuccess ||
+        cudaMallocHost((void **)&x->h_ring, sizeof(int) * 2) != cudaSuccess ||
+        cudaEventCreateWithFlags(&x->chain_ev[0], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&x->chain_ev[1], cudaEventDisableTiming) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&x->st, cudaStreamNonBlocking) != cudaSuccess) {
+        cuda_ctx_free(x);
+        return ds_err(err, errlen, "CUDA: cannot allocate scratch%s", cu_tiles_hint());
+    }
+    if (cu_am_create(&x->am, (int)B, c->vocab_size, err, errlen) != 0) {
+        cuda_ctx_free(x);
+        return -1;
+    }
+    size_t lf = (size_t)(GRAPH_ROWS > max_batch ? GRAPH_ROWS : max_batch) * (size_t)c->vocab_size;
+    if (ensure_pinned(x, lf, err, errlen) != 0) {
+        cuda_ctx_free(x);
+        return -1;
+    }
+    x->chunk = x->small_chunk = max_batch;
+    if (gemm) {
+        x->chunk = (int)R / G * G;
+        x->small_chunk = max_batch / G * G;
+        size_t kmax = H > I ? H : I, nmax = QD + 2 * KD > I ? QD + 2 * KD : I;
+        if (QD > kmax) kmax = QD;
+        if (H > nmax) nmax = H;
+        if (cu_gemm_create(&x->gemm, x->chunk, (int)kmax, (int)nmax, err, errlen) != 0) {
+            cuda_ctx_free(x);
+            return -1;
+        }
+    }
+    /* the warpgroup-mma prefill attention's scratch (cu_attn_wg_floats:
+       four times a layer's share of the cache), made here rather than at
+       the first prefill group, which may be inside a graph's capture, and
+       only where the device keeps room after it (cu_room_for, as for the
+       weights' tile-major copies); without it the context runs k_attn_tc
+       (the same results to TF32 rounding) */
+    const size_t wgb = sizeof(float) * cu_attn_wg_floats(c->n_kv_heads, c->head_dim, n_ctx);
+    if (gemm && cu_attn_wg_ready(c->head_dim) && cu_room_for(wgb) &&
+        cudaMalloc((void **)&x->wg_img, wgb) != cudaSuccess) {
+        cudaGetLastError(); /* (not sticky) */
+        x->wg_img = NULL;
+    }
+    x->use_graphs = cu_graphs_enabled();
+    const char *tr = getenv("DSPARK_CUDA_TRACE");
+    if (tr && !strcmp(tr, "1")) {
+        x->use_graphs = 0;
+        x->ev = (cudaEvent_t *)xcalloc(TRACE_EVENTS, sizeof(cudaEvent_t));
+        x->ev_op = (int *)xcalloc(TRACE_EVENTS, sizeof(int));
+        for (int i = 0; i < TRACE_EVENTS; i++) cudaEventCreate(&x->ev[i]);
+    }
+    *out = x;
+    return 0;
+}
+
+extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, char *err, size_t errlen) {
+    *out = NULL;
+    CK(cudaSetDevice(m->gpu));
+    const int G = cu_gemm_rows(), rows = G > 0 ? prefill_rows() / G * G : 0;
+    if (takes_gemm(m, max_batch) && rows > max_batch && ctx_create(out, m, n_ctx, max_batch, rows, err, errlen) == 0)
+        return 0;
+    cudaGetLastError(); /* (a failed allocation above is not sticky) */
+    return ctx_create(out, m, n_ctx, max_batch, max_batch, err, errlen);
+}
+
+extern "C" void cuda_ctx_free(cuda_ctx *x) {
+    if (!x) return;
+    cudaFree(x->kv);
+    float *bufs[] = {x->x, x->xb, x->q, x->att, x->qkv, x->gate, x->logits, x->part, x->d_taps, x->d_wide, x->wg_img};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    cudaFree(x->tok);
+    cudaFree(x->pos);
+    cudaFree(x->d_len);
+    cudaFree(x->qkv_cnt);
+    cudaFree(x->att_c);
+    cudaFree(x->gate_c);
+    cudaFree(x->norm_c);
+    cudaFree(x->norm_r);
+    cudaFree(x->d_ids);
+    cu_am_free(&x->am);
+    if (x->h_ids) cudaFreeHost(x->h_ids);
+    if (x->h_samp) cudaFreeHost(x->h_samp);
+    cudaFree(x->d_samp);
+    cudaFree(x->escr);
+    for (int a = 0; a < 2; a++)
+        for (int t = 0; t < 2; t++)
+            for (int o = 0; o < 5; o++)
+                for (int i = 0; i <= GRAPH_ROWS; i++)
+                    for (int j = 0; j <= GRAPH_ROWS; j++)
+                        if (x->graphs[a][t][o][i][j]) cudaGraphExecDestroy(x->graphs[a][t][o][i][j]);
+    for (int a = 0; a < 2; a++) {
+        if (x->chain_g[a]) cudaGraphExecDestroy(x->chain_g[a]);
+        if (x->chain_ev[a]) cudaEventDestroy(x->chain_ev[a]);
+    }
+    if (x->h_ring) cudaFreeHost(x->h_ring);
+    cu_gemm_free(x->gemm);
+    if (x->st) cudaStreamDestroy(x->st);
+    if (x->h_pinned) cudaFreeHost(x->h_pinned);
+    if (x->h_in) cudaFreeHost(x->h_in);
+    if (x->ev)
+        for (int i = 0; i < TRACE_EVENTS; i++) cudaEventDestroy(x->ev[i]);
+    free(x->ev);
+    free(x->ev_op);
+    free(x);
+}
+
+/* Ends a chain of decode steps: waits for the steps in flight and drops
+   from the cache those whose ids were not read. */
+static void chain_drain(cuda_ctx *x) {
+    if (x->chain_launched == x->chain_done) return;
+    cudaStreamSynchronize(x->st); /* (an error here shows at the next forward's) */
+    x->len -= (int)(x->chain_launched - x->chain_done);
+    x->chain_launched = x->chain_done = 0;
+}
+
+extern "C" int cuda_ctx_len(const cuda_ctx *x) { return x->len - (int)(x->chain_launched - x->chain_done); }
+extern "C" int cuda_ctx_capacity(const cuda_ctx *x) { return x->cap; }
+extern "C" void cuda_ctx_truncate(cuda_ctx *x, int len) {
+    chain_drain(x);
+    if (len < x->len) x->len = len < 0 ? 0 : len;
+}
+
+static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen) {
+    if (x->pinned_floats >= floats) return 0;
+    if (x->h_pinned) cudaFreeHost(x->h_pinned);
+    x->h_pinned = NULL;
+    x->pinned_floats = 0;
+    CK(cudaMallocHost((void **)&x->h_pinned, sizeof(float) * floats));
+    x->pinned_floats = floats;
+    return 0;
+}
+
+/* Where a forward's taps go on the device: [GRAPH_TAPS][rows][hidden] from
+   p (p NULL: to the caller's buffer) */
+struct tap_dst {
+    float *p;
+    int rows;
+};
+
+/* Taps go straight into the caller's (pageable) buffer, the chunk's stream
+   synchronisation completing them; with dev.p (a tapped graph, or taps that
+   stay on the device) there. */
+static void copy_taps(cuda_ctx *x, const model_batch *b, int layer, int row0, int M, tap_dst dev) {
+    int H = x->m->cfg.hidden_size;
+    for (int t = 0; t < b->n_taps; t++) {
+        if (b->tap_layers[t] != layer) continue;
+        if (dev.p) {
+            cudaMemcpyAsync(dev.p + ((size_t)t * dev.rows + (size_t)row0) * H, x->x, sizeof(float) * (size_t)M * H,
+                            cudaMemcpyDeviceToDevice, x->st);
+            continue;
+        }
+        float *dst = b->taps + ((size_t)t * (size_t)b->n + (size_t)row0) * (size_t)H;
+        cudaMemcpyAsync(dst, x->x, sizeof(float) * (size_t)M * H, cudaMemcpyDeviceToHost, x->st);
+    }
+}
+
+/* 1 when b's taps can come from a tapped graph: few enough, and the set the
+   tapped graphs hold (the first tapped batch fixes it) */
+static int taps_graphable(cuda_ctx *x, const model_batch *b) {
+    if (b->n_taps > GRAPH_TAPS) return 0;
+    if (!x->n_tap_layers) {
+        memcpy(x->tap_layers, b->tap_layers, sizeof(int) * (size_t)b->n_taps);
+        x->n_tap_layers = b->n_taps;
+    }
+    return x->n_tap_layers == b->n_taps && !memcmp(x->tap_layers, b->tap_layers, sizeof(int) * (size_t)b->n_taps);
+}
+
+enum { OP_IN, OP_EMBED, OP_QKV, OP_POST, OP_ATTN, OP_O, OP_GU, OP_DOWN, OP_HEAD, OP_OUT, OP_N };
+static const char *const op_names[OP_N] = {"upload", "embed", "qkv", "qk-norm+rope", "attention",
+                                           "o+res", "gate/up", "down+res", "lm head", "logits copy"};
+
+/* trace: an event after each op, labelled with the op it ends */
+static void mark(cuda_ctx *x, int op) {
+    if (!x->ev || x->n_ev >= TRACE_EVENTS) return;
+    x->ev_op[x->n_ev] = op;
+    cudaEventRecord(x->ev[x->n_ev++], x->st);
+}
+
+static void trace_report(cuda_ctx *x, int M) {
+    double us[OP_N] = {0}, tot = 0;
+    for (int i = 1; i < x->n_ev; i++) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, x->ev[i - 1], x->ev[i]);
+        us[x->ev_op[i]] += 1e3 * ms;
+        tot += 1e3 * ms;
+    }
+    fprintf(stderr, "cuda trace: %d rows, %.0f us:", M, tot);
+    for (int i = 0; i < OP_N; i++)
+        if (us[i] > 0) fprintf(stderr, " %s %.0f", op_names[i], us[i]);
+    fprintf(stderr, "\n");
+    x->n_ev = 0;
+}
+
+/* one layer matmul of the chunk (cu_layer_matmul, this context's cuBLAS
+   groups and norm scratch) */
+static int mm(cuda_ctx *x, int epi, float *y, const float *in, int M, const dmat *W, const dmat *W2,
+              const float *bias, const float *gn, cu_cut cut = cu_cut{}) {
+    return cu_layer_matmul(x->st, x->gemm, epi, y, in, M, W, W2, bias, gn, x->m->cfg.rms_norm_eps, x->xb, cut);
+}
+
+/* what a forward's logits rows give back: the rows, their argmax, both,
+   or the device sampler's answers (model_batch.smp); OUT_CHAIN (with
+   OUT_IDS, one row): a chained decode step, whose input is the previous
+   step's argmax on the device (cu_chain_next) and whose argmax stays
+   there (the host copies it out: chain_launch) */
+enum { OUT_LOGITS = 1, OUT_IDS = 2, OUT_SAMPLE = 4, OUT_CHAIN = 8 };
+
+/* The RMSNorm (weights gn) of M rows `in` ahead of a matmul of W run by
+   its own kernel where cu_norm_split says so for site (and the matmul
+   can take its input pre-cut): the rows' pre-cut products and scales in
+   norm_c and norm_r, returned as the matmul's cu_cut (in, r); else none
+   (the norm folded into the matmul). The same bits either way. */
+static cu_cut norm_apart(cuda_ctx *x, int site, const float *in, int M, const dmat *W, const float *gn) {
+    if (!gn || !cu_norm_split(site, M) || !cu_layer_takes_cut(x->gemm, W, M) || !cu_norm_cut_ok(W->K)) return cu_cut{};
+    cu_norm_cut(x->st, x->norm_c, x->norm_r, in, gn, M, W->K, x->m->cfg.rms_norm_eps);
+    return cu_cut{x->norm_c, NULL, x->norm_r};
+}
+
+/* logits[n] of the final-normed rows h[n] */
+static void lm_head(cuda_ctx *x, const float *h, int n) {
+    const cuda_model *m = x->m;
+    const model_config *c = &m->cfg;
+    const cu_cut pre = norm_apart(x, CU_NS_LM, h, n, &m->lm_head, m->final_norm);
+    if (pre.in) {
+        cu_matmul_cut(x->st, x->logits, pre.in, n, &m->lm_head, pre.r);
+    } else if (cu_fuses_norm(&m->lm_head)) {
+        cu_matmul_norm(x->st, x->logits, h, n, &m->lm_head, NULL, m->final_norm, c->rms_norm_eps);
+    } else {
+        cu_rmsnorm(x->st, x->xb, h, m->final_norm, n, c->hidden_size, c->rms_norm_eps);
+        cu_matmul(x->st, x->logits, x->xb, n, &m->lm_head, NULL);
+    }
+}
+
+/* DSPARK_CUDA_OMIT=qkv,attn,o,gateup,down (any of them): those kernels are
+   left out of every layer (qkv with its norm/RoPE tail, attn with its
+   combine), so that each one's share of a step can be timed by leaving it
+   out (bench/cuda-step-cost.sh). The results are then wrong; a warning says
+   so once. */
+enum { OMIT_QKV = 1, OMIT_ATTN = 2, OMIT_O = 4, OMIT_GU = 8, OMIT_DOWN = 16 };
+static int cuda_omit(void) {
+    static int v = -1;
+    if (v >= 0) return v;
+    static const char *const names[] = {"qkv", "attn", "o", "gateup", "down"};
+    const char *e = getenv("DSPARK_CUDA_OMIT");
+    char buf[128], *save = NULL;
+    int o = 0;
+    snprintf(buf, sizeof buf, "%s", e ? e : "");
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int k = 0;
+        while (k < 5 && strcmp(t, names[k])) k++;
+        if (k < 5) o |= 1 << k;
+        else fprintf(stderr, "dspark: DSPARK_CUDA_OMIT: no kernel '%s' (qkv, attn, o, gateup, down)\n", t);
+    }
+    if (o)
+        fprintf(stderr, "dspark: DSPARK_CUDA_OMIT=%s: those kernels are left out of every layer, so the results are "
+                        "wrong (for timing only)\n", e);
+    v = o;
+    return v;
+}
+
+/* Enqueues one chunk of M rows whose ids, positions and cache length are in
+   h_in (pinned): the uploads, every layer, and, when n_sel > 0, the final
+   norm and LM head for the chunk's last n_sel rows with the logits copied
+   to h_pinned (out & OUT_LOGITS) and their argmax (OUT_IDS) or samples
+   (OUT_SAMPLE, with the arguments in h_samp) to h_ids. b
+   (NULL: no taps) names the layers to tap, copied to the host or, with
+   dev.p (a tapped graph's capture, or taps_on_device), there from row row0
+   on. spread: the decode attention's launch shape (cu_attn_spread_for). */
+static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_batch *b, int row0, tap_dst dev,
+                          int spread) {
+    cuda_model *m = x->m;
+    const model_config *c = &m->cfg;
+    const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+    cudaStream_t st = x->st;
+    int B = x->rows;
+    cu_pdl_late_scope late((out & OUT_CHAIN) != 0); /* the chained step's kernels trigger late */
+    if (out & OUT_CHAIN) {
+        cu_chain_next(st, x->tok, x->pos, x->d_len, x->d_ids);
+    } else {
+        cudaMemcpyAsync(x->tok, x->h_in, sizeof(int) * M, cudaMemcpyHostToDevice, st);
+        cudaMemcpyAsync(x->pos, x->h_in + B, sizeof(int) * M, cudaMemcpyHostToDevice, st);
+        cudaMemcpyAsync(x->d_len, x->h_in + 2 * B, sizeof(int), cudaMemcpyHostToDevice, st);
+    }
+    if (out == OUT_SAMPLE) cudaMemcpyAsync(x->d_samp, x->h_samp, sizeof(cu_sample_args), cudaMemcpyHostToDevice, st);
+    mark(x, OP_IN);
+    cu_embed(st, x->x, &m->embed, x->tok, M);
+    mark(x, OP_EMBED);
+    if (b) copy_taps(x, b, -1, row0, M, dev);
+    size_t KD = (size_t)nkv * hd;
+    const int omit = cuda_omit();
+    for (int l = 0; l < c->n_layers; l++) {
+        const dlayer *L = &m->layers[l];
+        float *kc = x->kv + (size_t)l * 2 * KD * x->cap, *vc = kc + KD * x->cap;
+        /* decode and verify rows: the projection's matmul post-processes
+           q, k and v itself (no kernel of its own between it and attention) */
+        cu_qkv_tail tail = {cu_qkv_fused_args(x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, nh, nkv,
+                                              hd, x->cap, x->d_len, eps),
+                            x->qkv_cnt, cu_acqrel()};
+        if (!(omit & OMIT_QKV)) {
+            const cu_cut qc = norm_apart(x, CU_NS_QKV, x->x, M, &L->wqkv, L->attn_norm);
+            int fused = !cu_gemm_takes(x->gemm, &L->wqkv, M) &&
+                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail, qc);
+            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm, qc);
+            mark(x, OP_QKV);
+            if (!fused) cu_qkv_post_run(st, &tail.a, M);
+            mark(x, OP_POST);
+        }
+        /* the cuBLAS groups' rows by the prefill kernel, the others as decode and verify rows */
+        const int Mt = x->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(x->gemm, &L->wqkv, M) : 0;
+        /* o and down take their inputs pre-cut where they can (decode and
+           verify rows): the combine and the SwiGLU are asked for the copy */
+        uint32_t *att_c = !Mt && !(omit & OMIT_ATTN) && cu_layer_takes_cut(x->gemm, &L->wo, M) ? x->att_c : NULL;
+        if (!(omit & OMIT_ATTN)) {
+            if (Mt)
+                cu_attention_tiled(st, x->att, x->q, kc, vc, x->part, x->wg_img, Mt, nh, nkv, hd, x->cap,
+                                   x->d_len, scale);
+            if (Mt < M)
+                cu_attention(st, x->att + (size_t)Mt * nh * hd, x->q + (size_t)Mt * nh * hd, kc, vc, x->part, M - Mt,
+                             nh, nkv, hd, x->cap, x->d_len, scale, 1, Mt, spread, att_c);
+            mark(x, OP_ATTN);
+        }
+        {
+            /* the o projection right after attention: see pdl_enabled (and cu_o_pdl) */
+            cu_depth_scope serial(cu_pdl_off_depth, !cu_o_pdl());
+            if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL, NULL});
+        }
+        mark(x, OP_O);
+        uint32_t *gate_c = cu_layer_takes_cut(x->gemm, &L->wd, M) ? x->gate_c : NULL;
+        {
+            cu_swiglu_two two(cu_swiglu_two_for(spread)); /* (see there) */
+            if (omit & OMIT_GU) {
+                gate_c = NULL;
+            } else {
+                cu_cut gc = norm_apart(x, CU_NS_GU, x->x, M, &L->wg, L->mlp_norm);
+                gc.out = gate_c;
+                if (!mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, gc))
+                    gate_c = NULL; /* (not written) */
+            }
+        }
+        mark(x, OP_GU);
+        if (!(omit & OMIT_DOWN)) mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL, NULL});
+        mark(x, OP_DOWN);
+        if (b) copy_taps(x, b, l, row0, M, dev);
+    }
+    if (n_sel) {
+        int V = c->vocab_size;
+        lm_head(x, x->x + (size_t)(M - n_sel) * H, n_sel);
+        mark(x, OP_HEAD);
+        if (out & (OUT_IDS | OUT_SAMPLE)) {
+            if (out & OUT_IDS) cu_argmax(st, x->d_ids, x->logits, n_sel, V, &x->am);
+            else cu_sample_rows(st, x->d_ids, x->logits, x->escr, n_sel, V, x->d_samp, NULL, 0);
+            if (!(out & OUT_CHAIN))
+                cudaMemcpyAsync(x->h_ids, x->d_ids, sizeof(int) * (size_t)n_sel, cudaMemcpyDeviceToHost, st);
+        }
+        if (out & OUT_LOGITS)
+            cudaMemcpyAsync(x->h_pinned, x->logits, sizeof(float) * (size_t)n_sel * V, cudaMemcpyDeviceToHost, st);
+        mark(x, OP_OUT);
+    }
+}
+
+/* The graph for (spread, taps or not, M, n_sel), captured on first use; NULL when
+   capture fails (graphs are then switched off for this context). tb: the
+   batch whose tap layers a tapped graph copies (NULL: untapped). */
+static cudaGraphExec_t capture(cuda_ctx *x, cudaGraphExec_t *g, int M, int n_sel, int out, const model_batch *tb,
+                               int spread) {
+    if (*g) return *g;
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamBeginCapture(x->st, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) goto fail;
+    enqueue_chunk(x, M, n_sel, out, tb, 0, tap_dst{x->d_taps, GRAPH_ROWS}, spread);
+    if ((e = cudaStreamEndCapture(x->st, &graph)) != cudaSuccess || !graph) goto fail;
+    if ((e = cudaGraphInstantiate(g, graph, 0)) != cudaSuccess) goto fail;
+    cudaGraphDestroy(graph);
+    return *g;
+fail:
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    { /* the results stay right, only slower: said once, so that a timing knows */
+        static int said = 0;
+        if (!said) {
+            said = 1;
+            fprintf(stderr, "dspark: CUDA graph capture failed (%s); this context runs kernel by kernel\n",
+                    e != cudaSuccess ? cudaGetErrorString(e) : "no graph");
+        }
+    }
+    *g = NULL;
+    x->use_graphs = 0;
+    return NULL;
+}
+static cudaGraphExec_t graph_for(cuda_ctx *x, int M, int n_sel, int out, const model_batch *tb, int spread) {
+    return capture(x, &x->graphs[spread][tb ? 1 : 0][out][M][n_sel], M, n_sel, out, tb, spread);
+}
+
+/* The chunk's logits rows: which of them the batch asked for, as a count of
+   trailing rows (graphs and the gather-free path need them at the end); -1
+   when the selection is not a contiguous tail of the chunk. */
+static int tail_rows(const model_batch *b, int row0, int M, int next_logit, int *n_sel) {
+    int n = 0;
+    for (int i = next_logit; i < b->n_logits; i++) {
+        int r = b->logit_rows ? b->logit_rows[i] : b->n - b->n_logits + i;
+        if (r >= row0 + M) break;
+        n++;
+    }
+    *n_sel = n;
+    for (int i = 0; i < n; i++) {
+        int r = b->logit_rows ? b->logit_rows[next_logit + i] : b->n - b->n_logits + next_logit + i;
+        if (r != row0 + M - n + i) return -1;
+    }
+    return 0;
+}
+
+static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int *next_logit, char *err,
+                         size_t errlen) {
+    const model_config *c = &x->m->cfg;
+    int B = x->rows, V = c->vocab_size, H = c->hidden_size;
+    for (int i = 0; i < M; i++) {
+        x->h_in[i] = b->tokens[row0 + i];
+        x->h_in[B + i] = b->pos ? b->pos[row0 + i] : x->len + i;
+    }
+    x->h_in[2 * B] = x->len;
+    const int spread = cu_attn_spread_for(x->len); /* the decode attention's shape for this cache length */
+    /* taps left on the device: a verify's in d_taps, wider batches' in d_wide */
+    const int wide = b->taps_on_device && b->n > GRAPH_ROWS;
+    tap_dst dev = {NULL, 0};
+    if (b->taps_on_device) dev = wide ? tap_dst{x->d_wide, x->wide_rows} : tap_dst{x->d_taps, GRAPH_ROWS};
+    int n_sel;
+    if (tail_rows(b, row0, M, *next_logit, &n_sel) != 0) {
+        /* rare: logits of rows that are not the chunk's tail; run the layers,
+           then the head row by row (each row alone gives the same bits) */
+        enqueue_chunk(x, M, 0, 0, b, row0, dev, spread);
+        CK(cudaStreamSynchronize(x->st));
+        if (cu_gemm_check(x->gemm, err, errlen)) return -1;
+        for (int i = 0; i < n_sel; i++) {
+            int r = b->logit_rows[*next_logit + i] - row0;
+            lm_head(x, x->x + (size_t)r * H, 1);
+            if (b->argmax) {
+                cu_argmax(x->st, x->d_ids, x->logits, 1, V, &x->am);
+                CK(cudaMemcpyAsync(b->argmax + *next_logit + i, x->d_ids, sizeof(int), cudaMemcpyDeviceToHost,
+                                   x->st));
+            }
+            if (b->logits)
+                CK(cudaMemcpyAsync(b->logits + (size_t)(*next_logit + i) * V, x->logits, sizeof(float) * V,
+                                   cudaMemcpyDeviceToHost, x->st));
+        }
+        CK(cudaStreamSynchronize(x->st));
+        CK_LAUNCH();
+        *next_logit += n_sel;
+        x->len += M;
+        return 0;
+    }
+    int out = b->smp ? OUT_SAMPLE : (b->logits ? OUT_LOGITS : 0) | (b->argmax ? OUT_IDS : 0);
+    if (b->smp && n_sel) {
+        cu_sample_args_set(x->h_samp, sampler_get_params(b->smp), b->draft, b->u, b->n_logits);
+        x->h_samp->row0 = *next_logit;
+        if (b->draft_q) {
+            x->h_samp->q = b->draft_q->e;
+            x->h_samp->qtot = b->draft_q->tot;
+        }
+    }
+    int tapped = b->n_taps > 0;
+    /* (a tapped graph leaves its taps at row 0 of d_taps) */
+    cudaGraphExec_t g = x->use_graphs && M <= GRAPH_ROWS &&
+                                (!tapped || (taps_graphable(x, b) && (!b->taps_on_device || (row0 == 0 && !wide))))
+                            ? graph_for(x, M, n_sel, out, tapped ? b : NULL, spread)
+                            : NULL;
+    if (g) {
+        CK(cudaGraphLaunch(g, x->st));
+        for (int t = 0; !b->taps_on_device && t < b->n_taps; t++) /* the replay's taps to the caller */
+            CK(cudaMemcpyAsync(b->taps + ((size_t)t * (size_t)b->n + (size_t)row0) * (size_t)H,
+                               x->d_taps + (size_t)t * GRAPH_ROWS * H, sizeof(float) * (size_t)M * H,
+                               cudaMemcpyDeviceToHost, x->st));
+    } else {
+        enqueue_chunk(x, M, n_sel, out, tapped ? b : NULL, row0, dev, spread);
+    }
+    CK_LAUNCH();
+    CK(cudaStreamSynchronize(x->st));
+    if (cu_gemm_check(x->gemm, err, errlen)) return -1;
+    if (x->ev) trace_report(x, M);
+    if (n_sel && b->logits)
+        memcpy(b->logits + (size_t)*next_logit * V, x->h_pinned, sizeof(float) * (size_t)n_sel * V);
+    if (n_sel && b->argmax) memcpy(b->argmax + *next_logit, x->h_ids, sizeof(int) * (size_t)n_sel);
+    if (n_sel && b->smp) memcpy(b->sampled + *next_logit, x->h_ids, sizeof(int) * (size_t)n_sel);
+    *next_logit += n_sel;
+    x->len += M;
+    return 0;
+}
+
+extern "C" const float *cuda_ctx_taps(cuda_ctx *x, int n, int *rows) {
+    if (rows) *rows = 0;
+    if (n <= GRAPH_ROWS) {
+        if (rows) *rows = GRAPH_ROWS;
+        return x->d_taps;
+    }
+    if (n > x->wide_rows) {
+        if (cudaSetDevice(x->m->gpu) != cudaSuccess) return NULL;
+        float *p = NULL;
+        if (cudaMalloc((void **)&p, sizeof(float) * GRAPH_TAPS * (size_t)n * x->m->cfg.hidden_size) != cudaSuccess) {
+            cudaGetLastError();
+            return NULL;
+        }
+        cudaFree(x->d_wide); /* (synchronises: no forward still writes it) */
+        x->d_wide = p;
+        x->wide_rows = n;
+    }
+    if (rows) *rows = x->wide_rows;
+    return x->d_wide;
+}
+
+extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errlen) {
+    const model_batch *b = (const model_batch *)bv;
+    chain_drain(x);
+    if (x->len + b->n > x->cap)
+        return ds_err(err, errlen, "context window full: %d cached + %d new positions exceed the %d-position window",
+                      x->len, b->n, x->cap);
+    if (b->taps_on_device && b->n > GRAPH_ROWS && b->n > x->wide_rows)
+        return ds_err(err, errlen, "forward: the device holds taps for %d rows, not %d (ask mctx_device_taps first)",
+                      x->wide_rows > GRAPH_ROWS ? x->wide_rows : GRAPH_ROWS, b->n);
+    CK(cudaSetDevice(x->m->gpu));
+    if (model_tiles(x->m, err, errlen) != 0) return -1;
+    int next_logit = 0, len0 = x->len;
+    /* a chunk's logits rows fit the max_batch rows of the logits buffer */
+    const int step = b->n_logits > x->max_batch ? x->small_chunk : x->chunk;
+    for (int row0 = 0; row0 < b->n; row0 += step) {
+        int M = b->n - row0 < step ? b->n - row0 : step;
+        if (forward_chunk(x, b, row0, M, &next_logit, err, errlen) != 0) {
+            x->len = len0;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- chained decoding ---------------------------------------------------- */
+
+extern "C" int cuda_chain_ok(const cuda_ctx *x) { return !x->ev && !env_is("DSPARK_CUDA_CHAIN", "0"); }
+
+/* Launches the next chained step (its input set by the previous step or
+   cu_chain_set), its id's copy to h_ring and its event. */
+static int chain_launch(cuda_ctx *x, char *err, size_t errlen) {
+    if (x->len + 1 > x->cap)
+        return ds_err(err, errlen, "context window full: %d cached + 1 new position exceed the %d-position window",
+                      x->len, x->cap);
+    const int spread = cu_attn_spread_for(x->len), slot = (int)(x->chain_launched & 1);
+    cudaGraphExec_t g = x->use_graphs ? capture(x, &x->chain_g[spread], 1, 1, OUT_IDS | OUT_CHAIN, NULL, spread)
+                                      : NULL;
+    if (g) CK(cudaGraphLaunch(g, x->st));
+    else enqueue_chunk(x, 1, 1, OUT_IDS | OUT_CHAIN, NULL, 0, tap_dst{NULL, 0}, spread);
+    CK(cudaMemcpyAsync(x->h_ring + slot, x->d_ids, sizeof(int), cudaMemcpyDeviceToHost, x->st));
+    CK(cudaEventRecord(x->chain_ev[slot], x->st));
+    CK_LAUNCH();
+    x->len++;
+    x->chain_launched++;
+    return 0;
+}
+
+extern "C" int cuda_chain_start(cuda_ctx *x, int id, char *err, size_t errlen) {
+    CK(cudaSetDevice(x->m->gpu));
+    chain_drain(x);
+    if (model_tiles(x->m, err, errlen) != 0) return -1;
+    cu_chain_set(x->st, x->d_ids, x->pos, x->d_len, id, x->len - 1);
+    if (chain_launch(x, err, errlen) == 0) return 0;
+    chain_drain(x);
+    return -1;
+}
+
+extern "C" int cuda_chain_next(cuda_ctx *x, int more, int *id, char *err, size_t errlen) {
+    if (x->chain_launched == x->chain_done) return ds_err(err, errlen, "chained decoding: no step in flight");
+    if (more && x->chain_launched - x->chain_done > 1) /* (its slot is the one not read yet) */
+        return ds_err(err, errlen, "chained decoding: two steps in flight already");
+    CK(cudaSetDevice(x->m->gpu));
+    /* (the step launched here takes the other slot than the one read below) */
+    if (more && chain_launch(x, err, errlen) != 0) {
+        chain_drain(x);
+        return -1;
+    }
+    const int slot = (int)(x->chain_done & 1);
+    cudaError_t e = cudaEventSynchronize(x->chain_ev[slot]);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        chain_drain(x);
+        return ds_err(err, errlen, "CUDA: a chained decode step: %s", cudaGetErrorString(e));
+    }
+    *id = x->h_ring[slot];
+    x->chain_done++;
+    return 0;
+}
+
+extern "C" void cuda_chain_end(cuda_ctx *x) {
+    if (cudaSetDevice(x->m->gpu) == cudaSuccess) chain_drain(x);
+}

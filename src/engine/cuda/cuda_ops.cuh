@@ -1,0 +1,870 @@
+/* cuda_ops: the device kernels of the CUDA backend behind host launchers
+ * (cuda_ops.cu), shared by the target's forward pass (cuda_backend.cu) and
+ * the drafters'. Launchers only enqueue on the given stream; callers check
+ * cudaGetLastError after a sequence. Activations are f32; matrices (dmat)
+ * are in their file dtype (bf16, f16 or f32), row-major [N][K].
+ *
+ * Every kernel computes a row with the same instruction sequence whatever
+ * the number of rows in the launch, so a row inside a batch is bit-identical
+ * to the row alone (the lossless guarantee of speculative decoding on the
+ * GPU rests on this; tests/cuda checks it). */
+#ifndef DS_CUDA_OPS_CUH
+#define DS_CUDA_OPS_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "engine/cuda/cuda_backend.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "base/util.h"
+}
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) return ds_err(err, errlen, "CUDA: %s: %s", #call, cudaGetErrorString(e_)); \
+    } while (0)
+
+#define CK_LAUNCH()                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = cudaGetLastError();                                                       \
+        if (e_ != cudaSuccess) return ds_err(err, errlen, "CUDA kernel launch: %s", cudaGetErrorString(e_)); \
+    } while (0)
+
+#define CU_GEMM_MIN_ROWS CUDA_GEMM_MIN_ROWS
+#define ATT_MAX_HD 256 /* largest head_dim the attention kernels take */
+#define ATT_MAX_G 8    /* query heads per kv head */
+#define ATT_CHUNK 64   /* positions per split-attention partial */
+#define ATT_ROWS 32    /* rows per attention launch (bounds the partials scratch) */
+#define ATT_SPREAD_FROM 1024 /* cache length from which the decode attention takes the spread shape */
+
+/* a kernel's dynamic shared memory, as an array of T named name (the CPU
+   runs of tests/cuemu give it the block's buffer instead) */
+#ifndef DSPARK_CUEMU
+#define DYN_SMEM(T, name) extern __shared__ T name[]
+#endif
+
+/* floats of split-attention scratch for a cache of cap positions:
+   partial outputs, maxima and sums */
+static inline size_t cu_attn_part_floats(int nh, int hd, int cap) {
+    return (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK) * (hd + 2);
+}
+
+/* ---- launching ---------------------------------------------------------- */
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* ---- tensor-core helpers (mma.sync m16n8k8 TF32) --------------------------- */
+
+#ifndef DSPARK_CUEMU /* (tests/cuemu/emu.h gives the CPU its own mma_tf32 and mma_bf16) */
+__device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* mma.sync m16n8k16 BF16 with f32 accumulation: A 16 x 16 (a0 row g, k 2t
+   and 2t+1 in its low and high halves; a1 row g+8; a2, a3 the same at k
+   2t+8 and 2t+9), B 16 x 8 (b0 k 2t and 2t+1 of column g, b1 k 2t+8 and
+   2t+9), the accumulators as mma_tf32's */
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+#endif
+
+/* x0 and x1 as bf16 heads (rounded to nearest even) and bf16 tails (x
+   minus its head, exact in f32, then rounded), packed as a bf16x2 operand
+   each (x0 in the low half): head plus tail carry x to within 2^-17 of
+   its size, in six instructions a pair. An Inf or NaN x, or one whose
+   head rounds to Inf (from 0x7f7f8000, about 3.3895e38), leaves a head and
+   tail that add to NaN (a NaN tail, or an infinite one of the other sign),
+   so its products' sum is NaN. */
+struct bf16x2_cut {
+    uint32_t h, l;
+};
+__device__ __forceinline__ bf16x2_cut bf16_cut2(float x0, float x1) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    const uint32_t hb = *reinterpret_cast<const uint32_t *>(&h);
+    const __nv_bfloat162 l =
+        __floats2bfloat162_rn(x0 - __uint_as_float(hb << 16), x1 - __uint_as_float(hb & 0xffff0000u));
+    return {hb, *reinterpret_cast<const uint32_t *>(&l)};
+}
+
+/* a matmul's pre-cut input (in, for cu_matmul_add_cut) or the pre-cut
+   copy of its output that the SwiGLU epilogue writes (out); NULL: none.
+   r (or NULL): with in, the rows' RMSNorm scales from cu_norm_cut, in
+   being the norm weights times the rows, pre-cut: the matmul scales its
+   sums by them as the folded norm does (the folded norm's bits). */
+struct cu_cut {
+    const uint32_t *in;
+    uint32_t *out;
+    const float *r;
+};
+
+/* An activation row cut ahead of its matmul (the pre-cut input of
+   cu_matmul_add_cut, written by the kernel that produces the row): K u32
+   words, word 2p the bf16x2 heads of values 2p and 2p + 1 (bf16_cut2),
+   word 2p + 1 their tails, so the same bytes as the f32 row and the
+   matmul loads its operands as they are. bf16_cut_put stores value k's
+   head and tail (the halves bf16_cut2 gives it). */
+__device__ __forceinline__ void bf16_cut_put(uint32_t *row, int k, float v) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(v), l = __float2bfloat16_rn(v - __bfloat162float(h));
+    __nv_bfloat16 *p = reinterpret_cast<__nv_bfloat16 *>(row) + 4 * (k >> 1) + (k & 1);
+    p[0] = h;
+    p[2] = l;
+}
+
+#ifndef DSPARK_CUEMU /* (tests/cuemu/emu.h: the CPU's cp.async) */
+/* 16-byte asynchronous copies into shared memory (the attention kernels) */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* all but the most recently committed group have landed */
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+#endif
+
+/* x as a TF32 head and tail, for the matmul's two-mma products and the
+   attention's three-mma ones: the head is x as it stands (the tensor core
+   reads a TF32 operand's top 19 bits and ignores the 13 below, so it
+   multiplies x truncated), the tail x minus that truncation (exact),
+   itself truncated by the tensor core: the two carry x to within 2^-21 of
+   its size, in two instructions (a rounded head and tail, as
+   cvt.rna.tf32.f32 gives, carry it to 2^-22 but cost five with the Inf and
+   NaN guard). An Inf or NaN x leaves a NaN tail, so its products are NaN. */
+struct tf32x2 {
+    uint32_t h, l;
+};
+__device__ __forceinline__ tf32x2 tf32_cut(float x) {
+    uint32_t b = __float_as_uint(x);
+    return {b, __float_as_uint(x - __uint_as_float(b & 0xffffe000u))};
+}
+
+/* The prefill attention kernels' online softmax over one staged chunk
+   (k_attn_tc, k_attn_wg), one vector per row of a lane quad (lanes 4g ..
+   4g+3): s[n][e] is position 8n + 2t + e of vector a, s[n][2 + e] of vector
+   b (the mma accumulator layout); positions at or past np in the chunk (at
+   p0) or at or past a vector's limit are masked. Scores are scaled into
+   base-2 units by scale2; leaves exp2 of them less the new maxima in s and
+   the factors that correct the vectors' earlier sums and outputs in ca,
+   cb. */
+template <int NT>
+__device__ __forceinline__ void tc_softmax(float (&s)[NT][4], int np, int p0, int lima, int limb, float scale2, int t,
+                                           float &mxa, float &mxb, float &sa, float &sb, float &ca, float &cb) {
+    float cma = -INFINITY, cmb = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int p = 8 * n + 2 * t + e;
+            s[n][e] = p < np && p0 + p < lima ? s[n][e] * scale2 : -INFINITY;
+            s[n][2 + e] = p < np && p0 + p < limb ? s[n][2 + e] * scale2 : -INFINITY;
+            cma = fmaxf(cma, s[n][e]);
+            cmb = fmaxf(cmb, s[n][2 + e]);
+        }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        cma = fmaxf(cma, __shfl_xor_sync(0xffffffffu, cma, off));
+        cmb = fmaxf(cmb, __shfl_xor_sync(0xffffffffu, cmb, off));
+    }
+    const float mna = fmaxf(mxa, cma), mnb = fmaxf(mxb, cmb);
+    ca = mna == -INFINITY ? 1.0f : exp2f(mxa - mna);
+    cb = mnb == -INFINITY ? 1.0f : exp2f(mxb - mnb);
+    float csa = 0.0f, csb = 0.0f;
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            s[n][e] = s[n][e] == -INFINITY ? 0.0f : exp2f(s[n][e] - mna);
+            s[n][2 + e] = s[n][2 + e] == -INFINITY ? 0.0f : exp2f(s[n][2 + e] - mnb);
+            csa += s[n][e];
+            csb += s[n][2 + e];
+        }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        csa += __shfl_xor_sync(0xffffffffu, csa, off);
+        csb += __shfl_xor_sync(0xffffffffu, csb, off);
+    }
+    mxa = mna;
+    mxb = mnb;
+    sa = sa * ca + csa;
+    sb = sb * cb + csb;
+}
+
+/* The prefill attention kernels' partials of a block's span sp (of nsplit)
+   for this lane's vectors a and b (of the block's nv; vector v is row m0 +
+   v / G, head kvh G + v % G): the maximum in natural units, the sum, and
+   the output tiles o[j] (dims 8j + 2t, + 1) below hd. The combine never
+   reads spans a row does not reach, so those are not written. */
+template <int KT>
+__device__ __forceinline__ void tc_store_partials(float *opart, float *mpart, float *spart, const float (&o)[KT][4],
+                                                  int va, int vb, int nv, int lima, int limb, int p_begin, int m0,
+                                                  int G, int nh, int kvh, int nsplit, int sp, int t, float mxa,
+                                                  float mxb, float sa, float sb, int hd) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int v = h ? vb : va, lim = h ? limb : lima;
+        if (v >= nv || lim <= p_begin) continue;
+        size_t slot = ((size_t)(m0 + v / G) * nh + kvh * G + v % G) * nsplit + sp;
+        if (t == 0) {
+            mpart[slot] = (h ? mxb : mxa) * 0.69314718055994530942f;
+            spart[slot] = h ? sb : sa;
+        }
+        float *dst = opart + slot * hd + 2 * t;
+#pragma unroll
+        for (int j = 0; j < KT; j++)
+            if (8 * j + 2 * t < hd) *reinterpret_cast<float2 *>(dst + 8 * j) = make_float2(o[j][2 * h], o[j][2 * h + 1]);
+    }
+}
+
+/* the current device's SM count (launch shapes are chosen from it) */
+static inline int sm_count(void) {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 128;
+    }
+    return sms;
+}
+
+/* Programmatic dependent launch: a kernel lets the next one in its stream be
+   scheduled once all its blocks have started (pdl_trigger) and waits for the
+   previous kernel's completion and memory (pdl_wait) before it reads
+   anything an earlier kernel wrote. The matmuls issue their first weight
+   loads before waiting, so one kernel's weight stream overlaps the previous
+   kernel's tail. Launched without the attribute, both are no-ops. Every
+   write comes after the wait, so a kernel never races an earlier one. */
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900 /* (older GPUs have no programmatic dependent launch: see pdl_enabled) */
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+#ifndef DSPARK_CUEMU /* (tests/cuemu/emu.h: the CPU's) */
+/* Thread-block clusters (compute capability 9.0): every thread of the
+   cluster's blocks arrives (release: its writes, global ones included, are
+   visible to the cluster's threads after the wait), then waits (acquire);
+   called by every thread, uniformly. Older GPUs never launch a kernel
+   that calls it. */
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+#endif
+
+/* A block's arrival at a count the grid's blocks share, by its thread 0
+   after a __syncthreads that follows the block's writes: the count before.
+   With acqrel (cu_acqrel), one atomic with acquire-release semantics at GPU
+   scope: it publishes the writes the block's threads made before the
+   barrier, and for the block that arrives last, the others' writes become
+   visible to its threads after its next barrier (a generic grid barrier's
+   pattern), so the caller needs no fences. Without, a relaxed atomic
+   between the caller's fences (__threadfence by every thread before the
+   barrier, and after the next one in the last block), as before. */
+#ifndef DSPARK_CUEMU
+template <typename T> __device__ __forceinline__ T count_arrive(T *cnt, int acqrel) {
+    static_assert(sizeof(T) == 4, "a 32-bit count");
+    if (!acqrel) return atomicAdd(cnt, (T)1);
+    T old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
+    return old;
+}
+#else
+template <typename T> static inline T count_arrive(T *cnt, int) { return atomicAdd(cnt, (T)1); }
+#endif
+
+/* Kernels are launched with programmatic dependent launch allowed
+   (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0, or while a
+   cu_pdl_off scope is open on the launching thread. Two launches go without
+   it: the attention's combine and the o projection after it. Measured on an
+   H200 (docs/BENCHMARKS.md, "PDL where it pays"), PDL on them cost a
+   Qwen3-8B decode step 0.45 ms at context 512 and 0.55 ms at 8192, more than
+   PDL saves everywhere else, and on the o projection still 0.5-0.6 ms with the
+   present matmul (measured 2026-12-02). Why is not known: the blocks
+   become resident early and wait, but two o blocks an SM now fit beside a
+   combine block, so it is not a lack of room; nor is it the o blocks'
+   weight requests before their wait, or all their warps waiting at once
+   (o's weights requested after the wait, and one warp a block waiting with
+   the others held at a block barrier, both measured as slow). */
+static inline int env_is(const char *name, const char *value) {
+    const char *e = getenv(name);
+    return e && !strcmp(e, value);
+}
+
+/* device gpu's compute capability as major * 10 + minor (0 if unknown;
+   -1: the current device) */
+static inline int cu_device_cc(int gpu) {
+    int ma = 0, mi = 0;
+    if (gpu < 0 && cudaGetDevice(&gpu) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, gpu) != cudaSuccess ||
+        cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, gpu) != cudaSuccess)
+        return 0;
+    return ma * 10 + mi;
+}
+
+/* A kernel switch in *mode (-2 until first used): name=1 or 0 in the
+   environment forces it on or off at the first use, anything else leaves
+   -1 (the caller's default); set != 0 sets it to on (the tests, at any
+   time). Returns the setting before this call. */
+static inline int env_switch(int *mode, const char *name, int set, int on) {
+    if (*mode == -2) *mode = env_is(name, "1") ? 1 : env_is(name, "0") ? 0 : -1;
+    int prev = *mode;
+    if (set) *mode = on;
+    return prev;
+}
+
+/* an integer setting from the environment: def when unset; a value
+   outside lo..hi refused with a warning naming it, def taken */
+static inline int env_int(const char *name, int lo, int hi, int def) {
+    const char *e = getenv(name);
+    if (!e) return def;
+    const int v = atoi(e);
+    if (v >= lo && v <= hi) return v;
+    fprintf(stderr, "dspark: %s=%s: not %d-%d; %d taken\n", name, e, lo, hi, def);
+    return def;
+}
+
+/* whether count_arrive takes the acquire-release atomic (DSPARK_CUDA_ACQREL=1;
+   off by default, not yet measured: the fences it saves sit on the
+   critical path of the q/k/v projection's per-head tail, a layer's
+   last blocks, and of the split argmax) */
+static inline int cu_acqrel(void) {
+    static int mode = -2;
+    return env_switch(&mode, "DSPARK_CUDA_ACQREL", 0, 0) == 1;
+}
+
+/* a scope that adds on to a launch setting's depth counter d while open
+   (the launch settings below: a thread's launches read their counters) */
+struct cu_depth_scope {
+    int &d;
+    int on;
+    cu_depth_scope(int &d_, int on_) : d(d_), on(on_) { d += on; }
+    ~cu_depth_scope() { d -= on; }
+    cu_depth_scope(const cu_depth_scope &) = delete;
+    cu_depth_scope &operator=(const cu_depth_scope &) = delete;
+};
+
+extern thread_local int cu_pdl_off_depth;
+/* The late trigger: the tensor-core matmul lets the next kernel launch
+   after its main loop instead of at its start
+   (no result changes: a kernel's wait is for the whole previous grid
+   wherever the trigger is). On while a cu_pdl_late_scope is open on the
+   launching thread (the chained decode step, cuda_backend.cu), unless
+   DSPARK_CUDA_PDL_LATE=1 or 0 forces it on or off for every launch.
+   Measured on an H200 (docs/BENCHMARKS.md, "The combine in one round trip
+   measured; the late trigger"): the chained one-row step of Qwen3-8B
+   4,465 -> 4,438 us; single forwards (verify-cost) 0.03-0.08 ms slower at
+   one row and 0.03 at 16, so those keep the trigger at the start. */
+extern thread_local int cu_pdl_late_depth;
+static inline int cu_pdl_late(void) {
+    static int mode = -2;
+    const int f = env_switch(&mode, "DSPARK_CUDA_PDL_LATE", 0, 0);
+    return f >= 0 ? f : cu_pdl_late_depth > 0;
+}
+struct cu_pdl_late_scope : cu_depth_scope {
+    explicit cu_pdl_late_scope(int on) : cu_depth_scope(cu_pdl_late_depth, on) {}
+};
+struct cu_pdl_off : cu_depth_scope {
+    cu_pdl_off() : cu_depth_scope(cu_pdl_off_depth, 1) {}
+};
+
+/* While a cu_swiglu_two scope that turns it on is open on the launching
+   thread, bf16 SwiGLU matmuls of 1-8 rows (four tiles a block) run two blocks
+   an SM with two chunks in flight a warp (128 registers) instead of one
+   block with three (184): the same bits, as neither changes a row's
+   operations. Measured on an H200 (docs/BENCHMARKS.md, "Two SwiGLU blocks
+   an SM"): the Qwen3-8B gate+up 49.8 -> 47.9 us at one row and 51.4 ->
+   49.1 at eight; a forward 1.1% faster at one row and 3% at eight with 512
+   cached positions, but 1.2% slower at one row with 8192. So the forward
+   turns it on for the decode attention's short-cache shape only:
+   cu_swiglu_two_for(spread) is !spread, unless DSPARK_CUDA_SWIGLU2=1 or 0
+   forces it at every length. */
+extern thread_local int cu_swiglu_two_depth;
+int cu_swiglu_two_for(int spread);
+struct cu_swiglu_two : cu_depth_scope {
+    explicit cu_swiglu_two(int on) : cu_depth_scope(cu_swiglu_two_depth, on) {}
+};
+
+/* The virtual architecture (major * 10 + minor) this build's kernels run
+   from on the current device, 0 where the runtime does not say; -1 with
+   the reason in err when the build has no kernel image for the device
+   (another GPU than it was built for). */
+int cu_code_arch(char *err, size_t errlen);
+/* whether the kernels running on the current device were compiled with
+   what compute capability 9.0 adds (clusters, programmatic dependent
+   launch): the device has it and the code is no older (where the runtime
+   does not say, the device decides) */
+static inline int cu_hopper_code(void) {
+    static int on = -1;
+    if (on < 0) {
+        int a = cu_code_arch(NULL, 0);
+        on = cu_device_cc(-1) >= 90 && (a == 0 || a >= 90);
+    }
+    return on;
+}
+
+static inline int pdl_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        /* from compute capability 9.0 (Hopper); the kernels' pdl_trigger and
+           pdl_wait compile to nothing for older GPUs, and a build for one
+           run on a newer GPU must not launch them as if they waited */
+        on = cu_hopper_code() && !env_is("DSPARK_CUDA_PDL", "0");
+    }
+    return on && !cu_pdl_off_depth;
+}
+
+
+/* Launches k with thread-block clusters of cluster blocks along x (0:
+   none) and programmatic dependent launch where pdl_enabled. */
+template <typename... KA, typename... A>
+static inline void launch_cluster(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, int cluster, cudaStream_t st,
+                                  A... args) {
+    cudaLaunchAttribute at[2];
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = at;
+    if (cluster > 0) {
+        at[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        at[cfg.numAttrs].val.clusterDim.x = cluster;
+        at[cfg.numAttrs].val.clusterDim.y = 1;
+        at[cfg.numAttrs].val.clusterDim.z = 1;
+        cfg.numAttrs++;
+    }
+    if (pdl_enabled()) {
+        at[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+        cfg.numAttrs++;
+    }
+    cudaLaunchKernelEx(&cfg, k, (KA)args...);
+}
+
+template <typename... KA, typename... A>
+static inline void launch_smem(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+    launch_cluster(k, grid, block, smem, 0, st, args...);
+}
+
+template <typename... KA, typename... A>
+static inline void launch(void (*k)(KA...), dim3 grid, dim3 block, cudaStream_t st, A... args) {
+    launch_smem(k, grid, block, 0, st, args...);
+}
+
+/* matmul epilogues: y = x.W^T (+ b); y += x.W^T (+ b), the residual add
+   fused; y = silu(x.W^T) * (x.W2^T) with W the gate and W2 the up rows */
+enum { MM_STORE, MM_ADD, MM_SWIGLU };
+
+/* A device matrix [N][K] in row-major order (p), and, when t is not NULL,
+   a tile-major copy for the tensor-core kernel: tiles of 16 rows x 32
+   columns, each 1 KB contiguous (row r of the tile at r * 32), tile (R, c)
+   (rows 16R.., columns 32c..) at ((R * ceil(K/32)) + c) * 512 elements, the
+   edges zero-padded. A warp's fragment load is then 512 contiguous bytes
+   instead of 8 rows x 64 bytes, which streams faster (bench/cuda-stream-probe.cu);
+   the products and their order are the same either way. cuBLAS (prefill)
+   and the embedding gather read p. */
+struct dmat {
+    void *p;
+    ds_dtype dt;
+    int N, K;
+    void *t;
+};
+
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+__device__ __forceinline__ float widen(float v) { return v; }
+
+/* 0 when DSPARK_CUDA_GRAPHS=0: forwards are launched kernel by kernel
+   instead of replayed from captured graphs */
+int cu_graphs_enabled(void);
+
+/* The device allocations of one set of weights, freed together. */
+struct dev_pool {
+    void **p;
+    int n, cap;
+};
+int cu_dev_alloc(dev_pool *pl, void **p, size_t n, char *err, size_t errlen);
+/* n host floats to the device; a NULL src leaves *dst NULL */
+int cu_up_f32(dev_pool *pl, float **dst, const float *src, size_t n, char *err, size_t errlen);
+/* a bf16 / f16 / f32 matrix tensor to the device, in its dtype */
+int cu_up_mat(dev_pool *pl, dmat *d, const tensor *t, char *err, size_t errlen);
+void cu_pool_free(dev_pool *pl);
+/* 1 when W can have a tile-major copy (bf16 / f16, K a multiple of 8) */
+int cu_tiles_ok(const dmat *W);
+/* W's tile-major copy (W->t), allocated in pl and filled on the legacy
+   default stream (the caller synchronizes before another stream reads it);
+   nothing when !cu_tiles_ok */
+int cu_tile_mat(dev_pool *pl, dmat *W, char *err, size_t errlen);
+/* bytes of W's tile-major copy (0 when !cu_tiles_ok) */
+size_t cu_tile_bytes(const dmat *W);
+/* whether an optional allocation of `bytes` on the current device leaves
+   the larger of 2 GiB and a sixteenth of its memory free (for what is
+   allocated later: another context's cache, cuBLAS's workspace) */
+int cu_room_for(size_t bytes);
+/* whether tile-major copies of `bytes` are made on the current device:
+   DSPARK_CUDA_TILED=0 / 1 decides, else cu_room_for */
+int cu_tiles_wanted(size_t bytes);
+/* Tile-major copies of the n matrices (NULL entries and repeats skipped)
+   when cu_tiles_wanted says so for their total, once: *done is set when
+   decided (under a lock, so concurrent first calls make one set). Called
+   by the first forward (or drafter pass) of a set of weights, not at load:
+   by then the contexts, KV caches and drafters are allocated, so the
+   copies only take memory that nothing asked for. */
+int cu_tile_once(int *done, dev_pool *pl, dmat *const *mats, int n, char *err, size_t errlen);
+/* for allocation errors: a hint naming the tile-major copies when this
+   process has made some (they may hold the memory asked for), else "" */
+const char *cu_tiles_hint(void);
+
+/* the target's device embedding and LM head (the same dmat when tied), and
+   its GPU index: drafters on the same GPU bind them */
+const dmat *cu_model_embed(const cuda_model *m);
+const dmat *cu_model_lm_head(const cuda_model *m);
+int cu_model_gpu(const cuda_model *m);
+
+/* y[M][N] = x[M][K] . W^T (+ bias) */
+void cu_matmul(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias);
+/* y[M][N] += x . W^T (+ bias): the residual add fused */
+void cu_matmul_add(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias);
+/* y[M][N] = silu(x . Wg^T) * (x . Wu^T), each product exactly as cu_matmul's */
+void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu);
+/* 1 when W takes the tensor-core kernel, which can fold an RMSNorm of its
+   input in (cu_matmul_norm, cu_matmul_swiglu_norm) */
+int cu_fuses_norm(const dmat *W);
+/* 1 when M rows of W can take their input pre-cut (bf16_cut_put's layout):
+   bf16 weights on the tensor-core kernel, 1-CU_CUT_ROWS rows (decode and
+   verify) */
+#define CU_CUT_ROWS 16
+int cu_takes_cut(const dmat *W, int M);
+/* cu_matmul_add from the input's pre-cut form xc alone (the same operands
+   as the f32 input's, so the same bits); -1 and nothing enqueued unless
+   cu_takes_cut(W, M) */
+int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias);
+/* y = x . W^T from the input's pre-cut form xc alone, each row's sums
+   times r[m] when r is not NULL (cu_norm_cut's scales: then the folded
+   norm's bits); -1 and nothing enqueued unless cu_takes_cut(W, M) */
+int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *r = NULL);
+/* The folded RMSNorm's own kernel (cu_norm_split): for each of M rows of
+   x[M][K], r[m] = 1/sqrt(mean(x^2) + eps) summed in exactly the folded
+   norm's order (k_mma: each warp's lane quads over their chunks, the
+   quad by butterfly, the warps in order), and xc[m] the pre-cut form
+   (bf16_cut_put's layout) of gn . x, the products the folded norm's blocks
+   cut themselves. A matmul from cu_cut{xc, .., r} multiplies the same
+   operands in the same order and scales by the same r: the folded norm's
+   bits, so the choice may follow the batch width. Needs K % 8 == 0 and
+   cu_norm_cut_ok(K) (the row fits the block's shared memory). */
+void cu_norm_cut(cudaStream_t st, uint32_t *xc, float *r, const float *x, const float *gn, int M, int K, float eps);
+int cu_norm_cut_ok(int K);
+/* Where the forward runs a folded norm as cu_norm_cut ahead of its
+   matmul (the matmul then takes its input pre-cut, no norm and no cut in
+   its blocks; the same bits): at 9-16 rows a folded-norm block spends most
+   of its instructions on the norm's products and squares and the cut
+   (gate+up alone 51.4 us without the norm, 74.7 with it, at 16 rows),
+   which every block repeats for the whole input. Sites: CU_NS_QKV (the
+   attention norm before q/k/v), CU_NS_GU (the MLP norm before gate+up),
+   CU_NS_LM (the final norm before the LM head). Off by default (not yet
+   measured); DSPARK_CUDA_NORM_SPLIT names the sites (letters q, g, l, or
+   "all"), DSPARK_CUDA_NORM_SPLIT_ROWS the least batch width (default 9,
+   at most CU_CUT_ROWS). cu_norm_split: whether site's norm runs apart for
+   M rows; cu_norm_split_force: the tests' override (sites -1: the
+   environment's again), returning the sites before. */
+enum { CU_NS_QKV = 1, CU_NS_GU = 2, CU_NS_LM = 4 };
+int cu_norm_split(int site, int M);
+int cu_norm_split_force(int sites, int rows);
+/* y = RMSNorm(x, gn, eps) . W^T (+ bias), without a separate norm pass */
+void cu_matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
+                    const float *gn, float eps);
+/* y = silu(RMSNorm(x) . Wg^T) * (RMSNorm(x) . Wu^T); yc (or NULL): y's
+   pre-cut form as well, for cu_matmul_add_cut (so Wg's N, that matmul's
+   K, is a multiple of 8: a row's pairs never straddle rows) */
+void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu,
+                           const float *gn, float eps, uint32_t *yc);
+/* y = RMSNorm(x, w) per row of D */
+void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps);
+/* out[M][H] = E[tok[m]] widened */
+void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M);
+/* q[M][nh][hd], k/v[M][nkv][hd] of the rows at positions pos[]: q/k get
+   their per-head RMSNorm (qn/kn, when not NULL) and NeoX RoPE; k (roped)
+   and v are stored in the caches [nkv][cap][hd] at position *d_len + row. */
+void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
+                 const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
+                 const int *d_len, float eps);
+/* cu_qkv_post's arguments: qout[m] gets the roped q heads of q[m] (rows
+   qs apart), k[m] and v[m] (rows ks apart) go to the caches */
+struct cu_qkv_args {
+    float *qout;
+    const float *q, *k, *v;
+    int qs, ks;
+    float *kc, *vc;
+    const float *qn, *kn;
+    const int *pos;
+    const float *inv_freq;
+    int nh, nkv, hd, cap;
+    const int *d_len;
+    float eps;
+};
+/* cu_qkv_post for M rows of the arguments *a */
+void cu_qkv_post_run(cudaStream_t st, const cu_qkv_args *a, int M);
+/* the arguments for one fused projection qkv[M][nh*hd + 2*nkv*hd] (q, k, v
+   side by side per row), the roped q written to q[M][nh*hd] */
+cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, const float *qn, const float *kn,
+                              const int *pos, const float *inv_freq, int nh, int nkv, int hd, int cap,
+                              const int *d_len, float eps);
+/* cu_qkv_post_run done by the projection's own matmul: each block counts
+   itself done in cnt (one int a head, zero between uses, cu_qkv_tail_cnt
+   of them), and the last block of a head's columns normalises, ropes and
+   stores that head for every row, with the same code as the separate
+   kernel, so the bits are the same either way. */
+struct cu_qkv_tail {
+    cu_qkv_args a;
+    int *cnt;
+    int acqrel; /* count_arrive's */
+};
+static inline int cu_qkv_tail_cnt(int nh, int nkv) { return nh + 2 * nkv; }
+/* y = RMSNorm(x, gn) . W^T + bias (W: the fused q/k/v projection) and the
+   tail t; 1 when the tensor-core kernel takes it (M <= 16 rows in head-
+   aligned column tiles), else 0 and nothing is enqueued. DSPARK_CUDA_QKV_TAIL=0
+   turns it off (for comparisons). cut.in and cut.r (or NULL): the norm
+   already run by cu_norm_cut (x then unused; the same bits). */
+int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
+                       const float *gn, float eps, const cu_qkv_tail *t, cu_cut cut = cu_cut{});
+/* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
+   out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
+   else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
+   cu_attn_part_floats(nh, hd, cap). spread: the launch shape for long
+   caches (cu_attn_spread_for; the same bits either way). The cache's
+   positions before *d_len, and *d_len itself, must have been written by
+   stream work that ended before this forward's first kernel (the forward's
+   upload of its inputs is such a barrier): the blocks read them before
+   waiting for the previous kernel (cu_attention_early). outc (or NULL):
+   out's pre-cut form as well (bf16_cut_put), for cu_matmul_add_cut. */
+void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
+                  int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
+                  uint32_t *outc = NULL);
+/* Causal attention of prefill rows, as cu_attention with first 0, by a
+   tensor-core kernel that stages the cache once per 64 query vectors (a
+   different summation order: the forward uses it for the cuBLAS groups
+   only). wg_img: cu_attn_wg_floats of scratch for the warpgroup-mma
+   kernel, or NULL (k_attn_tc then, as where that kernel cannot run). */
+void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part,
+                        float *wg_img, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale);
+/* 1 when cu_attention_tiled takes these heads (head_dim <= 128) */
+int cu_attn_tiled_ok(int nh, int nkv, int hd);
+/* the prefill attention's block: TC_QV query vectors (TC_QV / G rows of G
+   heads) over one span of AT_SPLIT positions */
+#define TC_QV 64
+#define AT_SPLIT 2048
+/* 1 when cu_attention_tiled runs on the warpgroup-mma kernel
+   (cuda_attn_wg.cu) for head dim hd: an sm_90a build (DSPARK_WGMMA), a
+   compute capability 9.0 device, hd 64 or 128, and not switched off */
+int cu_attn_wg_ready(int hd);
+/* that kernel's switch (DSPARK_CUDA_ATT_WG=0 at the first use): 1 or 0
+   forces, -1 the default (on); returns the setting before */
+int cu_attention_wg(int on);
+/* floats of its scratch for a cache of cap positions (the layer's K and V
+   as cut and laid out for it: four times the layer's share of the cache) */
+size_t cu_attn_wg_floats(int nkv, int hd, int cap);
+/* the cache's first *d_len + ntot positions laid out in img for it (once
+   per cu_attention_tiled call, before its passes) */
+void cu_attn_wg_prep(cudaStream_t st, float *img, const float *kc, const float *vc, int nkv, int hd, int cap,
+                     const int *d_len, int ntot);
+/* its launch: the partials of cu_attention_tiled's pass of M rows, from img */
+void cu_attn_wg(cudaStream_t st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
+                int nh, int nkv, int hd, int cap, const int *d_len, float scale, int nsplit, int first);
+/* sets cu_attention's launch shape override (1 spread, 0 not, -1 by cache
+   length, the default unless DSPARK_CUDA_ATT_SPREAD is 0 or 1; for the
+   tests) and returns the previous setting */
+int cu_attention_spread(int on);
+/* sets whether cu_attention's blocks request their first chunk of K and V
+   before waiting for the previous kernel where all its positions come
+   before *d_len (1, the default unless DSPARK_CUDA_ATT_EARLY=0; for the
+   tests); returns the previous setting */
+int cu_attention_early(int on);
+/* sets whether cu_attention's two-stage launches whose rows have more
+   items than a block's warps take one each run on twice the warps (1 or
+   -1, the default unless DSPARK_CUDA_ATT_WIDE=0, on; 0 off; the same bits
+   either way; for the tests); returns the previous setting */
+int cu_attention_wide(int on);
+/* sets the row groups a chunk of the two-stage decode attention (1, the
+   default unless DSPARK_CUDA_ATT_RSPLIT says otherwise: none; the same
+   bits whatever the count); returns the previous setting */
+int cu_attention_rsplit(int n);
+/* sets whether the two-stage decode attention's blocks of a kv head run as
+   a cluster that merges the chunks itself, no combine kernel (1 on; 0 or
+   -1, the default unless DSPARK_CUDA_ATT_CLUSTER=1, off; the same bits
+   either way); returns the previous setting */
+int cu_attention_cluster(int on);
+/* The o projection under programmatic dependent launch, the decode
+   attention's combine letting it launch only after its last read
+   (DSPARK_CUDA_O_PDL=1; off by default, not yet measured). o under PDL was
+   measured 0.25-0.45 ms a Qwen3-8B step slower whenever the combine
+   triggered it at the combine's start: o's 256 blocks then sit on every
+   SM with their first weight requests (8 MB) queued ahead of the
+   combine's few dependent reads. Triggered after those reads, o's launch
+   and first requests overlap only the combine's arithmetic and stores.
+   Launch timing only: the same bits. */
+int cu_o_pdl(void);
+/* forces the tensor-core matmul's tiles a block (1, 2 or 4; 0: its own
+   choice) and returns the previous setting; the FMA matmul alone (for the
+   op benchmark, cuda_mma_bench.cu) */
+int cu_mma_tiles_force(int n);
+void cu_matmul_fma(cudaStream_t st, float *y, const float *x, int M, const dmat *W);
+/* whether cu_attention takes the spread shape for a cache of len
+   positions: the override, else len >= ATT_SPREAD_FROM */
+int cu_attn_spread_for(int len);
+/* the split argmax's scratch (cu_argmax): a pair a slice of each of rows
+   rows, and a count a row (zero between calls); all NULL where rows of n
+   values take one block (k_argmax) */
+struct cu_am {
+    float *v;
+    int *i;
+    unsigned *cnt;
+    int rows, nb;
+    int acqrel; /* count_arrive's */
+};
+int cu_am_create(cu_am *a, int rows, int n, char *err, size_t errlen);
+void cu_am_free(cu_am *a);
+/* sets whether cu_argmax takes the split kernel where given scratch (1 or
+   -1, the default unless DSPARK_CUDA_ARGMAX_SPLIT=0, on; 0 off); returns
+   the previous setting */
+int cu_argmax_split(int on);
+/* out[m] = the first index of the largest of x[m][0..n) (op_argmax's rule);
+   a (NULL: none): scratch for the split kernel. A stream at a time per
+   scratch. */
+void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n, const cu_am *a = NULL);
+/* chained decoding (cuda_chain_start): cu_chain_next sets a one-row
+   forward's input to the argmax the previous step left in ids[0], at the
+   position after the previous one's, with the cache one longer;
+   cu_chain_set leaves the state a step at position at (and cache length
+   at) would have left with argmax id, so that the next step takes id at
+   position at + 1 */
+void cu_chain_set(cudaStream_t st, int *ids, int *pos, int *len, int id, int at);
+void cu_chain_next(cudaStream_t st, int *tok, int *pos, int *len, const int *ids);
+
+/* ---- sampling (cuda_sample.cu) ---- */
+
+/* what the device sampler reads: the sampler's parameters and a verify's
+   drafts and uniforms (sampler_rows's arguments for n rows), and which of
+   those rows a launch's logits rows are (row0 on). q (NULL: one-hot
+   drafts): the drafts' own distributions, as the device sampler left them
+   when it drew them (a GPU drafter's rows: the filtered numerators e in its
+   scratch rows, stride cu_sample_stride, and their kept masses qtot); a
+   draft d is then accepted when u < p(d) / q(d), and a rejected row draws
+   from max(0, p - q) (spec_accept's rule). */
+struct cu_sample_args {
+    float inv_t, top_p, min_p;
+    int top_k, n, row0;
+    int draft[MODEL_SAMPLE_ROWS];
+    double u[MODEL_SAMPLE_ROWS];
+    const float *q;
+    const unsigned long long *qtot;
+};
+static inline void cu_sample_args_set(cu_sample_args *a, const sampler_params *p, const int *draft, const double *u,
+                                      int n) {
+    a->inv_t = 1.0f / p->temperature;
+    a->top_p = p->top_p > 0.0f && p->top_p < 1.0f ? p->top_p : 1.0f;
+    a->min_p = p->min_p;
+    a->top_k = p->top_k;
+    a->n = n;
+    a->row0 = 0;
+    a->q = NULL;
+    a->qtot = NULL;
+    for (int i = 0; i < n; i++) {
+        a->draft[i] = i < n - 1 ? draft[i] : -1;
+        a->u[i] = u[i];
+    }
+}
+/* arguments under which every one of n rows is a draw, row i with u[i] (a
+   drafter's rows: a->n = 1) */
+static inline void cu_sample_args_draws(cu_sample_args *a, const sampler_params *p, const double *u, int n) {
+    cu_sample_args_set(a, p, NULL, u, 1);
+    for (int i = 1; i < n; i++) a->u[i] = u[i];
+}
+/* floats per row of the device sampler's scratch */
+static inline size_t cu_sample_stride(int V) { return ((size_t)V + 3) / 4 * 4; }
+/* out[i] = sampler_rows's answer for row a->row0 + row_off + i of its a->n
+   rows, i < m, from the logits rows x[m][V], with the arguments *a in
+   device memory; escr: [m][cu_sample_stride(V)] floats of scratch (16-byte
+   aligned), which keeps each row's filtered numerators; tot (NULL: not
+   wanted): each row's kept mass, tot[i]. With a->n = 1 every row is a
+   draw (with u[its row]): a drafter's rows, whose escr and tot a verify
+   then reads as its q. */
+void cu_sample_rows(cudaStream_t st, int *out, const float *x, float *escr, int m, int V, const cu_sample_args *a,
+                    unsigned long long *tot, int row_off);
+
+/* ---- cuBLAS for prefill-sized batches (cuda_gemm.cu) ---- */
+
+/* Whole groups of cu_gemm_rows() rows of a batch (CUDA_GEMM_MIN_ROWS, above
+   any verify width; DSPARK_CUDA_GEMM_ROWS=N overrides it, 0 switches cuBLAS
+   off, and a value at or below a verify width is for tests only: verify
+   rows would then differ from decode rows) run their layer matmuls through
+   cuBLAS bf16 GEMMs on the activations split into bf16 head and tail rows,
+   one GEMM per group; the rows past the last whole group take the
+   tensor-core kernel. */
+struct cu_gemm;
+int cu_gemm_rows(void);
+/* scratch for batches of up to rows rows, matrices up to nmax x kmax */
+int cu_gemm_create(cu_gemm **out, int rows, int kmax, int nmax, char *err, size_t errlen);
+void cu_gemm_free(cu_gemm *g);
+/* the leading rows of an M-row batch that g (may be NULL) takes for W: a
+   multiple of cu_gemm_rows(), 0 when W is not bf16 or M is below a group */
+int cu_gemm_takes(const cu_gemm *g, const dmat *W, int M);
+/* y (epilogue epi, MM_*) = [RMSNorm(x, gn)] . W^T (+ bias); SwiGLU with W2;
+   M a value cu_gemm_takes returned */
+void cu_gemm_matmul(cu_gemm *g, cudaStream_t st, int epi, float *y, const float *x, int M, const dmat *W,
+                    const dmat *W2, const float *bias, const float *gn, float eps);
+/* the first cuBLAS failure since the last check, as an error */
+int cu_gemm_check(cu_gemm *g, char *err, size_t errlen);
+
+/* One layer matmul of M rows, epilogue epi (MM_*), of the RMSNorm (gn, eps)
+   of x when gn is not NULL: the whole cuBLAS groups g takes (g may be NULL)
+   first, then the other rows by the kernels, the norm folded in where the
+   tensor-core kernel takes W and otherwise written to xb ([M][K] scratch)
+   first. With gn, only MM_STORE and MM_SWIGLU occur in the forward.
+   cut.in (or NULL): x's pre-cut form as well, taken by a residual add
+   without a norm where cu_layer_takes_cut says so (the same bits as from
+   x); with gn, cut.in and cut.r: the norm already run by cu_norm_cut
+   (any epilogue; where cu_layer_takes_cut says so, as the forward checks
+   before running it); cut.out (or NULL): where a SwiGLU writes y's pre-cut
+   form when its kernel can (the tensor-core kernel with the norm folded
+   in or run apart, no cuBLAS groups). Returns 1 when cut.out was written,
+   else 0. */
+int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
+                    const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut);
+/* whether cu_layer_matmul takes M rows of W from a pre-cut input:
+   cu_takes_cut and no cuBLAS groups; DSPARK_CUDA_CUT=0 turns it off (the
+   same bits, for comparisons). The forward asks the input's producer for
+   the pre-cut copy only then. */
+int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M);
+
+#endif

@@ -1,0 +1,138 @@
+/* model: a decoder-only transformer (qwen3, qwen2, llama) bound to its
+ * mmapped safetensors weights, and the one forward pass every caller uses.
+ *
+ * model_load validates config.json against the weight files: every tensor
+ * the architecture needs must be present with the right shape and a float
+ * dtype, and no unexpected tensor may be left over. A model_ctx is one
+ * sequence: its KV cache plus all scratch, allocated at creation so the
+ * token loop never mallocs.
+ *
+ * model_forward processes a batch of rows (tokens at positions), appends
+ * them to the KV cache, returns logits for the rows asked for, and can copy
+ * out the residual stream after chosen decoder layers (drafters read those:
+ * tap layer l is HF's hidden_states[l+1]; l = -1 is the embedding output).
+ * Row i of a batch attends to everything already cached plus rows 0..i. */
+#ifndef DS_MODEL_H
+#define DS_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/config.h"
+#include "engine/threadpool.h"
+
+typedef struct model model;
+typedef struct model_ctx model_ctx;
+typedef struct sampler sampler;
+
+/* most logits rows one forward samples (model_batch.smp): a verify of
+   SPEC_MAX_DRAFT drafts and its anchor */
+#define MODEL_SAMPLE_ROWS 65
+
+typedef struct {
+    int use_mmap; /* map the weight files instead of reading them into memory */
+    /* "cpu", "cuda" or "cuda:N"; NULL: $DSPARK_DEVICE, else "cpu". On
+       cuda the weights are also copied to the GPU and every context of the
+       model runs its forward pass there (cuda_backend.h). */
+    const char *device;
+} model_load_opts;
+
+/* opt may be NULL (defaults: weights read into anonymous memory). */
+int model_load(model **out, const char *dir, const model_load_opts *opt, char *err, size_t errlen);
+void model_free(model *m);
+const model_config *model_cfg(const model *m);
+/* The token embedding [vocab][hidden] and the LM head [vocab][hidden] (the
+ * same tensor when tied); drafters that borrow them bind these. */
+const tensor *model_embed(const model *m);
+const tensor *model_lm_head(const model *m);
+/* The model's GPU copy (cuda_backend.h) when its device is cuda, else NULL;
+ * drafters of a GPU target run on the same GPU and bind its tensors. */
+struct cuda_model *model_cuda(const model *m);
+/* 1 when a sampled verify should ask this model for sampler_rows's answers
+ * (model_batch.smp) rather than for the logits rows: on the CPU always (the
+ * same host code, no copy), on a GPU when its sampler beats bringing the
+ * rows back (cuda_model_samples). */
+int model_samples_rows(const model *m);
+/* "cpu", or the GPU's description ("cuda:0: NVIDIA H200, ...") */
+const char *model_device(const model *m);
+/* 1 when the model's matmul weights are in the rows8 layout (tensor.h:
+ * on the CPU, read into memory), whose verify costs differ */
+int model_rows8(const model *m);
+/* Total bytes of weight data the forward pass streams per token. */
+size_t model_weight_bytes(const model *m);
+
+/* Context window used when the caller asks for 0: the model's maximum,
+ * capped so the KV cache fits in about half of the machine's memory. */
+int model_default_context(const model *m);
+
+/* n_ctx: KV capacity in positions (0 = model_default_context); max_batch:
+ * rows processed per internal chunk (longer batches are chunked). */
+int mctx_create(model_ctx **out, const model *m, int n_ctx, int max_batch, tpool *tp, char *err,
+                size_t errlen);
+void mctx_free(model_ctx *c);
+const model *mctx_model(const model_ctx *c);
+int mctx_len(const model_ctx *c);      /* positions in the KV cache */
+int mctx_capacity(const model_ctx *c);
+void mctx_truncate(model_ctx *c, int len); /* roll back to len positions */
+
+/* Drafts' own distributions in a GPU's memory, as the device sampler left
+ * them when it drew the drafts there (a GPU DSpark's sampled rows,
+ * cuda_dstate_qrows): its scratch rows of filtered numerators and their
+ * kept masses. */
+typedef struct {
+    const float *e;
+    const unsigned long long *tot;
+} model_draft_q;
+
+typedef struct {
+    int n;                 /* rows */
+    const int *tokens;     /* [n] token ids */
+    const int *pos;        /* [n] RoPE positions; NULL = cache length + i */
+    int n_logits;          /* rows whose logits are wanted */
+    const int *logit_rows; /* [n_logits] row indices, ascending; NULL = the last n_logits rows */
+    float *logits;         /* [n_logits][vocab] output; may be NULL when argmax is set */
+    int *argmax;           /* [n_logits] output, or NULL: each logits row's first largest entry (op_argmax);
+                              without logits a GPU reads back only these ids */
+    /* or, with smp set: sampler_rows(smp, rows, n_logits, draft, u,
+       sampled, 0) over the logits rows (a GPU samples on the device, every
+       row, and reads back only these ids; at most MODEL_SAMPLE_ROWS rows) */
+    sampler *smp;
+    const int *draft;      /* [n_logits - 1] */
+    const double *u;       /* [n_logits] */
+    int *sampled;          /* [n_logits] output */
+    /* NULL: the drafts are one-hot (sampler_rows's rule); else, on a GPU
+       sampling the rows, their distributions there: a draft is accepted
+       when u < p(d) / q(d) and a rejected row draws from max(0, p - q)
+       (spec_accept's rule) */
+    const model_draft_q *draft_q;
+    int n_taps;            /* layers to tap (0 = none) */
+    const int *tap_layers; /* [n_taps] in -1 .. n_layers-1 */
+    float *taps;           /* [n_taps][n][hidden] output */
+    /* on a GPU, for at most MODEL_DEVICE_TAPS layers: the taps stay in
+       device memory (mctx_device_taps, asked for n rows before a forward of
+       more than MODEL_DEVICE_TAP_ROWS) and taps is not used */
+    int taps_on_device;
+} model_batch;
+
+/* Chained greedy decoding, one row a step, on a GPU (cuda_chain_start's
+ * contract in cuda_backend.h: the next step runs while the host reads this
+ * one's id). mctx_chain_ok is 0 on the CPU, where the others fail. */
+int mctx_chain_ok(const model_ctx *c);
+int mctx_chain_start(model_ctx *c, int id, char *err, size_t errlen);
+int mctx_chain_next(model_ctx *c, int more, int *id, char *err, size_t errlen);
+void mctx_chain_end(model_ctx *c);
+
+#define MODEL_DEVICE_TAP_ROWS 17
+#define MODEL_DEVICE_TAPS 8
+
+int model_forward(model_ctx *c, const model_batch *b, char *err, size_t errlen);
+
+/* On a GPU: the device buffer where a forward of up to n rows with
+ * taps_on_device leaves its taps, [n_taps][*rows][hidden] (its first n
+ * rows), valid until the next such forward. Batches of up to
+ * MODEL_DEVICE_TAP_ROWS rows share one buffer (a verify's, always there);
+ * wider ones another, which this call allocates or grows (so ask before
+ * such a forward). NULL on the CPU, or when the device has no room. */
+const float *mctx_device_taps(model_ctx *c, int n, int *rows);
+
+#endif

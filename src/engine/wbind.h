@@ -1,0 +1,52 @@
+/* wbind: binding the tensors of a loaded safetensors set to a network's
+ * weights, with the checks every loader needs: each tensor the network
+ * expects must exist with a float dtype (F32, F16, BF16) and the expected
+ * shape, and afterwards nothing may be left over (a tensor nobody claimed
+ * means the file is not the network the config says). Shared by the target
+ * model and the drafters so both refuse bad files with the same messages. */
+#ifndef DS_WBIND_H
+#define DS_WBIND_H
+
+#include <stddef.h>
+
+#include "engine/config.h"
+#include "engine/safetensors.h"
+
+typedef struct {
+    const st_set *st;
+    const char *what; /* names the network in errors, e.g. "qwen3" or "DSpark drafter" */
+    char **names;     /* every name claimed so far */
+    int n_names, cap_names;
+    char *err;
+    size_t errlen;
+} wbind;
+
+void wbind_init(wbind *b, const st_set *st, const char *what, char *err, size_t errlen);
+void wbind_done(wbind *b); /* frees the claimed-name list */
+/* Finds and claims a tensor, checking dtype and shape ([d0] when d1 == 0,
+ * else [d0][d1]). NULL with err filled when missing or wrong. */
+const tensor *wbind_get(wbind *b, const char *name, int64_t d0, int64_t d1);
+/* 0 when every tensor in the set was claimed (rotary_emb.inv_freq buffers
+ * are ignored), else -1 naming the first stray tensor. */
+int wbind_check_leftovers(wbind *b);
+/* Widens a claimed tensor into f32 at *pool and advances the pool. */
+float *wbind_f32(float **pool, const tensor *t);
+
+/* One decoder layer of the Qwen/Llama family: matmul weights stay in their
+ * file dtype, norms and biases are widened to f32. */
+typedef struct {
+    const tensor *wq, *wk, *wv, *wo; /* [nh*hd][H], [nkv*hd][H] x2, [H][nh*hd] */
+    const tensor *wg, *wu, *wd;      /* [I][H], [I][H], [H][I] */
+    float *attn_norm, *mlp_norm;     /* [H] */
+    float *q_norm, *k_norm;          /* [hd] (qk_norm) or NULL */
+    float *bq, *bk, *bv, *bo;        /* [nh*hd], [nkv*hd] x2, [H] or NULL */
+} wlayer;
+
+/* Floats of pool one layer of config c takes. */
+size_t wbind_layer_floats(const model_config *c);
+/* Binds the layer whose tensor names start with prefix (e.g.
+ * "model.layers.3."), as config c describes it (q/k norms, biases).
+ * 0, or -1 with the binder's error filled. */
+int wbind_layer(wbind *b, const char *prefix, const model_config *c, float **pool, wlayer *L);
+
+#endif

@@ -1,0 +1,521 @@
+/* engine: see engine.h. */
+#include "server/engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "text/stopstr.h"
+#include "base/util.h"
+
+#define EVENT_RING 512
+
+struct engine {
+    cli_spec *sp; /* the slot of the running job */
+    seq *s;
+    engine_slot slots[ENGINE_MAX_SLOTS];
+    double slot_used[ENGINE_MAX_SLOTS];
+    int n_slots;
+    sampler *smp;
+    const tokenizer *tok;
+    int stop_ids[32], n_stop;
+    engine_info info;
+    pthread_t th;
+
+    pthread_mutex_t qmu; /* queue, stopping, running */
+    pthread_cond_t qcv;
+    engine_job **q;
+    int qn, qcap, stopping;
+    engine_job *running;
+
+    pthread_mutex_t mmu; /* metrics */
+    engine_metrics m;
+
+    pthread_mutex_t emu; /* event ring */
+    pthread_cond_t ecv;
+    char *ring[EVENT_RING];
+    uint64_t n_events;
+    int events_closed;
+};
+
+static void abs_deadline(struct timespec *ts, double seconds) {
+    clock_gettime(CLOCK_REALTIME, ts);
+    double s = (double)ts->tv_sec + ts->tv_nsec * 1e-9 + seconds;
+    ts->tv_sec = (time_t)s;
+    ts->tv_nsec = (long)((s - (double)ts->tv_sec) * 1e9);
+}
+
+/* ---- events ---- */
+
+static void publish(engine *en, const char *json) {
+    pthread_mutex_lock(&en->emu);
+    char **slot = &en->ring[en->n_events % EVENT_RING];
+    free(*slot);
+    *slot = xstrdup(json);
+    en->n_events++;
+    pthread_cond_broadcast(&en->ecv);
+    pthread_mutex_unlock(&en->emu);
+}
+
+int engine_events_next(engine *en, uint64_t *pos, int replay, double timeout, strbuf *out) {
+    pthread_mutex_lock(&en->emu);
+    if (*pos == ENGINE_EVENTS_NEW) *pos = en->n_events > (uint64_t)replay ? en->n_events - (uint64_t)replay : 0;
+    int rc = 0;
+    for (int waited = 0;; waited = 1) {
+        if (en->events_closed) {
+            rc = -1;
+            break;
+        }
+        if (en->n_events > EVENT_RING && *pos < en->n_events - EVENT_RING) *pos = en->n_events - EVENT_RING;
+        if (*pos < en->n_events) {
+            sb_puts(out, en->ring[*pos % EVENT_RING]);
+            (*pos)++;
+            rc = 1;
+            break;
+        }
+        if (waited) break;
+        struct timespec ts;
+        abs_deadline(&ts, timeout);
+        pthread_cond_timedwait(&en->ecv, &en->emu, &ts);
+    }
+    pthread_mutex_unlock(&en->emu);
+    return rc;
+}
+
+/* ---- jobs ---- */
+
+engine_job *engine_job_new(void) {
+    engine_job *j = xcalloc(1, sizeof *j);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->logprobs = -1;
+    j->t_queued = ds_now();
+    return j;
+}
+
+void engine_job_release(engine_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left) return;
+    free(j->ids);
+    free(j->budget_text);
+    free(j->lp);
+    for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
+    free(j->stops);
+    sb_free(&j->text);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+void engine_job_cancel(engine_job *j) {
+    pthread_mutex_lock(&j->mu);
+    if (!j->done) j->cancelled = 1;
+    j->halt = 1;
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void finish_job(engine_job *j, int finish, const char *error) {
+    pthread_mutex_lock(&j->mu);
+    if (error) snprintf(j->error, sizeof j->error, "%s", error);
+    j->finish = finish;
+    j->t_end = ds_now();
+    j->done = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+int engine_submit(engine *en, engine_job *j) {
+    pthread_mutex_lock(&en->qmu);
+    if (en->stopping) {
+        pthread_mutex_unlock(&en->qmu);
+        finish_job(j, FINISH_ERROR, "the server is shutting down");
+        return -1;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+    if (en->qn == en->qcap) {
+        en->qcap = en->qcap ? en->qcap * 2 : 16;
+        en->q = xrealloc(en->q, sizeof *en->q * (size_t)en->qcap);
+    }
+    en->q[en->qn++] = j;
+    int ahead = en->qn - 1 + (en->running != NULL);
+    pthread_cond_signal(&en->qcv);
+    pthread_mutex_unlock(&en->qmu);
+    return ahead;
+}
+
+/* ---- generation ---- */
+
+typedef struct {
+    engine *en;
+    engine_job *j;
+    tok_stream ts;
+    char *piece;
+    size_t piece_cap;
+    stop_matcher sm;
+    strbuf out;
+    int round, prefill_reported;
+    /* reasoning budget: 0 before an opener, 1 inside, 2 after the closer */
+    int think_state, think_tokens, budget_hit;
+    strbuf tail; /* recent text, to find the markers */
+} gen_ctx;
+
+/* Follows the reasoning block through the text and halts generation when
+   the budget is spent inside it. */
+static void track_think(gen_ctx *g, const char *s, size_t n) {
+    engine_job *j = g->j;
+    if (j->think_budget <= 0 || !j->think_open || !j->think_close || g->think_state == 2 || g->budget_hit) return;
+    if (g->think_state == 1) g->think_tokens++;
+    sb_append(&g->tail, s, n);
+    const char *mk = g->think_state == 0 ? j->think_open : j->think_close;
+    const char *hit = strstr(sb_str(&g->tail), mk);
+    if (hit) {
+        sb_consume(&g->tail, (size_t)(hit - g->tail.s) + strlen(mk));
+        g->think_state++;
+        if (g->think_state == 1) g->think_tokens = 1;
+        if (g->think_state == 1 && strstr(sb_str(&g->tail), j->think_close)) g->think_state = 2;
+        if (g->think_state == 2) return;
+    } else if (g->tail.n > 64) sb_consume(&g->tail, g->tail.n - 64);
+    if (g->think_state == 1 && g->think_tokens >= j->think_budget) {
+        g->budget_hit = 1;
+        j->halt = 1;
+    }
+}
+
+static void deliver(gen_ctx *g, int last) {
+    engine_job *j = g->j;
+    if (!g->out.n && !last) return;
+    pthread_mutex_lock(&j->mu);
+    if (g->out.n) {
+        if (!j->t_first) j->t_first = ds_now();
+        sb_append(&j->text, g->out.s, g->out.n);
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    sb_clear(&g->out);
+}
+
+/* log-softmax of the row at id, and the top alternatives */
+static void on_emit_logits(void *ctx, int id, const float *row) {
+    gen_ctx *g = ctx;
+    engine_job *j = g->j;
+    if (j->logprobs < 0 || tok_is_special(g->en->tok, id)) return;
+    int V = tok_vocab_size(g->en->tok), n = j->logprobs;
+    const model_config *mc = model_cfg(seq_model(g->en->s));
+    if (mc->vocab_size < V) V = mc->vocab_size;
+    float mx = row[0];
+    for (int i = 1; i < V; i++) mx = row[i] > mx ? row[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)(row[i] - mx));
+    float lse = mx + (float)log(sum);
+    engine_logprob e = {.id = id, .lp = row[id] - lse};
+    for (int i = 0; i < V && n > 0; i++) { /* insertion into the sorted top n */
+        float v = row[i];
+        if (e.n_top == n && v <= row[e.top_id[n - 1]]) continue;
+        int k = e.n_top < n ? e.n_top++ : n - 1;
+        while (k > 0 && row[e.top_id[k - 1]] < v) {
+            e.top_id[k] = e.top_id[k - 1];
+            k--;
+        }
+        e.top_id[k] = i;
+    }
+    for (int i = 0; i < e.n_top; i++) e.top_lp[i] = row[e.top_id[i]] - lse;
+    pthread_mutex_lock(&j->mu);
+    if (j->n_lp == j->cap_lp) {
+        j->cap_lp = j->cap_lp ? 2 * j->cap_lp : 64;
+        j->lp = xrealloc(j->lp, sizeof *j->lp * (size_t)j->cap_lp);
+    }
+    j->lp[j->n_lp++] = e;
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void on_emit(void *ctx, int id) {
+    gen_ctx *g = ctx;
+    if (tok_is_special(g->en->tok, id)) return;
+    size_t k = tok_stream_push(g->en->tok, &g->ts, id, g->piece, g->piece_cap);
+    track_think(g, g->piece, k);
+    if (stop_push(&g->sm, g->piece, k, &g->out)) {
+        g->j->halt = 1;
+        snprintf(g->j->stop_hit, sizeof g->j->stop_hit, "%s", stop_which(&g->sm));
+    }
+    deliver(g, 0);
+}
+
+static void prefill_event(gen_ctx *g, int done, int total, int final) {
+    char ev[256];
+    snprintf(ev, sizeof ev, "{\"type\":\"prefill\",\"req\":%llu,\"mode\":\"%s\",\"processed\":%d,\"total\":%d%s}",
+             (unsigned long long)g->j->req_id, g->en->info.mode, done, total, final ? ",\"done\":true" : "");
+    publish(g->en, ev);
+}
+
+static void on_prefill(void *ctx, int done, int total) { prefill_event(ctx, done, total, 0); }
+
+static int current_cap(const engine *en) {
+    const cli_spec *sp = en->sp;
+    if (!sp || sp->mode == CLI_MODE_BASELINE) return 0;
+    return sp->adaptive ? sp->ctl.cap : sp->max_draft;
+}
+
+static void on_round(void *ctx, int drafted, int accepted, int emitted, double seconds) {
+    gen_ctx *g = ctx;
+    engine *en = g->en;
+    if (!g->prefill_reported) {
+        g->prefill_reported = 1;
+        prefill_event(g, g->j->n_ids, g->j->n_ids, 1);
+    }
+    int cap = current_cap(en);
+    g->j->cap = cap;
+    const char *src = !en->sp || en->sp->mode == CLI_MODE_BASELINE || drafted == 0 ? "plain"
+                      : en->sp->mode == CLI_MODE_LOOKUP                           ? "lookup"
+                                                                                  : "drafter";
+    char ev[384];
+    snprintf(ev, sizeof ev,
+             "{\"req\":%llu,\"mode\":\"%s\",\"i\":%d,\"drafted\":%d,\"accepted\":%d,\"committed\":%d,\"cap\":%d,"
+             "\"source\":\"%s\",\"ms\":%.3f,\"t\":%.3f}",
+             (unsigned long long)g->j->req_id, en->info.mode, g->round++, drafted, accepted, emitted, cap, src,
+             seconds * 1e3, ds_now());
+    publish(en, ev);
+}
+
+/* The budget ran out inside the reasoning block: feed the closing text as
+   if the model had written it (one forward over the prompt, the answer so
+   far and the closing tokens, reusing the cached prefix) and generate the
+   rest of the token budget from there. The counts of both parts add up;
+   the forced tokens count as generated. */
+static int continue_after_budget(engine *en, engine_job *j, gen_ctx *g, spec_opts *so, const int *out_ids,
+                                 spec_stats *st, char *err, size_t errlen) {
+    int *close = NULL;
+    int nc = tok_encode(en->tok, j->budget_text, strlen(j->budget_text), 0, &close, err, errlen);
+    if (nc < 0) return -1;
+    int left = j->max_new - st->n_gen - nc;
+    if (left <= 0 || j->n_ids + st->n_gen + nc >= seq_capacity(en->s)) {
+        free(close); /* no room to close the block: end as the budget found it */
+        return 0;
+    }
+    j->budget_forced = 1;
+    int n = j->n_ids + st->n_gen + nc;
+    int *ids = xmalloc(sizeof(int) * (size_t)n);
+    memcpy(ids, j->ids, sizeof(int) * (size_t)j->n_ids);
+    memcpy(ids + j->n_ids, out_ids, sizeof(int) * (size_t)st->n_gen);
+    memcpy(ids + j->n_ids + st->n_gen, close, sizeof(int) * (size_t)nc);
+    for (int i = 0; i < nc; i++) on_emit(g, close[i]);
+    free(close);
+    g->think_state = 2;
+    j->halt = 0;
+    spec_opts o2 = *so;
+    o2.max_new = left;
+    spec_stats s2;
+    int rc = spec_generate(en->s, en->smp, cli_spec_drafter(en->sp), ids, n, &o2, NULL, NULL, &s2, err, errlen);
+    free(ids);
+    if (rc != 0) return rc;
+    st->n_gen += nc + s2.n_gen;
+    st->stopped_by_eos = s2.stopped_by_eos;
+    st->cancelled = s2.cancelled;
+    st->n_rounds += s2.n_rounds;
+    st->n_round_tok += s2.n_round_tok;
+    st->n_drafted += s2.n_drafted;
+    st->n_accepted += s2.n_accepted;
+    for (int a = 0; a <= SPEC_MAX_DRAFT; a++) st->accept_hist[a] += s2.accept_hist[a];
+    st->t_prefill += s2.t_prefill;
+    st->t_decode += s2.t_decode;
+    st->t_draft += s2.t_draft;
+    return 0;
+}
+
+/* The slot whose cached ids share the longest prefix with the prompt, when
+   that prefix is at least half the prompt; else the least recently used
+   slot (an empty one first). A new conversation shares only the template's
+   first few tokens with any cached one, and must not evict it for them. */
+static int pick_slot(engine *en, const int *ids, int n, int *shared) {
+    int best = -1, best_len = 0, lru = 0;
+    for (int i = 0; i < en->n_slots; i++) {
+        seq *s = en->slots[i].s;
+        const int *have = seq_tokens(s);
+        int len = seq_len(s), k = 0;
+        while (k < len && k < n && have[k] == ids[k]) k++;
+        if (k > best_len) {
+            best = i;
+            best_len = k;
+        }
+        if (en->slot_used[i] < en->slot_used[lru]) lru = i;
+    }
+    if (best >= 0 && 2 * best_len >= n) {
+        *shared = best_len;
+        return best;
+    }
+    const int *have = seq_tokens(en->slots[lru].s);
+    int len = seq_len(en->slots[lru].s), k = 0;
+    while (k < len && k < n && have[k] == ids[k]) k++;
+    *shared = k;
+    return lru;
+}
+
+static void run_job(engine *en, engine_job *j) {
+    char err[512];
+    int shared, slot = pick_slot(en, j->ids, j->n_ids, &shared);
+    en->slot_used[slot] = ds_now();
+    en->s = en->slots[slot].s;
+    en->sp = en->slots[slot].sp;
+    pthread_mutex_lock(&j->mu);
+    j->t_start = ds_now();
+    pthread_mutex_unlock(&j->mu);
+    if (sampler_reset(en->smp, &j->sp, err, sizeof err) != 0) {
+        finish_job(j, FINISH_ERROR, err);
+        return;
+    }
+    gen_ctx g = {.en = en, .j = j, .piece_cap = tok_stream_cap(en->tok) + 1};
+    g.piece = xmalloc(g.piece_cap);
+    stop_init(&g.sm, (const char *const *)j->stops, j->n_stops);
+    spec_opts so = {.max_new = j->max_new, .stop = en->stop_ids, .n_stop = en->n_stop, .cancel = &j->halt,
+                    .emit = on_emit, .emit_logits = j->logprobs >= 0 ? on_emit_logits : NULL, .emit_ctx = &g,
+                    .on_prefill = on_prefill, .on_round = on_round,
+                    .hook_ctx = &g};
+    cli_spec_apply(en->sp, &so);
+    spec_stats st = {0};
+    int *out_ids = xmalloc(sizeof(int) * (size_t)(j->max_new > 0 ? j->max_new : 1));
+    g.think_state = j->think_prefilled ? 1 : 0;
+    int rc = j->halt ? 0 : spec_generate(en->s, en->smp, cli_spec_drafter(en->sp), j->ids, j->n_ids, &so, out_ids,
+                                         NULL, &st, err, sizeof err);
+    if (rc == 0 && g.budget_hit && !stop_matched(&g.sm) && !j->cancelled)
+        rc = continue_after_budget(en, j, &g, &so, out_ids, &st, err, sizeof err);
+    free(out_ids);
+    size_t k = tok_stream_flush(&g.ts, g.piece, g.piece_cap);
+    if (!stop_matched(&g.sm)) {
+        if (!stop_push(&g.sm, g.piece, k, &g.out)) stop_flush(&g.sm, &g.out);
+        if (stop_matched(&g.sm)) snprintf(j->stop_hit, sizeof j->stop_hit, "%s", stop_which(&g.sm));
+    }
+    deliver(&g, 1);
+    if (!g.prefill_reported && rc == 0) prefill_event(&g, j->n_ids, j->n_ids, 1);
+    int cancelled;
+    pthread_mutex_lock(&j->mu);
+    j->st = st;
+    cancelled = j->cancelled;
+    pthread_mutex_unlock(&j->mu);
+    int finish = rc != 0                ? FINISH_ERROR
+                 : stop_matched(&g.sm)  ? FINISH_STOP
+                 : st.stopped_by_eos    ? FINISH_EOS
+                 : cancelled            ? FINISH_CANCEL
+                                        : FINISH_LENGTH;
+    pthread_mutex_lock(&en->mmu);
+    engine_metrics *m = &en->m;
+    m->requests++;
+    m->requests_cancelled += finish == FINISH_CANCEL;
+    m->requests_failed += finish == FINISH_ERROR;
+    if (rc == 0) {
+        m->prompt_tokens += (uint64_t)j->n_ids;
+        m->cached_tokens += (uint64_t)(j->n_ids - st.n_prefilled);
+        m->prefill_tokens += (uint64_t)st.n_prefilled;
+        m->slot_hits += shared > 0;
+        m->completion_tokens += (uint64_t)st.n_gen;
+        m->rounds += (uint64_t)st.n_rounds;
+        m->round_tokens += (uint64_t)st.n_round_tok;
+        m->drafted += (uint64_t)st.n_drafted;
+        m->accepted += (uint64_t)st.n_accepted;
+        m->prefill_seconds += st.t_prefill;
+        m->decode_seconds += st.t_decode;
+        m->last_cap = current_cap(en);
+    }
+    pthread_mutex_unlock(&en->mmu);
+    finish_job(j, finish, rc != 0 ? err : NULL);
+    stop_free(&g.sm);
+    sb_free(&g.out);
+    sb_free(&g.tail);
+    free(g.piece);
+}
+
+static void *engine_main(void *arg) {
+    engine *en = arg;
+    for (;;) {
+        pthread_mutex_lock(&en->qmu);
+        while (!en->qn && !en->stopping) pthread_cond_wait(&en->qcv, &en->qmu);
+        if (en->stopping) {
+            pthread_mutex_unlock(&en->qmu);
+            break;
+        }
+        engine_job *j = en->q[0];
+        memmove(en->q, en->q + 1, sizeof *en->q * (size_t)(en->qn - 1));
+        en->qn--;
+        en->running = j;
+        pthread_mutex_unlock(&en->qmu);
+        run_job(en, j);
+        pthread_mutex_lock(&en->qmu);
+        en->running = NULL;
+        pthread_mutex_unlock(&en->qmu);
+        engine_job_release(j);
+    }
+    return NULL;
+}
+
+engine *engine_start(const engine_slot *slots, int n_slots, sampler *smp, const tokenizer *tok, const int *stop_ids,
+                     int n_stop, const engine_info *info) {
+    engine *en = xcalloc(1, sizeof *en);
+    en->n_slots = n_slots < 1 ? 1 : n_slots > ENGINE_MAX_SLOTS ? ENGINE_MAX_SLOTS : n_slots;
+    memcpy(en->slots, slots, sizeof(engine_slot) * (size_t)en->n_slots);
+    en->sp = slots[0].sp;
+    en->s = slots[0].s;
+    en->smp = smp;
+    en->tok = tok;
+    en->n_stop = n_stop < 32 ? n_stop : 32;
+    memcpy(en->stop_ids, stop_ids, sizeof(int) * (size_t)en->n_stop);
+    en->info = *info;
+    pthread_mutex_init(&en->qmu, NULL);
+    pthread_cond_init(&en->qcv, NULL);
+    pthread_mutex_init(&en->mmu, NULL);
+    pthread_mutex_init(&en->emu, NULL);
+    pthread_cond_init(&en->ecv, NULL);
+    if (pthread_create(&en->th, NULL, engine_main, en) != 0) cli_die("cannot start the engine thread");
+    return en;
+}
+
+void engine_stop(engine *en) {
+    pthread_mutex_lock(&en->qmu);
+    en->stopping = 1;
+    if (en->running) engine_job_cancel(en->running);
+    engine_job **q = en->q;
+    int qn = en->qn;
+    en->q = NULL;
+    en->qn = en->qcap = 0;
+    pthread_cond_broadcast(&en->qcv);
+    pthread_mutex_unlock(&en->qmu);
+    for (int i = 0; i < qn; i++) {
+        finish_job(q[i], FINISH_ERROR, "the server is shutting down");
+        engine_job_release(q[i]);
+    }
+    free(q);
+    pthread_join(en->th, NULL);
+    pthread_mutex_lock(&en->emu);
+    en->events_closed = 1;
+    pthread_cond_broadcast(&en->ecv);
+    pthread_mutex_unlock(&en->emu);
+}
+
+void engine_free(engine *en) {
+    if (!en) return;
+    for (int i = 0; i < EVENT_RING; i++) free(en->ring[i]);
+    pthread_mutex_destroy(&en->qmu);
+    pthread_cond_destroy(&en->qcv);
+    pthread_mutex_destroy(&en->mmu);
+    pthread_mutex_destroy(&en->emu);
+    pthread_cond_destroy(&en->ecv);
+    free(en);
+}
+
+const engine_info *engine_get_info(const engine *en) { return &en->info; }
+
+void engine_get_metrics(engine *en, engine_metrics *m) {
+    pthread_mutex_lock(&en->mmu);
+    *m = en->m;
+    pthread_mutex_unlock(&en->mmu);
+    pthread_mutex_lock(&en->qmu);
+    m->queue_depth = en->qn;
+    m->busy = en->running != NULL;
+    pthread_mutex_unlock(&en->qmu);
+}

@@ -1,0 +1,561 @@
+/* serve: `dspark serve`, an HTTP server speaking the OpenAI (chat
+ * completions, completions, responses, models) and Anthropic (messages,
+ * count_tokens) APIs on one port, plus /health, /metrics (Prometheus),
+ * /events (rounds and prefill progress as server-sent events), /tokenize
+ * and /detokenize. HTTP threads parse, render the chat template, tokenize
+ * and enqueue; the engine thread (engine.c) owns the model. The file layout
+ * is in serve_internal.h. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/cuda/cuda_backend.h"
+#include "base/json.h"
+#include "spec/registry.h"
+#include "server/serve_internal.h"
+#include "base/util.h"
+
+const char SERVE_HELP[] =
+    "usage: dspark serve [--model DIR] [options]\n"
+    "HTTP server with the OpenAI and Anthropic APIs on one port:\n"
+    "  POST /v1/chat/completions /v1/completions /v1/responses   (OpenAI)\n"
+    "  POST /v1/messages /v1/messages/count_tokens               (Anthropic; Claude Code)\n"
+    "  GET  /v1/models /health /metrics /events   POST /tokenize /detokenize\n"
+    "  -m, --model DIR          checkpoint with tokenizer.json (default: the bundled model)\n"
+    "      --host ADDR          address to listen on (default 127.0.0.1)\n"
+    "      --port N             port (default 8080)\n"
+    "      --api-key KEY        require Authorization: Bearer KEY or x-api-key: KEY\n"
+    "                           (every route but /health)\n"
+    "  -c, --context-window N   prompt + answer tokens per request (default: the model's)\n"
+    "      --cache-slots N      conversations kept in KV caches, each with its own cache of\n"
+    "                           the context window (default 2, at most 16); a request runs in\n"
+    "                           the slot sharing the longest prefix with it (at least half of\n"
+    "                           the prompt), else in the least recently used one\n"
+    "      --mode M             auto, dspark, dflash, lookup or baseline (default auto:\n"
+    "                           the model's drafter when one is installed and pays on\n"
+    "                           this machine, else lookup)\n"
+    "      --drafter DIR --max-draft N|auto --confidence-threshold C --no-lookup-drafts\n"
+    "                           as in dspark run\n"
+    "      --no-thinking        enable_thinking=false unless a request says otherwise\n"
+    "      --reasoning-effort low|medium|high   default reasoning_effort for templates\n"
+    "  -n N                     default max tokens of an answer (default: up to the window)\n"
+    "      --temp T --top-k K --top-p P --min-p P --seed S   default sampling (greedy)\n"
+    "  -t, --threads N  --mmap  --device cpu|cuda[:N] (default cpu; also $DSPARK_DEVICE)\n"
+    "      --no-warmup          skip the warm-up forward in each cache slot at start (what a\n"
+    "                           model's first forward pays once then falls on the first request)\n"
+    "Environment: DSPARK_STREAM_KEEPALIVE_S (keep-alive interval of streams, default 15),\n"
+    "DSPARK_MAX_BODY_BYTES (largest request body, default 32 MiB).\n";
+
+/* ---- start ---- */
+
+/* seq_warm_up in each cache slot. Returns the seconds it took, or -1 with
+   err set. */
+static double warm_up(seq **seqs, int n, char *err, size_t errlen) {
+    double t = 0;
+    for (int i = 0; i < n; i++) {
+        double ti = seq_warm_up(seqs[i], err, errlen);
+        if (ti < 0) return -1;
+        t += ti;
+    }
+    return t;
+}
+
+/* ---- errors ---- */
+
+static const char *error_type(int dialect, int status) {
+    switch (status) {
+    case 400: case 413: case 405: return dialect == DIALECT_ANTHROPIC && status == 413 ? "request_too_large"
+                                                                                     : "invalid_request_error";
+    case 401: return "authentication_error";
+    case 404: return dialect == DIALECT_ANTHROPIC ? "not_found_error" : "not_found";
+    case 503: return dialect == DIALECT_ANTHROPIC ? "overloaded_error" : "service_unavailable";
+    default: return dialect == DIALECT_OPENAI ? "server_error" : "api_error";
+    }
+}
+
+void serve_error(const http_req *r, int dialect, int status, const char *code, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_CreateObject();
+    if (dialect == DIALECT_ANTHROPIC) {
+        cJSON_AddStringToObject(o, "type", "error");
+        cJSON_AddStringToObject(e, "type", error_type(dialect, status));
+        cJSON_AddStringToObject(e, "message", msg);
+    } else {
+        cJSON_AddStringToObject(e, "message", msg);
+        cJSON_AddStringToObject(e, "type", error_type(dialect, status));
+        if (code) cJSON_AddStringToObject(e, "code", code);
+        else if (dialect == DIALECT_RESPONSES) cJSON_AddNullToObject(e, "code");
+        else cJSON_AddNumberToObject(e, "code", status);
+        cJSON_AddNullToObject(e, "param");
+    }
+    cJSON_AddItemToObject(o, "error", e);
+    char *s = cJSON_PrintUnformatted(o);
+    http_reply_json(r, status, s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+/* ---- simple routes ---- */
+
+static long rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    long pages = 0, rss = 0;
+    if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
+    fclose(f);
+    return rss * sysconf(_SC_PAGESIZE);
+}
+
+static void reply_cjson(const http_req *r, int status, cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    http_reply_json(r, status, s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+static void route_health(server *srv, const http_req *r) {
+    const engine_info *in = engine_get_info(srv->en);
+    engine_metrics m;
+    engine_get_metrics(srv->en, &m);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", "ok");
+    cJSON_AddStringToObject(o, "model", srv->model_id);
+    cJSON_AddStringToObject(o, "mode", in->mode);
+    if (in->drafter && *in->drafter) cJSON_AddStringToObject(o, "drafter", in->drafter);
+    else cJSON_AddNullToObject(o, "drafter");
+    if (!in->cap) cJSON_AddNullToObject(o, "max_draft");
+    else if (in->adaptive) cJSON_AddStringToObject(o, "max_draft", "auto");
+    else cJSON_AddNumberToObject(o, "max_draft", in->cap);
+    cJSON_AddNumberToObject(o, "context_window", srv->ctx_window);
+    cJSON_AddNumberToObject(o, "cache_slots", in->slots);
+    cJSON_AddNumberToObject(o, "max_output_tokens", srv->max_output);
+    cJSON_AddStringToObject(o, "tool_call_format", tc_format_name(srv->tcf));
+    cJSON_AddBoolToObject(o, "chat_template", srv->tpl != NULL);
+    cJSON_AddStringToObject(o, "thinking_default", srv->no_thinking ? "off" : "on");
+    if (srv->reasoning_effort) cJSON_AddStringToObject(o, "reasoning_effort", srv->reasoning_effort);
+    cJSON_AddBoolToObject(o, "busy", m.busy);
+    cJSON_AddNumberToObject(o, "queue_depth", m.queue_depth);
+    cJSON_AddNumberToObject(o, "uptime_seconds", ds_now() - srv->t_start);
+    cJSON *mem = cJSON_AddObjectToObject(o, "memory");
+    cJSON_AddNumberToObject(mem, "rss_bytes", (double)rss_bytes());
+    cJSON *w = cJSON_AddArrayToObject(o, "warnings");
+    if (!srv->tpl) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "code", "no_chat_template");
+        cJSON_AddStringToObject(x, "message", "the model has no chat template: only /v1/completions works");
+        cJSON_AddItemToArray(w, x);
+    }
+    reply_cjson(r, 200, o);
+}
+
+static cJSON *model_object(server *srv) {
+    const engine_info *in = engine_get_info(srv->en);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", srv->model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)(long)time(NULL));
+    cJSON_AddStringToObject(m, "owned_by", "dspark");
+    char dn[512];
+    snprintf(dn, sizeof dn, "%s (dspark %s)", srv->model_id, in->mode);
+    cJSON_AddStringToObject(m, "display_name", dn);
+    cJSON_AddNumberToObject(m, "context_window", srv->ctx_window);
+    cJSON *x = cJSON_AddObjectToObject(m, "x_dspark");
+    cJSON_AddStringToObject(x, "mode", in->mode);
+    if (in->drafter && *in->drafter) cJSON_AddStringToObject(x, "drafter", in->drafter);
+    return m;
+}
+
+/* GET /v1/models, and /v1/models/ID (any id: model names never select
+   anything here, so every id names the one served model) */
+static void route_models(server *srv, const http_req *r, int one) {
+    if (one) {
+        reply_cjson(r, 200, model_object(srv));
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_object(srv));
+    reply_cjson(r, 200, o);
+}
+
+static void route_metrics(server *srv, const http_req *r) {
+    engine_metrics m;
+    engine_get_metrics(srv->en, &m);
+    const engine_info *in = engine_get_info(srv->en);
+    strbuf b = {0};
+#define METRIC(name, type, help, fmt, val)                                                        \
+    sb_printf(&b, "# HELP dspark_%s %s\n# TYPE dspark_%s %s\ndspark_%s" fmt "\n", name, help, name, type, name, val)
+    sb_printf(&b, "# HELP dspark_info The served model and decoding mode.\n# TYPE dspark_info gauge\n"
+                  "dspark_info{model=\"%s\",mode=\"%s\"} 1\n",
+              srv->model_id, in->mode);
+    METRIC("requests_total", "counter", "Generation requests finished.", " %llu", (unsigned long long)m.requests);
+    METRIC("requests_cancelled_total", "counter", "Requests whose client went away.", " %llu",
+           (unsigned long long)m.requests_cancelled);
+    METRIC("requests_failed_total", "counter", "Requests that ended in an engine error.", " %llu",
+           (unsigned long long)m.requests_failed);
+    METRIC("prompt_tokens_total", "counter", "Prompt tokens of finished requests.", " %llu",
+           (unsigned long long)m.prompt_tokens);
+    METRIC("prompt_tokens_cached_total", "counter", "Prompt tokens reused from the KV cache.", " %llu",
+           (unsigned long long)m.cached_tokens);
+    METRIC("prefix_cache_hits_total", "counter", "Requests that reused a cached prompt prefix.", " %llu",
+           (unsigned long long)m.slot_hits);
+    METRIC("completion_tokens_total", "counter", "Generated tokens.", " %llu",
+           (unsigned long long)m.completion_tokens);
+    METRIC("rounds_total", "counter", "Verify rounds (target forwards while decoding).", " %llu",
+           (unsigned long long)m.rounds);
+    METRIC("drafted_tokens_total", "counter", "Draft tokens proposed.", " %llu", (unsigned long long)m.drafted);
+    METRIC("accepted_tokens_total", "counter", "Draft tokens accepted.", " %llu", (unsigned long long)m.accepted);
+    METRIC("tokens_per_round", "gauge", "Tokens committed per round over all requests.", " %.4f",
+           m.rounds ? (double)m.round_tokens / (double)m.rounds : 0.0);
+    METRIC("draft_cap", "gauge", "The draft cap of the last round.", " %d", m.last_cap);
+    METRIC("prefill_tokens_per_second", "gauge", "Prefill rate over all requests.", " %.2f",
+           m.prefill_seconds > 0 ? (double)m.prefill_tokens / m.prefill_seconds : 0.0);
+    METRIC("decode_tokens_per_second", "gauge", "Decode rate over all requests.", " %.2f",
+           m.decode_seconds > 0 ? (double)(m.completion_tokens) / m.decode_seconds : 0.0);
+    METRIC("queue_depth", "gauge", "Requests waiting for the engine.", " %d", m.queue_depth);
+    METRIC("busy", "gauge", "1 while a request is being generated.", " %d", m.busy);
+    METRIC("resident_memory_bytes", "gauge", "Resident set size of the server.", " %ld", rss_bytes());
+#undef METRIC
+    http_reply(r, 200, "text/plain; version=0.0.4", sb_str(&b), b.n);
+    sb_free(&b);
+}
+
+typedef struct {
+    server *srv;
+    uint64_t seq;
+    int fd, sent_stats;
+    double last;
+    strbuf ev;
+} events_stream;
+
+static void stats_json(server *srv, strbuf *out) {
+    engine_metrics m;
+    engine_get_metrics(srv->en, &m);
+    sb_printf(out,
+              "{\"requests\":%llu,\"rounds\":%llu,\"completion_tokens\":%llu,\"tokens_per_round\":%.4f,"
+              "\"draft_acceptance\":%.4f,\"cap\":%d,\"busy\":%d,\"queue_depth\":%d}",
+              (unsigned long long)m.requests, (unsigned long long)m.rounds, (unsigned long long)m.completion_tokens,
+              m.rounds ? (double)m.round_tokens / (double)m.rounds : 0.0,
+              m.drafted ? (double)m.accepted / (double)m.drafted : 0.0, m.last_cap, m.busy, m.queue_depth);
+}
+
+static int events_fill(void *ctx, strbuf *out) {
+    events_stream *e = ctx;
+    if (!e->sent_stats) {
+        e->sent_stats = 1;
+        sb_puts(out, "event: stats\ndata: ");
+        stats_json(e->srv, out);
+        sb_puts(out, "\n\n");
+        e->last = ds_now();
+        return 1;
+    }
+    for (;;) {
+        if (http_fd_gone(e->fd)) return -1;
+        sb_clear(&e->ev);
+        int rc = engine_events_next(e->srv->en, &e->seq, 32, 0.25, &e->ev);
+        if (rc < 0) return 0;
+        if (rc == 1) {
+            sb_printf(out, "event: round\ndata: %s\n\n", sb_str(&e->ev));
+            e->last = ds_now();
+            return 1;
+        }
+        if (ds_now() - e->last >= 1.0) {
+            sb_puts(out, ": keepalive\n\n");
+            e->last = ds_now();
+            return 1;
+        }
+    }
+}
+
+static void events_close(void *ctx, int gone) {
+    (void)gone;
+    events_stream *e = ctx;
+    sb_free(&e->ev);
+    free(e);
+}
+
+static void route_events(server *srv, const http_req *r) {
+    events_stream *e = xcalloc(1, sizeof *e);
+    e->srv = srv;
+    e->seq = ENGINE_EVENTS_NEW;
+    e->fd = r->fd;
+    http_stream st = {.fill = events_fill, .close = events_close, .ctx = e};
+    http_reply_stream(r, 200, NULL, &st);
+}
+
+cJSON *serve_parse_body(const http_req *r, int dialect) {
+    char err[256];
+    cJSON *b = json_parse(r->body_len ? r->body : "{}", r->body_len ? r->body_len : 2, "request body", err, sizeof err);
+    if (!b) serve_error(r, dialect, 400, NULL, "invalid JSON body: %s", err);
+    else if (!cJSON_IsObject(b)) {
+        serve_error(r, dialect, 400, NULL, "request body must be a JSON object");
+        cJSON_Delete(b);
+        b = NULL;
+    }
+    return b;
+}
+
+static void route_tokenize(server *srv, const http_req *r) {
+    cJSON *b = serve_parse_body(r, DIALECT_OPENAI);
+    if (!b) return;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(b, "content");
+    const cJSON *as = cJSON_GetObjectItemCaseSensitive(b, "add_special");
+    const cJSON *wp = cJSON_GetObjectItemCaseSensitive(b, "with_pieces");
+    if (!cJSON_IsString(c)) {
+        serve_error(r, DIALECT_OPENAI, 400, NULL, "'content' must be a string");
+        cJSON_Delete(b);
+        return;
+    }
+    int *ids = NULL;
+    char err[512];
+    int n = tok_encode(srv->tok, c->valuestring, strlen(c->valuestring), cJSON_IsTrue(as), &ids, err, sizeof err);
+    if (n < 0) {
+        serve_error(r, DIALECT_OPENAI, 400, NULL, "cannot tokenize: %s", err);
+        cJSON_Delete(b);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject(), *t = cJSON_AddArrayToObject(o, "tokens");
+    for (int i = 0; i < n; i++) {
+        if (cJSON_IsTrue(wp)) {
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddNumberToObject(x, "id", ids[i]);
+            size_t len;
+            char *piece = tok_decode(srv->tok, ids + i, 1, 0, &len);
+            cJSON_AddStringToObject(x, "piece", piece);
+            free(piece);
+            cJSON_AddItemToArray(t, x);
+        } else cJSON_AddItemToArray(t, cJSON_CreateNumber(ids[i]));
+    }
+    free(ids);
+    cJSON_Delete(b);
+    reply_cjson(r, 200, o);
+}
+
+static void route_detokenize(server *srv, const http_req *r) {
+    cJSON *b = serve_parse_body(r, DIALECT_OPENAI);
+    if (!b) return;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "tokens");
+    int n = cJSON_IsArray(t) ? cJSON_GetArraySize(t) : -1, vocab = tok_vocab_size(srv->tok);
+    int *ids = xmalloc(sizeof(int) * (size_t)(n > 0 ? n : 1)), i = 0;
+    for (const cJSON *x = t ? t->child : NULL; n >= 0 && x; x = x->next, i++) {
+        double v = cJSON_IsNumber(x) ? x->valuedouble : -1.0;
+        if (!(v >= 0.0 && v < (double)vocab) || v != floor(v)) { /* range first: no out-of-range cast */
+            n = -2;
+            break;
+        }
+        ids[i] = (int)v;
+    }
+    if (n < 0) {
+        serve_error(r, DIALECT_OPENAI, 400, NULL,
+                    n == -1 ? "'tokens' must be an array of token ids"
+                            : "'tokens' must hold integer token ids in [0, %d)", vocab);
+        free(ids);
+        cJSON_Delete(b);
+        return;
+    }
+    size_t len;
+    char *s = tok_decode(srv->tok, ids, n, 0, &len);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "content", s);
+    free(s);
+    free(ids);
+    cJSON_Delete(b);
+    reply_cjson(r, 200, o);
+}
+
+/* ---- routing ---- */
+
+static int authorised(const server *srv, const http_req *r) {
+    if (!srv->api_key) return 1;
+    const char *a = http_header(r, "Authorization"), *x = http_header(r, "x-api-key");
+    if (x && !strcmp(x, srv->api_key)) return 1;
+    if (a && !strncmp(a, "Bearer ", 7) && !strcmp(a + 7, srv->api_key)) return 1;
+    return 0;
+}
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static void handle(void *app, const http_req *r) {
+    server *srv = app;
+    const char *p = !strncmp(r->path, "/v1/", 4) ? r->path + 3 : r->path;
+    int get = !strcmp(r->method, "GET"), post = !strcmp(r->method, "POST");
+    int dialect = ends_with(p, "/messages") || ends_with(p, "/messages/count_tokens") ? DIALECT_ANTHROPIC
+                  : ends_with(p, "/responses")                                          ? DIALECT_RESPONSES
+                                                                                        : DIALECT_OPENAI;
+    if (!strcmp(r->method, "HEAD")) {
+        http_reply(r, 200, NULL, "", 0);
+        return;
+    }
+    if (get && !strcmp(p, "/health")) {
+        route_health(srv, r);
+        return;
+    }
+    if (!authorised(srv, r)) {
+        serve_error(r, dialect, 401, NULL, "invalid api key: send Authorization: Bearer KEY or x-api-key: KEY");
+        return;
+    }
+    static const struct {
+        const char *path;
+        int post;
+        int kind; /* -1: not a generation route */
+    } routes[] = {
+        {"/chat/completions", 1, API_CHAT}, {"/completions", 1, API_COMPLETIONS},
+        {"/responses", 1, API_RESPONSES},   {"/messages", 1, API_MESSAGES},
+        {"/messages/count_tokens", 1, API_COUNT_TOKENS},
+        {"/models", 0, -1}, {"/metrics", 0, -1}, {"/events", 0, -1}, {"/tokenize", 1, -1}, {"/detokenize", 1, -1},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (strcmp(p, routes[i].path)) continue;
+        if (routes[i].post ? !post : !get) {
+            serve_error(r, dialect, 405, NULL, "%s %s: use %s", r->method, r->path, routes[i].post ? "POST" : "GET");
+            return;
+        }
+        if (routes[i].kind >= 0) serve_generate(srv, r, (api_kind)routes[i].kind);
+        else if (!strcmp(p, "/models")) route_models(srv, r, 0);
+        else if (!strcmp(p, "/metrics")) route_metrics(srv, r);
+        else if (!strcmp(p, "/events")) route_events(srv, r);
+        else if (!strcmp(p, "/tokenize")) route_tokenize(srv, r);
+        else route_detokenize(srv, r);
+        return;
+    }
+    if (get && !strncmp(p, "/models/", 8) && p[8]) {
+        route_models(srv, r, 1);
+        return;
+    }
+    serve_error(r, dialect, 404, NULL, "unknown route %s %s", r->method, r->path);
+}
+
+/* ---- startup ---- */
+
+static double env_seconds(const char *name, double def) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    double x = strtod(v, &end);
+    if (*end || !(x > 0) || x > 3600) cli_die("%s must be a number of seconds in (0, 3600], got \"%s\"", name, v);
+    return x;
+}
+
+static size_t env_bytes(const char *name, size_t def) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*end || x < 1024) cli_die("%s must be a byte count >= 1024, got \"%s\"", name, v);
+    return (size_t)x;
+}
+
+int cmd_serve(const opts *o) {
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* every thread inherits this; main waits with sigwait */
+    signal(SIGPIPE, SIG_IGN);
+
+    server srv = {.t_start = ds_now()};
+    srv.keepalive_s = env_seconds("DSPARK_STREAM_KEEPALIVE_S", 15.0);
+    size_t max_body = env_bytes("DSPARK_MAX_BODY_BYTES", (size_t)32 << 20);
+    char err[1024];
+    tokenizer *tok = cli_tokenizer(o->model, 1);
+    srv.tok = tok;
+    int trc = chat_template_load(&srv.tpl, o->model, err, sizeof err);
+    if (trc < 0) cli_die("%s", err);
+    const char *src = srv.tpl ? chat_template_source(srv.tpl) : NULL;
+    srv.tcf = tc_format_for_template(src);
+    think_markers_for_template(src, &srv.think_open, &srv.think_close);
+
+    cli_engine ce;
+    cli_engine_open(&ce, o);
+    const model_config *mc = model_cfg(ce.m);
+    int n_slots = o->cache_slots ? o->cache_slots : 2;
+    seq *seqs[ENGINE_MAX_SLOTS] = {0};
+    cli_spec sps[ENGINE_MAX_SLOTS];
+    engine_slot slots[ENGINE_MAX_SLOTS];
+    for (int i = 0; i < n_slots; i++)
+        if (seq_create(&seqs[i], ce.m, o->ctx, 512, ce.tp, err, sizeof err) != 0)
+            cli_die("cache slot %d of %d: %s (fewer --cache-slots or a smaller --context-window need less memory)",
+                    i + 1, n_slots, err);
+    seq *s = seqs[0];
+    srv.ctx_window = seq_capacity(s);
+    srv.max_output = srv.ctx_window;
+    srv.default_max = o->n_predict > 0 ? o->n_predict : 0;
+    srv.sdef = (sampler_params){.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p, .min_p = o->min_p,
+                                .seed = o->seed};
+    srv.has_seed = o->seed != 0;
+    sampler *smp = cli_sampler(o, mc->vocab_size);
+    cli_spec_open(&sps[0], o, o->mode ? o->mode : "auto", &ce, s, smp);
+    for (int i = 1; i < n_slots; i++) cli_spec_clone(&sps[i], &sps[0], o, &ce, seqs[i], smp);
+    for (int i = 0; i < n_slots; i++) slots[i] = (engine_slot){.s = seqs[i], .sp = &sps[i]};
+    cli_spec sp = sps[0]; /* for the banner below (a copy; sps[0] is the one in use) */
+    int stop_ids[32];
+    int n_stop = cli_stop_ids(ce.m, tok, stop_ids);
+
+    const char *slash = strrchr(o->model, '/');
+    char model_id[256];
+    snprintf(model_id, sizeof model_id, "%s", slash && slash[1] ? slash + 1 : o->model);
+    size_t ml = strlen(model_id);
+    while (ml > 1 && model_id[ml - 1] == '/') model_id[--ml] = 0;
+    srv.model_id = model_id;
+    srv.api_key = o->api_key;
+    srv.no_thinking = o->no_thinking;
+    srv.reasoning_effort = o->reasoning_effort;
+    engine_info info = {.model_id = model_id, .mode = cli_mode_name(sp.mode),
+                        .drafter = sp.mode == CLI_MODE_DSPARK || sp.mode == CLI_MODE_DFLASH ? sp.drafter_dir : "",
+                        .context_window = srv.ctx_window,
+                        .cap = sp.mode == CLI_MODE_BASELINE ? 0 : sp.max_draft, .adaptive = sp.adaptive,
+                        .slots = n_slots};
+    srv.mode = info.mode;
+    if (!o->no_warmup) {
+        double tw = warm_up(seqs, n_slots, err, sizeof err);
+        if (tw < 0) cli_die("warm-up forward: %s", err);
+        fprintf(stderr, "dspark serve: warmed up %d cache slot%s in %.0f ms\n", n_slots, n_slots == 1 ? "" : "s",
+                tw * 1e3);
+    }
+    srv.en = engine_start(slots, n_slots, smp, tok, stop_ids, n_stop, &info);
+
+    const char *host = o->host ? o->host : "127.0.0.1";
+    int port = o->port ? o->port : 8080;
+    http_server *hs = http_start(host, port, max_body, handle, &srv, err, sizeof err);
+    if (!hs) cli_die("%s", err);
+    const char *uhost = strchr(host, ':') ? "[::1]" : host;
+    fprintf(stderr,
+            "dspark serve: model %s, mode %s%s%s, context window %d x %d cache slots, tool calls: %s, thinking: %s\n"
+            "  OpenAI base URL:   http://%s:%d/v1\n"
+            "  Claude Code:       dspark claude --url http://%s:%d%s\n"
+            "  try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json' -d "
+            "'{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n",
+            model_id, info.mode, *info.drafter ? ", drafter " : "", info.drafter, srv.ctx_window, n_slots,
+            tc_format_name(srv.tcf), srv.think_open ? (srv.no_thinking ? "off by default" : "on") : "none",
+            uhost, port, uhost, port, o->api_key ? " --api-key KEY" : "", uhost, port);
+    fprintf(stderr, "dspark serve: listening on http://%s:%d\n", uhost, port);
+    fflush(stderr);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "dspark serve: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
+    http_quiesce(hs);
+    engine_stop(srv.en);
+    http_stop(hs);
+    engine_free(srv.en);
+    for (int i = n_slots - 1; i >= 0; i--) cli_spec_close(&sps[i]); /* clones before the original */
+    sampler_free(smp);
+    for (int i = 0; i < n_slots; i++) seq_free(seqs[i]);
+    cli_engine_close(&ce);
+    chat_template_free(srv.tpl);
+    tok_free(tok);
+    return 0;
+}

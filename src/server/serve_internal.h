@@ -1,0 +1,106 @@
+/* serve_internal: what the server's files share.
+ *   serve.c        `dspark serve`: startup, routing, auth, errors, /health,
+ *                  /v1/models, /metrics, /events, /tokenize, /detokenize
+ *   serve_gen.c    the generation routes: request -> prompt -> engine job,
+ *                  then a whole reply or a stream, through the output
+ *                  pipeline (reasoning split, tool-call gate and parse)
+ *   serve_format.c each dialect's reply bodies and stream events */
+#ifndef DS_SERVE_INTERNAL_H
+#define DS_SERVE_INTERNAL_H
+
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "server/api.h"
+#include "text/chat_template.h"
+#include "server/engine.h"
+#include "server/http.h"
+#include "base/strbuf.h"
+#include "text/think.h"
+#include "text/tokenizer.h"
+#include "server/toolcall.h"
+
+typedef struct {
+    engine *en;
+    const tokenizer *tok;
+    chat_template *tpl; /* NULL: the model has no chat template */
+    tc_format tcf;
+    const char *think_open, *think_close; /* NULL when the template shows none */
+    const char *api_key;
+    const char *model_id;
+    const char *mode; /* the resolved decoding mode */
+    int ctx_window;
+    int max_output;     /* the most tokens one request may ask for */
+    int default_max;    /* when a request gives no max_tokens (0: up to the window) */
+    int no_thinking;
+    const char *reasoning_effort;
+    sampler_params sdef; /* sampling defaults from the command line */
+    int has_seed;
+    double keepalive_s;
+    double t_start;
+    uint64_t next_req; /* atomic */
+} server;
+
+/* Which error envelope a route answers with. */
+enum { DIALECT_OPENAI, DIALECT_ANTHROPIC, DIALECT_RESPONSES };
+
+void serve_error(const http_req *r, int dialect, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* The request body as a JSON object ({} when empty), or NULL after
+ * answering 400 in the dialect's shape. */
+cJSON *serve_parse_body(const http_req *r, int dialect);
+void serve_generate(server *srv, const http_req *r, api_kind kind);
+
+/* ---- output pipeline (serve_gen.c) ---- */
+typedef struct {
+    const server *srv; /* its tool-call format and reasoning markers */
+    int split;         /* reasoning is split off (the template has markers) */
+    int drop_reasoning; /* split off, then discarded (Anthropic thinking disabled) */
+    think_split th;
+    int parse_tools;   /* tool calls are parsed */
+    const cJSON *tools;
+    tc_gate *gate;
+} outproc;
+
+/* ---- formatting (serve_format.c) ---- */
+typedef struct {
+    api_kind kind;
+    const api_request *req;
+    const server *srv;
+    const engine_job *job; /* done when the end is formatted */
+    char id[64];
+    long created;
+    int n_prompt;
+    /* streaming state */
+    int seq;          /* responses: sequence_number */
+    int block;        /* anthropic: the open block (0 none, 1 thinking, 2 text) */
+    int msg_open, reasoning_sent; /* responses: the message item is open; the reasoning item went out */
+    int n_blocks;     /* blocks (anthropic) / output items (responses) opened so far */
+    char item_id[64]; /* responses: the message item */
+    char rs_id[64];   /* responses: the reasoning item */
+    strbuf answer, reason; /* everything shown so far (responses' done events; non-stream bodies) */
+    /* log-probabilities waiting for the next chunk (chat, completions) */
+    engine_logprob *lp;
+    int n_lp, cap_lp;
+    size_t text_offset; /* completions: bytes of text the reported tokens cover */
+} fmt_state;
+
+void fmt_init(fmt_state *f, api_kind kind, const api_request *req, const server *srv, const engine_job *job,
+              int n_prompt);
+void fmt_free(fmt_state *f);
+/* Log-probabilities of tokens generated since the last call: they go with
+ * the next chunk (or the whole body). */
+void fmt_add_logprobs(fmt_state *f, const engine_logprob *e, int n);
+/* Stream frames. */
+void fmt_stream_begin(fmt_state *f, strbuf *out);
+void fmt_stream_delta(fmt_state *f, const char *reason, size_t nr, const char *text, size_t nt, strbuf *out);
+void fmt_stream_keepalive(fmt_state *f, strbuf *out);
+void fmt_stream_end(fmt_state *f, const tc_result *calls, strbuf *out);
+/* A whole (non-stream) reply body. */
+char *fmt_body(fmt_state *f, const char *reason, const char *text, const tc_result *calls);
+/* The x_dspark telemetry object of a finished job. */
+cJSON *fmt_telemetry(const server *srv, const engine_job *job);
+
+#endif

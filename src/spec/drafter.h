@@ -1,0 +1,100 @@
+/* drafter: the neural drafters, DFlash (z-lab) and DSpark (DeepSpec), as
+ * specified in reference/drafters.md. Both are small Qwen3-style decoder
+ * stacks with the target's hidden size that draft a whole block in one
+ * non-causal pass:
+ *
+ *   context  C_t = RMSNorm(fc . [target taps at t], hidden_norm) for every
+ *            committed position t < s; per draft layer its keys
+ *            RoPE(k_norm(k_proj C_t), t) and values v_proj C_t are cached
+ *            (the block's own keys/values never are);
+ *   block    [anchor, mask x (B-1)] at positions s .. s+B-1, embedded, run
+ *            through the layers with every block row attending to all
+ *            context rows and all block rows; h = RMSNorm(X, norm).
+ *
+ * DFlash (DFlashDraftModel, block 16): row j >= 1 drafts the token at
+ * position s+j from the target's LM head; drafts are argmax (one-hot q,
+ * the z-lab rule). The file has no embedding or LM head: the target's are
+ * bound.
+ * DSpark (Qwen3DSparkModel, block 7): row k drafts position s+k+1 from its
+ * own LM head plus a rank-r Markov bias W2 . W1[previous token], chosen
+ * left to right (argmax, or sampled from the filtered softmax when the
+ * sampler samples, with q recorded for the accept rule); a confidence head
+ * sigmoid(w . [h_k ; W1[prev]] + b) can stop the block early. markov_rank 0
+ * is DeepSpec's DFlash-style variant (plain per-row logits). Its embed and
+ * lm_head copies are bound to the target's tensors when byte-identical,
+ * and the copies' memory is released.
+ *
+ * The block always runs at full width; only the proposal is cut to the cap.
+ *
+ * When the target runs on a GPU (model_cuda), the drafter's weights, context
+ * cache and forward pass go to the same GPU (cuda_drafter.h); the interface
+ * and the bookkeeping here are the same.
+ *
+ * Loading checks every tensor name and shape, refuses configs we do not
+ * implement (sliding-window or causal drafters, rope scaling, other Markov
+ * head types), and checks the pairing with the target: hidden size, vocab,
+ * mask id, target depth, tap layers. */
+#ifndef DS_DRAFTER_H
+#define DS_DRAFTER_H
+
+#include <stddef.h>
+
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "spec/spec.h"
+#include "engine/threadpool.h"
+
+#define DRAFTER_MAX_TAPS 16
+#define DRAFTER_MAX_BLOCK (SPEC_MAX_DRAFT + 1)
+
+typedef enum { DRAFTER_DFLASH = 0, DRAFTER_DSPARK } drafter_kind;
+
+typedef struct {
+    drafter_kind kind;
+    model_config base;   /* the Qwen3 layer hyper-parameters (num_hidden_layers = draft depth) */
+    int block_size;      /* B */
+    int mask_token_id;
+    int n_taps;
+    int tap_layers[DRAFTER_MAX_TAPS]; /* target_layer_ids: 0-based target decoder layers */
+    int num_target_layers;            /* 0 when the config does not say */
+    int markov_rank;                  /* DSpark; 0 = no Markov head */
+    int confidence;                   /* DSpark confidence head present */
+    int confidence_with_markov;       /* its input is [h ; W1[prev]] (else h) */
+} drafter_config;
+
+typedef struct dmodel dmodel; /* weights: shared by every sequence */
+typedef struct dstate dstate; /* one sequence's drafter cache and scratch */
+
+/* Parses a drafter config.json text (ctx names the file in errors). */
+int drafter_config_parse(drafter_config *c, const char *text, size_t n, const char *ctx, char *err, size_t errlen);
+/* Loads dir (config.json + safetensors) as a drafter for target. */
+int dmodel_load(dmodel **out, const char *dir, const model *target, const model_load_opts *opt, char *err,
+                size_t errlen);
+void dmodel_free(dmodel *dm);
+const drafter_config *dmodel_cfg(const dmodel *dm);
+/* "dflash", "dspark" or "dspark-r0" (markov_rank 0). */
+const char *dmodel_kind_name(const dmodel *dm);
+/* 1 when the embedding / LM head copies were bound to the target's. */
+int dmodel_aliased(const dmodel *dm, int *embed, int *lm_head);
+
+/* n_ctx: the target's context window (positions). smp: the sampler the
+ * target samples with (DSpark samples its drafts with the same filters). */
+int dstate_create(dstate **out, const dmodel *dm, int n_ctx, tpool *tp, sampler *smp, char *err, size_t errlen);
+void dstate_free(dstate *ds);
+/* DSpark: stop the block at the first position whose confidence is below
+ * c (0 = always the full cap). */
+void dstate_set_confidence_threshold(dstate *ds, float c);
+/* The spec-loop interface over ds. */
+drafter dstate_drafter(dstate *ds);
+/* Positions whose context features are cached. */
+int dstate_ctx_len(const dstate *ds);
+/* After propose: the logits rows the drafts came from and the confidences.
+ * base: the LM-head rows ([rows][vocab]: DSpark rows 0..k-1, DFlash the
+ * mask rows 1..k); markov: DSpark's biased rows (NULL otherwise);
+ * conf: DSpark's confidences (NULL otherwise). Returns rows. */
+int dstate_last(const dstate *ds, const float **base, const float **markov, const float **conf);
+/* The context features C_t (after fc and hidden_norm) of the last
+ * features() call's rows, [n][hidden]; for tests. */
+const float *dstate_last_ctx(const dstate *ds, int *n);
+
+#endif

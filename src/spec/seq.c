@@ -1,0 +1,179 @@
+/* seq: see seq.h. */
+#include "spec/seq.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cuda/cuda_backend.h"
+#include "base/util.h"
+
+struct seq {
+    model_ctx *ctx;
+    int *toks; /* [capacity] ids in the KV cache, in order */
+    int n;
+    int taps_on_device; /* seq_keep_taps_on_device */
+    /* chained decoding: a step in flight (between seq_chain_* calls, at
+       most one), and its input id */
+    int in_chain, chain_in;
+};
+
+int seq_create(seq **out, const model *m, int n_ctx, int max_batch, tpool *tp, char *err, size_t errlen) {
+    *out = NULL;
+    seq *s = xcalloc(1, sizeof *s);
+    if (mctx_create(&s->ctx, m, n_ctx, max_batch, tp, err, errlen) != 0) {
+        free(s);
+        return -1;
+    }
+    s->toks = xmalloc(sizeof(int) * (size_t)mctx_capacity(s->ctx));
+    *out = s;
+    return 0;
+}
+
+void seq_free(seq *s) {
+    if (!s) return;
+    mctx_free(s->ctx);
+    free(s->toks);
+    free(s);
+}
+
+const model *seq_model(const seq *s) { return mctx_model(s->ctx); }
+int seq_len(const seq *s) { return s->n; }
+int seq_capacity(const seq *s) { return mctx_capacity(s->ctx); }
+const int *seq_tokens(const seq *s) { return s->toks; }
+
+void seq_reset(seq *s) {
+    seq_chain_end(s);
+    s->n = 0;
+    mctx_truncate(s->ctx, 0);
+}
+
+double seq_warm_up(seq *s, char *err, size_t errlen) {
+    double t0 = ds_now();
+    const model *m = seq_model(s);
+    int rows = model_cuda(m) ? CUDA_GEMM_MIN_ROWS + 1 : 1;
+    if (rows + 2 > seq_capacity(s)) rows = 1;
+    int *ids = xcalloc((size_t)rows, sizeof(int));
+    float *logits = xmalloc(sizeof(float) * (size_t)model_cfg(m)->vocab_size);
+    int am = 0, next = 0;
+    int rc = seq_prefill(s, ids, rows, logits, err, errlen) < 0 ||
+             seq_append_argmax(s, &next, 1, &am, 0, NULL, NULL, err, errlen) != 0;
+    /* plain decoding's chained step too (its graph), where it runs */
+    if (!rc && seq_chain_ok(s) && rows + 4 <= seq_capacity(s))
+        rc = seq_chain_start(s, next, err, errlen) != 0 || seq_chain_next(s, 1, &am, err, errlen) != 0 ||
+             seq_chain_next(s, 0, &am, err, errlen) != 0;
+    seq_reset(s);
+    free(ids);
+    free(logits);
+    return rc ? -1 : ds_now() - t0;
+}
+
+int seq_prefill(seq *s, const int *prompt, int n, float *logits, char *err, size_t errlen) {
+    if (n <= 0) return ds_err(err, errlen, "empty prompt");
+    if (n > mctx_capacity(s->ctx))
+        return ds_err(err, errlen, "prompt of %d tokens does not fit the %d-token context window", n,
+                      mctx_capacity(s->ctx));
+    int keep = 0;
+    while (keep < s->n && keep < n - 1 && s->toks[keep] == prompt[keep]) keep++;
+    mctx_truncate(s->ctx, keep);
+    s->n = keep;
+    model_batch b = {.n = n - keep, .tokens = prompt + keep, .n_logits = 1, .logits = logits};
+    if (model_forward(s->ctx, &b, err, errlen) != 0) {
+        seq_reset(s);
+        return -1;
+    }
+    memcpy(s->toks + keep, prompt + keep, sizeof(int) * (size_t)(n - keep));
+    s->n = n;
+    return n - keep;
+}
+
+int seq_step(seq *s, int id, float *logits, char *err, size_t errlen) {
+    if (s->n >= mctx_capacity(s->ctx))
+        return ds_err(err, errlen, "context window full (%d tokens)", mctx_capacity(s->ctx));
+    model_batch b = {.n = 1, .tokens = &id, .n_logits = 1, .logits = logits};
+    if (model_forward(s->ctx, &b, err, errlen) != 0) return -1;
+    s->toks[s->n++] = id;
+    return 0;
+}
+
+int seq_append(seq *s, const int *ids, int n, int n_logits, float *logits, char *err, size_t errlen) {
+    return seq_append_taps(s, ids, n, n_logits, logits, 0, NULL, NULL, err, errlen);
+}
+
+static int append(seq *s, const model_batch *b, char *err, size_t errlen) {
+    const int *ids = b->tokens;
+    int n = b->n;
+    if (n <= 0 || b->n_logits < 0 || b->n_logits > n) return ds_err(err, errlen, "seq_append: bad row counts");
+    if (s->n + n > mctx_capacity(s->ctx))
+        return ds_err(err, errlen, "context window full (%d tokens)", mctx_capacity(s->ctx));
+    model_batch bb = *b;
+    bb.taps_on_device = s->taps_on_device && b->n_taps > 0;
+    if (model_forward(s->ctx, &bb, err, errlen) != 0) {
+        mctx_truncate(s->ctx, s->n);
+        return -1;
+    }
+    memcpy(s->toks + s->n, ids, sizeof(int) * (size_t)n);
+    s->n += n;
+    return 0;
+}
+
+int seq_append_taps(seq *s, const int *ids, int n, int n_logits, float *logits, int n_taps, const int *tap_layers,
+                    float *taps, char *err, size_t errlen) {
+    model_batch b = {.n = n, .tokens = ids, .n_logits = n_logits, .logits = logits, .n_taps = n_taps,
+                     .tap_layers = tap_layers, .taps = taps};
+    return append(s, &b, err, errlen);
+}
+
+int seq_append_argmax(seq *s, const int *ids, int n, int *argmax, int n_taps, const int *tap_layers, float *taps,
+                      char *err, size_t errlen) {
+    model_batch b = {.n = n, .tokens = ids, .n_logits = n, .argmax = argmax, .n_taps = n_taps,
+                     .tap_layers = tap_layers, .taps = taps};
+    return append(s, &b, err, errlen);
+}
+
+int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double *u, const model_draft_q *q, int *out,
+                      int n_taps, const int *tap_layers, float *taps, char *err, size_t errlen) {
+    model_batch b = {.n = n, .tokens = ids, .n_logits = n, .smp = smp, .draft = ids + 1, .u = u, .sampled = out,
+                     .draft_q = q, .n_taps = n_taps, .tap_layers = tap_layers, .taps = taps};
+    return append(s, &b, err, errlen);
+}
+
+void seq_keep_taps_on_device(seq *s, int on) { s->taps_on_device = on; }
+const float *seq_device_taps(seq *s, int n, int *rows) { return mctx_device_taps(s->ctx, n, rows); }
+
+int seq_chain_ok(const seq *s) { return mctx_chain_ok(s->ctx); }
+
+int seq_chain_start(seq *s, int id, char *err, size_t errlen) {
+    seq_chain_end(s);
+    if (s->n >= mctx_capacity(s->ctx))
+        return ds_err(err, errlen, "context window full (%d tokens)", mctx_capacity(s->ctx));
+    if (mctx_chain_start(s->ctx, id, err, errlen) != 0) return -1;
+    s->chain_in = id;
+    s->in_chain = 1;
+    return 0;
+}
+
+int seq_chain_next(seq *s, int more, int *next, char *err, size_t errlen) {
+    if (!s->in_chain) return ds_err(err, errlen, "chained decoding: no step in flight");
+    if (mctx_chain_next(s->ctx, more, next, err, errlen) != 0) {
+        s->in_chain = 0;
+        return -1;
+    }
+    s->toks[s->n++] = s->chain_in;
+    s->chain_in = *next; /* the input of the step launched above, if any */
+    s->in_chain = more;
+    return 0;
+}
+
+void seq_chain_end(seq *s) {
+    if (!s->in_chain) return;
+    mctx_chain_end(s->ctx);
+    s->in_chain = 0;
+}
+
+void seq_truncate(seq *s, int len) {
+    seq_chain_end(s);
+    if (len < 0) len = 0;
+    if (len >= s->n) return;
+    s->n = len;
+    mctx_truncate(s->ctx, len);
+}

@@ -1,0 +1,88 @@
+/* seq: one token sequence and its KV cache: a model_ctx plus the ids that
+ * are in it. seq_prefill makes the cache hold a new prompt by keeping the
+ * longest common prefix with what is cached and computing only the rest,
+ * so a multi-turn chat prefills only the new turn. */
+#ifndef DS_SEQ_H
+#define DS_SEQ_H
+
+#include <stddef.h>
+
+#include "engine/model.h"
+
+typedef struct seq seq;
+
+/* n_ctx 0 = the model's default window; max_batch rows per forward chunk. */
+int seq_create(seq **out, const model *m, int n_ctx, int max_batch, tpool *tp, char *err, size_t errlen);
+void seq_free(seq *s);
+const model *seq_model(const seq *s);
+int seq_len(const seq *s);
+int seq_capacity(const seq *s);
+const int *seq_tokens(const seq *s);
+void seq_reset(seq *s);
+
+/* One short forward, then the sequence emptied, so that what a model's
+ * first forward pays once does not fall on the first prompt: on a GPU the
+ * tile-major weight copies, cuBLAS's set-up (a prefill group plus one row),
+ * the kernels' first loads and the decode graph; on the CPU the weights'
+ * first touch (one row). Run it once drafters and other caches exist (the
+ * GPU's copies are sized after them). Returns the seconds it took, or -1
+ * (err filled). */
+double seq_warm_up(seq *s, char *err, size_t errlen);
+
+/* Makes the sequence exactly prompt[0..n): keeps the common prefix (always
+ * recomputing at least the last row, whose logits are needed), prefills the
+ * rest, writes the last row's logits to logits[vocab]. Returns the number of
+ * rows computed, or -1 (err filled; the sequence is then empty). */
+int seq_prefill(seq *s, const int *prompt, int n, float *logits, char *err, size_t errlen);
+
+/* Appends id and computes its logits. 0 on success, -1 on error (e.g. the
+ * context window is full). */
+int seq_step(seq *s, int id, float *logits, char *err, size_t errlen);
+
+/* Appends ids[0..n) in one forward and writes the logits of the last
+ * n_logits rows to logits[n_logits][vocab] (a speculative verify wants
+ * all n). 0, or -1 (err filled; the sequence is unchanged). */
+int seq_append(seq *s, const int *ids, int n, int n_logits, float *logits, char *err, size_t errlen);
+
+/* seq_append that also copies out the residual stream after the n_taps
+ * decoder layers tap_layers (model_batch's taps: [n_taps][n][hidden]);
+ * drafters read the target's features this way. */
+int seq_append_taps(seq *s, const int *ids, int n, int n_logits, float *logits, int n_taps, const int *tap_layers,
+                    float *taps, char *err, size_t errlen);
+
+/* Appends ids[0..n) in one forward and writes each row's argmax (the
+ * greedy next token after it) to argmax[n], with taps as seq_append_taps;
+ * no logits come back (a GPU reads back only the ids). */
+int seq_append_argmax(seq *s, const int *ids, int n, int *argmax, int n_taps, const int *tap_layers, float *taps,
+                      char *err, size_t errlen);
+
+/* Appends ids[0..n) in one forward and writes sampler_rows's answers for
+ * its rows (drafts ids[1..n), uniforms u[n]) to out[n], with taps as
+ * seq_append_taps; no logits come back (a GPU samples on the device).
+ * q: NULL (one-hot drafts), or the drafts' distributions on the GPU
+ * (model_batch.draft_q). */
+int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double *u, const model_draft_q *q, int *out,
+                      int n_taps, const int *tap_layers, float *taps, char *err, size_t errlen);
+
+/* While on, tapped appends leave their taps in the GPU's memory
+ * (seq_device_taps) and do not write the taps buffer (model_batch
+ * taps_on_device: a GPU model). */
+void seq_keep_taps_on_device(seq *s, int on);
+/* The device buffer of the taps of appends of up to n rows
+ * ([n_taps][*rows][hidden], mctx_device_taps) on a GPU, else NULL. */
+const float *seq_device_taps(seq *s, int n, int *rows);
+
+/* Chained greedy decoding (mctx_chain_start, model.h): seq_chain_start
+ * launches the step for id; seq_chain_next (more: launch the step after
+ * it first) waits for the oldest step in flight, gives its argmax in *next
+ * and appends its input id to the sequence; seq_chain_end drops the steps
+ * still in flight. seq_chain_ok: 0 where it does not run (the CPU). */
+int seq_chain_ok(const seq *s);
+int seq_chain_start(seq *s, int id, char *err, size_t errlen);
+int seq_chain_next(seq *s, int more, int *next, char *err, size_t errlen);
+void seq_chain_end(seq *s);
+
+/* Rolls back to the first len ids (len <= seq_len). */
+void seq_truncate(seq *s, int len);
+
+#endif

@@ -1,0 +1,431 @@
+// cuda_ops_test: the CUDA ops one at a time on host arrays, for the tests
+// against the CPU ops (cuda_backend.h's cuda_test_* functions); the ops
+// themselves are in cuda_mma.cu, cuda_ops.cu and cuda_attn*.cu.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cuda/cuda_ops.cuh"
+/* ---- single ops for tests ------------------------------------------------ */
+
+template <typename T> static int dup_to_dev(T **d, const T *h, size_t n, char *err, size_t errlen) {
+    CK(cudaMalloc((void **)d, sizeof(T) * (n ? n : 1)));
+    if (h && n) CK(cudaMemcpy(*d, h, sizeof(T) * n, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+static int test_matmul_dev(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
+                           const float *bias, const float *gn, float eps, int mode, int gemm, char *err,
+                           size_t errlen);
+
+/* a matmul test's weights (and the second matrix, when w2) on the device, wb bytes each */
+static int weights_to_dev(void **dw, void **dw2, const void *w, const void *w2, size_t wb, char *err, size_t errlen) {
+    CK(cudaMalloc(dw, wb));
+    CK(cudaMemcpy(*dw, w, wb, cudaMemcpyHostToDevice));
+    if (w2) {
+        CK(cudaMalloc(dw2, wb));
+        CK(cudaMemcpy(*dw2, w2, wb, cudaMemcpyHostToDevice));
+    }
+    return 0;
+}
+
+extern "C" int cuda_test_matmul(float *y, const float *x, int M, const void *w, ds_dtype dt, int N, int K,
+                                const float *bias, char *err, size_t errlen) {
+    return test_matmul_dev(y, x, M, w, NULL, dt, N, K, bias, NULL, 0, 0, 0, err, errlen);
+}
+
+extern "C" int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err,
+                                 size_t errlen) {
+    float *dx, *dw;
+    if (dup_to_dev(&dx, x, (size_t)M * D, err, errlen) || dup_to_dev(&dw, w, (size_t)D, err, errlen)) return -1;
+    cu_rmsnorm(0, dx, dx, dw, M, D, eps);
+    CK_LAUNCH();
+    CK(cudaMemcpy(y, dx, sizeof(float) * (size_t)M * D, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dw);
+    return 0;
+}
+
+extern "C" int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t errlen) {
+    CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+/* RoPE as the forward applies it: the q/k/v post-processing on query heads only, no norm */
+extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq,
+                              char *err, size_t errlen) {
+    float *dx, *df;
+    int *dp;
+    if (dup_to_dev(&dx, x, (size_t)M * n_heads * head_dim, err, errlen) ||
+        dup_to_dev(&df, inv_freq, (size_t)head_dim / 2, err, errlen) || dup_to_dev(&dp, pos, (size_t)M, err, errlen))
+        return -1;
+    cu_qkv_args a = {dx, dx, NULL, NULL, n_heads * head_dim, 0, NULL, NULL, NULL, NULL, dp, df, n_heads, 0, head_dim, 0,
+                     dp, 0.0f};
+    cu_qkv_post_run(0, &a, M); /* (no kv heads: the query heads alone) */
+    CK_LAUNCH();
+    CK(cudaMemcpy(x, dx, sizeof(float) * (size_t)M * n_heads * head_dim, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(df);
+    cudaFree(dp);
+    return 0;
+}
+
+/* where cuda_test_attention's decode path also puts its pre-cut output (NULL: nowhere) */
+static uint32_t *g_att_cut;
+extern "C" void cuda_test_attention_cut(uint32_t *dst) { g_att_cut = dst; }
+extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(on); }
+extern "C" int cuda_test_attention_early(int on) { return cu_attention_early(on); }
+extern "C" int cuda_test_attention_wide(int on) { return cu_attention_wide(on); }
+extern "C" int cuda_test_attention_rsplit(int n) { return cu_attention_rsplit(n); }
+extern "C" int cuda_test_attention_cluster(int on) { return cu_attention_cluster(on); }
+extern "C" int cuda_test_code_arch(char *err, size_t errlen) { return cu_code_arch(err, errlen); }
+extern "C" int cuda_test_hopper_paths(void) { return cu_hopper_code() && pdl_enabled(); }
+extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(len); }
+extern "C" int cuda_test_attention_wg(int on) { return cu_attention_wg(on); }
+extern "C" int cuda_test_attn_wg_ready(int hd) { return cu_attn_wg_ready(hd); }
+
+extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int hd, const float *kc,
+                                   const float *vc, int cap, int n_past, float scale, int tiled, char *err,
+                                   size_t errlen) {
+    if (tiled && !cu_attn_tiled_ok(nh, nkv, hd)) return ds_err(err, errlen, "no prefill attention kernel for these heads");
+    float *dq, *dk, *dv, *dout;
+    int *dlen;
+    if (dup_to_dev(&dlen, &n_past, 1, err, errlen)) return -1;
+    if (dup_to_dev(&dq, q, (size_t)M * nh * hd, err, errlen) || dup_to_dev(&dk, kc, (size_t)nkv * cap * hd, err, errlen) ||
+        dup_to_dev(&dv, vc, (size_t)nkv * cap * hd, err, errlen) ||
+        dup_to_dev(&dout, (float *)NULL, (size_t)M * nh * hd, err, errlen))
+        return -1;
+    float *part;
+    if (dup_to_dev(&part, (float *)NULL, cu_attn_part_floats(nh, hd, cap), err, errlen)) return -1;
+    float *img = NULL;
+    if (tiled && cu_attn_wg_ready(hd) && dup_to_dev(&img, (float *)NULL, cu_attn_wg_floats(nkv, hd, cap), err, errlen))
+        return -1;
+    uint32_t *dc = NULL;
+    if (!tiled && g_att_cut && dup_to_dev(&dc, (uint32_t *)NULL, (size_t)M * nh * hd, err, errlen)) return -1;
+    if (tiled) cu_attention_tiled(0, dout, dq, dk, dv, part, img, M, nh, nkv, hd, cap, dlen, scale);
+    else
+        cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(n_past), dc);
+    CK_LAUNCH();
+    CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
+    if (dc) {
+        CK(cudaMemcpy(g_att_cut, dc, sizeof(uint32_t) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
+        cudaFree(dc);
+    }
+    cudaFree(part);
+    cudaFree(img);
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(dout);
+    cudaFree(dlen);
+    return 0;
+}
+
+extern "C" int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, int H, const int *tok, int M, char *err,
+                               size_t errlen) {
+    void *de;
+    int *dt_;
+    float *dout;
+    size_t eb = (size_t)V * H * dtype_size(dt);
+    CK(cudaMalloc(&de, eb));
+    CK(cudaMemcpy(de, e, eb, cudaMemcpyHostToDevice));
+    if (dup_to_dev(&dt_, tok, (size_t)M, err, errlen) || dup_to_dev(&dout, (float *)NULL, (size_t)M * H, err, errlen))
+        return -1;
+    dmat E = {de, dt, V, H};
+    cu_embed(0, dout, &E, dt_, M);
+    CK_LAUNCH();
+    CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * H, cudaMemcpyDeviceToHost));
+    cudaFree(de);
+    cudaFree(dt_);
+    cudaFree(dout);
+    return 0;
+}
+
+/* The fused matmuls on host arrays: mode 0 store, 1 residual add (y is
+   read), 2 SwiGLU of W and W2; with gn the RMSNorm of x is folded in; gemm:
+   the forward's choice, cuBLAS for the whole groups of cu_gemm_rows(). */
+static int test_matmul_dev(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
+                           const float *bias, const float *gn, float eps, int mode, int gemm, char *err,
+                           size_t errlen) {
+    float *dx, *dy, *db = NULL, *dg = NULL;
+    void *dw, *dw2 = NULL;
+    size_t wb = (size_t)N * K * dtype_size(dt);
+    dmat W = {NULL, dt, N, K};
+    if (gn && !cu_fuses_norm(&W)) return ds_err(err, errlen, "no folded norm for this matrix (K %% 8 or dtype)");
+    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) ||
+        dup_to_dev(&dy, mode == 1 ? y : (float *)NULL, (size_t)M * N, err, errlen) ||
+        (gn && dup_to_dev(&dg, gn, (size_t)K, err, errlen)))
+        return -1;
+    if (weights_to_dev(&dw, &dw2, w, w2, wb, err, errlen)) return -1;
+    if (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) return -1;
+    W.p = dw;
+    dmat W2 = {dw2, dt, N, K};
+    cu_gemm *g = NULL; /* gemm: cuBLAS for the whole groups, as in the forward */
+    if (gemm && cu_gemm_create(&g, M, K, N, err, errlen) != 0) return -1;
+    size_t yn = (size_t)M * N;
+    float *y0 = mode == 1 ? (float *)xmalloc(sizeof(float) * yn) : NULL; /* the addend, for the second run */
+    if (y0) memcpy(y0, y, sizeof(float) * yn);
+    cu_layer_matmul(0, g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL, cu_cut{});
+    CK_LAUNCH();
+    CK(cudaMemcpy(y, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost));
+    int rc = cu_gemm_check(g, err, errlen);
+    /* again from tile-major copies of the weights: the same bits */
+    dev_pool pl = {};
+    if (!rc && cu_tiles_ok(&W)) {
+        float *yt = (float *)xmalloc(sizeof(float) * yn);
+        rc = cu_tile_mat(&pl, &W, err, errlen) || (w2 && cu_tile_mat(&pl, &W2, err, errlen)) ? -1 : 0;
+        if (!rc && cudaMemcpy(dy, y0, sizeof(float) * (y0 ? yn : 0), cudaMemcpyHostToDevice) != cudaSuccess)
+            rc = ds_err(err, errlen, "CUDA: cannot reset the matmul output");
+        if (!rc) {
+            cu_layer_matmul(0, g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL, cu_cut{});
+            if (cudaMemcpy(yt, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost) != cudaSuccess)
+                rc = ds_err(err, errlen, "CUDA: the tile-major matmul failed: %s", cudaGetErrorString(cudaGetLastError()));
+        }
+        for (size_t i = 0; !rc && i < yn; i++)
+            if (memcmp(&y[i], &yt[i], sizeof(float)))
+                rc = ds_err(err, errlen, "tile-major weights give %.9g at row %zu column %zu, row-major %.9g", yt[i],
+                            i / (size_t)N, i % (size_t)N, y[i]);
+        free(yt);
+    }
+    cu_pool_free(&pl);
+    free(y0);
+    cu_gemm_free(g);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dg);
+    cudaFree(dw);
+    cudaFree(dw2);
+    cudaFree(db);
+    return rc;
+}
+
+/* mode 1: y[M][N] += x . W^T (+ bias); mode 2: y = silu(x . W^T) * (x . W2^T) */
+extern "C" int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt,
+                                      int N, int K, const float *bias, int mode, char *err, size_t errlen) {
+    return test_matmul_dev(y, x, M, w, mode == 2 ? w2 : NULL, dt, N, K, bias, NULL, 0, mode, 0, err, errlen);
+}
+
+/* y = RMSNorm(x, gn).W^T (+ bias) (mode 0) or silu(RMSNorm(x).W^T) *
+   (RMSNorm(x).W2^T) (mode 2), with the norm folded into the matmul */
+extern "C" int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt,
+                                     int N, int K, const float *bias, const float *gn, float eps, int mode, char *err,
+                                     size_t errlen) {
+    return test_matmul_dev(y, x, M, w, w2, dt, N, K, bias, gn, eps, mode, 0, err, errlen);
+}
+
+__global__ void k_cut_rows(uint32_t *xc, const float *x, size_t n, int K) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) bf16_cut_put(xc + i / K * K, (int)(i % K), x[i]);
+}
+
+/* The pre-cut paths on host arrays, bf16 weights: mode 1 y += x . W^T (+
+   bias) by cu_matmul_add_cut from x cut on the device (bf16_cut_put, one
+   thread a value); mode 2 y = silu(RMSNorm(x, gn) . W^T) * (RMSNorm(x, gn)
+   . W2^T) with its pre-cut copy into yc[M][N] */
+extern "C" int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int M, const void *w, const void *w2,
+                                    int N, int K, const float *bias, const float *gn, float eps, int mode, char *err,
+                                    size_t errlen) {
+    float *dx, *dy, *db = NULL, *dg = NULL;
+    uint32_t *dc;
+    void *dw, *dw2 = NULL;
+    const size_t wb = (size_t)N * K * 2, xn = (size_t)M * K, yn = (size_t)M * N;
+    dmat W = {NULL, DT_BF16, N, K};
+    if (!cu_takes_cut(&W, M) || (mode == 2 && (!gn || !w2 || N % 8)) || (mode != 1 && mode != 2))
+        return ds_err(err, errlen, "no pre-cut path for mode %d, %d rows of %d x %d", mode, M, N, K);
+    if (dup_to_dev(&dx, x, xn, err, errlen) || dup_to_dev(&dy, mode == 1 ? y : (float *)NULL, yn, err, errlen) ||
+        dup_to_dev(&dc, (uint32_t *)NULL, mode == 1 ? xn : yn, err, errlen) ||
+        (gn && dup_to_dev(&dg, gn, (size_t)K, err, errlen)) || (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)))
+        return -1;
+    if (weights_to_dev(&dw, &dw2, w, w2, wb, err, errlen)) return -1;
+    W.p = dw;
+    dmat W2 = {dw2, DT_BF16, N, K};
+    int rc = 0;
+    if (mode == 1) {
+        k_cut_rows<<<(unsigned)((xn + 255) / 256), 256>>>(dc, dx, xn, K);
+        rc = cu_matmul_add_cut(0, dy, dc, M, &W, db);
+        if (rc) ds_err(err, errlen, "cu_matmul_add_cut refused %d rows of %d x %d", M, N, K);
+    } else {
+        cu_matmul_swiglu_norm(0, dy, dx, M, &W, &W2, dg, eps, dc);
+    }
+    CK_LAUNCH();
+    CK(cudaMemcpy(y, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost));
+    if (mode == 2) CK(cudaMemcpy(yc, dc, sizeof(uint32_t) * yn, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dc);
+    cudaFree(dg);
+    cudaFree(db);
+    cudaFree(dw);
+    cudaFree(dw2);
+    return rc;
+}
+
+/* The folded norm run apart (cu_norm_cut, then the matmul from its pre-cut
+   rows and scales, as cu_norm_split has the forward run it), bf16
+   weights: mode 0 y = RMSNorm(x, gn) . W^T (+ bias), mode 2 the SwiGLU
+   with its pre-cut copy into yc[M][N] */
+extern "C" int cuda_test_matmul_norm_apart(float *y, uint32_t *yc, const float *x, int M, const void *w,
+                                           const void *w2, int N, int K, const float *bias, const float *gn, float eps,
+                                           int mode, char *err, size_t errlen) {
+    float *dx, *dy, *db = NULL, *dg, *dr;
+    uint32_t *dxc, *dyc = NULL;
+    void *dw, *dw2 = NULL;
+    const size_t wb = (size_t)N * K * 2, yn = (size_t)M * N;
+    dmat W = {NULL, DT_BF16, N, K};
+    if (!cu_takes_cut(&W, M) || !cu_norm_cut_ok(K) || (mode == 2 && (!w2 || N % 8)) || (mode != 0 && mode != 2))
+        return ds_err(err, errlen, "no norm apart for mode %d, %d rows of %d x %d", mode, M, N, K);
+    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, (float *)NULL, yn, err, errlen) ||
+        dup_to_dev(&dg, gn, (size_t)K, err, errlen) || dup_to_dev(&dr, (float *)NULL, (size_t)M, err, errlen) ||
+        dup_to_dev(&dxc, (uint32_t *)NULL, (size_t)M * K, err, errlen) ||
+        (mode == 2 && dup_to_dev(&dyc, (uint32_t *)NULL, yn, err, errlen)) ||
+        (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)))
+        return -1;
+    if (weights_to_dev(&dw, &dw2, w, mode == 2 ? w2 : NULL, wb, err, errlen)) return -1;
+    W.p = dw;
+    dmat W2 = {dw2, DT_BF16, N, K};
+    cu_norm_cut(0, dxc, dr, dx, dg, M, K, eps);
+    const int wrote = cu_layer_matmul(0, NULL, mode == 2 ? MM_SWIGLU : MM_STORE, dy, NULL, M, &W, &W2, db, dg, eps, NULL,
+                                      cu_cut{dxc, dyc, dr});
+    int rc = mode == 2 && !wrote ? ds_err(err, errlen, "the SwiGLU's pre-cut copy was not written") : 0;
+    CK_LAUNCH();
+    CK(cudaMemcpy(y, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost));
+    if (mode == 2) CK(cudaMemcpy(yc, dyc, sizeof(uint32_t) * yn, cudaMemcpyDeviceToHost));
+    void *bufs[] = {dx, dy, db, dg, dr, dxc, dyc, dw, dw2};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    return rc;
+}
+extern "C" int cuda_test_norm_split(int sites, int rows) { return cu_norm_split_force(sites, rows); }
+
+/* the prefill path: cuBLAS for whole groups of cu_gemm_rows() rows, the
+   kernels for the rest; mode and gn as above (gn NULL: no norm) */
+extern "C" int cuda_test_matmul_prefill(float *y, const float *x, int M, const void *w, const void *w2, int N, int K,
+                                        const float *bias, const float *gn, float eps, int mode, char *err,
+                                        size_t errlen) {
+    return test_matmul_dev(y, x, M, w, mode == 2 ? w2 : NULL, DT_BF16, N, K, bias, gn, eps, mode, 1, err, errlen);
+}
+
+/* the fused projection's q/k/v post-processing (cu_matmul_norm_qkv, run
+   twice on the same counters, so the second run shows they were reset) or
+   the matmul and the separate kernel: q[M][nh*hd], kc/vc[nkv][cap][hd]
+   (positions len .. len + M - 1 written, the rest zero) */
+extern "C" int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int M, const void *w, int K,
+                             const float *bias, const float *gn, const float *qn, const float *kn, const int *pos,
+                             const float *inv_freq, int nh, int nkv, int hd, int cap, int len, int fused, char *err,
+                             size_t errlen) {
+    const int N = (nh + 2 * nkv) * hd;
+    const size_t wb = sizeof(__nv_bfloat16) * (size_t)N * K, cf = (size_t)nkv * cap * hd;
+    float *dx, *dy, *dq, *dkc, *dvc, *db = NULL, *dg, *dqn, *dkn, *df;
+    int *dp, *dl, *cnt;
+    void *dw;
+    if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, (float *)NULL, (size_t)M * N, err, errlen) ||
+        dup_to_dev(&dq, (float *)NULL, (size_t)M * nh * hd, err, errlen) ||
+        dup_to_dev(&dkc, (float *)NULL, cf, err, errlen) || dup_to_dev(&dvc, (float *)NULL, cf, err, errlen) ||
+        (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) || dup_to_dev(&dg, gn, (size_t)K, err, errlen) ||
+        dup_to_dev(&dqn, qn, (size_t)hd, err, errlen) || dup_to_dev(&dkn, kn, (size_t)hd, err, errlen) ||
+        dup_to_dev(&df, inv_freq, (size_t)hd / 2, err, errlen) || dup_to_dev(&dp, pos, (size_t)M, err, errlen) ||
+        dup_to_dev(&dl, &len, 1, err, errlen) || dup_to_dev(&cnt, (int *)NULL, (size_t)cu_qkv_tail_cnt(nh, nkv), err,
+                                                            errlen))
+        return -1;
+    CK(cudaMalloc(&dw, wb));
+    CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
+    CK(cudaMemset(cnt, 0, sizeof(int) * cu_qkv_tail_cnt(nh, nkv)));
+    CK(cudaMemset(dq, 0, sizeof(float) * (size_t)M * nh * hd));
+    CK(cudaMemset(dkc, 0, sizeof(float) * cf));
+    CK(cudaMemset(dvc, 0, sizeof(float) * cf));
+    dmat W = {dw, DT_BF16, N, K};
+    const float eps = 1e-6f;
+    int rc = 0;
+    cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, dkc, dvc, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt, cu_acqrel()};
+    if (fused) {
+        for (int r = 0; r < 2 && rc == 0; r++) {
+            if (r) { /* the second run starts from zeroed outputs */
+                CK(cudaMemset(dq, 0, sizeof(float) * (size_t)M * nh * hd));
+                CK(cudaMemset(dkc, 0, sizeof(float) * cf));
+                CK(cudaMemset(dvc, 0, sizeof(float) * cf));
+            }
+            if (!cu_matmul_norm_qkv(0, dy, dx, M, &W, db, dg, eps, &t))
+                rc = ds_err(err, errlen, "the fused q/k/v tail does not take %d rows of head_dim %d", M, hd);
+        }
+    } else {
+        cu_matmul_norm(0, dy, dx, M, &W, db, dg, eps);
+        cu_qkv_post_run(0, &t.a, M);
+    }
+    if (rc == 0) {
+        CK_LAUNCH();
+        CK(cudaMemcpy(q, dq, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(kc, dkc, sizeof(float) * cf, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(vc, dvc, sizeof(float) * cf, cudaMemcpyDeviceToHost));
+    }
+    void *bufs[] = {dx, dy, dq, dkc, dvc, db, dg, dqn, dkn, df, dp, dl, cnt, dw};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    return rc;
+}
+
+/* thread i writes out[2i] and out[2i + 1]: tf32_cut's head and tail of
+   x[i] (PAIR 0), or bf16_cut2's packed heads and tails of x[2i] and
+   x[2i + 1], x[n] taken as 0 for odd n (PAIR 1) */
+template <int PAIR> __global__ void k_cut_check(uint32_t *out, const float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (PAIR ? (n + 1) / 2 : n)) return;
+    uint32_t h, l;
+    if (PAIR) {
+        const bf16x2_cut c = bf16_cut2(x[2 * i], 2 * i + 1 < n ? x[2 * i + 1] : 0.0f);
+        h = c.h, l = c.l;
+    } else {
+        const tf32x2 c = tf32_cut(x[i]);
+        h = c.h, l = c.l;
+    }
+    out[2 * i] = h;
+    out[2 * i + 1] = l;
+}
+template <int PAIR> static int cut_check(uint32_t *out, const float *x, int n, char *err, size_t errlen) {
+    float *dx;
+    uint32_t *dout;
+    const int items = PAIR ? (n + 1) / 2 : n;
+    if (dup_to_dev(&dx, x, (size_t)n, err, errlen) || dup_to_dev(&dout, (uint32_t *)NULL, (size_t)2 * items, err, errlen))
+        return -1;
+    k_cut_check<PAIR><<<(items + 255) / 256, 256>>>(dout, dx, n);
+    CK_LAUNCH();
+    CK(cudaMemcpy(out, dout, sizeof(uint32_t) * 2 * (size_t)items, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dout);
+    return 0;
+}
+
+/* for each x[i]: tf32_cut's head and tail, out[2i], out[2i + 1] (bit
+   patterns, before the tensor core's truncation) */
+extern "C" int cuda_test_tf32_cut(uint32_t *out, const float *x, int n, char *err, size_t errlen) {
+    return cut_check<0>(out, x, n, err, errlen);
+}
+/* bf16_cut2 of the pairs (x[2i], x[2i + 1]): out[2i] the packed heads,
+   out[2i + 1] the packed tails */
+extern "C" int cuda_test_bf16_cut(uint32_t *out, const float *x, int n, char *err, size_t errlen) {
+    return cut_check<1>(out, x, n, err, errlen);
+}
+
+/* twice with the split kernel's scratch (the second run finds the counts
+   the first left) */
+extern "C" int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen) {
+    float *dx;
+    int *dout;
+    cu_am am;
+    if (dup_to_dev(&dx, x, (size_t)M * n, err, errlen) || dup_to_dev(&dout, (int *)NULL, (size_t)M, err, errlen) ||
+        cu_am_create(&am, M, n, err, errlen))
+        return -1;
+    for (int r = 0; r < 2; r++) {
+        CK(cudaMemset(dout, 0xff, sizeof(int) * (size_t)M));
+        cu_argmax(0, dout, dx, M, n, &am);
+        CK_LAUNCH();
+    }
+    CK(cudaMemcpy(out, dout, sizeof(int) * (size_t)M, cudaMemcpyDeviceToHost));
+    cu_am_free(&am);
+    cudaFree(dx);
+    cudaFree(dout);
+    return 0;
+}
+extern "C" int cuda_test_argmax_split(int on) { return cu_argmax_split(on); }
