@@ -58,7 +58,7 @@ SIMD_FLAGS = -mavx2 -mfma -mf16c
 # kernels; engine/cuda the GPU backend), text, spec, server, cli.
 ALL_SRC  = $(wildcard src/*/*.c src/*/*/*.c)
 HDRS     = $(wildcard src/*/*.h src/*/*/*.h src/*/*/*.cuh)
-LIB_SRC  = $(filter-out src/cli/main.c src/engine/cuda/cuda_none.c,$(ALL_SRC))
+LIB_SRC  = $(filter-out src/cli/main.c src/engine/cuda/%,$(ALL_SRC))
 ifeq ($(CUDA),1)
   CU_OBJ   = $(patsubst src/%.cu,$(BUILD)/src/%.o,$(wildcard src/engine/cuda/*.cu))
   # the CUDA objects depend on a file holding the target, rewritten only
@@ -66,10 +66,12 @@ ifeq ($(CUDA),1)
   ARCH_STAMP = $(BUILD)/cuda-arch
   $(shell mkdir -p $(BUILD) && (echo '$(CUDA_ARCH)' | cmp -s - $(ARCH_STAMP) || echo '$(CUDA_ARCH)' > $(ARCH_STAMP)))
   LIBS    += -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+  # the CUDA backend's table (backend.c registers it)
+  LIB_SRC += src/engine/cuda/cuda_glue.c
+  CFLAGS_BASE += -DDSPARK_CUDA
   TEST_CUDA_SRC = $(wildcard tests/cuda/*.c)
   TEST_CU_OBJ = $(BUILD)/tests/cuda/cuda_ops_test.o
 else
-  LIB_SRC += src/engine/cuda/cuda_none.c
   CU_OBJ   =
   TEST_CUDA_SRC =
   TEST_CU_OBJ =

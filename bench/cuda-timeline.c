@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
     model *m;
     model_load_opts lo = {0};
     if (model_load(&m, argv[1], &lo, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
-    if (!model_cuda(m)) return fprintf(stderr, "cuda-timeline: the model is not on a GPU (DSPARK_DEVICE=cuda)\n"), 1;
+    if (strcmp(model_backend(m)->name, "cuda")) return fprintf(stderr, "cuda-timeline: the model is not on a GPU (DSPARK_DEVICE=cuda)\n"), 1;
     tpool *tp = tp_create(1);
     const int V = model_cfg(m)->vocab_size;
     model_ctx *c;

@@ -130,7 +130,7 @@ static int feed(seq *s, drafter *d, const int *ids, int n, int V, int H) {
 static void golden_dirs(const char *name, const char *tdir, const char *ddir, const char *dir) {
     target t;
     if (open_target(&t, tdir) != 0) return;
-    const double TOL = model_cuda(t.m) ? TOL_GPU : TOL_CPU;
+    const double TOL = strcmp(model_backend(t.m)->name, "cpu") ? TOL_GPU : TOL_CPU;
     char err[1024], path[700];
     dmodel *dm = NULL;
     if (dmodel_load(&dm, ddir, t.m, NULL, err, sizeof err) != 0) dm = NULL;

@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/cuda/cuda_backend.h"
 #include "base/json.h"
 #include "engine/model.h"
 #include "engine/ops.h"
@@ -176,6 +175,17 @@ TEST(model_golden_scalar) {
     ops_use_simd(prev);
 }
 
+/* bytes of a backend's resident memory (a GPU's) into host memory */
+#ifdef DSPARK_CUDA
+int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
+#define read_resident cuda_test_read
+#else
+static int read_resident(void *dst, const void *src, size_t bytes, char *err, size_t errlen) {
+    (void)dst, (void)src, (void)bytes;
+    return ds_err(err, errlen, "this build has no backend with resident memory");
+}
+#endif
+
 /* Whole sequence in one batch, with taps; and truncation then refill. */
 /* On a GPU: batch b (its taps came back into taps, [n_taps][n][H]) again
    from an empty context c with its taps left on the device (the wide
@@ -189,26 +199,26 @@ static void check_device_taps(const model *m, model_ctx *c, const model_batch *b
     const int T = b->n, H = model_cfg(m)->hidden_size, nt = b->n_taps;
     model_batch bd = *b;
     bd.taps = NULL;
-    bd.taps_on_device = 1;
+    bd.taps_resident = 1;
     mctx_truncate(c, 0);
     int wr = 0;
-    const float *wt = mctx_device_taps(c, T, &wr);
+    const float *wt = mctx_resident_taps(c, T, &wr);
     if (!wt) {
         CHECK(model_forward(c, &bd, err, sizeof err) != 0);
-        CHECK_MSG(strstr(err, "only on a GPU") != NULL, "%s", err);
+        CHECK_MSG(strstr(err, "keeps at most 0 layers") != NULL, "%s", err);
         return;
     }
     float *back = xmalloc(sizeof(float) * (size_t)nt * T * H);
     CHECK(wr >= T);
     CHECK_MSG(model_forward(c, &bd, err, sizeof err) == 0, "%s", err);
     for (int t = 0; t < nt; t++) {
-        CHECK_MSG(cuda_test_read(back + (size_t)t * T * H, wt + (size_t)t * wr * H, sizeof(float) * (size_t)T * H,
+        CHECK_MSG(read_resident(back + (size_t)t * T * H, wt + (size_t)t * wr * H, sizeof(float) * (size_t)T * H,
                                  err, sizeof err) == 0, "%s", err);
         CHECK_MSG(!memcmp(back + (size_t)t * T * H, taps + (size_t)t * T * H, sizeof(float) * (size_t)T * H),
                   "%s: device taps of layer %d", name, b->tap_layers[t]);
     }
     int vr = 0;
-    const float *vt = mctx_device_taps(c, 5, &vr);
+    const float *vt = mctx_resident_taps(c, 5, &vr);
     CHECK(vt != NULL && vr >= 5 && vr < T);
     model_batch b5 = *b;
     b5.n = b5.n_logits = 5;
@@ -219,7 +229,7 @@ static void check_device_taps(const model *m, model_ctx *c, const model_batch *b
     bd.n = bd.n_logits = 5;
     CHECK_MSG(vt && model_forward(c, &bd, err, sizeof err) == 0, "%s", err);
     for (int t = 0; vt && t < nt; t++) {
-        CHECK_MSG(cuda_test_read(back, vt + (size_t)t * vr * H, sizeof(float) * 5 * H, err, sizeof err) == 0, "%s",
+        CHECK_MSG(read_resident(back, vt + (size_t)t * vr * H, sizeof(float) * 5 * H, err, sizeof err) == 0, "%s",
                   err);
         CHECK_MSG(!memcmp(back, b5.taps + (size_t)t * 5 * H, sizeof(float) * 5 * H),
                   "%s: device taps of layer %d, 5 rows", name, b->tap_layers[t]);
@@ -228,7 +238,7 @@ static void check_device_taps(const model *m, model_ctx *c, const model_batch *b
     CHECK(mctx_create(&c2, m, 128, 64, NULL, err, sizeof err) == 0);
     bd.n = bd.n_logits = T;
     CHECK(model_forward(c2, &bd, err, sizeof err) != 0);
-    CHECK_MSG(strstr(err, "ask mctx_device_taps first") != NULL, "%s", err);
+    CHECK_MSG(strstr(err, "ask mctx_resident_taps first") != NULL, "%s", err);
     mctx_free(c2);
     free(back);
 }
@@ -273,7 +283,7 @@ TEST(model_prefill_chunk_invariant) {
 }
 
 /* A CPU model read into memory keeps its matmul weights in the rows8
-   layout (model.c: cpu_layout); DSPARK_ROWS8=0 and --mmap keep them
+   layout (cpu_backend.c: cpu_layout); model_load_opts.row_major and --mmap keep them
    row-major. All three give the same bits: a prompt's logits and decode
    steps, tied (qwen3-bf16) and untied (qwen3-f32-untied, llama3-bf16). */
 TEST(model_rows8_same_bits) {
@@ -283,12 +293,10 @@ TEST(model_rows8_same_bits) {
         snprintf(dir, sizeof dir, "%s/models/%s", test_data_dir(), names[k]);
         float *lg[3] = {0};
         int V = 0;
-        for (int way = 0; way < 3; way++) { /* rows8, DSPARK_ROWS8=0, --mmap */
+        for (int way = 0; way < 3; way++) { /* rows8, row-major, --mmap */
             model *m;
-            model_load_opts lo = {.use_mmap = way == 2};
-            if (way == 1) setenv("DSPARK_ROWS8", "0", 1);
+            model_load_opts lo = {.use_mmap = way == 2, .row_major = way == 1};
             int rc = model_load(&m, dir, &lo, err, sizeof err);
-            unsetenv("DSPARK_ROWS8");
             if (rc != 0) {
                 test_fail(__FILE__, __LINE__, "%s", err);
                 break;
@@ -311,7 +319,7 @@ TEST(model_rows8_same_bits) {
         }
         if (lg[0] && lg[1] && lg[2]) {
             size_t bytes = sizeof(float) * (size_t)(19 + 3) * V;
-            CHECK_MSG(!memcmp(lg[0], lg[1], bytes), "%s: rows8 weights and DSPARK_ROWS8=0 differ", names[k]);
+            CHECK_MSG(!memcmp(lg[0], lg[1], bytes), "%s: rows8 and row-major weights differ", names[k]);
             CHECK_MSG(!memcmp(lg[0], lg[2], bytes), "%s: rows8 weights and mapped weights differ", names[k]);
         }
         for (int way = 0; way < 3; way++) free(lg[way]);

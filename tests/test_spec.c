@@ -642,7 +642,7 @@ static int fi_propose(void *self, int k, int *draft, float *q) {
 /* its device proposal: n drafts, one uniform each, q "on the device" (a
    marker address) */
 static const float fi_qrows[1];
-static int fi_propose_dev(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q) {
+static int fi_propose_resident(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q) {
     fake_inner *f = self;
     f->dev_proposes++;
     for (int i = 0; i < k; i++) draft[i] = 77 + i + (u[i] < 0.5 ? 0 : 10);
@@ -671,10 +671,10 @@ TEST(spec_lookup_hybrid) {
     static const int taps_layers[1] = {2};
     drafter inner = {.self = &f, .deterministic = 0, .n_taps = 1, .tap_layers = taps_layers, .reset = fi_reset,
                      .propose = fi_propose, .commit = fi_commit, .features = fi_features,
-                     .propose_dev = fi_propose_dev};
+                     .propose_resident = fi_propose_resident};
     lookup_hybrid *h = lookup_hybrid_create(inner, V);
     drafter d = lookup_hybrid_drafter(h);
-    CHECK(d.propose_dev != NULL);
+    CHECK(d.propose_resident != NULL);
     CHECK(d.n_taps == 1 && d.tap_layers == taps_layers && !d.deterministic);
     int out[8], ctx[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     static float q[8 * V];
@@ -698,11 +698,11 @@ TEST(spec_lookup_hybrid) {
     const double u[4] = {0.7, 0.2, 0.9, 0.1};
     int used = -1;
     model_draft_q dq = {.e = fi_qrows};
-    CHECK_EQ_INT(d.propose_dev(d.self, 4, out, u, &used, &dq), 4);
+    CHECK_EQ_INT(d.propose_resident(d.self, 4, out, u, &used, &dq), 4);
     CHECK(out[0] == 8 && out[3] == 11 && used == 0 && dq.e == NULL && f.dev_proposes == 0);
     int other[1] = {99};
     d.commit(d.self, other, 1);
-    CHECK_EQ_INT(d.propose_dev(d.self, 3, out, u, &used, &dq), 3);
+    CHECK_EQ_INT(d.propose_resident(d.self, 3, out, u, &used, &dq), 3);
     CHECK(f.dev_proposes == 1 && used == 3 && dq.e == fi_qrows && !lookup_hybrid_last_was_lookup(h));
     CHECK(out[0] == 87 && out[1] == 78 && out[2] == 89);
     /* a run of 4 is not a copy run: "41 42 43 44" again, after 50 here and

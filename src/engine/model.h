@@ -1,5 +1,6 @@
 /* model: a decoder-only transformer (qwen3, qwen2, llama) bound to its
- * mmapped safetensors weights, and the one forward pass every caller uses.
+ * safetensors weights as a description (desc.h), run by the backend of its
+ * device (backend.h), and the one forward pass every caller uses.
  *
  * model_load validates config.json against the weight files: every tensor
  * the architecture needs must be present with the right shape and a float
@@ -18,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/backend.h"
 #include "engine/config.h"
 #include "engine/threadpool.h"
 
@@ -33,8 +35,11 @@ typedef struct {
     int use_mmap; /* map the weight files instead of reading them into memory */
     /* "cpu", "cuda" or "cuda:N"; NULL: $DSPARK_DEVICE, else "cpu". On
        cuda the weights are also copied to the GPU and every context of the
-       model runs its forward pass there (cuda_backend.h). */
+       model runs its forward pass there. */
     const char *device;
+    /* keep the CPU's matmul weights in the file's row-major layout instead
+       of rows8 (cpu_backend.c; the same bits, for comparisons) */
+    int row_major;
 } model_load_opts;
 
 /* opt may be NULL (defaults: weights read into anonymous memory). */
@@ -45,13 +50,16 @@ const model_config *model_cfg(const model *m);
  * same tensor when tied); drafters that borrow them bind these. */
 const tensor *model_embed(const model *m);
 const tensor *model_lm_head(const model *m);
-/* The model's GPU copy (cuda_backend.h) when its device is cuda, else NULL;
- * drafters of a GPU target run on the same GPU and bind its tensors. */
-struct cuda_model *model_cuda(const model *m);
+/* The backend the model runs on and its copy of the model there; drafters
+ * of the model run on the same backend beside it. */
+const backend *model_backend(const model *m);
+void *model_backend_model(const model *m);
+/* What the model's backend does beyond the common contract. */
+const backend_caps *model_caps(const model *m);
 /* 1 when a sampled verify should ask this model for sampler_rows's answers
  * (model_batch.smp) rather than for the logits rows: on the CPU always (the
  * same host code, no copy), on a GPU when its sampler beats bringing the
- * rows back (cuda_model_samples). */
+ * rows back. */
 int model_samples_rows(const model *m);
 /* "cpu", or the GPU's description ("cuda:0: NVIDIA H200, ...") */
 const char *model_device(const model *m);
@@ -75,16 +83,16 @@ int mctx_len(const model_ctx *c);      /* positions in the KV cache */
 int mctx_capacity(const model_ctx *c);
 void mctx_truncate(model_ctx *c, int len); /* roll back to len positions */
 
-/* Drafts' own distributions in a GPU's memory, as the device sampler left
+/* Drafts' own distributions in the backend's memory, as its sampler left
  * them when it drew the drafts there (a GPU DSpark's sampled rows,
- * cuda_dstate_qrows): its scratch rows of filtered numerators and their
+ * backend.dstate_qrows): its scratch rows of filtered numerators and their
  * kept masses. */
-typedef struct {
+struct model_draft_q {
     const float *e;
     const unsigned long long *tot;
-} model_draft_q;
+};
 
-typedef struct {
+typedef struct model_batch_s {
     int n;                 /* rows */
     const int *tokens;     /* [n] token ids */
     const int *pos;        /* [n] RoPE positions; NULL = cache length + i */
@@ -100,39 +108,43 @@ typedef struct {
     const int *draft;      /* [n_logits - 1] */
     const double *u;       /* [n_logits] */
     int *sampled;          /* [n_logits] output */
-    /* NULL: the drafts are one-hot (sampler_rows's rule); else, on a GPU
-       sampling the rows, their distributions there: a draft is accepted
+    /* NULL: the drafts are one-hot (sampler_rows's rule); else, on a
+       backend sampling the rows, their distributions there: a draft is accepted
        when u < p(d) / q(d) and a rejected row draws from max(0, p - q)
        (spec_accept's rule) */
     const model_draft_q *draft_q;
     int n_taps;            /* layers to tap (0 = none) */
     const int *tap_layers; /* [n_taps] in -1 .. n_layers-1 */
     float *taps;           /* [n_taps][n][hidden] output */
-    /* on a GPU, for at most MODEL_DEVICE_TAPS layers: the taps stay in
-       device memory (mctx_device_taps, asked for n rows before a forward of
-       more than MODEL_DEVICE_TAP_ROWS) and taps is not used */
-    int taps_on_device;
+    /* on a backend with resident taps (backend_caps.resident_taps layers
+       at most): the taps stay in its memory (mctx_resident_taps, asked for
+       n rows before a forward of more than MODEL_RESIDENT_TAP_ROWS) and
+       taps is not used */
+    int taps_resident;
 } model_batch;
 
-/* Chained greedy decoding, one row a step, on a GPU (cuda_chain_start's
- * contract in cuda_backend.h: the next step runs while the host reads this
- * one's id). mctx_chain_ok is 0 on the CPU, where the others fail. */
+/* Chained greedy decoding, one row a step, where the backend has it
+ * (backend_caps.chain): the next step runs while the host reads this one's
+ * id (mctx_chain_next launches the step after the oldest one in flight,
+ * then waits for that one's argmax; mctx_chain_end drops what is still in
+ * flight). mctx_chain_ok is 0 elsewhere (the CPU), where the others fail. */
 int mctx_chain_ok(const model_ctx *c);
 int mctx_chain_start(model_ctx *c, int id, char *err, size_t errlen);
 int mctx_chain_next(model_ctx *c, int more, int *id, char *err, size_t errlen);
 void mctx_chain_end(model_ctx *c);
 
-#define MODEL_DEVICE_TAP_ROWS 17
-#define MODEL_DEVICE_TAPS 8
+#define MODEL_RESIDENT_TAP_ROWS 17
+#define MODEL_RESIDENT_TAPS 8
 
 int model_forward(model_ctx *c, const model_batch *b, char *err, size_t errlen);
 
-/* On a GPU: the device buffer where a forward of up to n rows with
- * taps_on_device leaves its taps, [n_taps][*rows][hidden] (its first n
- * rows), valid until the next such forward. Batches of up to
- * MODEL_DEVICE_TAP_ROWS rows share one buffer (a verify's, always there);
- * wider ones another, which this call allocates or grows (so ask before
- * such a forward). NULL on the CPU, or when the device has no room. */
-const float *mctx_device_taps(model_ctx *c, int n, int *rows);
+/* On a backend with resident taps: the buffer in its memory where a
+ * forward of up to n rows with taps_resident leaves its taps,
+ * [n_taps][*rows][hidden] (its first n rows), valid until the next such
+ * forward. Batches of up to MODEL_RESIDENT_TAP_ROWS rows share one buffer
+ * (a verify's, always there); wider ones another, which this call
+ * allocates or grows (so ask before such a forward). NULL on the CPU, or
+ * when the device has no room. */
+const float *mctx_resident_taps(model_ctx *c, int n, int *rows);
 
 #endif

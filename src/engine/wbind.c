@@ -95,6 +95,8 @@ size_t wbind_layer_floats(const model_config *c) {
 }
 
 int wbind_layer(wbind *b, const char *prefix, const model_config *c, float **pool, wlayer *L) {
+    L->attn = ATTN_CAUSAL; /* a drafter loader sets its own kind */
+    L->mlp = MLP_SWIGLU;
     int64_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
     int64_t QD = (int64_t)c->n_heads * hd, KD = (int64_t)c->n_kv_heads * hd;
     char name[256];

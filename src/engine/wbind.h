@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "engine/config.h"
+#include "engine/desc.h"
 #include "engine/safetensors.h"
 
 typedef struct {
@@ -32,15 +33,6 @@ int wbind_check_leftovers(wbind *b);
 /* Widens a claimed tensor into f32 at *pool and advances the pool. */
 float *wbind_f32(float **pool, const tensor *t);
 
-/* One decoder layer of the Qwen/Llama family: matmul weights stay in their
- * file dtype, norms and biases are widened to f32. */
-typedef struct {
-    const tensor *wq, *wk, *wv, *wo; /* [nh*hd][H], [nkv*hd][H] x2, [H][nh*hd] */
-    const tensor *wg, *wu, *wd;      /* [I][H], [I][H], [H][I] */
-    float *attn_norm, *mlp_norm;     /* [H] */
-    float *q_norm, *k_norm;          /* [hd] (qk_norm) or NULL */
-    float *bq, *bk, *bv, *bo;        /* [nh*hd], [nkv*hd] x2, [H] or NULL */
-} wlayer;
 
 /* Floats of pool one layer of config c takes. */
 size_t wbind_layer_floats(const model_config *c);

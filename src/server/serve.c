@@ -15,7 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/cuda/cuda_backend.h"
 #include "base/json.h"
 #include "spec/registry.h"
 #include "server/serve_internal.h"

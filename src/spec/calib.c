@@ -195,14 +195,14 @@ static void sb_field(sbuf *b, const char *name, const char *value) {
     }
 }
 
-void calib_key(char *out, size_t n, const char *backend, const char *model_id, const char *drafter_id,
+void calib_key(char *out, size_t n, const char *device, const char *model_id, const char *drafter_id,
                const char *dtype, int threads) {
     if (!out || n == 0) return;
     char cpu[256], num[32];
     machine_cpu_name(cpu, sizeof cpu);
     sbuf b = {0};
     sb_puts(&b, "dspark-calib");
-    sb_field(&b, "backend", backend);
+    sb_field(&b, "backend", device);
     sb_field(&b, "model", model_id);
     sb_field(&b, "drafter", drafter_id);
     sb_field(&b, "dtype", dtype);

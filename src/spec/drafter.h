@@ -26,8 +26,8 @@
  *
  * The block always runs at full width; only the proposal is cut to the cap.
  *
- * When the target runs on a GPU (model_cuda), the drafter's weights, context
- * cache and forward pass go to the same GPU (cuda_drafter.h); the interface
+ * The drafter runs on its target's backend (backend.h): on a GPU target its
+ * weights, context cache and forward pass go to the same GPU; the interface
  * and the bookkeeping here are the same.
  *
  * Loading checks every tensor name and shape, refuses configs we do not

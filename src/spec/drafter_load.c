@@ -181,30 +181,34 @@ static int check_pairing(const drafter_config *c, const model_config *t, const c
     return 0;
 }
 
-/* A drafter of a GPU target runs on that GPU: its weights go to the
-   device, the embedding / LM head it borrows or aliases are the target's
-   device copies. */
-static int upload(dmodel *dm, const model *target, char *err, size_t errlen) {
+/* The drafter runs on its target's backend, beside the target (a GPU
+   target's drafter on that GPU, borrowing the target's copies of the
+   embedding / LM head it aliases). */
+static int open_backend(dmodel *dm, const model *target, char *err, size_t errlen) {
     const drafter_config *c = &dm->cfg;
-    cuda_dweights w = {.cfg = &c->base,
-                       .dspark = c->kind == DRAFTER_DSPARK,
-                       .block_size = c->block_size,
-                       .mask_token_id = c->mask_token_id,
-                       .n_taps = c->n_taps,
-                       .markov_rank = c->markov_rank,
-                       .conf_markov = c->confidence_with_markov,
-                       .fc = dm->fc,
-                       .hidden_norm = dm->hidden_norm,
-                       .final_norm = dm->final_norm,
-                       .inv_freq = dm->inv_freq,
-                       .layers = dm->layers,
-                       .embed = dm->alias_embed ? NULL : dm->embed,
-                       .lm_head = dm->alias_head ? NULL : dm->lm_head,
-                       .w1 = dm->w1,
-                       .w2 = dm->w2,
-                       .conf_w = dm->conf_w,
-                       .conf_b = dm->conf_b};
-    return cuda_dmodel_create(&dm->cu, &w, model_cuda(target), 0, err, errlen);
+    for (int l = 0; l < c->base.n_layers; l++) dm->layers[l].attn = ATTN_BLOCK;
+    dm->desc = (drafter_desc){.cfg = &c->base,
+                              .dspark = c->kind == DRAFTER_DSPARK,
+                              .block_size = c->block_size,
+                              .mask_token_id = c->mask_token_id,
+                              .n_taps = c->n_taps,
+                              .markov_rank = c->markov_rank,
+                              .conf_markov = c->confidence_with_markov,
+                              .fc = dm->fc,
+                              .hidden_norm = dm->hidden_norm,
+                              .final_norm = dm->final_norm,
+                              .inv_freq = dm->inv_freq,
+                              .layers = dm->layers,
+                              .embed = dm->embed,
+                              .lm_head = dm->lm_head,
+                              .alias_embed = dm->alias_embed,
+                              .alias_head = dm->alias_head,
+                              .w1 = dm->w1,
+                              .w2 = dm->w2,
+                              .conf_w = dm->conf_w,
+                              .conf_b = dm->conf_b};
+    dm->be = model_backend(target);
+    return dm->be->dmodel_create(&dm->bdm, &dm->desc, model_backend_model(target), err, errlen);
 }
 
 int dmodel_load(dmodel **out, const char *dir, const model *target, const model_load_opts *opt, char *err,
@@ -254,7 +258,7 @@ int dmodel_load(dmodel **out, const char *dir, const model *target, const model_
         dm->final_norm = wbind_f32(&pool, fn);
         if (cb) dm->conf_b = *wbind_f32(&pool, cb);
     }
-    dm->layers = xcalloc((size_t)b->n_layers, sizeof(dlayer));
+    dm->layers = xcalloc((size_t)b->n_layers, sizeof(wlayer));
     for (int l = 0; ok && l < b->n_layers; l++) {
         snprintf(name, sizeof name, "layers.%d.", l);
         ok = wbind_layer(&w, name, b, &pool, &dm->layers[l]) == 0;
@@ -283,7 +287,7 @@ int dmodel_load(dmodel **out, const char *dir, const model *target, const model_
             dm->alias_head = 1;
         }
     }
-    if (model_cuda(target) && upload(dm, target, err, errlen) != 0) goto fail;
+    if (open_backend(dm, target, err, errlen) != 0) goto fail;
     *out = dm;
     return 0;
 fail:
@@ -293,7 +297,7 @@ fail:
 
 void dmodel_free(dmodel *dm) {
     if (!dm) return;
-    cuda_dmodel_free(dm->cu);
+    if (dm->bdm) dm->be->dmodel_free(dm->bdm);
     st_set_close(dm->st);
     free(dm->layers);
     free(dm->owned);

@@ -274,10 +274,10 @@ static int h_propose(void *self, int k, int *draft, float *q) {
 }
 /* the same on the device: lookup's copy is deterministic (q one-hot, no
    uniforms), else the inner drafter's device proposal */
-static int h_propose_dev(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q) {
+static int h_propose_resident(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q) {
     lookup_hybrid *h = self;
     int m = h_copy(h, k, draft);
-    if (!m) return h->inner.propose_dev(h->inner.self, k, draft, u, used, q);
+    if (!m) return h->inner.propose_resident(h->inner.self, k, draft, u, used, q);
     *used = 0;
     *q = (model_draft_q){0};
     return m;
@@ -293,9 +293,9 @@ static void h_features(void *self, int pos0, int n, const float *taps, int rows,
     h->inner.features(h->inner.self, pos0, n, taps, rows, row0);
 }
 
-static void h_features_dev(void *self, int pos0, int n, const float *taps, int rows, int row0) {
+static void h_features_resident(void *self, int pos0, int n, const float *taps, int rows, int row0) {
     lookup_hybrid *h = self;
-    h->inner.features_dev(h->inner.self, pos0, n, taps, rows, row0);
+    h->inner.features_resident(h->inner.self, pos0, n, taps, rows, row0);
 }
 
 lookup_hybrid *lookup_hybrid_create(drafter inner, int vocab) {
@@ -324,8 +324,8 @@ drafter lookup_hybrid_drafter(lookup_hybrid *h) {
                  .propose = h_propose,
                  .commit = h_commit,
                  .features = in->features ? h_features : NULL,
-                 .features_dev = in->features_dev ? h_features_dev : NULL,
-                 .propose_dev = in->propose_dev ? h_propose_dev : NULL};
+                 .features_resident = in->features_resident ? h_features_resident : NULL,
+                 .propose_resident = in->propose_resident ? h_propose_resident : NULL};
     return d;
 }
 

@@ -4,14 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/cuda_backend.h"
 #include "base/util.h"
 
 struct seq {
     model_ctx *ctx;
     int *toks; /* [capacity] ids in the KV cache, in order */
     int n;
-    int taps_on_device; /* seq_keep_taps_on_device */
+    int taps_resident; /* seq_keep_taps_resident */
     /* chained decoding: a step in flight (between seq_chain_* calls, at
        most one), and its input id */
     int in_chain, chain_in;
@@ -50,7 +49,8 @@ void seq_reset(seq *s) {
 double seq_warm_up(seq *s, char *err, size_t errlen) {
     double t0 = ds_now();
     const model *m = seq_model(s);
-    int rows = model_cuda(m) ? CUDA_GEMM_MIN_ROWS + 1 : 1;
+    /* a backend with a prefill family warms it too: one group and a row */
+    int rows = model_caps(m)->group_rows ? model_caps(m)->group_rows + 1 : 1;
     if (rows + 2 > seq_capacity(s)) rows = 1;
     int *ids = xcalloc((size_t)rows, sizeof(int));
     float *logits = xmalloc(sizeof(float) * (size_t)model_cfg(m)->vocab_size);
@@ -106,7 +106,7 @@ static int append(seq *s, const model_batch *b, char *err, size_t errlen) {
     if (s->n + n > mctx_capacity(s->ctx))
         return ds_err(err, errlen, "context window full (%d tokens)", mctx_capacity(s->ctx));
     model_batch bb = *b;
-    bb.taps_on_device = s->taps_on_device && b->n_taps > 0;
+    bb.taps_resident = s->taps_resident && b->n_taps > 0;
     if (model_forward(s->ctx, &bb, err, errlen) != 0) {
         mctx_truncate(s->ctx, s->n);
         return -1;
@@ -137,8 +137,8 @@ int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double 
     return append(s, &b, err, errlen);
 }
 
-void seq_keep_taps_on_device(seq *s, int on) { s->taps_on_device = on; }
-const float *seq_device_taps(seq *s, int n, int *rows) { return mctx_device_taps(s->ctx, n, rows); }
+void seq_keep_taps_resident(seq *s, int on) { s->taps_resident = on; }
+const float *seq_resident_taps(seq *s, int n, int *rows) { return mctx_resident_taps(s->ctx, n, rows); }
 
 int seq_chain_ok(const seq *s) { return mctx_chain_ok(s->ctx); }
 

@@ -64,13 +64,13 @@ int seq_append_argmax(seq *s, const int *ids, int n, int *argmax, int n_taps, co
 int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double *u, const model_draft_q *q, int *out,
                       int n_taps, const int *tap_layers, float *taps, char *err, size_t errlen);
 
-/* While on, tapped appends leave their taps in the GPU's memory
- * (seq_device_taps) and do not write the taps buffer (model_batch
- * taps_on_device: a GPU model). */
-void seq_keep_taps_on_device(seq *s, int on);
-/* The device buffer of the taps of appends of up to n rows
- * ([n_taps][*rows][hidden], mctx_device_taps) on a GPU, else NULL. */
-const float *seq_device_taps(seq *s, int n, int *rows);
+/* While on, tapped appends leave their taps in the backend's memory
+ * (seq_resident_taps) and do not write the taps buffer (model_batch
+ * taps_resident: a backend with resident taps). */
+void seq_keep_taps_resident(seq *s, int on);
+/* The backend's buffer of the taps of appends of up to n rows
+ * ([n_taps][*rows][hidden], mctx_resident_taps), or NULL (the CPU). */
+const float *seq_resident_taps(seq *s, int n, int *rows);
 
 /* Chained greedy decoding (mctx_chain_start, model.h): seq_chain_start
  * launches the step for id; seq_chain_next (more: launch the step after

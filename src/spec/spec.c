@@ -4,18 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/cuda_backend.h"
 #include "engine/ops.h"
 #include "base/util.h"
 
-/* On the GPU a verify (at most SPEC_MAX_DRAFT + 1 rows) must take the
-   batch-invariant kernels, never the cuBLAS prefill path, and prefilling in
-   prefill_chunk-row calls must cut the same cuBLAS groups as one call over
-   the whole prompt (cuda_backend.h) */
-_Static_assert(SPEC_MAX_DRAFT + 1 < CUDA_GEMM_MIN_ROWS, "verify widths reach the cuBLAS prefill path");
+/* A verify (at most SPEC_MAX_DRAFT + 1 rows) must take the batch-invariant
+   kernels, never a backend's prefill family, and prefilling in
+   prefill_chunk-row calls must cut the same groups as one call over the
+   whole prompt (backend.h) */
+_Static_assert(SPEC_MAX_DRAFT + 1 < BACKEND_GROUP_ROWS, "verify widths reach the prefill kernels");
 _Static_assert(SPEC_MAX_DRAFT + 1 <= MODEL_SAMPLE_ROWS, "a verify has more rows than a forward samples");
-_Static_assert(SPEC_PREFILL_CHUNK % CUDA_GEMM_MIN_ROWS == 0, "prefill chunks cut the cuBLAS groups differently");
-_Static_assert(SPEC_PREFILL_CHUNK == CUDA_PREFILL_ROWS, "the speculative prefill's chunks are the GPU's");
+_Static_assert(SPEC_PREFILL_CHUNK % BACKEND_GROUP_ROWS == 0, "prefill chunks cut the groups differently");
+_Static_assert(SPEC_PREFILL_CHUNK == BACKEND_PREFILL_ROWS, "the speculative prefill's chunks are the backends'");
 /* prompt rows between progress reports on the plain prefill path */
 #define PROGRESS_CHUNK 512
 
@@ -133,15 +132,17 @@ static int decode_chained(seq *s, gen_state *g, int anchor, int *last_in, char *
     return rc;
 }
 
-/* whether drafter d (reading nt > 0 taps) takes them where the target's GPU
-   left them (features_dev) */
-static int taps_stay_on_device(const drafter *d) { return d->features_dev && d->n_taps <= MODEL_DEVICE_TAPS; }
+/* whether drafter d (reading nt > 0 taps) takes them where the target's
+   backend left them (features_resident) */
+static int taps_resident(const seq *s, const drafter *d) {
+    return d->features_resident && d->n_taps <= model_caps(seq_model(s))->resident_taps;
+}
 
 /* Prefill for a drafter that reads target features: the cached prefix is
    kept only as far as the drafter still holds features for it, and the rest
    runs in chunks whose layer taps go to the drafter as they are computed
    (so features never need a whole-prompt buffer), through the host or, for
-   a drafter on the target's GPU, in device memory. Returns rows computed or
+   a drafter beside its target on a GPU, in the backend's memory. Returns rows computed or
    -1. */
 static int prefill_features(seq *s, drafter *d, const int *prompt, int n, float *logits, float *taps, int chunk,
                             const spec_opts *o, spec_stats *st, char *err, size_t errlen) {
@@ -157,20 +158,20 @@ static int prefill_features(seq *s, drafter *d, const int *prompt, int n, float 
     st->t_draft += ds_now() - td;
     if (dk < keep) keep = dk < 0 ? 0 : dk;
     seq_truncate(s, keep);
-    const int on_dev = taps_stay_on_device(d);
+    const int on_res = taps_resident(s, d);
     for (int pos = keep; pos < n; pos += chunk) {
         int m = n - pos < chunk ? n - pos : chunk;
-        int last = pos + m == n, dev_rows = 0;
-        const float *dev = on_dev ? seq_device_taps(s, m, &dev_rows) : NULL;
-        seq_keep_taps_on_device(s, dev != NULL);
+        int last = pos + m == n, res_rows = 0;
+        const float *res = on_res ? seq_resident_taps(s, m, &res_rows) : NULL;
+        seq_keep_taps_resident(s, res != NULL);
         int rc = seq_append_taps(s, prompt + pos, m, last, logits, d->n_taps, d->tap_layers, taps, err, errlen);
-        seq_keep_taps_on_device(s, 0);
+        seq_keep_taps_resident(s, 0);
         if (rc != 0) {
             seq_reset(s);
             return -1;
         }
         td = ds_now();
-        if (dev) d->features_dev(d->self, pos, m, dev, dev_rows, 0);
+        if (res) d->features_resident(d->self, pos, m, res, res_rows, 0);
         else d->features(d->self, pos, m, taps, m, 0);
         st->t_draft += ds_now() - td;
         if (o->on_prefill) o->on_prefill(o->hook_ctx, pos + m, n);
@@ -203,9 +204,9 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
                   int *out_ids, float *last_logits, spec_stats *st, char *err, size_t errlen) {
     memset(st, 0, sizeof *st);
     const int chunk = o->prefill_chunk ? o->prefill_chunk : SPEC_PREFILL_CHUNK;
-    if (chunk <= 0 || chunk % CUDA_GEMM_MIN_ROWS)
+    if (chunk <= 0 || chunk % BACKEND_GROUP_ROWS)
         return ds_err(err, errlen, "prefill chunk of %d rows: it must be a positive multiple of %d", chunk,
-                      CUDA_GEMM_MIN_ROWS);
+                      BACKEND_GROUP_ROWS);
     const int V = model_cfg(seq_model(s))->vocab_size;
     int K = d ? o->max_draft : 0;
     if (K < 0) K = 0;
@@ -221,11 +222,11 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     const int greedy = sampler_is_greedy(smp), on_rows = !o->emit_logits && model_samples_rows(seq_model(s));
     /* sampled drafts drawn on the target's GPU, their distributions left
        there for the verify */
-    const int dev_q = !greedy && on_rows && d && !d->deterministic && d->propose_dev && model_cuda(seq_model(s));
-    const int ids_only = greedy ? !o->emit_logits : on_rows && (!d || d->deterministic || dev_q);
+    const int res_q = !greedy && on_rows && d && !d->deterministic && d->propose_resident;
+    const int ids_only = greedy ? !o->emit_logits : on_rows && (!d || d->deterministic || res_q);
     model_draft_q dq = {0};
     /* the drafts' distributions on the host (a drafter that samples there) */
-    float *q = (d && !d->deterministic && K > 0 && !dev_q) ? xmalloc(sizeof(float) * (size_t)K * (size_t)V) : NULL;
+    float *q = (d && !d->deterministic && K > 0 && !res_q) ? xmalloc(sizeof(float) * (size_t)K * (size_t)V) : NULL;
     int last_in = -1; /* the input id of the row behind the last emitted id (-1: none since the prefill) */
     gen_state g = {.o = o, .st = st, .out_ids = out_ids, .n_prompt = n_prompt, .cap = seq_capacity(s)};
     int rc = 0, last_row = 0;
@@ -249,10 +250,10 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     if (d) d->commit(d->self, &anchor, 1);
     /* a drafter on the target's GPU reads the verifies' taps there */
     int tap_rows = 0;
-    const float *dev_taps = nt && taps_stay_on_device(d) && K + 1 <= MODEL_DEVICE_TAP_ROWS
-                                ? seq_device_taps(s, K + 1, &tap_rows) /* (every round's buffer) */
+    const float *res_taps = nt && taps_resident(s, d) && K + 1 <= MODEL_RESIDENT_TAP_ROWS
+                                ? seq_resident_taps(s, K + 1, &tap_rows) /* (every round's buffer) */
                                 : NULL;
-    seq_keep_taps_on_device(s, dev_taps != NULL);
+    seq_keep_taps_resident(s, res_taps != NULL);
     if (!stop && !d && greedy && ids_only && seq_chain_ok(s)) {
         rc = decode_chained(s, &g, anchor, &last_in, err, errlen);
         stop = 1;
@@ -271,11 +272,11 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         double tr = ds_now();
         if (k > 0) {
             double td = ds_now();
-            if (dev_q) {
+            if (res_q) {
                 double ud[SPEC_MAX_DRAFT];
                 int used = 0;
                 sampler_peek(smp, ud, k);
-                nd = d->propose_dev(d->self, k, rows + 1, ud, &used, &dq);
+                nd = d->propose_resident(d->self, k, rows + 1, ud, &used, &dq);
                 sampler_skip(smp, used); /* the draws propose would have made */
             } else {
                 nd = d->propose(d->self, k, rows + 1, q);
@@ -337,14 +338,14 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
         if (d) {
             double td = ds_now();
             /* the rows kept in the target cache: the anchor and ne-1 drafts */
-            if (dev_taps) d->features_dev(d->self, L, ne, dev_taps, tap_rows, 0);
+            if (res_taps) d->features_resident(d->self, L, ne, res_taps, tap_rows, 0);
             else if (nt) d->features(d->self, L, ne, taps, nd + 1, 0);
             d->commit(d->self, tok, ne);
             st->t_draft += ds_now() - td;
         }
         anchor = tok[ne - 1];
     }
-    seq_keep_taps_on_device(s, 0);
+    seq_keep_taps_resident(s, 0);
 finish:
     /* (the last logits row below is for the caller's hash, not decoding) */
     st->t_decode = ds_now() - t1;

@@ -29,9 +29,10 @@
 
 #define SPEC_MAX_DRAFT 64
 /* the default prompt rows per forward of a feature drafter's prefill: the
-   GPU's prefill chunk (CUDA_PREFILL_ROWS, spec.c checks), so the
-   speculative prefill runs the plain one's chunks; its taps stay on a GPU
-   (84 MB for five taps of Qwen3-8B) or pass through the host at once */
+   backends' prefill chunk (BACKEND_PREFILL_ROWS, spec.c checks), so the
+   speculative prefill runs the plain one's chunks; its taps stay in a
+   GPU's memory (84 MB for five taps of Qwen3-8B) or pass through the host
+   at once */
 #define SPEC_PREFILL_CHUNK 1024
 
 typedef struct {
@@ -58,18 +59,19 @@ typedef struct {
        (the model_batch taps layout). Features the drafter held at positions
        >= pos0 are dropped first. NULL when n_taps is 0. */
     void (*features)(void *self, int pos0, int n, const float *taps, int rows, int row0);
-    /* features from taps in the target GPU's memory (mctx_device_taps's
-       buffer, the same layout); NULL unless the drafter runs on the GPU of
-       its target, which then keeps a verify's taps there */
-    void (*features_dev)(void *self, int pos0, int n, const float *taps, int rows, int row0);
-    /* Sampled proposals drawn on the target GPU (a GPU DSpark, sampling):
+    /* features from taps in the target backend's memory
+       (mctx_resident_taps's buffer, the same layout); NULL unless the
+       drafter's backend reads them there (a GPU), which then keeps a
+       verify's taps there */
+    void (*features_resident)(void *self, int pos0, int n, const float *taps, int rows, int row0);
+    /* Sampled proposals drawn in the target's backend (a GPU DSpark, sampling):
        as propose, but draft j is drawn there with the uniform u[j] (drawn
        ahead by the caller from the shared sampler; *used: how many of u it
        took, which the caller then consumes), and the drafts'
-       distributions stay in device memory (*q, always set, for the
+       distributions stay in the backend's memory (*q, always set, for the
        verify's model_batch.draft_q; q->e NULL: the drafts are
        deterministic, q one-hot). NULL unless the drafter can do that. */
-    int (*propose_dev)(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q);
+    int (*propose_resident)(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q);
 } drafter;
 
 typedef struct {
@@ -77,7 +79,7 @@ typedef struct {
     int max_draft;                /* k: drafts per round (0..SPEC_MAX_DRAFT) */
     /* prompt rows per forward while prefilling for a drafter that reads
        target features (0: SPEC_PREFILL_CHUNK); a positive multiple of
-       CUDA_GEMM_MIN_ROWS, else spec_generate fails saying so */
+       BACKEND_GROUP_ROWS, else spec_generate fails saying so */
     int prefill_chunk;
     const int *stop;              /* stop ids */
     int n_stop, ignore_eos;

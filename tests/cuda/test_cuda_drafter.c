@@ -269,7 +269,7 @@ static void compare_greedy(const char *which) {
 }
 
 /* A GPU drafter fed a verify's taps where the GPU target left them
-   (seq_keep_taps_on_device, features_dev) holds the same context features,
+   (seq_keep_taps_resident, features_resident) holds the same context features,
    bit for bit, and proposes the same drafts as one fed the same forward's
    taps through the host. */
 static void compare_device_taps(const char *which) {
@@ -287,7 +287,7 @@ static void compare_device_taps(const char *which) {
     CHECK_MSG(dstate_create(&sa, p.dg, 256, p.tp, smp, err, sizeof err) == 0, "%s", err);
     CHECK_MSG(dstate_create(&sb, p.dg, 256, p.tp, smp, err, sizeof err) == 0, "%s", err);
     drafter da = dstate_drafter(sa), db = dstate_drafter(sb);
-    CHECK(da.features_dev != NULL);
+    CHECK(da.features_resident != NULL);
     const int nt = da.n_taps;
     int ids[40];
     prompt_ids(ids, 40, V, 7u);
@@ -304,13 +304,13 @@ static void compare_device_taps(const char *which) {
         anchor = op_argmax(lg, V);
         seq_truncate(s, 0);
         int wr = 0;
-        const float *wt = seq_device_taps(s, 40, &wr);
+        const float *wt = seq_resident_taps(s, 40, &wr);
         CHECK(wt != NULL && wr >= 40);
-        seq_keep_taps_on_device(s, 1);
+        seq_keep_taps_resident(s, 1);
         CHECK_MSG(seq_append_taps(s, ids, 40, 1, lg, nt, da.tap_layers, NULL, err, sizeof err) == 0, "%s", err);
-        seq_keep_taps_on_device(s, 0);
+        seq_keep_taps_resident(s, 0);
         CHECK_EQ_INT(op_argmax(lg, V), anchor);
-        db.features_dev(db.self, 0, 40, wt, wr, 0);
+        db.features_resident(db.self, 0, 40, wt, wr, 0);
         int na, nb;
         const float *ca = dstate_last_ctx(sa, &na), *cb = dstate_last_ctx(sb, &nb);
         CHECK_EQ_INT(na, 40);
@@ -321,29 +321,29 @@ static void compare_device_taps(const char *which) {
     }
     da.commit(da.self, &anchor, 1);
     db.commit(db.self, &anchor, 1);
-    float *taps = xmalloc(sizeof(float) * (size_t)nt * MODEL_DEVICE_TAP_ROWS * (size_t)H);
+    float *taps = xmalloc(sizeof(float) * (size_t)nt * MODEL_RESIDENT_TAP_ROWS * (size_t)H);
     for (int r = 0; r < 6; r++) {
-        int d1[64], d2[64], rows[MODEL_DEVICE_TAP_ROWS], am[MODEL_DEVICE_TAP_ROWS], am2[MODEL_DEVICE_TAP_ROWS];
+        int d1[64], d2[64], rows[MODEL_RESIDENT_TAP_ROWS], am[MODEL_RESIDENT_TAP_ROWS], am2[MODEL_RESIDENT_TAP_ROWS];
         int k = da.propose(da.self, 64, d1, NULL);
         CHECK_EQ_INT(db.propose(db.self, 64, d2, NULL), k);
         CHECK(!memcmp(d1, d2, sizeof(int) * (size_t)k));
-        if (k > MODEL_DEVICE_TAP_ROWS - 1) k = MODEL_DEVICE_TAP_ROWS - 1;
+        if (k > MODEL_RESIDENT_TAP_ROWS - 1) k = MODEL_RESIDENT_TAP_ROWS - 1;
         rows[0] = anchor;
         memcpy(rows + 1, d1, sizeof(int) * (size_t)k);
         int L = seq_len(s), trows = 0;
         CHECK_MSG(seq_append_argmax(s, rows, k + 1, am, nt, da.tap_layers, taps, err, sizeof err) == 0, "%s", err);
         seq_truncate(s, L); /* the same forward again, its taps left on the device */
-        seq_keep_taps_on_device(s, 1);
+        seq_keep_taps_resident(s, 1);
         CHECK_MSG(seq_append_argmax(s, rows, k + 1, am2, nt, da.tap_layers, NULL, err, sizeof err) == 0, "%s", err);
-        seq_keep_taps_on_device(s, 0);
+        seq_keep_taps_resident(s, 0);
         CHECK(!memcmp(am, am2, sizeof(int) * (size_t)(k + 1)));
-        const float *dt = seq_device_taps(s, k + 1, &trows);
+        const float *dt = seq_resident_taps(s, k + 1, &trows);
         CHECK(dt != NULL && trows >= k + 1);
         int a = 0;
         while (a < k && am[a] == rows[a + 1]) a++;
-        int ne = a + 1, cm[MODEL_DEVICE_TAP_ROWS];
+        int ne = a + 1, cm[MODEL_RESIDENT_TAP_ROWS];
         da.features(da.self, L, ne, taps, k + 1, 0);
-        db.features_dev(db.self, L, ne, dt, trows, 0);
+        db.features_resident(db.self, L, ne, dt, trows, 0);
         seq_truncate(s, L + ne);
         memcpy(cm, rows + 1, sizeof(int) * (size_t)a);
         cm[a] = am[a];

@@ -138,7 +138,7 @@ static int generate(model *m, const dmodel *dm, const int *prompt, int n_prompt,
             h = lookup_hybrid_create(d, model_cfg(m)->vocab_size);
             d = lookup_hybrid_drafter(h);
         }
-        if (rc == 0 && !d.propose_dev) rc = ds_err(err, errlen, "the GPU DSpark offers no device proposals");
+        if (rc == 0 && !d.propose_resident) rc = ds_err(err, errlen, "the GPU DSpark offers no device proposals");
     }
     counter c = {0};
     spec_opts o = {.max_new = n, .max_draft = dm ? 7 : with_lookup ? 8 : 0, .ignore_eos = 1,

@@ -13,8 +13,8 @@
 #define GRAPH_ROWS 17 /* widest batch replayed from a graph: a verify of 16 drafts + the anchor */
 #define GRAPH_TAPS 8  /* most tapped layers a graph copies out (the published drafters tap 5) */
 /* d_taps, where the taps of up to GRAPH_ROWS rows are copied on the device,
-   is where taps_on_device leaves those */
-static_assert(GRAPH_ROWS == MODEL_DEVICE_TAP_ROWS && GRAPH_TAPS == MODEL_DEVICE_TAPS, "device taps buffer");
+   is where taps_resident leaves those */
+static_assert(GRAPH_ROWS == MODEL_RESIDENT_TAP_ROWS && GRAPH_TAPS == MODEL_RESIDENT_TAPS, "device taps buffer");
 
 struct dlayer {
     dmat wqkv, wo, wg, wu, wd; /* wqkv: q, k and v projections stacked [QD + 2 KD][H] */
@@ -64,7 +64,7 @@ struct cuda_ctx {
        logits, ids or both; rows; logits rows), for batches of up to
        GRAPH_ROWS rows. Tapped graphs copy the tap layers into d_taps (the
        host copies follow the replay, unless the taps stay there:
-       taps_on_device); they are captured for one set of tap layers,
+       taps_resident); they are captured for one set of tap layers,
        tap_layers (a drafter's), and other sets run without graphs. */
     cudaGraphExec_t graphs[2][2][5][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
     float *d_taps; /* [GRAPH_TAPS][GRAPH_ROWS][hidden] */
@@ -576,7 +576,7 @@ static int cuda_omit(void) {
    to h_pinned (out & OUT_LOGITS) and their argmax (OUT_IDS) or samples
    (OUT_SAMPLE, with the arguments in h_samp) to h_ids. b
    (NULL: no taps) names the layers to tap, copied to the host or, with
-   dev.p (a tapped graph's capture, or taps_on_device), there from row row0
+   dev.p (a tapped graph's capture, or taps_resident), there from row row0
    on. spread: the decode attention's launch shape (cu_attn_spread_for). */
 static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_batch *b, int row0, tap_dst dev,
                           int spread) {
@@ -733,9 +733,9 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     x->h_in[2 * B] = x->len;
     const int spread = cu_attn_spread_for(x->len); /* the decode attention's shape for this cache length */
     /* taps left on the device: a verify's in d_taps, wider batches' in d_wide */
-    const int wide = b->taps_on_device && b->n > GRAPH_ROWS;
+    const int wide = b->taps_resident && b->n > GRAPH_ROWS;
     tap_dst dev = {NULL, 0};
-    if (b->taps_on_device) dev = wide ? tap_dst{x->d_wide, x->wide_rows} : tap_dst{x->d_taps, GRAPH_ROWS};
+    if (b->taps_resident) dev = wide ? tap_dst{x->d_wide, x->wide_rows} : tap_dst{x->d_taps, GRAPH_ROWS};
     int n_sel;
     if (tail_rows(b, row0, M, *next_logit, &n_sel) != 0) {
         /* rare: logits of rows that are not the chunk's tail; run the layers,
@@ -773,12 +773,12 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     int tapped = b->n_taps > 0;
     /* (a tapped graph leaves its taps at row 0 of d_taps) */
     cudaGraphExec_t g = x->use_graphs && M <= GRAPH_ROWS &&
-                                (!tapped || (taps_graphable(x, b) && (!b->taps_on_device || (row0 == 0 && !wide))))
+                                (!tapped || (taps_graphable(x, b) && (!b->taps_resident || (row0 == 0 && !wide))))
                             ? graph_for(x, M, n_sel, out, tapped ? b : NULL, spread)
                             : NULL;
     if (g) {
         CK(cudaGraphLaunch(g, x->st));
-        for (int t = 0; !b->taps_on_device && t < b->n_taps; t++) /* the replay's taps to the caller */
+        for (int t = 0; !b->taps_resident && t < b->n_taps; t++) /* the replay's taps to the caller */
             CK(cudaMemcpyAsync(b->taps + ((size_t)t * (size_t)b->n + (size_t)row0) * (size_t)H,
                                x->d_taps + (size_t)t * GRAPH_ROWS * H, sizeof(float) * (size_t)M * H,
                                cudaMemcpyDeviceToHost, x->st));
@@ -825,8 +825,8 @@ extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errle
     if (x->len + b->n > x->cap)
         return ds_err(err, errlen, "context window full: %d cached + %d new positions exceed the %d-position window",
                       x->len, b->n, x->cap);
-    if (b->taps_on_device && b->n > GRAPH_ROWS && b->n > x->wide_rows)
-        return ds_err(err, errlen, "forward: the device holds taps for %d rows, not %d (ask mctx_device_taps first)",
+    if (b->taps_resident && b->n > GRAPH_ROWS && b->n > x->wide_rows)
+        return ds_err(err, errlen, "forward: the device holds taps for %d rows, not %d (ask mctx_resident_taps first)",
                       x->wide_rows > GRAPH_ROWS ? x->wide_rows : GRAPH_ROWS, b->n);
     CK(cudaSetDevice(x->m->gpu));
     if (model_tiles(x->m, err, errlen) != 0) return -1;

@@ -81,7 +81,7 @@ int cuda_ctx_len(const cuda_ctx *c);
 int cuda_ctx_capacity(const cuda_ctx *c);
 void cuda_ctx_truncate(cuda_ctx *c, int len);
 
-/* mctx_device_taps (model.h) on the device: up to GRAPH_ROWS rows in the
+/* mctx_resident_taps (model.h) on the device: up to GRAPH_ROWS rows in the
  * verify graphs' buffer, more in one allocated (or grown) here; NULL when
  * that fails. */
 const float *cuda_ctx_taps(cuda_ctx *c, int n, int *rows);

@@ -80,7 +80,7 @@ void cuda_dstate_truncate(cuda_dstate *s, int len);
 int cuda_dstate_ingest(cuda_dstate *s, int pos0, int n, const float *taps, int rows, int row0, char *err,
                        size_t errlen);
 /* The same from taps in device memory on the drafter's GPU (a target
- * forward's taps_on_device buffer), copied there without the host; the
+ * forward's taps_resident buffer), copied there without the host; the
  * copy is complete when this returns. */
 int cuda_dstate_ingest_dev(cuda_dstate *s, int pos0, int n, const float *taps, int rows, int row0, char *err,
                            size_t errlen);

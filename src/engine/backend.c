@@ -1,0 +1,43 @@
+/* backend: the table of backends this build has. See backend.h. */
+#include "engine/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+#ifdef DSPARK_CUDA
+const backend *cuda_backend_table(void);
+int cuda_device_count(void);
+#endif
+
+const backend *backend_for(const char *d, int *index, char *err, size_t errlen) {
+    *index = 0;
+    if (!d || !*d || !strcmp(d, "cpu")) return &backend_cpu;
+    int gpu = -1;
+    if (!strcmp(d, "cuda")) gpu = 0;
+    else if (!strncmp(d, "cuda:", 5)) {
+        char *end;
+        long g = strtol(d + 5, &end, 10);
+        if (d[5] && !*end && g >= 0 && g < 64) gpu = (int)g;
+    }
+    if (gpu < 0) {
+        ds_err(err, errlen, "device \"%s\": expected cpu, cuda or cuda:N", d);
+        return NULL;
+    }
+    *index = gpu;
+#ifdef DSPARK_CUDA
+    return cuda_backend_table();
+#else
+    ds_err(err, errlen, "this dspark was built without CUDA (build it with `make cuda`)");
+    return NULL;
+#endif
+}
+
+int backend_device_count(const char *name) {
+#ifdef DSPARK_CUDA
+    if (name && !strcmp(name, "cuda")) return cuda_device_count();
+#endif
+    (void)name;
+    return 0;
+}

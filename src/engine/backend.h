@@ -1,0 +1,124 @@
+/* backend: the seam between the engine above (model.c, the drafters, the
+ * speculative loop, the server) and the hardware. A backend executes the
+ * descriptions of desc.h: it creates its copy of a model or drafter,
+ * contexts (a KV cache and scratch for one sequence), and runs forwards,
+ * each with its own kernels and fusions. Two implement it: the CPU
+ * (cpu_backend.c, always built) and CUDA (engine/cuda, `make cuda`).
+ * Nothing above the engine includes a backend's own header; it sees this
+ * table through model.h and drafter.h.
+ *
+ * Every backend keeps the rule the lossless loop rests on: a row's bits
+ * never depend on the batch it is in, except that rows of whole groups of
+ * BACKEND_GROUP_ROWS rows counted from a forward's first row may take a
+ * prefill kernel family (a row's result then depends only on its group).
+ * Verifies are narrower than a group (spec.c checks). */
+#ifndef DS_BACKEND_H
+#define DS_BACKEND_H
+
+#include <stddef.h>
+
+#include "engine/desc.h"
+#include "engine/sampler.h"
+#include "engine/threadpool.h"
+
+/* rows of a group that a backend may run through its prefill kernels */
+#define BACKEND_GROUP_ROWS 128
+/* rows a prefill chunk takes on a backend whose contexts hold a group: the
+   speculative prefill's default chunk is the same, so speculative and
+   plain runs fill the same cache */
+#define BACKEND_PREFILL_ROWS 1024
+
+struct model_batch_s;
+typedef struct model_draft_q model_draft_q;
+
+/* What a backend does beyond the common contract. */
+typedef struct {
+    int group_rows;     /* BACKEND_GROUP_ROWS when it has a prefill kernel family, else 0 */
+    int resident_taps;  /* layers whose taps a forward can leave in the backend's memory (0: none) */
+    int chain;          /* chained greedy decoding (model.h mctx_chain_*) */
+    int drafter_resident; /* its drafters read resident taps and draw sampled drafts there */
+} backend_caps;
+
+typedef struct backend {
+    const char *name; /* "cpu", "cuda" */
+    /* device index -> a description, "NVIDIA H200, 139.8 GiB, ..." */
+    int (*describe)(int device, char *out, size_t n);
+
+    /* ---- targets ---- */
+    int (*model_create)(void **out, const model_desc *d, int device, char *err, size_t errlen);
+    void (*model_free)(void *bm);
+    void (*model_caps)(const void *bm, backend_caps *caps);
+    /* 1 when a sampled verify should ask for sampler_rows's answers
+       (model_batch.smp) rather than logits rows */
+    int (*samples_rows)(const void *bm);
+    int (*ctx_create)(void **out, void *bm, int n_ctx, int max_batch, tpool *tp, char *err, size_t errlen);
+    void (*ctx_free)(void *bc);
+    int (*ctx_len)(const void *bc);
+    int (*ctx_capacity)(const void *bc);
+    void (*ctx_truncate)(void *bc, int len);
+    /* model_forward on this backend (b already validated by model.c) */
+    int (*forward)(void *bc, const struct model_batch_s *b, char *err, size_t errlen);
+    /* mctx_resident_taps (model.h); NULL when caps.resident_taps is 0 */
+    const float *(*resident_taps)(void *bc, int n, int *rows);
+    /* chained greedy decoding (model.h); NULL when caps.chain is 0 */
+    int (*chain_ok)(const void *bc);
+    int (*chain_start)(void *bc, int id, char *err, size_t errlen);
+    int (*chain_next)(void *bc, int more, int *id, char *err, size_t errlen);
+    void (*chain_end)(void *bc);
+
+    /* ---- drafters (drafter.h), beside a target of this backend ---- */
+    int (*dmodel_create)(void **out, const drafter_desc *d, void *target_bm, char *err, size_t errlen);
+    void (*dmodel_free)(void *bdm);
+    /* cap: cache positions (the context window plus one block) */
+    int (*dstate_create)(void **out, void *bdm, int cap, tpool *tp, char *err, size_t errlen);
+    void (*dstate_free)(void *bs);
+    int (*dstate_len)(const void *bs); /* positions with context K/V */
+    int (*dstate_capacity)(const void *bs);
+    void (*dstate_truncate)(void *bs, int len);
+    /* context rows pos0 .. pos0+n-1 (the cache cut to pos0 first): row i's
+       features taps[t][row0 + i][H] for each tap t of taps[n_taps][rows][H],
+       in host memory, or (ingest_resident, NULL unless
+       caps.drafter_resident) in the target's resident taps buffer */
+    int (*dstate_ingest)(void *bs, int pos0, int n, const float *taps, int rows, int row0, char *err, size_t errlen);
+    int (*dstate_ingest_resident)(void *bs, int pos0, int n, const float *taps, int rows, int row0, char *err,
+                                  size_t errlen);
+    /* The block [anchor, mask x (B-1)] at positions len .. len+B-1 and the
+       LM head for n rows (DFlash: mask rows 1..n; DSpark: rows 0..n-1).
+       chain: the n drafts chosen greedily into draft[n] (DSpark with a
+       confidence head: conf[n], each row's confidence given the drafts
+       before it; the backend may stop after the first row whose
+       confidence is below conf_th, the rows past it unset). Otherwise only
+       the head rows (dstate_row continues). */
+    int (*dstate_propose)(void *bs, int anchor, int n, int chain, float conf_th, int *draft, float *conf, char *err,
+                          size_t errlen);
+    /* DSpark after a propose without chain: row j given the previous id:
+       its confidence (when the head exists) and its logits z[V] = head
+       row j (+ W2 . W1[prev]); z may be left unset when the confidence is
+       below conf_th */
+    int (*dstate_row)(void *bs, int j, int prev, float conf_th, float *conf, float *z, char *err, size_t errlen);
+    /* DSpark, sampled, where caps.drafter_resident: as a chained propose
+       but draft j is drawn in the backend with u[j] under p, the rows'
+       distributions left there for the verify (dstate_qrows); NULL
+       otherwise */
+    int (*dstate_propose_sampled)(void *bs, int anchor, int n, const sampler_params *p, const double *u, int *draft,
+                                  float *conf, char *err, size_t errlen);
+    void (*dstate_qrows)(const void *bs, model_draft_q *q);
+    /* the last propose's head rows base[rows][V] and DSpark's biased rows
+       z[rows][V] (either may be NULL), copied out for tests */
+    int (*dstate_read_last)(const void *bs, float *base, float *z, int rows, char *err, size_t errlen);
+    /* the context features (after fc and hidden_norm) of the last ingested
+       chunk into g[rows][H]; returns rows (at most dstate_ctx_chunk) */
+    int (*dstate_read_ctx)(const void *bs, float *g, char *err, size_t errlen);
+    int dstate_ctx_chunk; /* context rows ingested per pass */
+} backend;
+
+extern const backend backend_cpu;
+
+/* The backend for a device name ("cpu", "cuda", "cuda:N"; NULL or "" is
+ * "cpu") and its device index in *index; NULL with err filled when the
+ * name is malformed or this build has no such backend. */
+const backend *backend_for(const char *device, int *index, char *err, size_t errlen);
+/* Devices the named backend ("cuda") sees in this build (0 when none). */
+int backend_device_count(const char *name);
+
+#endif

@@ -1,0 +1,497 @@
+/* cpu_backend: the descriptions of desc.h run on the CPU with the kernels
+ * of ops.h (threadpool, AVX2 / AVX-512 / scalar, chosen at run time). One
+ * layer function, cpu_layer, runs every decoder layer of a target and of a
+ * drafter's block; the mask kind says which positions a row sees.
+ *
+ * Weights: the matmul weights a model reads into memory take the rows8
+ * layout at load (tensor.h; model_create), in which the decode matmul
+ * streams a block of 8 rows as one run with 8 independent chains (on a
+ * Zen 4 host 28-30 GB/s a thread where four row-major rows read 12-16:
+ * docs/BENCHMARKS.md, bench/gemv-layout.c). The results are the same
+ * bits. A tied embedding is the LM head, so it is laid out for it
+ * (op_embed reads either layout); an untied one is only gathered and stays
+ * row-major, as do mapped files and shapes that are not multiples of 8.
+ *
+ * Scratch is allocated with each context and drafter state, so the token
+ * loop does not allocate. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "engine/backend.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "engine/ops.h"
+#include "engine/safetensors.h"
+
+/* Activation scratch for up to B rows of one network's layers. */
+typedef struct {
+    float *x, *xb;    /* [B][H] */
+    float *q, *att;   /* [B][nh*hd] */
+    float *k, *v;     /* [B][nkv*hd] */
+    float *gate, *up; /* [B][I] */
+    int *pos;         /* [B] */
+} scratch;
+
+static void scratch_init(scratch *s, const model_config *c, size_t B) {
+    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t QD = (size_t)c->n_heads * (size_t)c->head_dim, KD = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    s->x = xaligned(sizeof(float) * B * H);
+    s->xb = xaligned(sizeof(float) * B * H);
+    s->q = xaligned(sizeof(float) * B * QD);
+    s->att = xaligned(sizeof(float) * B * QD);
+    s->k = xaligned(sizeof(float) * B * KD);
+    s->v = xaligned(sizeof(float) * B * KD);
+    s->gate = xaligned(sizeof(float) * B * I);
+    s->up = xaligned(sizeof(float) * B * I);
+    s->pos = xmalloc(sizeof(int) * B);
+}
+
+static void scratch_free(scratch *s) {
+    float *b[] = {s->x, s->xb, s->q, s->att, s->k, s->v, s->gate, s->up};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) free(b[i]);
+    free(s->pos);
+}
+
+/* Layer l of a network over M rows in s->x at positions s->pos: their K/V
+   are stored at the cache's end (kv_len; the caller commits them or not),
+   and row i attends to the n_past cached positions and, under ATTN_CAUSAL,
+   the batch's rows 0..i, under ATTN_BLOCK all M rows. */
+static void cpu_layer(tpool *tp, scratch *s, const wlayer *L, const model_config *c, const float *inv_freq,
+                      kv_cache *kv, int l, int M, int n_past) {
+    const int H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
+    const int nh = c->n_heads, nkv = c->n_kv_heads;
+    const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+    /* attention block */
+    op_rmsnorm(s->xb, s->x, L->attn_norm, M, H, eps);
+    op_matmul(tp, s->q, s->xb, M, L->wq, L->bq);
+    op_matmul(tp, s->k, s->xb, M, L->wk, L->bk);
+    op_matmul(tp, s->v, s->xb, M, L->wv, L->bv);
+    if (L->q_norm) {
+        op_rmsnorm(s->q, s->q, L->q_norm, M * nh, hd, eps);
+        op_rmsnorm(s->k, s->k, L->k_norm, M * nkv, hd, eps);
+    }
+    op_rope(s->q, M, nh, hd, s->pos, inv_freq);
+    op_rope(s->k, M, nkv, hd, s->pos, inv_freq);
+    kv_store(kv, l, s->k, s->v, M);
+    if (L->attn == ATTN_BLOCK)
+        op_attention_block(tp, s->att, s->q, M, nh, nkv, hd, kv_k(kv, l), kv_v(kv, l), kv_capacity(kv), n_past, scale);
+    else
+        op_attention(tp, s->att, s->q, M, nh, nkv, hd, kv_k(kv, l), kv_v(kv, l), kv_capacity(kv), n_past, scale);
+    op_matmul(tp, s->xb, s->att, M, L->wo, L->bo);
+    op_add(s->x, s->xb, M * H);
+    /* MLP block (MLP_SWIGLU, the one kind) */
+    op_rmsnorm(s->xb, s->x, L->mlp_norm, M, H, eps);
+    op_matmul(tp, s->gate, s->xb, M, L->wg, NULL);
+    op_matmul(tp, s->up, s->xb, M, L->wu, NULL);
+    op_swiglu(s->gate, s->gate, s->up, M * I);
+    op_matmul(tp, s->xb, s->gate, M, L->wd, NULL);
+    op_add(s->x, s->xb, M * H);
+}
+
+/* Layers and kinds this backend runs. */
+static int check_layers(const model_config *c, const wlayer *layers, char *err, size_t errlen) {
+    for (int l = 0; l < c->n_layers; l++)
+        if (layers[l].mlp != MLP_SWIGLU || (layers[l].attn != ATTN_CAUSAL && layers[l].attn != ATTN_BLOCK))
+            return ds_err(err, errlen, "CPU backend: layer %d has a kind it does not run", l);
+    return 0;
+}
+
+/* ---- targets ------------------------------------------------------------- */
+
+typedef struct {
+    model_desc d;
+} cpu_model;
+
+typedef struct {
+    const cpu_model *m;
+    kv_cache *kv;
+    tpool *tp;
+    int max_batch;
+    scratch s;            /* max_batch rows */
+    float *logit_scratch; /* logits of argmax-only forwards */
+    size_t n_logit_scratch;
+} cpu_ctx;
+
+static int cpu_describe(int device, char *out, size_t n) {
+    (void)device;
+    snprintf(out, n, "cpu");
+    return 0;
+}
+
+/* the rows8 layout for every matmul weight and a tied LM head */
+static void cpu_layout(const model_desc *d) {
+    if (!d->weights || d->row_major) return;
+    const int per = 7, n = d->cfg->n_layers * per + 1;
+    const tensor **w = xmalloc(sizeof *w * (size_t)n);
+    for (int l = 0; l < d->cfg->n_layers; l++) {
+        const wlayer *L = &d->layers[l];
+        const tensor *lw[] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
+        memcpy(w + (size_t)l * per, lw, sizeof lw);
+    }
+    w[n - 1] = d->lm_head;
+    st_set_rows8(d->weights, w, n);
+    free(w);
+}
+
+static int cpu_model_create(void **out, const model_desc *d, int device, char *err, size_t errlen) {
+    (void)device;
+    *out = NULL;
+    if (check_layers(d->cfg, d->layers, err, errlen) != 0) return -1;
+    cpu_layout(d);
+    cpu_model *m = xcalloc(1, sizeof *m);
+    m->d = *d;
+    *out = m;
+    return 0;
+}
+
+static void cpu_model_free(void *bm) { free(bm); }
+
+static void cpu_model_caps(const void *bm, backend_caps *caps) {
+    (void)bm;
+    *caps = (backend_caps){0};
+}
+
+static int cpu_samples_rows(const void *bm) {
+    (void)bm;
+    return 1; /* the same host code either way, no copy */
+}
+
+static int cpu_ctx_create(void **out, void *bm, int n_ctx, int max_batch, tpool *tp, char *err, size_t errlen) {
+    *out = NULL;
+    const cpu_model *m = bm;
+    const model_config *c = m->d.cfg;
+    cpu_ctx *x = xcalloc(1, sizeof *x);
+    if (kv_create(&x->kv, c->n_layers, c->n_kv_heads, c->head_dim, n_ctx, err, errlen) != 0) {
+        free(x);
+        return -1;
+    }
+    x->m = m;
+    x->tp = tp;
+    x->max_batch = max_batch;
+    scratch_init(&x->s, c, (size_t)max_batch);
+    *out = x;
+    return 0;
+}
+
+static void cpu_ctx_free(void *bc) {
+    cpu_ctx *x = bc;
+    if (!x) return;
+    kv_free(x->kv);
+    scratch_free(&x->s);
+    free(x->logit_scratch);
+    free(x);
+}
+
+static int cpu_ctx_len(const void *bc) { return kv_len(((const cpu_ctx *)bc)->kv); }
+static int cpu_ctx_capacity(const void *bc) { return kv_capacity(((const cpu_ctx *)bc)->kv); }
+static void cpu_ctx_truncate(void *bc, int len) { kv_truncate(((cpu_ctx *)bc)->kv, len); }
+
+static void tap_copy(const model_batch *b, const float *x, int layer, int row0, int M, int H) {
+    for (int t = 0; t < b->n_taps; t++) {
+        if (b->tap_layers[t] != layer) continue;
+        float *dst = b->taps + ((size_t)t * (size_t)b->n + (size_t)row0) * (size_t)H;
+        memcpy(dst, x, sizeof(float) * (size_t)M * (size_t)H);
+    }
+}
+
+/* One chunk of at most max_batch rows: rows [row0, row0+M) of the batch. */
+static void forward_chunk(cpu_ctx *x, const model_batch *b, int row0, int M, int *next_logit) {
+    const model_desc *d = &x->m->d;
+    const model_config *c = d->cfg;
+    const int H = c->hidden_size;
+    const int n_past = kv_len(x->kv);
+    scratch *s = &x->s;
+
+    for (int i = 0; i < M; i++) s->pos[i] = b->pos ? b->pos[row0 + i] : n_past + i;
+    op_embed(s->x, d->embed, b->tokens + row0, M);
+    tap_copy(b, s->x, -1, row0, M, H);
+    for (int l = 0; l < c->n_layers; l++) {
+        cpu_layer(x->tp, s, &d->layers[l], c, d->inv_freq, x->kv, l, M, n_past);
+        tap_copy(b, s->x, l, row0, M, H);
+    }
+    kv_commit(x->kv, M);
+
+    /* logits for the requested rows of this chunk: gather, norm, LM head */
+    int n_sel = 0, first = *next_logit;
+    while (*next_logit < b->n_logits) {
+        int r = b->logit_rows ? b->logit_rows[*next_logit] : b->n - b->n_logits + *next_logit;
+        if (r >= row0 + M) break;
+        memcpy(s->xb + (size_t)n_sel * (size_t)H, s->x + (size_t)(r - row0) * (size_t)H, sizeof(float) * (size_t)H);
+        n_sel++;
+        (*next_logit)++;
+    }
+    if (n_sel) {
+        op_rmsnorm(s->xb, s->xb, d->final_norm, n_sel, H, c->rms_norm_eps);
+        op_matmul(x->tp, b->logits + (size_t)first * (size_t)c->vocab_size, s->xb, n_sel, d->lm_head, NULL);
+    }
+}
+
+static int cpu_forward(void *bc, const model_batch *b, char *err, size_t errlen) {
+    (void)err;
+    (void)errlen;
+    cpu_ctx *x = bc;
+    const model_config *c = x->m->d.cfg;
+    model_batch bb = *b;
+    if (b->n_logits && !b->logits) { /* argmax or samples only: the rows go to scratch */
+        size_t need = (size_t)b->n_logits * (size_t)c->vocab_size;
+        if (x->n_logit_scratch < need) {
+            free(x->logit_scratch);
+            x->logit_scratch = xmalloc(sizeof(float) * need);
+            x->n_logit_scratch = need;
+        }
+        bb.logits = x->logit_scratch;
+    }
+    int next_logit = 0;
+    for (int row0 = 0; row0 < b->n; row0 += x->max_batch) {
+        int M = b->n - row0 < x->max_batch ? b->n - row0 : x->max_batch;
+        forward_chunk(x, &bb, row0, M, &next_logit);
+    }
+    for (int i = 0; b->argmax && i < b->n_logits; i++)
+        b->argmax[i] = op_argmax(bb.logits + (size_t)i * c->vocab_size, c->vocab_size);
+    if (b->smp) sampler_rows(b->smp, bb.logits, b->n_logits, b->draft, b->u, b->sampled, 0);
+    return 0;
+}
+
+/* ---- drafters ------------------------------------------------------------ */
+
+#define CTX_CHUNK 64 /* context rows ingested per pass */
+
+typedef struct {
+    drafter_desc d;
+} cpu_dmodel;
+
+typedef struct {
+    const cpu_dmodel *dm;
+    tpool *tp;
+    kv_cache *kv; /* context K/V at committed positions; a block's rows sit past kv_len, never committed */
+    scratch s;    /* max(B, CTX_CHUNK) rows */
+    float *feat, *g, *cin, *e, *bias, *base, *zl; /* bias [V] */
+    int *tok;                                     /* [B] */
+    int n_lastctx;
+} cpu_dstate;
+
+static int cpu_dmodel_create(void **out, const drafter_desc *d, void *target_bm, char *err, size_t errlen) {
+    (void)target_bm;
+    *out = NULL;
+    if (check_layers(d->cfg, d->layers, err, errlen) != 0) return -1;
+    cpu_dmodel *m = xcalloc(1, sizeof *m);
+    m->d = *d;
+    *out = m;
+    return 0;
+}
+
+static void cpu_dmodel_free(void *bdm) { free(bdm); }
+
+static int cpu_dstate_create(void **out, void *bdm, int cap, tpool *tp, char *err, size_t errlen) {
+    *out = NULL;
+    const cpu_dmodel *dm = bdm;
+    const drafter_desc *d = &dm->d;
+    const model_config *b = d->cfg;
+    cpu_dstate *s = xcalloc(1, sizeof *s);
+    if (kv_create(&s->kv, b->n_layers, b->n_kv_heads, b->head_dim, cap, err, errlen) != 0) {
+        free(s);
+        return -1;
+    }
+    const int B = d->block_size;
+    size_t H = (size_t)b->hidden_size, V = (size_t)b->vocab_size, R = (size_t)d->markov_rank;
+    s->dm = dm;
+    s->tp = tp;
+    scratch_init(&s->s, b, (size_t)(B > CTX_CHUNK ? B : CTX_CHUNK));
+    s->feat = xaligned(sizeof(float) * (size_t)CTX_CHUNK * (size_t)d->n_taps * H);
+    s->g = xaligned(sizeof(float) * (size_t)CTX_CHUNK * H);
+    s->cin = xaligned(sizeof(float) * (H + R + 1));
+    s->e = xaligned(sizeof(float) * (R + 1));
+    s->bias = xaligned(sizeof(float) * V);
+    s->tok = xmalloc(sizeof(int) * (size_t)B);
+    s->base = xaligned(sizeof(float) * (size_t)B * V);
+    s->zl = xaligned(sizeof(float) * (size_t)B * V);
+    *out = s;
+    return 0;
+}
+
+static void cpu_dstate_free(void *bs) {
+    cpu_dstate *s = bs;
+    if (!s) return;
+    kv_free(s->kv);
+    scratch_free(&s->s);
+    float *b[] = {s->feat, s->g, s->cin, s->e, s->bias, s->base, s->zl};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) free(b[i]);
+    free(s->tok);
+    free(s);
+}
+
+static int cpu_dstate_len(const void *bs) { return kv_len(((const cpu_dstate *)bs)->kv); }
+static int cpu_dstate_capacity(const void *bs) { return kv_capacity(((const cpu_dstate *)bs)->kv); }
+static void cpu_dstate_truncate(void *bs, int len) { kv_truncate(((cpu_dstate *)bs)->kv, len); }
+
+/* Context K/V for m rows at positions pos0..: C = RMSNorm(fc . F,
+   hidden_norm); per layer RoPE(k_norm(k_proj C)) and v_proj C. */
+static void ingest_chunk(cpu_dstate *s, int pos0, int m, const float *taps, int rows, int row0) {
+    const drafter_desc *d = &s->dm->d;
+    const model_config *b = d->cfg;
+    const int H = b->hidden_size, nkv = b->n_kv_heads, hd = b->head_dim, nt = d->n_taps;
+    scratch *x = &s->s;
+    for (int i = 0; i < m; i++)
+        for (int t = 0; t < nt; t++)
+            memcpy(s->feat + ((size_t)i * nt + t) * H, taps + ((size_t)t * rows + (size_t)(row0 + i)) * H,
+                   sizeof(float) * (size_t)H);
+    op_matmul(s->tp, s->g, s->feat, m, d->fc, NULL);
+    op_rmsnorm(s->g, s->g, d->hidden_norm, m, H, b->rms_norm_eps);
+    for (int i = 0; i < m; i++) x->pos[i] = pos0 + i;
+    for (int l = 0; l < b->n_layers; l++) {
+        const wlayer *L = &d->layers[l];
+        op_matmul(s->tp, x->k, s->g, m, L->wk, NULL);
+        op_rmsnorm(x->k, x->k, L->k_norm, m * nkv, hd, b->rms_norm_eps);
+        op_rope(x->k, m, nkv, hd, x->pos, d->inv_freq);
+        op_matmul(s->tp, x->v, s->g, m, L->wv, NULL);
+        kv_store(s->kv, l, x->k, x->v, m);
+    }
+    kv_commit(s->kv, m);
+    s->n_lastctx = m;
+}
+
+static int cpu_dstate_ingest(void *bs, int pos0, int n, const float *taps, int rows, int row0, char *err,
+                             size_t errlen) {
+    (void)err;
+    (void)errlen;
+    cpu_dstate *s = bs;
+    kv_truncate(s->kv, pos0);
+    for (int i = 0; i < n; i += CTX_CHUNK) {
+        int m = n - i < CTX_CHUNK ? n - i : CTX_CHUNK;
+        ingest_chunk(s, pos0 + i, m, taps, rows, row0 + i);
+    }
+    return 0;
+}
+
+/* Runs [anchor, mask x (B-1)] at positions spos.. through the layers (the
+   block's K/V right after the context, uncommitted); leaves h =
+   RMSNorm(X, norm) in s.xb [B][H]. */
+static void block_forward(cpu_dstate *s, int anchor) {
+    const drafter_desc *d = &s->dm->d;
+    const model_config *b = d->cfg;
+    const int B = d->block_size, spos = kv_len(s->kv);
+    scratch *x = &s->s;
+    int *tok = s->tok;
+    for (int i = 0; i < B; i++) {
+        tok[i] = i ? d->mask_token_id : anchor;
+        x->pos[i] = spos + i;
+    }
+    op_embed(x->x, d->embed, tok, B);
+    for (int l = 0; l < b->n_layers; l++) cpu_layer(s->tp, x, &d->layers[l], b, d->inv_freq, s->kv, l, B, spos);
+    op_rmsnorm(x->xb, x->x, d->final_norm, B, b->hidden_size, b->rms_norm_eps);
+}
+
+/* DSpark's rows: e = W1[prev] (markov_e), then from h_j and e the
+   confidence (conf_of) and z = head row j + W2 . e (z_of) */
+static void markov_e(cpu_dstate *s, int prev) {
+    if (s->dm->d.markov_rank > 0) op_embed(s->e, s->dm->d.w1, &prev, 1);
+}
+
+static float conf_of(cpu_dstate *s, int j) {
+    const drafter_desc *d = &s->dm->d;
+    const int H = d->cfg->hidden_size, R = d->markov_rank;
+    float logit;
+    memcpy(s->cin, s->s.xb + (size_t)j * H, sizeof(float) * (size_t)H);
+    if (d->conf_markov) memcpy(s->cin + H, s->e, sizeof(float) * (size_t)R);
+    op_matmul(NULL, &logit, s->cin, 1, d->conf_w, &d->conf_b);
+    return 1.0f / (1.0f + expf(-logit));
+}
+
+static void z_of(cpu_dstate *s, int j, float *z) {
+    const drafter_desc *d = &s->dm->d;
+    const int V = d->cfg->vocab_size;
+    memcpy(z, s->base + (size_t)j * V, sizeof(float) * (size_t)V);
+    if (d->markov_rank > 0) {
+        op_matmul(s->tp, s->bias, s->e, 1, d->w2, NULL);
+        op_add(z, s->bias, V);
+    }
+}
+
+static int cpu_dstate_propose(void *bs, int anchor, int n, int chain, float conf_th, int *draft, float *conf,
+                              char *err, size_t errlen) {
+    (void)err;
+    (void)errlen;
+    cpu_dstate *s = bs;
+    const drafter_desc *d = &s->dm->d;
+    const int H = d->cfg->hidden_size, V = d->cfg->vocab_size;
+    block_forward(s, anchor);
+    if (!d->dspark) {
+        /* mask row j (1..B-1) drafts the token at position s+j */
+        op_matmul(s->tp, s->base, s->s.xb + (size_t)H, n, d->lm_head, NULL);
+        for (int j = 0; chain && j < n; j++) draft[j] = op_argmax(s->base + (size_t)j * V, V);
+        return 0;
+    }
+    /* DSpark: row j drafts position s+j+1, left to right */
+    op_matmul(s->tp, s->base, s->s.xb, n, d->lm_head, NULL);
+    for (int j = 0, prev = anchor; chain && j < n; j++) {
+        markov_e(s, prev);
+        if (d->conf_w && (conf[j] = conf_of(s, j)) < conf_th) break;
+        float *z = s->zl + (size_t)j * V;
+        z_of(s, j, z);
+        draft[j] = op_argmax(z, V);
+        prev = draft[j];
+    }
+    return 0;
+}
+
+static int cpu_dstate_row(void *bs, int j, int prev, float conf_th, float *conf, float *z, char *err,
+                          size_t errlen) {
+    (void)err;
+    (void)errlen;
+    cpu_dstate *s = bs;
+    const int V = s->dm->d.cfg->vocab_size;
+    markov_e(s, prev);
+    if (s->dm->d.conf_w && (*conf = conf_of(s, j)) < conf_th) return 0;
+    z_of(s, j, z);
+    memcpy(s->zl + (size_t)j * V, z, sizeof(float) * (size_t)V);
+    return 0;
+}
+
+static int cpu_dstate_read_last(const void *bs, float *base, float *z, int rows, char *err, size_t errlen) {
+    (void)err;
+    (void)errlen;
+    const cpu_dstate *s = bs;
+    size_t n = sizeof(float) * (size_t)rows * (size_t)s->dm->d.cfg->vocab_size;
+    if (base) memcpy(base, s->base, n);
+    if (z) memcpy(z, s->zl, n);
+    return 0;
+}
+
+static int cpu_dstate_read_ctx(const void *bs, float *g, char *err, size_t errlen) {
+    (void)err;
+    (void)errlen;
+    const cpu_dstate *s = bs;
+    memcpy(g, s->g, sizeof(float) * (size_t)s->n_lastctx * (size_t)s->dm->d.cfg->hidden_size);
+    return s->n_lastctx;
+}
+
+const backend backend_cpu = {
+    .name = "cpu",
+    .describe = cpu_describe,
+    .model_create = cpu_model_create,
+    .model_free = cpu_model_free,
+    .model_caps = cpu_model_caps,
+    .samples_rows = cpu_samples_rows,
+    .ctx_create = cpu_ctx_create,
+    .ctx_free = cpu_ctx_free,
+    .ctx_len = cpu_ctx_len,
+    .ctx_capacity = cpu_ctx_capacity,
+    .ctx_truncate = cpu_ctx_truncate,
+    .forward = cpu_forward,
+    .dmodel_create = cpu_dmodel_create,
+    .dmodel_free = cpu_dmodel_free,
+    .dstate_create = cpu_dstate_create,
+    .dstate_free = cpu_dstate_free,
+    .dstate_len = cpu_dstate_len,
+    .dstate_capacity = cpu_dstate_capacity,
+    .dstate_truncate = cpu_dstate_truncate,
+    .dstate_ingest = cpu_dstate_ingest,
+    .dstate_propose = cpu_dstate_propose,
+    .dstate_row = cpu_dstate_row,
+    .dstate_read_last = cpu_dstate_read_last,
+    .dstate_read_ctx = cpu_dstate_read_ctx,
+    .dstate_ctx_chunk = CTX_CHUNK,
+};

@@ -1,0 +1,151 @@
+/* cuda_glue: the CUDA backend's table (backend.h) over the entry points of
+ * cuda_backend.h and cuda_drafter.h. Built only by `make cuda`; a build
+ * without it has no "cuda" backend (backend_for says so). */
+#include <string.h>
+
+#include "base/util.h"
+
+#include "engine/backend.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/cuda_drafter.h"
+#include "engine/model.h"
+
+_Static_assert(CUDA_GEMM_MIN_ROWS == BACKEND_GROUP_ROWS, "the cuBLAS groups are the backends' groups");
+_Static_assert(CUDA_PREFILL_ROWS == BACKEND_PREFILL_ROWS, "the GPU's prefill chunk is the backends' chunk");
+
+static int g_model_create(void **out, const model_desc *d, int device, char *err, size_t errlen) {
+    for (int l = 0; l < d->cfg->n_layers; l++)
+        if (d->layers[l].attn != ATTN_CAUSAL || d->layers[l].mlp != MLP_SWIGLU)
+            return ds_err(err, errlen, "CUDA backend: layer %d of the target has a kind it does not run", l);
+    cuda_weights w = {.cfg = d->cfg, .embed = d->embed, .lm_head = d->lm_head, .final_norm = d->final_norm,
+                      .inv_freq = d->inv_freq, .layers = d->layers};
+    return cuda_model_create((cuda_model **)out, &w, device, err, errlen);
+}
+static void g_model_free(void *bm) { cuda_model_free(bm); }
+static void g_model_caps(const void *bm, backend_caps *caps) {
+    (void)bm;
+    *caps = (backend_caps){.group_rows = CUDA_GEMM_MIN_ROWS,
+                           .resident_taps = MODEL_RESIDENT_TAPS,
+                           .chain = 1,
+                           .drafter_resident = 1};
+}
+static int g_samples_rows(const void *bm) { return cuda_model_samples(bm); }
+static int g_ctx_create(void **out, void *bm, int n_ctx, int max_batch, tpool *tp, char *err, size_t errlen) {
+    (void)tp;
+    return cuda_ctx_create((cuda_ctx **)out, bm, n_ctx, max_batch, err, errlen);
+}
+static void g_ctx_free(void *bc) { cuda_ctx_free(bc); }
+static int g_ctx_len(const void *bc) { return cuda_ctx_len(bc); }
+static int g_ctx_capacity(const void *bc) { return cuda_ctx_capacity(bc); }
+static void g_ctx_truncate(void *bc, int len) { cuda_ctx_truncate(bc, len); }
+static int g_forward(void *bc, const model_batch *b, char *err, size_t errlen) { return cuda_forward(bc, b, err, errlen); }
+static const float *g_resident_taps(void *bc, int n, int *rows) { return cuda_ctx_taps(bc, n, rows); }
+static int g_chain_ok(const void *bc) { return cuda_chain_ok(bc); }
+static int g_chain_start(void *bc, int id, char *err, size_t errlen) { return cuda_chain_start(bc, id, err, errlen); }
+static int g_chain_next(void *bc, int more, int *id, char *err, size_t errlen) {
+    return cuda_chain_next(bc, more, id, err, errlen);
+}
+static void g_chain_end(void *bc) { cuda_chain_end(bc); }
+
+static int g_dmodel_create(void **out, const drafter_desc *d, void *target_bm, char *err, size_t errlen) {
+    for (int l = 0; l < d->cfg->n_layers; l++)
+        if (d->layers[l].attn != ATTN_BLOCK || d->layers[l].mlp != MLP_SWIGLU)
+            return ds_err(err, errlen, "CUDA backend: layer %d of the drafter has a kind it does not run", l);
+    cuda_dweights w = {.cfg = d->cfg,
+                       .dspark = d->dspark,
+                       .block_size = d->block_size,
+                       .mask_token_id = d->mask_token_id,
+                       .n_taps = d->n_taps,
+                       .markov_rank = d->markov_rank,
+                       .conf_markov = d->conf_markov,
+                       .fc = d->fc,
+                       .hidden_norm = d->hidden_norm,
+                       .final_norm = d->final_norm,
+                       .inv_freq = d->inv_freq,
+                       .layers = d->layers,
+                       .embed = d->alias_embed ? NULL : d->embed,
+                       .lm_head = d->alias_head ? NULL : d->lm_head,
+                       .w1 = d->w1,
+                       .w2 = d->w2,
+                       .conf_w = d->conf_w,
+                       .conf_b = d->conf_b};
+    return cuda_dmodel_create((cuda_dmodel **)out, &w, target_bm, 0, err, errlen);
+}
+static void g_dmodel_free(void *bdm) { cuda_dmodel_free(bdm); }
+static int g_dstate_create(void **out, void *bdm, int cap, tpool *tp, char *err, size_t errlen) {
+    (void)tp;
+    return cuda_dstate_create((cuda_dstate **)out, bdm, cap, err, errlen);
+}
+static void g_dstate_free(void *bs) { cuda_dstate_free(bs); }
+static int g_dstate_len(const void *bs) { return cuda_dstate_len(bs); }
+static int g_dstate_capacity(const void *bs) { return cuda_dstate_capacity(bs); }
+static void g_dstate_truncate(void *bs, int len) { cuda_dstate_truncate(bs, len); }
+static int g_dstate_ingest(void *bs, int pos0, int n, const float *taps, int rows, int row0, char *err,
+                           size_t errlen) {
+    return cuda_dstate_ingest(bs, pos0, n, taps, rows, row0, err, errlen);
+}
+static int g_dstate_ingest_resident(void *bs, int pos0, int n, const float *taps, int rows, int row0, char *err,
+                                    size_t errlen) {
+    return cuda_dstate_ingest_dev(bs, pos0, n, taps, rows, row0, err, errlen);
+}
+/* the device computes every row; the caller applies the confidence cut */
+static int g_dstate_propose(void *bs, int anchor, int n, int chain, float conf_th, int *draft, float *conf,
+                            char *err, size_t errlen) {
+    (void)conf_th;
+    return cuda_dstate_propose(bs, anchor, n, chain, draft, conf, err, errlen);
+}
+static int g_dstate_row(void *bs, int j, int prev, float conf_th, float *conf, float *z, char *err, size_t errlen) {
+    (void)conf_th;
+    return cuda_dstate_row(bs, j, prev, conf, z, err, errlen);
+}
+static int g_dstate_propose_sampled(void *bs, int anchor, int n, const sampler_params *p, const double *u,
+                                    int *draft, float *conf, char *err, size_t errlen) {
+    return cuda_dstate_propose_sampled(bs, anchor, n, p, u, draft, conf, err, errlen);
+}
+static void g_dstate_qrows(const void *bs, model_draft_q *q) { cuda_dstate_qrows(bs, &q->e, &q->tot); }
+static int g_dstate_read_last(const void *bs, float *base, float *z, int rows, char *err, size_t errlen) {
+    return cuda_dstate_read_last(bs, base, z, rows, err, errlen);
+}
+static int g_dstate_read_ctx(const void *bs, float *g, char *err, size_t errlen) {
+    return cuda_dstate_read_ctx(bs, g, err, errlen);
+}
+
+static backend g_table = {
+    .name = "cuda",
+    .describe = cuda_describe,
+    .model_create = g_model_create,
+    .model_free = g_model_free,
+    .model_caps = g_model_caps,
+    .samples_rows = g_samples_rows,
+    .ctx_create = g_ctx_create,
+    .ctx_free = g_ctx_free,
+    .ctx_len = g_ctx_len,
+    .ctx_capacity = g_ctx_capacity,
+    .ctx_truncate = g_ctx_truncate,
+    .forward = g_forward,
+    .resident_taps = g_resident_taps,
+    .chain_ok = g_chain_ok,
+    .chain_start = g_chain_start,
+    .chain_next = g_chain_next,
+    .chain_end = g_chain_end,
+    .dmodel_create = g_dmodel_create,
+    .dmodel_free = g_dmodel_free,
+    .dstate_create = g_dstate_create,
+    .dstate_free = g_dstate_free,
+    .dstate_len = g_dstate_len,
+    .dstate_capacity = g_dstate_capacity,
+    .dstate_truncate = g_dstate_truncate,
+    .dstate_ingest = g_dstate_ingest,
+    .dstate_ingest_resident = g_dstate_ingest_resident,
+    .dstate_propose = g_dstate_propose,
+    .dstate_row = g_dstate_row,
+    .dstate_propose_sampled = g_dstate_propose_sampled,
+    .dstate_qrows = g_dstate_qrows,
+    .dstate_read_last = g_dstate_read_last,
+    .dstate_read_ctx = g_dstate_read_ctx,
+};
+
+const backend *cuda_backend_table(void) {
+    g_table.dstate_ctx_chunk = cuda_dstate_ctx_chunk();
+    return &g_table;
+}

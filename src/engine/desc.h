@@ -1,0 +1,80 @@
+/* desc: a network as data. A target model and a neural drafter are both
+ * described here: hyper-parameters (model_config), the layers' kinds and
+ * options, and their weights as tensors that carry their format (tensor.h:
+ * dtype, layout). A backend (backend.h) executes a description with its own
+ * kernels and fusions; adding a family or a weight format means adding to
+ * the description and to each backend's kernels, never writing another
+ * layer loop.
+ *
+ * A layer is: RMSNorm -> q/k/v projections (optional biases; optional
+ * per-head q/k RMSNorms before RoPE) -> attention over the KV cache under
+ * its mask kind -> o projection -> residual add; RMSNorm -> MLP of its kind
+ * -> residual add. Norm weights and biases are f32 copies owned by the
+ * loader; matmul weights stay in their file format. */
+#ifndef DS_DESC_H
+#define DS_DESC_H
+
+#include "engine/config.h"
+#include "engine/tensor.h"
+
+/* Which positions a layer's rows attend to. */
+typedef enum {
+    ATTN_CAUSAL = 0, /* row i sees every cached position and the batch's rows 0..i (targets) */
+    ATTN_BLOCK,      /* every row sees the cached context and the whole batch (a drafter's block) */
+} attn_kind;
+
+typedef enum {
+    MLP_SWIGLU = 0, /* down(silu(gate(x)) * up(x)) */
+} mlp_kind;
+
+/* One decoder layer. */
+typedef struct {
+    attn_kind attn;
+    mlp_kind mlp;
+    const tensor *wq, *wk, *wv, *wo; /* [nh*hd][H], [nkv*hd][H] x2, [H][nh*hd] */
+    const tensor *wg, *wu, *wd;      /* [I][H], [I][H], [H][I] */
+    float *attn_norm, *mlp_norm;     /* [H] */
+    float *q_norm, *k_norm;          /* [hd] (qk_norm) or NULL */
+    float *bq, *bk, *bv, *bo;        /* [nh*hd], [nkv*hd] x2, [H] or NULL */
+} wlayer;
+
+/* A target model: embedding, layers, final norm, LM head. */
+typedef struct {
+    const model_config *cfg;
+    const tensor *embed, *lm_head; /* [V][H] (the same tensor when tied) */
+    const float *final_norm;       /* [H] */
+    const float *inv_freq;         /* [hd/2] */
+    const wlayer *layers;          /* [n_layers] */
+    /* the loaded files, for a backend that lays the weights out anew in
+       memory it owns (the CPU's rows8; not mapped files); row_major: keep
+       the file's layout (for comparisons) */
+    struct st_set *weights;
+    int row_major;
+} model_desc;
+
+/* A neural drafter (reference/drafters.md): its context rows are
+ * RMSNorm(fc . [target taps], hidden_norm), of which each layer caches
+ * RoPE(k_norm(k_proj C)) and v_proj C; its block [anchor, mask x (B-1)]
+ * runs through ATTN_BLOCK layers, the final norm and the LM head
+ * (DSpark: plus the Markov bias W2 . W1[prev] and a confidence head). */
+typedef struct {
+    const model_config *cfg;   /* the drafter's layers (n_layers = draft depth) */
+    int dspark;                /* 0: DFlash (mask rows 1.. draft), 1: DSpark (rows 0.. draft) */
+    int block_size, mask_token_id, n_taps;
+    int markov_rank;           /* DSpark's r, 0 = no Markov head */
+    int conf_markov;           /* the confidence head reads [h ; W1[prev]] (else h) */
+    const tensor *fc;          /* [H][n_taps*H] */
+    const float *hidden_norm, *final_norm; /* [H] */
+    const float *inv_freq;     /* [hd/2] */
+    const wlayer *layers;      /* [n_layers] */
+    /* the embedding / LM head [V][H]; alias_*: the target's own tensor
+       (borrowed, or a byte-identical copy), which a backend that holds the
+       target's copy reuses */
+    const tensor *embed, *lm_head;
+    int alias_embed, alias_head;
+    const tensor *w1, *w2;     /* Markov head [V][r] each, or NULL */
+    const tensor *conf_w;      /* confidence head [1][H(+r)], or NULL */
+    float conf_b;
+} drafter_desc;
+
+#endif
