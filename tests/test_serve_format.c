@@ -75,7 +75,7 @@ static double jnum(const cJSON *o, const char *key) {
 typedef struct {
     server srv;
     api_request req;
-    engine_job *job;
+    sched_job *job;
     fmt_state f;
     tc_call call;
     tc_result calls;
@@ -90,7 +90,7 @@ static void fixture_init(fixture *x, api_kind kind, const char *body) {
     CHECK(b != NULL);
     CHECK_EQ_INT(api_parse(kind, b, &x->req, err, sizeof err), 0);
     cJSON_Delete(b);
-    x->job = engine_job_new();
+    x->job = sched_job_new();
     x->job->n_ids = 10;
     x->job->st.n_prefilled = 7; /* 3 cached */
     x->job->st.n_gen = 6;
@@ -107,7 +107,7 @@ static void fixture_init(fixture *x, api_kind kind, const char *body) {
 
 static void fixture_free(fixture *x) {
     fmt_free(&x->f);
-    engine_job_release(x->job);
+    sched_job_release(x->job);
     api_request_free(&x->req);
 }
 

@@ -1,5 +1,5 @@
 /* http: a small HTTP/1.1 server layer over libmicrohttpd, one thread per
- * connection (so a handler may block while the engine works). It reads
+ * connection (so a handler may block while the scheduler works). It reads
  * request bodies up to a limit (413 beyond it, before reading the rest),
  * normalises the path (query string and trailing slash removed), answers
  * OPTIONS (204) itself, adds CORS headers to every reply and hands each

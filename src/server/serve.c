@@ -3,7 +3,7 @@
  * count_tokens) APIs on one port, plus /health, /metrics (Prometheus),
  * /events (rounds and prefill progress as server-sent events), /tokenize
  * and /detokenize. HTTP threads parse, render the chat template, tokenize
- * and enqueue; the engine thread (engine.c) owns the model. The file layout
+ * and enqueue; the scheduler thread (sched.c) owns the model. The file layout
  * is in serve_internal.h. */
 #include <errno.h>
 #include <math.h>
@@ -123,9 +123,9 @@ static void reply_cjson(const http_req *r, int status, cJSON *o) {
 }
 
 static void route_health(server *srv, const http_req *r) {
-    const engine_info *in = engine_get_info(srv->en);
-    engine_metrics m;
-    engine_get_metrics(srv->en, &m);
+    const sched_info *in = sched_get_info(srv->en);
+    sched_metrics m;
+    sched_get_metrics(srv->en, &m);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "status", "ok");
     cJSON_AddStringToObject(o, "model", srv->model_id);
@@ -158,7 +158,7 @@ static void route_health(server *srv, const http_req *r) {
 }
 
 static cJSON *model_object(server *srv) {
-    const engine_info *in = engine_get_info(srv->en);
+    const sched_info *in = sched_get_info(srv->en);
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", srv->model_id);
     cJSON_AddStringToObject(m, "object", "model");
@@ -188,9 +188,9 @@ static void route_models(server *srv, const http_req *r, int one) {
 }
 
 static void route_metrics(server *srv, const http_req *r) {
-    engine_metrics m;
-    engine_get_metrics(srv->en, &m);
-    const engine_info *in = engine_get_info(srv->en);
+    sched_metrics m;
+    sched_get_metrics(srv->en, &m);
+    const sched_info *in = sched_get_info(srv->en);
     strbuf b = {0};
 #define METRIC(name, type, help, fmt, val)                                                        \
     sb_printf(&b, "# HELP dspark_%s %s\n# TYPE dspark_%s %s\ndspark_%s" fmt "\n", name, help, name, type, name, val)
@@ -238,8 +238,8 @@ typedef struct {
 } events_stream;
 
 static void stats_json(server *srv, strbuf *out) {
-    engine_metrics m;
-    engine_get_metrics(srv->en, &m);
+    sched_metrics m;
+    sched_get_metrics(srv->en, &m);
     sb_printf(out,
               "{\"requests\":%llu,\"rounds\":%llu,\"completion_tokens\":%llu,\"tokens_per_round\":%.4f,"
               "\"draft_acceptance\":%.4f,\"cap\":%d,\"busy\":%d,\"queue_depth\":%d}",
@@ -261,7 +261,7 @@ static int events_fill(void *ctx, strbuf *out) {
     for (;;) {
         if (http_fd_gone(e->fd)) return -1;
         sb_clear(&e->ev);
-        int rc = engine_events_next(e->srv->en, &e->seq, 32, 0.25, &e->ev);
+        int rc = sched_events_next(e->srv->en, &e->seq, 32, 0.25, &e->ev);
         if (rc < 0) return 0;
         if (rc == 1) {
             sb_printf(out, "event: round\ndata: %s\n\n", sb_str(&e->ev));
@@ -286,7 +286,7 @@ static void events_close(void *ctx, int gone) {
 static void route_events(server *srv, const http_req *r) {
     events_stream *e = xcalloc(1, sizeof *e);
     e->srv = srv;
-    e->seq = ENGINE_EVENTS_NEW;
+    e->seq = SCHED_EVENTS_NEW;
     e->fd = r->fd;
     http_stream st = {.fill = events_fill, .close = events_close, .ctx = e};
     http_reply_stream(r, 200, NULL, &st);
@@ -481,9 +481,9 @@ int cmd_serve(const opts *o) {
     cli_engine_open(&ce, o);
     const model_config *mc = model_cfg(ce.m);
     int n_slots = o->cache_slots ? o->cache_slots : 2;
-    seq *seqs[ENGINE_MAX_SLOTS] = {0};
-    cli_spec sps[ENGINE_MAX_SLOTS];
-    engine_slot slots[ENGINE_MAX_SLOTS];
+    seq *seqs[SCHED_MAX_SLOTS] = {0};
+    cli_spec sps[SCHED_MAX_SLOTS];
+    sched_slot slots[SCHED_MAX_SLOTS];
     for (int i = 0; i < n_slots; i++)
         if (seq_create(&seqs[i], ce.m, o->ctx, 512, ce.tp, err, sizeof err) != 0)
             cli_die("cache slot %d of %d: %s (fewer --cache-slots or a smaller --context-window need less memory)",
@@ -498,7 +498,7 @@ int cmd_serve(const opts *o) {
     sampler *smp = cli_sampler(o, mc->vocab_size);
     cli_spec_open(&sps[0], o, o->mode ? o->mode : "auto", &ce, s, smp);
     for (int i = 1; i < n_slots; i++) cli_spec_clone(&sps[i], &sps[0], o, &ce, seqs[i], smp);
-    for (int i = 0; i < n_slots; i++) slots[i] = (engine_slot){.s = seqs[i], .sp = &sps[i]};
+    for (int i = 0; i < n_slots; i++) slots[i] = (sched_slot){.s = seqs[i], .sp = &sps[i]};
     cli_spec sp = sps[0]; /* for the banner below (a copy; sps[0] is the one in use) */
     int stop_ids[32];
     int n_stop = cli_stop_ids(ce.m, tok, stop_ids);
@@ -512,7 +512,7 @@ int cmd_serve(const opts *o) {
     srv.api_key = o->api_key;
     srv.no_thinking = o->no_thinking;
     srv.reasoning_effort = o->reasoning_effort;
-    engine_info info = {.model_id = model_id, .mode = cli_mode_name(sp.mode),
+    sched_info info = {.model_id = model_id, .mode = cli_mode_name(sp.mode),
                         .drafter = sp.mode == CLI_MODE_DSPARK || sp.mode == CLI_MODE_DFLASH ? sp.drafter_dir : "",
                         .context_window = srv.ctx_window,
                         .cap = sp.mode == CLI_MODE_BASELINE ? 0 : sp.max_draft, .adaptive = sp.adaptive,
@@ -524,7 +524,7 @@ int cmd_serve(const opts *o) {
         fprintf(stderr, "dspark serve: warmed up %d cache slot%s in %.0f ms\n", n_slots, n_slots == 1 ? "" : "s",
                 tw * 1e3);
     }
-    srv.en = engine_start(slots, n_slots, smp, tok, stop_ids, n_stop, &info);
+    srv.en = sched_start(slots, n_slots, smp, tok, stop_ids, n_stop, &info);
 
     const char *host = o->host ? o->host : "127.0.0.1";
     int port = o->port ? o->port : 8080;
@@ -547,9 +547,9 @@ int cmd_serve(const opts *o) {
     sigwait(&sigs, &sig);
     fprintf(stderr, "dspark serve: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
     http_quiesce(hs);
-    engine_stop(srv.en);
+    sched_stop(srv.en);
     http_stop(hs);
-    engine_free(srv.en);
+    sched_free(srv.en);
     for (int i = n_slots - 1; i >= 0; i--) cli_spec_close(&sps[i]); /* clones before the original */
     sampler_free(smp);
     for (int i = 0; i < n_slots; i++) seq_free(seqs[i]);

@@ -21,7 +21,7 @@
 
 enum { BLOCK_NONE, BLOCK_THINKING, BLOCK_TEXT };
 
-void fmt_init(fmt_state *f, api_kind kind, const api_request *req, const server *srv, const engine_job *job,
+void fmt_init(fmt_state *f, api_kind kind, const api_request *req, const server *srv, const sched_job *job,
               int n_prompt) {
     memset(f, 0, sizeof *f);
     f->kind = kind;
@@ -41,7 +41,7 @@ void fmt_free(fmt_state *f) {
     free(f->lp);
 }
 
-void fmt_add_logprobs(fmt_state *f, const engine_logprob *e, int n) {
+void fmt_add_logprobs(fmt_state *f, const sched_logprob *e, int n) {
     if (n <= 0) return;
     if (f->n_lp + n > f->cap_lp) {
         f->cap_lp = f->n_lp + n + 32;
@@ -88,7 +88,7 @@ static cJSON *take_logprobs(fmt_state *f) {
     if (f->kind == API_CHAT) {
         cJSON *content = cJSON_AddArrayToObject(o, "content");
         for (int i = 0; i < f->n_lp; i++) {
-            const engine_logprob *e = &f->lp[i];
+            const sched_logprob *e = &f->lp[i];
             cJSON *t = cJSON_CreateObject();
             token_json(f, e->id, t, "token", 1);
             cJSON_AddNumberToObject(t, "logprob", e->lp);
@@ -105,7 +105,7 @@ static cJSON *take_logprobs(fmt_state *f) {
         cJSON *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs");
         cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
         for (int i = 0; i < f->n_lp; i++) {
-            const engine_logprob *e = &f->lp[i];
+            const sched_logprob *e = &f->lp[i];
             cJSON *tmp = cJSON_CreateObject();
             token_json(f, e->id, tmp, "t", 0);
             const char *ts = cJSON_GetObjectItem(tmp, "t")->valuestring;
@@ -143,7 +143,7 @@ static void frame(strbuf *out, const char *event, cJSON *o) {
     cJSON_Delete(o);
 }
 
-cJSON *fmt_telemetry(const server *srv, const engine_job *j) {
+cJSON *fmt_telemetry(const server *srv, const sched_job *j) {
     const spec_stats *st = &j->st;
     cJSON *x = cJSON_CreateObject();
     cJSON_AddStringToObject(x, "mode", srv->mode);

@@ -1,6 +1,6 @@
 /* serve_gen: the generation routes (see serve_internal.h). A request is
  * mapped (api.h), rendered through the chat template, tokenized and checked
- * against the context window on the HTTP thread; the engine generates; the
+ * against the context window on the HTTP thread; the scheduler generates; the
  * text comes back through the output pipeline: the reasoning split (think.h)
  * and, when tools are parsed, the tool-call gate that holds back text from
  * the first call marker on (toolcall.h). A whole reply is formatted when the
@@ -44,7 +44,7 @@ static void outproc_free(outproc *p) {
     tc_gate_free(p->gate);
 }
 
-/* Text from the engine -> reasoning and visible answer text. */
+/* Text from the scheduler -> reasoning and visible answer text. */
 static void outproc_push(outproc *p, const char *s, size_t n, strbuf *reason, strbuf *text) {
     strbuf ans = {0};
     think_push(&p->th, s, n, reason, &ans);
@@ -102,7 +102,7 @@ static void outproc_whole(outproc *p, const char *s, size_t n, int prefilled, st
 typedef struct {
     server *srv;
     api_request req;
-    engine_job *job;
+    sched_job *job;
     int n_prompt, prefilled, fd;
     outproc op;
     fmt_state fmt;
@@ -112,8 +112,8 @@ typedef struct {
 
 static void gen_free(gen_ctx *g) {
     if (g->job) {
-        engine_job_cancel(g->job);
-        engine_job_release(g->job);
+        sched_job_cancel(g->job);
+        sched_job_release(g->job);
     }
     outproc_free(&g->op);
     fmt_free(&g->fmt);
@@ -189,8 +189,8 @@ static int check_window(server *srv, const http_req *r, api_kind kind, int n) {
     return -1;
 }
 
-static engine_job *make_job(server *srv, const api_request *q, int *ids, int n, int prefilled) {
-    engine_job *j = engine_job_new();
+static sched_job *make_job(server *srv, const api_request *q, int *ids, int n, int prefilled) {
+    sched_job *j = sched_job_new();
     j->ids = ids;
     j->n_ids = n;
     int room = srv->ctx_window - n;
@@ -232,7 +232,7 @@ static engine_job *make_job(server *srv, const api_request *q, int *ids, int n, 
 /* Waits for the job to finish, or (when any_text) for new text, for at most
    `seconds`, in slices that look for a client that went away. Returns -1
    when it did. */
-static int wait_job(engine_job *j, int fd, double seconds, int any_text) {
+static int wait_job(sched_job *j, int fd, double seconds, int any_text) {
     double end = ds_now() + seconds;
     pthread_mutex_lock(&j->mu);
     while (!j->done && !(any_text && j->text.n)) {
@@ -256,7 +256,7 @@ static int wait_job(engine_job *j, int fd, double seconds, int any_text) {
 
 /* Takes the job's new text into out (and its log-probabilities into f);
    returns done. */
-static int take_text(engine_job *j, strbuf *out, fmt_state *f) {
+static int take_text(sched_job *j, strbuf *out, fmt_state *f) {
     pthread_mutex_lock(&j->mu);
     sb_append(out, sb_str(&j->text), j->text.n);
     sb_clear(&j->text);
@@ -271,7 +271,7 @@ static void reply_whole(gen_ctx *g, const http_req *r) {
     strbuf text = {0}, reason = {0}, vis = {0};
     for (;;) {
         if (wait_job(g->job, r->fd, 3600, 0) < 0) {
-            engine_job_cancel(g->job);
+            sched_job_cancel(g->job);
             serve_error(r, dialect_of(g->req.kind), 500, NULL, "the client went away");
             goto out;
         }
@@ -406,7 +406,7 @@ void serve_generate(server *srv, const http_req *r, api_kind kind) {
     g->job = make_job(srv, &g->req, ids, n, g->prefilled);
     outproc_init(&g->op, srv, &g->req, g->prefilled);
     fmt_init(&g->fmt, kind, &g->req, srv, g->job, n);
-    if (engine_submit(srv->en, g->job) < 0) {
+    if (sched_submit(srv->en, g->job) < 0) {
         serve_error(r, dialect, 503, NULL, "the server is shutting down");
         gen_free(g);
         return;

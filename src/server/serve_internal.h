@@ -14,7 +14,7 @@
 
 #include "server/api.h"
 #include "text/chat_template.h"
-#include "server/engine.h"
+#include "server/sched.h"
 #include "server/http.h"
 #include "base/strbuf.h"
 #include "text/think.h"
@@ -22,7 +22,7 @@
 #include "server/toolcall.h"
 
 typedef struct {
-    engine *en;
+    sched *en;
     const tokenizer *tok;
     chat_template *tpl; /* NULL: the model has no chat template */
     tc_format tcf;
@@ -69,7 +69,7 @@ typedef struct {
     api_kind kind;
     const api_request *req;
     const server *srv;
-    const engine_job *job; /* done when the end is formatted */
+    const sched_job *job; /* done when the end is formatted */
     char id[64];
     long created;
     int n_prompt;
@@ -82,17 +82,17 @@ typedef struct {
     char rs_id[64];   /* responses: the reasoning item */
     strbuf answer, reason; /* everything shown so far (responses' done events; non-stream bodies) */
     /* log-probabilities waiting for the next chunk (chat, completions) */
-    engine_logprob *lp;
+    sched_logprob *lp;
     int n_lp, cap_lp;
     size_t text_offset; /* completions: bytes of text the reported tokens cover */
 } fmt_state;
 
-void fmt_init(fmt_state *f, api_kind kind, const api_request *req, const server *srv, const engine_job *job,
+void fmt_init(fmt_state *f, api_kind kind, const api_request *req, const server *srv, const sched_job *job,
               int n_prompt);
 void fmt_free(fmt_state *f);
 /* Log-probabilities of tokens generated since the last call: they go with
  * the next chunk (or the whole body). */
-void fmt_add_logprobs(fmt_state *f, const engine_logprob *e, int n);
+void fmt_add_logprobs(fmt_state *f, const sched_logprob *e, int n);
 /* Stream frames. */
 void fmt_stream_begin(fmt_state *f, strbuf *out);
 void fmt_stream_delta(fmt_state *f, const char *reason, size_t nr, const char *text, size_t nt, strbuf *out);
@@ -101,6 +101,6 @@ void fmt_stream_end(fmt_state *f, const tc_result *calls, strbuf *out);
 /* A whole (non-stream) reply body. */
 char *fmt_body(fmt_state *f, const char *reason, const char *text, const tc_result *calls);
 /* The x_dspark telemetry object of a finished job. */
-cJSON *fmt_telemetry(const server *srv, const engine_job *job);
+cJSON *fmt_telemetry(const server *srv, const sched_job *job);
 
 #endif

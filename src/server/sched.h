@@ -1,21 +1,21 @@
-/* engine: the server's generation thread. One thread owns the model, its
+/* sched: the server's generation thread (its scheduler). One thread owns the model, its
  * KV cache (one sequence, so consecutive turns of a conversation reuse
  * their common prefix) and the drafter; HTTP threads hand it jobs (token
  * ids and sampling settings, never raw JSON) through a FIFO queue and read
  * the generated text back from the job as it grows.
  *
- * A job is shared by the HTTP thread that made it and the engine: both
- * hold a reference (engine_job_release drops one). The engine decodes the
+ * A job is shared by the HTTP thread that made it and the scheduler: both
+ * hold a reference (sched_job_release drops one). The scheduler decodes the
  * ids to text (special tokens are not shown), applies the request's stop
  * strings (the text stops before the earliest match and generation ends at
  * the token that completed it) and appends the text to job->text under
  * job->mu, broadcasting job->cv; job->done is set last. A client that goes
- * away calls engine_job_cancel: generation stops at the next token.
+ * away calls sched_job_cancel: generation stops at the next token.
  *
- * Rounds and prefill progress are published to an event ring (engine_events_*)
+ * Rounds and prefill progress are published to an event ring (sched_events_*)
  * that /events subscribers read without ever blocking generation. */
-#ifndef DS_ENGINE_H
-#define DS_ENGINE_H
+#ifndef DS_SCHED_H
+#define DS_SCHED_H
 
 #include <pthread.h>
 #include <signal.h>
@@ -29,21 +29,21 @@
 
 enum { FINISH_NONE, FINISH_EOS, FINISH_STOP, FINISH_LENGTH, FINISH_CANCEL, FINISH_ERROR };
 
-typedef struct engine engine;
+typedef struct sched sched;
 
-#define ENGINE_MAX_TOP_LOGPROBS 20
+#define SCHED_MAX_TOP_LOGPROBS 20
 /* One generated token's log-probability under the target (raw logits, any
  * sampling settings aside) and its most likely alternatives. */
 typedef struct {
     int id;
     float lp;
     int n_top;
-    int top_id[ENGINE_MAX_TOP_LOGPROBS];
-    float top_lp[ENGINE_MAX_TOP_LOGPROBS];
-} engine_logprob;
+    int top_id[SCHED_MAX_TOP_LOGPROBS];
+    float top_lp[SCHED_MAX_TOP_LOGPROBS];
+} sched_logprob;
 
-typedef struct engine_job {
-    /* set by the creator before engine_submit; read-only afterwards */
+typedef struct sched_job {
+    /* set by the creator before sched_submit; read-only afterwards */
     int *ids;
     int n_ids;
     int max_new;
@@ -53,19 +53,19 @@ typedef struct engine_job {
     uint64_t req_id;
     /* Reasoning budget (0 or less: none): after this many tokens inside a
        reasoning block (think_open ... think_close; from the start when the
-       prompt opened it) the engine closes the block itself by feeding
+       prompt opened it) the scheduler closes the block itself by feeding
        budget_text (e.g. "\n\n</think>\n\n") and generation goes on with
        the answer. The strings must outlive the job. */
     int think_budget, think_prefilled;
     const char *think_open, *think_close;
     char *budget_text; /* owned */
-    int logprobs;      /* -1: none; else alternatives per token (0..ENGINE_MAX_TOP_LOGPROBS) */
+    int logprobs;      /* -1: none; else alternatives per token (0..SCHED_MAX_TOP_LOGPROBS) */
 
     /* shared: guarded by mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     strbuf text;      /* generated text not yet taken by the reader */
-    engine_logprob *lp; /* log-probabilities of the shown tokens not yet taken (logprobs >= 0) */
+    sched_logprob *lp; /* log-probabilities of the shown tokens not yet taken (logprobs >= 0) */
     int n_lp, cap_lp;
     int done, finish; /* FINISH_* once done */
     char stop_hit[256]; /* the stop string that ended it */
@@ -78,7 +78,7 @@ typedef struct engine_job {
     volatile sig_atomic_t halt; /* stop generating (cancel or stop string) */
     int cancelled;
     int refs;
-} engine_job;
+} sched_job;
 
 typedef struct {
     const char *model_id; /* basename of the model directory */
@@ -88,7 +88,7 @@ typedef struct {
     int cap;              /* the configured draft cap (the ceiling when adaptive) */
     int adaptive;
     int slots;            /* cache slots */
-} engine_info;
+} sched_info;
 
 /* A cache slot: one sequence (KV cache) with its decoding state. The
  * engine keeps several conversations this way: each job runs in the slot
@@ -98,30 +98,30 @@ typedef struct {
 typedef struct {
     seq *s;
     cli_spec *sp;
-} engine_slot;
-#define ENGINE_MAX_SLOTS 16
+} sched_slot;
+#define SCHED_MAX_SLOTS 16
 
 /* Takes ownership of nothing: the slots' sequences and specs, smp (the
  * sampler the drafters hold; it is re-parameterised per job), tok and
- * info's strings stay the caller's and must outlive the engine. Starts the
+ * info's strings stay the caller's and must outlive the scheduler. Starts the
  * thread. */
-engine *engine_start(const engine_slot *slots, int n_slots, sampler *smp, const tokenizer *tok, const int *stop_ids,
-                     int n_stop, const engine_info *info);
+sched *sched_start(const sched_slot *slots, int n_slots, sampler *smp, const tokenizer *tok, const int *stop_ids,
+                     int n_stop, const sched_info *info);
 /* Cancels queued and running jobs, stops the thread and ends /events
- * readers; engine_free then releases it. */
-void engine_stop(engine *en);
-void engine_free(engine *en);
-const engine_info *engine_get_info(const engine *en);
+ * readers; sched_free then releases it. */
+void sched_stop(sched *en);
+void sched_free(sched *en);
+const sched_info *sched_get_info(const sched *en);
 
 /* A new job with one reference (the caller's); the caller fills the input
  * fields (ids, stops are taken over and freed with the job). */
-engine_job *engine_job_new(void);
-/* Queues the job; the engine takes its own reference. Returns the number of
- * jobs ahead of it, or -1 when the engine is stopping (the job is then
+sched_job *sched_job_new(void);
+/* Queues the job; the scheduler takes its own reference. Returns the number of
+ * jobs ahead of it, or -1 when the scheduler is stopping (the job is then
  * finished with FINISH_ERROR). */
-int engine_submit(engine *en, engine_job *j);
-void engine_job_cancel(engine_job *j);
-void engine_job_release(engine_job *j);
+int sched_submit(sched *en, sched_job *j);
+void sched_job_cancel(sched_job *j);
+void sched_job_release(sched_job *j);
 
 /* Counters for /metrics and /health. */
 typedef struct {
@@ -132,16 +132,16 @@ typedef struct {
     uint64_t prefill_tokens; /* computed (not reused) prompt rows */
     uint64_t slot_hits;      /* jobs that reused a cached prefix */
     int queue_depth, busy, last_cap;
-} engine_metrics;
-void engine_get_metrics(engine *en, engine_metrics *m);
+} sched_metrics;
+void sched_get_metrics(sched *en, sched_metrics *m);
 
 /* Event ring: each event is a JSON object text. *seq counts the events a
- * reader has taken (*pos); start it at ENGINE_EVENTS_NEW to begin with the last
- * `replay` events. engine_events_next appends the next event to out
+ * reader has taken (*pos); start it at SCHED_EVENTS_NEW to begin with the last
+ * `replay` events. sched_events_next appends the next event to out
  * (returns 1), or waits up to timeout seconds for one (returns 0); a reader
  * that fell more than the ring behind skips to the oldest kept event.
- * Returns -1 when the engine is stopping. */
-#define ENGINE_EVENTS_NEW UINT64_MAX
-int engine_events_next(engine *en, uint64_t *pos, int replay, double timeout, strbuf *out);
+ * Returns -1 when the scheduler is stopping. */
+#define SCHED_EVENTS_NEW UINT64_MAX
+int sched_events_next(sched *en, uint64_t *pos, int replay, double timeout, strbuf *out);
 
 #endif

@@ -1,5 +1,5 @@
-/* engine: see engine.h. */
-#include "server/engine.h"
+/* sched: see sched.h. */
+#include "server/sched.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,26 +13,26 @@
 
 #define EVENT_RING 512
 
-struct engine {
+struct sched {
     cli_spec *sp; /* the slot of the running job */
     seq *s;
-    engine_slot slots[ENGINE_MAX_SLOTS];
-    double slot_used[ENGINE_MAX_SLOTS];
+    sched_slot slots[SCHED_MAX_SLOTS];
+    double slot_used[SCHED_MAX_SLOTS];
     int n_slots;
     sampler *smp;
     const tokenizer *tok;
     int stop_ids[32], n_stop;
-    engine_info info;
+    sched_info info;
     pthread_t th;
 
     pthread_mutex_t qmu; /* queue, stopping, running */
     pthread_cond_t qcv;
-    engine_job **q;
+    sched_job **q;
     int qn, qcap, stopping;
-    engine_job *running;
+    sched_job *running;
 
     pthread_mutex_t mmu; /* metrics */
-    engine_metrics m;
+    sched_metrics m;
 
     pthread_mutex_t emu; /* event ring */
     pthread_cond_t ecv;
@@ -50,7 +50,7 @@ static void abs_deadline(struct timespec *ts, double seconds) {
 
 /* ---- events ---- */
 
-static void publish(engine *en, const char *json) {
+static void publish(sched *en, const char *json) {
     pthread_mutex_lock(&en->emu);
     char **slot = &en->ring[en->n_events % EVENT_RING];
     free(*slot);
@@ -60,9 +60,9 @@ static void publish(engine *en, const char *json) {
     pthread_mutex_unlock(&en->emu);
 }
 
-int engine_events_next(engine *en, uint64_t *pos, int replay, double timeout, strbuf *out) {
+int sched_events_next(sched *en, uint64_t *pos, int replay, double timeout, strbuf *out) {
     pthread_mutex_lock(&en->emu);
-    if (*pos == ENGINE_EVENTS_NEW) *pos = en->n_events > (uint64_t)replay ? en->n_events - (uint64_t)replay : 0;
+    if (*pos == SCHED_EVENTS_NEW) *pos = en->n_events > (uint64_t)replay ? en->n_events - (uint64_t)replay : 0;
     int rc = 0;
     for (int waited = 0;; waited = 1) {
         if (en->events_closed) {
@@ -87,8 +87,8 @@ int engine_events_next(engine *en, uint64_t *pos, int replay, double timeout, st
 
 /* ---- jobs ---- */
 
-engine_job *engine_job_new(void) {
-    engine_job *j = xcalloc(1, sizeof *j);
+sched_job *sched_job_new(void) {
+    sched_job *j = xcalloc(1, sizeof *j);
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
@@ -97,7 +97,7 @@ engine_job *engine_job_new(void) {
     return j;
 }
 
-void engine_job_release(engine_job *j) {
+void sched_job_release(sched_job *j) {
     if (!j) return;
     pthread_mutex_lock(&j->mu);
     int left = --j->refs;
@@ -114,14 +114,14 @@ void engine_job_release(engine_job *j) {
     free(j);
 }
 
-void engine_job_cancel(engine_job *j) {
+void sched_job_cancel(sched_job *j) {
     pthread_mutex_lock(&j->mu);
     if (!j->done) j->cancelled = 1;
     j->halt = 1;
     pthread_mutex_unlock(&j->mu);
 }
 
-static void finish_job(engine_job *j, int finish, const char *error) {
+static void finish_job(sched_job *j, int finish, const char *error) {
     pthread_mutex_lock(&j->mu);
     if (error) snprintf(j->error, sizeof j->error, "%s", error);
     j->finish = finish;
@@ -131,7 +131,7 @@ static void finish_job(engine_job *j, int finish, const char *error) {
     pthread_mutex_unlock(&j->mu);
 }
 
-int engine_submit(engine *en, engine_job *j) {
+int sched_submit(sched *en, sched_job *j) {
     pthread_mutex_lock(&en->qmu);
     if (en->stopping) {
         pthread_mutex_unlock(&en->qmu);
@@ -155,8 +155,8 @@ int engine_submit(engine *en, engine_job *j) {
 /* ---- generation ---- */
 
 typedef struct {
-    engine *en;
-    engine_job *j;
+    sched *en;
+    sched_job *j;
     tok_stream ts;
     char *piece;
     size_t piece_cap;
@@ -171,7 +171,7 @@ typedef struct {
 /* Follows the reasoning block through the text and halts generation when
    the budget is spent inside it. */
 static void track_think(gen_ctx *g, const char *s, size_t n) {
-    engine_job *j = g->j;
+    sched_job *j = g->j;
     if (j->think_budget <= 0 || !j->think_open || !j->think_close || g->think_state == 2 || g->budget_hit) return;
     if (g->think_state == 1) g->think_tokens++;
     sb_append(&g->tail, s, n);
@@ -191,7 +191,7 @@ static void track_think(gen_ctx *g, const char *s, size_t n) {
 }
 
 static void deliver(gen_ctx *g, int last) {
-    engine_job *j = g->j;
+    sched_job *j = g->j;
     if (!g->out.n && !last) return;
     pthread_mutex_lock(&j->mu);
     if (g->out.n) {
@@ -206,7 +206,7 @@ static void deliver(gen_ctx *g, int last) {
 /* log-softmax of the row at id, and the top alternatives */
 static void on_emit_logits(void *ctx, int id, const float *row) {
     gen_ctx *g = ctx;
-    engine_job *j = g->j;
+    sched_job *j = g->j;
     if (j->logprobs < 0 || tok_is_special(g->en->tok, id)) return;
     int V = tok_vocab_size(g->en->tok), n = j->logprobs;
     const model_config *mc = model_cfg(seq_model(g->en->s));
@@ -216,7 +216,7 @@ static void on_emit_logits(void *ctx, int id, const float *row) {
     double sum = 0;
     for (int i = 0; i < V; i++) sum += exp((double)(row[i] - mx));
     float lse = mx + (float)log(sum);
-    engine_logprob e = {.id = id, .lp = row[id] - lse};
+    sched_logprob e = {.id = id, .lp = row[id] - lse};
     for (int i = 0; i < V && n > 0; i++) { /* insertion into the sorted top n */
         float v = row[i];
         if (e.n_top == n && v <= row[e.top_id[n - 1]]) continue;
@@ -258,7 +258,7 @@ static void prefill_event(gen_ctx *g, int done, int total, int final) {
 
 static void on_prefill(void *ctx, int done, int total) { prefill_event(ctx, done, total, 0); }
 
-static int current_cap(const engine *en) {
+static int current_cap(const sched *en) {
     const cli_spec *sp = en->sp;
     if (!sp || sp->mode == CLI_MODE_BASELINE) return 0;
     return sp->adaptive ? sp->ctl.cap : sp->max_draft;
@@ -266,7 +266,7 @@ static int current_cap(const engine *en) {
 
 static void on_round(void *ctx, int drafted, int accepted, int emitted, double seconds) {
     gen_ctx *g = ctx;
-    engine *en = g->en;
+    sched *en = g->en;
     if (!g->prefill_reported) {
         g->prefill_reported = 1;
         prefill_event(g, g->j->n_ids, g->j->n_ids, 1);
@@ -290,7 +290,7 @@ static void on_round(void *ctx, int drafted, int accepted, int emitted, double s
    far and the closing tokens, reusing the cached prefix) and generate the
    rest of the token budget from there. The counts of both parts add up;
    the forced tokens count as generated. */
-static int continue_after_budget(engine *en, engine_job *j, gen_ctx *g, spec_opts *so, const int *out_ids,
+static int continue_after_budget(sched *en, sched_job *j, gen_ctx *g, spec_opts *so, const int *out_ids,
                                  spec_stats *st, char *err, size_t errlen) {
     int *close = NULL;
     int nc = tok_encode(en->tok, j->budget_text, strlen(j->budget_text), 0, &close, err, errlen);
@@ -334,7 +334,7 @@ static int continue_after_budget(engine *en, engine_job *j, gen_ctx *g, spec_opt
    that prefix is at least half the prompt; else the least recently used
    slot (an empty one first). A new conversation shares only the template's
    first few tokens with any cached one, and must not evict it for them. */
-static int pick_slot(engine *en, const int *ids, int n, int *shared) {
+static int pick_slot(sched *en, const int *ids, int n, int *shared) {
     int best = -1, best_len = 0, lru = 0;
     for (int i = 0; i < en->n_slots; i++) {
         seq *s = en->slots[i].s;
@@ -358,7 +358,7 @@ static int pick_slot(engine *en, const int *ids, int n, int *shared) {
     return lru;
 }
 
-static void run_job(engine *en, engine_job *j) {
+static void run_job(sched *en, sched_job *j) {
     char err[512];
     int shared, slot = pick_slot(en, j->ids, j->n_ids, &shared);
     en->slot_used[slot] = ds_now();
@@ -405,7 +405,7 @@ static void run_job(engine *en, engine_job *j) {
                  : cancelled            ? FINISH_CANCEL
                                         : FINISH_LENGTH;
     pthread_mutex_lock(&en->mmu);
-    engine_metrics *m = &en->m;
+    sched_metrics *m = &en->m;
     m->requests++;
     m->requests_cancelled += finish == FINISH_CANCEL;
     m->requests_failed += finish == FINISH_ERROR;
@@ -431,8 +431,8 @@ static void run_job(engine *en, engine_job *j) {
     free(g.piece);
 }
 
-static void *engine_main(void *arg) {
-    engine *en = arg;
+static void *sched_main(void *arg) {
+    sched *en = arg;
     for (;;) {
         pthread_mutex_lock(&en->qmu);
         while (!en->qn && !en->stopping) pthread_cond_wait(&en->qcv, &en->qmu);
@@ -440,7 +440,7 @@ static void *engine_main(void *arg) {
             pthread_mutex_unlock(&en->qmu);
             break;
         }
-        engine_job *j = en->q[0];
+        sched_job *j = en->q[0];
         memmove(en->q, en->q + 1, sizeof *en->q * (size_t)(en->qn - 1));
         en->qn--;
         en->running = j;
@@ -449,16 +449,16 @@ static void *engine_main(void *arg) {
         pthread_mutex_lock(&en->qmu);
         en->running = NULL;
         pthread_mutex_unlock(&en->qmu);
-        engine_job_release(j);
+        sched_job_release(j);
     }
     return NULL;
 }
 
-engine *engine_start(const engine_slot *slots, int n_slots, sampler *smp, const tokenizer *tok, const int *stop_ids,
-                     int n_stop, const engine_info *info) {
-    engine *en = xcalloc(1, sizeof *en);
-    en->n_slots = n_slots < 1 ? 1 : n_slots > ENGINE_MAX_SLOTS ? ENGINE_MAX_SLOTS : n_slots;
-    memcpy(en->slots, slots, sizeof(engine_slot) * (size_t)en->n_slots);
+sched *sched_start(const sched_slot *slots, int n_slots, sampler *smp, const tokenizer *tok, const int *stop_ids,
+                     int n_stop, const sched_info *info) {
+    sched *en = xcalloc(1, sizeof *en);
+    en->n_slots = n_slots < 1 ? 1 : n_slots > SCHED_MAX_SLOTS ? SCHED_MAX_SLOTS : n_slots;
+    memcpy(en->slots, slots, sizeof(sched_slot) * (size_t)en->n_slots);
     en->sp = slots[0].sp;
     en->s = slots[0].s;
     en->smp = smp;
@@ -471,15 +471,15 @@ engine *engine_start(const engine_slot *slots, int n_slots, sampler *smp, const 
     pthread_mutex_init(&en->mmu, NULL);
     pthread_mutex_init(&en->emu, NULL);
     pthread_cond_init(&en->ecv, NULL);
-    if (pthread_create(&en->th, NULL, engine_main, en) != 0) cli_die("cannot start the engine thread");
+    if (pthread_create(&en->th, NULL, sched_main, en) != 0) cli_die("cannot start the scheduler thread");
     return en;
 }
 
-void engine_stop(engine *en) {
+void sched_stop(sched *en) {
     pthread_mutex_lock(&en->qmu);
     en->stopping = 1;
-    if (en->running) engine_job_cancel(en->running);
-    engine_job **q = en->q;
+    if (en->running) sched_job_cancel(en->running);
+    sched_job **q = en->q;
     int qn = en->qn;
     en->q = NULL;
     en->qn = en->qcap = 0;
@@ -487,7 +487,7 @@ void engine_stop(engine *en) {
     pthread_mutex_unlock(&en->qmu);
     for (int i = 0; i < qn; i++) {
         finish_job(q[i], FINISH_ERROR, "the server is shutting down");
-        engine_job_release(q[i]);
+        sched_job_release(q[i]);
     }
     free(q);
     pthread_join(en->th, NULL);
@@ -497,7 +497,7 @@ void engine_stop(engine *en) {
     pthread_mutex_unlock(&en->emu);
 }
 
-void engine_free(engine *en) {
+void sched_free(sched *en) {
     if (!en) return;
     for (int i = 0; i < EVENT_RING; i++) free(en->ring[i]);
     pthread_mutex_destroy(&en->qmu);
@@ -508,9 +508,9 @@ void engine_free(engine *en) {
     free(en);
 }
 
-const engine_info *engine_get_info(const engine *en) { return &en->info; }
+const sched_info *sched_get_info(const sched *en) { return &en->info; }
 
-void engine_get_metrics(engine *en, engine_metrics *m) {
+void sched_get_metrics(sched *en, sched_metrics *m) {
     pthread_mutex_lock(&en->mmu);
     *m = en->m;
     pthread_mutex_unlock(&en->mmu);
