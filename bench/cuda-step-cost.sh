@@ -6,7 +6,7 @@
 # (with its combine), o, gate+up and down, and what each costs per layer
 # (the difference from the full step over the layer count). The costs do
 # not add up exactly: a kernel left out also changes how its neighbours
-# overlap (docs/BENCHMARKS.md, "PDL where it pays").
+# overlap (docs/history/benchmarks-log.md, "PDL where it pays").
 # Usage, on the GPU machine with scripts/cuda-pack's devpack unpacked in $P:
 #   P=/tmp/p bench/cuda-step-cost.sh MODEL_DIR [CONTEXT=512] [REPS=10]
 set -e

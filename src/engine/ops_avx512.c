@@ -431,7 +431,7 @@ AI void kern_pairs(const int mp, const int nr, const ds_dtype dt, const float *x
          * (as before) asked memory for twice the bytes during the first
          * half's pass and none during the second's, where one block ahead
          * the stream is even: 20-35 % faster at 6-24 rows on a Zen 4 VM
-         * (docs/BENCHMARKS.md, "rows8 verify widths"). */
+         * (docs/history/benchmarks-log.md, "rows8 verify widths"). */
         if (pf == 2) {
             UNROLL
             for (size_t o = 0; o < cs / 2; o += 64) {

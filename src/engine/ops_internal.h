@@ -46,7 +46,7 @@ void *ops_scratch(size_t bytes);
  * OPS_PAIRS_MAX_M rows either in place with ops_avx512.c's matmul_r8 (x
  * unpacked; the block read once per pass of up to 6 rows) or with the
  * pairs loop on half blocks (x packed in pairs; each half read once per
- * pass of up to 12 rows). Measured on a Zen 4 VM (docs/BENCHMARKS.md,
+ * pass of up to 12 rows). Measured on a Zen 4 VM (docs/history/benchmarks-log.md,
  * "rows8 verify widths"): matmul_r8 up to 5 rows, where the two are level
  * on weights streamed from memory and matmul_r8 is ahead on small ones;
  * beyond, on matrices of more than OPS_R8_SMALL bytes (a 0.6B's and up),
