@@ -18,6 +18,7 @@
 #include "engine/ops.h"
 #include "spec/registry.h"
 #include "spec/spec.h"
+#include "hooks.h"
 #include "test.h"
 #include "text/tokenizer.h"
 #include "base/util.h"

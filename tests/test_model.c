@@ -11,6 +11,7 @@
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "spec/registry.h"
+#include "hooks.h"
 #include "test.h"
 #include "base/util.h"
 

@@ -14,6 +14,7 @@
 #include "engine/cpu.h"
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
+#include "hooks.h"
 #include "test.h"
 #include "engine/threadpool.h"
 #include "base/util.h"

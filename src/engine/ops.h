@@ -9,10 +9,8 @@
 #include "engine/tensor.h"
 #include "engine/threadpool.h"
 
-/* Kernel selection: by default the SIMD path when the CPU supports it.
- * ops_use_simd(0) forces the scalar path (tests compare both; the result
- * must agree to rounding). Returns the previous setting. */
-int ops_use_simd(int on);
+/* Kernel selection: the SIMD path when the CPU supports it (the tests force
+ * the scalar one through tests/hooks.h). */
 int ops_simd_active(void);
 
 /* y[M][N] = x[M][K] . W^T (+ bias[N]), W is [N][K] (a HF Linear weight)

@@ -88,13 +88,5 @@ void dstate_set_confidence_threshold(dstate *ds, float c);
 drafter dstate_drafter(dstate *ds);
 /* Positions whose context features are cached. */
 int dstate_ctx_len(const dstate *ds);
-/* After propose: the logits rows the drafts came from and the confidences.
- * base: the LM-head rows ([rows][vocab]: DSpark rows 0..k-1, DFlash the
- * mask rows 1..k); markov: DSpark's biased rows (NULL otherwise);
- * conf: DSpark's confidences (NULL otherwise). Returns rows. */
-int dstate_last(const dstate *ds, const float **base, const float **markov, const float **conf);
-/* The context features C_t (after fc and hidden_norm) of the last
- * features() call's rows, [n][hidden]; for tests. */
-const float *dstate_last_ctx(const dstate *ds, int *n);
 
 #endif

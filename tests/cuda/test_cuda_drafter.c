@@ -21,6 +21,7 @@
 #include "spec/registry.h"
 #include "engine/sampler.h"
 #include "spec/seq.h"
+#include "hooks.h"
 #include "test.h"
 #include "base/util.h"
 
