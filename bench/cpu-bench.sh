@@ -14,6 +14,9 @@
 #                   llama-bench --load-mode none) and/or file mapping (dspark
 #                   --mmap, llama-bench --load-mode mmap). On some VMs
 #                   streaming from a file mapping is much slower and noisier.
+#   BASE=BIN        another dspark binary (an earlier revision's build) run
+#                   beside this tree's, rep by rep alternated, with the
+#                   ratio of this tree's rates to its rates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${THREADS:-2}
@@ -65,13 +68,22 @@ for load in $LOADS; do
     *) echo "cpu-bench: unknown load mode $load (read or mmap)" >&2; exit 1 ;;
   esac
   for t in $THREADS; do
-    pp=(); tg=()
+    pp=(); tg=(); bpp=(); btg=()
     for r in $(seq "$REPS"); do
-      pp+=("$(./dspark run --model "$MODEL" --prompt-ids "$PP_IDS" -n 1 -t "$t" -c 1024 --print-ids $dflag 2>&1 >/dev/null | stamp_field prefill)")
-      tg+=("$(./dspark run --model "$MODEL" --prompt-ids 151643 -n 129 --ignore-eos -t "$t" -c 1024 --print-ids $dflag 2>&1 >/dev/null | stamp_field decode)")
+      for bin in ./dspark ${BASE:-}; do
+        p=$("$bin" run --model "$MODEL" --prompt-ids "$PP_IDS" -n 1 -t "$t" -c 1024 --print-ids $dflag 2>&1 >/dev/null | stamp_field prefill)
+        g=$("$bin" run --model "$MODEL" --prompt-ids 151643 -n 129 --ignore-eos -t "$t" -c 1024 --print-ids $dflag 2>&1 >/dev/null | stamp_field decode)
+        if [ "$bin" = ./dspark ]; then pp+=("$p"); tg+=("$g"); else bpp+=("$p"); btg+=("$g"); fi
+      done
     done
     dpp=$(printf '%s\n' "${pp[@]}" | mean); dtg=$(printf '%s\n' "${tg[@]}" | mean)
     printf "| dspark | %s | %s | %s | %s |\n" "$load" "$t" "$dpp" "$dtg"
+    if [ -n "${BASE:-}" ]; then
+      bp=$(printf '%s\n' "${bpp[@]}" | mean); bt=$(printf '%s\n' "${btg[@]}" | mean)
+      printf "| dspark BASE | %s | %s | %s | %s |\n" "$load" "$t" "$bp" "$bt"
+      printf "| ratio to BASE | %s | %s | %s | %s |\n" "$load" "$t" \
+        "$(awk -v a="$dpp" -v b="$bp" 'BEGIN{printf "%.3f", a/b}')" "$(awk -v a="$dtg" -v b="$bt" 'BEGIN{printf "%.3f", a/b}')"
+    fi
     if [ $have_llama = 1 ]; then
       js=$("$LLAMA_BENCH" -m "$GGUF" -t "$t" -p 512 -n 128 -r "$REPS" --load-mode "$lmode" -o json 2>/dev/null)
       lpp=$(echo "$js" | "$PY" -c 'import json,sys; print("%.2f" % [r["avg_ts"] for r in json.load(sys.stdin) if r["n_prompt"]>0][0])')
