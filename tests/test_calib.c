@@ -33,7 +33,7 @@ static void write_text(const char *path, const char *text) { write_bytes(path, t
 
 static void tmp_path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", test_tmp_dir(), name); }
 
-/* t(w)/t(1) of Qwen3-0.6B-shaped bf16 on a 2-vCPU machine (docs/BENCHMARKS.md, "Verify cost"): measured at
+/* t(w)/t(1) of Qwen3-0.6B-shaped bf16 on a 2-vCPU machine (docs/history/benchmarks-log.md, the verify cost before the current kernel): measured at
    w = 1..8, 10, 12, 14, 16; the odd widths 9..15 interpolated between their neighbours */
 static const double CPU_RATIO[17] = {0,    1.00, 1.03, 1.17,  1.50, 1.61, 1.84,  2.15, 2.33,
                                      2.58, 2.83, 2.995, 3.16, 3.47, 3.78, 4.005, 4.23};

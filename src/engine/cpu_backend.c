@@ -7,7 +7,7 @@
  * layout at load (tensor.h; model_create), in which the decode matmul
  * streams a block of 8 rows as one run with 8 independent chains (on a
  * Zen 4 host 28-30 GB/s a thread where four row-major rows read 12-16:
- * docs/BENCHMARKS.md, bench/gemv-layout.c). The results are the same
+ * docs/history/benchmarks-log.md, bench/gemv-layout.c). The results are the same
  * bits. A tied embedding is the LM head, so it is laid out for it
  * (op_embed reads either layout); an untied one is only gathered and stays
  * row-major, as do mapped files and shapes that are not multiples of 8.

@@ -48,7 +48,7 @@
 /* calib_measure_verify defaults: 3 repetitions (the fastest) of each width over
  * a 128-token context. The measurement costs the prefill of ctx_len tokens
  * plus about (reps + 0.1) * sum_{w=1..n_w} t(w): on the CPU curve of
- * docs/BENCHMARKS.md (t(w)/t(1) = 1.00 1.03 1.17 1.50 ... 4.23 for w = 1..16)
+ * docs/history/benchmarks-log.md (t(w)/t(1) = 1.00 1.03 1.17 1.50 ... 4.23 for w = 1..16)
  * that sum is ~40 t(1) for n_w = 16 and ~13 t(1) for n_w = 8; for
  * Qwen3-0.6B bf16 on 2 threads there (t(1) = 35 ms, prefill ~180 tok/s)
  * about 0.7 s + 3.1 * 1.4 s = 5 s for n_w = 16, 2 s for n_w = 8. */
