@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/cuda_ops.cuh"
+#include "engine/cuda/cuda_layer.cuh"
 
 #define TRACE_EVENTS 1024
 #define GRAPH_ROWS 17 /* widest batch replayed from a graph: a verify of 16 drafts + the anchor */
@@ -15,11 +15,6 @@
 /* d_taps, where the taps of up to GRAPH_ROWS rows are copied on the device,
    is where taps_resident leaves those */
 static_assert(GRAPH_ROWS == MODEL_RESIDENT_TAP_ROWS && GRAPH_TAPS == MODEL_RESIDENT_TAPS, "device taps buffer");
-
-struct dlayer {
-    dmat wqkv, wo, wg, wu, wd; /* wqkv: q, k and v projections stacked [QD + 2 KD][H] */
-    float *attn_norm, *mlp_norm, *q_norm, *k_norm, *bqkv, *bo;
-};
 
 struct cuda_model {
     model_config cfg;
@@ -88,37 +83,6 @@ struct cuda_ctx {
     int *ev_op, n_ev;
 };
 
-/* q, k and v stacked into one matrix (and their biases into one vector,
-   zeros for a missing one) so a single launch reads all three */
-static int up_qkv(cuda_model *m, dlayer *D, const wlayer *L, char *err, size_t errlen) {
-    const tensor *t[3] = {L->wq, L->wk, L->wv};
-    const float *b[3] = {L->bq, L->bk, L->bv};
-    for (int i = 1; i < 3; i++)
-        if (t[i]->dtype != t[0]->dtype || t[i]->shape[1] != t[0]->shape[1])
-            return ds_err(err, errlen, "CUDA backend: %s and %s differ in dtype or width", t[0]->name, t[i]->name);
-    if (t[0]->dtype != DT_BF16 && t[0]->dtype != DT_F16 && t[0]->dtype != DT_F32)
-        return ds_err(err, errlen, "CUDA backend: %s has dtype %s (bf16, f16 or f32 needed)", t[0]->name,
-                      dtype_name(t[0]->dtype));
-    size_t bytes = t[0]->nbytes + t[1]->nbytes + t[2]->nbytes;
-    D->wqkv.dt = t[0]->dtype;
-    D->wqkv.K = (int)t[0]->shape[1];
-    D->wqkv.N = (int)(t[0]->shape[0] + t[1]->shape[0] + t[2]->shape[0]);
-    if (cu_dev_alloc(&m->pool, &D->wqkv.p, bytes, err, errlen)) return -1;
-    size_t off = 0;
-    for (int i = 0; i < 3; i++) {
-        CK(cudaMemcpy((char *)D->wqkv.p + off, t[i]->data, t[i]->nbytes, cudaMemcpyHostToDevice));
-        off += t[i]->nbytes;
-    }
-    D->bqkv = NULL;
-    if (!b[0] && !b[1] && !b[2]) return 0;
-    float *h = (float *)xcalloc((size_t)D->wqkv.N, sizeof(float));
-    for (int i = 0, o = 0; i < 3; o += (int)t[i]->shape[0], i++)
-        if (b[i]) memcpy(h + o, b[i], sizeof(float) * (size_t)t[i]->shape[0]);
-    int rc = cu_up_f32(&m->pool, &D->bqkv, h, (size_t)D->wqkv.N, err, errlen);
-    free(h);
-    return rc;
-}
-
 extern "C" int cuda_model_samples(const cuda_model *m) {
     if (!m->clusters) return 0; /* the device sampler runs on thread-block clusters */
     const char *e = getenv("DSPARK_CUDA_SAMPLE");
@@ -183,21 +147,8 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
     if (!rc) rc = cu_up_f32(&m->pool, &m->final_norm, w->final_norm, (size_t)H, err, errlen);
     if (!rc) rc = cu_up_f32(&m->pool, &m->inv_freq, w->inv_freq, (size_t)hd / 2, err, errlen);
     m->layers = (dlayer *)xcalloc((size_t)c->n_layers, sizeof(dlayer));
-    for (int l = 0; !rc && l < c->n_layers; l++) {
-        const wlayer *L = &w->layers[l];
-        dlayer *D = &m->layers[l];
-        rc = up_qkv(m, D, L, err, errlen) || cu_up_mat(&m->pool, &D->wo, L->wo, err, errlen) ||
-             cu_up_mat(&m->pool, &D->wg, L->wg, err, errlen) || cu_up_mat(&m->pool, &D->wu, L->wu, err, errlen) ||
-             cu_up_mat(&m->pool, &D->wd, L->wd, err, errlen) ||
-             cu_up_f32(&m->pool, &D->attn_norm, L->attn_norm, (size_t)H, err, errlen) ||
-             cu_up_f32(&m->pool, &D->mlp_norm, L->mlp_norm, (size_t)H, err, errlen) ||
-             cu_up_f32(&m->pool, &D->q_norm, L->q_norm, (size_t)hd, err, errlen) ||
-             cu_up_f32(&m->pool, &D->k_norm, L->k_norm, (size_t)hd, err, errlen) ||
-             cu_up_f32(&m->pool, &D->bo, L->bo, (size_t)H, err, errlen);
-        rc = rc ? -1 : 0;
-        if (!rc && (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N))
-            rc = ds_err(err, errlen, "CUDA backend: layer %d: gate and up projections differ in dtype or shape", l);
-    }
+    for (int l = 0; !rc && l < c->n_layers; l++)
+        rc = cu_up_layer(&m->pool, &m->layers[l], &w->layers[l], c, l, "CUDA backend", err, errlen);
     if (rc) {
         cuda_model_free(m);
         return -1;
@@ -211,13 +162,9 @@ static int model_tiles(cuda_model *m, char *err, size_t errlen) {
     if (__atomic_load_n(&m->tiles_done, __ATOMIC_ACQUIRE)) return 0;
     const model_config *c = &m->cfg;
     int n = 0;
-    dmat **mats = (dmat **)xmalloc(sizeof(dmat *) * (size_t)(5 * c->n_layers + 1));
+    dmat **mats = (dmat **)xmalloc(sizeof(dmat *) * (size_t)(CU_LAYER_MATS * c->n_layers + 1));
     mats[n++] = &m->lm_head;
-    for (int l = 0; l < c->n_layers; l++) {
-        dlayer *D = &m->layers[l];
-        dmat *ls[5] = {&D->wqkv, &D->wo, &D->wg, &D->wu, &D->wd};
-        for (int i = 0; i < 5; i++) mats[n++] = ls[i];
-    }
+    for (int l = 0; l < c->n_layers; l++, n += CU_LAYER_MATS) cu_layer_mats(&m->layers[l], mats + n);
     int rc = cu_tile_once(&m->tiles_done, &m->pool, mats, n, err, errlen);
     free(mats);
     return rc;
@@ -488,6 +435,12 @@ static void mark(cuda_ctx *x, int op) {
     cudaEventRecord(x->ev[x->n_ev++], x->st);
 }
 
+/* cu_layer's marks: its ops are OP_QKV .. OP_DOWN */
+static_assert(OP_POST - OP_QKV == CU_LOP_POST && OP_ATTN - OP_QKV == CU_LOP_ATTN && OP_O - OP_QKV == CU_LOP_O &&
+                  OP_GU - OP_QKV == CU_LOP_GU && OP_DOWN - OP_QKV == CU_LOP_DOWN,
+              "a layer's ops in the trace's order");
+static void layer_mark(void *x, int op) { mark((cuda_ctx *)x, OP_QKV + op); }
+
 static void trace_report(cuda_ctx *x, int M) {
     double us[OP_N] = {0}, tot = 0;
     for (int i = 1; i < x->n_ev; i++) {
@@ -503,13 +456,6 @@ static void trace_report(cuda_ctx *x, int M) {
     x->n_ev = 0;
 }
 
-/* one layer matmul of the chunk (cu_layer_matmul, this context's cuBLAS
-   groups and norm scratch) */
-static int mm(cuda_ctx *x, int epi, float *y, const float *in, int M, const dmat *W, const dmat *W2,
-              const float *bias, const float *gn, cu_cut cut = cu_cut{}) {
-    return cu_layer_matmul(x->st, x->gemm, epi, y, in, M, W, W2, bias, gn, x->m->cfg.rms_norm_eps, x->xb, cut);
-}
-
 /* what a forward's logits rows give back: the rows, their argmax, both,
    or the device sampler's answers (model_batch.smp); OUT_CHAIN (with
    OUT_IDS, one row): a chained decode step, whose input is the previous
@@ -517,15 +463,9 @@ static int mm(cuda_ctx *x, int epi, float *y, const float *in, int M, const dmat
    there (the host copies it out: chain_launch) */
 enum { OUT_LOGITS = 1, OUT_IDS = 2, OUT_SAMPLE = 4, OUT_CHAIN = 8 };
 
-/* The RMSNorm (weights gn) of M rows `in` ahead of a matmul of W run by
-   its own kernel where cu_norm_split says so for site (and the matmul
-   can take its input pre-cut): the rows' pre-cut products and scales in
-   norm_c and norm_r, returned as the matmul's cu_cut (in, r); else none
-   (the norm folded into the matmul). The same bits either way. */
+/* cu_norm_apart with this context's scratch */
 static cu_cut norm_apart(cuda_ctx *x, int site, const float *in, int M, const dmat *W, const float *gn) {
-    if (!gn || !cu_norm_split(site, M) || !cu_layer_takes_cut(x->gemm, W, M) || !cu_norm_cut_ok(W->K)) return cu_cut{};
-    cu_norm_cut(x->st, x->norm_c, x->norm_r, in, gn, M, W->K, x->m->cfg.rms_norm_eps);
-    return cu_cut{x->norm_c, NULL, x->norm_r};
+    return cu_norm_apart(x->st, x->gemm, x->norm_c, x->norm_r, site, in, M, W, gn, x->m->cfg.rms_norm_eps);
 }
 
 /* logits[n] of the final-normed rows h[n] */
@@ -548,7 +488,6 @@ static void lm_head(cuda_ctx *x, const float *h, int n) {
    combine), so that each one's share of a step can be timed by leaving it
    out (bench/cuda-step-cost.sh). The results are then wrong; a warning says
    so once. */
-enum { OMIT_QKV = 1, OMIT_ATTN = 2, OMIT_O = 4, OMIT_GU = 8, OMIT_DOWN = 16 };
 static int cuda_omit(void) {
     static int v = -1;
     if (v >= 0) return v;
@@ -570,6 +509,18 @@ static int cuda_omit(void) {
     return v;
 }
 
+/* the layers' view of this context's scratch and inputs */
+static cu_layer_rows layer_rows(cuda_ctx *x) {
+    cu_layer_rows r = {};
+    r.cfg = &x->m->cfg;
+    r.x = x->x, r.xb = x->xb, r.q = x->q, r.qkv = x->qkv, r.att = x->att, r.gate = x->gate, r.part = x->part;
+    r.att_c = x->att_c, r.gate_c = x->gate_c, r.norm_c = x->norm_c, r.norm_r = x->norm_r;
+    r.qkv_cnt = x->qkv_cnt;
+    r.pos = x->pos, r.d_len = x->d_len, r.inv_freq = x->m->inv_freq, r.cap = x->cap;
+    r.gemm = x->gemm, r.wg_img = x->wg_img;
+    return r;
+}
+
 /* Enqueues one chunk of M rows whose ids, positions and cache length are in
    h_in (pinned): the uploads, every layer, and, when n_sel > 0, the final
    norm and LM head for the chunk's last n_sel rows with the logits copied
@@ -582,8 +533,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
                           int spread) {
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
-    const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-    const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+    const int H = c->hidden_size, hd = c->head_dim, nkv = c->n_kv_heads;
     cudaStream_t st = x->st;
     int B = x->rows;
     cu_pdl_late_scope late((out & OUT_CHAIN) != 0); /* the chained step's kernels trigger late */
@@ -600,59 +550,11 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     mark(x, OP_EMBED);
     if (b) copy_taps(x, b, -1, row0, M, dev);
     size_t KD = (size_t)nkv * hd;
-    const int omit = cuda_omit();
+    const cu_layer_rows rows = layer_rows(x);
+    const cu_layer_how how = {spread, cuda_omit(), layer_mark, x};
     for (int l = 0; l < c->n_layers; l++) {
-        const dlayer *L = &m->layers[l];
         float *kc = x->kv + (size_t)l * 2 * KD * x->cap, *vc = kc + KD * x->cap;
-        /* decode and verify rows: the projection's matmul post-processes
-           q, k and v itself (no kernel of its own between it and attention) */
-        cu_qkv_tail tail = {cu_qkv_fused_args(x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, nh, nkv,
-                                              hd, x->cap, x->d_len, eps),
-                            x->qkv_cnt, cu_acqrel()};
-        if (!(omit & OMIT_QKV)) {
-            const cu_cut qc = norm_apart(x, CU_NS_QKV, x->x, M, &L->wqkv, L->attn_norm);
-            int fused = !cu_gemm_takes(x->gemm, &L->wqkv, M) &&
-                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail, qc);
-            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm, qc);
-            mark(x, OP_QKV);
-            if (!fused) cu_qkv_post_run(st, &tail.a, M);
-            mark(x, OP_POST);
-        }
-        /* the cuBLAS groups' rows by the prefill kernel, the others as decode and verify rows */
-        const int Mt = x->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(x->gemm, &L->wqkv, M) : 0;
-        /* o and down take their inputs pre-cut where they can (decode and
-           verify rows): the combine and the SwiGLU are asked for the copy */
-        uint32_t *att_c = !Mt && !(omit & OMIT_ATTN) && cu_layer_takes_cut(x->gemm, &L->wo, M) ? x->att_c : NULL;
-        if (!(omit & OMIT_ATTN)) {
-            if (Mt)
-                cu_attention_tiled(st, x->att, x->q, kc, vc, x->part, x->wg_img, Mt, nh, nkv, hd, x->cap,
-                                   x->d_len, scale);
-            if (Mt < M)
-                cu_attention(st, x->att + (size_t)Mt * nh * hd, x->q + (size_t)Mt * nh * hd, kc, vc, x->part, M - Mt,
-                             nh, nkv, hd, x->cap, x->d_len, scale, 1, Mt, spread, att_c);
-            mark(x, OP_ATTN);
-        }
-        {
-            /* the o projection right after attention: see pdl_enabled (and cu_o_pdl) */
-            cu_depth_scope serial(cu_pdl_off_depth, !cu_o_pdl());
-            if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL, NULL});
-        }
-        mark(x, OP_O);
-        uint32_t *gate_c = cu_layer_takes_cut(x->gemm, &L->wd, M) ? x->gate_c : NULL;
-        {
-            cu_swiglu_two two(cu_swiglu_two_for(spread)); /* (see there) */
-            if (omit & OMIT_GU) {
-                gate_c = NULL;
-            } else {
-                cu_cut gc = norm_apart(x, CU_NS_GU, x->x, M, &L->wg, L->mlp_norm);
-                gc.out = gate_c;
-                if (!mm(x, MM_SWIGLU, x->gate, x->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, gc))
-                    gate_c = NULL; /* (not written) */
-            }
-        }
-        mark(x, OP_GU);
-        if (!(omit & OMIT_DOWN)) mm(x, MM_ADD, x->x, x->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL, NULL});
-        mark(x, OP_DOWN);
+        cu_layer(st, &rows, &m->layers[l], kc, vc, M, &how);
         if (b) copy_taps(x, b, l, row0, M, dev);
     }
     if (n_sel) {

@@ -11,18 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/cuda_ops.cuh"
+#include "engine/cuda/cuda_layer.cuh"
 #include "engine/cuda/cuda_drafter.h"
 
 #define CTX_ROWS 128  /* context rows per ingest pass (a prefill chunk of the spec loop) */
 #define GRAPH_ROWS 17 /* ingest passes of up to this many rows (a round's commit) replay graphs */
 
 namespace {
-
-struct dr_layer {
-    dmat wq, wk, wv, wo, wg, wu, wd;
-    float *attn_norm, *mlp_norm, *q_norm, *k_norm; /* [H], [H], [hd], [hd] */
-};
 
 
 /* DSpark's confidence c = sigmoid(w . [h ; e] + b) for one row, one block
@@ -50,7 +45,7 @@ struct cuda_dmodel {
     int gpu, dspark, B, mask_id, nt, R, conf_markov, has_conf;
     dmat fc;                                   /* [H][nt*H] */
     float *hidden_norm, *final_norm, *inv_freq; /* [H], [H], [hd/2] */
-    dr_layer *layers;
+    dlayer *layers;                            /* uploaded as the target's (cu_up_layer) */
     dmat own_embed, own_head;                  /* uploaded only when not the target's */
     const dmat *embed, *lm_head;               /* [V][H]: own_* or the target's */
     dmat w1, w2, conf_w;                       /* [V][R], [V][R], [1][H(+R)] */
@@ -70,7 +65,12 @@ struct cuda_dstate {
     cuda_dmodel *m;
     int cap, len, rows, n_ctx_last;
     float *kv;                              /* [layer][2][nkv][cap][hd] */
-    float *x, *xb, *q, *att, *k, *v, *gate; /* block scratch; k, v also hold ingest rows */
+    float *x, *xb, *q, *qkv, *att, *gate;   /* block scratch (cu_layer_rows) */
+    float *k, *v;                           /* ingest rows' keys and values */
+    uint32_t *att_c, *gate_c, *norm_c;      /* the block's pre-cut inputs of o and down, a norm run apart */
+    float *norm_r;
+    int *qkv_cnt;                           /* the fused q/k/v tail's counts */
+    cu_layer_rows lrows;                    /* the block's rows for cu_layer */
     float *feat, *g;                        /* [CTX_ROWS][nt*H], [CTX_ROWS][H] */
     float *base, *z, *e, *conf;             /* [B][V] head rows, [B][V] biased rows, [R], [B] */
     float *part;                            /* split attention partials */
@@ -93,21 +93,8 @@ struct cuda_dstate {
 /* ---- weights --------------------------------------------------------------- */
 
 static int up_layers(cuda_dmodel *m, const wlayer *src, char *err, size_t errlen) {
-    const model_config *c = &m->cfg;
-    size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
-    for (int l = 0; l < c->n_layers; l++) {
-        const wlayer *L = &src[l];
-        dr_layer *D = &m->layers[l];
-        if (cu_up_mat(&m->pool, &D->wq, L->wq, err, errlen) || cu_up_mat(&m->pool, &D->wk, L->wk, err, errlen) ||
-            cu_up_mat(&m->pool, &D->wv, L->wv, err, errlen) || cu_up_mat(&m->pool, &D->wo, L->wo, err, errlen) ||
-            cu_up_mat(&m->pool, &D->wg, L->wg, err, errlen) || cu_up_mat(&m->pool, &D->wu, L->wu, err, errlen) ||
-            cu_up_mat(&m->pool, &D->wd, L->wd, err, errlen) || cu_up_f32(&m->pool, &D->attn_norm, L->attn_norm, H, err, errlen) ||
-            cu_up_f32(&m->pool, &D->mlp_norm, L->mlp_norm, H, err, errlen) ||
-            cu_up_f32(&m->pool, &D->q_norm, L->q_norm, hd, err, errlen) || cu_up_f32(&m->pool, &D->k_norm, L->k_norm, hd, err, errlen))
-            return -1;
-        if (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N)
-            return ds_err(err, errlen, "CUDA drafter: layer %d: gate and up projections differ in dtype or shape", l);
-    }
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        if (cu_up_layer(&m->pool, &m->layers[l], &src[l], &m->cfg, l, "CUDA drafter", err, errlen)) return -1;
     return 0;
 }
 
@@ -143,7 +130,7 @@ extern "C" int cuda_dmodel_create(cuda_dmodel **out, const cuda_dweights *w, str
     m->conf_b = w->conf_b;
     const model_config *c = &m->cfg;
     size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
-    m->layers = (dr_layer *)xcalloc((size_t)c->n_layers, sizeof(dr_layer));
+    m->layers = (dlayer *)xcalloc((size_t)c->n_layers, sizeof(dlayer));
     int rc = cu_up_mat(&m->pool, &m->fc, w->fc, err, errlen) || cu_up_f32(&m->pool, &m->hidden_norm, w->hidden_norm, H, err, errlen) ||
              cu_up_f32(&m->pool, &m->final_norm, w->final_norm, H, err, errlen) ||
              cu_up_f32(&m->pool, &m->inv_freq, w->inv_freq, hd / 2, err, errlen) || up_layers(m, w->layers, err, errlen);
@@ -197,14 +184,21 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
         return ds_err(err, errlen, "CUDA: cannot allocate the drafter's %.2f GiB cache for %d positions: %s%s",
                       (double)sizeof(float) * kvf / (1 << 30), cap, cudaGetErrorString(e), cu_tiles_hint());
     }
-    float **bufs[] = {&s->x, &s->xb, &s->q, &s->att, &s->k, &s->v, &s->gate, &s->feat,
-                      &s->g, &s->base, &s->z, &s->e, &s->conf, &s->part};
-    size_t sizes[] = {B * H, B * H, B * QD, B * QD, R * KD, R * KD, B * I, (size_t)CTX_ROWS * m->nt * H,
-                      (size_t)CTX_ROWS * H, B * V, m->R ? B * V : 1, m->R ? (size_t)m->R : 1, (size_t)B,
-                      cu_attn_part_floats(c->n_heads, c->head_dim, cap)};
+    float **bufs[] = {&s->x, &s->xb, &s->q, &s->qkv, &s->att, &s->k, &s->v, &s->gate, &s->feat,
+                      &s->g, &s->base, &s->z, &s->e, &s->conf, &s->part, &s->norm_r};
+    size_t sizes[] = {B * H, B * H, B * QD, B * (QD + 2 * KD), B * QD, R * KD, R * KD, B * I,
+                      (size_t)CTX_ROWS * m->nt * H, (size_t)CTX_ROWS * H, B * V, m->R ? B * V : 1,
+                      m->R ? (size_t)m->R : 1, (size_t)B, cu_attn_part_floats(c->n_heads, c->head_dim, cap),
+                      CU_CUT_ROWS};
     int ok = 1;
     for (size_t i = 0; ok && i < sizeof sizes / sizeof sizes[0]; i++)
         ok = cudaMalloc((void **)bufs[i], sizeof(float) * sizes[i]) == cudaSuccess;
+    const size_t ncnt = (size_t)cu_qkv_tail_cnt(c->n_heads, c->n_kv_heads);
+    ok = ok && cudaMalloc((void **)&s->att_c, sizeof(uint32_t) * CU_CUT_ROWS * QD) == cudaSuccess &&
+         cudaMalloc((void **)&s->gate_c, sizeof(uint32_t) * CU_CUT_ROWS * I) == cudaSuccess &&
+         cudaMalloc((void **)&s->norm_c, sizeof(uint32_t) * CU_CUT_ROWS * H) == cudaSuccess &&
+         cudaMalloc((void **)&s->qkv_cnt, sizeof(int) * ncnt) == cudaSuccess &&
+         cudaMemset(s->qkv_cnt, 0, sizeof(int) * ncnt) == cudaSuccess;
     ok = ok && cudaMalloc((void **)&s->d_in, sizeof(int) * IN_INTS(s)) == cudaSuccess &&
          cudaMalloc((void **)&s->draft, sizeof(int) * B) == cudaSuccess &&
          (!m->dspark || (cudaMalloc((void **)&s->qscr, sizeof(float) * B * cu_sample_stride((int)V)) == cudaSuccess &&
@@ -227,6 +221,14 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
     }
     s->g_block = (cudaGraphExec_t *)xcalloc((size_t)(B + 1) * 3, sizeof(cudaGraphExec_t));
     s->use_graphs = cu_graphs_enabled();
+    /* the block's rows for cu_layer: no cuBLAS groups (B rows are decode-sized) */
+    cu_layer_rows *r = &s->lrows;
+    r->cfg = &m->cfg;
+    r->x = s->x, r->xb = s->xb, r->q = s->q, r->qkv = s->qkv, r->att = s->att, r->gate = s->gate, r->part = s->part;
+    r->att_c = s->att_c, r->gate_c = s->gate_c, r->norm_c = s->norm_c, r->norm_r = s->norm_r;
+    r->qkv_cnt = s->qkv_cnt;
+    r->pos = s->d_in + IN_POS(s), r->d_len = s->d_in + IN_LEN(s), r->inv_freq = m->inv_freq, r->cap = cap;
+    r->gemm = NULL, r->wg_img = NULL;
     *out = s;
     return 0;
 }
@@ -235,9 +237,13 @@ extern "C" void cuda_dstate_free(cuda_dstate *s) {
     if (!s) return;
     cudaSetDevice(s->m->gpu);
     if (s->st) cudaStreamSynchronize(s->st);
-    float *bufs[] = {s->kv, s->x, s->xb, s->q, s->att, s->k, s->v, s->gate, s->feat, s->g, s->base, s->z, s->e,
-                     s->conf, s->part};
+    float *bufs[] = {s->kv, s->x, s->xb, s->q, s->qkv, s->att, s->k, s->v, s->gate, s->feat, s->g, s->base, s->z,
+                     s->e, s->conf, s->part, s->norm_r};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    cudaFree(s->att_c);
+    cudaFree(s->gate_c);
+    cudaFree(s->norm_c);
+    cudaFree(s->qkv_cnt);
     cu_am_free(&s->am);
     cudaFree(s->d_in);
     cudaFree(s->draft);
@@ -285,7 +291,7 @@ static float *layer_v(const cuda_dstate *s, int l) {
 static void enqueue_ingest(cuda_dstate *s, int M, int chain) {
     const cuda_dmodel *m = s->m;
     const model_config *c = &m->cfg;
-    const int H = c->hidden_size, nkv = c->n_kv_heads, hd = c->head_dim;
+    const int H = c->hidden_size, nkv = c->n_kv_heads, hd = c->head_dim, QD = c->n_heads * hd, KD = nkv * hd;
     cudaStream_t st = s->st;
     int *pos = s->d_in + IN_POS(s), *d_len = s->d_in + IN_LEN(s);
     cudaMemcpyAsync(s->d_in, s->h_in, sizeof(int) * IN_INTS(s), cudaMemcpyHostToDevice, st);
@@ -293,9 +299,12 @@ static void enqueue_ingest(cuda_dstate *s, int M, int chain) {
     cu_matmul(st, s->g, s->feat, M, &m->fc, NULL);
     cu_rmsnorm(st, s->g, s->g, m->hidden_norm, M, H, c->rms_norm_eps);
     for (int l = 0; l < c->n_layers; l++) {
-        const dr_layer *L = &m->layers[l];
-        cu_matmul(st, s->k, s->g, M, &L->wk, NULL);
-        cu_matmul(st, s->v, s->g, M, &L->wv, NULL);
+        const dlayer *L = &m->layers[l];
+        /* the k and v rows of the stacked projection (no bias: cu_up_layer
+           stacks none for a drafter, whose wlayer has none) */
+        const dmat wk = cu_mat_rows(&L->wqkv, QD, KD), wv = cu_mat_rows(&L->wqkv, QD + KD, KD);
+        cu_matmul(st, s->k, s->g, M, &wk, NULL);
+        cu_matmul(st, s->v, s->g, M, &wv, NULL);
         /* no query heads: k_norm, RoPE and the store only */
         cu_qkv_post(st, NULL, s->k, s->v, layer_k(s, l), layer_v(s, l), NULL, L->k_norm, pos, m->inv_freq, M, 0, nkv,
                     hd, s->cap, d_len, c->rms_norm_eps);
@@ -347,32 +356,17 @@ static void enqueue_dspark_row(cuda_dstate *s, int j, const int *prev, int chain
 static void enqueue_block(cuda_dstate *s, int n, int chain) {
     const cuda_dmodel *m = s->m;
     const model_config *c = &m->cfg;
-    const int B = m->B, H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-    const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+    const int B = m->B, H = c->hidden_size;
+    const float eps = c->rms_norm_eps;
     cudaStream_t st = s->st;
-    int *tok = s->d_in, *pos = s->d_in + IN_POS(s), *d_len = s->d_in + IN_LEN(s);
+    int *tok = s->d_in;
     cudaMemcpyAsync(s->d_in, s->h_in, sizeof(int) * IN_INTS(s), cudaMemcpyHostToDevice, st);
     if (chain == CHAIN_SAMPLED) cudaMemcpyAsync(s->d_samp, s->h_samp, sizeof *s->h_samp, cudaMemcpyHostToDevice, st);
     cu_embed(st, s->x, m->embed, tok, B);
-    for (int l = 0; l < c->n_layers; l++) {
-        const dr_layer *L = &m->layers[l];
-        float *kc = layer_k(s, l), *vc = layer_v(s, l);
-        cu_rmsnorm(st, s->xb, s->x, L->attn_norm, B, H, eps);
-        cu_matmul(st, s->q, s->xb, B, &L->wq, NULL);
-        cu_matmul(st, s->k, s->xb, B, &L->wk, NULL);
-        cu_matmul(st, s->v, s->xb, B, &L->wv, NULL);
-        cu_qkv_post(st, s->q, s->k, s->v, kc, vc, L->q_norm, L->k_norm, pos, m->inv_freq, B, nh, nkv, hd, s->cap,
-                    d_len, eps);
-        cu_attention(st, s->att, s->q, kc, vc, s->part, B, nh, nkv, hd, s->cap, d_len, scale, 0, 0,
-                     cu_attn_spread_for(0)); /* the default shape unless forced: its graphs are not keyed by length */
-        {
-            cu_pdl_off serial; /* see pdl_enabled */
-            cu_matmul_add(st, s->x, s->att, B, &L->wo, NULL);
-        }
-        cu_rmsnorm(st, s->xb, s->x, L->mlp_norm, B, H, eps);
-        cu_matmul_swiglu(st, s->gate, s->xb, B, &L->wg, &L->wu);
-        cu_matmul_add(st, s->x, s->gate, B, &L->wd, NULL);
-    }
+    /* the decode attention's default shape unless forced: the block's
+       graphs are not keyed by the cache length */
+    const cu_layer_how how = {cu_attn_spread_for(0), 0, NULL, NULL};
+    for (int l = 0; l < c->n_layers; l++) cu_layer(st, &s->lrows, &m->layers[l], layer_k(s, l), layer_v(s, l), B, &how);
     cu_rmsnorm(st, s->xb, s->x, m->final_norm, B, H, eps);
     if (!m->dspark) {
         /* mask row j (1..B-1) drafts the token at position s+j */
@@ -440,15 +434,11 @@ static int dmodel_tiles(cuda_dmodel *m, char *err, size_t errlen) {
     if (__atomic_load_n(&m->tiles_done, __ATOMIC_ACQUIRE)) return 0;
     const model_config *c = &m->cfg;
     int n = 0;
-    dmat **mats = (dmat **)xmalloc(sizeof(dmat *) * (size_t)(7 * c->n_layers + 3));
+    dmat **mats = (dmat **)xmalloc(sizeof(dmat *) * (size_t)(CU_LAYER_MATS * c->n_layers + 3));
     mats[n++] = &m->fc;
     if (m->lm_head == &m->own_head) mats[n++] = &m->own_head; /* a borrowed head is the target's to copy */
     if (m->R) mats[n++] = &m->w2;                             /* w1 is only gathered from */
-    for (int l = 0; l < c->n_layers; l++) {
-        dr_layer *D = &m->layers[l];
-        dmat *ls[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->wg, &D->wu, &D->wd};
-        for (int i = 0; i < 7; i++) mats[n++] = ls[i];
-    }
+    for (int l = 0; l < c->n_layers; l++, n += CU_LAYER_MATS) cu_layer_mats(&m->layers[l], mats + n);
     int rc = cu_tile_once(&m->tiles_done, &m->pool, mats, n, err, errlen);
     free(mats);
     return rc;

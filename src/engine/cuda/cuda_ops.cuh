@@ -501,6 +501,19 @@ struct dmat {
     void *t;
 };
 
+/* Rows [r0, r0 + n) of W as a matrix of its own, in W's memory (no copy):
+   its row-major rows from r0 on and, where W has a tile-major copy and r0
+   is a multiple of 16, that copy's tiles from tile row r0 / 16 on (the
+   view's last tile may hold rows of W past the view, whose outputs the
+   kernel drops as it drops a tile's zero padding); otherwise no tile-major
+   copy (the kernels read the rows: the same bits). */
+static inline dmat cu_mat_rows(const dmat *W, int r0, int n) {
+    const size_t es = dtype_size(W->dt), nc = ((size_t)W->K + 31) / 32;
+    dmat v = {(char *)W->p + (size_t)r0 * W->K * es, W->dt, n, W->K, NULL};
+    if (W->t && r0 % 16 == 0) v.t = (char *)W->t + (size_t)(r0 / 16) * nc * 512 * es;
+    return v;
+}
+
 __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float widen(__half v) { return __half2float(v); }
 __device__ __forceinline__ float widen(float v) { return v; }

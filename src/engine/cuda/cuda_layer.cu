@@ -1,0 +1,145 @@
+// cuda_layer: see cuda_layer.cuh. A decoder layer's upload and its one
+// enqueueing function, shared by the target's forward and the drafters'
+// blocks.
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cuda/cuda_layer.cuh"
+
+/* q, k and v stacked into one matrix (and their biases into one vector,
+   zeros for a missing one) so a single launch reads all three */
+static int up_qkv(dev_pool *pl, dlayer *D, const wlayer *L, const char *who, char *err, size_t errlen) {
+    const tensor *t[3] = {L->wq, L->wk, L->wv};
+    const float *b[3] = {L->bq, L->bk, L->bv};
+    for (int i = 1; i < 3; i++)
+        if (t[i]->dtype != t[0]->dtype || t[i]->shape[1] != t[0]->shape[1])
+            return ds_err(err, errlen, "%s: %s and %s differ in dtype or width", who, t[0]->name, t[i]->name);
+    if (t[0]->dtype != DT_BF16 && t[0]->dtype != DT_F16 && t[0]->dtype != DT_F32)
+        return ds_err(err, errlen, "%s: %s has dtype %s (bf16, f16 or f32 needed)", who, t[0]->name,
+                      dtype_name(t[0]->dtype));
+    size_t bytes = t[0]->nbytes + t[1]->nbytes + t[2]->nbytes;
+    D->wqkv.dt = t[0]->dtype;
+    D->wqkv.K = (int)t[0]->shape[1];
+    D->wqkv.N = (int)(t[0]->shape[0] + t[1]->shape[0] + t[2]->shape[0]);
+    if (cu_dev_alloc(pl, &D->wqkv.p, bytes, err, errlen)) return -1;
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        CK(cudaMemcpy((char *)D->wqkv.p + off, t[i]->data, t[i]->nbytes, cudaMemcpyHostToDevice));
+        off += t[i]->nbytes;
+    }
+    D->bqkv = NULL;
+    if (!b[0] && !b[1] && !b[2]) return 0;
+    float *h = (float *)xcalloc((size_t)D->wqkv.N, sizeof(float));
+    for (int i = 0, o = 0; i < 3; o += (int)t[i]->shape[0], i++)
+        if (b[i]) memcpy(h + o, b[i], sizeof(float) * (size_t)t[i]->shape[0]);
+    int rc = cu_up_f32(pl, &D->bqkv, h, (size_t)D->wqkv.N, err, errlen);
+    free(h);
+    return rc;
+}
+
+int cu_up_layer(dev_pool *pl, dlayer *D, const wlayer *L, const model_config *c, int l, const char *who, char *err,
+                size_t errlen) {
+    const size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
+    D->attn = L->attn;
+    D->mlp = L->mlp;
+    int rc = up_qkv(pl, D, L, who, err, errlen) || cu_up_mat(pl, &D->wo, L->wo, err, errlen) ||
+             cu_up_mat(pl, &D->wg, L->wg, err, errlen) || cu_up_mat(pl, &D->wu, L->wu, err, errlen) ||
+             cu_up_mat(pl, &D->wd, L->wd, err, errlen) || cu_up_f32(pl, &D->attn_norm, L->attn_norm, H, err, errlen) ||
+             cu_up_f32(pl, &D->mlp_norm, L->mlp_norm, H, err, errlen) ||
+             cu_up_f32(pl, &D->q_norm, L->q_norm, hd, err, errlen) ||
+             cu_up_f32(pl, &D->k_norm, L->k_norm, hd, err, errlen) || cu_up_f32(pl, &D->bo, L->bo, H, err, errlen);
+    if (rc) return -1;
+    if (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N)
+        return ds_err(err, errlen, "%s: layer %d: gate and up projections differ in dtype or shape", who, l);
+    return 0;
+}
+
+void cu_layer_mats(dlayer *D, dmat **out) {
+    dmat *ls[CU_LAYER_MATS] = {&D->wqkv, &D->wo, &D->wg, &D->wu, &D->wd};
+    memcpy(out, ls, sizeof ls);
+}
+
+cu_cut cu_norm_apart(cudaStream_t st, cu_gemm *g, uint32_t *norm_c, float *norm_r, int site, const float *in, int M,
+                     const dmat *W, const float *gn, float eps) {
+    if (!gn || !cu_norm_split(site, M) || !cu_layer_takes_cut(g, W, M) || !cu_norm_cut_ok(W->K)) return cu_cut{};
+    cu_norm_cut(st, norm_c, norm_r, in, gn, M, W->K, eps);
+    return cu_cut{norm_c, NULL, norm_r};
+}
+
+/* one layer matmul of the rows (cu_layer_matmul, their cuBLAS groups and
+   norm scratch) */
+static int mm(cudaStream_t st, const cu_layer_rows *r, int epi, float *y, const float *in, int M, const dmat *W,
+              const dmat *W2, const float *bias, const float *gn, cu_cut cut = cu_cut{}) {
+    return cu_layer_matmul(st, r->gemm, epi, y, in, M, W, W2, bias, gn, r->cfg->rms_norm_eps, r->xb, cut);
+}
+
+static cu_cut norm_apart(cudaStream_t st, const cu_layer_rows *r, int site, const float *in, int M, const dmat *W,
+                         const float *gn) {
+    return cu_norm_apart(st, r->gemm, r->norm_c, r->norm_r, site, in, M, W, gn, r->cfg->rms_norm_eps);
+}
+
+static void mark(const cu_layer_how *how, int op) {
+    if (how->mark) how->mark(how->mark_arg, op);
+}
+
+void cu_layer(cudaStream_t st, const cu_layer_rows *r, const dlayer *L, float *kc, float *vc, int M,
+              const cu_layer_how *how) {
+    const model_config *c = r->cfg;
+    const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+    const int omit = how->omit, spread = how->spread, causal = L->attn == ATTN_CAUSAL;
+    /* (MLP_SWIGLU, the one MLP kind: cuda_glue.c admits no other) */
+    /* decode and verify rows: the projection's matmul post-processes
+       q, k and v itself (no kernel of its own between it and attention) */
+    cu_qkv_tail tail = {cu_qkv_fused_args(r->q, r->qkv, kc, vc, L->q_norm, L->k_norm, r->pos, r->inv_freq, nh, nkv, hd,
+                                          r->cap, r->d_len, eps),
+                        r->qkv_cnt, cu_acqrel()};
+    if (!(omit & OMIT_QKV)) {
+        const cu_cut qc = norm_apart(st, r, CU_NS_QKV, r->x, M, &L->wqkv, L->attn_norm);
+        int fused = !cu_gemm_takes(r->gemm, &L->wqkv, M) &&
+                    cu_matmul_norm_qkv(st, r->qkv, r->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail, qc);
+        if (!fused) mm(st, r, MM_STORE, r->qkv, r->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm, qc);
+        mark(how, CU_LOP_QKV);
+        if (!fused) cu_qkv_post_run(st, &tail.a, M);
+        mark(how, CU_LOP_POST);
+    }
+    /* the cuBLAS groups' rows by the prefill kernel (causal only), the
+       others as decode and verify rows */
+    const int Mt = causal && r->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(r->gemm, &L->wqkv, M) : 0;
+    /* o and down take their inputs pre-cut where they can (decode and
+       verify rows): the combine and the SwiGLU are asked for the copy */
+    uint32_t *att_c = !Mt && !(omit & OMIT_ATTN) && cu_layer_takes_cut(r->gemm, &L->wo, M) ? r->att_c : NULL;
+    if (!(omit & OMIT_ATTN)) {
+        if (Mt)
+            cu_attention_tiled(st, r->att, r->q, kc, vc, r->part, r->wg_img, Mt, nh, nkv, hd, r->cap, r->d_len,
+                               scale);
+        if (Mt < M)
+            cu_attention(st, r->att + (size_t)Mt * nh * hd, r->q + (size_t)Mt * nh * hd, kc, vc, r->part, M - Mt, nh,
+                         nkv, hd, r->cap, r->d_len, scale, causal, Mt, spread, att_c);
+        mark(how, CU_LOP_ATTN);
+    }
+    {
+        /* the o projection right after attention: see pdl_enabled (and cu_o_pdl) */
+        cu_depth_scope serial(cu_pdl_off_depth, !cu_o_pdl());
+        if (!(omit & OMIT_O)) mm(st, r, MM_ADD, r->x, r->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL, NULL});
+    }
+    mark(how, CU_LOP_O);
+    uint32_t *gate_c = cu_layer_takes_cut(r->gemm, &L->wd, M) ? r->gate_c : NULL;
+    {
+        cu_swiglu_two two(cu_swiglu_two_for(spread)); /* (see there) */
+        if (omit & OMIT_GU) {
+            gate_c = NULL;
+        } else {
+            cu_cut gc = norm_apart(st, r, CU_NS_GU, r->x, M, &L->wg, L->mlp_norm);
+            gc.out = gate_c;
+            if (!mm(st, r, MM_SWIGLU, r->gate, r->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, gc))
+                gate_c = NULL; /* (not written) */
+        }
+    }
+    mark(how, CU_LOP_GU);
+    if (!(omit & OMIT_DOWN)) mm(st, r, MM_ADD, r->x, r->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL, NULL});
+    mark(how, CU_LOP_DOWN);
+}

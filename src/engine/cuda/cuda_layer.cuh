@@ -1,0 +1,89 @@
+/* cuda_layer: one decoder layer of a description (engine/desc.h) on the
+ * GPU, for the target's forward (cuda_backend.cu) and a drafter's block
+ * (cuda_drafter.cu): the device copy of a layer's weights, its upload, and
+ * the one function that enqueues a layer for M rows with the backend's
+ * fused kernels. The callers keep what is not a layer: the embedding, the
+ * taps, the final norm and the heads, a drafter's context ingest. */
+#ifndef DS_CUDA_LAYER_CUH
+#define DS_CUDA_LAYER_CUH
+
+#include "engine/cuda/cuda_ops.cuh"
+
+/* A layer's weights on the device: q, k and v stacked into one matrix
+   [QD + 2 KD][H] (and their biases into one vector, zeros for a missing
+   one; NULL when none has one), so one launch reads all three; the norms
+   and biases f32 (NULL when absent); the layer's kinds from its wlayer. */
+struct dlayer {
+    dmat wqkv, wo, wg, wu, wd;
+    float *attn_norm, *mlp_norm, *q_norm, *k_norm, *bqkv, *bo;
+    attn_kind attn;
+    mlp_kind mlp;
+};
+
+/* L's weights into D, allocated in pl; who names the backend in errors */
+int cu_up_layer(dev_pool *pl, dlayer *D, const wlayer *L, const model_config *c, int l, const char *who, char *err,
+                size_t errlen);
+/* the matrices of D that take tile-major copies (cu_tile_once), in out[5] */
+enum { CU_LAYER_MATS = 5 };
+void cu_layer_mats(dlayer *D, dmat **out);
+
+/* The scratch of the rows a layer runs over, and where their inputs are
+   (device memory, sized for the caller's widest batch): x [rows][H] the
+   hidden rows (updated in place); xb [rows][H] a norm's output where it is
+   not folded; q [rows][QD] the roped queries; qkv [rows][QD + 2 KD] the
+   stacked projection; att [rows][QD]; gate [rows][I]; part the split
+   attention's partials (cu_attn_part_floats); att_c [CU_CUT_ROWS][QD],
+   gate_c [CU_CUT_ROWS][I] the pre-cut inputs of o and down; norm_c
+   [CU_CUT_ROWS][H] and norm_r [CU_CUT_ROWS] a norm run apart
+   (cu_norm_split); qkv_cnt the fused q/k/v tail's counts
+   (cu_qkv_tail_cnt, zeroed at allocation); pos [rows] the positions, d_len
+   the cache length before the rows, cap the cache's capacity; gemm the
+   cuBLAS groups and wg_img the warpgroup-mma prefill attention's scratch
+   (NULL: none; then every row takes the kernels of decode rows). */
+struct cu_layer_rows {
+    const model_config *cfg;
+    float *x, *xb, *q, *qkv, *att, *gate, *part;
+    uint32_t *att_c, *gate_c, *norm_c;
+    float *norm_r;
+    int *qkv_cnt;
+    const int *pos, *d_len;
+    const float *inv_freq;
+    int cap;
+    cu_gemm *gemm;
+    float *wg_img;
+};
+
+/* DSPARK_CUDA_OMIT's kernels (the target's forward, for timing only) */
+enum { OMIT_QKV = 1, OMIT_ATTN = 2, OMIT_O = 4, OMIT_GU = 8, OMIT_DOWN = 16 };
+/* the ops of a layer, in the order they end (a trace's labels) */
+enum { CU_LOP_QKV, CU_LOP_POST, CU_LOP_ATTN, CU_LOP_O, CU_LOP_GU, CU_LOP_DOWN };
+
+/* A call's launch choices: spread, the decode attention's launch shape
+   (cu_attn_spread_for; the same bits either way); omit, OMIT_* kernels left
+   out (0 but for timing); mark (or NULL), called with mark_arg and a
+   CU_LOP_* after each op is enqueued (the trace's events). */
+struct cu_layer_how {
+    int spread, omit;
+    void (*mark)(void *arg, int op);
+    void *mark_arg;
+};
+
+/* Enqueues layer L over M rows of r at positions r->pos: the attention
+   norm and the q/k/v projection with its tail (q/k norms, RoPE, the keys
+   and values stored in kc/vc [nkv][cap][hd] at *d_len + row), the
+   attention under L->attn (ATTN_CAUSAL: row m sees positions up to *d_len
+   + m; ATTN_BLOCK: every row sees the cache and all M rows), the o
+   projection and the residual add, the MLP norm and gate/up with SwiGLU,
+   the down projection and the residual add, into r->x. */
+void cu_layer(cudaStream_t st, const cu_layer_rows *r, const dlayer *L, float *kc, float *vc, int M,
+              const cu_layer_how *how);
+
+/* The RMSNorm (weights gn) of M rows `in` ahead of a matmul of W run by
+   its own kernel where cu_norm_split says so for site (and the matmul
+   can take its input pre-cut): the rows' pre-cut products and scales in
+   norm_c and norm_r, returned as the matmul's cu_cut (in, r); else none
+   (the norm folded into the matmul). The same bits either way. */
+cu_cut cu_norm_apart(cudaStream_t st, cu_gemm *g, uint32_t *norm_c, float *norm_r, int site, const float *in, int M,
+                     const dmat *W, const float *gn, float eps);
+
+#endif
