@@ -175,6 +175,49 @@ static void run_qkv(int M, int nh, int nkv, int hd, int H) {
     printf("  %-44s fused = separate (and with the norm apart)\n", what);
 }
 
+/* The q/k/v matrix stacked (qd + 2 kd rows) as the GPU's layers hold it:
+   the k and v rows read as views into it (cu_mat_rows: offsets into the
+   row-major rows and, where qd and kd are multiples of 16, the tile-major
+   tiles; the drafters' context ingest) give the bits of separate k and v
+   matrices, and the stacked product's columns (the drafters' block, the
+   norm folded in or not) the bits of the three products apart, at decode,
+   block and ingest widths. */
+static void run_rows_view(int M, int qd, int kd, int K, bool tiled) {
+    const int N = qd + 2 * kd, nc = (K + 31) / 32;
+    mat W(N, K, tiled);
+    std::vector<float> x((size_t)M * K), gn(K);
+    for (float &v : x) v = frand();
+    for (float &v : gn) v = 1.0f + 0.5f * frand();
+    char what[96];
+    snprintf(what, sizeof what, "q/k/v rows M=%d qd=%d kd=%d K=%d %s", M, qd, kd, K, tiled ? "tile-major" : "row-major");
+    const int r0s[3] = {0, qd, qd + kd}, ns[3] = {qd, kd, kd};
+    std::vector<float> ys((size_t)M * N), yn((size_t)M * N);
+    cu_matmul(NULL, ys.data(), x.data(), M, &W.d, NULL);
+    cu_matmul_norm(NULL, yn.data(), x.data(), M, &W.d, NULL, gn.data(), 1e-6f);
+    for (int i = 0; i < 3; i++) {
+        const int r0 = r0s[i], n = ns[i];
+        mat S(n, K, tiled); /* the rows as a matrix of their own */
+        std::copy(W.w.begin() + (size_t)r0 * K, W.w.begin() + (size_t)(r0 + n) * K, S.w.begin());
+        for (int r = 0; tiled && r < n; r++)
+            for (int k = 0; k < K; k++) S.t[((size_t)(r / 16) * nc + k / 32) * 512 + (r % 16) * 32 + k % 32] = S.w[(size_t)r * K + k];
+        const dmat v = cu_mat_rows(&W.d, r0, n);
+        EXPECT((v.t != NULL) == (tiled && r0 % 16 == 0), "%s: rows %d..: a tile-major view %s", what, r0,
+               v.t ? "where none fits" : "missing");
+        std::vector<float> yv((size_t)M * n), ya((size_t)M * n), yb((size_t)M * n);
+        cu_matmul(NULL, yv.data(), x.data(), M, &v, NULL);
+        cu_matmul(NULL, ya.data(), x.data(), M, &S.d, NULL);
+        cu_matmul_norm(NULL, yb.data(), x.data(), M, &S.d, NULL, gn.data(), 1e-6f);
+        EXPECT(!memcmp(yv.data(), ya.data(), sizeof(float) * ya.size()), "%s: the view of rows %d.. differs", what, r0);
+        for (int m = 0; m < M; m++) {
+            EXPECT(!memcmp(ys.data() + (size_t)m * N + r0, ya.data() + (size_t)m * n, sizeof(float) * n),
+                   "%s: row %d, the stacked product's columns %d.. differ from the matrix apart", what, m, r0);
+            EXPECT(!memcmp(yn.data() + (size_t)m * N + r0, yb.data() + (size_t)m * n, sizeof(float) * n),
+                   "%s: row %d, the stacked product's columns %d.. with the norm folded differ", what, m, r0);
+        }
+    }
+    printf("  %-44s views and stacked = apart\n", what);
+}
+
 /* The residual add from pre-cut inputs (cu_matmul_add_cut: each value's
    bf16 head and tail as the producing kernel writes them, bf16_cut_put's
    layout) gives the f32 rows' bits, and the SwiGLU's pre-cut copy of its
@@ -350,6 +393,11 @@ int main(void) {
     run_qkv(1, 4, 2, 32, 64);
     run_qkv(5, 8, 2, 16, 96);
     run_qkv(12, 4, 1, 64, 128);
+    run_rows_view(1, 64, 32, 96, true);   /* decode width, tiles offset */
+    run_rows_view(16, 64, 32, 264, true); /* a drafter's block */
+    run_rows_view(40, 48, 16, 72, true);  /* ingest rows (four row groups a block) */
+    run_rows_view(5, 40, 20, 136, true);  /* rows off the tiles: row-major views */
+    run_rows_view(9, 32, 16, 96, false);  /* no tile-major copy */
     run_cut(1, 48, 96);
     run_cut(7, 64, 320);
     run_cut(16, 32, 64);
