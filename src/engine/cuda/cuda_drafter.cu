@@ -300,8 +300,8 @@ static void enqueue_ingest(cuda_dstate *s, int M, int chain) {
     cu_rmsnorm(st, s->g, s->g, m->hidden_norm, M, H, c->rms_norm_eps);
     for (int l = 0; l < c->n_layers; l++) {
         const dlayer *L = &m->layers[l];
-        /* the k and v rows of the stacked projection (no bias: cu_up_layer
-           stacks none for a drafter, whose wlayer has none) */
+        /* the k and v rows of the stacked projection, read in place (no
+           biases: drafter_load refuses them) */
         const dmat wk = cu_mat_rows(&L->wqkv, QD, KD), wv = cu_mat_rows(&L->wqkv, QD + KD, KD);
         cu_matmul(st, s->k, s->g, M, &wk, NULL);
         cu_matmul(st, s->v, s->g, M, &wv, NULL);
