@@ -81,8 +81,6 @@ extern "C" void cuda_test_attention_cut(uint32_t *dst) { g_att_cut = dst; }
 extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(on); }
 extern "C" int cuda_test_attention_early(int on) { return cu_attention_early(on); }
 extern "C" int cuda_test_attention_wide(int on) { return cu_attention_wide(on); }
-extern "C" int cuda_test_attention_rsplit(int n) { return cu_attention_rsplit(n); }
-extern "C" int cuda_test_attention_cluster(int on) { return cu_attention_cluster(on); }
 extern "C" int cuda_test_code_arch(char *err, size_t errlen) { return cu_code_arch(err, errlen); }
 extern "C" int cuda_test_hopper_paths(void) { return cu_hopper_code() && pdl_enabled(); }
 extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(len); }
@@ -299,7 +297,6 @@ extern "C" int cuda_test_matmul_norm_apart(float *y, uint32_t *yc, const float *
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     return rc;
 }
-extern "C" int cuda_test_norm_split(int sites, int rows) { return cu_norm_split_force(sites, rows); }
 
 /* the prefill path: cuBLAS for whole groups of cu_gemm_rows() rows, the
    kernels for the rest; mode and gn as above (gn NULL: no norm) */
@@ -340,7 +337,7 @@ extern "C" int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int
     dmat W = {dw, DT_BF16, N, K};
     const float eps = 1e-6f;
     int rc = 0;
-    cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, dkc, dvc, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt, cu_acqrel()};
+    cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, dkc, dvc, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt};
     if (fused) {
         for (int r = 0; r < 2 && rc == 0; r++) {
             if (r) { /* the second run starts from zeroed outputs */

@@ -121,34 +121,3 @@ static int batch_logits(model *m, const int *prompt, int k, float *logits, char 
     mctx_free(c);
     return rc;
 }
-
-/* The folded norms run apart (cu_norm_split: the attention, MLP and final
-   norms by their own kernel, the matmuls from its pre-cut rows and scales)
-   give a forward the folded norms' bits, at every width from one row:
-   so the switch may follow the batch width without a verified row ever
-   differing from the row decoded alone. */
-TEST(cuda_norm_split_forward_same_bits) {
-    char err[1024];
-    model *m = load_bundled("cuda");
-    if (!m) return;
-    const int V = model_cfg(m)->vocab_size;
-    int prompt[56];
-    uint32_t r = 777u;
-    for (int i = 0; i < 56; i++) {
-        r = r * 1664525u + 1013904223u;
-        prompt[i] = (int)((r >> 8) % 6000u);
-    }
-    float *la = xmalloc(sizeof(float) * 16 * V), *lb = xmalloc(sizeof(float) * 16 * V);
-    const int ks[] = {1, 5, 9, 16};
-    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
-        const int k = ks[i];
-        cuda_test_norm_split(0, 9);
-        CHECK_MSG(batch_logits(m, prompt, k, la, err, sizeof err) == 0, "%s", err);
-        cuda_test_norm_split(1 | 2 | 4, 1);
-        CHECK_MSG(batch_logits(m, prompt, k, lb, err, sizeof err) == 0, "%s", err);
-        CHECK_MSG(!memcmp(la, lb, sizeof(float) * k * V), "%d rows: the norms run apart give other logits", k);
-    }
-    cuda_test_norm_split(-1, 0);
-    free(la), free(lb);
-    model_free(m);
-}

@@ -140,20 +140,13 @@ static void run_qkv(int M, int nh, int nkv, int hd, int H) {
     struct out {
         std::vector<float> y, q, kc, vc;
     };
-    auto go = [&](int how) { /* 0 separate, 1 fused, 2 fused with the norm apart */
+    auto go = [&](int how) { /* 0 separate, 1 fused */
         out o{std::vector<float>((size_t)M * N, NAN), std::vector<float>((size_t)M * nh * hd, NAN),
               std::vector<float>((size_t)nkv * cap * hd, 0.0f), std::vector<float>((size_t)nkv * cap * hd, 0.0f)};
         cu_qkv_tail t = {cu_qkv_fused_args(o.q.data(), o.y.data(), o.kc.data(), o.vc.data(), qn.data(), kn.data(),
                                            pos.data(), inv.data(), nh, nkv, hd, cap, &n_past, 1e-6f),
                          cnt.data()};
-        if (how == 2) {
-            std::vector<uint32_t> xc((size_t)M * H);
-            std::vector<float> r(M);
-            cu_norm_cut(NULL, xc.data(), r.data(), x.data(), gn.data(), M, H, 1e-6f);
-            EXPECT(cu_matmul_norm_qkv(NULL, o.y.data(), NULL, M, &W.d, bias.data(), gn.data(), 1e-6f, &t,
-                                      cu_cut{xc.data(), NULL, r.data()}),
-                   "%s: the fused kernel did not take the norm apart", what);
-        } else if (how == 1) {
+        if (how == 1) {
             EXPECT(cu_matmul_norm_qkv(NULL, o.y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f, &t),
                    "%s: the fused kernel did not take it", what);
         } else {
@@ -163,16 +156,16 @@ static void run_qkv(int M, int nh, int nkv, int hd, int H) {
         return o;
     };
     const out sep = go(0);
-    for (int how = 1; how <= 2; how++) {
-        const out f = go(how);
+    {
+        const out f = go(1);
         EXPECT(!memcmp(f.y.data(), sep.y.data(), sizeof(float) * f.y.size()) &&
                    !memcmp(f.q.data(), sep.q.data(), sizeof(float) * f.q.size()) &&
                    !memcmp(f.kc.data(), sep.kc.data(), sizeof(float) * f.kc.size()) &&
                    !memcmp(f.vc.data(), sep.vc.data(), sizeof(float) * f.vc.size()),
-               "%s: the fused tail%s differs from the separate kernel", what, how == 2 ? " with the norm apart" : "");
+               "%s: the fused tail differs from the separate kernel", what);
         for (int c : cnt) EXPECT(c == 0, "%s: a head's count left at %d", what, c);
     }
-    printf("  %-44s fused = separate (and with the norm apart)\n", what);
+    printf("  %-44s fused = separate\n", what);
 }
 
 /* The residual add from pre-cut inputs (cu_matmul_add_cut: each value's
@@ -260,34 +253,19 @@ static void run_norm_split(int M, int N, int K, int epi) {
     printf("  %-44s the folded norm's bits\n", what);
 }
 
-/* Where the forward runs a norm apart (cu_norm_split): the sites
-   DSPARK_CUDA_NORM_SPLIT names (q, g, l, all; anything else ignored with a
-   warning), from DSPARK_CUDA_NORM_SPLIT_ROWS rows (9 by default or when
-   out of 1-16) up to 16, never above. */
-static void run_norm_split_env(void) {
+/* Where the forward runs a norm apart (cu_norm_split): the MLP norm
+   before gate+up and the final norm before the LM head, from 9 rows up
+   to 16, never the attention norm or other widths. */
+static void run_norm_split_sites(void) {
     struct {
-        const char *sites, *rows;
         int site, M, want;
     } cases[] = {
-        {NULL, NULL, CU_NS_GU, 16, 0},  {"g", NULL, CU_NS_GU, 16, 1},   {"g", NULL, CU_NS_GU, 8, 0},
-        {"g", NULL, CU_NS_GU, 9, 1},    {"g", NULL, CU_NS_GU, 17, 0},   {"g", NULL, CU_NS_QKV, 16, 0},
-        {"ql", "1", CU_NS_QKV, 1, 1},   {"ql", "1", CU_NS_LM, 1, 1},    {"ql", "1", CU_NS_GU, 1, 0},
-        {"all", "12", CU_NS_GU, 11, 0}, {"all", "12", CU_NS_LM, 12, 1}, {"all", "17", CU_NS_QKV, 9, 1},
-        {"all", "0", CU_NS_QKV, 8, 0},  {"gx", NULL, CU_NS_GU, 9, 1},   {"0", NULL, CU_NS_GU, 16, 0},
+        {CU_NS_GU, 16, 1}, {CU_NS_GU, 9, 1}, {CU_NS_GU, 8, 0}, {CU_NS_GU, 17, 0}, {CU_NS_LM, 9, 1},
+        {CU_NS_LM, 1, 0},  {CU_NS_LM, 16, 1}, {1, 12, 0},       {0, 12, 0},
     };
-    for (const auto &c : cases) {
-        if (c.sites) setenv("DSPARK_CUDA_NORM_SPLIT", c.sites, 1);
-        else unsetenv("DSPARK_CUDA_NORM_SPLIT");
-        if (c.rows) setenv("DSPARK_CUDA_NORM_SPLIT_ROWS", c.rows, 1);
-        else unsetenv("DSPARK_CUDA_NORM_SPLIT_ROWS");
-        cu_norm_split_force(-1, 0); /* the environment read again */
-        EXPECT(cu_norm_split(c.site, c.M) == c.want, "NORM_SPLIT=%s ROWS=%s: site %d at %d rows: %d, want %d",
-               c.sites ? c.sites : "(unset)", c.rows ? c.rows : "(unset)", c.site, c.M, !c.want, c.want);
-    }
-    unsetenv("DSPARK_CUDA_NORM_SPLIT");
-    unsetenv("DSPARK_CUDA_NORM_SPLIT_ROWS");
-    cu_norm_split_force(-1, 0);
-    printf("  %-44s the sites and widths the environment names\n", "where the norm runs apart");
+    for (const auto &c : cases)
+        EXPECT(cu_norm_split(c.site, c.M) == c.want, "site %d at %d rows: %d, want %d", c.site, c.M, !c.want, c.want);
+    printf("  %-44s gate/up and the LM head from 9 rows\n", "where the norm runs apart");
 }
 
 /* The embedding (cu_embed): each row the token's bf16 row widened, bit
@@ -329,10 +307,6 @@ static void run_rmsnorm(int M, int D) {
 
 int main(void) {
     emu::sms = 3;
-    /* one-tile grids of more blocks than four an SM (twenty tiles, the
-       LM head's shape in small) on the register-capped kernel, whose bits
-       the other tile counts' must equal */
-    setenv("DSPARK_CUDA_WIDE_OCC", "3", 1);
     const mcase cases[] = {
         {1, 40, 256, ST, 0, 1},   /* decode, a width off the tiles, 8 chunks: one a warp */
         {3, 64, 776, ST, 1, 0},   /* folded norm, K past the last whole chunk, several chunks a warp */
@@ -344,7 +318,8 @@ int main(void) {
         {12, 32, 136, GLU, 0, 1}, /* SwiGLU at 9-16 rows: two tiles */
         {1, 320, 64, ST, 0, 1},   /* twenty tiles, two chunks: six warps have none */
         {3, 160, 520, ADD, 0, 0}, /* ten tiles of 17 chunks */
-        {1, 216, 776, ST, 1, 1},  /* fourteen one-tile blocks of 25 chunks: the capped kernel (main) */
+        {1, 216, 776, ST, 1, 1},  /* fourteen one-tile blocks of 25 chunks (more than four an SM) */
+        {1, 136, 776, ST, 1, 1},  /* nine one-tile blocks (three an SM): the register-capped kernel */
     };
     for (const mcase &c : cases) run_case(c);
     run_qkv(1, 4, 2, 32, 64);
@@ -360,7 +335,7 @@ int main(void) {
     run_norm_split(3, 64, 264, GLU);
     run_norm_split(12, 32, 776, GLU);
     run_norm_split(16, 48, 136, GLU);
-    run_norm_split_env();
+    run_norm_split_sites();
     run_embed(1, 50, 64);
     run_embed(9, 300, 320);
     run_rmsnorm(3, 200);

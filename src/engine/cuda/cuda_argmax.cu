@@ -126,12 +126,12 @@ __global__ void __launch_bounds__(AM_THREADS) k_argmax_split(int *out, const flo
     if (threadIdx.x == 0) {
         a.v[(size_t)m * a.nb + b] = bv;
         a.i[(size_t)m * a.nb + b] = bi;
-        if (!a.acqrel) __threadfence(); /* the pair is visible before the count */
-        last = count_arrive(a.cnt + m, a.acqrel) == (unsigned)nb - 1;
+        __threadfence(); /* the pair is visible before the count */
+        last = atomicAdd(a.cnt + m, 1u) == (unsigned)nb - 1;
     }
     __syncthreads();
     if (!last) return;
-    if (!a.acqrel) __threadfence();
+    __threadfence();
     bv = -INFINITY, bi = -1;
     for (int k = threadIdx.x; k < nb; k += AM_THREADS)
         am_merge(bv, bi, __ldcg(a.v + (size_t)m * a.nb + k), __ldcg(a.i + (size_t)m * a.nb + k));
@@ -153,7 +153,6 @@ int cu_am_create(cu_am *a, int rows, int n, char *err, size_t errlen) {
     CK(cudaMemset(a->cnt, 0, sizeof(unsigned) * (size_t)rows));
     a->rows = rows;
     a->nb = nb;
-    a->acqrel = cu_acqrel();
     return 0;
 }
 void cu_am_free(cu_am *a) {

@@ -608,12 +608,11 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
            q, k and v itself (no kernel of its own between it and attention) */
         cu_qkv_tail tail = {cu_qkv_fused_args(x->q, x->qkv, kc, vc, L->q_norm, L->k_norm, x->pos, m->inv_freq, nh, nkv,
                                               hd, x->cap, x->d_len, eps),
-                            x->qkv_cnt, cu_acqrel()};
+                            x->qkv_cnt};
         if (!(omit & OMIT_QKV)) {
-            const cu_cut qc = norm_apart(x, CU_NS_QKV, x->x, M, &L->wqkv, L->attn_norm);
             int fused = !cu_gemm_takes(x->gemm, &L->wqkv, M) &&
-                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail, qc);
-            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm, qc);
+                        cu_matmul_norm_qkv(st, x->qkv, x->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail);
+            if (!fused) mm(x, MM_STORE, x->qkv, x->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
             mark(x, OP_QKV);
             if (!fused) cu_qkv_post_run(st, &tail.a, M);
             mark(x, OP_POST);
@@ -633,8 +632,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
             mark(x, OP_ATTN);
         }
         {
-            /* the o projection right after attention: see pdl_enabled (and cu_o_pdl) */
-            cu_depth_scope serial(cu_pdl_off_depth, !cu_o_pdl());
+            cu_pdl_off serial; /* the o projection right after attention: see pdl_enabled */
             if (!(omit & OMIT_O)) mm(x, MM_ADD, x->x, x->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL, NULL});
         }
         mark(x, OP_O);

@@ -131,11 +131,6 @@ int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int M, const vo
 int cuda_test_matmul_norm_apart(float *y, uint32_t *yc, const float *x, int M, const void *w, const void *w2, int N,
                                 int K, const float *bias, const float *gn, float eps, int mode, char *err,
                                 size_t errlen);
-/* sets where the forward runs its folded norms apart (cu_norm_split: a
- * mask of 1 the attention norm, 2 the MLP norm, 4 the final norm, from
- * batches of `rows` rows up; -1: as the environment says); returns the
- * mask before */
-int cuda_test_norm_split(int sites, int rows);
 /* RMSNorm folded into the matmul: mode 0 y = RMSNorm(x, gn).W^T (+ bias);
  * mode 2 the SwiGLU of the normed input (K a multiple of 8, bf16 / f16) */
 int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
@@ -194,15 +189,6 @@ int cuda_test_attention_early(int on);
  * (1 or -1, the default, on; 0 off; the same bits either way); returns the
  * previous setting */
 int cuda_test_attention_wide(int on);
-/* sets the decode attention's row groups a chunk (cu_attention_rsplit: 1
- * none, the default; the same bits whatever the count); returns the
- * previous setting */
-int cuda_test_attention_rsplit(int n);
-/* sets whether the decode attention's blocks of a kv head run as a
- * cluster that merges the chunks itself (cu_attention_cluster: 1 on, 0 or
- * -1 off, the default; the same bits either way); returns the previous
- * setting */
-int cuda_test_attention_cluster(int on);
 /* sets whether this thread's bf16 SwiGLU matmuls of 1-8 rows run two blocks
    an SM (cu_swiglu_two; the same bits either way); returns the previous
    setting */

@@ -446,16 +446,16 @@ __global__ void k_qkv_post(cu_qkv_args a) {
    and post-processes the head, a warp a row */
 __device__ void qkv_tail(const cu_qkv_tail &t, int M, int m0, int R, int n0, int nc) {
     __shared__ int last;
-    if (!t.acqrel) __threadfence(); /* this block's columns are visible before it counts */
+    __threadfence(); /* this block's columns are visible before it counts */
     __syncthreads();
     const int head = n0 / t.a.hd;
     if (threadIdx.x == 0) {
-        last = count_arrive(t.cnt + head, t.acqrel) == t.a.hd / nc - 1;
+        last = atomicAdd(t.cnt + head, 1) == t.a.hd / nc - 1;
         if (last) t.cnt[head] = 0;
     }
     __syncthreads();
     if (!last) return;
-    if (!t.acqrel) __threadfence();
+    __threadfence();
     const int warp = threadIdx.x / 32, nw = blockDim.x / 32, rows = M - m0 < R ? M - m0 : R;
     for (int r = warp; r < rows; r += nw) qkv_post_item(t.a, m0 + r, head, threadIdx.x % 32);
 }
@@ -648,38 +648,8 @@ void cu_norm_cut(cudaStream_t st, uint32_t *xc, float *r, const float *x, const 
     launch_smem(k_norm_cut, M, NORM_CUT_THREADS, sizeof(float) * (size_t)K, st, xc, r, x, gn, K, eps);
 }
 
-/* cu_norm_split's sites and least width: -1 until read from the
-   environment (or set by cu_norm_split_force) */
-static int g_ns_sites = -1, g_ns_rows = 9;
-static void norm_split_env(void) {
-    const char *e = getenv("DSPARK_CUDA_NORM_SPLIT");
-    int s = 0;
-    if (e && !strcmp(e, "all")) s = CU_NS_QKV | CU_NS_GU | CU_NS_LM;
-    else
-        for (const char *c = e ? e : ""; *c; c++) {
-            if (*c == 'q') s |= CU_NS_QKV;
-            else if (*c == 'g') s |= CU_NS_GU;
-            else if (*c == 'l') s |= CU_NS_LM;
-            else if (*c != ',' && *c != '0')
-                fprintf(stderr, "dspark: DSPARK_CUDA_NORM_SPLIT: no site '%c' (q, g, l or all); ignored\n", *c);
-        }
-    g_ns_rows = env_int("DSPARK_CUDA_NORM_SPLIT_ROWS", 1, CU_CUT_ROWS, 9);
-    g_ns_sites = s;
-}
 int cu_norm_split(int site, int M) {
-    if (g_ns_sites < 0) norm_split_env();
-    return (g_ns_sites & site) && M >= g_ns_rows && M <= CU_CUT_ROWS;
-}
-int cu_norm_split_force(int sites, int rows) {
-    if (g_ns_sites < 0) norm_split_env();
-    const int prev = g_ns_sites;
-    if (sites < 0) {
-        norm_split_env();
-    } else {
-        g_ns_sites = sites;
-        g_ns_rows = rows;
-    }
-    return prev;
+    return (site & (CU_NS_GU | CU_NS_LM)) && M >= CU_NS_ROWS && M <= CU_CUT_ROWS;
 }
 
 void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
@@ -741,18 +711,6 @@ int cu_mma_tiles_force(int n) {
     return prev;
 }
 
-/* A one-tile grid of many waves (more blocks than four an SM: the LM
-   head's at 1-8 rows) on the register-capped kernel, three blocks an SM
-   with three chunks in flight a warp, 72 KB an SM, instead of two with
-   four, 64 KB (DSPARK_CUDA_WIDE_OCC=3; off by default, not yet measured:
-   a third fewer waves of block starts and epilogues, see wide_tiles).
-   Neither changes a row's operations. */
-static int wide_occ3(void) {
-    static int on = -1;
-    if (on < 0) on = env_is("DSPARK_CUDA_WIDE_OCC", "3");
-    return on;
-}
-
 /* One tile of one row group per block: two blocks fit an SM (registers),
    or three with registers capped for it. A grid of more than two and up
    to three blocks per SM (the qkv projection of the Qwen3 shapes: 384 on
@@ -789,7 +747,7 @@ static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const d
     if constexpr (TILES == 1 && MT == 2) /* registers capped for two blocks per SM (see mma_tiles) */
         return mma_go<T, TILES, MT, EPI, 2>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
     if constexpr (TILES * MT == 1) /* (the capped kernel exists for one tile only: others would spill) */
-        if ((blocks > 2 * sms && blocks <= 3 * sms) || (blocks > 4 * sms && wide_occ3()))
+        if (blocks > 2 * sms && blocks <= 3 * sms)
             return mma_go<T, TILES, MT, EPI, 3>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
     mma_go<T, TILES, MT, EPI, 1>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
 }
@@ -802,29 +760,9 @@ static void mma_rows(cudaStream_t st, float *y, const float *x, int M, const dma
     else mma_launch<T, 2, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut); /* reduction scratch bounds TILES x MT */
 }
 
-/* Tiles a warp for 1-8 rows of a matrix of many waves (more one-tile
-   blocks than four an SM: the LM head, 9,496 blocks for Qwen3's
-   vocabulary), DSPARK_CUDA_WIDE_TILES=2 or 4; 0, the default, leaves
-   them at one (not yet measured: at one row the LM head's 36 waves of
-   one-tile blocks lose about 0.67 us a wave in the step, a block's start
-   and epilogue, and more tiles a warp keep as many bytes in flight with
-   longer blocks; bench/cuda-steps.sh's lmtiles step times the kernel
-   alone). */
-static int wide_tiles(void) {
-    static int t = -1;
-    if (t < 0) {
-        const char *e = getenv("DSPARK_CUDA_WIDE_TILES");
-        t = e && (!strcmp(e, "2") || !strcmp(e, "4")) ? atoi(e) : 0;
-        if (e && !t && strcmp(e, "0") && strcmp(e, "1"))
-            fprintf(stderr, "dspark: DSPARK_CUDA_WIDE_TILES=%s: not 2 or 4; one tile kept\n", e);
-    }
-    return t;
-}
-
 /* the tile count mma_tiles takes for M rows of W */
 static int mma_tile_count(int M, const dmat *W, int swiglu) {
     if (g_mma_tiles) return g_mma_tiles;
-    if (!swiglu && M <= 8 && wide_tiles() && (W->N + 15) / 16 > 4 * sm_count()) return wide_tiles();
     /* 9-16 rows of a matrix whose 16-row tiles fit one wave at two blocks
        per SM (o and down of the Qwen3 shapes): one tile per block, the
        register-capped kernel, twice the blocks of two tiles in flight */
@@ -875,24 +813,22 @@ static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const d
 int cu_fuses_norm(const dmat *W) { return !fma_forced() && W->K % 8 == 0 && (W->dt == DT_BF16 || W->dt == DT_F16); }
 
 /* bf16 weights from a pre-cut input c.in (c.r: the scales of a norm run
-   apart; c.out: a SwiGLU's pre-cut copy of its output; tail: q/k/v's) */
+   apart; c.out: a SwiGLU's pre-cut copy of its output) */
 static void mma_from_cut(cudaStream_t st, int epi, float *y, int M, const dmat *W, const dmat *W2, const float *bias,
-                         cu_cut c, const cu_qkv_tail *tail = NULL) {
+                         cu_cut c) {
     if (epi == MM_SWIGLU) mma_tiles<__nv_bfloat16, MM_SWIGLU>(st, y, NULL, M, W, W2, NULL, NULL, 0.0f, NULL, c);
     else if (epi == MM_ADD) mma_tiles<__nv_bfloat16, MM_ADD>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, c);
-    else mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, tail, c);
+    else mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, c);
 }
 
 int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
-                       const float *gn, float eps, const cu_qkv_tail *t, cu_cut cut) {
+                       const float *gn, float eps, const cu_qkv_tail *t) {
     static int off = -1; /* DSPARK_CUDA_QKV_TAIL=0: the separate kernel (for comparisons) */
     if (off < 0) off = env_is("DSPARK_CUDA_QKV_TAIL", "0");
-    const int pre = cut.in && cut.r; /* the norm run apart */
     if (off || !cu_fuses_norm(W) || M < 1 || M > 16 || t->a.hd % (16 * mma_tile_count(M, W, 0)) ||
-        t->a.hd > ATT_MAX_HD || (pre && !cu_takes_cut(W, M)))
+        t->a.hd > ATT_MAX_HD)
         return 0;
-    if (pre) mma_from_cut(st, MM_STORE, y, M, W, NULL, bias, cu_cut{cut.in, NULL, cut.r}, t);
-    else if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
+    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
     else mma_tiles<__half, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
     return 1;
 }

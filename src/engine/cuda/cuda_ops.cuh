@@ -269,40 +269,6 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-#ifndef DSPARK_CUEMU /* (tests/cuemu/emu.h: the CPU's) */
-/* Thread-block clusters (compute capability 9.0): every thread of the
-   cluster's blocks arrives (release: its writes, global ones included, are
-   visible to the cluster's threads after the wait), then waits (acquire);
-   called by every thread, uniformly. Older GPUs never launch a kernel
-   that calls it. */
-__device__ __forceinline__ void cluster_sync() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-#endif
-
-/* A block's arrival at a count the grid's blocks share, by its thread 0
-   after a __syncthreads that follows the block's writes: the count before.
-   With acqrel (cu_acqrel), one atomic with acquire-release semantics at GPU
-   scope: it publishes the writes the block's threads made before the
-   barrier, and for the block that arrives last, the others' writes become
-   visible to its threads after its next barrier (a generic grid barrier's
-   pattern), so the caller needs no fences. Without, a relaxed atomic
-   between the caller's fences (__threadfence by every thread before the
-   barrier, and after the next one in the last block), as before. */
-#ifndef DSPARK_CUEMU
-template <typename T> __device__ __forceinline__ T count_arrive(T *cnt, int acqrel) {
-    static_assert(sizeof(T) == 4, "a 32-bit count");
-    if (!acqrel) return atomicAdd(cnt, (T)1);
-    T old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
-    return old;
-}
-#else
-template <typename T> static inline T count_arrive(T *cnt, int) { return atomicAdd(cnt, (T)1); }
-#endif
-
 /* Kernels are launched with programmatic dependent launch allowed
    (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0, or while a
    cu_pdl_off scope is open on the launching thread. Two launches go without
@@ -352,15 +318,6 @@ static inline int env_int(const char *name, int lo, int hi, int def) {
     if (v >= lo && v <= hi) return v;
     fprintf(stderr, "dspark: %s=%s: not %d-%d; %d taken\n", name, e, lo, hi, def);
     return def;
-}
-
-/* whether count_arrive takes the acquire-release atomic (DSPARK_CUDA_ACQREL=1;
-   off by default, not yet measured: the fences it saves sit on the
-   critical path of the q/k/v projection's per-head tail, a layer's
-   last blocks, and of the split argmax) */
-static inline int cu_acqrel(void) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_ACQREL", 0, 0) == 1;
 }
 
 /* a scope that adds on to a launch setting's depth counter d while open
@@ -590,17 +547,16 @@ int cu_norm_cut_ok(int K);
    its blocks; the same bits): at 9-16 rows a folded-norm block spends most
    of its instructions on the norm's products and squares and the cut
    (gate+up alone 51.4 us without the norm, 74.7 with it, at 16 rows),
-   which every block repeats for the whole input. Sites: CU_NS_QKV (the
-   attention norm before q/k/v), CU_NS_GU (the MLP norm before gate+up),
-   CU_NS_LM (the final norm before the LM head). Off by default (not yet
-   measured); DSPARK_CUDA_NORM_SPLIT names the sites (letters q, g, l, or
-   "all"), DSPARK_CUDA_NORM_SPLIT_ROWS the least batch width (default 9,
-   at most CU_CUT_ROWS). cu_norm_split: whether site's norm runs apart for
-   M rows; cu_norm_split_force: the tests' override (sites -1: the
-   environment's again), returning the sites before. */
-enum { CU_NS_QKV = 1, CU_NS_GU = 2, CU_NS_LM = 4 };
+   which every block repeats for the whole input. Sites: CU_NS_GU (the MLP
+   norm before gate+up) and CU_NS_LM (the final norm before the LM head),
+   from CU_NS_ROWS rows up to CU_CUT_ROWS. Measured on an H100
+   (docs/BENCHMARKS.md, the prepared switches' A/B): a Qwen3-8B t(16) at
+   512 positions 6.79 -> 6.59 ms, one row unchanged; the attention norm
+   before q/k/v run apart as well gained nothing more. cu_norm_split:
+   whether site's norm runs apart for M rows. */
+enum { CU_NS_GU = 2, CU_NS_LM = 4 };
+#define CU_NS_ROWS 9
 int cu_norm_split(int site, int M);
-int cu_norm_split_force(int sites, int rows);
 /* y = RMSNorm(x, gn, eps) . W^T (+ bias), without a separate norm pass */
 void cu_matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
                     const float *gn, float eps);
@@ -648,16 +604,14 @@ cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, 
 struct cu_qkv_tail {
     cu_qkv_args a;
     int *cnt;
-    int acqrel; /* count_arrive's */
 };
 static inline int cu_qkv_tail_cnt(int nh, int nkv) { return nh + 2 * nkv; }
 /* y = RMSNorm(x, gn) . W^T + bias (W: the fused q/k/v projection) and the
    tail t; 1 when the tensor-core kernel takes it (M <= 16 rows in head-
    aligned column tiles), else 0 and nothing is enqueued. DSPARK_CUDA_QKV_TAIL=0
-   turns it off (for comparisons). cut.in and cut.r (or NULL): the norm
-   already run by cu_norm_cut (x then unused; the same bits). */
+   turns it off (for comparisons). */
 int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
-                       const float *gn, float eps, const cu_qkv_tail *t, cu_cut cut = cu_cut{});
+                       const float *gn, float eps, const cu_qkv_tail *t);
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
@@ -715,25 +669,6 @@ int cu_attention_early(int on);
    -1, the default unless DSPARK_CUDA_ATT_WIDE=0, on; 0 off; the same bits
    either way; for the tests); returns the previous setting */
 int cu_attention_wide(int on);
-/* sets the row groups a chunk of the two-stage decode attention (1, the
-   default unless DSPARK_CUDA_ATT_RSPLIT says otherwise: none; the same
-   bits whatever the count); returns the previous setting */
-int cu_attention_rsplit(int n);
-/* sets whether the two-stage decode attention's blocks of a kv head run as
-   a cluster that merges the chunks itself, no combine kernel (1 on; 0 or
-   -1, the default unless DSPARK_CUDA_ATT_CLUSTER=1, off; the same bits
-   either way); returns the previous setting */
-int cu_attention_cluster(int on);
-/* The o projection under programmatic dependent launch, the decode
-   attention's combine letting it launch only after its last read
-   (DSPARK_CUDA_O_PDL=1; off by default, not yet measured). o under PDL was
-   measured 0.25-0.45 ms a Qwen3-8B step slower whenever the combine
-   triggered it at the combine's start: o's 256 blocks then sit on every
-   SM with their first weight requests (8 MB) queued ahead of the
-   combine's few dependent reads. Triggered after those reads, o's launch
-   and first requests overlap only the combine's arithmetic and stores.
-   Launch timing only: the same bits. */
-int cu_o_pdl(void);
 /* forces the tensor-core matmul's tiles a block (1, 2 or 4; 0: its own
    choice) and returns the previous setting; the FMA matmul alone (for the
    op benchmark, cuda_mma_bench.cu) */
@@ -750,7 +685,6 @@ struct cu_am {
     int *i;
     unsigned *cnt;
     int rows, nb;
-    int acqrel; /* count_arrive's */
 };
 int cu_am_create(cu_am *a, int rows, int n, char *err, size_t errlen);
 void cu_am_free(cu_am *a);
