@@ -59,6 +59,8 @@ SIMD_FLAGS = -mavx2 -mfma -mf16c
 ALL_SRC  = $(wildcard src/*/*.c src/*/*/*.c)
 HDRS     = $(wildcard src/*/*.h src/*/*/*.h src/*/*/*.cuh)
 LIB_SRC  = $(filter-out src/cli/main.c src/engine/cuda/%,$(ALL_SRC))
+# (the CUDA tuning's parser is plain C, built everywhere so that make test checks it)
+LIB_SRC += src/engine/cuda/cuda_tuning.c
 ifeq ($(CUDA),1)
   CU_OBJ   = $(patsubst src/%.cu,$(BUILD)/src/%.o,$(wildcard src/engine/cuda/*.cu))
   # the CUDA objects depend on a file holding the target, rewritten only
