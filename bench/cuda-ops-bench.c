@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/cuda_backend.h"
+#include "cuda/cuda_hooks.h"
 #include "engine/sampler.h"
 #include "base/util.h"
 

@@ -12,14 +12,17 @@
 
 /* the warpgroup-mma prefill attention (cuda_attn_wg.cu: Hopper assembly) is
    not built here; cu_attention_tiled runs k_attn_tc without its scratch */
-int cu_attn_wg_ready(int) { return 0; }
-void cu_attn_wg_prep(cudaStream_t, float *, const float *, const float *, int, int, int, const int *, int) {
+int cu_attn_wg_ready(const cu_tuning *, int) { return 0; }
+void cu_attn_wg_prep(cu_go, float *, const float *, const float *, int, int, int, const int *, int) {
     emu::fail("the warpgroup-mma prefill attention is not part of this run");
 }
-void cu_attn_wg(cudaStream_t, const float *, float *, float *, float *, const float *, int, int, int, int, int,
+void cu_attn_wg(cu_go, const float *, float *, float *, float *, const float *, int, int, int, int, int,
                 const int *, float, int, int) {
     emu::fail("the warpgroup-mma prefill attention is not part of this run");
 }
+
+/* the launches' tuning: att_spread, att_early and att_wide varied */
+static cu_tuning tn = cu_tuning_defaults();
 
 struct acase {
     int M, nh, nkv, hd, np;
@@ -44,11 +47,11 @@ static std::vector<float> gpu(const acase &a, const inputs &in, int m0, int M, i
     const float *q = in.q.data() + (size_t)m0 * a.nh * a.hd;
     const float scale = 1.0f / sqrtf((float)a.hd);
     if (tiled)
-        cu_attention_tiled(nullptr, out.data(), q, in.k.data(), in.v.data(), part.data(), nullptr, M, a.nh, a.nkv, a.hd,
+        cu_attention_tiled(cu_go_on(nullptr, &tn), out.data(), q, in.k.data(), in.v.data(), part.data(), nullptr, M, a.nh, a.nkv, a.hd,
                            in.cap, &n_past, scale);
     else
-        cu_attention(nullptr, out.data(), q, in.k.data(), in.v.data(), part.data(), M, a.nh, a.nkv, a.hd, in.cap,
-                     &n_past, scale, 1, 0, cu_attn_spread_for(n_past));
+        cu_attention(cu_go_on(nullptr, &tn), out.data(), q, in.k.data(), in.v.data(), part.data(), M, a.nh, a.nkv, a.hd, in.cap,
+                     &n_past, scale, 1, 0, cu_attn_spread_for(&tn, n_past));
     return out;
 }
 
@@ -87,9 +90,9 @@ static void run_case(const acase &a) {
     std::vector<float> base;
     printf("  %s:", what);
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-        cu_attention_spread(modes[i][0]);
-        cu_attention_early(modes[i][1]);
-        cu_attention_wide(modes[i][2]);
+        tn.att_spread = modes[i][0];
+        tn.att_early = modes[i][1];
+        tn.att_wide = modes[i][2];
         const std::vector<float> out = gpu(a, in, 0, a.M, a.np, 0);
         const double rel = rel_to_reference(a, in, out);
         EXPECT(rel < 1e-5, "%s, %s: off the reference by %.3g", what, names[i], rel);
@@ -106,9 +109,7 @@ static void run_case(const acase &a) {
         }
         printf(" %s %.1g;", names[i], rel);
     }
-    cu_attention_spread(-1);
-    cu_attention_early(-1);
-    cu_attention_wide(-1);
+    tn = cu_tuning_defaults();
     if (cu_attn_tiled_ok(a.nh, a.nkv, a.hd)) {
         const double rel = rel_to_reference(a, in, gpu(a, in, 0, a.M, a.np, 1));
         EXPECT(rel < 1e-5, "%s, the prefill kernel: off the reference by %.3g", what, rel);
@@ -126,7 +127,7 @@ static void run_combine(int nc, int nh, int hd) {
     for (float &x : o) x = frand();
     for (size_t i = 0; i < mp.size(); i++) mp[i] = 6.0f * frand(), sp[i] = 1.5f + frand();
     const int d_len = nc * ATT_CHUNK - 1; /* row 0 sees d_len + 1 positions: nc chunks */
-    launch(k_attn_combine, nh, COMB_THREADS, nullptr, out.data(), (const float *)o.data(), (const float *)mp.data(),
+    launch(k_attn_combine, nh, COMB_THREADS, cu_go_on(nullptr, &tn), out.data(), (const float *)o.data(), (const float *)mp.data(),
            (const float *)sp.data(), nh, hd, &d_len, nc, 0, 1, 1, 0, ATT_CHUNK, (uint32_t *)nullptr);
     std::vector<double> want(out.size(), 0.0);
     for (int h = 0; h < nh; h++) {

@@ -12,12 +12,16 @@
 
 /* what the launchers reach in cuda_gemm.cu: no cuBLAS here, the matmuls all take k_mma */
 int cu_gemm_takes(const cu_gemm *, const dmat *, int) { return 0; }
-void cu_gemm_matmul(cu_gemm *, cudaStream_t, int, float *, const float *, int, const dmat *, const dmat *,
+void cu_gemm_matmul(cu_gemm *, cu_go, int, float *, const float *, int, const dmat *, const dmat *,
                     const float *, const float *, float) {
     emu::fail("cuBLAS called with no groups taken");
 }
 
 #include "check.h"
+
+/* the launches' tuning (the defaults) and stream */
+static const cu_tuning tn = cu_tuning_defaults();
+static const cu_go G = cu_go_on(nullptr, &tn);
 
 /* a bf16 matrix [N][K] and its tile-major copy (16-row x 32-column tiles of
    1 KB, row r of a tile at r * 32, edges zero) */
@@ -73,11 +77,11 @@ static std::vector<float> run(const mcase &c, const std::vector<float> &x, const
                               const std::vector<float> &bias, const std::vector<float> &gn, const std::vector<float> &y0) {
     std::vector<float> y = y0;
     const float *b = bias.empty() ? NULL : bias.data();
-    if (c.epi == GLU && c.norm) cu_matmul_swiglu_norm(NULL, y.data(), x.data(), c.M, &W.d, &W2.d, gn.data(), 1e-6f, NULL);
-    else if (c.epi == GLU) cu_matmul_swiglu(NULL, y.data(), x.data(), c.M, &W.d, &W2.d);
-    else if (c.epi == ADD) cu_matmul_add(NULL, y.data(), x.data(), c.M, &W.d, b);
-    else if (c.norm) cu_matmul_norm(NULL, y.data(), x.data(), c.M, &W.d, b, gn.data(), 1e-6f);
-    else cu_matmul(NULL, y.data(), x.data(), c.M, &W.d, b);
+    if (c.epi == GLU && c.norm) cu_matmul_swiglu_norm(G, y.data(), x.data(), c.M, &W.d, &W2.d, gn.data(), 1e-6f, NULL);
+    else if (c.epi == GLU) cu_matmul_swiglu(G, y.data(), x.data(), c.M, &W.d, &W2.d);
+    else if (c.epi == ADD) cu_matmul_add(G, y.data(), x.data(), c.M, &W.d, b);
+    else if (c.norm) cu_matmul_norm(G, y.data(), x.data(), c.M, &W.d, b, gn.data(), 1e-6f);
+    else cu_matmul(G, y.data(), x.data(), c.M, &W.d, b);
     return y;
 }
 
@@ -147,11 +151,11 @@ static void run_qkv(int M, int nh, int nkv, int hd, int H) {
                                            pos.data(), inv.data(), nh, nkv, hd, cap, &n_past, 1e-6f),
                          cnt.data()};
         if (how == 1) {
-            EXPECT(cu_matmul_norm_qkv(NULL, o.y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f, &t),
+            EXPECT(cu_matmul_norm_qkv(G, o.y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f, &t),
                    "%s: the fused kernel did not take it", what);
         } else {
-            cu_matmul_norm(NULL, o.y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f);
-            cu_qkv_post_run(NULL, &t.a, M);
+            cu_matmul_norm(G, o.y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f);
+            cu_qkv_post_run(G, &t.a, M);
         }
         return o;
     };
@@ -182,14 +186,14 @@ static void run_cut(int M, int N, int K) {
     snprintf(what, sizeof what, "pre-cut add M=%d N=%d K=%d", M, N, K);
     /* x and its pre-cut copy from the SwiGLU's epilogue */
     std::vector<uint32_t> xc((size_t)M * K, 0xdeadbeefu);
-    cu_matmul_swiglu_norm(NULL, x.data(), a.data(), M, &Wg.d, &Wu.d, std::vector<float>(64, 1.0f).data(), 1e-6f, xc.data());
+    cu_matmul_swiglu_norm(G, x.data(), a.data(), M, &Wg.d, &Wu.d, std::vector<float>(64, 1.0f).data(), 1e-6f, xc.data());
     std::vector<uint32_t> want((size_t)M * K);
     for (int m = 0; m < M; m++)
         for (int k = 0; k < K; k++) bf16_cut_put(want.data() + (size_t)m * K, k, x[(size_t)m * K + k]);
     EXPECT(!memcmp(xc.data(), want.data(), 4 * want.size()), "%s: the SwiGLU's pre-cut copy is not bf16_cut_put's", what);
     std::vector<float> yf = y0, yc = y0;
-    cu_matmul_add(NULL, yf.data(), x.data(), M, &W.d, bias.data());
-    EXPECT(cu_matmul_add_cut(NULL, yc.data(), xc.data(), M, &W.d, bias.data()) == 0, "%s: refused", what);
+    cu_matmul_add(G, yf.data(), x.data(), M, &W.d, bias.data());
+    EXPECT(cu_matmul_add_cut(G, yc.data(), xc.data(), M, &W.d, bias.data()) == 0, "%s: refused", what);
     EXPECT(!memcmp(yc.data(), yf.data(), sizeof(float) * yf.size()), "%s: not the f32 rows' bits", what);
     printf("  %-44s the f32 rows' bits\n", what);
 }
@@ -209,7 +213,7 @@ static void run_norm_split(int M, int N, int K, int epi) {
     snprintf(what, sizeof what, "norm apart M=%d N=%d K=%d %s", M, N, K, epi == GLU ? "swiglu" : "store");
     EXPECT(cu_norm_cut_ok(K), "%s: refused", what);
     std::vector<uint32_t> xc((size_t)M * K, 0xdeadbeefu), want((size_t)M * K);
-    cu_norm_cut(NULL, xc.data(), r.data(), x.data(), gn.data(), M, K, 1e-6f);
+    cu_norm_cut(G, xc.data(), r.data(), x.data(), gn.data(), M, K, 1e-6f);
     for (int m = 0; m < M; m++) {
         double ss = 0;
         for (int k = 0; k < K; k++) {
@@ -227,15 +231,15 @@ static void run_norm_split(int M, int N, int K, int epi) {
         std::vector<float> yf((size_t)M * N, NAN), ys((size_t)M * N, NAN);
         std::vector<uint32_t> cf((size_t)M * N, 1u), cs((size_t)M * N, 2u);
         if (epi == GLU) {
-            cu_matmul_swiglu_norm(NULL, yf.data(), x.data(), M, &W.d, &W2.d, gn.data(), 1e-6f, cf.data());
-            EXPECT(cu_layer_matmul(NULL, NULL, MM_SWIGLU, ys.data(), NULL, M, &W.d, &W2.d, NULL, gn.data(), 1e-6f, NULL,
+            cu_matmul_swiglu_norm(G, yf.data(), x.data(), M, &W.d, &W2.d, gn.data(), 1e-6f, cf.data());
+            EXPECT(cu_layer_matmul(G, (cu_gemm *)NULL, MM_SWIGLU, ys.data(), NULL, M, &W.d, &W2.d, NULL, gn.data(), 1e-6f, NULL,
                                    cu_cut{xc.data(), cs.data(), r.data()}) == 1,
                    "%s: the SwiGLU's pre-cut copy not written", what);
             EXPECT(!memcmp(cf.data(), cs.data(), 4 * cf.size()), "%s, %d tiles: the SwiGLU's pre-cut copy differs",
                    what, tiles);
         } else {
-            cu_matmul_norm(NULL, yf.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f);
-            EXPECT(cu_layer_matmul(NULL, NULL, MM_STORE, ys.data(), NULL, M, &W.d, NULL, bias.data(), gn.data(), 1e-6f,
+            cu_matmul_norm(G, yf.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f);
+            EXPECT(cu_layer_matmul(G, (cu_gemm *)NULL, MM_STORE, ys.data(), NULL, M, &W.d, NULL, bias.data(), gn.data(), 1e-6f,
                                    NULL, cu_cut{xc.data(), NULL, r.data()}) == 0,
                    "%s: a pre-cut copy reported", what);
         }
@@ -243,8 +247,8 @@ static void run_norm_split(int M, int N, int K, int epi) {
                what, tiles);
         if (epi != GLU) { /* the LM head's entry point: the same */
             std::vector<float> yl((size_t)M * N, NAN);
-            cu_matmul_norm(NULL, yf.data(), x.data(), M, &W.d, NULL, gn.data(), 1e-6f);
-            EXPECT(cu_matmul_cut(NULL, yl.data(), xc.data(), M, &W.d, r.data()) == 0, "%s: refused", what);
+            cu_matmul_norm(G, yf.data(), x.data(), M, &W.d, NULL, gn.data(), 1e-6f);
+            EXPECT(cu_matmul_cut(G, yl.data(), xc.data(), M, &W.d, r.data()) == 0, "%s: refused", what);
             EXPECT(!memcmp(yf.data(), yl.data(), sizeof(float) * yf.size()),
                    "%s, %d tiles: cu_matmul_cut is not the folded norm's bits", what, tiles);
         }
@@ -275,7 +279,7 @@ static void run_embed(int M, int V, int H) {
     std::vector<int> tok(M);
     for (int m = 0; m < M; m++) tok[m] = (int)((unsigned)(frand() * 1e6f + 1e6f) % (unsigned)V);
     std::vector<float> o((size_t)M * H, NAN);
-    cu_embed(NULL, o.data(), &E.d, tok.data(), M);
+    cu_embed(G, o.data(), &E.d, tok.data(), M);
     char what[96];
     snprintf(what, sizeof what, "embedding M=%d H=%d", M, H);
     for (int m = 0; m < M; m++)
@@ -290,7 +294,7 @@ static void run_rmsnorm(int M, int D) {
     std::vector<float> x((size_t)M * D), w(D), y((size_t)M * D, NAN);
     for (float &v : x) v = frand();
     for (float &v : w) v = 1.0f + 0.5f * frand();
-    cu_rmsnorm(NULL, y.data(), x.data(), w.data(), M, D, 1e-6f);
+    cu_rmsnorm(G, y.data(), x.data(), w.data(), M, D, 1e-6f);
     double err = 0;
     for (int m = 0; m < M; m++) {
         double ss = 0;

@@ -562,20 +562,8 @@ template <typename F> static void with_g(int G, F f) {
     }
 }
 
-/* The decode attention's launch shape override: 1 or 0 forces it, -1
-   leaves it to the cache length (see attn_launch). DSPARK_CUDA_ATT_SPREAD=1
-   or 0 sets it at the first use, cu_attention_spread (the tests) at any
-   time. Returns the setting before this call. */
-static int spread_mode(int set, int on) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_ATT_SPREAD", set, on);
-}
-
-int cu_attention_spread(int on) { return spread_mode(1, on); }
-
-int cu_attn_spread_for(int len) {
-    int f = spread_mode(0, 0);
-    return f >= 0 ? f : len >= ATT_SPREAD_FROM;
+int cu_attn_spread_for(const cu_tuning *t, int len) {
+    return t->att_spread >= 0 ? t->att_spread : len >= ATT_SPREAD_FROM;
 }
 
 /* blocks per kv head for k_attn_rows: about per_sm blocks per SM over all
@@ -611,9 +599,8 @@ template <int G, int NW> static int attn_optin(void) {
     return optin;
 }
 
-/* Verify rows on ATT_WIDE warps a block (env_switch: on by default,
-   DSPARK_CUDA_ATT_WIDE=0 turns it off at the first use, cu_attention_wide
-   at any time): where a launch's rows have more items than ATT_WARPS warps
+/* Verify rows on ATT_WIDE warps a block (unless the tuning's att_wide is
+   0): where a launch's rows have more items than ATT_WARPS warps
    take one each (3-16 rows of Qwen3's four query heads a kv head), twice
    the warps take them, so that a 9-16-row verify's block runs one row's
    item a warp instead of two in turn, and 3-4 rows one (row, head) pair a
@@ -622,17 +609,11 @@ template <int G, int NW> static int attn_optin(void) {
    measured"): Qwen3-8B t(16) at 512 positions 5.86 -> 5.78 ms, t(9)
    5.30 -> 5.19; t(1) and context 8192 unchanged. */
 #define ATT_WIDE 16
-static int wide_mode(int set, int on) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_ATT_WIDE", set, on);
-}
-
-int cu_attention_wide(int on) { return wide_mode(1, on); }
 
 /* one launch of k_attn_rows for rows m0 .. (ATT_ROWS of them at most);
    k_attn_combine follows */
 template <int G>
-static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
+static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, const float *q,
                        const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
                        float scale, int nchunk, int m0, int causal, int first, int spread, int early) {
     const int optin = attn_optin<G, ATT_WARPS>();
@@ -661,7 +642,7 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
     const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
     const int grid = nkv * attn_blocks(nkv, nchunk, per_sm);
     /* (up to five heads a kv head: more would spill at 128 registers a thread) */
-    const int wide = G <= 5 && two && !inter && R * G > ATT_WARPS && wide_mode(0, 0) != 0;
+    const int wide = G <= 5 && two && !inter && R * G > ATT_WARPS && st.t->att_wide;
     if constexpr (G <= 5)
         if (wide && att_smem(G, hd / 4, 2, ATT_WIDE) <= (size_t)attn_optin<G, ATT_WIDE>()) {
             launch_smem(k_attn_rows<G, ATT_WIDE>, grid, 32 * ATT_WIDE, att_smem(G, hd / 4, 2, ATT_WIDE), st, q, kc, vc,
@@ -673,18 +654,12 @@ static void attn_launch(cudaStream_t st, float *opart, float *mpart, float *spar
                 mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter, early);
 }
 
-/* k_attn_rows' early requests (env_switch: DSPARK_CUDA_ATT_EARLY=0 turns
-   them off at the first use, cu_attention_early at any time; the same bits
-   either way). Measured on an H200 (docs/BENCHMARKS.md, "The decode
-   attention's first chunk before the wait"): Qwen3-8B t(1) and t(16) 1-2%
-   faster at 512 and 8192 positions. */
-static int early_mode(int set, int on) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_ATT_EARLY", set, on);
-}
-int cu_attention_early(int on) { return early_mode(1, on); }
+/* k_attn_rows' early requests (unless the tuning's att_early is 0; the
+   same bits either way). Measured on an H200 (docs/BENCHMARKS.md, "The
+   decode attention's first chunk before the wait"): Qwen3-8B t(1) and
+   t(16) 1-2% faster at 512 and 8192 positions. */
 
-void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
+void cu_attention(cu_go st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
                   uint32_t *outc) {
     int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
@@ -694,10 +669,9 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
         with_g(G, [&](auto g) {
             attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
-                                            nchunk, m0, causal, first, spread, early_mode(0, 0) != 0);
+                                            nchunk, m0, causal, first, spread, st.t->att_early);
         });
-        cu_pdl_off serial; /* see pdl_enabled */
-        launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
+        launch(k_attn_combine, R * nh, COMB_THREADS, cu_serial(st), /* (see cu_go's serial) */ out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
                ATT_CHUNK, outc);
     }
 }
@@ -707,7 +681,7 @@ int cu_attn_tiled_ok(int nh, int nkv, int hd) {
 }
 
 template <int HD>
-static void tc_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q, const float *kc,
+static void tc_launch(cu_go st, float *opart, float *mpart, float *spart, const float *q, const float *kc,
                       const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
                       int nsplit, int first) {
     static int sized = 0;
@@ -720,7 +694,7 @@ static void tc_launch(cudaStream_t st, float *opart, float *mpart, float *spart,
                 mpart, spart, nh, G, hd, cap, d_len, M, scale, nsplit, first);
 }
 
-void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part,
+void cu_attention_tiled(cu_go st, float *out, const float *q, const float *kc, const float *vc, float *part,
                         float *wg_img, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale) {
     int G = nh / nkv, nsplit = (cap + AT_SPLIT - 1) / AT_SPLIT;
     /* the partials share cu_attention's scratch: at most its slot count of rows x spans per pass */
@@ -731,15 +705,14 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
     if (step >= R) step -= step % R;
     if (step < 1) step = 1;
     auto run = tc_hd(hd) == 32 ? tc_launch<32> : tc_hd(hd) == 64 ? tc_launch<64> : tc_launch<128>;
-    const int wg = wg_img && cu_attn_wg_ready(hd);
+    const int wg = wg_img && cu_attn_wg_ready(st.t, hd);
     if (wg) cu_attn_wg_prep(st, wg_img, kc, vc, nkv, hd, cap, d_len, M);
     for (int m0 = 0; m0 < M; m0 += step) {
         int n = M - m0 < step ? M - m0 : step;
         const float *qm = q + (size_t)m0 * nh * hd;
         if (wg) cu_attn_wg(st, wg_img, opart, mpart, spart, qm, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
         else run(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
-        cu_pdl_off serial; /* see pdl_enabled */
-        launch(k_attn_combine, n * nh, COMB_THREADS, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
+        launch(k_attn_combine, n * nh, COMB_THREADS, cu_serial(st), /* (see cu_go's serial) */ out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
                n, 1, m0, AT_SPLIT, (uint32_t *)NULL);
     }
 }

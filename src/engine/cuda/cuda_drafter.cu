@@ -55,6 +55,7 @@ struct cuda_dmodel {
     const dmat *embed, *lm_head;               /* [V][H]: own_* or the target's */
     dmat w1, w2, conf_w;                       /* [V][R], [V][R], [1][H(+R)] */
     float conf_b;
+    cu_tuning tune; /* the target's (cu_tuning_hooked's without one) */
     dev_pool pool;  /* every device allocation of the weights */
     int tiles_done; /* the tile-major copies decided (dmodel_tiles) */
 };
@@ -141,6 +142,7 @@ extern "C" int cuda_dmodel_create(cuda_dmodel **out, const cuda_dweights *w, str
     m->conf_markov = m->R > 0 && w->conf_markov;
     m->has_conf = w->conf_w != NULL;
     m->conf_b = w->conf_b;
+    m->tune = target ? *cu_model_tune(target) : *cu_tuning_hooked();
     const model_config *c = &m->cfg;
     size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
     m->layers = (dr_layer *)xcalloc((size_t)c->n_layers, sizeof(dr_layer));
@@ -226,7 +228,7 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
         return -1;
     }
     s->g_block = (cudaGraphExec_t *)xcalloc((size_t)(B + 1) * 3, sizeof(cudaGraphExec_t));
-    s->use_graphs = cu_graphs_enabled();
+    s->use_graphs = m->tune.graphs;
     *out = s;
     return 0;
 }
@@ -286,7 +288,7 @@ static void enqueue_ingest(cuda_dstate *s, int M, int chain) {
     const cuda_dmodel *m = s->m;
     const model_config *c = &m->cfg;
     const int H = c->hidden_size, nkv = c->n_kv_heads, hd = c->head_dim;
-    cudaStream_t st = s->st;
+    const cu_go st = cu_go_on(s->st, &s->m->tune);
     int *pos = s->d_in + IN_POS(s), *d_len = s->d_in + IN_LEN(s);
     cudaMemcpyAsync(s->d_in, s->h_in, sizeof(int) * IN_INTS(s), cudaMemcpyHostToDevice, st);
     if (!chain) cudaMemcpyAsync(s->feat, s->h_feat, sizeof(float) * (size_t)M * m->nt * H, cudaMemcpyHostToDevice, st);
@@ -314,7 +316,7 @@ enum { CHAIN_GREEDY = 1, CHAIN_SAMPLED = 2 };
 static void enqueue_dspark_row(cuda_dstate *s, int j, const int *prev, int chain) {
     const cuda_dmodel *m = s->m;
     const int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    cudaStream_t st = s->st;
+    const cu_go st = cu_go_on(s->st, &s->m->tune);
     float *bj = s->base + (size_t)j * V, *zj = m->R ? s->z + (size_t)j * V : bj;
     if (m->R) cu_embed(st, s->e, &m->w1, prev, 1);
     if (m->has_conf) {
@@ -349,7 +351,7 @@ static void enqueue_block(cuda_dstate *s, int n, int chain) {
     const model_config *c = &m->cfg;
     const int B = m->B, H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
-    cudaStream_t st = s->st;
+    const cu_go st = cu_go_on(s->st, &s->m->tune);
     int *tok = s->d_in, *pos = s->d_in + IN_POS(s), *d_len = s->d_in + IN_LEN(s);
     cudaMemcpyAsync(s->d_in, s->h_in, sizeof(int) * IN_INTS(s), cudaMemcpyHostToDevice, st);
     if (chain == CHAIN_SAMPLED) cudaMemcpyAsync(s->d_samp, s->h_samp, sizeof *s->h_samp, cudaMemcpyHostToDevice, st);
@@ -364,11 +366,8 @@ static void enqueue_block(cuda_dstate *s, int n, int chain) {
         cu_qkv_post(st, s->q, s->k, s->v, kc, vc, L->q_norm, L->k_norm, pos, m->inv_freq, B, nh, nkv, hd, s->cap,
                     d_len, eps);
         cu_attention(st, s->att, s->q, kc, vc, s->part, B, nh, nkv, hd, s->cap, d_len, scale, 0, 0,
-                     cu_attn_spread_for(0)); /* the default shape unless forced: its graphs are not keyed by length */
-        {
-            cu_pdl_off serial; /* see pdl_enabled */
-            cu_matmul_add(st, s->x, s->att, B, &L->wo, NULL);
-        }
+                     cu_attn_spread_for(st.t, 0)); /* the default shape unless forced: its graphs are not keyed by length */
+        cu_matmul_add(cu_serial(st), s->x, s->att, B, &L->wo, NULL); /* (see cu_go's serial) */
         cu_rmsnorm(st, s->xb, s->x, L->mlp_norm, B, H, eps);
         cu_matmul_swiglu(st, s->gate, s->xb, B, &L->wg, &L->wu);
         cu_matmul_add(st, s->x, s->gate, B, &L->wd, NULL);
