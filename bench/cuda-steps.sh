@@ -28,7 +28,8 @@
 #   tl:CTX:ROWS:MODE[:VARS]   cuda-timeline /tmp/m8 CTX ROWS 8 MODE (chain or forward)
 #   prof:MATRIX:ROWS[:VARS]   bench/cuda-mma-profile.sh (Nsight Compute) on MATRIX at
 #                             ROWS (widths joined by '+'), e.g. prof:gate+up:1+16:DSPARK_BENCH_NORM=1
-# e.g. bench/cuda-steps.sh /tmp/out 570 test ab:main=,wide=DSPARK_CUDA_ATT_WIDE=0 tl:512:1:chain
+# e.g. bench/cuda-steps.sh /tmp/out 570 test ab:main=,wide=DSPARK_BENCH_TUNING=att_wide=0 tl:512:1:chain
+# (DSPARK_BENCH_TUNING: a CUDA tuning for verify-cost and cuda-timeline, fields joined by '/')
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUTD=${1:?usage: $0 OUTDIR DEADLINE_S STEP...}

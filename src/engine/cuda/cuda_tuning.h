@@ -4,9 +4,9 @@
  * production runs; the other values exist for comparisons: every field
  * but omit gives the defaults' results (the same bits, or for gemm_rows
  * and prefill_rows the same within cuBLAS's tolerance), only the time
- * differs. Nothing here reads the environment: the tests set a tuning
- * through tests/cuda/cuda_hooks.h (DSPARK_TEST_CUDA_TUNING), the bench
- * tools through the same hooks (DSPARK_BENCH_TUNING). Plain C, built in
+ * differs. Nothing in src reads a tuning from the environment: the test
+ * binary and the bench tools parse one from theirs and set it through
+ * tests/cuda/cuda_hooks.h before creating a model. Plain C, built in
  * every configuration so that the parser is tested without a GPU. */
 #ifndef DS_CUDA_TUNING_H
 #define DS_CUDA_TUNING_H
