@@ -293,7 +293,7 @@ TEST(cuda_attention_spread_same_bits) {
 /* The decode attention's first chunk requested before the wait (the
  * default) or after it gives the same bits: caches shorter than a chunk,
  * at a chunk boundary and long (several chunks per block), verify widths,
- * two row groups, both launch shapes. */
+ * more than one launch group, both launch shapes. */
 TEST(cuda_attention_early_same_bits) {
     if (!have_gpu()) return;
     char err[512];
