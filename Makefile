@@ -59,6 +59,8 @@ SIMD_FLAGS = -mavx2 -mfma -mf16c
 ALL_SRC  = $(wildcard src/*/*.c src/*/*/*.c)
 HDRS     = $(wildcard src/*/*.h src/*/*/*.h src/*/*/*.cuh)
 LIB_SRC  = $(filter-out src/cli/main.c src/engine/cuda/%,$(ALL_SRC))
+# (the CUDA tuning's parser is plain C, built everywhere so that make test checks it)
+LIB_SRC += src/engine/cuda/cuda_tuning.c
 ifeq ($(CUDA),1)
   CU_OBJ   = $(patsubst src/%.cu,$(BUILD)/src/%.o,$(wildcard src/engine/cuda/*.cu))
   # the CUDA objects depend on a file holding the target, rewritten only
@@ -104,7 +106,7 @@ $(BUILD)/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%.o: %.cu $(HDRS) $(ARCH_STAMP)
+$(BUILD)/%.o: %.cu $(HDRS) $(wildcard tests/cuda/*.h) $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) $(CUDA_DEFS) -Isrc -Itests -lineinfo -Xfatbin -compress-all -Xcompiler -fPIC,-pthread -c $< -o $@
 
@@ -133,10 +135,10 @@ test: $(TEST_BIN) $(BIN) test-assets test-clients cuda-build-check $(CUEMU_BINS)
 # CUDA kernels whose logic the CPU checks too (tests/cuemu/emu.h: each
 # CUDA thread a fiber, no GPU and no nvcc needed): built with the host C++
 # compiler and run by `make test`, so CI without a GPU runs them.
-$(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/engine/cuda/*.cu $(HDRS) $(BUILD)/src/base/util.o $(BUILD)/src/engine/tensor.o
+$(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/engine/cuda/*.cu $(HDRS) $(BUILD)/src/base/util.o $(BUILD)/src/engine/tensor.o $(BUILD)/src/engine/cuda/cuda_tuning.o
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -g $(OPT) -DDSPARK_CUEMU -fno-strict-aliasing -Wall -Wno-unused-function -Wno-unknown-pragmas -Wno-sign-compare -Itests/cuemu \
-	  -Itests/cuemu/fake -Isrc $< $(BUILD)/src/base/util.o $(BUILD)/src/engine/tensor.o -o $@ $(LDSAN) -lm
+	  -Itests/cuemu/fake -Isrc $< $(BUILD)/src/base/util.o $(BUILD)/src/engine/tensor.o $(BUILD)/src/engine/cuda/cuda_tuning.o -o $@ $(LDSAN) -lm
 
 cuemu: $(CUEMU_BINS)
 	@for b in $(CUEMU_BINS); do $$b || exit 1; done

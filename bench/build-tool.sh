@@ -14,6 +14,7 @@ if [ "${CUDA:-0}" = 1 ]; then
     dir=build/cuda
     bench_obj=build/cuda/bench/cuda_mma_bench.o
     extra="-L${CUDA_HOME:-/usr/local/cuda}/lib64 -lcublas -lcudart -lstdc++"
+    defs=-DBENCH_CUDA # (bench_tuning.h: DSPARK_BENCH_TUNING through tests/cuda/cuda_hooks.h)
 else
     make -s -j2 dspark >/dev/null
     dir=build/rel
@@ -22,5 +23,5 @@ fi
 OBJS=$(find $dir/src -name "*.o" ! -name main.o)
 mkdir -p "$(dirname "${2:-build/$name}")"
 # shellcheck disable=SC2086
-cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc ${TOOL_CFLAGS:-} -o "${2:-build/$name}" "bench/$name.c" $OBJS ${bench_obj:-} \
+cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc -Itests ${defs:-} ${TOOL_CFLAGS:-} -o "${2:-build/$name}" "bench/$name.c" $OBJS ${bench_obj:-} \
     -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm $extra ${TOOL_LIBS:-}

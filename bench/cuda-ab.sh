@@ -8,7 +8,9 @@
 # Usage, on the GPU machine, each DIR an unpacked scripts/cuda-pack devpack
 # (a baseline revision's: `scripts/cuda-pack REV`, build/devpack-base.tar.xz):
 #   bench/cuda-ab.sh MODEL_DIR NAME=DIR[:VAR=VALUE...] NAME=DIR[:VAR=VALUE...] ...
-# e.g.  bench/cuda-ab.sh /tmp/m8 main=/tmp/b new=/tmp/p off=/tmp/p:DSPARK_CUDA_ATT_EARLY=0
+# e.g.  bench/cuda-ab.sh /tmp/m8 main=/tmp/b new=/tmp/p off=/tmp/p:DSPARK_BENCH_TUNING=att_early=0
+# (a CUDA tuning, src/engine/cuda/cuda_tuning.h, fields joined by '/': verify-cost
+# takes it; `dspark run` reads none, so its rates are the defaults')
 # Knobs: ROUNDS (2), REPS (10), LONG (1: also context 8192, once a round),
 # REPS_LONG (5), RUN (1: also `dspark run`, -n 128), SPEC (MODE:DRAFTER_DIR:CAP,
 # e.g. dspark:/tmp/ds8:7: also a speculative `dspark run` with that drafter,

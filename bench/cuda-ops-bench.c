@@ -18,14 +18,14 @@
  *                                      RMSNorm into qkv, gate+up and the LM head and has
  *                                      the SwiGLU write its pre-cut copy, as the forward;
  *                                      DSPARK_BENCH_NORM=cut runs that norm apart, as
- *                                      DSPARK_CUDA_NORM_SPLIT has the forward do: its
+ *                                      the forward does at 9-16 rows: its
  *                                      kernel writing pre-cut rows and scales, then the
  *                                      matmul from them) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/cuda_backend.h"
+#include "cuda/cuda_hooks.h"
 #include "engine/sampler.h"
 #include "base/util.h"
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # cuda-step-cost: each kernel's share of a CUDA forward, timed by leaving it
-# out of every layer (DSPARK_CUDA_OMIT; the outputs are then wrong, only the
+# out of every layer (the CUDA tuning's omit, DSPARK_BENCH_TUNING=omit=...; the outputs are then wrong, only the
 # times count): verify-cost's t(1) and t(16) with nothing left out, then
 # without the q/k/v projection (with its norm/RoPE tail), the attention
 # (with its combine), o, gate+up and down, and what each costs per layer
@@ -24,12 +24,12 @@ err=$(mktemp)
 trap 'rm -f "$err"' EXIT
 for k in none qkv attn o gateup down; do
     omit=$k
-    [ "$k" = none ] && omit=
-    out=$(DSPARK_DEVICE=cuda DSPARK_CUDA_OMIT="$omit" "$P/verify-cost" "$M" "$CTX" 1 "$REPS" 2> "$err") ||
+    [ "$k" = none ] && omit=0
+    out=$(DSPARK_DEVICE=cuda DSPARK_BENCH_TUNING="omit=$omit" "$P/verify-cost" "$M" "$CTX" 1 "$REPS" 2> "$err") ||
         { cat "$err" >&2; exit 1; }
     t1=$(echo "$out" | awk '$1 == "1" { print $2 }')
     t16=$(echo "$out" | awk '$1 == "16" { print $2 }')
-    if [ -z "$t1" ] || [ -z "$t16" ]; then echo "no t(1) / t(16) from verify-cost (DSPARK_CUDA_OMIT=$omit)" >&2; exit 1; fi
+    if [ -z "$t1" ] || [ -z "$t16" ]; then echo "no t(1) / t(16) from verify-cost (omit=$omit)" >&2; exit 1; fi
     if [ "$k" = none ]; then
         full1=$t1 full16=$t16
         printf "  %-12s %7.3f %8.3f\n" "$k" "$t1" "$t16"

@@ -17,11 +17,9 @@
 #   ops                       gate+up alone at 16 rows, with and without the folded norm
 #   norm                      the LM head, gate+up and q/k/v alone at 1, 9 and 16 rows,
 #                             the folded norm against the norm run apart (DSPARK_BENCH_NORM=cut:
-#                             the kernels DSPARK_CUDA_NORM_SPLIT has the forward run)
+#                             the kernels the forward runs at gate/up and the LM head from 9 rows)
 #   lmtiles                   the LM head alone at 1, 8 and 16 rows on 1, 2 and 4 weight
-#                             tiles a warp (DSPARK_BENCH_TILES), and at one row on one tile
-#                             three blocks an SM (DSPARK_CUDA_WIDE_OCC=3): fewer waves of
-#                             block starts for its 36 waves of one-tile blocks at one row
+#                             tiles a warp (DSPARK_BENCH_TILES)
 #   ab:NAME=VARS,NAME=VARS..  bench/cuda-ab.sh /tmp/m8 with a variant per NAME,
 #                             VARS as VAR=VALUE joined by ':' (none: the defaults),
 #                             led by @base for the baseline pack (build/devpack-base.tar.xz,
@@ -30,7 +28,8 @@
 #   tl:CTX:ROWS:MODE[:VARS]   cuda-timeline /tmp/m8 CTX ROWS 8 MODE (chain or forward)
 #   prof:MATRIX:ROWS[:VARS]   bench/cuda-mma-profile.sh (Nsight Compute) on MATRIX at
 #                             ROWS (widths joined by '+'), e.g. prof:gate+up:1+16:DSPARK_BENCH_NORM=1
-# e.g. bench/cuda-steps.sh /tmp/out 570 test ab:main=,wide=DSPARK_CUDA_ATT_WIDE=0 tl:512:1:chain
+# e.g. bench/cuda-steps.sh /tmp/out 570 test ab:main=,wide=DSPARK_BENCH_TUNING=att_wide=0 tl:512:1:chain
+# (DSPARK_BENCH_TUNING: a CUDA tuning for verify-cost and cuda-timeline, fields joined by '/')
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUTD=${1:?usage: $0 OUTDIR DEADLINE_S STEP...}
@@ -85,7 +84,7 @@ for s in "$@"; do
         step "$n-norm" 90 sh -c "for mx in lm_head gate+up qkv; do for r in 1 9 16; do for b in 1 cut 1 cut; do echo \"\$mx, rows \$r, DSPARK_BENCH_NORM=\$b\"; DSPARK_BENCH_NORM=\$b $P/cuda-ops-bench 50 one \$mx \$r; done; done; done"
         ;;
     lmtiles)
-        step "$n-lmtiles" 60 sh -c "for r in 1 8 16; do for t in 1 2 4 1 2 4; do echo \"rows \$r, \$t tiles\"; DSPARK_BENCH_TILES=\$t $P/cuda-ops-bench 50 one lm_head \$r; done; done; for o in 0 3 0 3; do echo \"rows 1, 1 tile, DSPARK_CUDA_WIDE_OCC=\$o\"; DSPARK_CUDA_WIDE_OCC=\$o $P/cuda-ops-bench 50 one lm_head 1; done"
+        step "$n-lmtiles" 60 sh -c "for r in 1 8 16; do for t in 1 2 4 1 2 4; do echo \"rows \$r, \$t tiles\"; DSPARK_BENCH_TILES=\$t $P/cuda-ops-bench 50 one lm_head \$r; done; done"
         ;;
     ab:*)
         wait $MODELS

@@ -28,6 +28,7 @@
 #include "engine/model.h"
 #include "engine/threadpool.h"
 #include "base/util.h"
+#include "bench_tuning.h"
 
 typedef struct {
     unsigned long long start, end;
@@ -145,6 +146,7 @@ int main(int argc, char **argv) {
     /* (registered before the device is first used; enabled after the warm-up) */
     CUPTI_CK(cuptiActivityRegisterCallbacks(buf_requested, buf_completed));
     model *m;
+    if (bench_tuning_apply() != 0) return 1;
     model_load_opts lo = {0};
     if (model_load(&m, argv[1], &lo, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
     if (strcmp(model_backend(m)->name, "cuda")) return fprintf(stderr, "cuda-timeline: the model is not on a GPU (DSPARK_DEVICE=cuda)\n"), 1;

@@ -5,8 +5,15 @@
 #include <cuda_runtime.h>
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/cuda/cuda_ops.cuh"
+#include "cuda/cuda_hooks.h"
+
+static int env_is(const char *name, const char *value) {
+    const char *e = getenv(name);
+    return e && !strcmp(e, value);
+}
 
 __global__ void k_fill_bf16(__nv_bfloat16 *p, size_t n, uint64_t seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -73,9 +80,10 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
     }
     const int saved = cu_mma_tiles_force(tiles);
     cu_gemm *gm = NULL;
-    if (mode == 4 && cu_gemm_create(&gm, M, K, N, err, errlen) != 0) return -1;
-    cudaStream_t st;
-    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (mode == 4 && cu_gemm_create(&gm, cu_tuning_hooked()->gemm_rows, M, K, N, err, errlen) != 0) return -1;
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    const cu_go st = cu_go_on(s, cu_tuning_hooked()); /* (the hooks' tuning: cuda_hooks.h) */
     cudaDeviceSynchronize();
     cudaEvent_t a, b;
     cudaEventCreate(&a);
@@ -106,7 +114,7 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
     cu_pool_free(&pl);
     free(Ws);
     cu_gemm_free(gm);
-    cudaStreamDestroy(st);
+    cudaStreamDestroy(s);
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     cudaFree(w);

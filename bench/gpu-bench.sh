@@ -9,7 +9,7 @@
 #     verify (bench/verify-cost.c with DSPARK_DEVICE=cuda), the 16-row
 #     verify with vocabulary-wide logits coming back (a sampled verify), and
 #     prefill at 512, 4096 and 16384 tokens (4096 and 16384 also on the
-#     pre-Hopper prefill attention kernel, DSPARK_CUDA_ATT_WG=0);
+#     pre-Hopper prefill attention kernel, DSPARK_BENCH_TUNING=att_wg=0);
 #   - for 8B: a speculative round with random drafters of the published
 #     Qwen3-8B DFlash (block 16) and DSpark (block 7) shapes on the GPU:
 #     decode tok/s of `dspark run` (random weights accept nothing, so it is
@@ -70,9 +70,9 @@ for shape in ${SHAPES:-4b 8b}; do
   [ -n "$FAST" ] || DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 4096 1 1 | head -1
   [ -n "$FAST" ] || [ "$shape" != 8b ] || DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 16384 1 1 | head -1
   # the same prefills on the previous prefill attention kernel (k_attn_tc)
-  [ -n "$FAST" ] || DSPARK_CUDA_ATT_WG=0 DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 4096 1 1 | head -1 |
+  [ -n "$FAST" ] || DSPARK_BENCH_TUNING=att_wg=0 DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 4096 1 1 | head -1 |
     sed 's/$/  (k_attn_tc)/'
-  [ -n "$FAST" ] || [ "$shape" != 8b ] || DSPARK_CUDA_ATT_WG=0 DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 16384 1 1 |
+  [ -n "$FAST" ] || [ "$shape" != 8b ] || DSPARK_BENCH_TUNING=att_wg=0 DSPARK_DEVICE=cuda "$P/verify-cost" "$d" 16384 1 1 |
     head -1 | sed 's/$/  (k_attn_tc)/'
   if [ "$shape" = 8b ]; then
     for k in dflash dspark; do

@@ -6,6 +6,7 @@
  *
  *   bench/verify-cost.sh MODEL_DIR [CONTEXT=256] [THREADS=0 (all)] [REPS=20] [ids|logits]
  *
+ * DSPARK_BENCH_TUNING=SPEC (a CUDA build): the model's CUDA tuning (bench_tuning.h).
  * ids (the default): each row's argmax comes back, as a greedy verify asks;
  * logits: every row's vocabulary-wide logits come back, as a sampled one.
  * The first line is the prefill of CONTEXT tokens from an empty cache, in
@@ -20,6 +21,7 @@
 #include "engine/model.h"
 #include "engine/threadpool.h"
 #include "base/util.h"
+#include "bench_tuning.h"
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -37,6 +39,7 @@ int main(int argc, char **argv) {
     if (ctx_len < 1 || reps < 1) return fprintf(stderr, "bad CONTEXT or REPS\n"), 1;
     char err[1024];
     model *m;
+    if (bench_tuning_apply() != 0) return 1;
     model_load_opts lo = {0};
     if (model_load(&m, argv[1], &lo, err, sizeof err) != 0) return fprintf(stderr, "%s\n", err), 1;
     tpool *tp = tp_create(threads);

@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include "test.h"
+#ifdef DSPARK_CUDA
+#include "cuda/cuda_hooks.h"
+#endif
 
 #define MAX_TESTS 1024
 static struct { const char *name; test_fn fn; } tests[MAX_TESTS];
@@ -82,6 +85,22 @@ int main(int argc, char **argv) {
     /* calibration (and any other cache) goes to the scratch directory, never
        to the user's ~/.cache, also for the dspark processes tests start */
     setenv("DSPARK_CACHE_DIR", test_tmp_dir(), 1);
+#ifdef DSPARK_CUDA
+    /* DSPARK_TEST_CUDA_TUNING: the CUDA tuning every model of this run
+       takes, as a cu_tuning_parse spec (scripts/test-cuda's groups run the
+       same tests under other launch choices this way) */
+    const char *tune = getenv("DSPARK_TEST_CUDA_TUNING");
+    if (tune && *tune) {
+        cu_tuning t;
+        char err[256];
+        cuda_hook_tuning_get(&t);
+        if (cu_tuning_parse(tune, &t, err, sizeof err) != 0) {
+            fprintf(stderr, "DSPARK_TEST_CUDA_TUNING: %s\n", err);
+            return 2;
+        }
+        cuda_hook_tuning_set(&t);
+    }
+#endif
     /* run in name order so output is stable regardless of link order */
     qsort(tests, (size_t)n_tests, sizeof tests[0], cmp);
     int passed = 0, failed = 0;

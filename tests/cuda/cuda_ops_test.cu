@@ -1,6 +1,7 @@
 // cuda_ops_test: the CUDA ops one at a time on host arrays, for the tests
-// against the CPU ops (cuda_backend.h's cuda_test_* functions); the ops
-// themselves are in cuda_mma.cu, cuda_ops.cu and cuda_attn*.cu.
+// against the CPU ops (cuda_hooks.h's cuda_test_* functions), launched
+// under the hooks' tuning; the ops themselves are in cuda_mma.cu,
+// cuda_ops.cu and cuda_attn*.cu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -11,6 +12,34 @@
 #include <string.h>
 
 #include "engine/cuda/cuda_ops.cuh"
+#include "cuda/cuda_hooks.h"
+
+/* the single ops' launches: the legacy stream, the hooks' tuning (a SwiGLU
+   runs two blocks an SM where its swiglu2 is 1: cu_go's two) */
+static cu_go go0(void) {
+    cu_go g = cu_go_on(go0(), cu_tuning_hooked());
+    g.two = g.t->swiglu2 == 1;
+    return g;
+}
+
+/* sets the hooks' tuning field f to v; returns the value before */
+static int set_field(int cu_tuning::*f, int v) {
+    cu_tuning t;
+    cuda_hook_tuning_get(&t);
+    const int prev = t.*f;
+    t.*f = v;
+    cuda_hook_tuning_set(&t);
+    return prev;
+}
+/* the same for the fields whose -1 means the default's 1 */
+static int set_on(int cu_tuning::*f, int v) { return set_field(f, v < 0 ? 1 : v); }
+extern "C" int cuda_test_prefill_rows(int rows) { return set_field(&cu_tuning::prefill_rows, rows); }
+extern "C" int cuda_test_argmax_split(int on) { return set_on(&cu_tuning::argmax_split, on); }
+extern "C" int cuda_test_attention_spread(int on) { return set_field(&cu_tuning::att_spread, on); }
+extern "C" int cuda_test_attention_early(int on) { return set_on(&cu_tuning::att_early, on); }
+extern "C" int cuda_test_attention_wide(int on) { return set_on(&cu_tuning::att_wide, on); }
+extern "C" int cuda_test_attention_wg(int on) { return set_on(&cu_tuning::att_wg, on); }
+extern "C" int cuda_test_swiglu_two(int on) { return set_field(&cu_tuning::swiglu2, on) == 1; }
 /* ---- single ops for tests ------------------------------------------------ */
 
 template <typename T> static int dup_to_dev(T **d, const T *h, size_t n, char *err, size_t errlen) {
@@ -43,7 +72,7 @@ extern "C" int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M
                                  size_t errlen) {
     float *dx, *dw;
     if (dup_to_dev(&dx, x, (size_t)M * D, err, errlen) || dup_to_dev(&dw, w, (size_t)D, err, errlen)) return -1;
-    cu_rmsnorm(0, dx, dx, dw, M, D, eps);
+    cu_rmsnorm(go0(), dx, dx, dw, M, D, eps);
     CK_LAUNCH();
     CK(cudaMemcpy(y, dx, sizeof(float) * (size_t)M * D, cudaMemcpyDeviceToHost));
     cudaFree(dx);
@@ -66,7 +95,7 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
         return -1;
     cu_qkv_args a = {dx, dx, NULL, NULL, n_heads * head_dim, 0, NULL, NULL, NULL, NULL, dp, df, n_heads, 0, head_dim, 0,
                      dp, 0.0f};
-    cu_qkv_post_run(0, &a, M); /* (no kv heads: the query heads alone) */
+    cu_qkv_post_run(go0(), &a, M); /* (no kv heads: the query heads alone) */
     CK_LAUNCH();
     CK(cudaMemcpy(x, dx, sizeof(float) * (size_t)M * n_heads * head_dim, cudaMemcpyDeviceToHost));
     cudaFree(dx);
@@ -78,16 +107,10 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
 /* where cuda_test_attention's decode path also puts its pre-cut output (NULL: nowhere) */
 static uint32_t *g_att_cut;
 extern "C" void cuda_test_attention_cut(uint32_t *dst) { g_att_cut = dst; }
-extern "C" int cuda_test_attention_spread(int on) { return cu_attention_spread(on); }
-extern "C" int cuda_test_attention_early(int on) { return cu_attention_early(on); }
-extern "C" int cuda_test_attention_wide(int on) { return cu_attention_wide(on); }
-extern "C" int cuda_test_attention_rsplit(int n) { return cu_attention_rsplit(n); }
-extern "C" int cuda_test_attention_cluster(int on) { return cu_attention_cluster(on); }
 extern "C" int cuda_test_code_arch(char *err, size_t errlen) { return cu_code_arch(err, errlen); }
-extern "C" int cuda_test_hopper_paths(void) { return cu_hopper_code() && pdl_enabled(); }
-extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(len); }
-extern "C" int cuda_test_attention_wg(int on) { return cu_attention_wg(on); }
-extern "C" int cuda_test_attn_wg_ready(int hd) { return cu_attn_wg_ready(hd); }
+extern "C" int cuda_test_hopper_paths(void) { return cu_hopper_code() && pdl_enabled(go0()); }
+extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(cu_tuning_hooked(), len); }
+extern "C" int cuda_test_attn_wg_ready(int hd) { return cu_attn_wg_ready(cu_tuning_hooked(), hd); }
 
 extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int hd, const float *kc,
                                    const float *vc, int cap, int n_past, float scale, int tiled, char *err,
@@ -103,13 +126,13 @@ extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, in
     float *part;
     if (dup_to_dev(&part, (float *)NULL, cu_attn_part_floats(nh, hd, cap), err, errlen)) return -1;
     float *img = NULL;
-    if (tiled && cu_attn_wg_ready(hd) && dup_to_dev(&img, (float *)NULL, cu_attn_wg_floats(nkv, hd, cap), err, errlen))
+    if (tiled && cu_attn_wg_ready(cu_tuning_hooked(), hd) && dup_to_dev(&img, (float *)NULL, cu_attn_wg_floats(nkv, hd, cap), err, errlen))
         return -1;
     uint32_t *dc = NULL;
     if (!tiled && g_att_cut && dup_to_dev(&dc, (uint32_t *)NULL, (size_t)M * nh * hd, err, errlen)) return -1;
-    if (tiled) cu_attention_tiled(0, dout, dq, dk, dv, part, img, M, nh, nkv, hd, cap, dlen, scale);
+    if (tiled) cu_attention_tiled(go0(), dout, dq, dk, dv, part, img, M, nh, nkv, hd, cap, dlen, scale);
     else
-        cu_attention(0, dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(n_past), dc);
+        cu_attention(go0(), dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(cu_tuning_hooked(), n_past), dc);
     CK_LAUNCH();
     CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
     if (dc) {
@@ -137,7 +160,7 @@ extern "C" int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, in
     if (dup_to_dev(&dt_, tok, (size_t)M, err, errlen) || dup_to_dev(&dout, (float *)NULL, (size_t)M * H, err, errlen))
         return -1;
     dmat E = {de, dt, V, H};
-    cu_embed(0, dout, &E, dt_, M);
+    cu_embed(go0(), dout, &E, dt_, M);
     CK_LAUNCH();
     CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * H, cudaMemcpyDeviceToHost));
     cudaFree(de);
@@ -148,7 +171,7 @@ extern "C" int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, in
 
 /* The fused matmuls on host arrays: mode 0 store, 1 residual add (y is
    read), 2 SwiGLU of W and W2; with gn the RMSNorm of x is folded in; gemm:
-   the forward's choice, cuBLAS for the whole groups of cu_gemm_rows(). */
+   the forward's choice, cuBLAS for the whole groups of the tuning's gemm_rows. */
 static int test_matmul_dev(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
                            const float *bias, const float *gn, float eps, int mode, int gemm, char *err,
                            size_t errlen) {
@@ -156,7 +179,7 @@ static int test_matmul_dev(float *y, const float *x, int M, const void *w, const
     void *dw, *dw2 = NULL;
     size_t wb = (size_t)N * K * dtype_size(dt);
     dmat W = {NULL, dt, N, K};
-    if (gn && !cu_fuses_norm(&W)) return ds_err(err, errlen, "no folded norm for this matrix (K %% 8 or dtype)");
+    if (gn && !cu_fuses_norm(cu_tuning_hooked(), &W)) return ds_err(err, errlen, "no folded norm for this matrix (K %% 8 or dtype)");
     if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) ||
         dup_to_dev(&dy, mode == 1 ? y : (float *)NULL, (size_t)M * N, err, errlen) ||
         (gn && dup_to_dev(&dg, gn, (size_t)K, err, errlen)))
@@ -166,11 +189,11 @@ static int test_matmul_dev(float *y, const float *x, int M, const void *w, const
     W.p = dw;
     dmat W2 = {dw2, dt, N, K};
     cu_gemm *g = NULL; /* gemm: cuBLAS for the whole groups, as in the forward */
-    if (gemm && cu_gemm_create(&g, M, K, N, err, errlen) != 0) return -1;
+    if (gemm && cu_gemm_create(&g, cu_tuning_hooked()->gemm_rows, M, K, N, err, errlen) != 0) return -1;
     size_t yn = (size_t)M * N;
     float *y0 = mode == 1 ? (float *)xmalloc(sizeof(float) * yn) : NULL; /* the addend, for the second run */
     if (y0) memcpy(y0, y, sizeof(float) * yn);
-    cu_layer_matmul(0, g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL, cu_cut{});
+    cu_layer_matmul(go0(), g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL, cu_cut{});
     CK_LAUNCH();
     CK(cudaMemcpy(y, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost));
     int rc = cu_gemm_check(g, err, errlen);
@@ -182,7 +205,7 @@ static int test_matmul_dev(float *y, const float *x, int M, const void *w, const
         if (!rc && cudaMemcpy(dy, y0, sizeof(float) * (y0 ? yn : 0), cudaMemcpyHostToDevice) != cudaSuccess)
             rc = ds_err(err, errlen, "CUDA: cannot reset the matmul output");
         if (!rc) {
-            cu_layer_matmul(0, g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL, cu_cut{});
+            cu_layer_matmul(go0(), g, mode, dy, dx, M, &W, &W2, db, dg, eps, NULL, cu_cut{});
             if (cudaMemcpy(yt, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost) != cudaSuccess)
                 rc = ds_err(err, errlen, "CUDA: the tile-major matmul failed: %s", cudaGetErrorString(cudaGetLastError()));
         }
@@ -235,7 +258,7 @@ extern "C" int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int 
     void *dw, *dw2 = NULL;
     const size_t wb = (size_t)N * K * 2, xn = (size_t)M * K, yn = (size_t)M * N;
     dmat W = {NULL, DT_BF16, N, K};
-    if (!cu_takes_cut(&W, M) || (mode == 2 && (!gn || !w2 || N % 8)) || (mode != 1 && mode != 2))
+    if (!cu_takes_cut(cu_tuning_hooked(), &W, M) || (mode == 2 && (!gn || !w2 || N % 8)) || (mode != 1 && mode != 2))
         return ds_err(err, errlen, "no pre-cut path for mode %d, %d rows of %d x %d", mode, M, N, K);
     if (dup_to_dev(&dx, x, xn, err, errlen) || dup_to_dev(&dy, mode == 1 ? y : (float *)NULL, yn, err, errlen) ||
         dup_to_dev(&dc, (uint32_t *)NULL, mode == 1 ? xn : yn, err, errlen) ||
@@ -247,10 +270,10 @@ extern "C" int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int 
     int rc = 0;
     if (mode == 1) {
         k_cut_rows<<<(unsigned)((xn + 255) / 256), 256>>>(dc, dx, xn, K);
-        rc = cu_matmul_add_cut(0, dy, dc, M, &W, db);
+        rc = cu_matmul_add_cut(go0(), dy, dc, M, &W, db);
         if (rc) ds_err(err, errlen, "cu_matmul_add_cut refused %d rows of %d x %d", M, N, K);
     } else {
-        cu_matmul_swiglu_norm(0, dy, dx, M, &W, &W2, dg, eps, dc);
+        cu_matmul_swiglu_norm(go0(), dy, dx, M, &W, &W2, dg, eps, dc);
     }
     CK_LAUNCH();
     CK(cudaMemcpy(y, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost));
@@ -277,7 +300,7 @@ extern "C" int cuda_test_matmul_norm_apart(float *y, uint32_t *yc, const float *
     void *dw, *dw2 = NULL;
     const size_t wb = (size_t)N * K * 2, yn = (size_t)M * N;
     dmat W = {NULL, DT_BF16, N, K};
-    if (!cu_takes_cut(&W, M) || !cu_norm_cut_ok(K) || (mode == 2 && (!w2 || N % 8)) || (mode != 0 && mode != 2))
+    if (!cu_takes_cut(cu_tuning_hooked(), &W, M) || !cu_norm_cut_ok(K) || (mode == 2 && (!w2 || N % 8)) || (mode != 0 && mode != 2))
         return ds_err(err, errlen, "no norm apart for mode %d, %d rows of %d x %d", mode, M, N, K);
     if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, (float *)NULL, yn, err, errlen) ||
         dup_to_dev(&dg, gn, (size_t)K, err, errlen) || dup_to_dev(&dr, (float *)NULL, (size_t)M, err, errlen) ||
@@ -288,8 +311,8 @@ extern "C" int cuda_test_matmul_norm_apart(float *y, uint32_t *yc, const float *
     if (weights_to_dev(&dw, &dw2, w, mode == 2 ? w2 : NULL, wb, err, errlen)) return -1;
     W.p = dw;
     dmat W2 = {dw2, DT_BF16, N, K};
-    cu_norm_cut(0, dxc, dr, dx, dg, M, K, eps);
-    const int wrote = cu_layer_matmul(0, NULL, mode == 2 ? MM_SWIGLU : MM_STORE, dy, NULL, M, &W, &W2, db, dg, eps, NULL,
+    cu_norm_cut(go0(), dxc, dr, dx, dg, M, K, eps);
+    const int wrote = cu_layer_matmul(go0(), NULL, mode == 2 ? MM_SWIGLU : MM_STORE, dy, NULL, M, &W, &W2, db, dg, eps, NULL,
                                       cu_cut{dxc, dyc, dr});
     int rc = mode == 2 && !wrote ? ds_err(err, errlen, "the SwiGLU's pre-cut copy was not written") : 0;
     CK_LAUNCH();
@@ -299,9 +322,8 @@ extern "C" int cuda_test_matmul_norm_apart(float *y, uint32_t *yc, const float *
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     return rc;
 }
-extern "C" int cuda_test_norm_split(int sites, int rows) { return cu_norm_split_force(sites, rows); }
 
-/* the prefill path: cuBLAS for whole groups of cu_gemm_rows() rows, the
+/* the prefill path: cuBLAS for whole groups of the tuning's gemm_rows rows, the
    kernels for the rest; mode and gn as above (gn NULL: no norm) */
 extern "C" int cuda_test_matmul_prefill(float *y, const float *x, int M, const void *w, const void *w2, int N, int K,
                                         const float *bias, const float *gn, float eps, int mode, char *err,
@@ -340,7 +362,7 @@ extern "C" int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int
     dmat W = {dw, DT_BF16, N, K};
     const float eps = 1e-6f;
     int rc = 0;
-    cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, dkc, dvc, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt, cu_acqrel()};
+    cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, dkc, dvc, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt};
     if (fused) {
         for (int r = 0; r < 2 && rc == 0; r++) {
             if (r) { /* the second run starts from zeroed outputs */
@@ -348,12 +370,12 @@ extern "C" int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int
                 CK(cudaMemset(dkc, 0, sizeof(float) * cf));
                 CK(cudaMemset(dvc, 0, sizeof(float) * cf));
             }
-            if (!cu_matmul_norm_qkv(0, dy, dx, M, &W, db, dg, eps, &t))
+            if (!cu_matmul_norm_qkv(go0(), dy, dx, M, &W, db, dg, eps, &t))
                 rc = ds_err(err, errlen, "the fused q/k/v tail does not take %d rows of head_dim %d", M, hd);
         }
     } else {
-        cu_matmul_norm(0, dy, dx, M, &W, db, dg, eps);
-        cu_qkv_post_run(0, &t.a, M);
+        cu_matmul_norm(go0(), dy, dx, M, &W, db, dg, eps);
+        cu_qkv_post_run(go0(), &t.a, M);
     }
     if (rc == 0) {
         CK_LAUNCH();
@@ -419,7 +441,7 @@ extern "C" int cuda_test_argmax(int *out, const float *x, int M, int n, char *er
         return -1;
     for (int r = 0; r < 2; r++) {
         CK(cudaMemset(dout, 0xff, sizeof(int) * (size_t)M));
-        cu_argmax(0, dout, dx, M, n, &am);
+        cu_argmax(go0(), dout, dx, M, n, &am);
         CK_LAUNCH();
     }
     CK(cudaMemcpy(out, dout, sizeof(int) * (size_t)M, cudaMemcpyDeviceToHost));
@@ -428,4 +450,3 @@ extern "C" int cuda_test_argmax(int *out, const float *x, int M, int n, char *er
     cudaFree(dout);
     return 0;
 }
-extern "C" int cuda_test_argmax_split(int on) { return cu_argmax_split(on); }

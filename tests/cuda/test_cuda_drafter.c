@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/cuda_backend.h"
+#include "cuda/cuda_hooks.h"
 #include "engine/cuda/cuda_drafter.h"
 #include "spec/drafter.h"
 #include "engine/ops.h"
@@ -576,16 +576,24 @@ TEST(cuda_drafter_cost_qwen3_4b_shape) {
                             .markov_rank = dspark ? R : 0, .conf_markov = dspark, .fc = &fc, .hidden_norm = ones,
                             .final_norm = ones, .inv_freq = inv, .layers = layers, .embed = &emb, .lm_head = &emb,
                             .w1 = dspark ? &w1 : NULL, .w2 = dspark ? &w2 : NULL, .conf_w = dspark ? &cw : NULL};
-        cuda_dmodel *m = NULL;
-        if (cuda_dmodel_create(&m, &dw, NULL, 0, err, sizeof err) != 0) {
-            test_fail(__FILE__, __LINE__, "%s", err);
-            continue;
-        }
         for (int graphs = 1; graphs >= 0; graphs--) {
-            setenv("DSPARK_CUDA_GRAPHS", graphs ? "1" : "0", 1);
+            /* (a drafter without a target takes the hooks' tuning when created) */
+            cu_tuning t, keep;
+            cuda_hook_tuning_get(&keep);
+            t = keep;
+            t.graphs = graphs;
+            cuda_hook_tuning_set(&t);
+            cuda_dmodel *m = NULL;
+            int rc = cuda_dmodel_create(&m, &dw, NULL, 0, err, sizeof err);
+            cuda_hook_tuning_set(&keep);
+            if (rc != 0) {
+                test_fail(__FILE__, __LINE__, "%s", err);
+                break;
+            }
             cuda_dstate *s = NULL;
             if (cuda_dstate_create(&s, m, 40960 + B, err, sizeof err) != 0) {
                 test_fail(__FILE__, __LINE__, "%s", err);
+                cuda_dmodel_free(m);
                 break;
             }
             double t0 = ds_now();
@@ -614,9 +622,8 @@ TEST(cuda_drafter_cost_qwen3_4b_shape) {
                 free(z);
             }
             cuda_dstate_free(s);
+            cuda_dmodel_free(m);
         }
-        unsetenv("DSPARK_CUDA_GRAPHS");
-        cuda_dmodel_free(m);
     }
     free(taps);
     free(ones);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/cuda_backend.h"
+#include "cuda/cuda_hooks.h"
 #include "engine/ops.h"
 #include "engine/tensor.h"
 #include "test.h"
@@ -234,8 +234,8 @@ static int attn_case_same_bits(const attn_case *a, int (*set)(int), char *err, s
     return ok;
 }
 
-/* The shapes (M, nh, nkv, hd, n_past) the verify-width launch switches
- * (wide, row groups, cluster) are checked on: decode rows and verify
+/* The shapes (M, nh, nkv, hd, n_past) the verify-width launch switch
+ * (wide) is checked on: decode rows and verify
  * widths (3-4 rows, 9-16, more than one launch group), caches shorter
  * than a chunk, at a chunk's edge and of several chunks a block, one to
  * sixteen query heads a kv head, head sizes 32 to 256 (the spread shape,
@@ -293,7 +293,7 @@ TEST(cuda_attention_spread_same_bits) {
 /* The decode attention's first chunk requested before the wait (the
  * default) or after it gives the same bits: caches shorter than a chunk,
  * at a chunk boundary and long (several chunks per block), verify widths,
- * two row groups, both launch shapes. */
+ * more than one launch group, both launch shapes. */
 TEST(cuda_attention_early_same_bits) {
     if (!have_gpu()) return;
     char err[512];
@@ -325,33 +325,6 @@ TEST(cuda_attention_wide_same_bits) {
     int prev_w = cuda_test_attention_wide(1);
     attn_shapes_same_bits(71, cuda_test_attention_wide, "wide attention");
     cuda_test_attention_wide(prev_w);
-}
-
-/* Row groups a chunk (cu_attention_rsplit: S blocks a chunk of the
- * two-stage shape, each a group of the rows, from one K/V stage) give the
- * default's bits: two and four groups, verify widths, a chunk's edge, two
- * launches (ATT_ROWS), groups of one to sixteen heads a kv head. */
-static int rsplit_two(int on) { return cuda_test_attention_rsplit(on ? 2 : 1); }
-static int rsplit_four(int on) { return cuda_test_attention_rsplit(on ? 4 : 1); }
-TEST(cuda_attention_rsplit_same_bits) {
-    if (!have_gpu()) return;
-    int prev_r = cuda_test_attention_rsplit(1);
-    attn_shapes_same_bits(72, rsplit_two, "two row groups");
-    attn_shapes_same_bits(72, rsplit_four, "four row groups");
-    cuda_test_attention_rsplit(prev_r);
-}
-
-/* A kv head's blocks as a thread-block cluster that merges the chunks
- * itself (cu_attention_cluster: no combine kernel) give the default's
- * bits: decode and verify widths, 8 and 16 warps, blocks with several
- * chunks and with none, two launches (ATT_ROWS), one to sixteen heads a
- * kv head, and with the o projection's late trigger (DSPARK_CUDA_O_PDL
- * read at the first use: as the environment says). */
-TEST(cuda_attention_cluster_same_bits) {
-    if (!have_gpu()) return;
-    int prev_c = cuda_test_attention_cluster(0);
-    attn_shapes_same_bits(73, cuda_test_attention_cluster, "cluster attention");
-    cuda_test_attention_cluster(prev_c);
 }
 
 /* The prefill attention kernels against the CPU, across their span boundary

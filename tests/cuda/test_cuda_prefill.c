@@ -5,14 +5,15 @@
  * speculative decoding prefills for a drafter that reads taps): the same
  * logits bits at the end of the prompt and the same greedy continuation.
  * And the whole path against the CPU within the golden tolerance. Also:
- * the folded norms run apart (cu_norm_split) give a forward the same bits.
+ * the folded norms run apart and the pre-cut inputs (cu_norm_split, the
+ * tuning's cut) give a forward the same bits as without.
  * Built only by `make test-cuda`. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/cuda_backend.h"
+#include "cuda/cuda_hooks.h"
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "spec/registry.h"
@@ -87,9 +88,11 @@ TEST(cuda_prefill_chunking_same_cache) {
        back to max_batch rows of scratch, with the same bits */
     float *ld = xmalloc(sizeof(float) * nl);
     int id[N_DECODE];
-    int prev = cuda_test_prefill_rows(1 << 28);
-    CHECK_MSG(run(mg, 0, prompt, ld, id, err, sizeof err) == 0, "%s", err);
+    int prev = cuda_test_prefill_rows(1 << 28); /* (models take the tuning when loaded) */
+    model *mw = load_bundled("cuda");
     cuda_test_prefill_rows(prev);
+    CHECK_MSG(mw && run(mw, 0, prompt, ld, id, err, sizeof err) == 0, "%s", err);
+    if (mw) model_free(mw);
     CHECK_MSG(!memcmp(la, ld, sizeof(float) * nl), "the fallback to max_batch rows of scratch gives different logits");
     free(ld);
     /* the CPU reference: every logits row within the golden tolerance */
@@ -110,7 +113,7 @@ TEST(cuda_prefill_chunking_same_cache) {
 }
 
 /* the logits of every row of a k-row batch after a 40-token prompt, in a
-   context of its own (its graphs captured with the switches as they are) */
+   context of its own */
 static int batch_logits(model *m, const int *prompt, int k, float *logits, char *err, size_t errlen) {
     model_ctx *c;
     if (mctx_create(&c, m, 256, 64, NULL, err, errlen) != 0) return -1;
@@ -122,16 +125,28 @@ static int batch_logits(model *m, const int *prompt, int k, float *logits, char 
     return rc;
 }
 
-/* The folded norms run apart (cu_norm_split: the attention, MLP and final
-   norms by their own kernel, the matmuls from its pre-cut rows and scales)
-   give a forward the folded norms' bits, at every width from one row:
-   so the switch may follow the batch width without a verified row ever
-   differing from the row decoded alone. */
+/* The pre-cut inputs and the folded norms run apart (the tuning's cut 1,
+   the default: the MLP and final norms by their own kernel from 9 rows,
+   the matmuls from its pre-cut rows and scales; o and down from pre-cut
+   inputs) give a forward the bits of the folded norms and f32 inputs (cut
+   0), at every width from one row: so the choice may follow the batch
+   width without a verified row ever differing from the row decoded alone. */
 TEST(cuda_norm_split_forward_same_bits) {
     char err[1024];
-    model *m = load_bundled("cuda");
-    if (!m) return;
-    const int V = model_cfg(m)->vocab_size;
+    model *ma = load_bundled("cuda");
+    if (!ma) return;
+    cu_tuning t, keep;
+    cuda_hook_tuning_get(&keep);
+    t = keep;
+    t.cut = 0;
+    cuda_hook_tuning_set(&t);
+    model *mb = load_bundled("cuda");
+    cuda_hook_tuning_set(&keep);
+    if (!mb) {
+        model_free(ma);
+        return;
+    }
+    const int V = model_cfg(ma)->vocab_size;
     int prompt[56];
     uint32_t r = 777u;
     for (int i = 0; i < 56; i++) {
@@ -142,13 +157,11 @@ TEST(cuda_norm_split_forward_same_bits) {
     const int ks[] = {1, 5, 9, 16};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
         const int k = ks[i];
-        cuda_test_norm_split(0, 9);
-        CHECK_MSG(batch_logits(m, prompt, k, la, err, sizeof err) == 0, "%s", err);
-        cuda_test_norm_split(1 | 2 | 4, 1);
-        CHECK_MSG(batch_logits(m, prompt, k, lb, err, sizeof err) == 0, "%s", err);
+        CHECK_MSG(batch_logits(ma, prompt, k, la, err, sizeof err) == 0, "%s", err);
+        CHECK_MSG(batch_logits(mb, prompt, k, lb, err, sizeof err) == 0, "%s", err);
         CHECK_MSG(!memcmp(la, lb, sizeof(float) * k * V), "%d rows: the norms run apart give other logits", k);
     }
-    cuda_test_norm_split(-1, 0);
     free(la), free(lb);
-    model_free(m);
+    model_free(ma);
+    model_free(mb);
 }

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/cuda_backend.h"
+#include "cuda/cuda_hooks.h"
 #include "spec/drafter.h"
 #include "spec/lookup.h"
 #include "engine/model.h"
@@ -167,7 +167,11 @@ static int device_vs_host(const char *suffix, const sampler_params *ps, int np, 
     char dir[1024], ddir[1100], err[1024];
     snprintf(dir, sizeof dir, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
     snprintf(ddir, sizeof ddir, "%s-%s", dir, suffix ? suffix : "");
-    setenv("DSPARK_CUDA_SAMPLE", "1", 1);
+    cu_tuning t, keep; /* the device sampler forced for the model loaded here */
+    cuda_hook_tuning_get(&keep);
+    t = keep;
+    t.sample = 1;
+    cuda_hook_tuning_set(&t);
     model *m = NULL;
     dmodel *dm = NULL;
     model_load_opts gpu = {.device = "cuda"};
@@ -175,9 +179,10 @@ static int device_vs_host(const char *suffix, const sampler_params *ps, int np, 
         (suffix && dmodel_load(&dm, ddir, m, NULL, err, sizeof err) != 0)) {
         test_fail(__FILE__, __LINE__, "%s", err);
         model_free(m);
-        unsetenv("DSPARK_CUDA_SAMPLE");
+        cuda_hook_tuning_set(&keep);
         return -1;
     }
+    cuda_hook_tuning_set(&keep);
     /* a repetitive prompt so that drafts get accepted */
     int prompt[64];
     for (int i = 0; i < 64; i++) prompt[i] = 100 + (i % 16) * 37;
@@ -195,7 +200,6 @@ static int device_vs_host(const char *suffix, const sampler_params *ps, int np, 
         }
     dmodel_free(dm);
     model_free(m);
-    unsetenv("DSPARK_CUDA_SAMPLE");
     return 0;
 }
 

@@ -1,5 +1,5 @@
 // The device argmax (src/engine/cuda/cuda_argmax.cu) run on the CPU by emu.h: one
-// block a row (k_argmax) and the split form (DSPARK_CUDA_ARGMAX_SPLIT: a
+// block a row (k_argmax) and the split form (the tuning's argmax_split: a
 // block a slice, the row's last block merging the pairs), against the
 // first largest value's index, over widths from one slice to a Qwen3
 // vocabulary (151,936) and one past it (not a multiple of 4), several rows
@@ -9,6 +9,8 @@
 #include "../../src/engine/cuda/cuda_argmax.cu"
 #include "check.h"
 #include "no_ops.h"
+
+static cu_tuning tn = cu_tuning_defaults(); /* the launches' tuning: argmax_split varied */
 
 static int first_max(const float *x, int n) {
     int b = 0;
@@ -37,9 +39,9 @@ int main(void) {
         EXPECT(cu_am_create(&am, rows, n, err, sizeof err) == 0, "n=%d: %s", n, err);
         for (int split = 0; split < 2; split++)
             for (int call = 0; call < 2; call++) {
-                cu_argmax_split(split);
+                tn.argmax_split = split;
                 std::vector<int> out(rows, -7);
-                cu_argmax(nullptr, out.data(), x.data(), rows, n, &am);
+                cu_argmax(cu_go_on(nullptr, &tn), out.data(), x.data(), rows, n, &am);
                 for (int m = 0; m < rows; m++) {
                     const int want = first_max(&x[(size_t)m * n], n);
                     EXPECT(out[m] == want, "n=%d row %d %s (call %d): %d, want %d", n, m, split ? "split" : "one block",
@@ -51,7 +53,6 @@ int main(void) {
         printf("  n=%-6d %d rows: %s\n", n, rows, am.nb ? "one block a row and split agree with the first largest" : "one block a row (one slice) agrees");
         cu_am_free(&am);
     }
-    cu_argmax_split(-1);
     if (failures) {
         fprintf(stderr, "cuemu argmax: %d checks failed\n", failures);
         return 1;

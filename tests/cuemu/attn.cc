@@ -3,25 +3,26 @@
 // run on the CPU by emu.h, against a double reference, under each launch
 // switch: the default two-stage shape, the spread shape (one stage, the kv
 // heads interleaved), the first chunk requested after the wait, the verify
-// rows on 8 warps instead of 16 (DSPARK_CUDA_ATT_WIDE=0), two and three row
-// groups a chunk (DSPARK_CUDA_ATT_RSPLIT), a kv head's blocks as a cluster
-// that merges its chunks (DSPARK_CUDA_ATT_CLUSTER). Each must give the
-// default's bits, and each row alone (a decode step at its position) the
-// batch's bits.
+// rows on 8 warps instead of 16 (cu_tuning's att_wide 0). Each must give
+// the default's bits, and each row alone (a decode step at its position)
+// the batch's bits.
 #include "../../src/engine/cuda/cuda_attn.cu"
 #include "check.h"
 #include "no_ops.h"
 
 /* the warpgroup-mma prefill attention (cuda_attn_wg.cu: Hopper assembly) is
    not built here; cu_attention_tiled runs k_attn_tc without its scratch */
-int cu_attn_wg_ready(int) { return 0; }
-void cu_attn_wg_prep(cudaStream_t, float *, const float *, const float *, int, int, int, const int *, int) {
+int cu_attn_wg_ready(const cu_tuning *, int) { return 0; }
+void cu_attn_wg_prep(cu_go, float *, const float *, const float *, int, int, int, const int *, int) {
     emu::fail("the warpgroup-mma prefill attention is not part of this run");
 }
-void cu_attn_wg(cudaStream_t, const float *, float *, float *, float *, const float *, int, int, int, int, int,
+void cu_attn_wg(cu_go, const float *, float *, float *, float *, const float *, int, int, int, int, int,
                 const int *, float, int, int) {
     emu::fail("the warpgroup-mma prefill attention is not part of this run");
 }
+
+/* the launches' tuning: att_spread, att_early and att_wide varied */
+static cu_tuning tn = cu_tuning_defaults();
 
 struct acase {
     int M, nh, nkv, hd, np;
@@ -46,11 +47,11 @@ static std::vector<float> gpu(const acase &a, const inputs &in, int m0, int M, i
     const float *q = in.q.data() + (size_t)m0 * a.nh * a.hd;
     const float scale = 1.0f / sqrtf((float)a.hd);
     if (tiled)
-        cu_attention_tiled(nullptr, out.data(), q, in.k.data(), in.v.data(), part.data(), nullptr, M, a.nh, a.nkv, a.hd,
+        cu_attention_tiled(cu_go_on(nullptr, &tn), out.data(), q, in.k.data(), in.v.data(), part.data(), nullptr, M, a.nh, a.nkv, a.hd,
                            in.cap, &n_past, scale);
     else
-        cu_attention(nullptr, out.data(), q, in.k.data(), in.v.data(), part.data(), M, a.nh, a.nkv, a.hd, in.cap,
-                     &n_past, scale, 1, 0, cu_attn_spread_for(n_past));
+        cu_attention(cu_go_on(nullptr, &tn), out.data(), q, in.k.data(), in.v.data(), part.data(), M, a.nh, a.nkv, a.hd, in.cap,
+                     &n_past, scale, 1, 0, cu_attn_spread_for(&tn, n_past));
     return out;
 }
 
@@ -83,21 +84,15 @@ static void run_case(const acase &a) {
     const inputs in(a);
     char what[96];
     snprintf(what, sizeof what, "M=%d nh=%d nkv=%d hd=%d n_past=%d", a.M, a.nh, a.nkv, a.hd, a.np);
-    /* switch settings: spread, early, wide, row groups a chunk, cluster; the first is the default */
-    const int modes[][5] = {{0, 1, 1, 1, 0}, {1, 1, 1, 1, 0}, {0, 0, 1, 1, 0}, {1, 0, 1, 1, 0},
-                            {0, 1, 0, 1, 0}, {0, 1, 1, 2, 0}, {0, 0, 1, 3, 0}, {1, 1, 1, 2, 0},
-                            {0, 1, 1, 1, 1}, {0, 0, 0, 1, 1}, {1, 1, 1, 1, 1}};
-    const char *names[] = {"default", "spread", "late first chunk", "spread, late", "narrow",
-                           "2 row groups", "3 row groups, late", "spread (no row groups)",
-                           "cluster", "cluster, late, narrow", "spread (no cluster)"};
+    /* switch settings: spread, early, wide; the first is the default */
+    const int modes[][3] = {{0, 1, 1}, {1, 1, 1}, {0, 0, 1}, {1, 0, 1}, {0, 1, 0}, {0, 0, 0}};
+    const char *names[] = {"default", "spread", "late first chunk", "spread, late", "narrow", "narrow, late"};
     std::vector<float> base;
     printf("  %s:", what);
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-        cu_attention_spread(modes[i][0]);
-        cu_attention_early(modes[i][1]);
-        cu_attention_wide(modes[i][2]);
-        cu_attention_rsplit(modes[i][3]);
-        cu_attention_cluster(modes[i][4]);
+        tn.att_spread = modes[i][0];
+        tn.att_early = modes[i][1];
+        tn.att_wide = modes[i][2];
         const std::vector<float> out = gpu(a, in, 0, a.M, a.np, 0);
         const double rel = rel_to_reference(a, in, out);
         EXPECT(rel < 1e-5, "%s, %s: off the reference by %.3g", what, names[i], rel);
@@ -114,11 +109,7 @@ static void run_case(const acase &a) {
         }
         printf(" %s %.1g;", names[i], rel);
     }
-    cu_attention_spread(-1);
-    cu_attention_early(-1);
-    cu_attention_wide(-1);
-    cu_attention_rsplit(1);
-    cu_attention_cluster(0);
+    tn = cu_tuning_defaults();
     if (cu_attn_tiled_ok(a.nh, a.nkv, a.hd)) {
         const double rel = rel_to_reference(a, in, gpu(a, in, 0, a.M, a.np, 1));
         EXPECT(rel < 1e-5, "%s, the prefill kernel: off the reference by %.3g", what, rel);
@@ -136,8 +127,8 @@ static void run_combine(int nc, int nh, int hd) {
     for (float &x : o) x = frand();
     for (size_t i = 0; i < mp.size(); i++) mp[i] = 6.0f * frand(), sp[i] = 1.5f + frand();
     const int d_len = nc * ATT_CHUNK - 1; /* row 0 sees d_len + 1 positions: nc chunks */
-    launch(k_attn_combine, nh, COMB_THREADS, nullptr, out.data(), (const float *)o.data(), (const float *)mp.data(),
-           (const float *)sp.data(), nh, hd, &d_len, nc, 0, 1, 1, 0, ATT_CHUNK, (uint32_t *)nullptr, nc % 2);
+    launch(k_attn_combine, nh, COMB_THREADS, cu_go_on(nullptr, &tn), out.data(), (const float *)o.data(), (const float *)mp.data(),
+           (const float *)sp.data(), nh, hd, &d_len, nc, 0, 1, 1, 0, ATT_CHUNK, (uint32_t *)nullptr);
     std::vector<double> want(out.size(), 0.0);
     for (int h = 0; h < nh; h++) {
         const size_t b = (size_t)h * nc;
@@ -165,9 +156,9 @@ int main(void) {
         {33, 2, 2, 16, 5},   /* two launches (ATT_ROWS) */
         {2, 4, 1, 128, 2100}, /* more than 32 chunks a row */
         {1, 4, 1, 128, 4200}, /* more chunks than the combine's first staged tile */
-        {5, 4, 1, 64, 300},   /* a kv head's three blocks (a cluster), two chunks for some */
-        {12, 8, 1, 32, 500},  /* eight heads a kv head, whole rows, a cluster of three */
-        {1, 2, 1, 64, 700},   /* decode, a cluster of three: one pair, two blocks with none */
+        {5, 4, 1, 64, 300},   /* a kv head's three blocks, two chunks for some */
+        {12, 8, 1, 32, 500},  /* eight heads a kv head, whole rows, three blocks */
+        {1, 2, 1, 64, 700},   /* decode, three blocks: one pair */
     };
     for (const acase &a : cases) run_case(a);
     run_combine(1, 3, 128);

@@ -12,12 +12,16 @@
 
 /* what the launchers reach in cuda_gemm.cu: no cuBLAS here, the matmuls all take k_mma */
 int cu_gemm_takes(const cu_gemm *, const dmat *, int) { return 0; }
-void cu_gemm_matmul(cu_gemm *, cudaStream_t, int, float *, const float *, int, const dmat *, const dmat *,
+void cu_gemm_matmul(cu_gemm *, cu_go, int, float *, const float *, int, const dmat *, const dmat *,
                     const float *, const float *, float) {
     emu::fail("cuBLAS called with no groups taken");
 }
 
 #include "check.h"
+
+/* the launches' tuning (the defaults) and stream */
+static const cu_tuning tn = cu_tuning_defaults();
+static const cu_go G = cu_go_on(nullptr, &tn);
 
 /* a bf16 matrix [N][K] and its tile-major copy (16-row x 32-column tiles of
    1 KB, row r of a tile at r * 32, edges zero) */
@@ -73,11 +77,11 @@ static std::vector<float> run(const mcase &c, const std::vector<float> &x, const
                               const std::vector<float> &bias, const std::vector<float> &gn, const std::vector<float> &y0) {
     std::vector<float> y = y0;
     const float *b = bias.empty() ? NULL : bias.data();
-    if (c.epi == GLU && c.norm) cu_matmul_swiglu_norm(NULL, y.data(), x.data(), c.M, &W.d, &W2.d, gn.data(), 1e-6f, NULL);
-    else if (c.epi == GLU) cu_matmul_swiglu(NULL, y.data(), x.data(), c.M, &W.d, &W2.d);
-    else if (c.epi == ADD) cu_matmul_add(NULL, y.data(), x.data(), c.M, &W.d, b);
-    else if (c.norm) cu_matmul_norm(NULL, y.data(), x.data(), c.M, &W.d, b, gn.data(), 1e-6f);
-    else cu_matmul(NULL, y.data(), x.data(), c.M, &W.d, b);
+    if (c.epi == GLU && c.norm) cu_matmul_swiglu_norm(G, y.data(), x.data(), c.M, &W.d, &W2.d, gn.data(), 1e-6f, NULL);
+    else if (c.epi == GLU) cu_matmul_swiglu(G, y.data(), x.data(), c.M, &W.d, &W2.d);
+    else if (c.epi == ADD) cu_matmul_add(G, y.data(), x.data(), c.M, &W.d, b);
+    else if (c.norm) cu_matmul_norm(G, y.data(), x.data(), c.M, &W.d, b, gn.data(), 1e-6f);
+    else cu_matmul(G, y.data(), x.data(), c.M, &W.d, b);
     return y;
 }
 
@@ -140,39 +144,32 @@ static void run_qkv(int M, int nh, int nkv, int hd, int H) {
     struct out {
         std::vector<float> y, q, kc, vc;
     };
-    auto go = [&](int how) { /* 0 separate, 1 fused, 2 fused with the norm apart */
+    auto go = [&](int how) { /* 0 separate, 1 fused */
         out o{std::vector<float>((size_t)M * N, NAN), std::vector<float>((size_t)M * nh * hd, NAN),
               std::vector<float>((size_t)nkv * cap * hd, 0.0f), std::vector<float>((size_t)nkv * cap * hd, 0.0f)};
         cu_qkv_tail t = {cu_qkv_fused_args(o.q.data(), o.y.data(), o.kc.data(), o.vc.data(), qn.data(), kn.data(),
                                            pos.data(), inv.data(), nh, nkv, hd, cap, &n_past, 1e-6f),
                          cnt.data()};
-        if (how == 2) {
-            std::vector<uint32_t> xc((size_t)M * H);
-            std::vector<float> r(M);
-            cu_norm_cut(NULL, xc.data(), r.data(), x.data(), gn.data(), M, H, 1e-6f);
-            EXPECT(cu_matmul_norm_qkv(NULL, o.y.data(), NULL, M, &W.d, bias.data(), gn.data(), 1e-6f, &t,
-                                      cu_cut{xc.data(), NULL, r.data()}),
-                   "%s: the fused kernel did not take the norm apart", what);
-        } else if (how == 1) {
-            EXPECT(cu_matmul_norm_qkv(NULL, o.y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f, &t),
+        if (how == 1) {
+            EXPECT(cu_matmul_norm_qkv(G, o.y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f, &t),
                    "%s: the fused kernel did not take it", what);
         } else {
-            cu_matmul_norm(NULL, o.y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f);
-            cu_qkv_post_run(NULL, &t.a, M);
+            cu_matmul_norm(G, o.y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f);
+            cu_qkv_post_run(G, &t.a, M);
         }
         return o;
     };
     const out sep = go(0);
-    for (int how = 1; how <= 2; how++) {
-        const out f = go(how);
+    {
+        const out f = go(1);
         EXPECT(!memcmp(f.y.data(), sep.y.data(), sizeof(float) * f.y.size()) &&
                    !memcmp(f.q.data(), sep.q.data(), sizeof(float) * f.q.size()) &&
                    !memcmp(f.kc.data(), sep.kc.data(), sizeof(float) * f.kc.size()) &&
                    !memcmp(f.vc.data(), sep.vc.data(), sizeof(float) * f.vc.size()),
-               "%s: the fused tail%s differs from the separate kernel", what, how == 2 ? " with the norm apart" : "");
+               "%s: the fused tail differs from the separate kernel", what);
         for (int c : cnt) EXPECT(c == 0, "%s: a head's count left at %d", what, c);
     }
-    printf("  %-44s fused = separate (and with the norm apart)\n", what);
+    printf("  %-44s fused = separate\n", what);
 }
 
 /* The q/k/v matrix stacked (qd + 2 kd rows) as the GPU's layers hold it:
@@ -192,8 +189,8 @@ static void run_rows_view(int M, int qd, int kd, int K, bool tiled) {
     snprintf(what, sizeof what, "q/k/v rows M=%d qd=%d kd=%d K=%d %s", M, qd, kd, K, tiled ? "tile-major" : "row-major");
     const int r0s[3] = {0, qd, qd + kd}, ns[3] = {qd, kd, kd};
     std::vector<float> ys((size_t)M * N), yn((size_t)M * N);
-    cu_matmul(NULL, ys.data(), x.data(), M, &W.d, NULL);
-    cu_matmul_norm(NULL, yn.data(), x.data(), M, &W.d, NULL, gn.data(), 1e-6f);
+    cu_matmul(G, ys.data(), x.data(), M, &W.d, NULL);
+    cu_matmul_norm(G, yn.data(), x.data(), M, &W.d, NULL, gn.data(), 1e-6f);
     for (int i = 0; i < 3; i++) {
         const int r0 = r0s[i], n = ns[i];
         mat S(n, K, tiled); /* the rows as a matrix of their own */
@@ -204,9 +201,9 @@ static void run_rows_view(int M, int qd, int kd, int K, bool tiled) {
         EXPECT((v.t != NULL) == (tiled && r0 % 16 == 0), "%s: rows %d..: a tile-major view %s", what, r0,
                v.t ? "where none fits" : "missing");
         std::vector<float> yv((size_t)M * n), ya((size_t)M * n), yb((size_t)M * n);
-        cu_matmul(NULL, yv.data(), x.data(), M, &v, NULL);
-        cu_matmul(NULL, ya.data(), x.data(), M, &S.d, NULL);
-        cu_matmul_norm(NULL, yb.data(), x.data(), M, &S.d, NULL, gn.data(), 1e-6f);
+        cu_matmul(G, yv.data(), x.data(), M, &v, NULL);
+        cu_matmul(G, ya.data(), x.data(), M, &S.d, NULL);
+        cu_matmul_norm(G, yb.data(), x.data(), M, &S.d, NULL, gn.data(), 1e-6f);
         EXPECT(!memcmp(yv.data(), ya.data(), sizeof(float) * ya.size()), "%s: the view of rows %d.. differs", what, r0);
         for (int m = 0; m < M; m++) {
             EXPECT(!memcmp(ys.data() + (size_t)m * N + r0, ya.data() + (size_t)m * n, sizeof(float) * n),
@@ -232,14 +229,14 @@ static void run_cut(int M, int N, int K) {
     snprintf(what, sizeof what, "pre-cut add M=%d N=%d K=%d", M, N, K);
     /* x and its pre-cut copy from the SwiGLU's epilogue */
     std::vector<uint32_t> xc((size_t)M * K, 0xdeadbeefu);
-    cu_matmul_swiglu_norm(NULL, x.data(), a.data(), M, &Wg.d, &Wu.d, std::vector<float>(64, 1.0f).data(), 1e-6f, xc.data());
+    cu_matmul_swiglu_norm(G, x.data(), a.data(), M, &Wg.d, &Wu.d, std::vector<float>(64, 1.0f).data(), 1e-6f, xc.data());
     std::vector<uint32_t> want((size_t)M * K);
     for (int m = 0; m < M; m++)
         for (int k = 0; k < K; k++) bf16_cut_put(want.data() + (size_t)m * K, k, x[(size_t)m * K + k]);
     EXPECT(!memcmp(xc.data(), want.data(), 4 * want.size()), "%s: the SwiGLU's pre-cut copy is not bf16_cut_put's", what);
     std::vector<float> yf = y0, yc = y0;
-    cu_matmul_add(NULL, yf.data(), x.data(), M, &W.d, bias.data());
-    EXPECT(cu_matmul_add_cut(NULL, yc.data(), xc.data(), M, &W.d, bias.data()) == 0, "%s: refused", what);
+    cu_matmul_add(G, yf.data(), x.data(), M, &W.d, bias.data());
+    EXPECT(cu_matmul_add_cut(G, yc.data(), xc.data(), M, &W.d, bias.data()) == 0, "%s: refused", what);
     EXPECT(!memcmp(yc.data(), yf.data(), sizeof(float) * yf.size()), "%s: not the f32 rows' bits", what);
     printf("  %-44s the f32 rows' bits\n", what);
 }
@@ -259,7 +256,7 @@ static void run_norm_split(int M, int N, int K, int epi) {
     snprintf(what, sizeof what, "norm apart M=%d N=%d K=%d %s", M, N, K, epi == GLU ? "swiglu" : "store");
     EXPECT(cu_norm_cut_ok(K), "%s: refused", what);
     std::vector<uint32_t> xc((size_t)M * K, 0xdeadbeefu), want((size_t)M * K);
-    cu_norm_cut(NULL, xc.data(), r.data(), x.data(), gn.data(), M, K, 1e-6f);
+    cu_norm_cut(G, xc.data(), r.data(), x.data(), gn.data(), M, K, 1e-6f);
     for (int m = 0; m < M; m++) {
         double ss = 0;
         for (int k = 0; k < K; k++) {
@@ -277,15 +274,15 @@ static void run_norm_split(int M, int N, int K, int epi) {
         std::vector<float> yf((size_t)M * N, NAN), ys((size_t)M * N, NAN);
         std::vector<uint32_t> cf((size_t)M * N, 1u), cs((size_t)M * N, 2u);
         if (epi == GLU) {
-            cu_matmul_swiglu_norm(NULL, yf.data(), x.data(), M, &W.d, &W2.d, gn.data(), 1e-6f, cf.data());
-            EXPECT(cu_layer_matmul(NULL, NULL, MM_SWIGLU, ys.data(), NULL, M, &W.d, &W2.d, NULL, gn.data(), 1e-6f, NULL,
+            cu_matmul_swiglu_norm(G, yf.data(), x.data(), M, &W.d, &W2.d, gn.data(), 1e-6f, cf.data());
+            EXPECT(cu_layer_matmul(G, (cu_gemm *)NULL, MM_SWIGLU, ys.data(), NULL, M, &W.d, &W2.d, NULL, gn.data(), 1e-6f, NULL,
                                    cu_cut{xc.data(), cs.data(), r.data()}) == 1,
                    "%s: the SwiGLU's pre-cut copy not written", what);
             EXPECT(!memcmp(cf.data(), cs.data(), 4 * cf.size()), "%s, %d tiles: the SwiGLU's pre-cut copy differs",
                    what, tiles);
         } else {
-            cu_matmul_norm(NULL, yf.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f);
-            EXPECT(cu_layer_matmul(NULL, NULL, MM_STORE, ys.data(), NULL, M, &W.d, NULL, bias.data(), gn.data(), 1e-6f,
+            cu_matmul_norm(G, yf.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f);
+            EXPECT(cu_layer_matmul(G, (cu_gemm *)NULL, MM_STORE, ys.data(), NULL, M, &W.d, NULL, bias.data(), gn.data(), 1e-6f,
                                    NULL, cu_cut{xc.data(), NULL, r.data()}) == 0,
                    "%s: a pre-cut copy reported", what);
         }
@@ -293,8 +290,8 @@ static void run_norm_split(int M, int N, int K, int epi) {
                what, tiles);
         if (epi != GLU) { /* the LM head's entry point: the same */
             std::vector<float> yl((size_t)M * N, NAN);
-            cu_matmul_norm(NULL, yf.data(), x.data(), M, &W.d, NULL, gn.data(), 1e-6f);
-            EXPECT(cu_matmul_cut(NULL, yl.data(), xc.data(), M, &W.d, r.data()) == 0, "%s: refused", what);
+            cu_matmul_norm(G, yf.data(), x.data(), M, &W.d, NULL, gn.data(), 1e-6f);
+            EXPECT(cu_matmul_cut(G, yl.data(), xc.data(), M, &W.d, r.data()) == 0, "%s: refused", what);
             EXPECT(!memcmp(yf.data(), yl.data(), sizeof(float) * yf.size()),
                    "%s, %d tiles: cu_matmul_cut is not the folded norm's bits", what, tiles);
         }
@@ -303,34 +300,19 @@ static void run_norm_split(int M, int N, int K, int epi) {
     printf("  %-44s the folded norm's bits\n", what);
 }
 
-/* Where the forward runs a norm apart (cu_norm_split): the sites
-   DSPARK_CUDA_NORM_SPLIT names (q, g, l, all; anything else ignored with a
-   warning), from DSPARK_CUDA_NORM_SPLIT_ROWS rows (9 by default or when
-   out of 1-16) up to 16, never above. */
-static void run_norm_split_env(void) {
+/* Where the forward runs a norm apart (cu_norm_split): the MLP norm
+   before gate+up and the final norm before the LM head, from 9 rows up
+   to 16, never the attention norm or other widths. */
+static void run_norm_split_sites(void) {
     struct {
-        const char *sites, *rows;
         int site, M, want;
     } cases[] = {
-        {NULL, NULL, CU_NS_GU, 16, 0},  {"g", NULL, CU_NS_GU, 16, 1},   {"g", NULL, CU_NS_GU, 8, 0},
-        {"g", NULL, CU_NS_GU, 9, 1},    {"g", NULL, CU_NS_GU, 17, 0},   {"g", NULL, CU_NS_QKV, 16, 0},
-        {"ql", "1", CU_NS_QKV, 1, 1},   {"ql", "1", CU_NS_LM, 1, 1},    {"ql", "1", CU_NS_GU, 1, 0},
-        {"all", "12", CU_NS_GU, 11, 0}, {"all", "12", CU_NS_LM, 12, 1}, {"all", "17", CU_NS_QKV, 9, 1},
-        {"all", "0", CU_NS_QKV, 8, 0},  {"gx", NULL, CU_NS_GU, 9, 1},   {"0", NULL, CU_NS_GU, 16, 0},
+        {CU_NS_GU, 16, 1}, {CU_NS_GU, 9, 1}, {CU_NS_GU, 8, 0}, {CU_NS_GU, 17, 0}, {CU_NS_LM, 9, 1},
+        {CU_NS_LM, 1, 0},  {CU_NS_LM, 16, 1}, {1, 12, 0},       {0, 12, 0},
     };
-    for (const auto &c : cases) {
-        if (c.sites) setenv("DSPARK_CUDA_NORM_SPLIT", c.sites, 1);
-        else unsetenv("DSPARK_CUDA_NORM_SPLIT");
-        if (c.rows) setenv("DSPARK_CUDA_NORM_SPLIT_ROWS", c.rows, 1);
-        else unsetenv("DSPARK_CUDA_NORM_SPLIT_ROWS");
-        cu_norm_split_force(-1, 0); /* the environment read again */
-        EXPECT(cu_norm_split(c.site, c.M) == c.want, "NORM_SPLIT=%s ROWS=%s: site %d at %d rows: %d, want %d",
-               c.sites ? c.sites : "(unset)", c.rows ? c.rows : "(unset)", c.site, c.M, !c.want, c.want);
-    }
-    unsetenv("DSPARK_CUDA_NORM_SPLIT");
-    unsetenv("DSPARK_CUDA_NORM_SPLIT_ROWS");
-    cu_norm_split_force(-1, 0);
-    printf("  %-44s the sites and widths the environment names\n", "where the norm runs apart");
+    for (const auto &c : cases)
+        EXPECT(cu_norm_split(c.site, c.M) == c.want, "site %d at %d rows: %d, want %d", c.site, c.M, !c.want, c.want);
+    printf("  %-44s gate/up and the LM head from 9 rows\n", "where the norm runs apart");
 }
 
 /* The embedding (cu_embed): each row the token's bf16 row widened, bit
@@ -340,7 +322,7 @@ static void run_embed(int M, int V, int H) {
     std::vector<int> tok(M);
     for (int m = 0; m < M; m++) tok[m] = (int)((unsigned)(frand() * 1e6f + 1e6f) % (unsigned)V);
     std::vector<float> o((size_t)M * H, NAN);
-    cu_embed(NULL, o.data(), &E.d, tok.data(), M);
+    cu_embed(G, o.data(), &E.d, tok.data(), M);
     char what[96];
     snprintf(what, sizeof what, "embedding M=%d H=%d", M, H);
     for (int m = 0; m < M; m++)
@@ -355,7 +337,7 @@ static void run_rmsnorm(int M, int D) {
     std::vector<float> x((size_t)M * D), w(D), y((size_t)M * D, NAN);
     for (float &v : x) v = frand();
     for (float &v : w) v = 1.0f + 0.5f * frand();
-    cu_rmsnorm(NULL, y.data(), x.data(), w.data(), M, D, 1e-6f);
+    cu_rmsnorm(G, y.data(), x.data(), w.data(), M, D, 1e-6f);
     double err = 0;
     for (int m = 0; m < M; m++) {
         double ss = 0;
@@ -372,10 +354,6 @@ static void run_rmsnorm(int M, int D) {
 
 int main(void) {
     emu::sms = 3;
-    /* one-tile grids of more blocks than four an SM (twenty tiles, the
-       LM head's shape in small) on the register-capped kernel, whose bits
-       the other tile counts' must equal */
-    setenv("DSPARK_CUDA_WIDE_OCC", "3", 1);
     const mcase cases[] = {
         {1, 40, 256, ST, 0, 1},   /* decode, a width off the tiles, 8 chunks: one a warp */
         {3, 64, 776, ST, 1, 0},   /* folded norm, K past the last whole chunk, several chunks a warp */
@@ -387,7 +365,8 @@ int main(void) {
         {12, 32, 136, GLU, 0, 1}, /* SwiGLU at 9-16 rows: two tiles */
         {1, 320, 64, ST, 0, 1},   /* twenty tiles, two chunks: six warps have none */
         {3, 160, 520, ADD, 0, 0}, /* ten tiles of 17 chunks */
-        {1, 216, 776, ST, 1, 1},  /* fourteen one-tile blocks of 25 chunks: the capped kernel (main) */
+        {1, 216, 776, ST, 1, 1},  /* fourteen one-tile blocks of 25 chunks (more than four an SM) */
+        {1, 136, 776, ST, 1, 1},  /* nine one-tile blocks (three an SM): the register-capped kernel */
     };
     for (const mcase &c : cases) run_case(c);
     run_qkv(1, 4, 2, 32, 64);
@@ -408,7 +387,7 @@ int main(void) {
     run_norm_split(3, 64, 264, GLU);
     run_norm_split(12, 32, 776, GLU);
     run_norm_split(16, 48, 136, GLU);
-    run_norm_split_env();
+    run_norm_split_sites();
     run_embed(1, 50, 64);
     run_embed(9, 300, 320);
     run_rmsnorm(3, 200);

@@ -66,8 +66,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax(int *out, const float
     if (t == 0) out[blockIdx.x] = si[0] < 0 ? 0 : si[0];
 }
 
-/* The split argmax (on by default, DSPARK_CUDA_ARGMAX_SPLIT=0 turns it
-   off; cu_argmax_split): a row's values in nb slices of about
+/* The split argmax (on unless the tuning's argmax_split is 0): a row's values in nb slices of about
    AM_SLICE, a block each (k_argmax with one block a row reads a 151,936-
    token row on one SM, about 10 us); each block leaves its slice's
    (largest, first index) in the scratch and counts itself, and the row's
@@ -126,12 +125,12 @@ __global__ void __launch_bounds__(AM_THREADS) k_argmax_split(int *out, const flo
     if (threadIdx.x == 0) {
         a.v[(size_t)m * a.nb + b] = bv;
         a.i[(size_t)m * a.nb + b] = bi;
-        if (!a.acqrel) __threadfence(); /* the pair is visible before the count */
-        last = count_arrive(a.cnt + m, a.acqrel) == (unsigned)nb - 1;
+        __threadfence(); /* the pair is visible before the count */
+        last = atomicAdd(a.cnt + m, 1u) == (unsigned)nb - 1;
     }
     __syncthreads();
     if (!last) return;
-    if (!a.acqrel) __threadfence();
+    __threadfence();
     bv = -INFINITY, bi = -1;
     for (int k = threadIdx.x; k < nb; k += AM_THREADS)
         am_merge(bv, bi, __ldcg(a.v + (size_t)m * a.nb + k), __ldcg(a.i + (size_t)m * a.nb + k));
@@ -153,7 +152,6 @@ int cu_am_create(cu_am *a, int rows, int n, char *err, size_t errlen) {
     CK(cudaMemset(a->cnt, 0, sizeof(unsigned) * (size_t)rows));
     a->rows = rows;
     a->nb = nb;
-    a->acqrel = cu_acqrel();
     return 0;
 }
 void cu_am_free(cu_am *a) {
@@ -163,15 +161,10 @@ void cu_am_free(cu_am *a) {
     *a = cu_am{};
 }
 
-static int am_split_mode(int set, int on) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_ARGMAX_SPLIT", set, on);
-}
-int cu_argmax_split(int on) { return am_split_mode(1, on); }
 
-void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n, const cu_am *a) {
+void cu_argmax(cu_go st, int *out, const float *x, int M, int n, const cu_am *a) {
     const int nb = am_slices(n);
-    if (am_split_mode(0, 0) != 0 && a && a->nb >= nb && nb >= 2 && M <= a->rows) {
+    if (st.t->argmax_split && a && a->nb >= nb && nb >= 2 && M <= a->rows) {
         const int span = ((n + nb - 1) / nb + 3) / 4 * 4;
         return launch(k_argmax_split, dim3((unsigned)((n + span - 1) / span), (unsigned)M), AM_THREADS, st, out, x, n,
                       span, *a);

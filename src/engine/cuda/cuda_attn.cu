@@ -153,9 +153,7 @@ __device__ __forceinline__ void attn_item(const float4 *ks, const float4 *vs, co
    memory COMB_TF floats (whole chunks) at a time, all threads loading,
    the first tile requested by cp.async with the maxima and sums before
    anything waits, so a row of up to COMB_TF / hd chunks (4096 positions at
-   hd 128) costs one round trip to L2. The partials are read from L2
-   (another block wrote them: the kernel before, or a block of the same
-   cluster). Nothing depends on the batch, or on which kernel runs it. */
+   hd 128) costs one round trip to L2. Nothing depends on the batch. */
 #define COMB_THREADS 128
 #define COMB_W 1024
 #define COMB_TF 8192
@@ -163,23 +161,16 @@ struct comb_smem {
     float w[COMB_W], red[COMB_THREADS / 32], bc[2];
     float4 ot[COMB_TF / 4];
 };
-/* a partial: past L1 (CG) or as a plain load */
-template <bool CG, typename T> __device__ __forceinline__ T ld_part(const T *p) { return CG ? __ldcg(p) : *p; }
-/* row m (slots from m0), head h, L visible positions; late: let the next
-   kernel launch once the partials are read. SUB: the block has more
-   threads than COMB_THREADS (the cluster form), and reads the partials
-   past L1 (ld.cg: other blocks of the running kernel wrote them); else it
-   is k_attn_combine's block, compiled as that kernel always was. */
-template <bool SUB>
+/* row m (slots from m0), head h, L visible positions */
 __device__ __forceinline__ void attn_combine_row(comb_smem &cs, float *out, const float *opart, const float *mpart,
                                                  const float *spart, int nh, int hd, int m, int h, int m0, int L,
-                                                 int nchunk, int span, uint32_t *outc, int late) {
+                                                 int nchunk, int span, uint32_t *outc) {
     static_assert(ATT_MAX_HD <= 2 * COMB_THREADS, "two dims per thread");
     static_assert(COMB_TF >= ATT_MAX_HD, "a staged tile holds a chunk");
     static_assert(COMB_W >= COMB_THREADS, "a thread's first chunk has its weight in the first tile");
     float *const w = cs.w, *const red = cs.red, *const bc = cs.bc;
     float4 *const ot = cs.ot;
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, act = !SUB || tid < COMB_THREADS;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int nc = (L + span - 1) / span;
     size_t base = ((size_t)(m - m0) * nh + h) * nchunk;
     const int per = COMB_TF / hd; /* chunks per staged tile */
@@ -188,16 +179,16 @@ __device__ __forceinline__ void attn_combine_row(comb_smem &cs, float *out, cons
     if (n0 > COMB_W) n0 = COMB_W;
     {
         const float4 *src = reinterpret_cast<const float4 *>(opart + base * hd);
-        for (int i = tid; act && i < n0 * hd / 4; i += COMB_THREADS) cp_async16(ot + i, src + i);
+        for (int i = tid; i < n0 * hd / 4; i += COMB_THREADS) cp_async16(ot + i, src + i);
         cp_async_commit();
     }
     /* this thread's first chunk's max and sum, held */
-    const float mt = act && tid < nc ? ld_part<SUB>(mpart + base + tid) : -INFINITY,
-                st = act && tid < nc ? ld_part<SUB>(spart + base + tid) : 0.0f;
+    const float mt = tid < nc ? mpart[base + tid] : -INFINITY,
+                st = tid < nc ? spart[base + tid] : 0.0f;
     float mx = mt;
-    for (int c = tid + COMB_THREADS; act && c < nc; c += COMB_THREADS) mx = fmaxf(mx, ld_part<SUB>(mpart + base + c));
+    for (int c = tid + COMB_THREADS; c < nc; c += COMB_THREADS) mx = fmaxf(mx, mpart[base + c]);
     mx = warp_max(mx);
-    if (lane == 0 && act) red[warp] = mx;
+    if (lane == 0) red[warp] = mx;
     __syncthreads();
     if (tid == 0) {
         float v = red[0];
@@ -206,11 +197,11 @@ __device__ __forceinline__ void attn_combine_row(comb_smem &cs, float *out, cons
     }
     __syncthreads();
     mx = bc[0];
-    float s = act && tid < nc ? expf(mt - mx) * st : 0.0f;
-    for (int c = tid + COMB_THREADS; act && c < nc; c += COMB_THREADS)
-        s = fmaf(expf(ld_part<SUB>(mpart + base + c) - mx), ld_part<SUB>(spart + base + c), s);
+    float s = tid < nc ? expf(mt - mx) * st : 0.0f;
+    for (int c = tid + COMB_THREADS; c < nc; c += COMB_THREADS)
+        s = fmaf(expf(mpart[base + c] - mx), spart[base + c], s);
     s = warp_sum(s);
-    if (lane == 0 && act) red[warp] = s; /* (thread 0 read red before the barrier above) */
+    if (lane == 0) red[warp] = s; /* (thread 0 read red before the barrier above) */
     __syncthreads();
     if (tid == 0) {
         float v = red[0];
@@ -222,40 +213,39 @@ __device__ __forceinline__ void attn_combine_row(comb_smem &cs, float *out, cons
     for (int t0 = 0; t0 < nc; t0 += COMB_W) {
         int n = nc - t0 < COMB_W ? nc - t0 : COMB_W;
         __syncthreads(); /* the previous tile's weights are used up */
-        for (int c = tid; act && c < n; c += COMB_THREADS)
-            w[c] = expf((t0 == 0 && c == tid ? mt : ld_part<SUB>(mpart + base + t0 + c)) - mx);
+        for (int c = tid; c < n; c += COMB_THREADS)
+            w[c] = expf((t0 == 0 && c == tid ? mt : mpart[base + t0 + c]) - mx);
         __syncthreads();
         for (int s0 = 0; s0 < n; s0 += per) {
             const int ns = n - s0 < per ? n - s0 : per;
             if (t0 || s0) {
                 const float4 *src = reinterpret_cast<const float4 *>(opart + (base + t0 + s0) * hd);
                 __syncthreads(); /* the previous tile is used up */
-                for (int i = tid; act && i < ns * hd / 4; i += COMB_THREADS) ot[i] = ld_part<SUB>(src + i);
+                for (int i = tid; i < ns * hd / 4; i += COMB_THREADS) ot[i] = src[i];
             } else {
                 cp_async_wait_all(); /* the first tile, requested at the start */
             }
             __syncthreads();
             const float *of = reinterpret_cast<const float *>(ot);
-            if (act && d0 < hd) {
+            if (d0 < hd) {
 #pragma unroll 4
                 for (int c = 0; c < ns; c++) acc0 = fmaf(w[s0 + c], of[c * hd + d0], acc0);
             }
-            if (act && d1 < hd) {
+            if (d1 < hd) {
 #pragma unroll 4
                 for (int c = 0; c < ns; c++) acc1 = fmaf(w[s0 + c], of[c * hd + d1], acc1);
             }
         }
     }
-    if (late) pdl_trigger(); /* its reads done (cu_o_pdl) */
     __syncthreads();
     float inv = bc[1];
     float *o = out + ((size_t)m * nh + h) * hd;
     uint32_t *oc = outc ? outc + (size_t)m * nh * hd : NULL; /* the pre-cut copy: row m of nh * hd values */
-    if (act && d0 < hd) {
+    if (d0 < hd) {
         o[d0] = acc0 * inv;
         if (oc) bf16_cut_put(oc, h * hd + d0, o[d0]);
     }
-    if (act && d1 < hd) {
+    if (d1 < hd) {
         o[d1] = acc1 * inv;
         if (oc) bf16_cut_put(oc, h * hd + d1, o[d1]);
     }
@@ -265,13 +255,13 @@ __device__ __forceinline__ void attn_combine_row(comb_smem &cs, float *out, cons
 __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const float *opart, const float *mpart,
                                                                const float *spart, int nh, int hd, const int *d_len,
                                                                int nchunk, int m0, int M, int causal, int first,
-                                                               int span, uint32_t *outc, int late) {
+                                                               int span, uint32_t *outc) {
     __shared__ comb_smem cs;
-    if (!late) pdl_trigger();
+    pdl_trigger();
     pdl_wait();
     const int m = m0 + (int)blockIdx.x / nh, h = blockIdx.x % nh;
     const int L = *d_len + first + (causal ? m + 1 : M);
-    attn_combine_row<false>(cs, out, opart, mpart, spart, nh, hd, m, h, m0, L, nchunk, span, outc, late);
+    attn_combine_row(cs, out, opart, mpart, spart, nh, hd, m, h, m0, L, nchunk, span, outc);
 }
 
 /* shared memory of k_attn_rows with ns stages of padded K and V, each
@@ -281,34 +271,25 @@ static size_t att_smem(int G, int h4, int ns, int nw = ATT_WARPS) {
            nw * G * ATT_CHUNK * sizeof(float);
 }
 
-/* CL: the blocks of a kv head are a thread-block cluster (two-stage shape,
-   one row group) and merge their rows' chunks themselves once all have
-   written them (the tail below): no combine kernel; late: the next
-   kernel launches only after that merge's reads (cu_o_pdl) */
-template <int G, int NW, bool CL = false>
+template <int G, int NW>
 __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
-                                                           int causal, int first, int two, int inter, int early,
-                                                           int rsplit, float *out, uint32_t *outc, int late) {
+                                                           int causal, int first, int two, int inter, int early) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
-    if (!(CL && late)) pdl_trigger();
+    pdl_trigger();
     DYN_SMEM(float4, sm4);
     const int h4 = hd / 4, kst = h4 + 1; /* K row stride in float4s: hd + 4 floats */
     const int stage = ATT_CHUNK * kst + ATT_CHUNK * h4;                        /* float4s per stage */
     float4 *qs = sm4 + (two ? 2 : 1) * stage;                                 /* qs: [warp][G][h4] */
     float *es = reinterpret_cast<float *>(qs + NW * G * h4);           /* es: [warp][G][ATT_CHUNK] */
-    /* nb x rsplit blocks per kv head take its chunks in turn, rsplit
-       blocks a chunk, each a group of the launch's rows (cu_attention_rsplit;
-       one group unless set): consecutive blocks share a kv head, or
-       (inter) take the kv heads in turn, so that the blocks holding a
-       head's first chunks land on different SMs */
-    const int nbs = gridDim.x / nkv, nb = nbs / rsplit, kvh = inter ? blockIdx.x % nkv : blockIdx.x / nbs;
-    const int jb = inter ? blockIdx.x / nkv : blockIdx.x % nbs, rg = jb % rsplit;
-    const int RL = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS, RS = (RL + rsplit - 1) / rsplit;
-    const int mr0 = m0 + rg * RS; /* this block's rows: mr0 .. mr0 + R - 1 (slots still from m0) */
-    const int R = RL - rg * RS < RS ? RL - rg * RS : RS;
-    if (R <= 0) return;
+    /* nb blocks per kv head take its chunks in turn: consecutive blocks
+       share a kv head, or (inter) take the kv heads in turn, so that the
+       blocks holding a head's first chunks land on different SMs */
+    const int nb = gridDim.x / nkv, kvh = inter ? blockIdx.x % nkv : blockIdx.x / nb;
+    const int jb = inter ? blockIdx.x / nkv : blockIdx.x % nb;
+    const int mr0 = m0; /* this block's rows: mr0 .. mr0 + R - 1 */
+    const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
     const int len = *d_len + first;
     const int Lmax = len + (causal ? mr0 + R : M); /* positions the group's last row sees */
     const int whole = R * G > NW, items = whole ? R : R * G;
@@ -328,7 +309,7 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
         }
         cp_async_commit();
     };
-    int c = jb / rsplit, buf = 0;
+    int c = jb, buf = 0;
     auto valid = [&](int ch) { return ch < nchunk && ch * ATT_CHUNK < Lmax; };
     /* the first chunk into stage 0: K and V as two groups where they are
        waited for apart, else as one */
@@ -412,19 +393,6 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
             if (two) buf ^= 1;
             else if (valid(c + nb)) issue(c + nb, 0, 3);
         }
-    }
-    if constexpr (CL) {
-        /* every block of the cluster has written its chunks' partials:
-           block jb merges the kv head's (row, head) pairs jb, jb + nbs,
-           ... with the combine's arithmetic, in the stages' memory */
-        cluster_sync();
-        comb_smem &cs = *reinterpret_cast<comb_smem *>(sm4);
-        for (int p = jb; p < R * G; p += nbs) {
-            const int m = mr0 + p / G, h = kvh * G + p % G;
-            attn_combine_row<true>(cs, out, opart, mpart, spart, nh, hd, m, h, m0, len + (causal ? m + 1 : M),
-                                   nchunk, ATT_CHUNK, outc, late && p + nbs >= R * G);
-        }
-        if (late && jb >= R * G) pdl_trigger(); /* (a block with no pair) */
     }
 }
 
@@ -594,20 +562,8 @@ template <typename F> static void with_g(int G, F f) {
     }
 }
 
-/* The decode attention's launch shape override: 1 or 0 forces it, -1
-   leaves it to the cache length (see attn_launch). DSPARK_CUDA_ATT_SPREAD=1
-   or 0 sets it at the first use, cu_attention_spread (the tests) at any
-   time. Returns the setting before this call. */
-static int spread_mode(int set, int on) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_ATT_SPREAD", set, on);
-}
-
-int cu_attention_spread(int on) { return spread_mode(1, on); }
-
-int cu_attn_spread_for(int len) {
-    int f = spread_mode(0, 0);
-    return f >= 0 ? f : len >= ATT_SPREAD_FROM;
+int cu_attn_spread_for(const cu_tuning *t, int len) {
+    return t->att_spread >= 0 ? t->att_spread : len >= ATT_SPREAD_FROM;
 }
 
 /* blocks per kv head for k_attn_rows: about per_sm blocks per SM over all
@@ -624,7 +580,7 @@ static int attn_blocks(int nkv, int nchunk, int per_sm) {
    device's opt-in limit leaves beside its static shared memory, the
    attribute raised to that once, or the default 48 KiB's share where the
    attribute cannot be raised */
-template <int G, int NW, bool CL = false> static int attn_optin(void) {
+template <int G, int NW> static int attn_optin(void) {
     static int optin = 0;
     if (!optin) {
         int dev = 0, lim = 0;
@@ -632,8 +588,8 @@ template <int G, int NW, bool CL = false> static int attn_optin(void) {
         if (cudaDeviceGetAttribute(&lim, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) lim = 48 << 10;
         cudaFuncAttributes fa;
         const int fixed =
-            cudaFuncGetAttributes(&fa, k_attn_rows<G, NW, CL>) == cudaSuccess ? (int)fa.sharedSizeBytes : 0;
-        if (cudaFuncSetAttribute(k_attn_rows<G, NW, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim - fixed) !=
+            cudaFuncGetAttributes(&fa, k_attn_rows<G, NW>) == cudaSuccess ? (int)fa.sharedSizeBytes : 0;
+        if (cudaFuncSetAttribute(k_attn_rows<G, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim - fixed) !=
             cudaSuccess) {
             cudaGetLastError(); /* (not sticky) */
             lim = 48 << 10;
@@ -643,9 +599,8 @@ template <int G, int NW, bool CL = false> static int attn_optin(void) {
     return optin;
 }
 
-/* Verify rows on ATT_WIDE warps a block (env_switch: on by default,
-   DSPARK_CUDA_ATT_WIDE=0 turns it off at the first use, cu_attention_wide
-   at any time): where a launch's rows have more items than ATT_WARPS warps
+/* Verify rows on ATT_WIDE warps a block (unless the tuning's att_wide is
+   0): where a launch's rows have more items than ATT_WARPS warps
    take one each (3-16 rows of Qwen3's four query heads a kv head), twice
    the warps take them, so that a 9-16-row verify's block runs one row's
    item a warp instead of two in turn, and 3-4 rows one (row, head) pair a
@@ -654,93 +609,13 @@ template <int G, int NW, bool CL = false> static int attn_optin(void) {
    measured"): Qwen3-8B t(16) at 512 positions 5.86 -> 5.78 ms, t(9)
    5.30 -> 5.19; t(1) and context 8192 unchanged. */
 #define ATT_WIDE 16
-static int wide_mode(int set, int on) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_ATT_WIDE", set, on);
-}
-
-int cu_attention_wide(int on) { return wide_mode(1, on); }
-
-/* Row groups a chunk (DSPARK_CUDA_ATT_RSPLIT=S, cu_attention_rsplit: 1,
-   none, by default; prepared, not yet measured): in the two-stage shape
-   (caches under the spread shape's 1024 positions, so 17 chunks a kv head
-   at most), a launch of R rows runs S blocks a chunk, each min(S, R)-th of
-   the rows, from one K/V stage (two blocks an SM fit then). A 16-row
-   verify at 512 positions has 9 chunks a kv head, 72 blocks on 132 SMs,
-   each computing 16 rows x 4 heads over its chunk (about 32k warp
-   instructions of FMAs alone: the step's attention grows 9 us a layer
-   from one row to 16); two groups put 144 blocks on the SMs with half
-   that each. Which block computes a (row, head, chunk) partial does not
-   enter its arithmetic: the same bits. */
-static int rsplit_mode(int set, int on) {
-    static int mode = -2;
-    if (mode == -2) mode = env_int("DSPARK_CUDA_ATT_RSPLIT", 1, ATT_ROWS, 1);
-    const int prev = mode;
-    if (set) mode = on >= 1 && on <= ATT_ROWS ? on : 1;
-    return prev;
-}
-int cu_attention_rsplit(int n) { return rsplit_mode(1, n); }
-
-/* The decode attention's blocks of a kv head as a thread-block cluster
-   that merges its rows' chunks itself (DSPARK_CUDA_ATT_CLUSTER=1,
-   cu_attention_cluster; off by default, not yet measured): in the
-   two-stage shape (caches under 1024 positions) on a Hopper GPU, the kv
-   head's blocks (at most ATT_CLUSTER_MAX, a portable cluster size) meet at
-   a cluster barrier once their partials are written, and each then merges
-   some of the head's (row, query head) pairs with k_attn_combine's code
-   (attn_combine_row), so no combine kernel is launched. The combine
-   costs a one-row Qwen3-8B step 2.5 us a layer, most of it its launch
-   after the attention's last block and its first round trip to L2; the
-   barrier replaces the launch. The same arithmetic: the same bits. */
-#define ATT_CLUSTER_MAX 8
-static int cluster_mode(int set, int on) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_ATT_CLUSTER", set, on);
-}
-int cu_attention_cluster(int on) { return cluster_mode(1, on); }
-
-int cu_o_pdl(void) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_O_PDL", 0, 0) == 1;
-}
-
-/* whether a cluster of nbc blocks of kernel k (threads and sm bytes of
-   shared memory each) can be resident at all, else its launch would fail;
-   asked once per shape */
-template <typename K> static int cluster_fits(K k, int nbc, int threads, size_t sm) {
-    static const void *fit_k = NULL;
-    static int fit_nbc = -1, fit = 0;
-    static size_t fit_sm = 0;
-    if (fit_k != (const void *)k || fit_nbc != nbc || fit_sm != sm) {
-        cudaLaunchAttribute at[1];
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(nbc);
-        cfg.blockDim = dim3(threads);
-        cfg.dynamicSmemBytes = sm;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = nbc;
-        at[0].val.clusterDim.y = 1;
-        at[0].val.clusterDim.z = 1;
-        int n = 0;
-        if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) != cudaSuccess) {
-            cudaGetLastError(); /* (not sticky) */
-            n = 0;
-        }
-        fit_k = (const void *)k, fit_nbc = nbc, fit_sm = sm, fit = n >= 1;
-    }
-    return fit;
-}
 
 /* one launch of k_attn_rows for rows m0 .. (ATT_ROWS of them at most);
-   returns 1 when its blocks merged the chunks themselves (the cluster
-   form: out and outc written), else 0 (k_attn_combine to follow) */
+   k_attn_combine follows */
 template <int G>
-static int attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q,
+static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, const float *q,
                        const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
-                       float scale, int nchunk, int m0, int causal, int first, int spread, int early, float *out,
-                       uint32_t *outc) {
+                       float scale, int nchunk, int m0, int causal, int first, int spread, int early) {
     const int optin = attn_optin<G, ATT_WARPS>();
     int two = att_smem(G, hd / 4, 2) <= (size_t)optin, per_sm = 1, inter = 0;
     /* spread (long caches, cu_attn_spread_for): one K/V stage and as many
@@ -765,57 +640,26 @@ static int attn_launch(cudaStream_t st, float *opart, float *mpart, float *spart
         }
     }
     const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
-    int grid = nkv * attn_blocks(nkv, nchunk, per_sm), rs = 1;
-    if (!inter && two) { /* row groups a chunk (rsplit_mode), from one stage */
-        rs = rsplit_mode(0, 0) < R ? rsplit_mode(0, 0) : R;
-        if (rs > 1) {
-            two = 0;
-            grid *= rs;
-        }
-    }
+    const int grid = nkv * attn_blocks(nkv, nchunk, per_sm);
     /* (up to five heads a kv head: more would spill at 128 registers a thread) */
-    const int wide = G <= 5 && two && !inter && R * G > ATT_WARPS && wide_mode(0, 0) != 0;
-    if (two && !inter && rs == 1 && cluster_mode(0, 0) == 1 && cu_hopper_code()) { /* the cluster form */
-        int nbc = attn_blocks(nkv, nchunk, 1);
-        if (nbc > ATT_CLUSTER_MAX) nbc = ATT_CLUSTER_MAX;
-        const int late = cu_o_pdl();
-        auto go = [&](auto kern, int nw, int optin) {
-            size_t sm = att_smem(G, hd / 4, 2, nw);
-            if (sm < sizeof(comb_smem)) sm = sizeof(comb_smem);
-            if (sm > (size_t)optin || !cluster_fits(kern, nbc, 32 * nw, sm)) return 0;
-            launch_cluster(kern, nkv * nbc, 32 * nw, sm, nbc, st, q, kc, vc, opart, mpart, spart, nh, nkv, hd, cap,
-                           d_len, M, scale, nchunk, m0, causal, first, 1, 0, early, 1, out, outc, late);
-            return 1;
-        };
-        if constexpr (G <= 5)
-            if (wide && go(k_attn_rows<G, ATT_WIDE, true>, ATT_WIDE, attn_optin<G, ATT_WIDE, true>())) return 1;
-        if (!wide && go(k_attn_rows<G, ATT_WARPS, true>, ATT_WARPS, attn_optin<G, ATT_WARPS, true>())) return 1;
-    }
+    const int wide = G <= 5 && two && !inter && R * G > ATT_WARPS && st.t->att_wide;
     if constexpr (G <= 5)
         if (wide && att_smem(G, hd / 4, 2, ATT_WIDE) <= (size_t)attn_optin<G, ATT_WIDE>()) {
             launch_smem(k_attn_rows<G, ATT_WIDE>, grid, 32 * ATT_WIDE, att_smem(G, hd / 4, 2, ATT_WIDE), st, q, kc, vc,
                         opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter,
-                        early, 1, (float *)NULL, (uint32_t *)NULL, 0);
-            return 0;
+                        early);
+            return;
         }
     launch_smem(k_attn_rows<G, ATT_WARPS>, grid, ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st, q, kc, vc, opart,
-                mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter, early, rs,
-                (float *)NULL, (uint32_t *)NULL, 0);
-    return 0;
+                mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter, early);
 }
 
-/* k_attn_rows' early requests (env_switch: DSPARK_CUDA_ATT_EARLY=0 turns
-   them off at the first use, cu_attention_early at any time; the same bits
-   either way). Measured on an H200 (docs/BENCHMARKS.md, "The decode
-   attention's first chunk before the wait"): Qwen3-8B t(1) and t(16) 1-2%
-   faster at 512 and 8192 positions. */
-static int early_mode(int set, int on) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_ATT_EARLY", set, on);
-}
-int cu_attention_early(int on) { return early_mode(1, on); }
+/* k_attn_rows' early requests (unless the tuning's att_early is 0; the
+   same bits either way). Measured on an H200 (docs/BENCHMARKS.md, "The
+   decode attention's first chunk before the wait"): Qwen3-8B t(1) and
+   t(16) 1-2% faster at 512 and 8192 positions. */
 
-void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
+void cu_attention(cu_go st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
                   uint32_t *outc) {
     int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
@@ -823,16 +667,12 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
-        int merged = 0;
         with_g(G, [&](auto g) {
-            merged = attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len,
-                                                     scale, nchunk, m0, causal, first, spread, early_mode(0, 0) != 0,
-                                                     out, outc);
+            attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
+                                            nchunk, m0, causal, first, spread, st.t->att_early);
         });
-        if (merged) continue;
-        cu_pdl_off serial; /* see pdl_enabled */
-        launch(k_attn_combine, R * nh, COMB_THREADS, st, out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
-               ATT_CHUNK, outc, cu_o_pdl());
+        launch(k_attn_combine, R * nh, COMB_THREADS, cu_serial(st), /* (see cu_go's serial) */ out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
+               ATT_CHUNK, outc);
     }
 }
 
@@ -841,7 +681,7 @@ int cu_attn_tiled_ok(int nh, int nkv, int hd) {
 }
 
 template <int HD>
-static void tc_launch(cudaStream_t st, float *opart, float *mpart, float *spart, const float *q, const float *kc,
+static void tc_launch(cu_go st, float *opart, float *mpart, float *spart, const float *q, const float *kc,
                       const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
                       int nsplit, int first) {
     static int sized = 0;
@@ -854,7 +694,7 @@ static void tc_launch(cudaStream_t st, float *opart, float *mpart, float *spart,
                 mpart, spart, nh, G, hd, cap, d_len, M, scale, nsplit, first);
 }
 
-void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part,
+void cu_attention_tiled(cu_go st, float *out, const float *q, const float *kc, const float *vc, float *part,
                         float *wg_img, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale) {
     int G = nh / nkv, nsplit = (cap + AT_SPLIT - 1) / AT_SPLIT;
     /* the partials share cu_attention's scratch: at most its slot count of rows x spans per pass */
@@ -865,15 +705,14 @@ void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float
     if (step >= R) step -= step % R;
     if (step < 1) step = 1;
     auto run = tc_hd(hd) == 32 ? tc_launch<32> : tc_hd(hd) == 64 ? tc_launch<64> : tc_launch<128>;
-    const int wg = wg_img && cu_attn_wg_ready(hd);
+    const int wg = wg_img && cu_attn_wg_ready(st.t, hd);
     if (wg) cu_attn_wg_prep(st, wg_img, kc, vc, nkv, hd, cap, d_len, M);
     for (int m0 = 0; m0 < M; m0 += step) {
         int n = M - m0 < step ? M - m0 : step;
         const float *qm = q + (size_t)m0 * nh * hd;
         if (wg) cu_attn_wg(st, wg_img, opart, mpart, spart, qm, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
         else run(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
-        cu_pdl_off serial; /* see pdl_enabled */
-        launch(k_attn_combine, n * nh, COMB_THREADS, st, out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
-               n, 1, m0, AT_SPLIT, (uint32_t *)NULL, 0);
+        launch(k_attn_combine, n * nh, COMB_THREADS, cu_serial(st), /* (see cu_go's serial) */ out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
+               n, 1, m0, AT_SPLIT, (uint32_t *)NULL);
     }
 }

@@ -243,22 +243,14 @@ __global__ void __launch_bounds__(128, 2) k_attn_wg(const float *q, const float 
 #endif
 }
 
-/* The kernel's switch (env_switch): DSPARK_CUDA_ATT_WG=0 turns it off,
-   cu_attention_wg (the tests) at any time; on (where it can run) otherwise. */
-static int wg_mode(int set, int on) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_ATT_WG", set, on);
-}
 
-int cu_attention_wg(int on) { return wg_mode(1, on); }
-
-int cu_attn_wg_ready(int hd) {
+int cu_attn_wg_ready(const cu_tuning *t, int hd) {
 #if defined(DSPARK_WGMMA)
     static int cc = -1; /* the device's compute capability */
     if (cc < 0) cc = cu_device_cc(-1);
-    return cc == 90 && wg_mode(0, 0) != 0 && (hd == 64 || hd == 128);
+    return cc == 90 && t->att_wg && (hd == 64 || hd == 128);
 #else
-    (void)hd;
+    (void)t, (void)hd;
     return 0;
 #endif
 }
@@ -267,7 +259,7 @@ static int wg_chunks(int cap) { return (cap + WG_P - 1) / WG_P; }
 
 size_t cu_attn_wg_floats(int nkv, int hd, int cap) { return (size_t)nkv * wg_chunks(cap) * 4 * WG_P * hd; }
 
-void cu_attn_wg_prep(cudaStream_t st, float *img, const float *kc, const float *vc, int nkv, int hd, int cap,
+void cu_attn_wg_prep(cu_go st, float *img, const float *kc, const float *vc, int nkv, int hd, int cap,
                      const int *d_len, int ntot) {
     const int nch = wg_chunks(cap);
     if (hd == 64) launch(k_wg_prep<64>, dim3(nch, nkv), 256, st, img, kc, vc, cap, nch, d_len, ntot);
@@ -275,7 +267,7 @@ void cu_attn_wg_prep(cudaStream_t st, float *img, const float *kc, const float *
 }
 
 template <int HD>
-static void wg_run(cudaStream_t st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
+static void wg_run(cu_go st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
                    int nh, int nkv, int cap, const int *d_len, float scale, int nsplit, int first) {
     using S = wg_shape<HD>;
     static int sized = 0;
@@ -288,7 +280,7 @@ static void wg_run(cudaStream_t st, const float *img, float *opart, float *mpart
                 G, wg_chunks(cap), d_len, M, scale, first);
 }
 
-void cu_attn_wg(cudaStream_t st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
+void cu_attn_wg(cu_go st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
                 int nh, int nkv, int hd, int cap, const int *d_len, float scale, int nsplit, int first) {
     auto run = hd == 64 ? wg_run<64> : wg_run<128>;
     run(st, img, opart, mpart, spart, q, M, nh, nkv, cap, d_len, scale, nsplit, first);

@@ -25,6 +25,13 @@ struct cuda_model {
     dlayer *layers;
     dev_pool pool; /* every device allocation of the weights */
     int tiles_done; /* the tile-major copies decided (model_tiles) */
+    cu_tuning tune; /* its launch choices (cuda_tuning.h): cu_tuning_hooked's when created */
+};
+
+/* a captured forward and what its capture fixed (graph_for) */
+struct graph_entry {
+    int spread, tapped, out, M, n_sel;
+    cudaGraphExec_t g; /* NULL where its capture failed */
 };
 
 struct cuda_ctx {
@@ -54,14 +61,17 @@ struct cuda_ctx {
        than the max_batch rows of the logits buffer */
     int chunk, small_chunk;
     cu_gemm *gemm; /* cuBLAS for the groups of prefill-sized chunks (NULL: chunks are narrower) */
-    /* CUDA graphs of whole forwards, by (the attention's launch shape,
-       spread for long caches or not; with taps or not; what comes back:
-       logits, ids or both; rows; logits rows), for batches of up to
-       GRAPH_ROWS rows. Tapped graphs copy the tap layers into d_taps (the
+    /* CUDA graphs of whole forwards, keyed by (the attention's launch
+       shape, spread for long caches or not; with taps or not; what comes
+       back: logits, ids, both or samples; rows; logits rows), for batches
+       of up to GRAPH_ROWS rows, captured as first needed and looked up
+       linearly (a context meets a few dozen keys: its decode and verify
+       widths). Tapped graphs copy the tap layers into d_taps (the
        host copies follow the replay, unless the taps stay there:
        taps_resident); they are captured for one set of tap layers,
        tap_layers (a drafter's), and other sets run without graphs. */
-    cudaGraphExec_t graphs[2][2][5][GRAPH_ROWS + 1][GRAPH_ROWS + 1];
+    graph_entry *graphs;
+    int n_graphs, cap_graphs;
     float *d_taps; /* [GRAPH_TAPS][GRAPH_ROWS][hidden] */
     /* wider batches' device taps (a speculative prefill's chunks):
        [GRAPH_TAPS][wide_rows][hidden], allocated by cuda_ctx_taps */
@@ -83,10 +93,18 @@ struct cuda_ctx {
     int *ev_op, n_ev;
 };
 
+/* The tuning models take when created: the defaults, unless a test or a
+   bench tool set another through cuda_hook_tuning_set (tests/cuda/cuda_hooks.h,
+   which declares these two; production code never calls them). Set
+   before the models it is for are created, on one thread. */
+static cu_tuning g_hooked = cu_tuning_defaults();
+const cu_tuning *cu_tuning_hooked(void) { return &g_hooked; }
+extern "C" void cuda_hook_tuning_get(cu_tuning *t) { *t = g_hooked; }
+extern "C" void cuda_hook_tuning_set(const cu_tuning *t) { g_hooked = *t; }
+
 extern "C" int cuda_model_samples(const cuda_model *m) {
     if (!m->clusters) return 0; /* the device sampler runs on thread-block clusters */
-    const char *e = getenv("DSPARK_CUDA_SAMPLE");
-    if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) return e[0] == '1';
+    if (m->tune.sample >= 0) return m->tune.sample;
     return m->cfg.vocab_size >= CUDA_SAMPLE_MIN_VOCAB;
 }
 
@@ -137,6 +155,10 @@ extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gp
     m->cfg = *w->cfg;
     m->gpu = gpu;
     m->clusters = cu_hopper_code();
+    m->tune = g_hooked;
+    if (m->tune.omit)
+        fprintf(stderr, "dspark: CUDA tuning omit=%d: those kernels are left out of every layer, so the results are "
+                        "wrong (for timing only)\n", m->tune.omit);
     const model_config *c = &m->cfg;
     int H = c->hidden_size, hd = c->head_dim;
     int rc = cu_up_mat(&m->pool, &m->embed, w->embed, err, errlen);
@@ -173,6 +195,7 @@ static int model_tiles(cuda_model *m, char *err, size_t errlen) {
 const dmat *cu_model_embed(const cuda_model *m) { return &m->embed; }
 const dmat *cu_model_lm_head(const cuda_model *m) { return &m->lm_head; }
 int cu_model_gpu(const cuda_model *m) { return m->gpu; }
+const cu_tuning *cu_model_tune(const cuda_model *m) { return &m->tune; }
 
 extern "C" void cuda_model_free(cuda_model *m) {
     if (!m) return;
@@ -184,8 +207,8 @@ extern "C" void cuda_model_free(cuda_model *m) {
 static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen);
 
 /* Rows per prefill chunk on a GPU, when the caller's max_batch holds a
-   cuBLAS group: at least CUDA_PREFILL_ROWS (DSPARK_CUDA_PREFILL_ROWS=N
-   overrides it; a value below max_batch leaves max_batch). A wider chunk gives the
+   cuBLAS group: at least the tuning's prefill_rows (CUDA_PREFILL_ROWS; a
+   value below max_batch leaves max_batch). A wider chunk gives the
    prefill attention more blocks than the 1.45 waves of a 256-row chunk at
    4k positions; measured on an H200 with a Qwen3-8B (docs/BENCHMARKS.md,
    "Where a prefill's time goes"): 4k prefill 9,480-9,497 -> 10,762-10,785
@@ -195,23 +218,10 @@ static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen);
    so this changes no result. Costs about 380 KB of scratch a row for that
    model; the logits buffer keeps max_batch rows. When the wider scratch
    cannot be allocated, the context falls back to max_batch rows. */
-static int g_prefill_rows = -1; /* -1: not read yet */
-static int prefill_rows(void) {
-    if (g_prefill_rows < 0) {
-        const char *e = getenv("DSPARK_CUDA_PREFILL_ROWS");
-        g_prefill_rows = e && *e && atoi(e) > 0 ? atoi(e) : CUDA_PREFILL_ROWS;
-    }
-    return g_prefill_rows;
-}
-extern "C" int cuda_test_prefill_rows(int rows) {
-    int prev = prefill_rows();
-    g_prefill_rows = rows;
-    return prev;
-}
-
 /* whether a context of max_batch rows runs cuBLAS groups (bf16 weights) */
 static int takes_gemm(const cuda_model *m, int max_batch) {
-    return cu_gemm_rows() > 0 && max_batch >= cu_gemm_rows() && m->layers[0].wqkv.dt == DT_BF16;
+    const int G = m->tune.gemm_rows;
+    return G > 0 && max_batch >= G && m->layers[0].wqkv.dt == DT_BF16;
 }
 
 /* a context with activation scratch for rows >= max_batch rows (a whole
@@ -219,7 +229,7 @@ static int takes_gemm(const cuda_model *m, int max_batch) {
 static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, int rows, char *err,
                       size_t errlen) {
     const model_config *c = &m->cfg;
-    const int G = cu_gemm_rows(), gemm = takes_gemm(m, max_batch);
+    const int G = m->tune.gemm_rows, gemm = takes_gemm(m, max_batch);
     size_t B = (size_t)max_batch, R = (size_t)rows, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
     cuda_ctx *x = (cuda_ctx *)xcalloc(1, sizeof *x);
@@ -283,7 +293,7 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
         size_t kmax = H > I ? H : I, nmax = QD + 2 * KD > I ? QD + 2 * KD : I;
         if (QD > kmax) kmax = QD;
         if (H > nmax) nmax = H;
-        if (cu_gemm_create(&x->gemm, x->chunk, (int)kmax, (int)nmax, err, errlen) != 0) {
+        if (cu_gemm_create(&x->gemm, G, x->chunk, (int)kmax, (int)nmax, err, errlen) != 0) {
             cuda_ctx_free(x);
             return -1;
         }
@@ -295,13 +305,15 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
        weights' tile-major copies); without it the context runs k_attn_tc
        (the same results to TF32 rounding) */
     const size_t wgb = sizeof(float) * cu_attn_wg_floats(c->n_kv_heads, c->head_dim, n_ctx);
-    if (gemm && cu_attn_wg_ready(c->head_dim) && cu_room_for(wgb) &&
+    if (gemm && cu_attn_wg_ready(&m->tune, c->head_dim) && cu_room_for(wgb) &&
         cudaMalloc((void **)&x->wg_img, wgb) != cudaSuccess) {
         cudaGetLastError(); /* (not sticky) */
         x->wg_img = NULL;
     }
-    x->use_graphs = cu_graphs_enabled();
+    x->use_graphs = m->tune.graphs;
     const char *tr = getenv("DSPARK_CUDA_TRACE");
+    if (tr && *tr && strcmp(tr, "0") && strcmp(tr, "1"))
+        fprintf(stderr, "dspark: DSPARK_CUDA_TRACE=%s: not 0 or 1; no trace\n", tr);
     if (tr && !strcmp(tr, "1")) {
         x->use_graphs = 0;
         x->ev = (cudaEvent_t *)xcalloc(TRACE_EVENTS, sizeof(cudaEvent_t));
@@ -315,7 +327,7 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
 extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, char *err, size_t errlen) {
     *out = NULL;
     CK(cudaSetDevice(m->gpu));
-    const int G = cu_gemm_rows(), rows = G > 0 ? prefill_rows() / G * G : 0;
+    const int G = m->tune.gemm_rows, rows = G > 0 ? m->tune.prefill_rows / G * G : 0;
     if (takes_gemm(m, max_batch) && rows > max_batch && ctx_create(out, m, n_ctx, max_batch, rows, err, errlen) == 0)
         return 0;
     cudaGetLastError(); /* (a failed allocation above is not sticky) */
@@ -341,12 +353,9 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
     if (x->h_samp) cudaFreeHost(x->h_samp);
     cudaFree(x->d_samp);
     cudaFree(x->escr);
-    for (int a = 0; a < 2; a++)
-        for (int t = 0; t < 2; t++)
-            for (int o = 0; o < 5; o++)
-                for (int i = 0; i <= GRAPH_ROWS; i++)
-                    for (int j = 0; j <= GRAPH_ROWS; j++)
-                        if (x->graphs[a][t][o][i][j]) cudaGraphExecDestroy(x->graphs[a][t][o][i][j]);
+    for (int i = 0; i < x->n_graphs; i++)
+        if (x->graphs[i].g) cudaGraphExecDestroy(x->graphs[i].g);
+    free(x->graphs);
     for (int a = 0; a < 2; a++) {
         if (x->chain_g[a]) cudaGraphExecDestroy(x->chain_g[a]);
         if (x->chain_ev[a]) cudaEventDestroy(x->chain_ev[a]);
@@ -456,6 +465,9 @@ static void trace_report(cuda_ctx *x, int M) {
     x->n_ev = 0;
 }
 
+/* launches on the context's stream under its model's tuning */
+static cu_go ctx_go(const cuda_ctx *x) { return cu_go_on(x->st, &x->m->tune); }
+
 /* what a forward's logits rows give back: the rows, their argmax, both,
    or the device sampler's answers (model_batch.smp); OUT_CHAIN (with
    OUT_IDS, one row): a chained decode step, whose input is the previous
@@ -464,49 +476,23 @@ static void trace_report(cuda_ctx *x, int M) {
 enum { OUT_LOGITS = 1, OUT_IDS = 2, OUT_SAMPLE = 4, OUT_CHAIN = 8 };
 
 /* cu_norm_apart with this context's scratch */
-static cu_cut norm_apart(cuda_ctx *x, int site, const float *in, int M, const dmat *W, const float *gn) {
-    return cu_norm_apart(x->st, x->gemm, x->norm_c, x->norm_r, site, in, M, W, gn, x->m->cfg.rms_norm_eps);
+static cu_cut norm_apart(cuda_ctx *x, cu_go st, int site, const float *in, int M, const dmat *W, const float *gn) {
+    return cu_norm_apart(st, x->gemm, x->norm_c, x->norm_r, site, in, M, W, gn, x->m->cfg.rms_norm_eps);
 }
 
 /* logits[n] of the final-normed rows h[n] */
-static void lm_head(cuda_ctx *x, const float *h, int n) {
+static void lm_head(cuda_ctx *x, cu_go st, const float *h, int n) {
     const cuda_model *m = x->m;
     const model_config *c = &m->cfg;
-    const cu_cut pre = norm_apart(x, CU_NS_LM, h, n, &m->lm_head, m->final_norm);
+    const cu_cut pre = norm_apart(x, st, CU_NS_LM, h, n, &m->lm_head, m->final_norm);
     if (pre.in) {
-        cu_matmul_cut(x->st, x->logits, pre.in, n, &m->lm_head, pre.r);
-    } else if (cu_fuses_norm(&m->lm_head)) {
-        cu_matmul_norm(x->st, x->logits, h, n, &m->lm_head, NULL, m->final_norm, c->rms_norm_eps);
+        cu_matmul_cut(st, x->logits, pre.in, n, &m->lm_head, pre.r);
+    } else if (cu_fuses_norm(st.t, &m->lm_head)) {
+        cu_matmul_norm(st, x->logits, h, n, &m->lm_head, NULL, m->final_norm, c->rms_norm_eps);
     } else {
-        cu_rmsnorm(x->st, x->xb, h, m->final_norm, n, c->hidden_size, c->rms_norm_eps);
-        cu_matmul(x->st, x->logits, x->xb, n, &m->lm_head, NULL);
+        cu_rmsnorm(st, x->xb, h, m->final_norm, n, c->hidden_size, c->rms_norm_eps);
+        cu_matmul(st, x->logits, x->xb, n, &m->lm_head, NULL);
     }
-}
-
-/* DSPARK_CUDA_OMIT=qkv,attn,o,gateup,down (any of them): those kernels are
-   left out of every layer (qkv with its norm/RoPE tail, attn with its
-   combine), so that each one's share of a step can be timed by leaving it
-   out (bench/cuda-step-cost.sh). The results are then wrong; a warning says
-   so once. */
-static int cuda_omit(void) {
-    static int v = -1;
-    if (v >= 0) return v;
-    static const char *const names[] = {"qkv", "attn", "o", "gateup", "down"};
-    const char *e = getenv("DSPARK_CUDA_OMIT");
-    char buf[128], *save = NULL;
-    int o = 0;
-    snprintf(buf, sizeof buf, "%s", e ? e : "");
-    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        int k = 0;
-        while (k < 5 && strcmp(t, names[k])) k++;
-        if (k < 5) o |= 1 << k;
-        else fprintf(stderr, "dspark: DSPARK_CUDA_OMIT: no kernel '%s' (qkv, attn, o, gateup, down)\n", t);
-    }
-    if (o)
-        fprintf(stderr, "dspark: DSPARK_CUDA_OMIT=%s: those kernels are left out of every layer, so the results are "
-                        "wrong (for timing only)\n", e);
-    v = o;
-    return v;
 }
 
 /* the layers' view of this context's scratch and inputs */
@@ -534,9 +520,9 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
     const int H = c->hidden_size, hd = c->head_dim, nkv = c->n_kv_heads;
-    cudaStream_t st = x->st;
+    cu_go st = ctx_go(x);
+    st.late = (out & OUT_CHAIN) != 0; /* the chained step's kernels trigger late (cu_go's late) */
     int B = x->rows;
-    cu_pdl_late_scope late((out & OUT_CHAIN) != 0); /* the chained step's kernels trigger late */
     if (out & OUT_CHAIN) {
         cu_chain_next(st, x->tok, x->pos, x->d_len, x->d_ids);
     } else {
@@ -551,7 +537,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     if (b) copy_taps(x, b, -1, row0, M, dev);
     size_t KD = (size_t)nkv * hd;
     const cu_layer_rows rows = layer_rows(x);
-    const cu_layer_how how = {spread, cuda_omit(), layer_mark, x};
+    const cu_layer_how how = {spread, m->tune.omit, layer_mark, x}; /* (omit: for timing only, cuda_tuning.h) */
     for (int l = 0; l < c->n_layers; l++) {
         float *kc = x->kv + (size_t)l * 2 * KD * x->cap, *vc = kc + KD * x->cap;
         cu_layer(st, &rows, &m->layers[l], kc, vc, M, &how);
@@ -559,7 +545,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     }
     if (n_sel) {
         int V = c->vocab_size;
-        lm_head(x, x->x + (size_t)(M - n_sel) * H, n_sel);
+        lm_head(x, st, x->x + (size_t)(M - n_sel) * H, n_sel);
         mark(x, OP_HEAD);
         if (out & (OUT_IDS | OUT_SAMPLE)) {
             if (out & OUT_IDS) cu_argmax(st, x->d_ids, x->logits, n_sel, V, &x->am);
@@ -603,7 +589,19 @@ fail:
     return NULL;
 }
 static cudaGraphExec_t graph_for(cuda_ctx *x, int M, int n_sel, int out, const model_batch *tb, int spread) {
-    return capture(x, &x->graphs[spread][tb ? 1 : 0][out][M][n_sel], M, n_sel, out, tb, spread);
+    const int tapped = tb != NULL;
+    for (int i = 0; i < x->n_graphs; i++) {
+        graph_entry *e = &x->graphs[i];
+        if (e->spread == spread && e->tapped == tapped && e->out == out && e->M == M && e->n_sel == n_sel)
+            return capture(x, &e->g, M, n_sel, out, tb, spread);
+    }
+    if (x->n_graphs == x->cap_graphs) {
+        x->cap_graphs = x->cap_graphs ? 2 * x->cap_graphs : 16;
+        x->graphs = (graph_entry *)xrealloc(x->graphs, sizeof(graph_entry) * (size_t)x->cap_graphs);
+    }
+    graph_entry *e = &x->graphs[x->n_graphs++];
+    *e = graph_entry{spread, tapped, out, M, n_sel, NULL};
+    return capture(x, &e->g, M, n_sel, out, tb, spread);
 }
 
 /* The chunk's logits rows: which of them the batch asked for, as a count of
@@ -633,7 +631,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
         x->h_in[B + i] = b->pos ? b->pos[row0 + i] : x->len + i;
     }
     x->h_in[2 * B] = x->len;
-    const int spread = cu_attn_spread_for(x->len); /* the decode attention's shape for this cache length */
+    const int spread = cu_attn_spread_for(&x->m->tune, x->len); /* the decode attention's shape for this cache length */
     /* taps left on the device: a verify's in d_taps, wider batches' in d_wide */
     const int wide = b->taps_resident && b->n > GRAPH_ROWS;
     tap_dst dev = {NULL, 0};
@@ -647,9 +645,9 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
         if (cu_gemm_check(x->gemm, err, errlen)) return -1;
         for (int i = 0; i < n_sel; i++) {
             int r = b->logit_rows[*next_logit + i] - row0;
-            lm_head(x, x->x + (size_t)r * H, 1);
+            lm_head(x, ctx_go(x), x->x + (size_t)r * H, 1);
             if (b->argmax) {
-                cu_argmax(x->st, x->d_ids, x->logits, 1, V, &x->am);
+                cu_argmax(ctx_go(x), x->d_ids, x->logits, 1, V, &x->am);
                 CK(cudaMemcpyAsync(b->argmax + *next_logit + i, x->d_ids, sizeof(int), cudaMemcpyDeviceToHost,
                                    x->st));
             }
@@ -747,7 +745,7 @@ extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errle
 
 /* ---- chained decoding ---------------------------------------------------- */
 
-extern "C" int cuda_chain_ok(const cuda_ctx *x) { return !x->ev && !env_is("DSPARK_CUDA_CHAIN", "0"); }
+extern "C" int cuda_chain_ok(const cuda_ctx *x) { return !x->ev && x->m->tune.chain; }
 
 /* Launches the next chained step (its input set by the previous step or
    cu_chain_set), its id's copy to h_ring and its event. */
@@ -755,7 +753,7 @@ static int chain_launch(cuda_ctx *x, char *err, size_t errlen) {
     if (x->len + 1 > x->cap)
         return ds_err(err, errlen, "context window full: %d cached + 1 new position exceed the %d-position window",
                       x->len, x->cap);
-    const int spread = cu_attn_spread_for(x->len), slot = (int)(x->chain_launched & 1);
+    const int spread = cu_attn_spread_for(&x->m->tune, x->len), slot = (int)(x->chain_launched & 1);
     cudaGraphExec_t g = x->use_graphs ? capture(x, &x->chain_g[spread], 1, 1, OUT_IDS | OUT_CHAIN, NULL, spread)
                                       : NULL;
     if (g) CK(cudaGraphLaunch(g, x->st));
@@ -772,7 +770,7 @@ extern "C" int cuda_chain_start(cuda_ctx *x, int id, char *err, size_t errlen) {
     CK(cudaSetDevice(x->m->gpu));
     chain_drain(x);
     if (model_tiles(x->m, err, errlen) != 0) return -1;
-    cu_chain_set(x->st, x->d_ids, x->pos, x->d_len, id, x->len - 1);
+    cu_chain_set(ctx_go(x), x->d_ids, x->pos, x->d_len, id, x->len - 1);
     if (chain_launch(x, err, errlen) == 0) return 0;
     chain_drain(x);
     return -1;

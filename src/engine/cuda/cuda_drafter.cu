@@ -50,6 +50,7 @@ struct cuda_dmodel {
     const dmat *embed, *lm_head;               /* [V][H]: own_* or the target's */
     dmat w1, w2, conf_w;                       /* [V][R], [V][R], [1][H(+R)] */
     float conf_b;
+    cu_tuning tune; /* the target's (cu_tuning_hooked's without one) */
     dev_pool pool;  /* every device allocation of the weights */
     int tiles_done; /* the tile-major copies decided (dmodel_tiles) */
 };
@@ -128,6 +129,7 @@ extern "C" int cuda_dmodel_create(cuda_dmodel **out, const cuda_dweights *w, str
     m->conf_markov = m->R > 0 && w->conf_markov;
     m->has_conf = w->conf_w != NULL;
     m->conf_b = w->conf_b;
+    m->tune = target ? *cu_model_tune(target) : *cu_tuning_hooked();
     const model_config *c = &m->cfg;
     size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
     m->layers = (dlayer *)xcalloc((size_t)c->n_layers, sizeof(dlayer));
@@ -220,7 +222,7 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
         return -1;
     }
     s->g_block = (cudaGraphExec_t *)xcalloc((size_t)(B + 1) * 3, sizeof(cudaGraphExec_t));
-    s->use_graphs = cu_graphs_enabled();
+    s->use_graphs = m->tune.graphs;
     /* the block's rows for cu_layer: no cuBLAS groups (B rows are decode-sized) */
     cu_layer_rows *r = &s->lrows;
     r->cfg = &m->cfg;
@@ -292,7 +294,7 @@ static void enqueue_ingest(cuda_dstate *s, int M, int chain) {
     const cuda_dmodel *m = s->m;
     const model_config *c = &m->cfg;
     const int H = c->hidden_size, nkv = c->n_kv_heads, hd = c->head_dim, QD = c->n_heads * hd, KD = nkv * hd;
-    cudaStream_t st = s->st;
+    const cu_go st = cu_go_on(s->st, &s->m->tune);
     int *pos = s->d_in + IN_POS(s), *d_len = s->d_in + IN_LEN(s);
     cudaMemcpyAsync(s->d_in, s->h_in, sizeof(int) * IN_INTS(s), cudaMemcpyHostToDevice, st);
     if (!chain) cudaMemcpyAsync(s->feat, s->h_feat, sizeof(float) * (size_t)M * m->nt * H, cudaMemcpyHostToDevice, st);
@@ -323,7 +325,7 @@ enum { CHAIN_GREEDY = 1, CHAIN_SAMPLED = 2 };
 static void enqueue_dspark_row(cuda_dstate *s, int j, const int *prev, int chain) {
     const cuda_dmodel *m = s->m;
     const int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    cudaStream_t st = s->st;
+    const cu_go st = cu_go_on(s->st, &s->m->tune);
     float *bj = s->base + (size_t)j * V, *zj = m->R ? s->z + (size_t)j * V : bj;
     if (m->R) cu_embed(st, s->e, &m->w1, prev, 1);
     if (m->has_conf) {
@@ -358,14 +360,14 @@ static void enqueue_block(cuda_dstate *s, int n, int chain) {
     const model_config *c = &m->cfg;
     const int B = m->B, H = c->hidden_size;
     const float eps = c->rms_norm_eps;
-    cudaStream_t st = s->st;
+    const cu_go st = cu_go_on(s->st, &s->m->tune);
     int *tok = s->d_in;
     cudaMemcpyAsync(s->d_in, s->h_in, sizeof(int) * IN_INTS(s), cudaMemcpyHostToDevice, st);
     if (chain == CHAIN_SAMPLED) cudaMemcpyAsync(s->d_samp, s->h_samp, sizeof *s->h_samp, cudaMemcpyHostToDevice, st);
     cu_embed(st, s->x, m->embed, tok, B);
     /* the decode attention's default shape unless forced: the block's
        graphs are not keyed by the cache length */
-    const cu_layer_how how = {cu_attn_spread_for(0), 0, NULL, NULL};
+    const cu_layer_how how = {cu_attn_spread_for(st.t, 0), 0, NULL, NULL};
     for (int l = 0; l < c->n_layers; l++) cu_layer(st, &s->lrows, &m->layers[l], layer_k(s, l), layer_v(s, l), B, &how);
     cu_rmsnorm(st, s->xb, s->x, m->final_norm, B, H, eps);
     if (!m->dspark) {

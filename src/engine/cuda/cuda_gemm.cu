@@ -13,7 +13,7 @@
 //
 // The result is not bit-identical to the tensor-core kernel's that decode
 // and verify use (the lossless guarantee needs those rows, not these):
-// cuBLAS only takes whole groups of cu_gemm_rows() rows, more than any
+// cuBLAS only takes whole groups of the tuning's gemm_rows rows, more than any
 // verify, and each group is its own GEMM of one fixed size, so a row's bits
 // depend on where its group starts in the forward call, never on how many
 // rows the call has: speculative prefill in chunks of a multiple of the
@@ -31,23 +31,13 @@ struct cu_gemm {
     cublasHandle_t h;
     __nv_bfloat16 *xs; /* [2 rows][K]: heads, then tails */
     float *c;          /* [2 rows][N] per product (two for SwiGLU) */
-    int rows, kmax, nmax;
+    int group, rows, kmax, nmax; /* group: rows a GEMM (0: none taken) */
     cublasStatus_t status; /* first failure of an enqueued GEMM */
 };
 
-int cu_gemm_rows(void) {
-    static int rows = -1;
-    if (rows < 0) {
-        const char *e = getenv("DSPARK_CUDA_GEMM_ROWS");
-        rows = e && *e ? atoi(e) : CU_GEMM_MIN_ROWS;
-        if (rows < 0) rows = 0;
-    }
-    return rows;
-}
-
 int cu_gemm_takes(const cu_gemm *g, const dmat *W, int M) {
-    int r = cu_gemm_rows();
-    if (!g || r <= 0 || M < r || W->dt != DT_BF16 || W->K > g->kmax || W->N > g->nmax) return 0;
+    const int r = g ? g->group : 0;
+    if (r <= 0 || M < r || W->dt != DT_BF16 || W->K > g->kmax || W->N > g->nmax) return 0;
     if (M > g->rows) M = g->rows;
     return M / r * r;
 }
@@ -64,10 +54,11 @@ static const char *cublas_msg(cublasStatus_t s) {
     }
 }
 
-int cu_gemm_create(cu_gemm **out, int rows, int kmax, int nmax, char *err, size_t errlen) {
+int cu_gemm_create(cu_gemm **out, int group, int rows, int kmax, int nmax, char *err, size_t errlen) {
     *out = NULL;
     cu_gemm *g = (cu_gemm *)calloc(1, sizeof *g);
     if (!g) return ds_err(err, errlen, "out of memory");
+    g->group = group;
     g->rows = rows;
     g->kmax = kmax;
     g->nmax = nmax;
@@ -170,11 +161,11 @@ static void gemm(cu_gemm *g, float *c, const dmat *W, int M, int G) {
     }
 }
 
-void cu_gemm_matmul(cu_gemm *g, cudaStream_t st, int epi, float *y, const float *x, int M, const dmat *W,
+void cu_gemm_matmul(cu_gemm *g, cu_go st, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps) {
     cublasStatus_t s = cublasSetStream(g->h, st);
     if (s != CUBLAS_STATUS_SUCCESS && g->status == CUBLAS_STATUS_SUCCESS) g->status = s;
-    const int G = cu_gemm_rows(); /* M is a multiple (cu_gemm_takes) */
+    const int G = g->group; /* M is a multiple (cu_gemm_takes) */
     launch(k_split_bf16, M, SPLIT_THREADS, st, g->xs, x, gn, G, W->K, eps);
     float *c2 = g->c + 2 * (size_t)M * W->N;
     gemm(g, g->c, W, M, G);

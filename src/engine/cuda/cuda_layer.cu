@@ -62,21 +62,22 @@ void cu_layer_mats(dlayer *D, dmat **out) {
     memcpy(out, ls, sizeof ls);
 }
 
-cu_cut cu_norm_apart(cudaStream_t st, cu_gemm *g, uint32_t *norm_c, float *norm_r, int site, const float *in, int M,
+cu_cut cu_norm_apart(cu_go st, cu_gemm *g, uint32_t *norm_c, float *norm_r, int site, const float *in, int M,
                      const dmat *W, const float *gn, float eps) {
-    if (!gn || !cu_norm_split(site, M) || !cu_layer_takes_cut(g, W, M) || !cu_norm_cut_ok(W->K)) return cu_cut{};
+    if (!gn || !cu_norm_split(site, M) || !cu_layer_takes_cut(st.t, g, W, M) || !cu_norm_cut_ok(W->K))
+        return cu_cut{};
     cu_norm_cut(st, norm_c, norm_r, in, gn, M, W->K, eps);
     return cu_cut{norm_c, NULL, norm_r};
 }
 
 /* one layer matmul of the rows (cu_layer_matmul, their cuBLAS groups and
    norm scratch) */
-static int mm(cudaStream_t st, const cu_layer_rows *r, int epi, float *y, const float *in, int M, const dmat *W,
+static int mm(cu_go st, const cu_layer_rows *r, int epi, float *y, const float *in, int M, const dmat *W,
               const dmat *W2, const float *bias, const float *gn, cu_cut cut = cu_cut{}) {
     return cu_layer_matmul(st, r->gemm, epi, y, in, M, W, W2, bias, gn, r->cfg->rms_norm_eps, r->xb, cut);
 }
 
-static cu_cut norm_apart(cudaStream_t st, const cu_layer_rows *r, int site, const float *in, int M, const dmat *W,
+static cu_cut norm_apart(cu_go st, const cu_layer_rows *r, int site, const float *in, int M, const dmat *W,
                          const float *gn) {
     return cu_norm_apart(st, r->gemm, r->norm_c, r->norm_r, site, in, M, W, gn, r->cfg->rms_norm_eps);
 }
@@ -85,7 +86,7 @@ static void mark(const cu_layer_how *how, int op) {
     if (how->mark) how->mark(how->mark_arg, op);
 }
 
-void cu_layer(cudaStream_t st, const cu_layer_rows *r, const dlayer *L, float *kc, float *vc, int M,
+void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, float *kc, float *vc, int M,
               const cu_layer_how *how) {
     const model_config *c = r->cfg;
     const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
@@ -96,12 +97,11 @@ void cu_layer(cudaStream_t st, const cu_layer_rows *r, const dlayer *L, float *k
        q, k and v itself (no kernel of its own between it and attention) */
     cu_qkv_tail tail = {cu_qkv_fused_args(r->q, r->qkv, kc, vc, L->q_norm, L->k_norm, r->pos, r->inv_freq, nh, nkv, hd,
                                           r->cap, r->d_len, eps),
-                        r->qkv_cnt, cu_acqrel()};
-    if (!(omit & OMIT_QKV)) {
-        const cu_cut qc = norm_apart(st, r, CU_NS_QKV, r->x, M, &L->wqkv, L->attn_norm);
+                        r->qkv_cnt};
+    if (!(omit & CU_OMIT_QKV)) {
         int fused = !cu_gemm_takes(r->gemm, &L->wqkv, M) &&
-                    cu_matmul_norm_qkv(st, r->qkv, r->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail, qc);
-        if (!fused) mm(st, r, MM_STORE, r->qkv, r->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm, qc);
+                    cu_matmul_norm_qkv(st, r->qkv, r->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail);
+        if (!fused) mm(st, r, MM_STORE, r->qkv, r->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
         mark(how, CU_LOP_QKV);
         if (!fused) cu_qkv_post_run(st, &tail.a, M);
         mark(how, CU_LOP_POST);
@@ -111,8 +111,8 @@ void cu_layer(cudaStream_t st, const cu_layer_rows *r, const dlayer *L, float *k
     const int Mt = causal && r->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(r->gemm, &L->wqkv, M) : 0;
     /* o and down take their inputs pre-cut where they can (decode and
        verify rows): the combine and the SwiGLU are asked for the copy */
-    uint32_t *att_c = !Mt && !(omit & OMIT_ATTN) && cu_layer_takes_cut(r->gemm, &L->wo, M) ? r->att_c : NULL;
-    if (!(omit & OMIT_ATTN)) {
+    uint32_t *att_c = !Mt && !(omit & CU_OMIT_ATTN) && cu_layer_takes_cut(st.t, r->gemm, &L->wo, M) ? r->att_c : NULL;
+    if (!(omit & CU_OMIT_ATTN)) {
         if (Mt)
             cu_attention_tiled(st, r->att, r->q, kc, vc, r->part, r->wg_img, Mt, nh, nkv, hd, r->cap, r->d_len,
                                scale);
@@ -121,25 +121,24 @@ void cu_layer(cudaStream_t st, const cu_layer_rows *r, const dlayer *L, float *k
                          nkv, hd, r->cap, r->d_len, scale, causal, Mt, spread, att_c);
         mark(how, CU_LOP_ATTN);
     }
-    {
-        /* the o projection right after attention: see pdl_enabled (and cu_o_pdl) */
-        cu_depth_scope serial(cu_pdl_off_depth, !cu_o_pdl());
-        if (!(omit & OMIT_O)) mm(st, r, MM_ADD, r->x, r->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL, NULL});
-    }
+    /* the o projection right after attention: see cu_go's serial */
+    if (!(omit & CU_OMIT_O))
+        mm(cu_serial(st), r, MM_ADD, r->x, r->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL, NULL});
     mark(how, CU_LOP_O);
-    uint32_t *gate_c = cu_layer_takes_cut(r->gemm, &L->wd, M) ? r->gate_c : NULL;
+    uint32_t *gate_c = cu_layer_takes_cut(st.t, r->gemm, &L->wd, M) ? r->gate_c : NULL;
     {
-        cu_swiglu_two two(cu_swiglu_two_for(spread)); /* (see there) */
-        if (omit & OMIT_GU) {
+        cu_go gu = st;
+        gu.two = cu_swiglu_two(st.t, spread); /* (see cu_go's two) */
+        if (omit & CU_OMIT_GU) {
             gate_c = NULL;
         } else {
-            cu_cut gc = norm_apart(st, r, CU_NS_GU, r->x, M, &L->wg, L->mlp_norm);
+            cu_cut gc = norm_apart(gu, r, CU_NS_GU, r->x, M, &L->wg, L->mlp_norm);
             gc.out = gate_c;
-            if (!mm(st, r, MM_SWIGLU, r->gate, r->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, gc))
+            if (!mm(gu, r, MM_SWIGLU, r->gate, r->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, gc))
                 gate_c = NULL; /* (not written) */
         }
     }
     mark(how, CU_LOP_GU);
-    if (!(omit & OMIT_DOWN)) mm(st, r, MM_ADD, r->x, r->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL, NULL});
+    if (!(omit & CU_OMIT_DOWN)) mm(st, r, MM_ADD, r->x, r->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL, NULL});
     mark(how, CU_LOP_DOWN);
 }

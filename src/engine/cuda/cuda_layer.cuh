@@ -53,14 +53,12 @@ struct cu_layer_rows {
     float *wg_img;
 };
 
-/* DSPARK_CUDA_OMIT's kernels (the target's forward, for timing only) */
-enum { OMIT_QKV = 1, OMIT_ATTN = 2, OMIT_O = 4, OMIT_GU = 8, OMIT_DOWN = 16 };
 /* the ops of a layer, in the order they end (a trace's labels) */
 enum { CU_LOP_QKV, CU_LOP_POST, CU_LOP_ATTN, CU_LOP_O, CU_LOP_GU, CU_LOP_DOWN };
 
 /* A call's launch choices: spread, the decode attention's launch shape
-   (cu_attn_spread_for; the same bits either way); omit, OMIT_* kernels left
-   out (0 but for timing); mark (or NULL), called with mark_arg and a
+   (cu_attn_spread_for; the same bits either way); omit, CU_OMIT_* kernels left
+   out (cu_tuning.omit: 0 but for timing); mark (or NULL), called with mark_arg and a
    CU_LOP_* after each op is enqueued (the trace's events). */
 struct cu_layer_how {
     int spread, omit;
@@ -75,7 +73,7 @@ struct cu_layer_how {
    + m; ATTN_BLOCK: every row sees the cache and all M rows), the o
    projection and the residual add, the MLP norm and gate/up with SwiGLU,
    the down projection and the residual add, into r->x. */
-void cu_layer(cudaStream_t st, const cu_layer_rows *r, const dlayer *L, float *kc, float *vc, int M,
+void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, float *kc, float *vc, int M,
               const cu_layer_how *how);
 
 /* The RMSNorm (weights gn) of M rows `in` ahead of a matmul of W run by
@@ -83,7 +81,7 @@ void cu_layer(cudaStream_t st, const cu_layer_rows *r, const dlayer *L, float *k
    can take its input pre-cut): the rows' pre-cut products and scales in
    norm_c and norm_r, returned as the matmul's cu_cut (in, r); else none
    (the norm folded into the matmul). The same bits either way. */
-cu_cut cu_norm_apart(cudaStream_t st, cu_gemm *g, uint32_t *norm_c, float *norm_r, int site, const float *in, int M,
+cu_cut cu_norm_apart(cu_go st, cu_gemm *g, uint32_t *norm_c, float *norm_r, int site, const float *in, int M,
                      const dmat *W, const float *gn, float eps);
 
 #endif

@@ -29,21 +29,6 @@ __device__ __forceinline__ void load8(const float *p, float *w) {
     w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
 }
 
-/* open cu_swiglu_two scopes of this thread that turn it on */
-thread_local int cu_swiglu_two_depth = 0;
-
-extern "C" int cuda_test_swiglu_two(int on) {
-    int prev = cu_swiglu_two_depth > 0;
-    cu_swiglu_two_depth = on ? 1 : 0;
-    return prev;
-}
-
-int cu_swiglu_two_for(int spread) {
-    static int mode = -2;
-    int f = env_switch(&mode, "DSPARK_CUDA_SWIGLU2", 0, 0);
-    return f >= 0 ? f : !spread;
-}
-
 #define MM_NPW 4   /* outputs per block: each x load serves MM_NPW weight rows */
 #define MM_WARPS 4 /* warps per block, splitting K */
 
@@ -205,7 +190,7 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
 #define NORM_CUT_THREADS 512
 #define NORM_CUT_SMEM (48 * 1024)
 /* chunks in flight per warp (k_mma's U): register-capped kernels (two
-   for four tiles, the SwiGLU's at 1-8 rows under cu_swiglu_two: 128
+   for four tiles, the SwiGLU's at 1-8 rows under cu_go's two: 128
    registers and no spills, where three would spill), up to
    two tiles x row groups, more tiles of one row group (the SwiGLU's four
    at 1-8 rows: three rather than two took t(1) of an 8B model from
@@ -446,16 +431,16 @@ __global__ void k_qkv_post(cu_qkv_args a) {
    and post-processes the head, a warp a row */
 __device__ void qkv_tail(const cu_qkv_tail &t, int M, int m0, int R, int n0, int nc) {
     __shared__ int last;
-    if (!t.acqrel) __threadfence(); /* this block's columns are visible before it counts */
+    __threadfence(); /* this block's columns are visible before it counts */
     __syncthreads();
     const int head = n0 / t.a.hd;
     if (threadIdx.x == 0) {
-        last = count_arrive(t.cnt + head, t.acqrel) == t.a.hd / nc - 1;
+        last = atomicAdd(t.cnt + head, 1) == t.a.hd / nc - 1;
         if (last) t.cnt[head] = 0;
     }
     __syncthreads();
     if (!last) return;
-    if (!t.acqrel) __threadfence();
+    __threadfence();
     const int warp = threadIdx.x / 32, nw = blockDim.x / 32, rows = M - m0 < R ? M - m0 : R;
     for (int r = warp; r < rows; r += nw) qkv_post_item(t.a, m0 + r, head, threadIdx.x % 32);
 }
@@ -537,7 +522,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
 #pragma unroll
         for (int u = 0; u < U; u++) mma_load_w(ch[u], wa, wb, K, c + u * MMA_KS, t, cs);
     }
-    if (late) pdl_trigger(); /* (cu_pdl_late) */
+    if (late) pdl_trigger(); /* (cu_go's late) */
     /* the block's sums: the partials added in warp order, the norm factor,
        the epilogue, and what it writes for others (the pre-cut copy, the
        q/k/v tail) */
@@ -644,52 +629,22 @@ __global__ void __launch_bounds__(NORM_CUT_THREADS) k_norm_cut(uint32_t *__restr
 /* ---- launchers ----------------------------------------------------------- */
 
 int cu_norm_cut_ok(int K) { return K > 0 && K % 8 == 0 && (size_t)K * sizeof(float) <= NORM_CUT_SMEM; }
-void cu_norm_cut(cudaStream_t st, uint32_t *xc, float *r, const float *x, const float *gn, int M, int K, float eps) {
+void cu_norm_cut(cu_go st, uint32_t *xc, float *r, const float *x, const float *gn, int M, int K, float eps) {
     launch_smem(k_norm_cut, M, NORM_CUT_THREADS, sizeof(float) * (size_t)K, st, xc, r, x, gn, K, eps);
 }
 
-/* cu_norm_split's sites and least width: -1 until read from the
-   environment (or set by cu_norm_split_force) */
-static int g_ns_sites = -1, g_ns_rows = 9;
-static void norm_split_env(void) {
-    const char *e = getenv("DSPARK_CUDA_NORM_SPLIT");
-    int s = 0;
-    if (e && !strcmp(e, "all")) s = CU_NS_QKV | CU_NS_GU | CU_NS_LM;
-    else
-        for (const char *c = e ? e : ""; *c; c++) {
-            if (*c == 'q') s |= CU_NS_QKV;
-            else if (*c == 'g') s |= CU_NS_GU;
-            else if (*c == 'l') s |= CU_NS_LM;
-            else if (*c != ',' && *c != '0')
-                fprintf(stderr, "dspark: DSPARK_CUDA_NORM_SPLIT: no site '%c' (q, g, l or all); ignored\n", *c);
-        }
-    g_ns_rows = env_int("DSPARK_CUDA_NORM_SPLIT_ROWS", 1, CU_CUT_ROWS, 9);
-    g_ns_sites = s;
-}
 int cu_norm_split(int site, int M) {
-    if (g_ns_sites < 0) norm_split_env();
-    return (g_ns_sites & site) && M >= g_ns_rows && M <= CU_CUT_ROWS;
-}
-int cu_norm_split_force(int sites, int rows) {
-    if (g_ns_sites < 0) norm_split_env();
-    const int prev = g_ns_sites;
-    if (sites < 0) {
-        norm_split_env();
-    } else {
-        g_ns_sites = sites;
-        g_ns_rows = rows;
-    }
-    return prev;
+    return (site & (CU_NS_GU | CU_NS_LM)) && M >= CU_NS_ROWS && M <= CU_CUT_ROWS;
 }
 
-void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
+void cu_qkv_post(cu_go st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
                  const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                  const int *d_len, float eps) {
     cu_qkv_args a = {q, q, k, v, nh * hd, nkv * hd, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap, d_len, eps};
     cu_qkv_post_run(st, &a, M);
 }
 
-void cu_qkv_post_run(cudaStream_t st, const cu_qkv_args *a, int M) {
+void cu_qkv_post_run(cu_go st, const cu_qkv_args *a, int M) {
     launch(k_qkv_post, dim3(M, a->nh + 2 * a->nkv), 32, st, *a);
 }
 
@@ -702,7 +657,7 @@ cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, 
 }
 
 template <int ROWS, int EPI>
-static void matmul_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+static void matmul_rows(cu_go st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                         const float *bias) {
     int nb = EPI == MM_SWIGLU ? MM_NPW / 2 : MM_NPW;
     dim3 blk(32, MM_WARPS), grd((W->N + nb - 1) / nb, (M + ROWS - 1) / ROWS);
@@ -741,18 +696,6 @@ int cu_mma_tiles_force(int n) {
     return prev;
 }
 
-/* A one-tile grid of many waves (more blocks than four an SM: the LM
-   head's at 1-8 rows) on the register-capped kernel, three blocks an SM
-   with three chunks in flight a warp, 72 KB an SM, instead of two with
-   four, 64 KB (DSPARK_CUDA_WIDE_OCC=3; off by default, not yet measured:
-   a third fewer waves of block starts and epilogues, see wide_tiles).
-   Neither changes a row's operations. */
-static int wide_occ3(void) {
-    static int on = -1;
-    if (on < 0) on = env_is("DSPARK_CUDA_WIDE_OCC", "3");
-    return on;
-}
-
 /* One tile of one row group per block: two blocks fit an SM (registers),
    or three with registers capped for it. A grid of more than two and up
    to three blocks per SM (the qkv projection of the Qwen3 shapes: 384 on
@@ -762,18 +705,18 @@ static int wide_occ3(void) {
    capped for two blocks per SM (152 would allow one). The choice depends
    on the weight's shape only, and none changes a row's operations. */
 template <typename T, int TILES, int MT, int EPI, int OCC>
-static void mma_go(dim3 grd, cudaStream_t st, float *y, const float *x, const T *w, const T *w2, const float *bias,
+static void mma_go(dim3 grd, cu_go st, float *y, const float *x, const T *w, const T *w2, const float *bias,
                    int M, const dmat *W, const float *gn, float eps, const cu_qkv_tail &tl, int tiled, cu_cut cut) {
     if constexpr (std::is_same<T, __nv_bfloat16>::value && MT <= 2)
         if (cut.in)
             return launch(k_mma<T, TILES, MT, EPI, OCC, true>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K,
-                          gn, eps, tl, tiled, cut, cu_pdl_late());
+                          gn, eps, tl, tiled, cut, cu_pdl_late(st));
     launch(k_mma<T, TILES, MT, EPI, OCC, false>, grd, 32 * MMA_KS, st, y, x, w, w2, bias, M, W->N, W->K, gn, eps, tl,
-           tiled, cut, cu_pdl_late());
+           tiled, cut, cu_pdl_late(st));
 }
 
 template <typename T, int TILES, int MT, int EPI>
-static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+static void mma_launch(cu_go st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                        const float *bias, const float *gn, float eps, const cu_qkv_tail *tail, cu_cut cut) {
     const cu_qkv_tail tl = tail ? *tail : cu_qkv_tail{};
     constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES;
@@ -782,49 +725,29 @@ static void mma_launch(cudaStream_t st, float *y, const float *x, int M, const d
     /* the tile-major copies when every matrix of the product has one */
     const int tiled = W->t && (!W2 || W2->t);
     const T *w = (const T *)(tiled ? W->t : W->p), *w2 = W2 ? (const T *)(tiled ? W2->t : W2->p) : NULL;
-    /* (see cu_swiglu_two; f16 weights would spill there) */
+    /* (see cu_go's two; f16 weights would spill there) */
     if constexpr (TILES == 4 && MT == 1 && EPI == MM_SWIGLU && std::is_same<T, __nv_bfloat16>::value)
-        if (cu_swiglu_two_depth)
+        if (st.two)
             return mma_go<T, TILES, MT, EPI, 2>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
     if constexpr (TILES == 1 && MT == 2) /* registers capped for two blocks per SM (see mma_tiles) */
         return mma_go<T, TILES, MT, EPI, 2>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
     if constexpr (TILES * MT == 1) /* (the capped kernel exists for one tile only: others would spill) */
-        if ((blocks > 2 * sms && blocks <= 3 * sms) || (blocks > 4 * sms && wide_occ3()))
+        if (blocks > 2 * sms && blocks <= 3 * sms)
             return mma_go<T, TILES, MT, EPI, 3>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
     mma_go<T, TILES, MT, EPI, 1>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
 }
 
 template <typename T, int TILES, int EPI>
-static void mma_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+static void mma_rows(cu_go st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                      const float *bias, const float *gn, float eps, const cu_qkv_tail *tail, cu_cut cut) {
     if (M <= 8) mma_launch<T, TILES, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
     else if (M <= 16) mma_launch<T, TILES, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
     else mma_launch<T, 2, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut); /* reduction scratch bounds TILES x MT */
 }
 
-/* Tiles a warp for 1-8 rows of a matrix of many waves (more one-tile
-   blocks than four an SM: the LM head, 9,496 blocks for Qwen3's
-   vocabulary), DSPARK_CUDA_WIDE_TILES=2 or 4; 0, the default, leaves
-   them at one (not yet measured: at one row the LM head's 36 waves of
-   one-tile blocks lose about 0.67 us a wave in the step, a block's start
-   and epilogue, and more tiles a warp keep as many bytes in flight with
-   longer blocks; bench/cuda-steps.sh's lmtiles step times the kernel
-   alone). */
-static int wide_tiles(void) {
-    static int t = -1;
-    if (t < 0) {
-        const char *e = getenv("DSPARK_CUDA_WIDE_TILES");
-        t = e && (!strcmp(e, "2") || !strcmp(e, "4")) ? atoi(e) : 0;
-        if (e && !t && strcmp(e, "0") && strcmp(e, "1"))
-            fprintf(stderr, "dspark: DSPARK_CUDA_WIDE_TILES=%s: not 2 or 4; one tile kept\n", e);
-    }
-    return t;
-}
-
 /* the tile count mma_tiles takes for M rows of W */
 static int mma_tile_count(int M, const dmat *W, int swiglu) {
     if (g_mma_tiles) return g_mma_tiles;
-    if (!swiglu && M <= 8 && wide_tiles() && (W->N + 15) / 16 > 4 * sm_count()) return wide_tiles();
     /* 9-16 rows of a matrix whose 16-row tiles fit one wave at two blocks
        per SM (o and down of the Qwen3 shapes): one tile per block, the
        register-capped kernel, twice the blocks of two tiles in flight */
@@ -833,7 +756,7 @@ static int mma_tile_count(int M, const dmat *W, int swiglu) {
 }
 
 template <typename T, int EPI>
-static void mma_tiles(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+static void mma_tiles(cu_go st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                       const float *bias, const float *gn, float eps, const cu_qkv_tail *tail = NULL,
                       cu_cut cut = cu_cut{}) {
     int tiles = mma_tile_count(M, W, EPI == MM_SWIGLU);
@@ -850,92 +773,84 @@ static void mma_tiles(cudaStream_t st, float *y, const float *x, int M, const dm
    odd widths) the FMA kernel, 8 rows per pass or 16. Which one is a
    function of the matrix alone, so every batch width computes a row the
    same way. */
-static int fma_forced(void) { /* DSPARK_CUDA_MM=fma: the FMA kernel everywhere (for comparisons) */
-    static int on = -1;
-    if (on < 0) on = env_is("DSPARK_CUDA_MM", "fma");
-    return on;
-}
+static int fma_forced(const cu_tuning *t) { return t->fma; } /* the FMA kernel everywhere (for comparisons) */
 
 /* the FMA kernel, 8 rows per pass up to 8 rows, else 16 */
 template <int EPI>
-static void fma_rows(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+static void fma_rows(cu_go st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                      const float *bias) {
     if (M <= 8) matmul_rows<8, EPI>(st, y, x, M, W, W2, bias);
     else matmul_rows<16, EPI>(st, y, x, M, W, W2, bias);
 }
 
 template <int EPI>
-static void matmul_epi(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+static void matmul_epi(cu_go st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                        const float *bias) {
-    if (!fma_forced() && W->K % 8 == 0 && W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
-    else if (!fma_forced() && W->K % 8 == 0 && W->dt == DT_F16) mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
+    if (!fma_forced(st.t) && W->K % 8 == 0 && W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
+    else if (!fma_forced(st.t) && W->K % 8 == 0 && W->dt == DT_F16) mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
     else fma_rows<EPI>(st, y, x, M, W, W2, bias);
 }
 
-int cu_fuses_norm(const dmat *W) { return !fma_forced() && W->K % 8 == 0 && (W->dt == DT_BF16 || W->dt == DT_F16); }
-
-/* bf16 weights from a pre-cut input c.in (c.r: the scales of a norm run
-   apart; c.out: a SwiGLU's pre-cut copy of its output; tail: q/k/v's) */
-static void mma_from_cut(cudaStream_t st, int epi, float *y, int M, const dmat *W, const dmat *W2, const float *bias,
-                         cu_cut c, const cu_qkv_tail *tail = NULL) {
-    if (epi == MM_SWIGLU) mma_tiles<__nv_bfloat16, MM_SWIGLU>(st, y, NULL, M, W, W2, NULL, NULL, 0.0f, NULL, c);
-    else if (epi == MM_ADD) mma_tiles<__nv_bfloat16, MM_ADD>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, c);
-    else mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, tail, c);
+int cu_fuses_norm(const cu_tuning *t, const dmat *W) {
+    return !fma_forced(t) && W->K % 8 == 0 && (W->dt == DT_BF16 || W->dt == DT_F16);
 }
 
-int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
-                       const float *gn, float eps, const cu_qkv_tail *t, cu_cut cut) {
-    static int off = -1; /* DSPARK_CUDA_QKV_TAIL=0: the separate kernel (for comparisons) */
-    if (off < 0) off = env_is("DSPARK_CUDA_QKV_TAIL", "0");
-    const int pre = cut.in && cut.r; /* the norm run apart */
-    if (off || !cu_fuses_norm(W) || M < 1 || M > 16 || t->a.hd % (16 * mma_tile_count(M, W, 0)) ||
-        t->a.hd > ATT_MAX_HD || (pre && !cu_takes_cut(W, M)))
+/* bf16 weights from a pre-cut input c.in (c.r: the scales of a norm run
+   apart; c.out: a SwiGLU's pre-cut copy of its output) */
+static void mma_from_cut(cu_go st, int epi, float *y, int M, const dmat *W, const dmat *W2, const float *bias,
+                         cu_cut c) {
+    if (epi == MM_SWIGLU) mma_tiles<__nv_bfloat16, MM_SWIGLU>(st, y, NULL, M, W, W2, NULL, NULL, 0.0f, NULL, c);
+    else if (epi == MM_ADD) mma_tiles<__nv_bfloat16, MM_ADD>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, c);
+    else mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, c);
+}
+
+int cu_matmul_norm_qkv(cu_go st, float *y, const float *x, int M, const dmat *W, const float *bias,
+                       const float *gn, float eps, const cu_qkv_tail *t) {
+    if (!st.t->qkv_tail || !cu_fuses_norm(st.t, W) || M < 1 || M > 16 || t->a.hd % (16 * mma_tile_count(M, W, 0)) ||
+        t->a.hd > ATT_MAX_HD)
         return 0;
-    if (pre) mma_from_cut(st, MM_STORE, y, M, W, NULL, bias, cu_cut{cut.in, NULL, cut.r}, t);
-    else if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
+    if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
     else mma_tiles<__half, MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps, t);
     return 1;
 }
 
 template <int EPI>
-static void matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+static void matmul_norm(cu_go st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                         const float *bias, const float *gn, float eps, cu_cut cut = cu_cut{}) {
     if (W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, gn, eps, NULL, cut);
     else mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, gn, eps, NULL, cut);
 }
-void cu_matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
+void cu_matmul_norm(cu_go st, float *y, const float *x, int M, const dmat *W, const float *bias,
                     const float *gn, float eps) {
     matmul_norm<MM_STORE>(st, y, x, M, W, NULL, bias, gn, eps);
 }
-void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu,
+void cu_matmul_swiglu_norm(cu_go st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu,
                            const float *gn, float eps, uint32_t *yc) {
     matmul_norm<MM_SWIGLU>(st, y, x, M, Wg, Wu, NULL, gn, eps, cu_cut{NULL, yc});
 }
 
-int cu_takes_cut(const dmat *W, int M) {
-    return !fma_forced() && W->K % 8 == 0 && W->dt == DT_BF16 && M >= 1 && M <= CU_CUT_ROWS;
+int cu_takes_cut(const cu_tuning *t, const dmat *W, int M) {
+    return !fma_forced(t) && W->K % 8 == 0 && W->dt == DT_BF16 && M >= 1 && M <= CU_CUT_ROWS;
 }
-int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M) {
-    static int on = -1; /* DSPARK_CUDA_CUT=0: never (the same bits, for comparisons) */
-    if (on < 0) on = !env_is("DSPARK_CUDA_CUT", "0");
-    return on && cu_takes_cut(W, M) && !cu_gemm_takes(g, W, M);
+int cu_layer_takes_cut(const cu_tuning *t, cu_gemm *g, const dmat *W, int M) {
+    return t->cut && cu_takes_cut(t, W, M) && !cu_gemm_takes(g, W, M);
 }
-int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias) {
-    if (!cu_takes_cut(W, M)) return -1;
+int cu_matmul_add_cut(cu_go st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias) {
+    if (!cu_takes_cut(st.t, W, M)) return -1;
     mma_from_cut(st, MM_ADD, y, M, W, NULL, bias, cu_cut{xc, NULL, NULL});
     return 0;
 }
-int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *r) {
-    if (!cu_takes_cut(W, M)) return -1;
+int cu_matmul_cut(cu_go st, float *y, const uint32_t *xc, int M, const dmat *W, const float *r) {
+    if (!cu_takes_cut(st.t, W, M)) return -1;
     mma_from_cut(st, MM_STORE, y, M, W, NULL, NULL, cu_cut{xc, NULL, r});
     return 0;
 }
 
-int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
+int cu_layer_matmul(cu_go st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut) {
     /* a pre-cut input: a residual add's (no norm), or a norm run apart by
        cu_norm_cut (its scales in cut.r) */
-    if (cut.in && (gn ? cut.r != NULL : epi == MM_ADD) && cu_layer_takes_cut(g, W, M)) {
+    if (cut.in && (gn ? cut.r != NULL : epi == MM_ADD) && cu_layer_takes_cut(st.t, g, W, M)) {
         const cu_cut c = {cut.in, epi == MM_SWIGLU ? cut.out : NULL, gn ? cut.r : NULL};
         mma_from_cut(st, epi, y, M, W, W2, bias, c);
         return c.out != NULL;
@@ -946,7 +861,7 @@ int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float 
     y += (size_t)Mg * W->N;
     x += (size_t)Mg * W->K;
     M -= Mg;
-    if (gn && cu_fuses_norm(W)) {
+    if (gn && cu_fuses_norm(st.t, W)) {
         uint32_t *yc = epi == MM_SWIGLU && !Mg ? cut.out : NULL; /* (its rows would start past the groups') */
         if (epi == MM_SWIGLU) cu_matmul_swiglu_norm(st, y, x, M, W, W2, gn, eps, yc);
         else cu_matmul_norm(st, y, x, M, W, bias, gn, eps);
@@ -962,17 +877,17 @@ int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float 
     return 0;
 }
 
-void cu_matmul(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias) {
+void cu_matmul(cu_go st, float *y, const float *x, int M, const dmat *W, const float *bias) {
     matmul_epi<MM_STORE>(st, y, x, M, W, NULL, bias);
 }
-void cu_matmul_add(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias) {
+void cu_matmul_add(cu_go st, float *y, const float *x, int M, const dmat *W, const float *bias) {
     matmul_epi<MM_ADD>(st, y, x, M, W, NULL, bias);
 }
-void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu) {
+void cu_matmul_swiglu(cu_go st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu) {
     matmul_epi<MM_SWIGLU>(st, y, x, M, Wg, Wu, NULL);
 }
 
 /* the FMA kernel alone (the op benchmark's mode 3) */
-void cu_matmul_fma(cudaStream_t st, float *y, const float *x, int M, const dmat *W) {
+void cu_matmul_fma(cu_go st, float *y, const float *x, int M, const dmat *W) {
     fma_rows<MM_STORE>(st, y, x, M, W, NULL, NULL);
 }

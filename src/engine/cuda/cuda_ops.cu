@@ -18,10 +18,6 @@
 
 /* ---- kernels ------------------------------------------------------------ */
 
-/* open cu_pdl_off scopes of this thread (see pdl_enabled) */
-thread_local int cu_pdl_off_depth = 0;
-/* open cu_pdl_late_scope scopes of this thread (see cu_pdl_late) */
-thread_local int cu_pdl_late_depth = 0;
 
 /* one block (256 threads) per row; fixed strided partial sums, then a
    fixed tree */
@@ -129,8 +125,9 @@ int cu_tile_mat(dev_pool *pl, dmat *W, char *err, size_t errlen) {
     void *t = NULL;
     if (cu_dev_alloc(pl, &t, bytes, err, errlen)) return -1;
     {
-        cu_pdl_off serial; /* (k_tile waits for nothing: launched as a plain launch) */
-        launch(k_tile, 1024, 256, (cudaStream_t)0, (uint4 *)t, (const uint4 *)W->p, W->N, W->K, bytes / 16);
+        const cu_tuning d = cu_tuning_defaults(); /* (k_tile waits for nothing: launched as a plain launch) */
+        launch(k_tile, 1024, 256, cu_serial(cu_go_on(0, &d)), (uint4 *)t, (const uint4 *)W->p, W->N, W->K,
+               bytes / 16);
     }
     CK(cudaGetLastError());
     W->t = t;
@@ -148,6 +145,11 @@ int cu_room_for(size_t bytes) {
 int cu_tiles_wanted(size_t bytes) {
     const char *e = getenv("DSPARK_CUDA_TILED");
     if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) return e[0] == '1';
+    if (e && *e) {
+        static int said = 0; /* (said once: every set of weights asks) */
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "dspark: DSPARK_CUDA_TILED=%s: not 0 or 1; the copies made where memory allows\n", e);
+    }
     return cu_room_for(bytes);
 }
 
@@ -196,12 +198,6 @@ void cu_pool_free(dev_pool *pl) {
 
 /* ---- launchers ----------------------------------------------------------- */
 
-int cu_graphs_enabled(void) {
-    static int on = -1;
-    if (on < 0) on = !env_is("DSPARK_CUDA_GRAPHS", "0");
-    return on;
-}
-
 /* A chained decode step's inputs (cu_chain_set, cu_chain_next). Neither
    kernel lets the next one start early (no pdl_trigger): kernels later in
    a forward may read positions and the cache length before their own
@@ -220,18 +216,18 @@ __global__ void k_chain_next(int *tok, int *pos, int *len, const int *ids) {
     len[0] += 1;
 }
 
-void cu_chain_set(cudaStream_t st, int *ids, int *pos, int *len, int id, int at) {
+void cu_chain_set(cu_go st, int *ids, int *pos, int *len, int id, int at) {
     launch(k_chain_set, 1, 1, st, ids, pos, len, id, at);
 }
-void cu_chain_next(cudaStream_t st, int *tok, int *pos, int *len, const int *ids) {
+void cu_chain_next(cu_go st, int *tok, int *pos, int *len, const int *ids) {
     launch(k_chain_next, 1, 1, st, tok, pos, len, ids);
 }
 
-void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps) {
+void cu_rmsnorm(cu_go st, float *y, const float *x, const float *w, int M, int D, float eps) {
     launch(k_rmsnorm, M, 256, st, y, x, w, D, eps);
 }
 
-void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M) {
+void cu_embed(cu_go st, float *out, const dmat *E, const int *tok, int M) {
     int H = E->K;
     switch (E->dt) {
     case DT_BF16: launch(k_embed<__nv_bfloat16>, M, 256, st, out, (const __nv_bfloat16 *)E->p, tok, H); break;

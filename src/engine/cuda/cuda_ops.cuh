@@ -21,6 +21,7 @@
 
 extern "C" {
 #include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/cuda_tuning.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "base/util.h"
@@ -269,58 +270,6 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-#ifndef DSPARK_CUEMU /* (tests/cuemu/emu.h: the CPU's) */
-/* Thread-block clusters (compute capability 9.0): every thread of the
-   cluster's blocks arrives (release: its writes, global ones included, are
-   visible to the cluster's threads after the wait), then waits (acquire);
-   called by every thread, uniformly. Older GPUs never launch a kernel
-   that calls it. */
-__device__ __forceinline__ void cluster_sync() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-#endif
-
-/* A block's arrival at a count the grid's blocks share, by its thread 0
-   after a __syncthreads that follows the block's writes: the count before.
-   With acqrel (cu_acqrel), one atomic with acquire-release semantics at GPU
-   scope: it publishes the writes the block's threads made before the
-   barrier, and for the block that arrives last, the others' writes become
-   visible to its threads after its next barrier (a generic grid barrier's
-   pattern), so the caller needs no fences. Without, a relaxed atomic
-   between the caller's fences (__threadfence by every thread before the
-   barrier, and after the next one in the last block), as before. */
-#ifndef DSPARK_CUEMU
-template <typename T> __device__ __forceinline__ T count_arrive(T *cnt, int acqrel) {
-    static_assert(sizeof(T) == 4, "a 32-bit count");
-    if (!acqrel) return atomicAdd(cnt, (T)1);
-    T old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
-    return old;
-}
-#else
-template <typename T> static inline T count_arrive(T *cnt, int) { return atomicAdd(cnt, (T)1); }
-#endif
-
-/* Kernels are launched with programmatic dependent launch allowed
-   (pdl_trigger / pdl_wait above) unless DSPARK_CUDA_PDL=0, or while a
-   cu_pdl_off scope is open on the launching thread. Two launches go without
-   it: the attention's combine and the o projection after it. Measured on an
-   H200 (docs/BENCHMARKS.md, "PDL where it pays"), PDL on them cost a
-   Qwen3-8B decode step 0.45 ms at context 512 and 0.55 ms at 8192, more than
-   PDL saves everywhere else, and on the o projection still 0.5-0.6 ms with the
-   present matmul (measured 2026-12-02). Why is not known: the blocks
-   become resident early and wait, but two o blocks an SM now fit beside a
-   combine block, so it is not a lack of room; nor is it the o blocks'
-   weight requests before their wait, or all their warps waiting at once
-   (o's weights requested after the wait, and one warp a block waiting with
-   the others held at a block barrier, both measured as slow). */
-static inline int env_is(const char *name, const char *value) {
-    const char *e = getenv(name);
-    return e && !strcmp(e, value);
-}
-
 /* device gpu's compute capability as major * 10 + minor (0 if unknown;
    -1: the current device) */
 static inline int cu_device_cc(int gpu) {
@@ -331,89 +280,6 @@ static inline int cu_device_cc(int gpu) {
         return 0;
     return ma * 10 + mi;
 }
-
-/* A kernel switch in *mode (-2 until first used): name=1 or 0 in the
-   environment forces it on or off at the first use, anything else leaves
-   -1 (the caller's default); set != 0 sets it to on (the tests, at any
-   time). Returns the setting before this call. */
-static inline int env_switch(int *mode, const char *name, int set, int on) {
-    if (*mode == -2) *mode = env_is(name, "1") ? 1 : env_is(name, "0") ? 0 : -1;
-    int prev = *mode;
-    if (set) *mode = on;
-    return prev;
-}
-
-/* an integer setting from the environment: def when unset; a value
-   outside lo..hi refused with a warning naming it, def taken */
-static inline int env_int(const char *name, int lo, int hi, int def) {
-    const char *e = getenv(name);
-    if (!e) return def;
-    const int v = atoi(e);
-    if (v >= lo && v <= hi) return v;
-    fprintf(stderr, "dspark: %s=%s: not %d-%d; %d taken\n", name, e, lo, hi, def);
-    return def;
-}
-
-/* whether count_arrive takes the acquire-release atomic (DSPARK_CUDA_ACQREL=1;
-   off by default, not yet measured: the fences it saves sit on the
-   critical path of the q/k/v projection's per-head tail, a layer's
-   last blocks, and of the split argmax) */
-static inline int cu_acqrel(void) {
-    static int mode = -2;
-    return env_switch(&mode, "DSPARK_CUDA_ACQREL", 0, 0) == 1;
-}
-
-/* a scope that adds on to a launch setting's depth counter d while open
-   (the launch settings below: a thread's launches read their counters) */
-struct cu_depth_scope {
-    int &d;
-    int on;
-    cu_depth_scope(int &d_, int on_) : d(d_), on(on_) { d += on; }
-    ~cu_depth_scope() { d -= on; }
-    cu_depth_scope(const cu_depth_scope &) = delete;
-    cu_depth_scope &operator=(const cu_depth_scope &) = delete;
-};
-
-extern thread_local int cu_pdl_off_depth;
-/* The late trigger: the tensor-core matmul lets the next kernel launch
-   after its main loop instead of at its start
-   (no result changes: a kernel's wait is for the whole previous grid
-   wherever the trigger is). On while a cu_pdl_late_scope is open on the
-   launching thread (the chained decode step, cuda_backend.cu), unless
-   DSPARK_CUDA_PDL_LATE=1 or 0 forces it on or off for every launch.
-   Measured on an H200 (docs/BENCHMARKS.md, "The combine in one round trip
-   measured; the late trigger"): the chained one-row step of Qwen3-8B
-   4,465 -> 4,438 us; single forwards (verify-cost) 0.03-0.08 ms slower at
-   one row and 0.03 at 16, so those keep the trigger at the start. */
-extern thread_local int cu_pdl_late_depth;
-static inline int cu_pdl_late(void) {
-    static int mode = -2;
-    const int f = env_switch(&mode, "DSPARK_CUDA_PDL_LATE", 0, 0);
-    return f >= 0 ? f : cu_pdl_late_depth > 0;
-}
-struct cu_pdl_late_scope : cu_depth_scope {
-    explicit cu_pdl_late_scope(int on) : cu_depth_scope(cu_pdl_late_depth, on) {}
-};
-struct cu_pdl_off : cu_depth_scope {
-    cu_pdl_off() : cu_depth_scope(cu_pdl_off_depth, 1) {}
-};
-
-/* While a cu_swiglu_two scope that turns it on is open on the launching
-   thread, bf16 SwiGLU matmuls of 1-8 rows (four tiles a block) run two blocks
-   an SM with two chunks in flight a warp (128 registers) instead of one
-   block with three (184): the same bits, as neither changes a row's
-   operations. Measured on an H200 (docs/BENCHMARKS.md, "Two SwiGLU blocks
-   an SM"): the Qwen3-8B gate+up 49.8 -> 47.9 us at one row and 51.4 ->
-   49.1 at eight; a forward 1.1% faster at one row and 3% at eight with 512
-   cached positions, but 1.2% slower at one row with 8192. So the forward
-   turns it on for the decode attention's short-cache shape only:
-   cu_swiglu_two_for(spread) is !spread, unless DSPARK_CUDA_SWIGLU2=1 or 0
-   forces it at every length. */
-extern thread_local int cu_swiglu_two_depth;
-int cu_swiglu_two_for(int spread);
-struct cu_swiglu_two : cu_depth_scope {
-    explicit cu_swiglu_two(int on) : cu_depth_scope(cu_swiglu_two_depth, on) {}
-};
 
 /* The virtual architecture (major * 10 + minor) this build's kernels run
    from on the current device, 0 where the runtime does not say; -1 with
@@ -433,22 +299,72 @@ static inline int cu_hopper_code(void) {
     return on;
 }
 
-static inline int pdl_enabled(void) {
-    static int on = -1;
-    if (on < 0) {
-        /* from compute capability 9.0 (Hopper); the kernels' pdl_trigger and
-           pdl_wait compile to nothing for older GPUs, and a build for one
-           run on a newer GPU must not launch them as if they waited */
-        on = cu_hopper_code() && !env_is("DSPARK_CUDA_PDL", "0");
-    }
-    return on && !cu_pdl_off_depth;
-}
+/* What every launcher takes in place of a bare stream: the stream, the
+   tuning its launches follow (cuda_tuning.h: the model's, never NULL), and
+   the per-launch choices its caller makes, all explicit:
 
+   serial: launched without programmatic dependent launch. Kernels are
+   launched with it allowed (pdl_trigger / pdl_wait above) where the device
+   takes it and t->pdl; two launches go without: the attention's combine
+   and the o projection after it. Measured on an H200 (docs/BENCHMARKS.md,
+   "PDL where it pays"), PDL on them cost a Qwen3-8B decode step 0.45 ms at
+   context 512 and 0.55 ms at 8192, more than PDL saves everywhere else,
+   and on the o projection still 0.5-0.6 ms with the present matmul. Why is
+   not known: the blocks become resident early and wait, but two o blocks
+   an SM fit beside a combine block, so it is not a lack of room; nor is it
+   the o blocks' weight requests before their wait, or all their warps
+   waiting at once (both measured as slow).
+
+   late: the late trigger, the tensor-core matmul letting the next kernel
+   launch after its main loop instead of at its start (no result changes:
+   a kernel's wait is for the whole previous grid wherever the trigger
+   is); set for the chained decode step's launches (t->pdl_late -1), or
+   for every launch or none by t->pdl_late 1 or 0 (cu_pdl_late). Measured
+   on an H200 (docs/BENCHMARKS.md, "The combine in one round trip measured;
+   the late trigger"): the chained one-row step of Qwen3-8B 4,465 -> 4,438
+   us; single forwards 0.03-0.08 ms slower at one row and 0.03 at 16, so
+   those keep the trigger at the start.
+
+   two: bf16 SwiGLU matmuls of 1-8 rows (four tiles a block) run two blocks
+   an SM with two chunks in flight a warp (128 registers) instead of one
+   block with three (184): the same bits, as neither changes a row's
+   operations. Measured on an H200 (docs/BENCHMARKS.md, "Two SwiGLU blocks
+   an SM"): the Qwen3-8B gate+up 49.8 -> 47.9 us at one row and 51.4 ->
+   49.1 at eight; a forward 1.1% faster at one row and 3% at eight with 512
+   cached positions, but 1.2% slower at one row with 8192. So the forward
+   sets it for the decode attention's short-cache shape only
+   (cu_swiglu_two: t->swiglu2 -1), or at every length by t->swiglu2.
+
+   It converts to its stream, for the runtime's calls. */
+struct cu_go {
+    cudaStream_t s;
+    const cu_tuning *t;
+    int serial, late, two;
+    operator cudaStream_t() const { return s; }
+};
+/* launches on stream s under tuning t, no per-launch choice made */
+static inline cu_go cu_go_on(cudaStream_t s, const cu_tuning *t) { return cu_go{s, t, 0, 0, 0}; }
+/* g's launches without programmatic dependent launch */
+static inline cu_go cu_serial(cu_go g) {
+    g.serial = 1;
+    return g;
+}
+/* whether g's tensor-core matmuls trigger late */
+static inline int cu_pdl_late(const cu_go &g) { return g.t->pdl_late >= 0 ? g.t->pdl_late : g.late; }
+/* whether the forward's gate/up runs two blocks an SM under the decode
+   attention's shape spread (see cu_go's two) */
+static inline int cu_swiglu_two(const cu_tuning *t, int spread) { return t->swiglu2 >= 0 ? t->swiglu2 : !spread; }
+
+/* whether g's launches allow programmatic dependent launch: from compute
+   capability 9.0 (Hopper); the kernels' pdl_trigger and pdl_wait compile
+   to nothing for older GPUs, and a build for one run on a newer GPU must
+   not launch them as if they waited */
+static inline int pdl_enabled(const cu_go &g) { return !g.serial && g.t->pdl && cu_hopper_code(); }
 
 /* Launches k with thread-block clusters of cluster blocks along x (0:
    none) and programmatic dependent launch where pdl_enabled. */
 template <typename... KA, typename... A>
-static inline void launch_cluster(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, int cluster, cudaStream_t st,
+static inline void launch_cluster(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, int cluster, cu_go st,
                                   A... args) {
     cudaLaunchAttribute at[2];
     cudaLaunchConfig_t cfg = {};
@@ -464,7 +380,7 @@ static inline void launch_cluster(void (*k)(KA...), dim3 grid, dim3 block, size_
         at[cfg.numAttrs].val.clusterDim.z = 1;
         cfg.numAttrs++;
     }
-    if (pdl_enabled()) {
+    if (pdl_enabled(st)) {
         at[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
         cfg.numAttrs++;
@@ -473,12 +389,12 @@ static inline void launch_cluster(void (*k)(KA...), dim3 grid, dim3 block, size_
 }
 
 template <typename... KA, typename... A>
-static inline void launch_smem(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+static inline void launch_smem(void (*k)(KA...), dim3 grid, dim3 block, size_t smem, cu_go st, A... args) {
     launch_cluster(k, grid, block, smem, 0, st, args...);
 }
 
 template <typename... KA, typename... A>
-static inline void launch(void (*k)(KA...), dim3 grid, dim3 block, cudaStream_t st, A... args) {
+static inline void launch(void (*k)(KA...), dim3 grid, dim3 block, cu_go st, A... args) {
     launch_smem(k, grid, block, 0, st, args...);
 }
 
@@ -518,9 +434,10 @@ __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162floa
 __device__ __forceinline__ float widen(__half v) { return __half2float(v); }
 __device__ __forceinline__ float widen(float v) { return v; }
 
-/* 0 when DSPARK_CUDA_GRAPHS=0: forwards are launched kernel by kernel
-   instead of replayed from captured graphs */
-int cu_graphs_enabled(void);
+/* the tuning the test and bench entry points defined in src (cuda_sample.cu's)
+   launch under: tests/cuda/cuda_hooks.h sets it, models take it when
+   created (cuda_backend.cu) */
+const cu_tuning *cu_tuning_hooked(void);
 
 /* The device allocations of one set of weights, freed together. */
 struct dev_pool {
@@ -546,7 +463,8 @@ size_t cu_tile_bytes(const dmat *W);
    allocated later: another context's cache, cuBLAS's workspace) */
 int cu_room_for(size_t bytes);
 /* whether tile-major copies of `bytes` are made on the current device:
-   DSPARK_CUDA_TILED=0 / 1 decides, else cu_room_for */
+   DSPARK_CUDA_TILED=0 / 1 decides (another value is warned about), else
+   cu_room_for */
 int cu_tiles_wanted(size_t bytes);
 /* Tile-major copies of the n matrices (NULL entries and repeats skipped)
    when cu_tiles_wanted says so for their total, once: *done is set when
@@ -564,29 +482,31 @@ const char *cu_tiles_hint(void);
 const dmat *cu_model_embed(const cuda_model *m);
 const dmat *cu_model_lm_head(const cuda_model *m);
 int cu_model_gpu(const cuda_model *m);
+/* the model's tuning (cuda_tuning.h), which its drafters follow too */
+const cu_tuning *cu_model_tune(const cuda_model *m);
 
 /* y[M][N] = x[M][K] . W^T (+ bias) */
-void cu_matmul(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias);
+void cu_matmul(cu_go st, float *y, const float *x, int M, const dmat *W, const float *bias);
 /* y[M][N] += x . W^T (+ bias): the residual add fused */
-void cu_matmul_add(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias);
+void cu_matmul_add(cu_go st, float *y, const float *x, int M, const dmat *W, const float *bias);
 /* y[M][N] = silu(x . Wg^T) * (x . Wu^T), each product exactly as cu_matmul's */
-void cu_matmul_swiglu(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu);
+void cu_matmul_swiglu(cu_go st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu);
 /* 1 when W takes the tensor-core kernel, which can fold an RMSNorm of its
    input in (cu_matmul_norm, cu_matmul_swiglu_norm) */
-int cu_fuses_norm(const dmat *W);
+int cu_fuses_norm(const cu_tuning *t, const dmat *W);
 /* 1 when M rows of W can take their input pre-cut (bf16_cut_put's layout):
    bf16 weights on the tensor-core kernel, 1-CU_CUT_ROWS rows (decode and
    verify) */
 #define CU_CUT_ROWS 16
-int cu_takes_cut(const dmat *W, int M);
+int cu_takes_cut(const cu_tuning *t, const dmat *W, int M);
 /* cu_matmul_add from the input's pre-cut form xc alone (the same operands
    as the f32 input's, so the same bits); -1 and nothing enqueued unless
-   cu_takes_cut(W, M) */
-int cu_matmul_add_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias);
+   cu_takes_cut(st.t, W, M) */
+int cu_matmul_add_cut(cu_go st, float *y, const uint32_t *xc, int M, const dmat *W, const float *bias);
 /* y = x . W^T from the input's pre-cut form xc alone, each row's sums
    times r[m] when r is not NULL (cu_norm_cut's scales: then the folded
-   norm's bits); -1 and nothing enqueued unless cu_takes_cut(W, M) */
-int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dmat *W, const float *r = NULL);
+   norm's bits); -1 and nothing enqueued unless cu_takes_cut(st.t, W, M) */
+int cu_matmul_cut(cu_go st, float *y, const uint32_t *xc, int M, const dmat *W, const float *r = NULL);
 /* The folded RMSNorm's own kernel (cu_norm_split): for each of M rows of
    x[M][K], r[m] = 1/sqrt(mean(x^2) + eps) summed in exactly the folded
    norm's order (k_mma: each warp's lane quads over their chunks, the
@@ -596,40 +516,39 @@ int cu_matmul_cut(cudaStream_t st, float *y, const uint32_t *xc, int M, const dm
    operands in the same order and scales by the same r: the folded norm's
    bits, so the choice may follow the batch width. Needs K % 8 == 0 and
    cu_norm_cut_ok(K) (the row fits the block's shared memory). */
-void cu_norm_cut(cudaStream_t st, uint32_t *xc, float *r, const float *x, const float *gn, int M, int K, float eps);
+void cu_norm_cut(cu_go st, uint32_t *xc, float *r, const float *x, const float *gn, int M, int K, float eps);
 int cu_norm_cut_ok(int K);
 /* Where the forward runs a folded norm as cu_norm_cut ahead of its
    matmul (the matmul then takes its input pre-cut, no norm and no cut in
    its blocks; the same bits): at 9-16 rows a folded-norm block spends most
    of its instructions on the norm's products and squares and the cut
    (gate+up alone 51.4 us without the norm, 74.7 with it, at 16 rows),
-   which every block repeats for the whole input. Sites: CU_NS_QKV (the
-   attention norm before q/k/v), CU_NS_GU (the MLP norm before gate+up),
-   CU_NS_LM (the final norm before the LM head). Off by default (not yet
-   measured); DSPARK_CUDA_NORM_SPLIT names the sites (letters q, g, l, or
-   "all"), DSPARK_CUDA_NORM_SPLIT_ROWS the least batch width (default 9,
-   at most CU_CUT_ROWS). cu_norm_split: whether site's norm runs apart for
-   M rows; cu_norm_split_force: the tests' override (sites -1: the
-   environment's again), returning the sites before. */
-enum { CU_NS_QKV = 1, CU_NS_GU = 2, CU_NS_LM = 4 };
+   which every block repeats for the whole input. Sites: CU_NS_GU (the MLP
+   norm before gate+up) and CU_NS_LM (the final norm before the LM head),
+   from CU_NS_ROWS rows up to CU_CUT_ROWS. Measured on an H100
+   (docs/BENCHMARKS.md, the prepared switches' A/B): a Qwen3-8B t(16) at
+   512 positions 6.79 -> 6.59 ms, one row unchanged; the attention norm
+   before q/k/v run apart as well gained nothing more. cu_norm_split:
+   whether site's norm runs apart for M rows. */
+enum { CU_NS_GU = 2, CU_NS_LM = 4 };
+#define CU_NS_ROWS 9
 int cu_norm_split(int site, int M);
-int cu_norm_split_force(int sites, int rows);
 /* y = RMSNorm(x, gn, eps) . W^T (+ bias), without a separate norm pass */
-void cu_matmul_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
+void cu_matmul_norm(cu_go st, float *y, const float *x, int M, const dmat *W, const float *bias,
                     const float *gn, float eps);
 /* y = silu(RMSNorm(x) . Wg^T) * (RMSNorm(x) . Wu^T); yc (or NULL): y's
    pre-cut form as well, for cu_matmul_add_cut (so Wg's N, that matmul's
    K, is a multiple of 8: a row's pairs never straddle rows) */
-void cu_matmul_swiglu_norm(cudaStream_t st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu,
+void cu_matmul_swiglu_norm(cu_go st, float *y, const float *x, int M, const dmat *Wg, const dmat *Wu,
                            const float *gn, float eps, uint32_t *yc);
 /* y = RMSNorm(x, w) per row of D */
-void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps);
+void cu_rmsnorm(cu_go st, float *y, const float *x, const float *w, int M, int D, float eps);
 /* out[M][H] = E[tok[m]] widened */
-void cu_embed(cudaStream_t st, float *out, const dmat *E, const int *tok, int M);
+void cu_embed(cu_go st, float *out, const dmat *E, const int *tok, int M);
 /* q[M][nh][hd], k/v[M][nkv][hd] of the rows at positions pos[]: q/k get
    their per-head RMSNorm (qn/kn, when not NULL) and NeoX RoPE; k (roped)
    and v are stored in the caches [nkv][cap][hd] at position *d_len + row. */
-void cu_qkv_post(cudaStream_t st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
+void cu_qkv_post(cu_go st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
                  const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                  const int *d_len, float eps);
 /* cu_qkv_post's arguments: qout[m] gets the roped q heads of q[m] (rows
@@ -647,7 +566,7 @@ struct cu_qkv_args {
     float eps;
 };
 /* cu_qkv_post for M rows of the arguments *a */
-void cu_qkv_post_run(cudaStream_t st, const cu_qkv_args *a, int M);
+void cu_qkv_post_run(cu_go st, const cu_qkv_args *a, int M);
 /* the arguments for one fused projection qkv[M][nh*hd + 2*nkv*hd] (q, k, v
    side by side per row), the roped q written to q[M][nh*hd] */
 cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, const float *qn, const float *kn,
@@ -661,16 +580,14 @@ cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, 
 struct cu_qkv_tail {
     cu_qkv_args a;
     int *cnt;
-    int acqrel; /* count_arrive's */
 };
 static inline int cu_qkv_tail_cnt(int nh, int nkv) { return nh + 2 * nkv; }
 /* y = RMSNorm(x, gn) . W^T + bias (W: the fused q/k/v projection) and the
    tail t; 1 when the tensor-core kernel takes it (M <= 16 rows in head-
-   aligned column tiles), else 0 and nothing is enqueued. DSPARK_CUDA_QKV_TAIL=0
-   turns it off (for comparisons). cut.in and cut.r (or NULL): the norm
-   already run by cu_norm_cut (x then unused; the same bits). */
-int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const dmat *W, const float *bias,
-                       const float *gn, float eps, const cu_qkv_tail *t, cu_cut cut = cu_cut{});
+   aligned column tiles), else 0 and nothing is enqueued; never under
+   st.t->qkv_tail 0 (for comparisons). */
+int cu_matmul_norm_qkv(cu_go st, float *y, const float *x, int M, const dmat *W, const float *bias,
+                       const float *gn, float eps, const cu_qkv_tail *t);
 /* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
@@ -679,9 +596,9 @@ int cu_matmul_norm_qkv(cudaStream_t st, float *y, const float *x, int M, const d
    positions before *d_len, and *d_len itself, must have been written by
    stream work that ended before this forward's first kernel (the forward's
    upload of its inputs is such a barrier): the blocks read them before
-   waiting for the previous kernel (cu_attention_early). outc (or NULL):
+   waiting for the previous kernel (unless st.t->att_early is 0). outc (or NULL):
    out's pre-cut form as well (bf16_cut_put), for cu_matmul_add_cut. */
-void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
+void cu_attention(cu_go st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
                   uint32_t *outc = NULL);
 /* Causal attention of prefill rows, as cu_attention with first 0, by a
@@ -689,7 +606,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, 
    different summation order: the forward uses it for the cuBLAS groups
    only). wg_img: cu_attn_wg_floats of scratch for the warpgroup-mma
    kernel, or NULL (k_attn_tc then, as where that kernel cannot run). */
-void cu_attention_tiled(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, float *part,
+void cu_attention_tiled(cu_go st, float *out, const float *q, const float *kc, const float *vc, float *part,
                         float *wg_img, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale);
 /* 1 when cu_attention_tiled takes these heads (head_dim <= 128) */
 int cu_attn_tiled_ok(int nh, int nkv, int hd);
@@ -699,62 +616,26 @@ int cu_attn_tiled_ok(int nh, int nkv, int hd);
 #define AT_SPLIT 2048
 /* 1 when cu_attention_tiled runs on the warpgroup-mma kernel
    (cuda_attn_wg.cu) for head dim hd: an sm_90a build (DSPARK_WGMMA), a
-   compute capability 9.0 device, hd 64 or 128, and not switched off */
-int cu_attn_wg_ready(int hd);
-/* that kernel's switch (DSPARK_CUDA_ATT_WG=0 at the first use): 1 or 0
-   forces, -1 the default (on); returns the setting before */
-int cu_attention_wg(int on);
+   compute capability 9.0 device, hd 64 or 128, and t->att_wg */
+int cu_attn_wg_ready(const cu_tuning *t, int hd);
 /* floats of its scratch for a cache of cap positions (the layer's K and V
    as cut and laid out for it: four times the layer's share of the cache) */
 size_t cu_attn_wg_floats(int nkv, int hd, int cap);
 /* the cache's first *d_len + ntot positions laid out in img for it (once
    per cu_attention_tiled call, before its passes) */
-void cu_attn_wg_prep(cudaStream_t st, float *img, const float *kc, const float *vc, int nkv, int hd, int cap,
+void cu_attn_wg_prep(cu_go st, float *img, const float *kc, const float *vc, int nkv, int hd, int cap,
                      const int *d_len, int ntot);
 /* its launch: the partials of cu_attention_tiled's pass of M rows, from img */
-void cu_attn_wg(cudaStream_t st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
+void cu_attn_wg(cu_go st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
                 int nh, int nkv, int hd, int cap, const int *d_len, float scale, int nsplit, int first);
-/* sets cu_attention's launch shape override (1 spread, 0 not, -1 by cache
-   length, the default unless DSPARK_CUDA_ATT_SPREAD is 0 or 1; for the
-   tests) and returns the previous setting */
-int cu_attention_spread(int on);
-/* sets whether cu_attention's blocks request their first chunk of K and V
-   before waiting for the previous kernel where all its positions come
-   before *d_len (1, the default unless DSPARK_CUDA_ATT_EARLY=0; for the
-   tests); returns the previous setting */
-int cu_attention_early(int on);
-/* sets whether cu_attention's two-stage launches whose rows have more
-   items than a block's warps take one each run on twice the warps (1 or
-   -1, the default unless DSPARK_CUDA_ATT_WIDE=0, on; 0 off; the same bits
-   either way; for the tests); returns the previous setting */
-int cu_attention_wide(int on);
-/* sets the row groups a chunk of the two-stage decode attention (1, the
-   default unless DSPARK_CUDA_ATT_RSPLIT says otherwise: none; the same
-   bits whatever the count); returns the previous setting */
-int cu_attention_rsplit(int n);
-/* sets whether the two-stage decode attention's blocks of a kv head run as
-   a cluster that merges the chunks itself, no combine kernel (1 on; 0 or
-   -1, the default unless DSPARK_CUDA_ATT_CLUSTER=1, off; the same bits
-   either way); returns the previous setting */
-int cu_attention_cluster(int on);
-/* The o projection under programmatic dependent launch, the decode
-   attention's combine letting it launch only after its last read
-   (DSPARK_CUDA_O_PDL=1; off by default, not yet measured). o under PDL was
-   measured 0.25-0.45 ms a Qwen3-8B step slower whenever the combine
-   triggered it at the combine's start: o's 256 blocks then sit on every
-   SM with their first weight requests (8 MB) queued ahead of the
-   combine's few dependent reads. Triggered after those reads, o's launch
-   and first requests overlap only the combine's arithmetic and stores.
-   Launch timing only: the same bits. */
-int cu_o_pdl(void);
 /* forces the tensor-core matmul's tiles a block (1, 2 or 4; 0: its own
    choice) and returns the previous setting; the FMA matmul alone (for the
    op benchmark, cuda_mma_bench.cu) */
 int cu_mma_tiles_force(int n);
-void cu_matmul_fma(cudaStream_t st, float *y, const float *x, int M, const dmat *W);
+void cu_matmul_fma(cu_go st, float *y, const float *x, int M, const dmat *W);
 /* whether cu_attention takes the spread shape for a cache of len
-   positions: the override, else len >= ATT_SPREAD_FROM */
-int cu_attn_spread_for(int len);
+   positions: t->att_spread 0 or 1 forces it, else len >= ATT_SPREAD_FROM */
+int cu_attn_spread_for(const cu_tuning *t, int len);
 /* the split argmax's scratch (cu_argmax): a pair a slice of each of rows
    rows, and a count a row (zero between calls); all NULL where rows of n
    values take one block (k_argmax) */
@@ -763,26 +644,22 @@ struct cu_am {
     int *i;
     unsigned *cnt;
     int rows, nb;
-    int acqrel; /* count_arrive's */
 };
 int cu_am_create(cu_am *a, int rows, int n, char *err, size_t errlen);
 void cu_am_free(cu_am *a);
-/* sets whether cu_argmax takes the split kernel where given scratch (1 or
-   -1, the default unless DSPARK_CUDA_ARGMAX_SPLIT=0, on; 0 off); returns
-   the previous setting */
-int cu_argmax_split(int on);
 /* out[m] = the first index of the largest of x[m][0..n) (op_argmax's rule);
-   a (NULL: none): scratch for the split kernel. A stream at a time per
+   a (NULL: none): scratch for the split kernel, taken unless
+   st.t->argmax_split is 0. A stream at a time per
    scratch. */
-void cu_argmax(cudaStream_t st, int *out, const float *x, int M, int n, const cu_am *a = NULL);
+void cu_argmax(cu_go st, int *out, const float *x, int M, int n, const cu_am *a = NULL);
 /* chained decoding (cuda_chain_start): cu_chain_next sets a one-row
    forward's input to the argmax the previous step left in ids[0], at the
    position after the previous one's, with the cache one longer;
    cu_chain_set leaves the state a step at position at (and cache length
    at) would have left with argmax id, so that the next step takes id at
    position at + 1 */
-void cu_chain_set(cudaStream_t st, int *ids, int *pos, int *len, int id, int at);
-void cu_chain_next(cudaStream_t st, int *tok, int *pos, int *len, const int *ids);
+void cu_chain_set(cu_go st, int *ids, int *pos, int *len, int id, int at);
+void cu_chain_next(cu_go st, int *tok, int *pos, int *len, const int *ids);
 
 /* ---- sampling (cuda_sample.cu) ---- */
 
@@ -832,29 +709,29 @@ static inline size_t cu_sample_stride(int V) { return ((size_t)V + 3) / 4 * 4; }
    wanted): each row's kept mass, tot[i]. With a->n = 1 every row is a
    draw (with u[its row]): a drafter's rows, whose escr and tot a verify
    then reads as its q. */
-void cu_sample_rows(cudaStream_t st, int *out, const float *x, float *escr, int m, int V, const cu_sample_args *a,
+void cu_sample_rows(cu_go st, int *out, const float *x, float *escr, int m, int V, const cu_sample_args *a,
                     unsigned long long *tot, int row_off);
 
 /* ---- cuBLAS for prefill-sized batches (cuda_gemm.cu) ---- */
 
-/* Whole groups of cu_gemm_rows() rows of a batch (CUDA_GEMM_MIN_ROWS, above
-   any verify width; DSPARK_CUDA_GEMM_ROWS=N overrides it, 0 switches cuBLAS
-   off, and a value at or below a verify width is for tests only: verify
-   rows would then differ from decode rows) run their layer matmuls through
+/* Whole groups of a tuning's gemm_rows rows of a batch (CUDA_GEMM_MIN_ROWS,
+   above any verify width; 0 switches cuBLAS off, and a value at or below a
+   verify width is for tests only: verify rows would then differ from
+   decode rows) run their layer matmuls through
    cuBLAS bf16 GEMMs on the activations split into bf16 head and tail rows,
    one GEMM per group; the rows past the last whole group take the
    tensor-core kernel. */
 struct cu_gemm;
-int cu_gemm_rows(void);
-/* scratch for batches of up to rows rows, matrices up to nmax x kmax */
-int cu_gemm_create(cu_gemm **out, int rows, int kmax, int nmax, char *err, size_t errlen);
+/* groups of group rows (0: it takes none), scratch for batches of up to rows
+   rows, matrices up to nmax x kmax */
+int cu_gemm_create(cu_gemm **out, int group, int rows, int kmax, int nmax, char *err, size_t errlen);
 void cu_gemm_free(cu_gemm *g);
 /* the leading rows of an M-row batch that g (may be NULL) takes for W: a
-   multiple of cu_gemm_rows(), 0 when W is not bf16 or M is below a group */
+   multiple of its group, 0 when W is not bf16 or M is below a group */
 int cu_gemm_takes(const cu_gemm *g, const dmat *W, int M);
 /* y (epilogue epi, MM_*) = [RMSNorm(x, gn)] . W^T (+ bias); SwiGLU with W2;
    M a value cu_gemm_takes returned */
-void cu_gemm_matmul(cu_gemm *g, cudaStream_t st, int epi, float *y, const float *x, int M, const dmat *W,
+void cu_gemm_matmul(cu_gemm *g, cu_go st, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps);
 /* the first cuBLAS failure since the last check, as an error */
 int cu_gemm_check(cu_gemm *g, char *err, size_t errlen);
@@ -872,12 +749,12 @@ int cu_gemm_check(cu_gemm *g, char *err, size_t errlen);
    form when its kernel can (the tensor-core kernel with the norm folded
    in or run apart, no cuBLAS groups). Returns 1 when cut.out was written,
    else 0. */
-int cu_layer_matmul(cudaStream_t st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
+int cu_layer_matmul(cu_go st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut);
 /* whether cu_layer_matmul takes M rows of W from a pre-cut input:
-   cu_takes_cut and no cuBLAS groups; DSPARK_CUDA_CUT=0 turns it off (the
-   same bits, for comparisons). The forward asks the input's producer for
-   the pre-cut copy only then. */
-int cu_layer_takes_cut(cu_gemm *g, const dmat *W, int M);
+   cu_takes_cut and no cuBLAS groups, unless t->cut is 0 (the same bits,
+   for comparisons). The forward asks the input's producer for the pre-cut
+   copy only then. */
+int cu_layer_takes_cut(const cu_tuning *t, cu_gemm *g, const dmat *W, int M);
 
 #endif

@@ -442,13 +442,13 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_rows(int *out, const flo
 }
 #endif
 
-static void launch_sample(int m, cudaStream_t st, int *out, const float *logits, float *escr, int V,
+static void launch_sample(int m, cu_go st, int *out, const float *logits, float *escr, int V,
                           const cu_sample_args *a, float scale, u64 *tot, int row_off) {
     launch_cluster(k_sample_rows, dim3(m * SMP_CLUSTER), dim3(SMP_THREADS), 0, SMP_CLUSTER, st, out, logits, escr, V, a,
                    scale, tot, row_off);
 }
 
-void cu_sample_rows(cudaStream_t st, int *out, const float *logits, float *escr, int m, int V,
+void cu_sample_rows(cu_go st, int *out, const float *logits, float *escr, int m, int V,
                     const cu_sample_args *a, u64 *tot, int row_off) {
     int bits = 1;
     while ((1ll << bits) < (long long)V) bits++;
@@ -497,7 +497,7 @@ static int smp_device_ok(void) { return cu_hopper_code(); }
 /* the n rows of b sampled, their answers into out[n] */
 static cudaError_t bufs_run(smp_bufs *b, int n, int V, int *out) {
     if (!smp_device_ok()) return cudaErrorNotSupported;
-    cu_sample_rows(0, b->out, b->l, b->e, n, V, b->a, b->tot, 0);
+    cu_sample_rows(cu_go_on(0, cu_tuning_hooked()), b->out, b->l, b->e, n, V, b->a, b->tot, 0);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? cudaMemcpy(out, b->out, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost) : e;
 }
@@ -567,9 +567,9 @@ extern "C" int cuda_bench_sample(int V, int rows, int peaked, const sampler_para
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    cu_sample_rows(0, b.out, b.l, b.e, rows, V, b.a, b.tot, 0);
+    cu_sample_rows(cu_go_on(0, cu_tuning_hooked()), b.out, b.l, b.e, rows, V, b.a, b.tot, 0);
     cudaEventRecord(e0, 0);
-    for (int i = 0; i < reps; i++) cu_sample_rows(0, b.out, b.l, b.e, rows, V, b.a, b.tot, 0);
+    for (int i = 0; i < reps; i++) cu_sample_rows(cu_go_on(0, cu_tuning_hooked()), b.out, b.l, b.e, rows, V, b.a, b.tot, 0);
     cudaEventRecord(e1, 0);
     cudaError_t e = cudaEventSynchronize(e1);
     if (e == cudaSuccess) e = cudaGetLastError();
