@@ -131,6 +131,7 @@ test-clients:
 test: $(TEST_BIN) $(BIN) test-assets test-clients cuda-build-check $(CUEMU_BINS)
 	DSPARK_BIN=$(abspath $(BIN)) ASAN_OPTIONS=detect_leaks=1 $(TEST_BIN) $(T)
 	@if [ -z "$(T)" ]; then $(MAKE) -s cuemu; fi
+	@if [ -z "$(T)" ]; then scripts/check-layers; fi
 
 # CUDA kernels whose logic the CPU checks too (tests/cuemu/emu.h: each
 # CUDA thread a fiber, no GPU and no nvcc needed): built with the host C++

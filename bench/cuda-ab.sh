@@ -2,7 +2,7 @@
 # cuda-ab: builds or settings of the CUDA backend side by side in one run
 # on the GPU machine, alternated round by round so that what drifts between
 # runs (clocks, the machine) falls on every variant alike: verify-cost's
-# t(1), t(8), t(9) and t(16) at context 512 (and 8192), and `dspark run`'s
+# t(1), t(8), t(9) and t(16) and the prefill of the context at 512 (and 8192), and `dspark run`'s
 # decode rate and logits hash at 512 (the same hash: the same bits), then
 # each variant's range over the rounds.
 # Usage, on the GPU machine, each DIR an unpacked scripts/cuda-pack devpack
@@ -56,12 +56,14 @@ stamp() {
         END { if (r == "") exit 1; print n, k, r, h }'
 }
 
-# verify NAME=... CONTEXT REPS: the name, the context and t(1) t(8) t(9) t(16) in ms
+# verify NAME=... CONTEXT REPS: the name, the context, t(1) t(8) t(9) t(16) in ms
+# and the prefill of the CONTEXT tokens in tok/s
 verify() {
     out=$(run "$1" verify-cost "$M" "$2" 1 "$3" 2> "$err") || { cat "$err" >&2; exit 1; }
     echo "$out" | awk -v n="${1%%=*}" -v c="$2" '
+        $2 == "prefill" { p = substr($7, 2) }
         $1 == 1 { a = $2 } $1 == 8 { b = $2 } $1 == 9 { d = $2 } $1 == 16 { e = $2 }
-        END { if (e == "") exit 1; print n, "t" c, a, b, d, e }'
+        END { if (e == "" || p == "") exit 1; print n, "t" c, a, b, d, e, p }'
 }
 
 for _ in $(seq "$ROUNDS"); do
@@ -77,22 +79,22 @@ for _ in $(seq "$ROUNDS"); do
 done
 
 echo
-echo "| variant | t(1) 512 | t(8) | t(9) | t(16) | t(16)/t(1) | t(1) 8192 | t(16) 8192 | run 512, tok/s | logits hash |${SPEC:+ $SPEC, tok/s | its hash |}"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|${SPEC:+---:|---|}"
+echo "| variant | t(1) 512 | t(8) | t(9) | t(16) | t(16)/t(1) | t(1) 8192 | t(16) 8192 | prefill 512, tok/s | prefill 8192 | run 512, tok/s | logits hash |${SPEC:+ $SPEC, tok/s | its hash |}"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|${SPEC:+---:|---|}"
 for v in "$@"; do
     awk -v n="${v%%=*}" '
         function put(k, x) { if (!(k in lo) || x < lo[k]) lo[k] = x; if (!(k in hi) || x > hi[k]) hi[k] = x }
         function rng(k) { if (!(k in lo)) return "-"; return lo[k] == hi[k] ? lo[k] : lo[k] "-" hi[k] }
         $1 != n { next }
-        $2 == "t512" { put("a", $3); put("b", $4); put("c", $5); put("d", $6); put("q", 0 + sprintf("%.2f", $6 / $3)) }
-        $2 == "t8192" { put("e", $3); put("f", $6) }
+        $2 == "t512" { put("a", $3); put("b", $4); put("c", $5); put("d", $6); put("q", 0 + sprintf("%.2f", $6 / $3)); put("p", $7) }
+        $2 == "t8192" { put("e", $3); put("f", $6); put("P", $7) }
         $2 == "run" { put("g", $3); hs[$4] = 1 }
         $2 == "spec" { put("s", $3); ss[$4] = 1 }
         END {
             h = ""; for (k in hs) h = h (h == "" ? "" : ", ") k
             sh = ""; for (k in ss) sh = sh (sh == "" ? "" : ", ") k
-            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", n, rng("a"), rng("b"), rng("c"), rng("d"),
-                   rng("q"), rng("e"), rng("f"), rng("g"), h == "" ? "-" : h
+            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", n, rng("a"), rng("b"), rng("c"), rng("d"),
+                   rng("q"), rng("e"), rng("f"), rng("p"), rng("P"), rng("g"), h == "" ? "-" : h
             if (spec != "") printf " %s | %s |", rng("s"), sh == "" ? "-" : sh
             printf "\n"
         }' spec="$SPEC" "$log"
