@@ -262,7 +262,7 @@ static void attn_shapes_same_bits(int slack, int (*set)(int), const char *what) 
 }
 
 /* The spread launch shape (the forward's for caches from 1024 positions, or
- * DSPARK_CUDA_ATT_SPREAD=1: one K/V stage, the kv heads interleaved over
+ * the tuning att_spread=1: one K/V stage, the kv heads interleaved over
  * more blocks) gives the default's bits: long caches (several chunks per
  * block either way), verify widths, and groups of one to eight query heads
  * per kv head (a larger single stage). */
@@ -813,7 +813,7 @@ TEST(cuda_bf16_cut_bound) {
 }
 
 /* device argmax = op_argmax, ties to the first index, any width, one
-   block a row and split over slices (DSPARK_CUDA_ARGMAX_SPLIT=1): ties
+   block a row and split over slices (the tuning argmax_split=1): ties
    across slices, the largest in the last slice's ragged tail, rows all
    equal or all -inf, widths off 4, up to 17 rows */
 TEST(cuda_argmax_vs_cpu) {
