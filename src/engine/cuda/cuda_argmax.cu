@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax(int *out, const float
    last block merges the nb pairs and resets the count. The merge takes
    the larger value, the smaller index on ties: without NaNs an order-free
    rule, so the answer is op_argmax's whatever the slices. Measured on an
-   H200 (docs/BENCHMARKS.md, "The prepared switches measured"): Qwen3-8B
+   H200 (docs/history/benchmarks-log.md, "The prepared switches measured"): Qwen3-8B
    t(1) at 512 positions 4.38-4.42 -> 4.36-4.38 ms. */
 #define AM_THREADS 256
 #define AM_SLICE 2048

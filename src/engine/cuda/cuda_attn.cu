@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
            one's V is in use, and its V while its scores are computed; with
            two blocks an SM, one block's loads overlap the other's
            arithmetic. The same arithmetic as attn_item. Measured on an
-           H200 (docs/BENCHMARKS.md, "The decode attention's K and V
+           H200 (docs/history/benchmarks-log.md, "The decode attention's K and V
            apart"): Qwen3-8B t(1) at 8192 positions 5.68 -> 5.39 ms; the
            same split with two stages at 512 gained nothing. */
         const int r = warp / G, m = mr0 + r, L = len + (causal ? m + 1 : M);
@@ -605,7 +605,7 @@ template <int G, int NW> static int attn_optin(void) {
    the warps take them, so that a 9-16-row verify's block runs one row's
    item a warp instead of two in turn, and 3-4 rows one (row, head) pair a
    warp. Which warp takes an item does not enter its arithmetic: the same
-   bits. Measured on an H200 (docs/BENCHMARKS.md, "The prepared switches
+   bits. Measured on an H200 (docs/history/benchmarks-log.md, "The prepared switches
    measured"): Qwen3-8B t(16) at 512 positions 5.86 -> 5.78 ms, t(9)
    5.30 -> 5.19; t(1) and context 8192 unchanged. */
 #define ATT_WIDE 16
@@ -621,7 +621,7 @@ static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, cons
     /* spread (long caches, cu_attn_spread_for): one K/V stage and as many
        blocks as fit the SMs that way (two per SM for the Qwen3 shapes), the
        kv heads interleaved over the blocks. Measured on an H200
-       (docs/BENCHMARKS.md, "Prefill attention on tensor cores"): a 16-row
+       (docs/history/benchmarks-log.md, "Prefill attention on tensor cores"): a 16-row
        verify of Qwen3-8B 1.1 ms faster at context 8192, 0.3 ms slower at
        512, one row the same at 8192 and 0.05 ms slower at 512. Either way
        a chunk's partials are the same bits. */
@@ -655,7 +655,7 @@ static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, cons
 }
 
 /* k_attn_rows' early requests (unless the tuning's att_early is 0; the
-   same bits either way). Measured on an H200 (docs/BENCHMARKS.md, "The
+   same bits either way). Measured on an H200 (docs/history/benchmarks-log.md, "The
    decode attention's first chunk before the wait"): Qwen3-8B t(1) and
    t(16) 1-2% faster at 512 and 8192 positions. */
 

@@ -28,7 +28,7 @@
    - the queries stay f32 in shared memory (the same layout, rows =
      vectors) and are cut into A fragments in registers.
 
-   The profile that led here (k_attn_tc, docs/BENCHMARKS.md): 1.64
+   The profile that led here (k_attn_tc, docs/history/benchmarks-log.md): 1.64
    instructions a cycle, most of them not mmas, every warp cutting the same
    K and V values out of scalar loads. Shared memory (32 positions a chunk,
    head dim 128): 32 KB of queries, 32 KB of K, 32 KB of V, so two blocks

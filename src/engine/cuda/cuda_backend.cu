@@ -210,7 +210,7 @@ static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen);
    cuBLAS group: at least the tuning's prefill_rows (CUDA_PREFILL_ROWS; a
    value below max_batch leaves max_batch). A wider chunk gives the
    prefill attention more blocks than the 1.45 waves of a 256-row chunk at
-   4k positions; measured on an H200 with a Qwen3-8B (docs/BENCHMARKS.md,
+   4k positions; measured on an H200 with a Qwen3-8B (docs/history/benchmarks-log.md,
    "Where a prefill's time goes"): 4k prefill 9,480-9,497 -> 10,762-10,785
    tok/s from 256 to 1024 rows (11,071 at 2048 in another run), 16k 6,000 ->
    6,199. A row's bits do not depend on its chunk

@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
    they go to the FMA kernel.) The BF16 form issues half the mmas of the
    TF32 one for the same products and no weight conversions (two
    instructions a weight pair there), which the 9-16 rows of a verify,
-   bound by the kernel's instructions, feel (docs/BENCHMARKS.md).
+   bound by the kernel's instructions, feel (docs/history/benchmarks-log.md).
 
    A warp owns TILES tiles of 16 weight rows and MT tiles of 8 activation
    rows; KS warps split K into chunks of 32 (warp w takes chunks w, w+KS,
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
    registers and no spills, where three would spill), up to
    two tiles x row groups, more tiles of one row group (the SwiGLU's four
    at 1-8 rows: three rather than two took t(1) of an 8B model from
-   4.48-4.50 to 4.43-4.44 ms, docs/BENCHMARKS.md), more row groups
+   4.48-4.50 to 4.43-4.44 ms, docs/history/benchmarks-log.md), more row groups
    (overridable at build time for tuning runs) */
 #ifndef MMA_U_CAPPED
 #define MMA_U_CAPPED 3

@@ -306,7 +306,7 @@ static inline int cu_hopper_code(void) {
    serial: launched without programmatic dependent launch. Kernels are
    launched with it allowed (pdl_trigger / pdl_wait above) where the device
    takes it and t->pdl; two launches go without: the attention's combine
-   and the o projection after it. Measured on an H200 (docs/BENCHMARKS.md,
+   and the o projection after it. Measured on an H200 (docs/history/benchmarks-log.md,
    "PDL where it pays"), PDL on them cost a Qwen3-8B decode step 0.45 ms at
    context 512 and 0.55 ms at 8192, more than PDL saves everywhere else,
    and on the o projection still 0.5-0.6 ms with the present matmul. Why is
@@ -320,7 +320,7 @@ static inline int cu_hopper_code(void) {
    a kernel's wait is for the whole previous grid wherever the trigger
    is); set for the chained decode step's launches (t->pdl_late -1), or
    for every launch or none by t->pdl_late 1 or 0 (cu_pdl_late). Measured
-   on an H200 (docs/BENCHMARKS.md, "The combine in one round trip measured;
+   on an H200 (docs/history/benchmarks-log.md, "The combine in one round trip measured;
    the late trigger"): the chained one-row step of Qwen3-8B 4,465 -> 4,438
    us; single forwards 0.03-0.08 ms slower at one row and 0.03 at 16, so
    those keep the trigger at the start.
@@ -328,7 +328,7 @@ static inline int cu_hopper_code(void) {
    two: bf16 SwiGLU matmuls of 1-8 rows (four tiles a block) run two blocks
    an SM with two chunks in flight a warp (128 registers) instead of one
    block with three (184): the same bits, as neither changes a row's
-   operations. Measured on an H200 (docs/BENCHMARKS.md, "Two SwiGLU blocks
+   operations. Measured on an H200 (docs/history/benchmarks-log.md, "Two SwiGLU blocks
    an SM"): the Qwen3-8B gate+up 49.8 -> 47.9 us at one row and 51.4 ->
    49.1 at eight; a forward 1.1% faster at one row and 3% at eight with 512
    cached positions, but 1.2% slower at one row with 8192. So the forward
@@ -526,7 +526,7 @@ int cu_norm_cut_ok(int K);
    which every block repeats for the whole input. Sites: CU_NS_GU (the MLP
    norm before gate+up) and CU_NS_LM (the final norm before the LM head),
    from CU_NS_ROWS rows up to CU_CUT_ROWS. Measured on an H100
-   (docs/BENCHMARKS.md, the prepared switches' A/B): a Qwen3-8B t(16) at
+   (docs/history/benchmarks-log.md, the prepared switches' A/B): a Qwen3-8B t(16) at
    512 positions 6.79 -> 6.59 ms, one row unchanged; the attention norm
    before q/k/v run apart as well gained nothing more. cu_norm_split:
    whether site's norm runs apart for M rows. */
