@@ -572,7 +572,7 @@ TEST(cuda_drafter_cost_qwen3_4b_shape) {
     for (size_t i = 0; i < (size_t)nt * CTX * H; i++) taps[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
     for (int kind = 0; kind < 2; kind++) {
         int dspark = kind == 1, B = dspark ? 7 : 16, n = dspark ? 7 : 15;
-        cuda_dweights dw = {.cfg = &cfg, .dspark = dspark, .block_size = B, .mask_token_id = V - 1, .n_taps = nt,
+        drafter_desc dw = {.cfg = &cfg, .dspark = dspark, .block_size = B, .mask_token_id = V - 1, .n_taps = nt,
                             .markov_rank = dspark ? R : 0, .conf_markov = dspark, .fc = &fc, .hidden_norm = ones,
                             .final_norm = ones, .inv_freq = inv, .layers = layers, .embed = &emb, .lm_head = &emb,
                             .w1 = dspark ? &w1 : NULL, .w2 = dspark ? &w2 : NULL, .conf_w = dspark ? &cw : NULL};

@@ -134,7 +134,7 @@ extern "C" int cuda_describe(int gpu, char *out, size_t n) {
     return 0;
 }
 
-extern "C" int cuda_model_create(cuda_model **out, const cuda_weights *w, int gpu, char *err, size_t errlen) {
+extern "C" int cuda_model_create(cuda_model **out, const model_desc *w, int gpu, char *err, size_t errlen) {
     *out = NULL;
     int ndev = cuda_device_count();
     if (ndev <= 0) return ds_err(err, errlen, "no CUDA device is visible");

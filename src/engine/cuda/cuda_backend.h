@@ -26,6 +26,7 @@
 #include <stddef.h>
 
 #include "engine/config.h"
+#include "engine/desc.h"
 #include "engine/sampler.h"
 #include "engine/tensor.h"
 #include "engine/wbind.h"
@@ -64,15 +65,10 @@ int cuda_device_count(void);
  * -1 with out holding the reason when the device cannot be queried. */
 int cuda_describe(int gpu, char *out, size_t n);
 
-typedef struct {
-    const model_config *cfg;
-    const tensor *embed, *lm_head; /* [V][H] (the same tensor when tied) */
-    const float *final_norm;       /* [H] */
-    const float *inv_freq;         /* [hd/2] */
-    const wlayer *layers;          /* [n_layers] */
-} cuda_weights;
+/* w: the target's description (engine/desc.h; its files and row_major are
+ * the CPU backend's concern) */
 
-int cuda_model_create(cuda_model **out, const cuda_weights *w, int gpu, char *err, size_t errlen);
+int cuda_model_create(cuda_model **out, const model_desc *w, int gpu, char *err, size_t errlen);
 void cuda_model_free(cuda_model *m);
 
 int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, char *err, size_t errlen);

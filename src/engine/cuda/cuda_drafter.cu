@@ -110,11 +110,13 @@ static int check_shapes(const model_config *c, char *err, size_t errlen) {
     return 0;
 }
 
-extern "C" int cuda_dmodel_create(cuda_dmodel **out, const cuda_dweights *w, struct cuda_model *target, int gpu,
+extern "C" int cuda_dmodel_create(cuda_dmodel **out, const drafter_desc *w, struct cuda_model *target, int gpu,
                                   char *err, size_t errlen) {
     *out = NULL;
     if (target) gpu = cu_model_gpu(target);
-    if ((!w->embed || !w->lm_head) && !target)
+    /* an aliased embedding / LM head is the target's device copy */
+    const tensor *emb = w->alias_embed && target ? NULL : w->embed, *head = w->alias_head && target ? NULL : w->lm_head;
+    if ((!emb || !head) && !target)
         return ds_err(err, errlen, "CUDA drafter: no embedding / LM head (neither its own nor the target's)");
     if (check_shapes(w->cfg, err, errlen) != 0) return -1;
     CK(cudaSetDevice(gpu));
@@ -136,15 +138,15 @@ extern "C" int cuda_dmodel_create(cuda_dmodel **out, const cuda_dweights *w, str
     int rc = cu_up_mat(&m->pool, &m->fc, w->fc, err, errlen) || cu_up_f32(&m->pool, &m->hidden_norm, w->hidden_norm, H, err, errlen) ||
              cu_up_f32(&m->pool, &m->final_norm, w->final_norm, H, err, errlen) ||
              cu_up_f32(&m->pool, &m->inv_freq, w->inv_freq, hd / 2, err, errlen) || up_layers(m, w->layers, err, errlen);
-    if (!rc && w->embed) {
-        rc = cu_up_mat(&m->pool, &m->own_embed, w->embed, err, errlen);
+    if (!rc && emb) {
+        rc = cu_up_mat(&m->pool, &m->own_embed, emb, err, errlen);
         m->embed = &m->own_embed;
     } else if (!rc) {
         m->embed = cu_model_embed(target);
     }
-    if (!rc && w->lm_head) {
-        if (w->lm_head == w->embed) m->own_head = m->own_embed;
-        else rc = cu_up_mat(&m->pool, &m->own_head, w->lm_head, err, errlen);
+    if (!rc && head) {
+        if (head == emb) m->own_head = m->own_embed;
+        else rc = cu_up_mat(&m->pool, &m->own_head, head, err, errlen);
         m->lm_head = &m->own_head;
     } else if (!rc) {
         m->lm_head = cu_model_lm_head(target);

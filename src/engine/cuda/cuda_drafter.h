@@ -30,6 +30,7 @@
 #include <stddef.h>
 
 #include "engine/config.h"
+#include "engine/desc.h"
 #include "engine/sampler.h"
 #include "engine/tensor.h"
 #include "engine/wbind.h"
@@ -42,28 +43,11 @@ struct cuda_model;
 typedef struct cuda_dmodel cuda_dmodel;
 typedef struct cuda_dstate cuda_dstate;
 
-typedef struct {
-    const model_config *cfg;   /* the drafter's layers (n_layers = draft depth) */
-    int dspark;                /* 0: DFlash (mask rows 1.. draft), 1: DSpark (rows 0.. draft) */
-    int block_size, mask_token_id, n_taps;
-    int markov_rank;           /* DSpark's r, 0 = no Markov head */
-    int conf_markov;           /* the confidence head reads [h ; W1[prev]] (else h) */
-    const tensor *fc;          /* [H][n_taps*H] */
-    const float *hidden_norm, *final_norm; /* [H] */
-    const float *inv_freq;     /* [hd/2] */
-    const wlayer *layers;      /* [n_layers] */
-    /* the drafter's own embedding / LM head [V][H]; NULL: the target's
-       device tensor (borrowed or byte-identical) */
-    const tensor *embed, *lm_head;
-    const tensor *w1, *w2;     /* Markov head [V][r] each, or NULL */
-    const tensor *conf_w;      /* confidence head [1][H(+r)], or NULL */
-    float conf_b;
-} cuda_dweights;
 
 /* target: the target's device copy (its GPU, and its embedding / LM head
    where w leaves them NULL); may be NULL when w gives both, then gpu picks
    the device. */
-int cuda_dmodel_create(cuda_dmodel **out, const cuda_dweights *w, struct cuda_model *target, int gpu, char *err,
+int cuda_dmodel_create(cuda_dmodel **out, const drafter_desc *w, struct cuda_model *target, int gpu, char *err,
                        size_t errlen);
 void cuda_dmodel_free(cuda_dmodel *m);
 

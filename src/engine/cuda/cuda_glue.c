@@ -17,9 +17,7 @@ static int g_model_create(void **out, const model_desc *d, int device, char *err
     for (int l = 0; l < d->cfg->n_layers; l++)
         if (d->layers[l].attn != ATTN_CAUSAL || d->layers[l].mlp != MLP_SWIGLU)
             return ds_err(err, errlen, "CUDA backend: layer %d of the target has a kind it does not run", l);
-    cuda_weights w = {.cfg = d->cfg, .embed = d->embed, .lm_head = d->lm_head, .final_norm = d->final_norm,
-                      .inv_freq = d->inv_freq, .layers = d->layers};
-    return cuda_model_create((cuda_model **)out, &w, device, err, errlen);
+    return cuda_model_create((cuda_model **)out, d, device, err, errlen);
 }
 static void g_model_free(void *bm) { cuda_model_free(bm); }
 static void g_model_caps(const void *bm, backend_caps *caps) {
@@ -51,25 +49,7 @@ static int g_dmodel_create(void **out, const drafter_desc *d, void *target_bm, c
     for (int l = 0; l < d->cfg->n_layers; l++)
         if (d->layers[l].attn != ATTN_BLOCK || d->layers[l].mlp != MLP_SWIGLU)
             return ds_err(err, errlen, "CUDA backend: layer %d of the drafter has a kind it does not run", l);
-    cuda_dweights w = {.cfg = d->cfg,
-                       .dspark = d->dspark,
-                       .block_size = d->block_size,
-                       .mask_token_id = d->mask_token_id,
-                       .n_taps = d->n_taps,
-                       .markov_rank = d->markov_rank,
-                       .conf_markov = d->conf_markov,
-                       .fc = d->fc,
-                       .hidden_norm = d->hidden_norm,
-                       .final_norm = d->final_norm,
-                       .inv_freq = d->inv_freq,
-                       .layers = d->layers,
-                       .embed = d->alias_embed ? NULL : d->embed,
-                       .lm_head = d->alias_head ? NULL : d->lm_head,
-                       .w1 = d->w1,
-                       .w2 = d->w2,
-                       .conf_w = d->conf_w,
-                       .conf_b = d->conf_b};
-    return cuda_dmodel_create((cuda_dmodel **)out, &w, target_bm, 0, err, errlen);
+    return cuda_dmodel_create((cuda_dmodel **)out, d, target_bm, 0, err, errlen);
 }
 static void g_dmodel_free(void *bdm) { cuda_dmodel_free(bdm); }
 static int g_dstate_create(void **out, void *bdm, int cap, tpool *tp, char *err, size_t errlen) {
