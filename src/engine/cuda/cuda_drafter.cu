@@ -233,6 +233,7 @@ extern "C" int cuda_dstate_create(cuda_dstate **out, cuda_dmodel *m, int cap, ch
     r->qkv_cnt = s->qkv_cnt;
     r->pos = s->d_in + IN_POS(s), r->d_len = s->d_in + IN_LEN(s), r->inv_freq = m->inv_freq, r->cap = cap;
     r->gemm = NULL, r->wg_img = NULL;
+    r->norm_first = 1;
     *out = s;
     return 0;
 }

@@ -99,9 +99,14 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, float *kc, floa
                                           r->cap, r->d_len, eps),
                         r->qkv_cnt};
     if (!(omit & CU_OMIT_QKV)) {
+        const float *in = r->x, *an = L->attn_norm;
+        if (r->norm_first) {
+            cu_rmsnorm(st, r->xb, r->x, an, M, c->hidden_size, eps);
+            in = r->xb, an = NULL;
+        }
         int fused = !cu_gemm_takes(r->gemm, &L->wqkv, M) &&
-                    cu_matmul_norm_qkv(st, r->qkv, r->x, M, &L->wqkv, L->bqkv, L->attn_norm, eps, &tail);
-        if (!fused) mm(st, r, MM_STORE, r->qkv, r->x, M, &L->wqkv, NULL, L->bqkv, L->attn_norm);
+                    cu_matmul_norm_qkv(st, r->qkv, in, M, &L->wqkv, L->bqkv, an, eps, &tail);
+        if (!fused) mm(st, r, MM_STORE, r->qkv, in, M, &L->wqkv, NULL, L->bqkv, an);
         mark(how, CU_LOP_QKV);
         if (!fused) cu_qkv_post_run(st, &tail.a, M);
         mark(how, CU_LOP_POST);
@@ -132,9 +137,14 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, float *kc, floa
         if (omit & CU_OMIT_GU) {
             gate_c = NULL;
         } else {
-            cu_cut gc = norm_apart(gu, r, CU_NS_GU, r->x, M, &L->wg, L->mlp_norm);
+            const float *in = r->x, *mn = L->mlp_norm;
+            if (r->norm_first) {
+                cu_rmsnorm(gu, r->xb, r->x, mn, M, c->hidden_size, eps);
+                in = r->xb, mn = NULL;
+            }
+            cu_cut gc = norm_apart(gu, r, CU_NS_GU, in, M, &L->wg, mn);
             gc.out = gate_c;
-            if (!mm(gu, r, MM_SWIGLU, r->gate, r->x, M, &L->wg, &L->wu, NULL, L->mlp_norm, gc))
+            if (!mm(gu, r, MM_SWIGLU, r->gate, in, M, &L->wg, &L->wu, NULL, mn, gc))
                 gate_c = NULL; /* (not written) */
         }
     }

@@ -51,6 +51,12 @@ struct cu_layer_rows {
     int cap;
     cu_gemm *gemm;
     float *wg_img;
+    /* 1: the attention and MLP norms run by their own kernel (cu_rmsnorm
+       into xb) ahead of plain matmuls, the drafters' arithmetic, which
+       their golden outputs hold to 2e-5; 0: folded into the matmuls or run
+       apart (the target's: faster, the same bits as each other but not as
+       the separate norm) */
+    int norm_first;
 };
 
 /* the ops of a layer, in the order they end (a trace's labels) */
