@@ -18,6 +18,11 @@ static const struct {
     [DT_F64] = {"F64", 8},       [DT_I64] = {"I64", 8},         [DT_I32] = {"I32", 4},
     [DT_I16] = {"I16", 2},       [DT_I8] = {"I8", 1},           [DT_U8] = {"U8", 1},
     [DT_BOOL] = {"BOOL", 1},     [DT_F8_E4M3] = {"F8_E4M3", 1}, [DT_F8_E5M2] = {"F8_E5M2", 1},
+    [DT_U32] = {"U32", 4},
+    [DT_Q8_0] = {"Q8_0", 0},     [DT_Q4_0] = {"Q4_0", 0},       [DT_Q4_1] = {"Q4_1", 0},
+    [DT_Q5_0] = {"Q5_0", 0},     [DT_Q5_1] = {"Q5_1", 0},       [DT_Q2_K] = {"Q2_K", 0},
+    [DT_Q3_K] = {"Q3_K", 0},     [DT_Q4_K] = {"Q4_K", 0},       [DT_Q5_K] = {"Q5_K", 0},
+    [DT_Q6_K] = {"Q6_K", 0},     [DT_MLX] = {"MLX", 0},
 };
 
 size_t dtype_size(ds_dtype t) {
@@ -32,7 +37,7 @@ const char *dtype_name(ds_dtype t) {
 
 int dtype_from_name(const char *s, ds_dtype *out) {
     if (!s) return -1;
-    for (int i = 0; i < DT_COUNT; i++) {
+    for (int i = 0; i < DT_FIRST_QUANT; i++) {
         if (strcmp(s, dtypes[i].name) == 0) {
             *out = (ds_dtype)i;
             return 0;

@@ -9,8 +9,19 @@
 typedef enum {
     DT_F32 = 0, DT_F16, DT_BF16, /* the float types weights may use */
     DT_F64, DT_I64, DT_I32, DT_I16, DT_I8, DT_U8, DT_BOOL, DT_F8_E4M3, DT_F8_E5M2,
+    DT_U32,                      /* MLX's packed words, as safetensors spells them */
+    /* Quantized weight formats (engine/quant.h). GGUF's block types: each
+       row of K elements is K/QK blocks laid end to end, as ggml stores
+       them. They have no safetensors spelling. */
+    DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K,
+    /* MLX affine: data is the uint32 words [N][K*bits/32] (elements packed
+       from the low bits up), .q holds bits, group size, scales, biases */
+    DT_MLX,
     DT_COUNT
 } ds_dtype;
+
+/* The first dtype that is a quantized weight format. */
+#define DT_FIRST_QUANT DT_Q8_0
 
 #define TENSOR_MAX_DIMS 8
 
@@ -28,11 +39,23 @@ typedef struct {
        a block stream as one contiguous run (the CPU decode matmul's
        layout; st_set_rows8 makes it) */
     int rows8;
+    /* DT_MLX only: w[n][k] = scales[n][k/group] * q[n][k] + biases[n][k/group],
+       scales and biases [N][K/group] in sdtype (F32, F16 or BF16) */
+    struct {
+        int bits, group;
+        ds_dtype sdtype;
+        const void *scales, *biases;
+    } q;
 } tensor;
 
+/* Bytes of one element; 0 for the quantized formats (engine/quant.h gives
+   their row sizes). */
 size_t dtype_size(ds_dtype t);
-const char *dtype_name(ds_dtype t);            /* "BF16", "F32", ... (safetensors spelling) */
-int dtype_from_name(const char *s, ds_dtype *out); /* 0 ok, -1 unknown */
+const char *dtype_name(ds_dtype t); /* "BF16", "F32", ... (safetensors spelling); "Q4_K", "MLX" */
+/* A safetensors dtype string; 0 ok, -1 unknown (the quantized formats
+   have no safetensors spelling). */
+int dtype_from_name(const char *s, ds_dtype *out);
+static inline int dtype_is_quant(ds_dtype t) { return t >= DT_FIRST_QUANT && t < DT_COUNT; }
 int64_t tensor_numel(const tensor *t);
 
 /* Offset in elements of element (n, k) of an N x K matrix of K columns,
