@@ -333,7 +333,12 @@ void quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const te
                        int64_t n0, int64_t n1) {
     if (M <= 0 || n1 <= n0) return;
 #ifdef DS_HAVE_AVX2_PATH
-    if (ops_level() >= 1) {
+    const int lvl = ops_level();
+    if (lvl == 2 && avx512_quant_has(W)) {
+        avx512_quant_matmul_rows(y, ldy, x, M, K, W, bias, n0, n1);
+        return;
+    }
+    if (lvl >= 1) {
         avx2_quant_matmul_rows(y, ldy, x, M, K, W, bias, n0, n1);
         return;
     }

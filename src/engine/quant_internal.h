@@ -44,9 +44,14 @@ void quant_matmul_scalar(float *y, int ldy, const float *x, int M, int K, const 
 
 #ifdef DS_HAVE_AVX2_PATH
 /* quant_matmul_rows at level 1 (AVX2+FMA+F16C); quant_avx2.c states its
- * numerics. Also run at level 2 until an AVX-512 kernel exists. */
+ * numerics. Also run at level 2 for the formats quant_avx512.c lacks. */
 void avx2_quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
                             int64_t n0, int64_t n1);
+/* quant_matmul_rows at level 2 (AVX-512) for the formats where
+ * avx512_quant_has(W) (Q4_0, Q8_0, Q4_K, Q6_K, MLX 4/8-bit) */
+int avx512_quant_has(const tensor *W);
+void avx512_quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
+                              int64_t n0, int64_t n1);
 #endif
 
 #endif
