@@ -73,7 +73,7 @@ def gen_types():
     w.add_uint64("t.u64", 18000000000000000000)
     w.add_int64("t.i64", -9000000000000000000)
     w.add_float64("t.f64", -2.25e100)
-    w.add_string("t.empty", "")
+    w.add_key_value("t.empty", "", VT.STRING)  # add_string skips empty strings
     w.add_array("t.arr_i32", [1, -2, 3])
     w.add_array("t.arr_f32", [0.5, -0.25])
     w.add_array("t.arr_str", ["a", "", "ccc"])

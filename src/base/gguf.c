@@ -334,13 +334,13 @@ static int parse_part(part *p, char *err, size_t errlen) {
        info >= 32 (name length, n_dims, one dim, type, offset) */
     size_t left = p->size - r.off;
     if (nkv > left / 13)
-        return ds_err(err, errlen, "%s: metadata count %" PRIu64 " cannot fit in the file's %zu bytes", p->path, nkv,
+        return ds_err(err, errlen, "%s: metadata count %" PRIu64 " cannot fit in the file's %zu bytes (truncated?)", p->path, nkv,
                       p->size);
     if (nt > left / 32)
-        return ds_err(err, errlen, "%s: tensor count %" PRIu64 " cannot fit in the file's %zu bytes", p->path, nt,
+        return ds_err(err, errlen, "%s: tensor count %" PRIu64 " cannot fit in the file's %zu bytes (truncated?)", p->path, nt,
                       p->size);
     if (nkv > INT32_MAX || nt > INT32_MAX || nt + nkv > left / 13)
-        return ds_err(err, errlen, "%s: %" PRIu64 " tensors and %" PRIu64 " keys cannot fit in the file's %zu bytes",
+        return ds_err(err, errlen, "%s: %" PRIu64 " tensors and %" PRIu64 " keys cannot fit in the file's %zu bytes (truncated?)",
                       p->path, nt, nkv, p->size);
     p->kv = xcalloc(nkv ? (size_t)nkv : 1, sizeof *p->kv);
     for (uint64_t i = 0; i < nkv; i++) {
