@@ -170,3 +170,26 @@ TEST(gguf_model_errors) {
     CHECK(gguf_model_open(&m, p, 0, err, sizeof err) != 0 && strstr(err, "missing metadata \"llama.embedding_length\""));
     CHECK(m == NULL);
 }
+
+/* Quantized q/k of a llama: whole Q8_0 rows return to their HF places
+ * (HF row r of the fixture is 34 bytes of value r). */
+TEST(gguf_model_llama_q8_unpermute) {
+    char err[512], p[600];
+    snprintf(p, sizeof p, "%s/gguf/llama-q8.gguf", test_data_dir());
+    gguf_model *m = NULL;
+    CHECK_MSG(gguf_model_open(&m, p, 0, err, sizeof err) == 0, "%s", err);
+    if (!m) return;
+    const char *names[2] = {"model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight"};
+    const int rows[2] = {32, 16};
+    for (int w = 0; w < 2; w++) {
+        const tensor *t = gguf_model_find(m, names[w]);
+        CHECK(t && t->dtype == DT_Q8_0 && t->ndim == 2 && t->shape[0] == rows[w] && t->shape[1] == 32 &&
+              t->nbytes == (size_t)rows[w] * 34);
+        if (!t) continue;
+        int bad = 0;
+        for (int r = 0; r < rows[w]; r++)
+            for (int b = 0; b < 34; b++) bad += ((const uint8_t *)t->data)[r * 34 + b] != r;
+        CHECK_EQ_INT(bad, 0);
+    }
+    gguf_model_close(m);
+}

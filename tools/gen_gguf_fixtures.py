@@ -16,6 +16,7 @@ Files:
                    1-D ones in F32 (the converter's --outtype f16)
   llama3-tiny.gguf tests/data/models/llama3-bf16 likewise, q/k rows permuted
                    with the converter's rule, llama3 rope as rope_freqs.weight
+  llama-q8.gguf    a one-layer llama with Q8_0 q/k whose rows are marked
 """
 import json
 import math
@@ -221,12 +222,32 @@ def gen_model(src, arch, out):
     write(w)
 
 
+def gen_llama_q8():
+    """A one-layer llama whose q/k are Q8_0: HF row r is 34 bytes of value r
+    (one block), permuted by the converter's rule, so the test can see
+    whole quantized rows return to their HF places."""
+    w = gguf.GGUFWriter(os.path.join(OUT, "llama-q8.gguf"), "llama")
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(32)
+    w.add_feed_forward_length(32)
+    w.add_head_count(2)
+    w.add_head_count_kv(1)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tensor("token_embd.weight", np.zeros((8, 32), dtype=np.float32))
+    for name, rows, nh, nkv in (("attn_q", 32, 2, 2), ("attn_k", 16, 2, 1)):
+        hf = np.repeat(np.arange(rows, dtype=np.uint8)[:, None], 34, axis=1)
+        w.add_tensor("blk.0.%s.weight" % name, np.ascontiguousarray(permute(hf, nh, nkv)), raw_dtype=GT.Q8_0)
+    write(w)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     gen_types()
     gen_split()
     gen_model("qwen3-bf16", "qwen3", "qwen3-tiny.gguf")
     gen_model("llama3-bf16", "llama", "llama3-tiny.gguf")
+    gen_llama_q8()
 
 
 if __name__ == "__main__":
