@@ -9,7 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/gguf_model.h"
 #include "engine/kv.h"
+#include "engine/qspec.h"
 #include "engine/safetensors.h"
 #include "engine/sampler.h"
 #include "engine/wbind.h"
@@ -17,6 +19,7 @@
 
 struct model {
     model_config cfg;
+    qspec q;               /* config.json's declared quantization */
     st_set *st;
     const tensor *embed;   /* [V][H] */
     const tensor *lm_head; /* [V][H]; the embedding when tied */
@@ -38,6 +41,14 @@ struct model_ctx {
 };
 
 /* ---- loading ----------------------------------------------------------- */
+
+/* The bytes of a weight matrix, with an MLX matrix's scales and biases. */
+static size_t weight_stream_bytes(const tensor *t) {
+    size_t n = t->nbytes;
+    if (t->dtype == DT_MLX)
+        n += 2 * (size_t)t->shape[0] * (size_t)(t->shape[1] / t->q.group) * dtype_size(t->q.sdtype);
+    return n;
+}
 
 static int open_backend(model *m, const model_load_opts *opt, char *err, size_t errlen) {
     const char *d = opt && opt->device ? opt->device : getenv("DSPARK_DEVICE");
@@ -63,18 +74,62 @@ static int open_backend(model *m, const model_load_opts *opt, char *err, size_t 
     return 0;
 }
 
+int model_path_is_gguf(const char *path) {
+    size_t n = strlen(path);
+    return n > 5 && strcmp(path + n - 5, ".gguf") == 0;
+}
+
+static void close_gguf_model(void *p) { gguf_model_close(p); }
+
+/* A GGUF file as a checkpoint: its metadata as config.json and
+ * generation_config.json texts through the same parser, its tensors under
+ * HF names in the weight set, and Llama-3's RoPE factors when it has them
+ * (*rope_freqs, valid while the set is open). */
+static int open_gguf(model *m, const char *path, st_load mode, const float **rope_freqs, char *err, size_t errlen) {
+    gguf_model *g;
+    if (gguf_model_open(&g, path, mode == ST_LOAD_READ, err, errlen) != 0) return -1;
+    char ctx[4200];
+    snprintf(ctx, sizeof ctx, "%s (metadata)", path);
+    const char *cj = gguf_model_config_json(g), *gj = gguf_model_generation_json(g);
+    if (config_parse(&m->cfg, cj, strlen(cj), ctx, err, errlen) != 0 ||
+        (gj && config_parse_generation(&m->cfg, gj, strlen(gj), ctx, err, errlen) != 0)) {
+        gguf_model_close(g);
+        return -1;
+    }
+    int nf = 0;
+    *rope_freqs = gguf_model_rope_freqs(g, &nf);
+    if (*rope_freqs && nf != m->cfg.head_dim / 2) {
+        ds_err(err, errlen, "%s: rope_freqs.weight has %d factors; expected head_dim / 2 = %d", path, nf,
+               m->cfg.head_dim / 2);
+        gguf_model_close(g);
+        return -1;
+    }
+    int n = gguf_model_tensor_count(g);
+    const tensor **t = xmalloc(sizeof *t * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) t[i] = gguf_model_tensor_at(g, i);
+    int rc = st_set_wrap(&m->st, t, n, g, close_gguf_model, path, err, errlen);
+    free(t);
+    return rc;
+}
+
 int model_load(model **out, const char *dir, const model_load_opts *opt, char *err, size_t errlen) {
     *out = NULL;
     model *m = xcalloc(1, sizeof *m);
-    if (config_load(&m->cfg, dir, err, errlen) != 0) goto fail;
     st_load mode = opt && opt->use_mmap ? ST_LOAD_MMAP : ST_LOAD_READ;
-    if (st_set_open_mode(&m->st, dir, mode, err, errlen) != 0) goto fail;
+    const float *rope_freqs = NULL;
+    if (model_path_is_gguf(dir)) {
+        if (open_gguf(m, dir, mode, &rope_freqs, err, errlen) != 0) goto fail;
+    } else {
+        if (config_load(&m->cfg, dir, err, errlen) != 0) goto fail;
+        if (qspec_load(&m->q, dir, err, errlen) != 0) goto fail;
+        if (st_set_open_mode(&m->st, dir, mode, err, errlen) != 0) goto fail;
+    }
     const model_config *c = &m->cfg;
     int64_t H = c->hidden_size, V = c->vocab_size, hd = c->head_dim;
     char what[64];
     snprintf(what, sizeof what, "%s model", config_arch_name(c->arch));
     wbind b;
-    wbind_init(&b, m->st, what, err, errlen);
+    wbind_init(&b, m->st, &m->q, what, err, errlen);
     char name[256];
     int ok = 1;
     const tensor *tn[4] = {0};
@@ -107,12 +162,16 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
 
     m->inv_freq = pool;
     config_rope_inv_freq(c, m->inv_freq);
-    for (int i = 0; i < st_set_count(m->st); i++) {
-        const tensor *t = st_set_get(m->st, i);
-        if (t->ndim == 2 && t != m->embed) m->weight_bytes += t->nbytes;
+    if (rope_freqs)
+        for (int i = 0; i < c->head_dim / 2; i++) m->inv_freq[i] /= rope_freqs[i];
+    /* the bytes a decode step streams: every layer matrix and the LM head
+       (the embedding is only gathered) */
+    for (int l = 0; l < c->n_layers; l++) {
+        const wlayer *L = &m->layers[l];
+        const tensor *w[7] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
+        for (int i = 0; i < 7; i++) m->weight_bytes += weight_stream_bytes(w[i]);
     }
-    /* The LM head streams per token; the embedding is only gathered. */
-    if (m->lm_head == m->embed) m->weight_bytes += m->embed->nbytes;
+    m->weight_bytes += weight_stream_bytes(m->lm_head);
     if (open_backend(m, opt, err, errlen) != 0) goto fail;
     *out = m;
     return 0;
@@ -125,6 +184,7 @@ void model_free(model *m) {
     if (!m) return;
     if (m->bm) m->be->model_free(m->bm);
     st_set_close(m->st);
+    qspec_free(&m->q);
     free(m->layers);
     free(m->owned);
     free(m);

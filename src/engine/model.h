@@ -42,7 +42,12 @@ typedef struct {
     int row_major;
 } model_load_opts;
 
-/* opt may be NULL (defaults: weights read into anonymous memory). */
+/* Whether path names a GGUF file (ends in .gguf): model_load reads it
+ * as a whole checkpoint, the text layer its tokenizer and template. */
+int model_path_is_gguf(const char *path);
+/* Loads a checkpoint: a Hugging Face folder (config.json, safetensors;
+ * float or MLX-quantized weights) or a GGUF file. opt may be NULL
+ * (defaults: weights read into anonymous memory). */
 int model_load(model **out, const char *dir, const model_load_opts *opt, char *err, size_t errlen);
 void model_free(model *m);
 const model_config *model_cfg(const model *m);

@@ -38,12 +38,24 @@ struct st_file {
     const tensor **sorted; /* [n], by name, for st_find */
 };
 
+/* tensors made from the set's (st_set_derive), in chunks so that their
+   addresses never move */
+#define DERIVED_CHUNK 64
+typedef struct derived {
+    struct derived *next;
+    int n;
+    tensor t[DERIVED_CHUNK];
+} derived;
+
 struct st_set {
     int n_shards;
     st_file **shards;
     int n;
     const tensor **all;    /* [n], shard by shard */
     const tensor **sorted; /* [n], by name */
+    derived *made;
+    void *owner;           /* st_set_wrap's: released at close */
+    void (*release)(void *owner);
 };
 
 static int cmp_tensor_name(const void *a, const void *b) {
@@ -417,7 +429,45 @@ void st_set_close(st_set *s) {
     free(s->shards);
     free(s->all);
     free(s->sorted);
+    while (s->made) {
+        derived *d = s->made;
+        s->made = d->next;
+        free(d);
+    }
+    if (s->release) s->release(s->owner);
     free(s);
+}
+
+const tensor *st_set_derive(st_set *s, const tensor *t) {
+    if (!s->made || s->made->n == DERIVED_CHUNK) {
+        derived *d = xcalloc(1, sizeof *d);
+        d->next = s->made;
+        s->made = d;
+    }
+    s->made->t[s->made->n] = *t;
+    return &s->made->t[s->made->n++];
+}
+
+int st_set_wrap(st_set **out, const tensor *const *t, int n, void *owner, void (*release)(void *owner),
+                const char *ctx, char *err, size_t errlen) {
+    st_set *s = xcalloc(1, sizeof *s);
+    s->n = n;
+    s->all = xmalloc(sizeof(*s->all) * (size_t)(n ? n : 1));
+    s->sorted = xmalloc(sizeof(*s->sorted) * (size_t)(n ? n : 1));
+    memcpy(s->all, t, sizeof(*s->all) * (size_t)n);
+    memcpy(s->sorted, t, sizeof(*s->all) * (size_t)n);
+    qsort(s->sorted, (size_t)n, sizeof(*s->sorted), cmp_tensor_name);
+    s->owner = owner;
+    s->release = release;
+    *out = s;
+    for (int i = 1; i < n; i++)
+        if (strcmp(s->sorted[i - 1]->name, s->sorted[i]->name) == 0) {
+            ds_err(err, errlen, "%s: tensor \"%s\" appears twice", ctx, s->sorted[i]->name);
+            st_set_close(s);
+            *out = NULL;
+            return -1;
+        }
+    return 0;
 }
 
 /* Builds the combined tensor lists once every shard is open. */

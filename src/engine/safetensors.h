@@ -43,6 +43,16 @@ void st_set_close(st_set *s);
 int st_set_count(const st_set *s);
 const tensor *st_set_get(const st_set *s, int i);
 const tensor *st_set_find(const st_set *s, const char *name);
+/* A set over n tensors another reader made (a GGUF model's, with HF
+ * names): the pointers, their names and data stay valid until
+ * st_set_close, which then calls release(owner). Two tensors of one name
+ * are an error naming ctx. */
+int st_set_wrap(st_set **out, const tensor *const *t, int n, void *owner, void (*release)(void *owner),
+                const char *ctx, char *err, size_t errlen);
+/* Keeps a copy of t (a tensor made from the set's own, e.g. a quantized
+ * weight joined with its scales and biases) for as long as the set lives,
+ * and returns it. */
+const tensor *st_set_derive(st_set *s, const tensor *t);
 /* Rearranges the tensors t[0..n) of the set into the rows8 layout
  * (tensor.h), each whose shard was read into memory (ST_LOAD_READ) and
  * whose shape allows it; the others (mapped files, other shapes, NULL)

@@ -6,11 +6,13 @@
 #include <string.h>
 
 #include "engine/ops.h"
+#include "engine/quant.h"
 #include "base/util.h"
 
-void wbind_init(wbind *b, const st_set *st, const char *what, char *err, size_t errlen) {
+void wbind_init(wbind *b, st_set *st, const qspec *q, const char *what, char *err, size_t errlen) {
     memset(b, 0, sizeof *b);
     b->st = st;
+    b->q = q;
     b->what = what;
     b->err = err;
     b->errlen = errlen;
@@ -31,12 +33,99 @@ static void claim(wbind *b, const char *name) {
     b->names[b->n_names++] = xstrdup(name);
 }
 
+static void shape_str(char *out, size_t n, const tensor *t) {
+    size_t o = 0;
+    out[0] = 0;
+    for (int i = 0; i < t->ndim && o < n - 24; i++)
+        o += (size_t)snprintf(out + o, n - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+}
+
+/* An MLX-quantized matrix: name's U32 words with module.scales and
+ * module.biases beside them, joined into one DT_MLX tensor. */
+static const tensor *mlx_weight(wbind *b, const char *name, const tensor *w, int64_t d0, int64_t d1) {
+    char module[256], sn[300], bn[300], got[128];
+    size_t nl = strlen(name);
+    if (d1 <= 0 || nl < 8 || strcmp(name + nl - 7, ".weight") != 0 || nl - 7 >= sizeof module) {
+        ds_err(b->err, b->errlen, "%s: tensor \"%s\" has dtype U32; expected BF16, F16 or F32", w->file, name);
+        return NULL;
+    }
+    memcpy(module, name, nl - 7);
+    module[nl - 7] = 0;
+    snprintf(sn, sizeof sn, "%s.scales", module);
+    snprintf(bn, sizeof bn, "%s.biases", module);
+    claim(b, sn);
+    claim(b, bn);
+    const tensor *s = st_set_find(b->st, sn), *bi = st_set_find(b->st, bn);
+    if (!s || !bi) {
+        ds_err(b->err, b->errlen, "%s: tensor \"%s\" is U32 (MLX-quantized) but \"%s\" is missing", w->file, name,
+               s ? bn : sn);
+        return NULL;
+    }
+    if (!b->q || !b->q->bits) {
+        ds_err(b->err, b->errlen,
+               "%s: tensor \"%s\" is U32 (MLX-quantized) but config.json declares no \"quantization\"", w->file,
+               name);
+        return NULL;
+    }
+    shape_str(got, sizeof got, w);
+    if (w->ndim != 2 || w->shape[0] != d0 || (w->shape[1] * 32) % d1 != 0) {
+        ds_err(b->err, b->errlen, "%s: quantized tensor \"%s\" has words [%s]; expected [%lld, %lld * bits / 32]",
+               w->file, name, got, (long long)d0, (long long)d1);
+        return NULL;
+    }
+    int bits = (int)(w->shape[1] * 32 / d1);
+    shape_str(got, sizeof got, s);
+    if (s->ndim != 2 || s->shape[0] != d0 || s->shape[1] <= 0 || d1 % s->shape[1] != 0) {
+        ds_err(b->err, b->errlen, "%s: tensor \"%s\" has shape [%s]; expected [%lld, %lld / group_size]", s->file,
+               sn, got, (long long)d0, (long long)d1);
+        return NULL;
+    }
+    int group = (int)(d1 / s->shape[1]);
+    if (bi->ndim != 2 || bi->shape[0] != s->shape[0] || bi->shape[1] != s->shape[1] || bi->dtype != s->dtype) {
+        ds_err(b->err, b->errlen, "%s: tensor \"%s\" differs from \"%s\" in shape or dtype", bi->file, bn, sn);
+        return NULL;
+    }
+    int eb, eg;
+    if (!qspec_for(b->q, module, &eb, &eg)) {
+        ds_err(b->err, b->errlen, "%s: tensor \"%s\" is quantized but config.json declares \"%s\" unquantized",
+               w->file, name, module);
+        return NULL;
+    }
+    if (eb != bits || eg != group) {
+        ds_err(b->err, b->errlen,
+               "%s: tensor \"%s\" holds %d-bit values in groups of %d; config.json declares %d bits, group_size %d",
+               w->file, name, bits, group, eb, eg);
+        return NULL;
+    }
+    tensor q = *w;
+    q.dtype = DT_MLX;
+    q.shape[1] = d1;
+    q.q.bits = bits;
+    q.q.group = group;
+    q.q.sdtype = s->dtype;
+    q.q.scales = s->data;
+    q.q.biases = bi->data;
+    if (quant_check(&q, b->err, b->errlen) != 0) return NULL;
+    return st_set_derive(b->st, &q);
+}
+
 const tensor *wbind_get(wbind *b, const char *name, int64_t d0, int64_t d1) {
     claim(b, name);
     const tensor *t = st_set_find(b->st, name);
     if (!t) {
         ds_err(b->err, b->errlen, "missing tensor \"%s\" (required by %s config)", name, b->what);
         return NULL;
+    }
+    if (t->dtype == DT_U32) return mlx_weight(b, name, t, d0, d1);
+    if (dtype_is_quant(t->dtype) && d1 > 0) {
+        char got[128];
+        shape_str(got, sizeof got, t);
+        if (t->ndim != 2 || t->shape[0] != d0 || t->shape[1] != d1) {
+            ds_err(b->err, b->errlen, "%s: tensor \"%s\" has shape [%s]; expected [%lld, %lld]", t->file, name, got,
+                   (long long)d0, (long long)d1);
+            return NULL;
+        }
+        return quant_check(t, b->err, b->errlen) == 0 ? t : NULL;
     }
     if (t->dtype != DT_F32 && t->dtype != DT_F16 && t->dtype != DT_BF16) {
         ds_err(b->err, b->errlen, "%s: tensor \"%s\" has dtype %s; expected BF16, F16 or F32", t->file, name,

@@ -11,10 +11,12 @@
 
 #include "engine/config.h"
 #include "engine/desc.h"
+#include "engine/qspec.h"
 #include "engine/safetensors.h"
 
 typedef struct {
-    const st_set *st;
+    st_set *st;
+    const qspec *q;   /* the declared quantization, or NULL (none) */
     const char *what; /* names the network in errors, e.g. "qwen3" or "DSpark drafter" */
     char **names;     /* every name claimed so far */
     int n_names, cap_names;
@@ -22,10 +24,16 @@ typedef struct {
     size_t errlen;
 } wbind;
 
-void wbind_init(wbind *b, const st_set *st, const char *what, char *err, size_t errlen);
+/* q: config.json's declared quantization (qspec.h), or NULL for none. */
+void wbind_init(wbind *b, st_set *st, const qspec *q, const char *what, char *err, size_t errlen);
 void wbind_done(wbind *b); /* frees the claimed-name list */
 /* Finds and claims a tensor, checking dtype and shape ([d0] when d1 == 0,
- * else [d0][d1]). NULL with err filled when missing or wrong. */
+ * else [d0][d1]). NULL with err filled when missing or wrong. A matrix
+ * may be quantized: a GGUF block type (checked by quant_check), or MLX's
+ * NAME.weight U32 words with NAME.scales and NAME.biases, which are
+ * claimed with it and joined into one DT_MLX tensor (owned by the set);
+ * its bits and group size, read from the shapes, must be what the
+ * config declares for that module. */
 const tensor *wbind_get(wbind *b, const char *name, int64_t d0, int64_t d1);
 /* 0 when every tensor in the set was claimed (rotary_emb.inv_freq buffers
  * are ignored), else -1 naming the first stray tensor. */

@@ -235,7 +235,7 @@ int dmodel_load(dmodel **out, const char *dir, const model *target, const model_
     int64_t H = b->hidden_size, V = b->vocab_size, hd = b->head_dim;
     int64_t R = c->markov_rank;
     wbind w;
-    wbind_init(&w, dm->st, c->kind == DRAFTER_DFLASH ? "DFlash drafter" : "DSpark drafter", err, errlen);
+    wbind_init(&w, dm->st, NULL, c->kind == DRAFTER_DFLASH ? "DFlash drafter" : "DSpark drafter", err, errlen);
     char name[256];
     int ok = 1;
     const tensor *hn = NULL, *fn = NULL, *cb = NULL;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -122,7 +123,15 @@ int registry_find_local(const char *repo, const char *model_dir, char *out, size
         if (found) return 1;
     }
     if (model_dir) {
-        snprintf(buf, sizeof buf, "%s/../%s", model_dir, name);
+        /* a folder's siblings; a lone file's (a .gguf) are in its folder */
+        struct stat sb;
+        if (stat(model_dir, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            const char *slash = strrchr(model_dir, '/');
+            if (slash) snprintf(buf, sizeof buf, "%.*s/%s", (int)(slash - model_dir), model_dir, name);
+            else snprintf(buf, sizeof buf, "%s", name);
+        } else {
+            snprintf(buf, sizeof buf, "%s/../%s", model_dir, name);
+        }
         if (try_dir(buf, out, n)) return 1;
     }
     return 0;

@@ -28,7 +28,8 @@ const registry_entry *registry_match(const model_config *c);
  * the dspark cache (DIR/drafters/name, DIR = $DSPARK_CACHE_DIR or
  * $XDG_CACHE_HOME/dspark or ~/.cache/dspark); the Hugging Face hub cache
  * ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub,
- * models--owner--name/snapshots/ *); beside the target (model_dir/../name).
+ * models--owner--name/snapshots/ *); beside the target (model_dir/../name,
+ * or the folder holding it when model_dir is a file such as a .gguf).
  * Returns 1 and the directory in out, or 0. */
 int registry_find_local(const char *repo, const char *model_dir, char *out, size_t n);
 
