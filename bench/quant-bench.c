@@ -8,6 +8,10 @@
  * weight byte comes from DRAM once per token.
  *
  *   sh bench/build-tool.sh quant-bench && build/quant-bench [threads...]
+ * or, against the release objects alone (no server libraries):
+ *   make -j2 && cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc -o build/quant-bench bench/quant-bench.c \
+ *     build/rel/src/engine/{quant,quant_avx2,quant_avx512,ops,ops_avx2,ops_avx512,threadpool,cpu,tensor}.o \
+ *     build/rel/src/base/util.o -lm
  * Environment: QBENCH_LEVEL=0/1/2 (ops_set_level), QBENCH_FMTS=Q4_0,Q8_0,...
  * (Q4_0 Q8_0 Q4_K Q6_K MLX4 MLX8 by default; also Q4_1 Q5_0 Q5_1 Q2_K Q3_K
  * Q5_K MLX3 MLX6), QBENCH_M=1,2,8,16,512, QBENCH_HEAD=0 (skip the LM head).
