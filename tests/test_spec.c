@@ -58,8 +58,13 @@ typedef struct {
 static int open_model(tmodel *t, const char *name) {
     char dir[600], err[512], path[700];
     memset(t, 0, sizeof *t);
-    snprintf(dir, sizeof dir, "%s/models/%s", test_data_dir(), name);
-    if (model_load(&t->m, dir, NULL, err, sizeof err) != 0) {
+    /* "NAME": a checkpoint under tests/data/models/; "quant_models/NAME":
+       a quantized fixture (its model.gguf, or the MLX folder itself) */
+    if (strchr(name, '/')) snprintf(dir, sizeof dir, "%s/%s", test_data_dir(), name);
+    else snprintf(dir, sizeof dir, "%s/models/%s", test_data_dir(), name);
+    char gguf[700];
+    snprintf(gguf, sizeof gguf, "%s/model.gguf", dir);
+    if (model_load(&t->m, ds_file_exists(gguf) ? gguf : dir, NULL, err, sizeof err) != 0) {
         test_fail(__FILE__, __LINE__, "%s", err);
         return -1;
     }
@@ -240,6 +245,9 @@ static void lossless_model(const char *name) {
 
 TEST(spec_lossless_greedy_qwen3) { lossless_model("qwen3-bf16"); }
 TEST(spec_lossless_greedy_llama3) { lossless_model("llama3-bf16"); }
+/* quantized targets: a GGUF (Q4_0) and an MLX 4-bit folder */
+TEST(spec_lossless_greedy_q4_0) { lossless_model("quant_models/qwen3-q4_0"); }
+TEST(spec_lossless_greedy_mlx4) { lossless_model("quant_models/qwen3-mlx-4bit-g64"); }
 
 /* cancels generation after its n-th round (spec_opts.on_round) */
 typedef struct {
