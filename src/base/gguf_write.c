@@ -213,7 +213,7 @@ int gguf_w_begin(gguf_writer *w, const char *path, char *err, size_t errlen) {
     w->tmp = xmalloc(n);
     snprintf(w->tmp, n, "%s.tmp.%ld", path, (long)getpid());
     w->f = fopen(w->tmp, "wb");
-    if (!w->f) return ds_err(err, errlen, "cannot write %s: %s", w->tmp, strerror(errno));
+    if (!w->f) return ds_err(err, errlen, "cannot write %s (creating %s): %s", path, w->tmp, strerror(errno));
     bytes h = {0};
     put(&h, "GGUF", 4);
     put_u32(&h, 3);

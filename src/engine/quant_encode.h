@@ -13,9 +13,10 @@
  * MLX affine (mlx.core.quantize's rule): per group of G elements, scale =
  * (max - min) / (2^bits - 1) (at least 1e-7), anchored at whichever of
  * min/max has the larger magnitude, that edge snapped so it is represented
- * exactly (scale = edge / round(edge / scale), bias = edge), and zero stays
- * exact when the group's range straddles it; q = clamp(round((x - bias) /
- * scale), 0, 2^bits - 1), packed from the low bits of each uint32 up.
+ * exactly (scale = edge / round(edge / scale), bias = edge; zero then falls
+ * on a code, up to float rounding; the far end may lose up to a step to the
+ * clamp); q = clamp(round((x - bias) / scale), 0, 2^bits - 1), packed from
+ * the low bits of each uint32 up.
  *
  * Every encoder is a pure function of its input row: the same row gives the
  * same bytes on every call and machine (no threads, no state). */
