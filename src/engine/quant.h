@@ -7,7 +7,16 @@
  * activations stay f32. The value of y[m][n] depends only on x[m] and
  * weight row n: never on M, on which rows share a call, on the chunk of
  * rows a thread takes, or on the kernel level chosen for the machine
- * being forced the same (batch invariance, docs/ARCHITECTURE.md). */
+ * being forced the same (batch invariance, docs/ARCHITECTURE.md).
+ *
+ * Per level (ops_level): 0 (quant.c) dequantizes row n exactly and sums
+ * x[m][k] * w[k] in double in k order, rounded once to f32; 1 and 2
+ * (quant_avx2.c, quant_avx512.c) factor each block's f32 scale out of an
+ * f32 lane dot of x with the block's exactly widened integer elements
+ * (y = sum_b scale_b * dot_b in 8 or 16 lanes, fixed final reduction), the
+ * min / bias terms as their f32 value times the block's sum of x. The
+ * levels agree to rounding (tests/test_quant.c: within 1e-5 of sum|x*w|),
+ * each level bit for bit with itself across M, chunks and threads. */
 #ifndef DS_QUANT_H
 #define DS_QUANT_H
 
