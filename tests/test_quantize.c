@@ -16,6 +16,7 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "engine/config.h"
+#include "engine/quant.h"
 #include "engine/quant_encode.h"
 #include "engine/safetensors.h"
 #include "test.h"
@@ -102,6 +103,30 @@ TEST(quant_encode_roundtrip) {
         double worst = 0;
         for (int i = 0; i < K; i++) worst = fmax(worst, fabs(y[i] + 0.75));
         CHECK_MSG(worst < 0.75 * 0.01, "%s: a constant row is off by %g", dtype_name(t), worst);
+    }
+    /* the engine's dequantization (quant.h) reads the encoders' bytes as
+       the encoders' own decoder does, bit for bit */
+    for (int ti = 0; ti < 5; ti++) {
+        ds_dtype t = TYPES[ti];
+        for (int i = 0; i < K; i++) x[i] = gauss();
+        qenc_row(t, x, K, a);
+        tensor W = {.name = "w", .dtype = t, .ndim = 2, .shape = {1, K}, .data = a, .nbytes = qenc_row_bytes(t, K)};
+        float *z = malloc(sizeof(float) * K);
+        quant_row_f32(&W, 0, z);
+        qenc_decode_row(t, a, K, y);
+        CHECK_MSG(!memcmp(y, z, sizeof(float) * K), "%s: quant_row_f32 differs from the encoder's decoder", dtype_name(t));
+        free(z);
+    }
+    {
+        uint32_t q[256];
+        float sc[32], bi[32], z[1024];
+        for (int i = 0; i < K; i++) x[i] = gauss();
+        qenc_mlx_row(x, K, 4, 64, q, sc, bi);
+        tensor W = {.name = "w", .dtype = DT_MLX, .ndim = 2, .shape = {1, K}, .data = q, .nbytes = sizeof(uint32_t) * K / 8,
+                    .q = {.bits = 4, .group = 64, .sdtype = DT_F32, .scales = sc, .biases = bi}};
+        quant_row_f32(&W, 0, z);
+        qenc_mlx_decode_row(q, sc, bi, K, 4, 64, y);
+        CHECK_MSG(!memcmp(y, z, sizeof(float) * K), "mlx4: quant_row_f32 differs from the encoder's decoder");
     }
     /* geometry refusals */
     CHECK_EQ_INT(qenc_row(DT_Q4_K, x, 128, a), -1);
