@@ -93,6 +93,8 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--device")) o->device = v;
         else if (!strcmp(a, "--modes")) o->modes = v;
         else if (!strcmp(a, "--json")) o->json = v;
+        else if (!strcmp(a, "--type")) o->qtype = v;
+        else if (!strcmp(a, "--group-size")) o->group_size = parse_int(a, v, 1, 1 << 20);
         else if (!strcmp(a, "--trials")) o->trials = parse_int(a, v, 1, 100);
         else if (!strcmp(a, "--host")) o->host = v;
         else if (!strcmp(a, "--url")) o->url = v;

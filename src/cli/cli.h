@@ -6,6 +6,7 @@
 #define DS_CLI_H
 
 #include <signal.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "spec/calib.h"
@@ -35,6 +36,8 @@ typedef struct {
     int no_warmup;        /* --no-warmup: serve takes its first request without a warm-up forward */
     const char *modes, *json; /* bench: --modes LIST, --json FILE */
     int trials;               /* bench: --trials N (0 = default) */
+    const char *qtype;        /* quantize: --type */
+    int group_size;           /* quantize: --group-size (0 = default) */
     /* serve / claude */
     const char *host, *url, *api_key, *reasoning_effort;
     int port, print_env;
@@ -133,7 +136,14 @@ int cmd_chat(const opts *o);
 int cmd_bench(const opts *o);
 int cmd_serve(const opts *o);  /* serve.c */
 int cmd_claude(const opts *o); /* cli_claude.c */
+int cmd_quantize(const opts *o); /* cli_quantize.c */
+/* `dspark quantize` without the command line: the checkpoint in dir as
+ * type (Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M: a GGUF file at out; mlx4, mlx8:
+ * an MLX folder at out, group 0 = 64), threads 0 = all CPUs, progress to
+ * log (may be NULL). 0, or -1 with err filled. */
+int quantize_model(const char *dir, const char *out, const char *type, int group, int threads, FILE *log, char *err,
+                   size_t errlen);
 extern const char RUN_HELP[], LOGITS_HELP[], TOKENIZE_HELP[], DETOKENIZE_HELP[], TEMPLATE_HELP[], CHAT_HELP[],
-    BENCH_HELP[], SERVE_HELP[], CLAUDE_HELP[];
+    BENCH_HELP[], SERVE_HELP[], CLAUDE_HELP[], QUANTIZE_HELP[];
 
 #endif

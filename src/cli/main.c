@@ -23,6 +23,7 @@ static const char MAIN_HELP[] =
     "  bench       decode speed of each decoding mode on fixed prompts, and a lossless check\n"
     "  serve       HTTP server: OpenAI (chat, completions, responses) and Anthropic (messages) APIs\n"
     "  claude      start Claude Code against a running dspark server\n"
+    "  quantize    write a quantized copy of a checkpoint: GGUF (Q8_0 .. Q4_K_M) or MLX (4/8-bit)\n"
     "  version     print version and CPU features\n";
 
 #define SAMPLING " --mmap --device --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
@@ -56,6 +57,7 @@ static const command COMMANDS[] = {
      " --reasoning-effort --no-warmup"
      SPEC " --temp --top-k --top-p --min-p --seed -n --n-predict ", 0},
     {"claude", cmd_claude, CLAUDE_HELP, " --url --api-key --print-env ", 1},
+    {"quantize", cmd_quantize, QUANTIZE_HELP, " --model -m --out -o --type --group-size --threads -t ", 0},
 };
 
 int main(int argc, char **argv) {

@@ -1,0 +1,831 @@
+/* cli_quantize: `dspark quantize`: a HF checkpoint dspark reads (Qwen3,
+ * Qwen2, Llama; F32/F16/BF16 safetensors) written as
+ *   - one GGUF file that llama.cpp runs on its own: the metadata and tensor
+ *     names its converter (convert_hf_to_gguf.py) writes, the tokenizer
+ *     embedded, weights in one of ggml's block types or the Q4_K_M mix; or
+ *   - an MLX folder (mlx-lm's convert layout): config.json with
+ *     "quantization", the tokenizer files, model.safetensors holding each
+ *     2-D weight as NAME.weight (uint32), NAME.scales, NAME.biases.
+ * The quantization itself is engine/quant_encode.h; this file chooses the
+ * type of each tensor, names it, orders its rows, and writes the files.
+ * Output goes to a temporary path renamed into place at the end, so a
+ * failed run leaves no partial file under the asked-for name. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/gguf_write.h"
+#include "base/util.h"
+#include "cli/cli.h"
+#include "engine/config.h"
+#include "engine/quant_encode.h"
+#include "engine/safetensors.h"
+#include "engine/threadpool.h"
+#include "text/tokenizer.h"
+
+const char QUANTIZE_HELP[] =
+    "usage: dspark quantize --model DIR --out PATH --type TYPE [--group-size N] [--threads N]\n"
+    "Writes a quantized copy of the HF checkpoint in DIR.\n"
+    "  --type Q8_0|Q4_0|Q4_K|Q6_K   a GGUF file, every 2-D weight in that type (llama-quantize --pure);\n"
+    "                               rows whose length is not a multiple of the block fall back as\n"
+    "                               llama.cpp does (Q4_K -> Q5_0, Q6_K -> Q8_0, else F16)\n"
+    "  --type Q4_K_M                llama.cpp's Q4_K_M mix: Q4_K, with Q6_K for the output (or tied\n"
+    "                               embedding) and for attn_v / ffn_down in the layers llama.cpp picks\n"
+    "  --type mlx4|mlx8             an MLX folder at PATH (mlx-lm layout), 4- or 8-bit affine\n"
+    "  --group-size N               MLX group: 32, 64 (default) or 128\n"
+    "Norms and biases stay F32 (GGUF) or as stored (MLX). The GGUF carries the architecture's\n"
+    "hyper-parameters, the tokenizer (byte-level BPE tokenizer.json) and the chat template.\n";
+
+/* ---- the choice of types (GGUF) ---- */
+
+typedef enum { QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K, QT_Q4_K_M, QT_MLX4, QT_MLX8 } qtype;
+
+static const struct { const char *name; qtype t; uint32_t file_type; } QTYPES[] = {
+    /* general.file_type: llama.cpp's llama_ftype numbers (pure Q4_K is
+       reported as its nearest ftype, Q4_K_S) */
+    {"Q8_0", QT_Q8_0, 7}, {"Q4_0", QT_Q4_0, 2}, {"Q4_K", QT_Q4_K, 14}, {"Q6_K", QT_Q6_K, 18},
+    {"Q4_K_M", QT_Q4_K_M, 15}, {"mlx4", QT_MLX4, 0}, {"mlx8", QT_MLX8, 0},
+};
+
+/* The role of a tensor in the Q4_K_M rule. */
+typedef enum { ROLE_OTHER, ROLE_TOKEN_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN, ROLE_QNORM } role;
+
+/* llama.cpp's choice of the layers that get more bits in its _M mixes: the
+ * first and last eighth of the layers, and every third layer between. */
+static int more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+static uint32_t ggml_of(ds_dtype t) {
+    switch (t) {
+    case DT_Q8_0: return GGML_Q8_0;
+    case DT_Q4_0: return GGML_Q4_0;
+    case DT_Q5_0: return GGML_Q5_0;
+    case DT_Q4_K: return GGML_Q4_K;
+    case DT_Q6_K: return GGML_Q6_K;
+    case DT_F16: return GGML_F16;
+    default: return GGML_F32;
+    }
+}
+
+/* The stored type of a tensor of row length K and ndim dims. 1-D tensors
+ * (norms, biases, rope factors) are F32 as the converter writes them. */
+static ds_dtype choose_type(qtype q, role r, int layer, int n_layer, int64_t K, int ndim) {
+    if (ndim < 2) return DT_F32;
+    ds_dtype t = q == QT_Q8_0 ? DT_Q8_0 : q == QT_Q4_0 ? DT_Q4_0 : q == QT_Q6_K ? DT_Q6_K : DT_Q4_K;
+    if (q == QT_Q4_K_M) {
+        if (r == ROLE_OUTPUT || r == ROLE_TOKEN_EMBD) /* ROLE_TOKEN_EMBD only when tied (no output) */
+            return K % 256 ? DT_Q8_0 : DT_Q6_K;
+        if ((r == ROLE_ATTN_V || r == ROLE_FFN_DOWN) && more_bits(layer, n_layer)) t = DT_Q6_K;
+    }
+    /* llama.cpp's fallback for rows that do not fit the block */
+    if (K % qenc_block_elems(t)) {
+        if (t == DT_Q4_K) t = DT_Q5_0;
+        else if (t == DT_Q6_K) t = DT_Q8_0;
+        if (K % qenc_block_elems(t)) t = DT_F16;
+    }
+    return t;
+}
+
+/* ---- rows out of the checkpoint ---- */
+
+/* Source row n of t (F32, F16 or BF16) as f32; -1 when an element is not
+ * finite (no quantized code can hold it). */
+static int src_row(const tensor *t, int64_t K, int64_t n, float *y) {
+    const uint8_t *p = (const uint8_t *)t->data + (size_t)(n * K) * dtype_size(t->dtype);
+    int bad = 0;
+    for (int64_t k = 0; k < K; k++) {
+        float v;
+        if (t->dtype == DT_F32) memcpy(&v, p + 4 * k, 4);
+        else {
+            uint16_t h;
+            memcpy(&h, p + 2 * k, 2);
+            v = t->dtype == DT_BF16 ? ds_bf16_to_f32(h) : ds_f16_to_f32(h);
+        }
+        bad |= !isfinite(v);
+        y[k] = v;
+    }
+    return bad ? -1 : 0;
+}
+
+/* The converter's row order for Llama's q/k projections: HF keeps each
+ * head's rotary pairs as two halves (i, i + hd/2); llama.cpp's rope wants
+ * them adjacent (2i, 2i+1). Output row h*hd + 2i + j is input row
+ * h*hd + j*hd/2 + i. */
+static int64_t permuted_row(int64_t r, int hd) {
+    int64_t h = r / hd, w = r % hd;
+    return h * hd + (w % 2) * (hd / 2) + w / 2;
+}
+
+typedef struct {
+    const tensor *src;
+    int64_t K, r0, nrows;
+    int permute_hd;    /* 0: rows in order */
+    ds_dtype out;      /* F32, F16 or an encoded type (GGUF) */
+    size_t row_bytes;
+    uint8_t *buf;      /* nrows * row_bytes */
+    int mlx_bits, group;
+    uint32_t *q;       /* MLX: nrows * K*bits/32 words */
+    float *sc, *bi;    /* MLX: nrows * K/group */
+    int bad_row;       /* -1, or a row that held a non-finite value */
+} rows_job;
+
+static void rows_worker(void *ctx, int ith, int nth) {
+    rows_job *j = ctx;
+    int lo, hi;
+    tp_range((int)j->nrows, ith, nth, &lo, &hi);
+    float *x = xmalloc(sizeof(float) * (size_t)j->K);
+    for (int i = lo; i < hi; i++) {
+        int64_t r = j->r0 + i;
+        int64_t s = j->permute_hd ? permuted_row(r, j->permute_hd) : r;
+        if (src_row(j->src, j->K, s, x) != 0) {
+            j->bad_row = (int)r; /* any one of the bad rows will do for the message */
+            continue;
+        }
+        if (j->mlx_bits) {
+            int64_t wpr = j->K * j->mlx_bits / 32, gpr = j->K / j->group;
+            qenc_mlx_row(x, j->K, j->mlx_bits, j->group, j->q + i * wpr, j->sc + i * gpr, j->bi + i * gpr);
+            continue;
+        }
+        uint8_t *o = j->buf + (size_t)i * j->row_bytes;
+        if (j->out == DT_F32) memcpy(o, x, sizeof(float) * (size_t)j->K);
+        else if (j->out == DT_F16)
+            for (int64_t k = 0; k < j->K; k++) {
+                uint16_t h = ds_f32_to_f16(x[k]);
+                memcpy(o + 2 * k, &h, 2);
+            }
+        else qenc_row(j->out, x, j->K, o);
+    }
+    free(x);
+}
+
+/* Rows per batch: about 16 MiB of f32 source, at least one row. */
+static int64_t batch_rows(int64_t K, int64_t N) {
+    int64_t b = ((int64_t)4 << 20) / (K > 0 ? K : 1);
+    if (b < 1) b = 1;
+    return b < N ? b : N;
+}
+
+/* ---- GGUF ---- */
+
+typedef struct {
+    char name[96];      /* GGUF name */
+    const tensor *src;  /* NULL: rope_freqs (generated) */
+    role r;
+    int layer;
+    int permute_hd;
+    ds_dtype type;
+    int64_t N, K;       /* rows and row length; N = 1 for 1-D */
+    int ndim;
+} out_tensor;
+
+/* HF suffixes of one layer and their GGUF names (gguf-py's tensor map). */
+static const struct { const char *hf, *gg; role r; } LAYER_MAP[] = {
+    {"input_layernorm.weight", "attn_norm.weight", ROLE_OTHER},
+    {"self_attn.q_proj.weight", "attn_q.weight", ROLE_OTHER},
+    {"self_attn.q_proj.bias", "attn_q.bias", ROLE_OTHER},
+    {"self_attn.k_proj.weight", "attn_k.weight", ROLE_OTHER},
+    {"self_attn.k_proj.bias", "attn_k.bias", ROLE_OTHER},
+    {"self_attn.v_proj.weight", "attn_v.weight", ROLE_ATTN_V},
+    {"self_attn.v_proj.bias", "attn_v.bias", ROLE_OTHER},
+    {"self_attn.o_proj.weight", "attn_output.weight", ROLE_OTHER},
+    {"self_attn.o_proj.bias", "attn_output.bias", ROLE_OTHER},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", ROLE_QNORM},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", ROLE_QNORM},
+    {"post_attention_layernorm.weight", "ffn_norm.weight", ROLE_OTHER},
+    {"mlp.gate_proj.weight", "ffn_gate.weight", ROLE_OTHER},
+    {"mlp.up_proj.weight", "ffn_up.weight", ROLE_OTHER},
+    {"mlp.down_proj.weight", "ffn_down.weight", ROLE_FFN_DOWN},
+};
+#define N_LAYER_MAP ((int)(sizeof LAYER_MAP / sizeof LAYER_MAP[0]))
+
+static int add_out(out_tensor **v, int *n, const char *gg, const tensor *src, role r, int layer, const model_config *c,
+                   qtype q, char *err, size_t errlen) {
+    if (src && (src->ndim < 1 || src->ndim > 2))
+        return ds_err(err, errlen, "%s: tensor %s has %d dims (1 or 2 expected)", src->file, src->name, src->ndim);
+    if (src && src->dtype != DT_F32 && src->dtype != DT_F16 && src->dtype != DT_BF16)
+        return ds_err(err, errlen, "%s: tensor %s is %s (quantize reads F32, F16 or BF16 checkpoints)", src->file,
+                      src->name, dtype_name(src->dtype));
+    *v = xrealloc(*v, sizeof(out_tensor) * (size_t)(*n + 1));
+    out_tensor *o = &(*v)[(*n)++];
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", gg);
+    o->src = src;
+    o->r = r;
+    o->layer = layer;
+    if (src) {
+        o->ndim = src->ndim;
+        o->N = src->ndim == 2 ? src->shape[0] : 1;
+        o->K = src->shape[src->ndim - 1];
+    } else {
+        o->ndim = 1;
+        o->N = 1;
+        o->K = c->head_dim / 2;
+    }
+    o->type = choose_type(q, r, layer, c->n_layers, o->K, o->ndim);
+    return 0;
+}
+
+/* Llama 3's rope scaling as the converter bakes it: one factor per rotary
+ * frequency (rope_freqs.weight), by which llama.cpp divides the frequency. */
+static void llama3_rope_factors(const model_config *c, float *f) {
+    int hd = c->head_dim;
+    double old = c->rope_original_max_pos, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+    double lo_wl = old / lo, hi_wl = old / hi;
+    for (int i = 0; i < hd / 2; i++) {
+        double freq = 1.0 / pow(c->rope_theta, (double)(2 * i) / hd);
+        double wl = 2 * M_PI / freq;
+        if (wl < hi_wl) f[i] = 1.0f;
+        else if (wl > lo_wl) f[i] = c->rope_factor;
+        else {
+            double smooth = (old / wl - lo) / (hi - lo);
+            f[i] = (float)(1.0 / ((1 - smooth) / c->rope_factor + smooth));
+        }
+    }
+}
+
+/* A tokenizer_config.json special-token entry: a string or {"content": s}. */
+static const char *special_str(const cJSON *cfg, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (cJSON_IsString(v)) return v->valuestring;
+    if (cJSON_IsObject(v)) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(v, "content");
+        if (cJSON_IsString(c)) return c->valuestring;
+    }
+    return NULL;
+}
+
+static int looks_special(const char *s) {
+    size_t n = strlen(s);
+    return n >= 4 && !strncmp(s, "<|", 2) && !strcmp(s + n - 2, "|>");
+}
+
+/* Embeds dir's tokenizer as the converter's gpt2 vocabulary. A directory
+ * without tokenizer.json, or a tokenizer that is not byte-level BPE, is
+ * skipped with a note (the GGUF then needs its tokenizer from elsewhere). */
+static int add_tokenizer(gguf_writer *w, const char *dir, const model_config *c, FILE *log, char *err, size_t errlen) {
+    char path[4096];
+    if (ds_path_join(path, sizeof path, dir, "tokenizer.json") != 0 || !ds_file_exists(path)) {
+        if (log) fprintf(log, "dspark: note: %s has no tokenizer.json; the GGUF carries no tokenizer\n", dir);
+        return 0;
+    }
+    size_t len;
+    char *text = ds_read_file(path, &len, err, errlen);
+    if (!text) return -1;
+    cJSON *tj = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!tj) return ds_err(err, errlen, "%s: not valid JSON", path);
+    int rc = -1;
+    char **tokens = NULL;
+    int32_t *types = NULL;
+    char **merges = NULL;
+    int n_merges = 0, V = c->vocab_size;
+    cJSON *tc = NULL;
+    const cJSON *bpe = cJSON_GetObjectItemCaseSensitive(tj, "model");
+    const cJSON *mtype = cJSON_GetObjectItemCaseSensitive(bpe, "type");
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(tj, "decoder");
+    char *dec_s = dec ? cJSON_PrintUnformatted(dec) : NULL;
+    int byte_level = dec_s && strstr(dec_s, "\"ByteLevel\"");
+    free(dec_s);
+    if (!cJSON_IsString(mtype) || strcmp(mtype->valuestring, "BPE") || !byte_level) {
+        if (log)
+            fprintf(log, "dspark: note: %s is not a byte-level BPE tokenizer; the GGUF carries no tokenizer\n", path);
+        rc = 0;
+        goto done;
+    }
+    tokens = xcalloc((size_t)V, sizeof(char *));
+    types = xcalloc((size_t)V, sizeof(int32_t));
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(bpe, "vocab"), *e;
+    cJSON_ArrayForEach(e, vocab) {
+        int id = cJSON_IsNumber(e) ? e->valueint : -1;
+        if (id < 0 || id >= V) {
+            ds_err(err, errlen, "%s: token id %d outside the model's vocab_size %d", path, id, V);
+            goto done;
+        }
+        free(tokens[id]);
+        tokens[id] = xstrdup(e->string);
+        types[id] = 1; /* normal */
+    }
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id"), *ct = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsNumber(id) || !cJSON_IsString(ct)) continue;
+        if (id->valueint < 0 || id->valueint >= V) {
+            ds_err(err, errlen, "%s: added token id %d outside the model's vocab_size %d", path, id->valueint, V);
+            goto done;
+        }
+        free(tokens[id->valueint]);
+        tokens[id->valueint] = xstrdup(ct->valuestring);
+        /* control for special tokens (and <|...|> ones, as the converter
+           treats them), user-defined for the other added tokens */
+        types[id->valueint] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ||
+                                      looks_special(ct->valuestring) ? 3 : 4;
+    }
+    for (int i = 0; i < V; i++)
+        if (!tokens[i]) { /* ids the tokenizer leaves free up to vocab_size */
+            char b[32];
+            snprintf(b, sizeof b, "[PAD%d]", i);
+            tokens[i] = xstrdup(b);
+            types[i] = 5; /* unused */
+        }
+    const cJSON *mg = cJSON_GetObjectItemCaseSensitive(bpe, "merges");
+    merges = xcalloc((size_t)cJSON_GetArraySize(mg) + 1, sizeof(char *));
+    cJSON_ArrayForEach(e, mg) {
+        if (cJSON_IsString(e)) merges[n_merges++] = xstrdup(e->valuestring);
+        else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(cJSON_GetArrayItem(e, 0)) &&
+                 cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
+            const char *a = cJSON_GetArrayItem(e, 0)->valuestring, *b = cJSON_GetArrayItem(e, 1)->valuestring;
+            size_t n = strlen(a) + strlen(b) + 2;
+            merges[n_merges] = xmalloc(n);
+            snprintf(merges[n_merges++], n, "%s %s", a, b);
+        }
+    }
+    gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    /* the pre-tokenizer llama.cpp implements for each family's regex */
+    gguf_w_str(w, "tokenizer.ggml.pre", c->arch == ARCH_LLAMA ? "llama-bpe" : "qwen2");
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens, NULL, (uint64_t)V);
+    gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_I32, types, (uint64_t)V);
+    gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges, NULL, (uint64_t)n_merges);
+
+    /* special ids: tokenizer_config.json's tokens, else config.json's ids */
+    char cpath[4096];
+    if (ds_path_join(cpath, sizeof cpath, dir, "tokenizer_config.json") == 0 && ds_file_exists(cpath)) {
+        char *ct = ds_read_file(cpath, &len, err, errlen);
+        if (!ct) goto done;
+        tc = cJSON_ParseWithLength(ct, len);
+        free(ct);
+        if (!tc) {
+            ds_err(err, errlen, "%s: not valid JSON", cpath);
+            goto done;
+        }
+    }
+    static const struct { const char *cfg, *key; } SPECIAL[] = {
+        {"bos_token", "tokenizer.ggml.bos_token_id"}, {"eos_token", "tokenizer.ggml.eos_token_id"},
+        {"unk_token", "tokenizer.ggml.unknown_token_id"}, {"pad_token", "tokenizer.ggml.padding_token_id"},
+    };
+    for (int s = 0; s < 4; s++) {
+        const char *str = tc ? special_str(tc, SPECIAL[s].cfg) : NULL;
+        int id = -1;
+        for (int i = 0; str && i < V && id < 0; i++)
+            if (types[i] != 5 && !strcmp(tokens[i], str)) id = i;
+        if (id < 0 && s == 0) id = c->bos_token_id;
+        if (id < 0 && s == 1 && c->n_eos) id = c->eos_token_ids[0];
+        if (id >= 0) gguf_w_u32(w, SPECIAL[s].key, (uint32_t)id);
+    }
+    /* add_bos_token: what dspark's tokenizer (HF's add_special_tokens rule)
+       puts in front of an empty text */
+    tokenizer *tok;
+    char terr[512];
+    if (tok_load(&tok, dir, terr, sizeof terr) == 0) {
+        int *ids = NULL;
+        int n = tok_encode(tok, "", 0, 1, &ids, terr, sizeof terr);
+        gguf_w_bool(w, "tokenizer.ggml.add_bos_token", n > 0 && tok_bos_id(tok) >= 0 && ids[0] == tok_bos_id(tok));
+        free(ids);
+        tok_free(tok);
+    } else if (log) {
+        fprintf(log, "dspark: note: tokenizer not loadable (%s); add_bos_token left unset\n", terr);
+    }
+    const cJSON *tmpl = tc ? cJSON_GetObjectItemCaseSensitive(tc, "chat_template") : NULL;
+    if (cJSON_IsArray(tmpl)) { /* named templates: the "default" one */
+        const cJSON *it, *found = NULL;
+        cJSON_ArrayForEach(it, tmpl) if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "name")) &&
+                                         !strcmp(cJSON_GetObjectItemCaseSensitive(it, "name")->valuestring, "default"))
+            found = cJSON_GetObjectItemCaseSensitive(it, "template");
+        tmpl = found;
+    }
+    if (cJSON_IsString(tmpl)) gguf_w_str(w, "tokenizer.chat_template", tmpl->valuestring);
+    else if (ds_path_join(cpath, sizeof cpath, dir, "chat_template.jinja") == 0 && ds_file_exists(cpath)) {
+        char *jt = ds_read_file(cpath, &len, err, errlen);
+        if (!jt) goto done;
+        gguf_w_str_n(w, "tokenizer.chat_template", jt, len);
+        free(jt);
+    }
+    rc = 0;
+done:
+    for (int i = 0; tokens && i < V; i++) free(tokens[i]);
+    for (int i = 0; i < n_merges; i++) free(merges[i]);
+    free(tokens);
+    free(types);
+    free(merges);
+    cJSON_Delete(tc);
+    cJSON_Delete(tj);
+    return rc;
+}
+
+static const char *base_name(const char *p) {
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') n--;
+    const char *s = p + n;
+    while (s > p && s[-1] != '/') s--;
+    return s;
+}
+
+static void add_hparams(gguf_writer *w, const model_config *c, const char *dir, uint32_t file_type) {
+    const char *a = c->arch == ARCH_LLAMA ? "llama" : c->arch == ARCH_QWEN2 ? "qwen2" : "qwen3";
+    char k[128], name[256];
+    gguf_w_str(w, "general.architecture", a);
+    snprintf(name, sizeof name, "%s", base_name(dir));
+    char *slash = strchr(name, '/');
+    if (slash) *slash = 0;
+    gguf_w_str(w, "general.name", name);
+    gguf_w_u32(w, "general.file_type", file_type);
+    gguf_w_u32(w, "general.quantization_version", 2);
+#define KEY(s) (snprintf(k, sizeof k, "%s." s, a), k)
+    gguf_w_u32(w, KEY("context_length"), (uint32_t)c->max_position_embeddings);
+    gguf_w_u32(w, KEY("embedding_length"), (uint32_t)c->hidden_size);
+    gguf_w_u32(w, KEY("block_count"), (uint32_t)c->n_layers);
+    gguf_w_u32(w, KEY("feed_forward_length"), (uint32_t)c->intermediate_size);
+    gguf_w_u32(w, KEY("attention.head_count"), (uint32_t)c->n_heads);
+    gguf_w_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->n_kv_heads);
+    gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim);
+    gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim);
+    gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->rms_norm_eps);
+    gguf_w_f32(w, KEY("rope.freq_base"), (float)c->rope_theta);
+    if (c->arch == ARCH_LLAMA) {
+        gguf_w_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
+        gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
+    }
+    if (c->rope_type == ROPE_LINEAR) {
+        gguf_w_str(w, KEY("rope.scaling.type"), "linear");
+        gguf_w_f32(w, KEY("rope.scaling.factor"), c->rope_factor);
+    }
+#undef KEY
+}
+
+/* Writes tensor o through the writer, a batch of rows at a time. */
+static int write_gguf_tensor(gguf_writer *w, const out_tensor *o, const model_config *c, tpool *tp, char *err,
+                             size_t errlen) {
+    if (!o->src) { /* rope_freqs: generated */
+        float *f = xmalloc(sizeof(float) * (size_t)o->K);
+        llama3_rope_factors(c, f);
+        int rc = gguf_w_data(w, f, sizeof(float) * (size_t)o->K, err, errlen);
+        free(f);
+        return rc;
+    }
+    size_t rb = o->type == DT_F32 ? 4 * (size_t)o->K : o->type == DT_F16 ? 2 * (size_t)o->K
+                                                                         : qenc_row_bytes(o->type, o->K);
+    int64_t B = batch_rows(o->K, o->N);
+    uint8_t *buf = xmalloc(rb * (size_t)B);
+    int rc = 0;
+    for (int64_t r0 = 0; r0 < o->N && !rc; r0 += B) {
+        rows_job j = {.src = o->src, .K = o->K, .r0 = r0, .nrows = o->N - r0 < B ? o->N - r0 : B,
+                      .permute_hd = o->permute_hd, .out = o->type, .row_bytes = rb, .buf = buf, .bad_row = -1};
+        tp_run(tp, rows_worker, &j);
+        if (j.bad_row >= 0)
+            rc = ds_err(err, errlen, "%s: tensor %s row %d holds a NaN or infinity", o->src->file, o->src->name,
+                        j.bad_row);
+        else rc = gguf_w_data(w, buf, rb * (size_t)j.nrows, err, errlen);
+    }
+    free(buf);
+    return rc;
+}
+
+static int quantize_gguf(const char *dir, const char *out, qtype q, uint32_t file_type, const model_config *c,
+                         const st_set *st, tpool *tp, FILE *log, char *err, size_t errlen) {
+    out_tensor *v = NULL;
+    int n = 0, rc = -1;
+    int *used = xcalloc((size_t)st_set_count(st), sizeof(int));
+    gguf_writer *w = gguf_w_new();
+    const tensor *t;
+#define FIND(hf) (t = st_set_find(st, hf))
+#define USE()                                                                                              do {                                                                                                       for (int u = 0; u < st_set_count(st); u++)                                                                 if (st_set_get(st, u) == t) used[u] = 1;                                                       } while (0)
+    const tensor *lm_head = st_set_find(st, "lm_head.weight");
+    /* tied: llama.cpp reads the embedding as the output; an lm_head the
+       checkpoint also carries is then the same matrix, left out */
+    int has_output = lm_head && !c->tie_word_embeddings;
+    if (!FIND("model.embed_tokens.weight")) {
+        ds_err(err, errlen, "%s: no model.embed_tokens.weight", dir);
+        goto done;
+    }
+    USE();
+    if (add_out(&v, &n, "token_embd.weight", t, has_output ? ROLE_OTHER : ROLE_TOKEN_EMBD, 0, c, q, err, errlen))
+        goto done;
+    if (c->arch == ARCH_LLAMA && c->rope_type == ROPE_LLAMA3 &&
+        add_out(&v, &n, "rope_freqs.weight", NULL, ROLE_OTHER, 0, c, q, err, errlen))
+        goto done;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int m = 0; m < N_LAYER_MAP; m++) {
+            char hf[160], gg[96];
+            snprintf(hf, sizeof hf, "model.layers.%d.%s", l, LAYER_MAP[m].hf);
+            snprintf(gg, sizeof gg, "blk.%d.%s", l, LAYER_MAP[m].gg);
+            if (!FIND(hf)) continue;
+            USE();
+            if (add_out(&v, &n, gg, t, LAYER_MAP[m].r, l, c, q, err, errlen)) goto done;
+            if (c->arch == ARCH_LLAMA && (strstr(hf, "q_proj") || strstr(hf, "k_proj")))
+                v[n - 1].permute_hd = c->head_dim;
+        }
+    if (!FIND("model.norm.weight")) {
+        ds_err(err, errlen, "%s: no model.norm.weight", dir);
+        goto done;
+    }
+    USE();
+    if (add_out(&v, &n, "output_norm.weight", t, ROLE_OTHER, 0, c, q, err, errlen)) goto done;
+    if (lm_head) {
+        t = lm_head;
+        USE();
+        if (has_output && add_out(&v, &n, "output.weight", t, ROLE_OUTPUT, 0, c, q, err, errlen)) goto done;
+    }
+    for (int u = 0; u < st_set_count(st); u++) {
+        const tensor *x = st_set_get(st, u);
+        if (!used[u] && !strstr(x->name, "rotary_emb.inv_freq")) {
+            ds_err(err, errlen, "%s: tensor %s has no GGUF name here (quantize knows the Qwen3/Qwen2/Llama layouts)",
+                   x->file, x->name);
+            goto done;
+        }
+    }
+#undef FIND
+#undef USE
+    add_hparams(w, c, dir, file_type);
+    if (add_tokenizer(w, dir, c, log, err, errlen)) goto done;
+    for (int i = 0; i < n; i++) {
+        int64_t ne[2] = {v[i].K, v[i].N};
+        if (gguf_w_add_tensor(w, v[i].name, ggml_of(v[i].type), v[i].ndim, ne, err, errlen)) goto done;
+    }
+    if (gguf_w_begin(w, out, err, errlen)) goto done;
+    for (int i = 0; i < n; i++) {
+        if (log) fprintf(log, "[%3d/%3d] %-28s %-6s %lld x %lld\n", i + 1, n, v[i].name,
+                         v[i].type == DT_F32 ? "F32" : v[i].type == DT_F16 ? "F16" : dtype_name(v[i].type),
+                         (long long)v[i].N, (long long)v[i].K);
+        if (write_gguf_tensor(w, &v[i], c, tp, err, errlen)) goto done;
+    }
+    rc = gguf_w_finish(w, err, errlen);
+done:
+    gguf_w_free(w);
+    free(used);
+    free(v);
+    return rc;
+}
+
+/* ---- MLX ---- */
+
+typedef struct {
+    char name[256];
+    ds_dtype dtype;
+    int64_t shape[2];
+    int ndim;
+    size_t nbytes;
+} st_entry;
+
+/* The safetensors header for entries laid end to end in order, padded
+ * with spaces to a multiple of 8 bytes (the format's alignment). */
+static char *st_header(const st_entry *e, int n, size_t *len) {
+    cJSON *h = cJSON_CreateObject();
+    cJSON *md = cJSON_AddObjectToObject(h, "__metadata__");
+    cJSON_AddStringToObject(md, "format", "mlx");
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        cJSON *t = cJSON_AddObjectToObject(h, e[i].name);
+        cJSON_AddStringToObject(t, "dtype", dtype_name(e[i].dtype));
+        cJSON *sh = cJSON_AddArrayToObject(t, "shape");
+        for (int d = 0; d < e[i].ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)e[i].shape[d]));
+        cJSON *o = cJSON_AddArrayToObject(t, "data_offsets");
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off + e[i].nbytes)));
+        off += e[i].nbytes;
+    }
+    char *s = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    size_t n0 = strlen(s), n1 = (n0 + 7) / 8 * 8;
+    s = xrealloc(s, n1 + 1);
+    memset(s + n0, ' ', n1 - n0);
+    s[n1] = 0;
+    *len = n1;
+    return s;
+}
+
+static int fwrite_all(FILE *f, const void *p, size_t n, const char *path, char *err, size_t errlen) {
+    if (n && fwrite(p, 1, n, f) != n) return ds_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Whether t becomes NAME.weight/scales/biases: what mlx-lm quantizes, the
+ * Linear and Embedding weights (2-D, named .weight) whose rows split into
+ * whole groups. */
+static int mlx_quantizable(const tensor *t, int group) {
+    size_t n = strlen(t->name);
+    return t->ndim == 2 && n > 7 && !strcmp(t->name + n - 7, ".weight") && t->shape[1] % group == 0 &&
+           (t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16);
+}
+
+static void put_float_as(uint8_t *dst, float v, ds_dtype t) {
+    if (t == DT_F32) memcpy(dst, &v, 4);
+    else {
+        uint16_t h = t == DT_BF16 ? ds_f32_to_bf16(v) : ds_f32_to_f16(v);
+        memcpy(dst, &h, 2);
+    }
+}
+
+static int write_mlx_weights(const char *path, const st_set *st, int bits, int group, tpool *tp, FILE *log, char *err,
+                             size_t errlen) {
+    int ns = st_set_count(st), n = 0, rc = -1;
+    st_entry *e = xcalloc((size_t)ns * 3 + 1, sizeof(st_entry));
+    for (int i = 0; i < ns; i++) {
+        const tensor *t = st_set_get(st, i);
+        if (strstr(t->name, "rotary_emb.inv_freq")) continue;
+        if (strlen(t->name) >= sizeof e[0].name - 8)
+            return free(e), ds_err(err, errlen, "%s: tensor name %s too long", t->file, t->name);
+        if (!mlx_quantizable(t, group)) {
+            snprintf(e[n].name, sizeof e[n].name, "%s", t->name);
+            e[n].dtype = t->dtype;
+            e[n].ndim = t->ndim > 2 ? 2 : t->ndim;
+            if (t->ndim > 2) return free(e), ds_err(err, errlen, "%s: tensor %s has %d dims", t->file, t->name, t->ndim);
+            for (int d = 0; d < t->ndim; d++) e[n].shape[d] = t->shape[d];
+            e[n++].nbytes = t->nbytes;
+            continue;
+        }
+        size_t base = strlen(t->name) - 7; /* without ".weight" */
+        int64_t N = t->shape[0], K = t->shape[1];
+        static const char *SUF[3] = {"weight", "scales", "biases"};
+        for (int s = 0; s < 3; s++) {
+            snprintf(e[n].name, sizeof e[n].name, "%.*s.%s", (int)base, t->name, SUF[s]);
+            e[n].ndim = 2;
+            e[n].shape[0] = N;
+            e[n].shape[1] = s == 0 ? K * bits / 32 : K / group;
+            e[n].dtype = s == 0 ? DT_U32 : t->dtype;
+            e[n].nbytes = (size_t)N * (size_t)e[n].shape[1] * (s == 0 ? 4 : dtype_size(t->dtype));
+            n++;
+        }
+    }
+    size_t hlen;
+    char *h = st_header(e, n, &hlen);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(h);
+        free(e);
+        return ds_err(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    }
+    uint64_t hl = hlen;
+    if (fwrite_all(f, &hl, 8, path, err, errlen) || fwrite_all(f, h, hlen, path, err, errlen)) goto done;
+    for (int i = 0; i < ns; i++) {
+        const tensor *t = st_set_get(st, i);
+        if (strstr(t->name, "rotary_emb.inv_freq")) continue;
+        if (!mlx_quantizable(t, group)) {
+            if (fwrite_all(f, t->data, t->nbytes, path, err, errlen)) goto done;
+            continue;
+        }
+        int64_t N = t->shape[0], K = t->shape[1], wpr = K * bits / 32, gpr = K / group;
+        if (log) fprintf(log, "%-48s mlx%d g%d %lld x %lld\n", t->name, bits, group, (long long)N, (long long)K);
+        rows_job j = {.src = t, .K = K, .r0 = 0, .nrows = N, .mlx_bits = bits, .group = group, .bad_row = -1};
+        j.q = xmalloc(sizeof(uint32_t) * (size_t)(N * wpr));
+        j.sc = xmalloc(sizeof(float) * (size_t)(N * gpr));
+        j.bi = xmalloc(sizeof(float) * (size_t)(N * gpr));
+        tp_run(tp, rows_worker, &j);
+        size_t es = dtype_size(t->dtype);
+        uint8_t *sb = xmalloc(es * (size_t)(N * gpr) * 2);
+        for (int64_t k = 0; k < N * gpr; k++) {
+            put_float_as(sb + k * es, j.sc[k], t->dtype);
+            put_float_as(sb + (size_t)(N * gpr + k) * es, j.bi[k], t->dtype);
+        }
+        int bad = j.bad_row >= 0;
+        if (bad) ds_err(err, errlen, "%s: tensor %s row %d holds a NaN or infinity", t->file, t->name, j.bad_row);
+        bad = bad || fwrite_all(f, j.q, sizeof(uint32_t) * (size_t)(N * wpr), path, err, errlen) ||
+              fwrite_all(f, sb, es * (size_t)(N * gpr) * 2, path, err, errlen);
+        free(j.q);
+        free(j.sc);
+        free(j.bi);
+        free(sb);
+        if (bad) goto done;
+    }
+    rc = 0;
+done:
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) rc = rc ? rc : ds_err(err, errlen, "%s: %s", path, strerror(errno));
+    if (fclose(f) != 0 && !rc) rc = ds_err(err, errlen, "%s: %s", path, strerror(errno));
+    free(h);
+    free(e);
+    return rc;
+}
+
+static int copy_file(const char *from, const char *to, char *err, size_t errlen) {
+    size_t len;
+    char *d = ds_read_file(from, &len, err, errlen);
+    if (!d) return -1;
+    FILE *f = fopen(to, "wb");
+    int rc = !f ? ds_err(err, errlen, "cannot write %s: %s", to, strerror(errno))
+                : fwrite_all(f, d, len, to, err, errlen);
+    if (f && fclose(f) != 0 && !rc) rc = ds_err(err, errlen, "%s: %s", to, strerror(errno));
+    free(d);
+    return rc;
+}
+
+/* The files an MLX folder carries beside its weights, copied when present. */
+static const char *const MLX_COPY[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                       "generation_config.json", "chat_template.jinja", "vocab.json", "merges.txt",
+                                       "tokenizer.model"};
+#define N_MLX_COPY ((int)(sizeof MLX_COPY / sizeof MLX_COPY[0]))
+
+static void remove_tree_files(const char *d) {
+    char p[4200];
+    const char *own[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++)
+        if (ds_path_join(p, sizeof p, d, own[i]) == 0) unlink(p);
+    for (int i = 0; i < N_MLX_COPY; i++)
+        if (ds_path_join(p, sizeof p, d, MLX_COPY[i]) == 0) unlink(p);
+    rmdir(d);
+}
+
+static int quantize_mlx(const char *dir, const char *out, int bits, int group, const st_set *st, tpool *tp, FILE *log,
+                        char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(out, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return ds_err(err, errlen, "%s exists and is not a directory (an MLX output is a folder)", out);
+    char tmp[4096], p[4200], q[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
+    if (mkdir(tmp, 0755) != 0) return ds_err(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    int rc = -1;
+    char *text = NULL, *js = NULL;
+    cJSON *cfg = NULL;
+    size_t len;
+    if (ds_path_join(p, sizeof p, tmp, "model.safetensors") != 0) {
+        ds_err(err, errlen, "path too long");
+        goto done;
+    }
+    if (write_mlx_weights(p, st, bits, group, tp, log, err, errlen)) goto done;
+    /* config.json: the checkpoint's, plus mlx-lm's "quantization" (and the
+       "quantization_config" copy transformers reads) */
+    ds_path_join(p, sizeof p, dir, "config.json");
+    if (!(text = ds_read_file(p, &len, err, errlen))) goto done;
+    if (!(cfg = cJSON_ParseWithLength(text, len))) {
+        ds_err(err, errlen, "%s: not valid JSON", p);
+        goto done;
+    }
+    for (int k = 0; k < 2; k++) {
+        const char *key = k ? "quantization_config" : "quantization";
+        cJSON_DeleteItemFromObjectCaseSensitive(cfg, key);
+        cJSON *qo = cJSON_AddObjectToObject(cfg, key);
+        cJSON_AddNumberToObject(qo, "group_size", group);
+        cJSON_AddNumberToObject(qo, "bits", bits);
+    }
+    js = cJSON_Print(cfg);
+    ds_path_join(p, sizeof p, tmp, "config.json");
+    FILE *f = fopen(p, "wb");
+    if (!f) {
+        ds_err(err, errlen, "cannot write %s: %s", p, strerror(errno));
+        goto done;
+    }
+    int bad = fwrite_all(f, js, strlen(js), p, err, errlen) || fwrite_all(f, "\n", 1, p, err, errlen);
+    if (fclose(f) != 0 && !bad) bad = ds_err(err, errlen, "%s: %s", p, strerror(errno));
+    if (bad) goto done;
+    for (int i = 0; i < N_MLX_COPY; i++) {
+        if (ds_path_join(p, sizeof p, dir, MLX_COPY[i]) != 0 || !ds_file_exists(p)) continue;
+        ds_path_join(q, sizeof q, tmp, MLX_COPY[i]);
+        if (copy_file(p, q, err, errlen)) goto done;
+    }
+    /* into place: rename fails on a folder that holds anything, so an
+       existing model is never mixed with or replaced by this one */
+    if (rename(tmp, out) != 0) {
+        ds_err(err, errlen, "cannot move the MLX folder to %s: %s%s", out, strerror(errno),
+               errno == ENOTEMPTY || errno == EEXIST ? " (it exists and is not empty)" : "");
+        goto done;
+    }
+    rc = 0;
+done:
+    if (rc) remove_tree_files(tmp);
+    cJSON_Delete(cfg);
+    free(js);
+    free(text);
+    return rc;
+}
+
+/* ---- the command ---- */
+
+int quantize_model(const char *dir, const char *out, const char *type, int group, int threads, FILE *log, char *err,
+                   size_t errlen) {
+    int qi = -1;
+    for (int i = 0; i < (int)(sizeof QTYPES / sizeof QTYPES[0]); i++)
+        if (type && !strcasecmp(type, QTYPES[i].name)) qi = i;
+    if (qi < 0)
+        return ds_err(err, errlen, "unknown quantization type \"%s\" (expected Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M, mlx4 or mlx8)",
+                      type ? type : "");
+    qtype q = QTYPES[qi].t;
+    int mlx = q == QT_MLX4 || q == QT_MLX8;
+    if (group && !mlx) return ds_err(err, errlen, "--group-size applies to the MLX types (mlx4, mlx8) only");
+    if (!group) group = 64; /* mlx-lm's default */
+    if (group != 32 && group != 64 && group != 128)
+        return ds_err(err, errlen, "--group-size must be 32, 64 or 128, got %d", group);
+    if (!out || !*out) return ds_err(err, errlen, "--out PATH is required");
+    model_config c;
+    if (config_load(&c, dir, err, errlen)) return -1;
+    st_set *st;
+    if (st_set_open(&st, dir, err, errlen)) return -1;
+    tpool *tp = tp_create(threads);
+    int rc = mlx ? quantize_mlx(dir, out, q == QT_MLX4 ? 4 : 8, group, st, tp, log, err, errlen)
+                 : quantize_gguf(dir, out, q, QTYPES[qi].file_type, &c, st, tp, log, err, errlen);
+    tp_free(tp);
+    st_set_close(st);
+    return rc;
+}
+
+int cmd_quantize(const opts *o) {
+    char err[1024];
+    if (!o->qtype) cli_die("quantize: --type is required (Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M, mlx4 or mlx8)");
+    if (!o->out) cli_die("quantize: --out PATH is required");
+    double t0 = ds_now();
+    if (quantize_model(o->model, o->out, o->qtype, o->group_size, o->threads, stderr, err, sizeof err) != 0)
+        cli_die("quantize: %s", err);
+    fprintf(stderr, "dspark: wrote %s (%s) in %.1f s\n", o->out, o->qtype, ds_now() - t0);
+    return 0;
+}
