@@ -4,7 +4,10 @@
  * ones loaded from tokenizer.json / tokenizer_config.json: ids for every
  * corpus line and for the corpus as one text, with and without specials,
  * decodes, every token's bytes and special flag, BOS/EOS, the template.
- * Then malformed metadata on tiny in-memory GGUFs: each a clear error. */
+ * Then tiny in-memory GGUFs: a byte-level one through the JSON texts
+ * (tok_load_buf), a SentencePiece-style one whose merges are rebuilt from
+ * scores (against the tokenizer.json HF would write for it), and malformed
+ * metadata, each a clear error. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -375,4 +378,92 @@ TEST(tok_gguf_file_entry_points) {
     }
     CHECK(tok_load(&t, path, err, sizeof err) != 0 && strstr(err, "broken.gguf"));
     CHECK(chat_template_load(&ct, path, err, sizeof err) != 0 && strstr(err, "broken.gguf"));
+}
+
+/* ---------------------------------------------------------------- */
+/* SentencePiece-style ("llama") vocabularies                          */
+
+static void kv_f32s(wbuf *w, const char *k, const float *v, int n) {
+    put_s(w, k);
+    put_u32(w, GGUF_ARRAY);
+    put_u32(w, GGUF_F32);
+    put_u64(w, (uint64_t)n);
+    put(w, v, (size_t)n * 4);
+    w->nkv++;
+}
+
+#define SP "\xe2\x96\x81"
+static const char *SPM_TOKS[] = {"<unk>", "<s>", "</s>", "<0x41>", SP, "a", "b", "ab", SP "a", SP "ab", "ba"};
+static const int32_t SPM_TYPES[] = {2, 3, 3, 6, 1, 1, 1, 1, 1, 1, 1};
+static const float SPM_SCORES[] = {0, 0, 0, 0, -1, -2, -3, -4, -5, -6, -3.5f};
+
+/* The tokenizer.json HF's converter makes of that vocabulary: merges
+ * ranked by the merged piece's score (ba, ab, _a, then _ab's two splits
+ * ordered by their parts' ids). */
+static const char *SPM_JSON =
+    "{\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"fuse_unk\":true,\"byte_fallback\":true,"
+    "\"vocab\":{\"<unk>\":0,\"<s>\":1,\"</s>\":2,\"<0x41>\":3,\"" SP "\":4,\"a\":5,\"b\":6,\"ab\":7,\"" SP "a\":8,"
+    "\"" SP "ab\":9,\"ba\":10},"
+    "\"merges\":[\"b a\",\"a b\",\"" SP " a\",\"" SP " ab\",\"" SP "a b\"]},"
+    "\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true,\"normalized\":false},"
+    "{\"id\":1,\"content\":\"<s>\",\"special\":true,\"normalized\":false},"
+    "{\"id\":2,\"content\":\"</s>\",\"special\":true,\"normalized\":false}],"
+    "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"" SP "\"},"
+    "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"" SP "\"}]},"
+    "\"pre_tokenizer\":null,"
+    "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\"}},"
+    "{\"Sequence\":{\"id\":\"A\"}}],\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[1],\"tokens\":[\"<s>\"]}}},"
+    "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"" SP "\"},"
+    "\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},"
+    "{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]}}";
+
+static unsigned char *tiny_spm(int nscores, size_t *n) {
+    wbuf b = {0};
+    kv_str(&b, "tokenizer.ggml.model", "llama");
+    kv_strs(&b, "tokenizer.ggml.tokens", SPM_TOKS, 11);
+    kv_i32s(&b, "tokenizer.ggml.token_type", SPM_TYPES, 11);
+    if (nscores) kv_f32s(&b, "tokenizer.ggml.scores", SPM_SCORES, nscores);
+    kv_u32(&b, "tokenizer.ggml.bos_token_id", 1);
+    kv_u32(&b, "tokenizer.ggml.eos_token_id", 2);
+    kv_u32(&b, "tokenizer.ggml.unknown_token_id", 0);
+    unsigned char *img = image(&b, n);
+    free(b.p);
+    return img;
+}
+
+TEST(tok_gguf_spm_merges_from_scores) {
+    size_t n;
+    unsigned char *img = tiny_spm(11, &n);
+    tokenizer *g = NULL, *j = NULL;
+    char err[512];
+    CHECK_MSG(load_tiny(img, n, &g, err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(tok_load_buf(&j, SPM_JSON, strlen(SPM_JSON), NULL, 0, err, sizeof err) == 0, "%s", err);
+    free(img);
+    if (g && j) {
+        int *ids;
+        int k = tok_encode(g, "aba", 3, 1, &ids, err, sizeof err);
+        int want[] = {1, 8, 10};
+        CHECK_MSG(same_ids(ids, k, want, 3), "got %d ids", k);
+        free(ids);
+        k = tok_encode(g, "A", 1, 0, &ids, err, sizeof err); /* byte fallback */
+        int want2[] = {4, 3};
+        CHECK_MSG(same_ids(ids, k, want2, 2), "got %d ids", k);
+        free(ids);
+        const char *texts[] = {"ab ab", "aba", "bab A", "A", "", "abab ba", "  a  b ", "<s>ab</s>", "x\xc3\xa9"};
+        uint8_t none[16] = {0};
+        known_diffs kd = {none, 0};
+        for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
+            CHECK_MSG(same_text(j, g, &kd, texts[i], strlen(texts[i])), "\"%s\" differs", texts[i]);
+        CHECK_EQ_INT(tok_bos_id(g), 1);
+        CHECK_EQ_INT(tok_eos_id(g), 2);
+    }
+    tok_free(g);
+    tok_free(j);
+    /* the scores are what the merges come from */
+    img = tiny_spm(0, &n);
+    CHECK(load_tiny(img, n, &g, err, sizeof err) != 0 && strstr(err, "no tokenizer.ggml.scores"));
+    free(img);
+    img = tiny_spm(10, &n);
+    CHECK(load_tiny(img, n, &g, err, sizeof err) != 0 && strstr(err, "scores has 10 entries for 11 tokens"));
+    free(img);
 }

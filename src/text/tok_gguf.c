@@ -22,6 +22,10 @@
  *   *_token_id, add_*_token    the config's bos/eos/pad/unk and the
  *                              post-processor's BOS/EOS
  *   tokenizer.chat_template[.NAME], tokenizer.chat_templates: chat_template
+ *   tokenizer.ggml.scores      ("llama" files) the merges, rebuilt the way
+ *                              transformers converts a slow Llama
+ *                              tokenizer; UNKNOWN tokens become special
+ *                              added tokens, BYTE ones turn on byte_fallback
  * A name this file does not know is an error naming it: guessing a
  * pre-tokenizer would mis-tokenize silently. */
 #include "text/tok_gguf.h"
@@ -434,12 +438,144 @@ static cJSON *build_gpt2(gctx *C, vocab_info *V) {
     return root;
 }
 
-/* The SentencePiece-style vocabularies of "llama" files. */
+/* A merge candidate of the SentencePiece rebuild. */
+typedef struct {
+    float score; /* the merged piece's */
+    int piece, l, r;
+} spm_merge;
+
+/* transformers' SentencePieceExtractor order: by score, highest first;
+ * ties (Python's stable sort) in vocabulary order of the merged piece,
+ * then by the ids of the left and right parts. */
+static int cmp_spm(const void *pa, const void *pb) {
+    const spm_merge *a = pa, *b = pb;
+    if (a->score != b->score) return a->score > b->score ? -1 : 1;
+    if (a->piece != b->piece) return a->piece < b->piece ? -1 : 1;
+    if (a->l != b->l) return a->l < b->l ? -1 : 1;
+    return a->r < b->r ? -1 : a->r > b->r;
+}
+
+/* The merges a SentencePiece vocabulary implies, as transformers builds
+ * them for a slow Llama tokenizer: every split of every piece into two
+ * pieces of the vocabulary (at character boundaries) is a merge, ranked
+ * by the merged piece's score. */
+static int add_merges_spm(gctx *C, const vocab_info *V, const float *score, cJSON *model) {
+    smap ids;
+    tk_smap_init(&ids, (size_t)V->n);
+    for (uint64_t i = 0; i < V->n; i++)
+        if (V->type[i] != TT_UNUSED) tk_smap_put(&ids, V->tok[i].s, V->tok[i].len, (int32_t)i);
+    spm_merge *m = NULL;
+    size_t nm = 0, cap = 0;
+    for (uint64_t i = 0; i < V->n; i++) {
+        if (V->type[i] == TT_UNUSED) continue;
+        const char *s = V->tok[i].s;
+        size_t n = V->tok[i].len, k = 0;
+        while (k < n) {
+            size_t adv;
+            if (tk_utf8_decode_at((const unsigned char *)s + k, n - k, &adv) < 0) {
+                free(m);
+                tk_smap_free(&ids);
+                return ds_err(C->err, C->errlen, "%s: tokenizer.ggml.tokens[%llu] is not valid UTF-8", C->name,
+                              (unsigned long long)i);
+            }
+            k += adv;
+            if (k >= n) break;
+            int l = tk_smap_get(&ids, s, k), r = tk_smap_get(&ids, s + k, n - k);
+            if (l < 0 || r < 0) continue;
+            if (nm == cap) {
+                cap = cap ? 2 * cap : 1024;
+                m = xrealloc(m, cap * sizeof *m);
+            }
+            m[nm++] = (spm_merge){score[i], (int)i, l, r};
+        }
+    }
+    tk_smap_free(&ids);
+    if (nm) qsort(m, nm, sizeof *m, cmp_spm);
+    cJSON *merges = cJSON_AddArrayToObject(model, "merges");
+    for (size_t i = 0; i < nm; i++) {
+        cJSON *pair = cJSON_CreateArray();
+        cJSON_AddItemToArray(pair, cJSON_CreateString(V->tok[m[i].l].s));
+        cJSON_AddItemToArray(pair, cJSON_CreateString(V->tok[m[i].r].s));
+        cJSON_AddItemToArray(merges, pair);
+    }
+    free(m);
+    return 0;
+}
+
+static cJSON *replace_step(const char *pat, const char *with) {
+    cJSON *r = obj_type("Replace");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "pattern"), "String", pat);
+    cJSON_AddStringToObject(r, "content", with);
+    return r;
+}
+
+/* The SentencePiece-style vocabularies of "llama" files, in the form of
+ * HF's (legacy) Llama tokenizer.json: spaces become U+2581 with one
+ * prepended (tokenizer.ggml.add_space_prefix, default true), BPE over
+ * characters with <0xNN> byte fallback, and the decoder undoing both. */
+#define SPM_SPACE "\xe2\x96\x81"
 static cJSON *build_spm(gctx *C, vocab_info *V) {
-    (void)V;
-    ds_err(C->err, C->errlen,
-           "%s: tokenizer.ggml.model \"llama\" (SentencePiece scores, no merges) is not supported yet", C->name);
-    return NULL;
+    int bad, prefix = 1;
+    const gguf_kv *sc = get_arr(C, "tokenizer.ggml.scores", GGUF_F32, "float32", &bad);
+    if (bad) return NULL;
+    if (!sc) {
+        ds_err(C->err, C->errlen, "%s: no tokenizer.ggml.scores (a \"llama\" tokenizer's merges come from them)", C->name);
+        return NULL;
+    }
+    if (sc->n != V->n) {
+        ds_err(C->err, C->errlen, "%s: tokenizer.ggml.scores has %llu entries for %llu tokens", C->name,
+               (unsigned long long)sc->n, (unsigned long long)V->n);
+        return NULL;
+    }
+    if (get_bool(C, "tokenizer.ggml.add_space_prefix", &prefix) < 0 || read_add_flags(C, V, 1, 1)) return NULL;
+    int64_t unk = V->id[2];
+    int has_bytes = 0;
+    for (uint64_t i = 0; i < V->n; i++) {
+        if (V->type[i] == TT_UNKNOWN && unk < 0) unk = (int64_t)i;
+        if (V->type[i] == TT_BYTE) has_bytes = 1;
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "version", "1.0");
+    cJSON_AddNullToObject(root, "truncation");
+    cJSON_AddNullToObject(root, "padding");
+    cJSON *model = obj_type("BPE");
+    if (unk >= 0) cJSON_AddStringToObject(model, "unk_token", V->tok[unk].s);
+    else cJSON_AddNullToObject(model, "unk_token");
+    cJSON_AddBoolToObject(model, "fuse_unk", 1);
+    cJSON_AddBoolToObject(model, "byte_fallback", has_bytes);
+    cJSON_AddItemToObject(root, "model", model);
+    /* the unknown token is an added special token too, as in HF's files */
+    for (uint64_t i = 0; i < V->n; i++)
+        if (V->type[i] == TT_UNKNOWN) V->type[i] = TT_CONTROL;
+    if (add_vocab(C, V, model, root) || add_merges_spm(C, V, sc->arr, model)) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    cJSON *norm = obj_type("Sequence");
+    cJSON *nl = cJSON_AddArrayToObject(norm, "normalizers");
+    if (prefix) {
+        cJSON *p = obj_type("Prepend");
+        cJSON_AddStringToObject(p, "prepend", SPM_SPACE);
+        cJSON_AddItemToArray(nl, p);
+    }
+    cJSON_AddItemToArray(nl, replace_step(" ", SPM_SPACE));
+    cJSON_AddItemToObject(root, "normalizer", norm);
+    cJSON_AddNullToObject(root, "pre_tokenizer");
+    cJSON *dec = obj_type("Sequence");
+    cJSON *dl = cJSON_AddArrayToObject(dec, "decoders");
+    cJSON_AddItemToArray(dl, replace_step(SPM_SPACE, " "));
+    cJSON_AddItemToArray(dl, obj_type("ByteFallback"));
+    cJSON_AddItemToArray(dl, obj_type("Fuse"));
+    if (prefix) {
+        cJSON *st = obj_type("Strip");
+        cJSON_AddStringToObject(st, "content", " ");
+        cJSON_AddNumberToObject(st, "start", 1);
+        cJSON_AddNumberToObject(st, "stop", 0);
+        cJSON_AddItemToArray(dl, st);
+    }
+    cJSON_AddItemToObject(root, "decoder", dec);
+    add_post_processor(V, root);
+    return root;
 }
 
 /* ---------------------------------------------------------------- */
