@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "text/jinja.h"
+#include "text/tok_gguf.h"
 #include "base/json.h"
 #include "base/strbuf.h"
 #include "base/util.h"
@@ -51,11 +52,19 @@ static int parse_one(chat_template *t, jinja_template **out, const char *src, si
 int chat_template_load(chat_template **out, const char *dir, char *err, size_t errlen) {
     *out = NULL;
     char cfg_path[4096], jinja_path[4096];
-    if (ds_path_join(cfg_path, sizeof cfg_path, dir, "tokenizer_config.json") ||
-        ds_path_join(jinja_path, sizeof jinja_path, dir, "chat_template.jinja"))
-        return ds_err(err, errlen, "%s: path too long", dir);
     cJSON *cfg = NULL;
-    if (ds_file_exists(cfg_path)) {
+    /* A .gguf file: its metadata stands for tokenizer_config.json (no
+     * chat_template.jinja beside it is looked for: the file is the model) */
+    int is_gguf = tok_gguf_is_file(dir);
+    if (is_gguf) {
+        if (!(cfg = tok_gguf_config_file(dir, err, errlen))) return -1;
+        snprintf(cfg_path, sizeof cfg_path, "%s", dir);
+        jinja_path[0] = 0;
+    } else if (ds_path_join(cfg_path, sizeof cfg_path, dir, "tokenizer_config.json") ||
+               ds_path_join(jinja_path, sizeof jinja_path, dir, "chat_template.jinja")) {
+        return ds_err(err, errlen, "%s: path too long", dir);
+    }
+    if (!is_gguf && ds_file_exists(cfg_path)) {
         cfg = json_parse_file(cfg_path, err, errlen);
         if (!cfg) return -1;
         if (!cJSON_IsObject(cfg)) {
@@ -67,7 +76,7 @@ int chat_template_load(chat_template **out, const char *dir, char *err, size_t e
     t->bos = cfg ? token_text(cfg, "bos_token") : xstrdup("");
     t->eos = cfg ? token_text(cfg, "eos_token") : xstrdup("");
     int rc = 0;
-    if (ds_file_exists(jinja_path)) {
+    if (!is_gguf && ds_file_exists(jinja_path)) {
         size_t n;
         char *src = ds_read_file(jinja_path, &n, err, errlen);
         if (!src) rc = -1;
@@ -80,7 +89,8 @@ int chat_template_load(chat_template **out, const char *dir, char *err, size_t e
         char name[4200];
         if (!ct || cJSON_IsNull(ct)) {
             rc = 1;
-            ds_err(err, errlen, "%s: no chat template (neither chat_template.jinja nor \"chat_template\" in tokenizer_config.json)", dir);
+            if (is_gguf) ds_err(err, errlen, "%s: no chat template (no tokenizer.chat_template)", dir);
+            else ds_err(err, errlen, "%s: no chat template (neither chat_template.jinja nor \"chat_template\" in tokenizer_config.json)", dir);
         } else if (cJSON_IsString(ct)) {
             snprintf(name, sizeof name, "%s:chat_template", cfg_path);
             rc = parse_one(t, &t->def, ct->valuestring, strlen(ct->valuestring), name, err, errlen);

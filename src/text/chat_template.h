@@ -1,5 +1,7 @@
 /* chat_template: a model's chat template and the variables transformers
- * passes to it. Loaded from DIR/chat_template.jinja, or from
+ * passes to it. Loaded from a .gguf file's tokenizer.chat_template (and its
+ * named tokenizer.chat_template.NAME ones, bos/eos from its token ids), or
+ * from DIR/chat_template.jinja, or from
  * "chat_template" in DIR/tokenizer_config.json (a string, or a list of
  * {name, template} where "default" is used and "tool_use" is preferred
  * when tools are given), with bos_token / eos_token taken from
@@ -12,8 +14,9 @@
 
 typedef struct chat_template chat_template;
 
-/* Returns 0 on success; 1 when DIR has no chat template at all (err says
- * so); -1 on a malformed file or template. */
+/* dir: a model folder or a .gguf file. Returns 0 on success; 1 when it
+ * has no chat template at all (err says so); -1 on a malformed file or
+ * template. */
 int chat_template_load(chat_template **out, const char *dir, char *err, size_t errlen);
 void chat_template_free(chat_template *t);
 

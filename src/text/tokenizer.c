@@ -37,6 +37,7 @@
 #include <utf8proc.h>
 
 #include "base/json.h"
+#include "text/tok_gguf.h"
 #include "text/tok_internal.h"
 #include "base/util.h"
 
@@ -896,6 +897,7 @@ done:
 
 int tok_load(tokenizer **out, const char *dir, char *err, size_t errlen) {
     *out = NULL;
+    if (tok_gguf_is_file(dir)) return tok_load_gguf(out, dir, err, errlen);
     char path[4096], cpath[4096];
     if (ds_path_join(path, sizeof path, dir, "tokenizer.json") ||
         ds_path_join(cpath, sizeof cpath, dir, "tokenizer_config.json"))
@@ -927,6 +929,12 @@ int tok_load_buf(tokenizer **out, const char *json, size_t len, const char *conf
     cJSON_Delete(root);
     cJSON_Delete(c);
     return rc;
+}
+
+int tok_load_json(tokenizer **out, const cJSON *json, const cJSON *config, const char *name, char *err,
+                  size_t errlen) {
+    *out = NULL;
+    return load_parsed(out, json, name, config, name, err, errlen);
 }
 
 /* ---------------------------------------------------------------- */

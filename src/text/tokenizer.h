@@ -16,13 +16,20 @@
 
 typedef struct tokenizer tokenizer;
 
-/* Loads dir/tokenizer.json (and dir/tokenizer_config.json if present).
- * Unsupported components are refused with a message naming them. */
-int tok_load(tokenizer **out, const char *dir, char *err, size_t errlen);
+/* Loads dir/tokenizer.json (and dir/tokenizer_config.json if present),
+ * or, when path names a .gguf file, the tokenizer its metadata describes
+ * (text/tok_gguf.h). Unsupported components are refused with a message
+ * naming them. */
+int tok_load(tokenizer **out, const char *path, char *err, size_t errlen);
 /* The same from memory: tokenizer.json text (len bytes) and optionally
  * tokenizer_config.json text (config NULL: none). */
 int tok_load_buf(tokenizer **out, const char *json, size_t len, const char *config, size_t config_len, char *err,
                  size_t errlen);
+/* The same from parsed trees (config NULL: none); name prefixes messages.
+ * The trees stay the caller's. */
+struct cJSON;
+int tok_load_json(tokenizer **out, const struct cJSON *json, const struct cJSON *config, const char *name, char *err,
+                  size_t errlen);
 void tok_free(tokenizer *t);
 
 int tok_vocab_size(const tokenizer *t); /* 1 + the largest id */
