@@ -1,5 +1,6 @@
 /* cli: see cli.h. */
 #include "cli/cli.h"
+#include "text/tok_gguf.h"
 
 #include <errno.h>
 #include <math.h>
@@ -131,12 +132,18 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
 
 tokenizer *cli_tokenizer(const char *dir, int required) {
     char path[4096], err[512];
+    tokenizer *t;
+    if (tok_gguf_is_file(dir)) { /* a lone GGUF: its metadata holds the tokenizer, if it has one */
+        if (tok_load(&t, dir, err, sizeof err) == 0) return t;
+        if (required) cli_die("%s", err);
+        fprintf(stderr, "dspark: no tokenizer (%s)\n", err);
+        return NULL;
+    }
     if (ds_path_join(path, sizeof path, dir, "tokenizer.json") != 0) cli_die("model path too long");
     if (!ds_file_exists(path)) {
         if (required) cli_die("%s has no tokenizer.json (use --prompt-ids to pass token ids)", dir);
         return NULL;
     }
-    tokenizer *t;
     if (tok_load(&t, dir, err, sizeof err) != 0) cli_die("%s", err);
     return t;
 }
