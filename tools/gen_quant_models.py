@@ -463,7 +463,7 @@ def write_gguf(src, path, qtype_name, name):
     cfg = Cfg(c)
     arch = getattr(gguf.MODEL_ARCH, ARCH[cfg.arch])
     qt = getattr(gguf.GGMLQuantizationType, qtype_name)
-    ftype = {"F16": gguf.LlamaFileType.MOSTLY_F16, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+    ftype = {"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
              "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
              "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0, "Q5_1": gguf.LlamaFileType.MOSTLY_Q5_1}[qtype_name]
     w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[arch])
@@ -651,13 +651,13 @@ GGUF_CASES = [  # name, source, type (gguf-py quantize)
     ("qwen2-q4_0", "qwen2-bf16-legacy", "Q4_0"),
 ]
 
-KQUANT_CASES = [  # name, llama-quantize ftype, --pure
-    ("qwen3-256-q2_k", "Q2_K", True),
-    ("qwen3-256-q3_k", "Q3_K_M", True),
-    ("qwen3-256-q4_k", "Q4_K_S", True),
-    ("qwen3-256-q5_k", "Q5_K_S", True),
-    ("qwen3-256-q6_k", "Q6_K", True),
-    ("qwen3-256-q4_k_m", "Q4_K_M", False),
+KQUANT_CASES = [  # name, llama-quantize ftype, --pure, made without --all-k
+    ("qwen3-256-q2_k", "Q2_K", True, True),
+    ("qwen3-256-q3_k", "Q3_K_M", True, True),
+    ("qwen3-256-q4_k", "Q4_K_S", True, False),   # Q4_K_M holds Q4_K tensors
+    ("qwen3-256-q5_k", "Q5_K_S", True, True),
+    ("qwen3-256-q6_k", "Q6_K", True, False),     # Q4_K_M holds Q6_K tensors
+    ("qwen3-256-q4_k_m", "Q4_K_M", False, True),
 ]
 
 
@@ -705,6 +705,8 @@ def main():
     ap.add_argument("models", help="tests/data/models")
     ap.add_argument("out", nargs="?", help="tests/data/quant_models")
     ap.add_argument("--llama-quantize", help="llama.cpp's llama-quantize (for the K types)")
+    ap.add_argument("--all-k", action="store_true",
+                    help="also the pure Q4_K and Q6_K files (not committed: size)")
     ap.add_argument("--work", help="scratch directory (default: a temporary one)")
     ap.add_argument("--validate", action="store_true", help="only check the NumPy forward")
     a = ap.parse_args()
@@ -746,7 +748,9 @@ def main():
     if a.llama_quantize:
         f16 = os.path.join(work, "qwen3-256-f16.gguf")
         write_gguf(os.path.join(work, "qwen3-256"), f16, "F16", "qwen3-256")
-        for name, ftype, pure in KQUANT_CASES:
+        for name, ftype, pure, default in KQUANT_CASES:
+            if not (default or a.all_k):
+                continue
             path = os.path.join(a.out, name, "model.gguf")
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)
             os.makedirs(os.path.dirname(path))
