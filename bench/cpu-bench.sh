@@ -17,6 +17,10 @@
 #   BASE=BIN        another dspark binary (an earlier revision's build) run
 #                   beside this tree's, rep by rep alternated, with the
 #                   ratio of this tree's rates to its rates.
+#   QUANTS="Q8_0 Q4_0 Q4_K_M"  also quantized builds: `dspark quantize` writes
+#                   each GGUF once (with the tokenizer, so llama.cpp loads it),
+#                   and dspark and llama-bench run the same file (weights read
+#                   into memory); empty (the default) skips them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${THREADS:-2}
@@ -49,6 +53,15 @@ if [ -n "${LLAMA_BENCH:-}" ] && [ -x "$LLAMA_BENCH" ]; then
   have_llama=1
 else
   echo "cpu-bench: LLAMA_BENCH not set or not executable: measuring dspark alone (no llama.cpp anchor)" >&2
+fi
+
+QUANTS=${QUANTS:-}
+if [ -n "$QUANTS" ]; then
+  # the tokenizer beside the weights, so that the GGUFs carry it
+  cp "$TOKDIR/tokenizer.json" "$TOKDIR/tokenizer_config.json" "$MODEL/"
+  for q in $QUANTS; do
+    [ -f "$OUT/qwen3-$SHAPE-$q.gguf" ] || ./dspark quantize --model "$MODEL" --out "$OUT/qwen3-$SHAPE-$q.gguf" --type "$q" >/dev/null
+  done
 fi
 
 # 512 prompt ids for pp512 (fixed pseudo-random, inside the BPE vocabulary)
@@ -90,6 +103,29 @@ for load in $LOADS; do
       ltg=$(echo "$js" | "$PY" -c 'import json,sys; print("%.2f" % [r["avg_ts"] for r in json.load(sys.stdin) if r["n_gen"]>0][0])')
       printf "| llama.cpp BF16 | %s | %s | %s | %s |\n" "$load" "$t" "$lpp" "$ltg"
       printf "| **ratio** | %s | %s | **%s** | **%s** |\n" "$load" "$t" \
+        "$(awk -v a="$dpp" -v b="$lpp" 'BEGIN{printf "%.2f", a/b}')" "$(awk -v a="$dtg" -v b="$ltg" 'BEGIN{printf "%.2f", a/b}')"
+    fi
+  done
+done
+
+# quantized builds: the same GGUF for both engines, read into memory
+for q in $QUANTS; do
+  QG="$OUT/qwen3-$SHAPE-$q.gguf"
+  for t in $THREADS; do
+    pp=(); tg=()
+    for r in $(seq "$REPS"); do
+      p=$(./dspark run --model "$QG" --prompt-ids "$PP_IDS" -n 1 -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field prefill)
+      g=$(./dspark run --model "$QG" --prompt-ids 151643 -n 129 --ignore-eos -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field decode)
+      pp+=("$p"); tg+=("$g")
+    done
+    dpp=$(printf '%s\n' "${pp[@]}" | mean); dtg=$(printf '%s\n' "${tg[@]}" | mean)
+    printf "| dspark | %s | %s | %s | %s |\n" "$q" "$t" "$dpp" "$dtg"
+    if [ $have_llama = 1 ]; then
+      js=$("$LLAMA_BENCH" -m "$QG" -t "$t" -p 512 -n 128 -r "$REPS" --load-mode none -o json 2>/dev/null)
+      lpp=$(echo "$js" | "$PY" -c 'import json,sys; print("%.2f" % [r["avg_ts"] for r in json.load(sys.stdin) if r["n_prompt"]>0][0])')
+      ltg=$(echo "$js" | "$PY" -c 'import json,sys; print("%.2f" % [r["avg_ts"] for r in json.load(sys.stdin) if r["n_gen"]>0][0])')
+      printf "| llama.cpp | %s | %s | %s | %s |\n" "$q" "$t" "$lpp" "$ltg"
+      printf "| **ratio** | %s | %s | **%s** | **%s** |\n" "$q" "$t" \
         "$(awk -v a="$dpp" -v b="$lpp" 'BEGIN{printf "%.2f", a/b}')" "$(awk -v a="$dtg" -v b="$ltg" 'BEGIN{printf "%.2f", a/b}')"
     fi
   done
