@@ -20,6 +20,7 @@
 
 #include "engine/cpu.h"
 #include "engine/ops_internal.h"
+#include "engine/quant.h"
 #include "base/util.h"
 
 /* ------------------------------------------------------- kernel choice */
@@ -193,7 +194,56 @@ static void mm_worker(void *p, int ith, int nth) {
     }
 }
 
+/* Quantized weights: quant_matmul_rows over chunks of W rows. Its results
+ * do not depend on the chunking, so the chunks are sized for the memory
+ * stream alone: a few per thread of at least 64 rows up to verify widths
+ * (W read once, all M rows per block), OPS_NC rows for prefill. */
+typedef struct {
+    float *y;
+    const float *x;
+    int M, K, N;
+    const tensor *W;
+    const float *bias;
+    int unit, n_chunks;
+    atomic_int next;
+} qmm_ctx;
+
+static void qmm_worker(void *p, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    qmm_ctx *c = p;
+    for (;;) {
+        int ci = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
+        if (ci >= c->n_chunks) break;
+        int n0 = ci * c->unit;
+        int n1 = n0 + c->unit < c->N ? n0 + c->unit : c->N;
+        quant_matmul_rows(c->y, c->N, c->x, c->M, c->K, c->W, c->bias, n0, n1);
+    }
+}
+
+static void op_matmul_quant(tpool *tp, float *y, const float *x, int M, const tensor *W, const float *bias) {
+    int N = (int)W->shape[0], K = (int)W->shape[1];
+    if (M <= 0 || N <= 0) return;
+    int nth = tp_size(tp);
+    qmm_ctx c = {.y = y, .x = x, .M = M, .K = K, .N = N, .W = W, .bias = bias};
+    if (M <= 16) {
+        int unit = (N + nth * 4 - 1) / (nth * 4);
+        unit = (unit + 15) & ~15;
+        c.unit = unit < 64 ? 64 : unit;
+    } else {
+        c.unit = OPS_NC;
+    }
+    c.n_chunks = (N + c.unit - 1) / c.unit;
+    atomic_init(&c.next, 0);
+    if (c.n_chunks == 1) tp = NULL;
+    tp_run(tp, qmm_worker, &c);
+}
+
 void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, const float *bias) {
+    if (dtype_is_quant(W->dtype)) {
+        op_matmul_quant(tp, y, x, M, W, bias);
+        return;
+    }
     if (W->dtype != DT_F32 && W->dtype != DT_F16 && W->dtype != DT_BF16) {
         /* weights are validated at load; reaching this is a programming error */
         fprintf(stderr, "dspark: op_matmul: unsupported weight dtype %d (%s)\n", (int)W->dtype,
@@ -402,6 +452,11 @@ void op_to_f32(float *y, const void *x, ds_dtype dt, int64_t n) {
 
 void op_embed(float *y, const tensor *emb, const int *tokens, int M) {
     int64_t D = emb->ndim > 1 ? emb->shape[1] : 1;
+    if (dtype_is_quant(emb->dtype)) {
+        /* a quantized table (quant_check'ed at load): rows dequantized exactly */
+        for (int m = 0; m < M; m++) quant_row_f32(emb, tokens[m], y + (size_t)m * D);
+        return;
+    }
     /* rows8: a tied embedding, laid out for the LM head */
     for (int m = 0; m < M; m++) weight_row_f32(y + (size_t)m * D, emb->data, emb->dtype, emb->rows8, D, tokens[m], op_to_f32);
 }

@@ -1,0 +1,342 @@
+/* quant: geometry and exact dequantization of the quantized weight formats,
+ * the scalar matmul over them and the dispatch to the SIMD kernels.
+ *
+ * GGUF block types, as ggml lays them out (all multi-byte fields little
+ * endian, f16 scales at any alignment, hence memcpy):
+ *   Q8_0  32 elts, 34 B: d f16, q int8[32];                w = d*q
+ *   Q4_0  32 elts, 18 B: d f16, qs[16];   element j < 16 is the low nibble of
+ *         qs[j], element j+16 its high nibble;             w = d*(q-8)
+ *   Q4_1  32 elts, 20 B: d, m f16, qs[16] (as Q4_0);        w = d*q + m
+ *   Q5_0  32 elts, 22 B: d f16, qh u32, qs[16]; bit j of qh is bit 4 of
+ *         element j (nibbles as Q4_0);                     w = d*(q-16)
+ *   Q5_1  32 elts, 24 B: d, m f16, qh u32, qs[16];          w = d*q + m
+ *   K types: super-blocks of 256 elements.
+ *   Q2_K  84 B: scales[16] (low nibble scale, high nibble min), qs[64],
+ *         d, dmin f16. Element h*128 + j*32 + l (h<2, j<4, l<32) is bits
+ *         2j..2j+1 of qs[h*32+l]; its sub-block s = h*8 + j*2 + l/16;
+ *         w = (d*sc_s)*q - dmin*mn_s
+ *   Q3_K  110 B: hmask[32], qs[64], scales[12], d f16. Element as Q2_K for
+ *         the low 2 bits; its high bit is bit h*4+j of hmask[l], and a
+ *         clear high bit subtracts 4; 16 6-bit scales: the low 4 bits of
+ *         scale s are the low (s < 8) or high (s >= 8) nibble of
+ *         scales[s%8], the top 2 bits are bits 2(s/4).. of scales[8+s%4];
+ *         w = (d*(sc_s-32)) * q
+ *   Q4_K  144 B: d, dmin f16, scales[12], qs[128]. 8 sub-blocks of 32 with
+ *         6-bit scale and min (for s < 4: scales[s] and scales[s+4] low 6
+ *         bits; else low nibble / high nibble of scales[s+4] with the top 2
+ *         bits of scales[s-4] / scales[s]). Element 64c + l (l < 32) is the
+ *         low nibble of qs[32c+l] (sub-block 2c), element 64c+32+l its high
+ *         nibble (sub-block 2c+1); w = (d*sc)*q - dmin*mn
+ *   Q5_K  176 B: d, dmin, scales[12], qh[32], qs[128]: Q4_K plus bit 4 of
+ *         element 64c+l (+32) from bit 2c (2c+1) of qh[l]
+ *   Q6_K  210 B: ql[128], qh[64], scales int8[16], d f16. For half h and
+ *         l < 32 (ql = ql + 64h, qh = qh + 32h): elements 128h + l,
+ *         +32, +64, +96 take the low nibble of ql[l], of ql[l+32], the high
+ *         nibble of ql[l], of ql[l+32] and, as bits 4-5, bits 0-1, 2-3,
+ *         4-5, 6-7 of qh[l]; sub-block = element / 16; w = (d*sc)*(q-32)
+ * The f32 operations follow ggml's order (the scale products first), so
+ * that dequantization is bit-equal to ggml's and gguf-py's.
+ *
+ * MLX affine (DT_MLX): w = scale * q + bias per group of `group` elements.
+ * The row's words, read as bytes, are one little-endian bit stream: element
+ * e is the `bits` bits starting at bit e*bits, from the low bits of a byte
+ * up, and an element may straddle bytes and words. For 2, 4 and 8 bits
+ * that is MLX's packing of 32/bits elements per word from the low bits up;
+ * for 3 and 5 bits MLX packs 8 elements into 3 and 5 bytes and for 6 bits 4
+ * elements into 3 bytes, each pack filled from the low bit of its first
+ * byte upwards (its CPU extract_bits), which is the same stream since
+ * every pack is a whole number of bytes. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/quant_internal.h"
+
+int quant_block_elems(ds_dtype t) {
+    switch (t) {
+    case DT_Q8_0: case DT_Q4_0: case DT_Q4_1: case DT_Q5_0: case DT_Q5_1: return 32;
+    case DT_Q2_K: case DT_Q3_K: case DT_Q4_K: case DT_Q5_K: case DT_Q6_K: return 256;
+    default: return 0;
+    }
+}
+
+size_t quant_block_bytes(ds_dtype t) {
+    switch (t) {
+    case DT_Q8_0: return 34;
+    case DT_Q4_0: return 18;
+    case DT_Q4_1: return 20;
+    case DT_Q5_0: return 22;
+    case DT_Q5_1: return 24;
+    case DT_Q2_K: return 84;
+    case DT_Q3_K: return 110;
+    case DT_Q4_K: return 144;
+    case DT_Q5_K: return 176;
+    case DT_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+size_t quant_row_bytes(ds_dtype t, int bits, int64_t K) {
+    if (K <= 0) return 0;
+    if (t == DT_MLX) return (size_t)K * (size_t)bits / 32 * 4;
+    int qk = quant_block_elems(t);
+    return qk ? (size_t)(K / qk) * quant_block_bytes(t) : 0;
+}
+
+int quant_check(const tensor *t, char *err, size_t errlen) {
+    const char *nm = t->name ? t->name : "?";
+    if (!dtype_is_quant(t->dtype)) return ds_err(err, errlen, "tensor %s: dtype %d is not a quantized format", nm, (int)t->dtype);
+    if (t->ndim != 2 || t->shape[0] <= 0 || t->shape[1] <= 0)
+        return ds_err(err, errlen, "tensor %s: a %s tensor must be 2-D with positive dimensions", nm, dtype_name(t->dtype));
+    if (t->rows8) return ds_err(err, errlen, "tensor %s: a %s tensor cannot take the rows8 layout", nm, dtype_name(t->dtype));
+    int64_t N = t->shape[0], K = t->shape[1];
+    if (K > INT32_MAX || N > INT32_MAX)
+        return ds_err(err, errlen, "tensor %s: shape [%" PRId64 "][%" PRId64 "] too large", nm, N, K);
+    int bits = 0;
+    if (t->dtype == DT_MLX) {
+        bits = t->q.bits;
+        int g = t->q.group;
+        if (bits != 2 && bits != 3 && bits != 4 && bits != 5 && bits != 6 && bits != 8)
+            return ds_err(err, errlen, "tensor %s: MLX bits %d not in {2,3,4,5,6,8}", nm, bits);
+        if (g != 32 && g != 64 && g != 128)
+            return ds_err(err, errlen, "tensor %s: MLX group size %d not in {32,64,128}", nm, g);
+        if (K % g)
+            return ds_err(err, errlen, "tensor %s: K = %" PRId64 " is not a multiple of the group size %d", nm, K, g);
+        ds_dtype s = t->q.sdtype;
+        if (s != DT_F32 && s != DT_F16 && s != DT_BF16)
+            return ds_err(err, errlen, "tensor %s: MLX scales/biases dtype %s is not F32, F16 or BF16", nm, dtype_name(s));
+        if (!t->q.scales || !t->q.biases) return ds_err(err, errlen, "tensor %s: MLX scales or biases missing", nm);
+    } else {
+        int qk = quant_block_elems(t->dtype);
+        if (K % qk)
+            return ds_err(err, errlen, "tensor %s: K = %" PRId64 " is not a multiple of the %s block (%d)", nm, K,
+                          dtype_name(t->dtype), qk);
+    }
+    uint64_t want = (uint64_t)N * (uint64_t)quant_row_bytes(t->dtype, bits, K);
+    if ((uint64_t)t->nbytes != want)
+        return ds_err(err, errlen, "tensor %s: %zu bytes of data, %s [%" PRId64 "][%" PRId64 "] needs %" PRIu64, nm,
+                      t->nbytes, dtype_name(t->dtype), N, K, want);
+    if (!t->data) return ds_err(err, errlen, "tensor %s: no data", nm);
+    return 0;
+}
+
+/* ------------------------------------------------------ dequantization */
+
+static void deq_q8_0(const uint8_t *b, float *y) {
+    float d = quant_f16(b);
+    for (int j = 0; j < 32; j++) y[j] = d * (float)(int8_t)b[2 + j];
+}
+
+static void deq_q4_0(const uint8_t *b, float *y) {
+    float d = quant_f16(b);
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)((qs[j] & 15) - 8);
+        y[j + 16] = d * (float)((qs[j] >> 4) - 8);
+    }
+}
+
+static void deq_q4_1(const uint8_t *b, float *y) {
+    float d = quant_f16(b), m = quant_f16(b + 2);
+    const uint8_t *qs = b + 4;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)(qs[j] & 15) + m;
+        y[j + 16] = d * (float)(qs[j] >> 4) + m;
+    }
+}
+
+static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+static void deq_q5_0(const uint8_t *b, float *y) {
+    float d = quant_f16(b);
+    uint32_t qh = le32(b + 2);
+    const uint8_t *qs = b + 6;
+    for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 15) | (int)((qh >> j) & 1) << 4;
+        int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+        y[j] = d * (float)(lo - 16);
+        y[j + 16] = d * (float)(hi - 16);
+    }
+}
+
+static void deq_q5_1(const uint8_t *b, float *y) {
+    float d = quant_f16(b), m = quant_f16(b + 2);
+    uint32_t qh = le32(b + 4);
+    const uint8_t *qs = b + 8;
+    for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 15) | (int)((qh >> j) & 1) << 4;
+        int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+        y[j] = d * (float)lo + m;
+        y[j + 16] = d * (float)hi + m;
+    }
+}
+
+static void deq_q2_k(const uint8_t *b, float *y) {
+    const uint8_t *sc = b, *qs = b + 16;
+    float d = quant_f16(b + 80), dmin = quant_f16(b + 82);
+    for (int e = 0; e < 256; e++) {
+        int h = e >> 7, j = (e >> 5) & 3, l = e & 31, s = h * 8 + j * 2 + (l >> 4);
+        int q = (qs[h * 32 + l] >> (2 * j)) & 3;
+        float dl = d * (float)(sc[s] & 15), ml = dmin * (float)(sc[s] >> 4);
+        y[e] = dl * (float)q - ml;
+    }
+}
+
+/* Q3_K's 16 signed 6-bit scales (already minus 32) */
+static void q3k_scales(const uint8_t *s12, int *sc) {
+    for (int s = 0; s < 16; s++) {
+        int lo = s < 8 ? s12[s] & 15 : s12[s - 8] >> 4;
+        int hi = (s12[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
+        sc[s] = (lo | hi << 4) - 32;
+    }
+}
+
+static void deq_q3_k(const uint8_t *b, float *y) {
+    const uint8_t *hm = b, *qs = b + 32;
+    float d = quant_f16(b + 108);
+    int sc[16];
+    q3k_scales(b + 96, sc);
+    for (int e = 0; e < 256; e++) {
+        int h = e >> 7, j = (e >> 5) & 3, l = e & 31, s = h * 8 + j * 2 + (l >> 4);
+        int q = (qs[h * 32 + l] >> (2 * j)) & 3;
+        if (!((hm[l] >> (h * 4 + j)) & 1)) q -= 4;
+        float dl = d * (float)sc[s];
+        y[e] = dl * (float)q;
+    }
+}
+
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block s (0..7) */
+static void k4_scale_min(const uint8_t *s12, int s, int *sc, int *mn) {
+    if (s < 4) {
+        *sc = s12[s] & 63;
+        *mn = s12[s + 4] & 63;
+    } else {
+        *sc = (s12[s + 4] & 15) | (s12[s - 4] >> 6) << 4;
+        *mn = (s12[s + 4] >> 4) | (s12[s] >> 6) << 4;
+    }
+}
+
+static void deq_q4_k(const uint8_t *b, float *y) {
+    float d = quant_f16(b), dmin = quant_f16(b + 2);
+    const uint8_t *qs = b + 16;
+    for (int s = 0; s < 8; s++) {
+        int sc, mn;
+        k4_scale_min(b + 4, s, &sc, &mn);
+        float dl = d * (float)sc, ml = dmin * (float)mn;
+        const uint8_t *q = qs + 32 * (s >> 1);
+        int sh = (s & 1) * 4;
+        for (int l = 0; l < 32; l++) y[s * 32 + l] = dl * (float)((q[l] >> sh) & 15) - ml;
+    }
+}
+
+static void deq_q5_k(const uint8_t *b, float *y) {
+    float d = quant_f16(b), dmin = quant_f16(b + 2);
+    const uint8_t *qh = b + 16, *qs = b + 48;
+    for (int s = 0; s < 8; s++) {
+        int sc, mn;
+        k4_scale_min(b + 4, s, &sc, &mn);
+        float dl = d * (float)sc, ml = dmin * (float)mn;
+        const uint8_t *q = qs + 32 * (s >> 1);
+        int sh = (s & 1) * 4;
+        for (int l = 0; l < 32; l++) {
+            int v = ((q[l] >> sh) & 15) | ((qh[l] >> s) & 1) << 4;
+            y[s * 32 + l] = dl * (float)v - ml;
+        }
+    }
+}
+
+static void deq_q6_k(const uint8_t *b, float *y) {
+    float d = quant_f16(b + 208);
+    const int8_t *sc = (const int8_t *)(b + 192);
+    for (int e = 0; e < 256; e++) {
+        int h = e >> 7, i = (e >> 5) & 3, l = e & 31;
+        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+        int lo = (ql[l + 32 * (i & 1)] >> (4 * (i >> 1))) & 15;
+        int hi = (qh[l] >> (2 * i)) & 3;
+        float dl = d * (float)sc[e >> 4];
+        y[e] = dl * (float)((lo | hi << 4) - 32);
+    }
+}
+
+quant_deq_fn quant_deq_block(ds_dtype t) {
+    switch (t) {
+    case DT_Q8_0: return deq_q8_0;
+    case DT_Q4_0: return deq_q4_0;
+    case DT_Q4_1: return deq_q4_1;
+    case DT_Q5_0: return deq_q5_0;
+    case DT_Q5_1: return deq_q5_1;
+    case DT_Q2_K: return deq_q2_k;
+    case DT_Q3_K: return deq_q3_k;
+    case DT_Q4_K: return deq_q4_k;
+    case DT_Q5_K: return deq_q5_k;
+    case DT_Q6_K: return deq_q6_k;
+    default: return NULL;
+    }
+}
+
+float quant_mlx_sb(const void *p, ds_dtype sdt, size_t i) {
+    if (sdt == DT_F32) {
+        float f;
+        memcpy(&f, (const char *)p + i * 4, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const char *)p + i * 2, 2);
+    return sdt == DT_BF16 ? ds_bf16_to_f32(h) : ds_f16_to_f32(h);
+}
+
+void quant_row_f32(const tensor *W, int64_t n, float *y) {
+    const int64_t K = W->shape[1];
+    if (W->dtype == DT_MLX) {
+        const int bits = W->q.bits, g = W->q.group;
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)n * quant_row_bytes(DT_MLX, bits, K);
+        const size_t g0 = (size_t)(n * (K / g));
+        for (int64_t k = 0; k < K; k++) {
+            float s = quant_mlx_sb(W->q.scales, W->q.sdtype, g0 + (size_t)(k / g));
+            float b = quant_mlx_sb(W->q.biases, W->q.sdtype, g0 + (size_t)(k / g));
+            y[k] = s * (float)quant_mlx_elem(row, bits, k) + b;
+        }
+        return;
+    }
+    quant_deq_fn f = quant_deq_block(W->dtype);
+    if (!f) {
+        fprintf(stderr, "dspark: quant_row_f32: %s is not a quantized tensor\n", W->name ? W->name : "?");
+        abort();
+    }
+    const int qk = quant_block_elems(W->dtype);
+    const size_t bb = quant_block_bytes(W->dtype);
+    const uint8_t *row = (const uint8_t *)W->data + (size_t)n * quant_row_bytes(W->dtype, 0, K);
+    for (int64_t k = 0; k < K; k += qk) f(row + (size_t)(k / qk) * bb, y + k);
+}
+
+/* --------------------------------------------------------------- matmul */
+
+/* Level 0: row n dequantized exactly once into scratch, then each x row's
+ * dot with it accumulated in double in k order, rounded to f32, plus the
+ * bias in f32. Depends only on x[m] and row n. */
+void quant_matmul_scalar(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
+                         int64_t n0, int64_t n1) {
+    float *w = ops_scratch((size_t)K * sizeof(float) + 64);
+    for (int64_t n = n0; n < n1; n++) {
+        quant_row_f32(W, n, w);
+        for (int m = 0; m < M; m++) {
+            const float *xm = x + (size_t)m * K;
+            double s = 0;
+            for (int k = 0; k < K; k++) s += (double)xm[k] * (double)w[k];
+            float v = (float)s;
+            y[(size_t)m * ldy + n] = bias ? v + bias[n] : v;
+        }
+    }
+}
+
+void quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
+                       int64_t n0, int64_t n1) {
+    if (M <= 0 || n1 <= n0) return;
+#ifdef DS_HAVE_AVX2_PATH
+    if (ops_level() >= 1) {
+        avx2_quant_matmul_rows(y, ldy, x, M, K, W, bias, n0, n1);
+        return;
+    }
+#endif
+    quant_matmul_scalar(y, ldy, x, M, K, W, bias, n0, n1);
+}
