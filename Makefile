@@ -116,7 +116,7 @@ $(BUILD)/tests/%.o: tests/%.c
 
 # the CPU runs of CUDA kernels (tests/cuemu, below)
 CUEMU_DIR  = $(BUILD)/cuemu
-CUEMU_BINS = $(CUEMU_DIR)/attn $(CUEMU_DIR)/mma $(CUEMU_DIR)/argmax
+CUEMU_BINS = $(CUEMU_DIR)/attn $(CUEMU_DIR)/mma $(CUEMU_DIR)/argmax $(CUEMU_DIR)/quant
 
 # The suite needs the real Qwen3/Llama-3 tokenizers; they are fetched once
 # into ~/.cache/dspark (outside the tree) unless already available.
@@ -136,10 +136,13 @@ test: $(TEST_BIN) $(BIN) test-assets test-clients cuda-build-check $(CUEMU_BINS)
 # CUDA kernels whose logic the CPU checks too (tests/cuemu/emu.h: each
 # CUDA thread a fiber, no GPU and no nvcc needed): built with the host C++
 # compiler and run by `make test`, so CI without a GPU runs them.
-$(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/engine/cuda/*.cu $(HDRS) $(BUILD)/src/base/util.o $(BUILD)/src/engine/tensor.o $(BUILD)/src/engine/cuda/cuda_tuning.o
+$(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/engine/cuda/*.cu $(HDRS) $(BUILD)/src/base/util.o $(BUILD)/src/engine/tensor.o $(BUILD)/src/engine/cuda/cuda_tuning.o $(CUEMU_EXTRA)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -g $(OPT) -DDSPARK_CUEMU -fno-strict-aliasing -Wall -Wno-unused-function -Wno-unknown-pragmas -Wno-sign-compare -Itests/cuemu \
-	  -Itests/cuemu/fake -Isrc $< $(BUILD)/src/base/util.o $(BUILD)/src/engine/tensor.o $(BUILD)/src/engine/cuda/cuda_tuning.o -o $@ $(LDSAN) -lm
+	  -Itests/cuemu/fake -Isrc $< $(BUILD)/src/base/util.o $(BUILD)/src/engine/tensor.o $(BUILD)/src/engine/cuda/cuda_tuning.o $(CUEMU_EXTRA) -o $@ $(LDSAN) -lm
+
+# (the quantized kernels' run checks them against the CPU's dequantization)
+$(CUEMU_DIR)/quant: CUEMU_EXTRA = $(BUILD)/src/engine/quant.o
 
 cuemu: $(CUEMU_BINS)
 	@for b in $(CUEMU_BINS); do $$b || exit 1; done

@@ -128,3 +128,74 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
     *us = 1000.0 * ms / reps;
     return 0;
 }
+
+/* random bytes (the quantized benchmark's weights: any bits time alike) */
+__global__ void k_fill_bytes(uint32_t *p, size_t n, uint64_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+        h ^= h >> 29;
+        h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 32;
+        p[i] = (uint32_t)h;
+    }
+}
+
+extern "C" int cuda_bench_qmatmul(ds_dtype dt, int bits, int group, int M, int N, int K, int reps, double *us,
+                                  double *wbytes, char *err, size_t errlen) {
+    const size_t rb = cu_q_row_bytes(dt, bits, K);
+    if (!rb || (dt == DT_MLX && K % group)) return ds_err(err, errlen, "quantized benchmark: no such format");
+    const size_t wb = rb * (size_t)N, sbb = dt == DT_MLX ? (size_t)N * (K / group) * 2 : 0;
+    const size_t per = (wb + 2 * sbb + 255) / 256 * 256;
+    int copies = (int)(((size_t)512 << 20) / per) + 1;
+    if (copies > 64) copies = 64;
+    const char *ec = getenv("DSPARK_BENCH_COPIES");
+    if (ec) copies = atoi(ec) > 0 ? atoi(ec) : 1;
+    uint8_t *w;
+    float *x, *y;
+    CK(cudaMalloc((void **)&w, per * copies));
+    CK(cudaMalloc((void **)&x, sizeof(float) * (size_t)M * K));
+    CK(cudaMalloc((void **)&y, sizeof(float) * (size_t)M * N));
+    k_fill_bytes<<<1024, 256>>>((uint32_t *)w, per * copies / 4, 7);
+    k_fill_bf16<<<256, 256>>>((__nv_bfloat16 *)x, (size_t)M * K * 2, 2);
+    /* (MLX: bf16 scales and biases of any finite bits) */
+    dmat *Ws = (dmat *)xcalloc((size_t)copies, sizeof(dmat));
+    for (int c = 0; c < copies; c++) {
+        dmat &W = Ws[c];
+        W.p = w + per * c;
+        W.dt = dt;
+        W.N = N;
+        W.K = K;
+        if (dt == DT_MLX) {
+            W.bits = bits, W.group = group, W.sdt = DT_BF16;
+            W.sc = w + per * c + wb;
+            W.bi = w + per * c + wb + sbb;
+            k_fill_bf16<<<256, 256>>>((__nv_bfloat16 *)W.sc, sbb, 3 + c);
+        }
+    }
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    const cu_go st = cu_go_on(s, cu_tuning_hooked());
+    cudaDeviceSynchronize();
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    for (int r = -3; r < reps; r++) {
+        if (r == 0) cudaEventRecord(a, st);
+        cu_matmul(st, y, x, M, &Ws[(r + 3) % copies], NULL);
+    }
+    cudaEventRecord(b, st);
+    cudaError_t e = cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    free(Ws);
+    cudaStreamDestroy(s);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+    if (e != cudaSuccess) return ds_err(err, errlen, "CUDA: quantized matmul benchmark: %s", cudaGetErrorString(e));
+    *us = 1000.0 * ms / reps;
+    *wbytes = (double)(wb + 2 * sbb);
+    return 0;
+}

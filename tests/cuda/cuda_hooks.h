@@ -127,6 +127,14 @@ int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int 
                         int cap, int n_past, float scale, int tiled, char *err, size_t errlen);
 int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, int H, const int *tok, int M, char *err,
                     size_t errlen);
+/* the quantized matmul (W, W2 quantized tensors of one format; engine/quant.h)
+ * through cu_matmul (mode 0, + bias), cu_matmul_add (1, y read) or
+ * cu_matmul_swiglu (2); with gn (or NULL), through cu_layer_matmul with an
+ * RMSNorm of x (eps). Fails where a fused path's predicate takes W. */
+int cuda_test_qmatmul(float *y, const float *x, int M, const tensor *W, const tensor *W2, const float *bias,
+                      const float *gn, float eps, int mode, char *err, size_t errlen);
+/* out[M][H] = rows tok[m] of the quantized E, dequantized on the device */
+int cuda_test_qembed(float *out, const tensor *E, const int *tok, int M, char *err, size_t errlen);
 
 /* ---- op benchmark (bench/cuda-ops-bench.c) ---- */
 /* Mean microseconds of one M x N x K bf16 matmul launch over reps, weights
@@ -146,6 +154,14 @@ int cuda_bench_sample(int V, int rows, int peaked, const sampler_params *p, int 
  * the device into pinned host memory and wait for them (what the host
  * sampler needs first), over reps copies. */
 int cuda_bench_readback(int V, int rows, int reps, double *us, char *err, size_t errlen);
+
+/* Mean microseconds of one M x N x K quantized matmul launch (y = x.W^T)
+ * over reps, W random bytes of format dt (bits, group: MLX's, bf16
+ * scales), cycled through enough copies to miss L2; *wbytes: the bytes of
+ * weights (and MLX scales and biases) a launch reads
+ * (bench/cuda-quant-bench.c). */
+int cuda_bench_qmatmul(ds_dtype dt, int bits, int group, int M, int N, int K, int reps, double *us, double *wbytes,
+                       char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

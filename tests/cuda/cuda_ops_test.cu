@@ -450,3 +450,58 @@ extern "C" int cuda_test_argmax(int *out, const float *x, int M, int n, char *er
     cudaFree(dout);
     return 0;
 }
+
+/* ---- quantized matrices (cuda_quant.cu) ---- */
+
+/* The quantized matmul through the backend's entry points: mode 0
+   cu_matmul (+ bias), 1 cu_matmul_add (y is read), 2 cu_matmul_swiglu of W
+   and W2; with gn, cu_layer_matmul with the RMSNorm of x (a quantized
+   matrix declines the folded norm: the norm runs apart into scratch). The
+   fused paths' predicates must all decline a quantized matrix. */
+extern "C" int cuda_test_qmatmul(float *y, const float *x, int M, const tensor *W, const tensor *W2, const float *bias,
+                                 const float *gn, float eps, int mode, char *err, size_t errlen) {
+    dev_pool pl = {};
+    dmat dw = {}, dw2 = {};
+    const int N = (int)W->shape[0], K = (int)W->shape[1];
+    float *dx = NULL, *dy = NULL, *db = NULL, *dg = NULL, *dxb = NULL;
+    int rc = cu_up_mat(&pl, &dw, W, err, errlen) || (W2 && cu_up_mat(&pl, &dw2, W2, err, errlen)) ||
+             cu_up_f32(&pl, &dx, x, (size_t)M * K, err, errlen) || cu_up_f32(&pl, &dy, y, (size_t)M * N, err, errlen) ||
+             cu_up_f32(&pl, &db, bias, (size_t)N, err, errlen) || cu_up_f32(&pl, &dg, gn, (size_t)K, err, errlen) ||
+             cu_dev_alloc(&pl, (void **)&dxb, sizeof(float) * (size_t)M * K, err, errlen);
+    const cu_go st = go0();
+    if (!rc && (cu_fuses_norm(st.t, &dw) || cu_takes_cut(st.t, &dw, M) || cu_tiles_ok(&dw) || cu_tile_bytes(&dw)))
+        rc = ds_err(err, errlen, "a fused path takes the quantized %s", dtype_name(dw.dt));
+    if (!rc) {
+        const int epi = mode == 2 ? MM_SWIGLU : mode == 1 ? MM_ADD : MM_STORE;
+        if (gn) cu_layer_matmul(st, NULL, epi, dy, dx, M, &dw, W2 ? &dw2 : NULL, db, dg, eps, dxb, cu_cut{});
+        else if (mode == 2) cu_matmul_swiglu(st, dy, dx, M, &dw, &dw2);
+        else if (mode == 1) cu_matmul_add(st, dy, dx, M, &dw, db);
+        else cu_matmul(st, dy, dx, M, &dw, db);
+        cudaError_t e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) e = cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) rc = ds_err(err, errlen, "CUDA: quantized matmul: %s", cudaGetErrorString(e));
+    }
+    cu_pool_free(&pl);
+    return rc ? -1 : 0;
+}
+
+extern "C" int cuda_test_qembed(float *out, const tensor *E, const int *tok, int M, char *err, size_t errlen) {
+    dev_pool pl = {};
+    dmat de = {};
+    int *dt_ = NULL;
+    float *dout = NULL;
+    const int H = (int)E->shape[1];
+    int rc = cu_up_mat(&pl, &de, E, err, errlen) || cu_dev_alloc(&pl, (void **)&dt_, sizeof(int) * (size_t)M, err, errlen) ||
+             cu_dev_alloc(&pl, (void **)&dout, sizeof(float) * (size_t)M * H, err, errlen);
+    if (!rc) {
+        cudaError_t e = cudaMemcpy(dt_, tok, sizeof(int) * (size_t)M, cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) {
+            cu_embed(go0(), dout, &de, dt_, M);
+            e = cudaDeviceSynchronize();
+        }
+        if (e == cudaSuccess) e = cudaMemcpy(out, dout, sizeof(float) * (size_t)M * H, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) rc = ds_err(err, errlen, "CUDA: quantized embedding: %s", cudaGetErrorString(e));
+    }
+    cu_pool_free(&pl);
+    return rc ? -1 : 0;
+}

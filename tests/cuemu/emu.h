@@ -64,6 +64,15 @@ struct float2 {
 struct uint4 {
     uint32_t x, y, z, w;
 };
+struct uint2 {
+    uint32_t x, y;
+};
+/* the round-to-nearest arithmetic intrinsics (never contracted into an FMA:
+   the host build has no FMA contraction either, -ffp-contract=off below is
+   not needed on x86-64 without -mfma) */
+static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
 static inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
 static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 static inline float2 make_float2(float x, float y) { return {x, y}; }
@@ -481,6 +490,7 @@ static inline float __half2float(__half h) {
     if (e) return __uint_as_float(s | ((e + 112) << 23) | (m << 13));
     return (s ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-8f; /* subnormal: m x 2^-24 */
 }
+static inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
 static inline float2 __half22float2(__half2 h) { return {__half2float(h.x), __half2float(h.y)}; }
 
 /* ---- the inline-assembly helpers of cuda_ops.cuh --------------------------- */

@@ -9,6 +9,7 @@
 // RMSNorm.
 #include "../../src/engine/cuda/cuda_mma.cu"
 #include "../../src/engine/cuda/cuda_ops.cu"
+#include "../../src/engine/cuda/cuda_quant.cu" /* (what cuda_ops.cu reaches for quantized matrices) */
 
 /* what the launchers reach in cuda_gemm.cu: no cuBLAS here, the matmuls all take k_mma */
 int cu_gemm_takes(const cu_gemm *, const dmat *, int) { return 0; }

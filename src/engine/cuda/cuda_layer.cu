@@ -9,26 +9,76 @@
 
 #include "engine/cuda/cuda_layer.cuh"
 
+/* quantized q, k and v: one matrix of their rows where they share a
+   format (the rows of a quantized format are independent: the blocks, or
+   MLX's words, scales and biases, laid end to end), else a stack of the
+   three as parts (dmat's nsub; a GGUF Q4_K_M file gives v another type
+   than q and k in some layers) */
+static int tensor_q_same(const tensor *a, const tensor *b) {
+    return a->dtype == b->dtype && a->shape[1] == b->shape[1] &&
+           (a->dtype != DT_MLX || (a->q.bits == b->q.bits && a->q.group == b->q.group && a->q.sdtype == b->q.sdtype));
+}
+static int up_qkv_quant(dev_pool *pl, dlayer *D, const tensor *const *t, char *err, size_t errlen) {
+    dmat *W = &D->wqkv;
+    memset(W, 0, sizeof *W);
+    if (!tensor_q_same(t[0], t[1]) || !tensor_q_same(t[0], t[2])) {
+        for (int i = 0; i < 3; i++)
+            if (cu_up_qmat(pl, &D->qkv_part[i], t[i], err, errlen)) return -1;
+        W->dt = D->qkv_part[0].dt;
+        W->K = D->qkv_part[0].K;
+        W->N = D->qkv_part[0].N + D->qkv_part[1].N + D->qkv_part[2].N;
+        W->nsub = 3;
+        W->sub = D->qkv_part;
+        return 0;
+    }
+    for (int i = 0; i < 3; i++)
+        if (cu_q_geometry(t[i], err, errlen)) return -1;
+    W->dt = t[0]->dtype;
+    W->K = (int)t[0]->shape[1];
+    W->N = (int)(t[0]->shape[0] + t[1]->shape[0] + t[2]->shape[0]);
+    if (W->dt == DT_MLX) W->bits = t[0]->q.bits, W->group = t[0]->q.group, W->sdt = t[0]->q.sdtype;
+    const size_t rb = cu_q_row_bytes(W->dt, W->bits, W->K);
+    const size_t sbr = W->dt == DT_MLX ? (size_t)(W->K / W->group) * (W->sdt == DT_F32 ? 4 : 2) : 0;
+    if (cu_dev_alloc(pl, &W->p, rb * (size_t)W->N, err, errlen)) return -1;
+    if (sbr && (cu_dev_alloc(pl, &W->sc, sbr * (size_t)W->N, err, errlen) ||
+                cu_dev_alloc(pl, &W->bi, sbr * (size_t)W->N, err, errlen)))
+        return -1;
+    for (int i = 0, r = 0; i < 3; r += (int)t[i]->shape[0], i++) {
+        const size_t n = (size_t)t[i]->shape[0];
+        CK(cudaMemcpy((char *)W->p + rb * r, t[i]->data, rb * n, cudaMemcpyHostToDevice));
+        if (sbr) {
+            CK(cudaMemcpy((char *)W->sc + sbr * r, t[i]->q.scales, sbr * n, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy((char *)W->bi + sbr * r, t[i]->q.biases, sbr * n, cudaMemcpyHostToDevice));
+        }
+    }
+    return 0;
+}
+
 /* q, k and v stacked into one matrix (and their biases into one vector,
    zeros for a missing one) so a single launch reads all three */
 static int up_qkv(dev_pool *pl, dlayer *D, const wlayer *L, const char *who, char *err, size_t errlen) {
     const tensor *t[3] = {L->wq, L->wk, L->wv};
     const float *b[3] = {L->bq, L->bk, L->bv};
+    const int quant = dtype_is_quant(t[0]->dtype);
     for (int i = 1; i < 3; i++)
-        if (t[i]->dtype != t[0]->dtype || t[i]->shape[1] != t[0]->shape[1])
+        if ((quant ? !dtype_is_quant(t[i]->dtype) : t[i]->dtype != t[0]->dtype) || t[i]->shape[1] != t[0]->shape[1])
             return ds_err(err, errlen, "%s: %s and %s differ in dtype or width", who, t[0]->name, t[i]->name);
-    if (t[0]->dtype != DT_BF16 && t[0]->dtype != DT_F16 && t[0]->dtype != DT_F32)
-        return ds_err(err, errlen, "%s: %s has dtype %s (bf16, f16 or f32 needed)", who, t[0]->name,
-                      dtype_name(t[0]->dtype));
-    size_t bytes = t[0]->nbytes + t[1]->nbytes + t[2]->nbytes;
-    D->wqkv.dt = t[0]->dtype;
-    D->wqkv.K = (int)t[0]->shape[1];
-    D->wqkv.N = (int)(t[0]->shape[0] + t[1]->shape[0] + t[2]->shape[0]);
-    if (cu_dev_alloc(pl, &D->wqkv.p, bytes, err, errlen)) return -1;
-    size_t off = 0;
-    for (int i = 0; i < 3; i++) {
-        CK(cudaMemcpy((char *)D->wqkv.p + off, t[i]->data, t[i]->nbytes, cudaMemcpyHostToDevice));
-        off += t[i]->nbytes;
+    if (quant) {
+        if (up_qkv_quant(pl, D, t, err, errlen)) return -1;
+    } else {
+        if (t[0]->dtype != DT_BF16 && t[0]->dtype != DT_F16 && t[0]->dtype != DT_F32)
+            return ds_err(err, errlen, "%s: %s has dtype %s (bf16, f16 or f32 needed)", who, t[0]->name,
+                          dtype_name(t[0]->dtype));
+        size_t bytes = t[0]->nbytes + t[1]->nbytes + t[2]->nbytes;
+        D->wqkv.dt = t[0]->dtype;
+        D->wqkv.K = (int)t[0]->shape[1];
+        D->wqkv.N = (int)(t[0]->shape[0] + t[1]->shape[0] + t[2]->shape[0]);
+        if (cu_dev_alloc(pl, &D->wqkv.p, bytes, err, errlen)) return -1;
+        size_t off = 0;
+        for (int i = 0; i < 3; i++) {
+            CK(cudaMemcpy((char *)D->wqkv.p + off, t[i]->data, t[i]->nbytes, cudaMemcpyHostToDevice));
+            off += t[i]->nbytes;
+        }
     }
     D->bqkv = NULL;
     if (!b[0] && !b[1] && !b[2]) return 0;
@@ -52,7 +102,8 @@ int cu_up_layer(dev_pool *pl, dlayer *D, const wlayer *L, const model_config *c,
              cu_up_f32(pl, &D->q_norm, L->q_norm, hd, err, errlen) ||
              cu_up_f32(pl, &D->k_norm, L->k_norm, hd, err, errlen) || cu_up_f32(pl, &D->bo, L->bo, H, err, errlen);
     if (rc) return -1;
-    if (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N)
+    /* (the SwiGLU kernels read gate and up rows alike: one format) */
+    if (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N || (dtype_is_quant(D->wg.dt) && !cu_q_same_format(&D->wg, &D->wu)))
         return ds_err(err, errlen, "%s: layer %d: gate and up projections differ in dtype or shape", who, l);
     return 0;
 }

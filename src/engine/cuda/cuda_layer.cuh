@@ -15,6 +15,7 @@
    and biases f32 (NULL when absent); the layer's kinds from its wlayer. */
 struct dlayer {
     dmat wqkv, wo, wg, wu, wd;
+    dmat qkv_part[3]; /* quantized q, k, v apart (wqkv's parts when their formats differ) */
     float *attn_norm, *mlp_norm, *q_norm, *k_norm, *bqkv, *bo;
     attn_kind attn;
     mlp_kind mlp;

@@ -786,7 +786,8 @@ static void fma_rows(cu_go st, float *y, const float *x, int M, const dmat *W, c
 template <int EPI>
 static void matmul_epi(cu_go st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                        const float *bias) {
-    if (!fma_forced(st.t) && W->K % 8 == 0 && W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
+    if (dtype_is_quant(W->dt)) cu_qmatmul(st, EPI, y, x, M, W, W2, bias); /* (cuda_quant.cu) */
+    else if (!fma_forced(st.t) && W->K % 8 == 0 && W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
     else if (!fma_forced(st.t) && W->K % 8 == 0 && W->dt == DT_F16) mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
     else fma_rows<EPI>(st, y, x, M, W, W2, bias);
 }

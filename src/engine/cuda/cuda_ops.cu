@@ -89,6 +89,8 @@ int cu_up_f32(dev_pool *pl, float **dst, const float *src, size_t n, char *err, 
 }
 
 int cu_up_mat(dev_pool *pl, dmat *d, const tensor *t, char *err, size_t errlen) {
+    if (dtype_is_quant(t->dtype)) return cu_up_qmat(pl, d, t, err, errlen);
+    memset(d, 0, sizeof *d);
     if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
         return ds_err(err, errlen, "CUDA: %s has dtype %s (bf16, f16 or f32 needed)", t->name, dtype_name(t->dtype));
     d->dt = t->dtype;
@@ -229,6 +231,7 @@ void cu_rmsnorm(cu_go st, float *y, const float *x, const float *w, int M, int D
 
 void cu_embed(cu_go st, float *out, const dmat *E, const int *tok, int M) {
     int H = E->K;
+    if (dtype_is_quant(E->dt)) return cu_qembed(st, out, E, tok, M);
     switch (E->dt) {
     case DT_BF16: launch(k_embed<__nv_bfloat16>, M, 256, st, out, (const __nv_bfloat16 *)E->p, tok, H); break;
     case DT_F16: launch(k_embed<__half>, M, 256, st, out, (const __half *)E->p, tok, H); break;

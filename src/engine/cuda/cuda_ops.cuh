@@ -415,7 +415,34 @@ struct dmat {
     ds_dtype dt;
     int N, K;
     void *t;
+    /* A quantized matrix (dtype_is_quant(dt), cuda_quant.cu): p holds the
+       file's bytes as they are (a GGUF type's blocks, row n the K/QK blocks
+       at n * cu_q_row_bytes; MLX's packed words); for DT_MLX also bits,
+       group, the scales' and biases' dtype sdt and the arrays sc, bi
+       [N][K / group]. No tile-major copy (t stays NULL), and every fused
+       path (the tensor-core kernel, a folded norm, a pre-cut input, cuBLAS)
+       declines it through its predicate, so its bytes are only ever read by
+       the quantized kernels. nsub (0: none): the matrix is a stack of nsub
+       parts by rows, sub[i] each in its own format (a GGUF file's q, k and
+       v of different types, stacked as one projection); dt is then the
+       first part's and p is NULL. */
+    int bits, group;
+    ds_dtype sdt;
+    void *sc, *bi;
+    int nsub;
+    const dmat *sub;
 };
+
+/* rows [r0, r0 + n) of a quantized W (no parts) as a matrix of its own */
+dmat cu_qmat_rows(const dmat *W, int r0, int n);
+/* y = x . W^T (+ bias) for M rows with epilogue epi (MM_*; W2 the up rows
+   of a SwiGLU, the same format as W), W quantized: the dequantized
+   weights exact in f32, each row's sum in an order that does not depend on
+   M (cuda_quant.cu) */
+void cu_qmatmul(cu_go st, int epi, float *y, const float *x, int M, const dmat *W, const dmat *W2,
+                const float *bias);
+/* out[M][H] = rows tok[m] of the quantized E, dequantized */
+void cu_qembed(cu_go st, float *out, const dmat *E, const int *tok, int M);
 
 /* Rows [r0, r0 + n) of W as a matrix of its own, in W's memory (no copy):
    its row-major rows from r0 on and, where W has a tile-major copy and r0
@@ -424,6 +451,13 @@ struct dmat {
    kernel drops as it drops a tile's zero padding); otherwise no tile-major
    copy (the kernels read the rows: the same bits). */
 static inline dmat cu_mat_rows(const dmat *W, int r0, int n) {
+    if (dtype_is_quant(W->dt)) {
+        /* (a stack of parts: the part that holds the rows; views across
+           parts are not taken by anything) */
+        for (int i = 0, a = 0; i < W->nsub; a += W->sub[i].N, i++)
+            if (r0 >= a && r0 + n <= a + W->sub[i].N) return cu_qmat_rows(&W->sub[i], r0 - a, n);
+        return cu_qmat_rows(W, r0, n);
+    }
     const size_t es = dtype_size(W->dt), nc = ((size_t)W->K + 31) / 32;
     dmat v = {(char *)W->p + (size_t)r0 * W->K * es, W->dt, n, W->K, NULL};
     if (W->t && r0 % 16 == 0) v.t = (char *)W->t + (size_t)(r0 / 16) * nc * 512 * es;
@@ -450,6 +484,18 @@ int cu_up_f32(dev_pool *pl, float **dst, const float *src, size_t n, char *err, 
 /* a bf16 / f16 / f32 matrix tensor to the device, in its dtype */
 int cu_up_mat(dev_pool *pl, dmat *d, const tensor *t, char *err, size_t errlen);
 void cu_pool_free(dev_pool *pl);
+
+/* ---- quantized matrices (cuda_quant.cu) ---- */
+/* bytes of one row of K elements in dt (bits: MLX's) */
+size_t cu_q_row_bytes(ds_dtype dt, int bits, int K);
+/* 0 when t (a quantized tensor) has a shape the kernels take: 2-D, K a
+   multiple of its block or group, MLX bits 2-6 or 8, group 32, 64 or 128,
+   float scales, nbytes matching; else -1 with err */
+int cu_q_geometry(const tensor *t, char *err, size_t errlen);
+/* t (quantized) to the device as it is (cu_up_mat calls it) */
+int cu_up_qmat(dev_pool *pl, dmat *d, const tensor *t, char *err, size_t errlen);
+/* whether a and b have one format (dtype, width and MLX parameters) */
+int cu_q_same_format(const dmat *a, const dmat *b);
 /* 1 when W can have a tile-major copy (bf16 / f16, K a multiple of 8) */
 int cu_tiles_ok(const dmat *W);
 /* W's tile-major copy (W->t), allocated in pl and filled on the legacy
