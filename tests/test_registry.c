@@ -1,9 +1,11 @@
 /* Registry tests: targets recognised by shape (and not the 2507 refresh),
  * and local drafter copies found in each documented place, in order. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/model.h"
 #include "spec/registry.h"
 #include "test.h"
 
@@ -127,4 +129,47 @@ TEST(registry_find_local_places) {
         else unsetenv(vars[i]);
         free(saved[i]);
     }
+}
+
+/* A quantized build of a registered target (here the bundled model, as a
+ * GGUF and as an MLX 4-bit folder written by dspark quantize) matches the
+ * same entry by its shapes, and a lone GGUF's drafters are found in the
+ * folder that holds it. */
+TEST(registry_quantized_builds) {
+    char dir[600], cmd[2400], src[700];
+    snprintf(dir, sizeof dir, "%s/regq", test_tmp_dir());
+    snprintf(src, sizeof src, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
+    mkdir(dir, 0755);
+    const char *outs[2] = {"b.gguf", "b-mlx4"}, *types[2] = {"Q8_0", "mlx4"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "quantize --model %s --out %s/%s --type %s", src, dir, outs[i], types[i]);
+        CHECK_EQ_INT(test_run_cli(cmd, NULL, NULL), 0);
+        char path[800], err[512];
+        snprintf(path, sizeof path, "%s/%s", dir, outs[i]);
+        model *m;
+        CHECK_MSG(model_load(&m, path, NULL, err, sizeof err) == 0, "%s: %s", path, err);
+        if (!m) continue;
+        const registry_entry *e = registry_match(model_cfg(m));
+        CHECK(e && !strcmp(e->target, DSPARK_DEFAULT_MODEL));
+        model_free(m);
+    }
+    /* a drafter folder beside the .gguf */
+    char drafter[800], path[900], out[1024];
+    snprintf(drafter, sizeof drafter, "%s/%s-dspark", dir, DSPARK_DEFAULT_MODEL);
+    mkdir(drafter, 0755);
+    snprintf(path, sizeof path, "%s/config.json", drafter);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("{}", f);
+        fclose(f);
+    }
+    snprintf(path, sizeof path, "%s/b.gguf", dir);
+    unsetenv("DSPARK_DRAFTERS");
+    setenv("DSPARK_CACHE_DIR", dir, 1); /* nothing under DIR/drafters */
+    setenv("HF_HUB_CACHE", dir, 1);
+    CHECK_EQ_INT(registry_find_local("dspark/" DSPARK_DEFAULT_MODEL "-dspark", path, out, sizeof out), 1);
+    CHECK_MSG(!strcmp(out, drafter), "found %s, expected %s", out, drafter);
+    unsetenv("DSPARK_CACHE_DIR");
+    unsetenv("HF_HUB_CACHE");
 }
