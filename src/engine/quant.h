@@ -15,7 +15,7 @@
  * f32 lane dot of x with the block's exactly widened integer elements
  * (y = sum_b scale_b * dot_b in 8 or 16 lanes, fixed final reduction), the
  * min / bias terms as their f32 value times the block's sum of x; except
- * that level 2 on Q4_0, Q8_0, Q4_K and Q6_K factors nothing out: it FMAs
+ * that level 2 on Q4_0, Q4_K and Q6_K factors nothing out: it FMAs
  * the exactly dequantized f32 weights with x in 16 lanes (lane k % 16, k
  * increasing, one f32 rounding per product-add) and reduces the lanes in
  * a fixed order. The levels agree to rounding (tests/test_quant.c: within

@@ -3,17 +3,17 @@
  * Compiled with the Makefile's AVX-512 flags, called by quant.c only when
  * ops_level() == 2.
  *
- * The GGUF types here multiply exactly dequantized f32 weights with x (see
- * "GGUF: exact weights" below). MLX keeps quant_avx2.c's arithmetic with 16
- * lanes instead of 8: per group FMAs over its widened integer elements in
- * element order (lane k % 16), the group's f32 scale applied by one FMA
- * into a 16-lane accumulator, groups in order, the bias term as its value
- * times the group's x sum (16 lanes); the lanes reduced by hsum16's fixed
- * pairing. So each output depends on x[m] and row n only, as at every
- * level, and differs from level 1 by rounding only. Why 16 lanes: on Zen 4
- * the widening (vpmovsxbd, vcvtdq2ps) and FMAs issue half as many
- * instructions per element as the AVX2 kernels, which are issue-bound at
- * M = 1 rather than bound by memory. */
+ * Q4_0, Q4_K and Q6_K multiply exactly dequantized f32 weights with x
+ * (see "GGUF: exact weights" below). Q8_0 and MLX keep quant_avx2.c's
+ * arithmetic with 16 lanes instead of 8: per block / group FMAs over its
+ * widened integer elements in element order (lane k % 16), its f32 scale
+ * applied by one FMA into a 16-lane accumulator, blocks in order, the MLX
+ * bias term as its value times the group's x sum (16 lanes); the lanes
+ * reduced by hsum16's fixed pairing. So each output depends on x[m] and
+ * row n only, as at every level, and differs from level 1 by rounding
+ * only. Why 16 lanes: on Zen 4 the widening (vpmovsxbd, vcvtdq2ps) and
+ * FMAs issue half as many instructions per element as the AVX2 kernels,
+ * which are issue-bound at M = 1 rather than bound by memory. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__F16C__)
 
 #include <immintrin.h>
@@ -54,7 +54,7 @@ typedef struct {
 
 /* ------------------------------------------------ GGUF: exact weights
  *
- * Q4_0, Q8_0, Q4_K and Q6_K dequantize each weight exactly (the f32
+ * Q4_0, Q4_K and Q6_K dequantize each weight exactly (the f32
  * operations of quant.c's deq_*, in the same order) into 16-lane vectors
  * and FMA them into one 16-lane f32 accumulator per (m, n), lane k % 16,
  * k increasing; y = hsum16(acc). No block scale is factored out, so each
@@ -68,8 +68,8 @@ typedef struct {
  * (one vmulps, bit-equal to deq_q4_0's products) and looks the nibbles up
  * with vpermps, which reads the low 4 bits of each dword index, so the
  * high nibble needs one shift and no mask; Q4_K likewise with the table
- * dl * i - ml of each sub-block (mul then sub, as deq_q4_k); Q8_0 and Q6_K
- * widen the integers to f32 and multiply by d or by d * sc. */
+ * dl * i - ml of each sub-block (mul then sub, as deq_q4_k); Q6_K widens
+ * the integers to f32 and multiplies by d * sc. */
 
 /* The loops over r and m unrolled whole, so the accumulators and weight
  * vectors live in registers (GCC -O2 keeps such arrays in memory). */
@@ -118,20 +118,6 @@ AI void g_q4_0(const uint8_t *const *rows, size_t pf, int K, const float *x, int
             const __m512i z = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)));
             w0[r] = _mm512_permutexvar_ps(z, t);
             w1[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), t);
-        }
-        GSTEP((size_t)b * 32, w0, w1);
-    }
-}
-
-AI void g_q8_0(const uint8_t *const *rows, size_t pf, int K, const float *x, int mt, int nr, __m512 acc[GNR][GMT]) {
-    for (int b = 0; b < K / 32; b++) {
-        __m512 w0[GNR], w1[GNR];
-        UNR for (int r = 0; r < nr; r++) {
-            const uint8_t *blk = rows[r] + (size_t)b * 34;
-            _mm_prefetch((const char *)blk + pf, _MM_HINT_T0);
-            const __m512 d = f16x16(blk);
-            w0[r] = _mm512_mul_ps(d, i8x16(_mm_loadu_si128((const __m128i *)(blk + 2))));
-            w1[r] = _mm512_mul_ps(d, i8x16(_mm_loadu_si128((const __m128i *)(blk + 18))));
         }
         GSTEP((size_t)b * 32, w0, w1);
     }
@@ -257,7 +243,6 @@ AI int g_nr(int mt) { return mt <= 2 ? 4 : 2; }
         }                                                                                           \
     }
 GINST(g_q4_0)
-GINST(g_q8_0)
 GINST(g_q4_k)
 GINST(g_q6_k)
 
@@ -266,7 +251,6 @@ static void gguf_rows(float *y, int ldy, const float *x, int M, int K, const ten
     gkern kern;
     switch (W->dtype) {
     case DT_Q4_0: kern = g_q4_0_p; break;
-    case DT_Q8_0: kern = g_q8_0_p; break;
     case DT_Q4_K: kern = g_q4_k_p; break;
     default: kern = g_q6_k_p; break;
     }
@@ -292,6 +276,26 @@ static void gguf_rows(float *y, int ldy, const float *x, int M, int K, const ten
             m0 += mt;
         }
     }
+}
+
+/* Q8_0 keeps the factored arithmetic (per block a 16-lane dot of x with the
+ * widened int8 elements, then one FMA by d): at M = 1 it measured ~20%
+ * faster than the exact-weights path (one vmulps per 16 weights more) in
+ * quant-bench and in decode; M >= 8 is slower this way. */
+AI void k_q8_0(const qargs *a, int64_t n, const float *x, const float *xs, int mt, float *out) {
+    (void)xs;
+    const uint8_t *row = (const uint8_t *)a->W->data + (size_t)n * a->rb;
+    const int K = a->K, nb = K / 32;
+    __m512 acc[QMT];
+    for (int m = 0; m < mt; m++) acc[m] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = row + (size_t)b * 34;
+        const __m512 d = _mm512_set1_ps(f16at(blk));
+        __m512 q0 = i8x16(_mm_loadu_si128((const __m128i *)(blk + 2)));
+        __m512 q1 = i8x16(_mm_loadu_si128((const __m128i *)(blk + 18)));
+        for (int m = 0; m < mt; m++) acc[m] = _mm512_fmadd_ps(d, dot32(q0, q1, x + (size_t)m * K + b * 32), acc[m]);
+    }
+    for (int m = 0; m < mt; m++) out[m] = hsum16(acc[m]);
 }
 
 AI float sb_at(const void *p, ds_dtype sdt, size_t i) {
@@ -368,6 +372,7 @@ typedef void (*qkern)(const qargs *a, int64_t n, const float *x, const float *xs
         default: k(a, n, x, xs, 1, out); break;                                                   \
         }                                                                                         \
     }
+INST(k_q8_0)
 INST(k_mlx4)
 INST(k_mlx8)
 
@@ -392,12 +397,12 @@ static void xsums(float *xs, const float *x, int K, int len) {
 void avx512_quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
                               int64_t n0, int64_t n1) {
     qargs a = {.W = W, .K = K, .rb = quant_row_bytes(W->dtype, W->q.bits, K), .nsub = 0};
-    if (W->dtype != DT_MLX) {
+    if (W->dtype != DT_MLX && W->dtype != DT_Q8_0) {
         gguf_rows(y, ldy, x, M, K, W, bias, n0, n1);
         return;
     }
-    qkern kern = W->q.bits == 4 ? k_mlx4_p : k_mlx8_p;
-    const int sub = W->q.group;
+    qkern kern = W->dtype == DT_Q8_0 ? k_q8_0_p : W->q.bits == 4 ? k_mlx4_p : k_mlx8_p;
+    const int sub = W->dtype == DT_Q8_0 ? 0 : W->q.group;
     float *xs = NULL;
     if (sub) {
         a.nsub = K / sub;
