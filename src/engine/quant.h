@@ -14,9 +14,13 @@
  * (quant_avx2.c, quant_avx512.c) factor each block's f32 scale out of an
  * f32 lane dot of x with the block's exactly widened integer elements
  * (y = sum_b scale_b * dot_b in 8 or 16 lanes, fixed final reduction), the
- * min / bias terms as their f32 value times the block's sum of x. The
- * levels agree to rounding (tests/test_quant.c: within 1e-5 of sum|x*w|),
- * each level bit for bit with itself across M, chunks and threads. */
+ * min / bias terms as their f32 value times the block's sum of x; except
+ * that level 2 on Q4_0, Q4_K and Q6_K factors nothing out: it FMAs
+ * the exactly dequantized f32 weights with x in 16 lanes (lane k % 16, k
+ * increasing, one f32 rounding per product-add) and reduces the lanes in
+ * a fixed order. The levels agree to rounding (tests/test_quant.c: within
+ * 1e-5 of sum|x*w|), each level bit for bit with itself across M, chunks
+ * and threads. */
 #ifndef DS_QUANT_H
 #define DS_QUANT_H
 
