@@ -245,7 +245,8 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
                       (double)sizeof(float) * kvf / (1 << 30), n_ctx, cudaGetErrorString(e), cu_tiles_hint());
     }
     float **bufs[] = {&x->x, &x->xb, &x->q, &x->att, &x->qkv, &x->gate, &x->logits, &x->part, &x->d_taps};
-    size_t sizes[] = {R * H, R * H, R * QD, R * QD, R * (QD + 2 * KD), R * I, B * (size_t)c->vocab_size,
+    size_t sizes[] = {R * H, R * H, R * QD, R * QD, R * (QD + 2 * KD), R * cu_layer_gate_floats(m->layers, c->n_layers, (int)I),
+                      B * (size_t)c->vocab_size,
                       cu_attn_part_floats(c->n_heads, c->head_dim, n_ctx), (size_t)GRAPH_TAPS * GRAPH_ROWS * H};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         e = cudaMalloc((void **)bufs[i], sizeof(float) * sizes[i]);

@@ -102,10 +102,18 @@ int cu_up_layer(dev_pool *pl, dlayer *D, const wlayer *L, const model_config *c,
              cu_up_f32(pl, &D->q_norm, L->q_norm, hd, err, errlen) ||
              cu_up_f32(pl, &D->k_norm, L->k_norm, hd, err, errlen) || cu_up_f32(pl, &D->bo, L->bo, H, err, errlen);
     if (rc) return -1;
-    /* (the SwiGLU kernels read gate and up rows alike: one format) */
-    if (D->wg.dt != D->wu.dt || D->wg.N != D->wu.N || (dtype_is_quant(D->wg.dt) && !cu_q_same_format(&D->wg, &D->wu)))
-        return ds_err(err, errlen, "%s: layer %d: gate and up projections differ in dtype or shape", who, l);
+    /* (the fused SwiGLU kernels read gate and up rows alike: one format;
+       two formats, e.g. an MLX override leaving one unquantized, run apart) */
+    if (D->wg.N != D->wu.N || D->wg.K != D->wu.K)
+        return ds_err(err, errlen, "%s: layer %d: gate and up projections differ in shape", who, l);
+    D->gu_apart = D->wg.dt != D->wu.dt || (dtype_is_quant(D->wg.dt) && !cu_q_same_format(&D->wg, &D->wu));
     return 0;
+}
+
+size_t cu_layer_gate_floats(const dlayer *ls, int n, int I) {
+    int apart = 0;
+    for (int i = 0; i < n; i++) apart |= ls[i].gu_apart;
+    return (size_t)I * (apart ? 2 : 1);
 }
 
 void cu_layer_mats(dlayer *D, dmat **out) {
@@ -193,10 +201,20 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, float *kc, floa
                 cu_rmsnorm(gu, r->xb, r->x, mn, M, c->hidden_size, eps);
                 in = r->xb, mn = NULL;
             }
-            cu_cut gc = norm_apart(gu, r, CU_NS_GU, in, M, &L->wg, mn);
-            gc.out = gate_c;
-            if (!mm(gu, r, MM_SWIGLU, r->gate, in, M, &L->wg, &L->wu, NULL, mn, gc))
-                gate_c = NULL; /* (not written) */
+            if (L->gu_apart) {
+                /* gate into the scratch's first M rows, up after them; the
+                   same launches at every width */
+                float *up = r->gate + (size_t)M * L->wg.N;
+                mm(gu, r, MM_STORE, r->gate, in, M, &L->wg, NULL, NULL, mn);
+                mm(gu, r, MM_STORE, up, in, M, &L->wu, NULL, NULL, mn);
+                cu_swiglu_apart(gu, r->gate, up, (size_t)M * L->wg.N);
+                gate_c = NULL;
+            } else {
+                cu_cut gc = norm_apart(gu, r, CU_NS_GU, in, M, &L->wg, mn);
+                gc.out = gate_c;
+                if (!mm(gu, r, MM_SWIGLU, r->gate, in, M, &L->wg, &L->wu, NULL, mn, gc))
+                    gate_c = NULL; /* (not written) */
+            }
         }
     }
     mark(how, CU_LOP_GU);

@@ -16,6 +16,10 @@
 struct dlayer {
     dmat wqkv, wo, wg, wu, wd;
     dmat qkv_part[3]; /* quantized q, k, v apart (wqkv's parts when their formats differ) */
+    /* 1: gate and up in different formats (an MLX per-module override):
+       each its own matmul, then the SwiGLU apart; the rows' gate scratch
+       holds both (cu_layer_gate_floats) */
+    int gu_apart;
     float *attn_norm, *mlp_norm, *q_norm, *k_norm, *bqkv, *bo;
     attn_kind attn;
     mlp_kind mlp;
@@ -24,6 +28,9 @@ struct dlayer {
 /* L's weights into D, allocated in pl; who names the backend in errors */
 int cu_up_layer(dev_pool *pl, dlayer *D, const wlayer *L, const model_config *c, int l, const char *who, char *err,
                 size_t errlen);
+/* floats of gate scratch a row needs for layers ls[0..n): the
+   intermediate size, twice where a layer runs gate and up apart */
+size_t cu_layer_gate_floats(const dlayer *ls, int n, int I);
 /* the matrices of D that take tile-major copies (cu_tile_once), in out[5] */
 enum { CU_LAYER_MATS = 5 };
 void cu_layer_mats(dlayer *D, dmat **out);

@@ -441,6 +441,9 @@ dmat cu_qmat_rows(const dmat *W, int r0, int n);
    M (cuda_quant.cu) */
 void cu_qmatmul(cu_go st, int epi, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                 const float *bias);
+/* g[i] = silu(g[i]) * u[i] for i < n (a layer whose gate and up run
+   apart): silu(g) = g / (1 + exp(-g)) in f32, as the CPU's op_swiglu */
+void cu_swiglu_apart(cu_go st, float *g, const float *u, size_t n);
 /* out[M][H] = rows tok[m] of the quantized E, dequantized */
 void cu_qembed(cu_go st, float *out, const dmat *E, const int *tok, int M);
 

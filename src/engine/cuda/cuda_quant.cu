@@ -478,6 +478,23 @@ void cu_qmatmul(cu_go st, int epi, float *y, const float *x, int M, const dmat *
     else qmm_type<MM_STORE>(st, y, W->N, x, M, W, NULL, bias);
 }
 
+/* ---- a SwiGLU apart ----------------------------------------------------------- */
+
+__global__ void k_swiglu_apart(float *g, const float *u, size_t n) {
+    pdl_trigger();
+    pdl_wait();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float a = g[i];
+        g[i] = __fdiv_rn(a, __fadd_rn(1.0f, expf(-a))) * u[i];
+    }
+}
+
+void cu_swiglu_apart(cu_go st, float *g, const float *u, size_t n) {
+    if (!n) return;
+    size_t blocks = (n + 255) / 256;
+    launch(k_swiglu_apart, (int)(blocks < 4096 ? blocks : 4096), 256, st, g, u, n);
+}
+
 /* ---- the embedding gather ---------------------------------------------------- */
 
 /* a block a row: out[m] = row tok[m] of E dequantized (the same values as
