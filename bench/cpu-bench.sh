@@ -60,7 +60,8 @@ if [ -n "$QUANTS" ]; then
   # the tokenizer beside the weights, so that the GGUFs carry it
   cp "$TOKDIR/tokenizer.json" "$TOKDIR/tokenizer_config.json" "$MODEL/"
   for q in $QUANTS; do
-    [ -f "$OUT/qwen3-$SHAPE-$q.gguf" ] || ./dspark quantize --model "$MODEL" --out "$OUT/qwen3-$SHAPE-$q.gguf" --type "$q" >/dev/null
+    [ -f "$OUT/qwen3-$SHAPE-$q.gguf" ] || ./dspark quantize --model "$MODEL" --out "$OUT/qwen3-$SHAPE-$q.gguf" \
+      --type "$q" > "$OUT/quantize-$q.log" 2>&1 || { cat "$OUT/quantize-$q.log" >&2; exit 1; }
   done
 fi
 
