@@ -19,6 +19,10 @@ void *ops_scratch(size_t) { emu::fail("ops_scratch called"); }
 void avx2_quant_matmul_rows(float *, int, const float *, int, int, const tensor *, const float *, int64_t, int64_t) {
     emu::fail("avx2_quant_matmul_rows called");
 }
+int avx512_quant_has(const tensor *) { return 0; }
+void avx512_quant_matmul_rows(float *, int, const float *, int, int, const tensor *, const float *, int64_t, int64_t) {
+    emu::fail("avx512_quant_matmul_rows called");
+}
 }
 
 #include "check.h"
