@@ -33,7 +33,7 @@ const char BENCH_HELP[] =
     "median over trials of decode tok/s, prefill tok/s, tokens per verify round, draft\n"
     "acceptance, speedup over baseline and whether the output is identical; then the\n"
     "geometric-mean speedup of each mode. Exit status 1 when any output differs.\n"
-    "  -m, --model DIR          Hugging Face checkpoint directory (default: the bundled\n"
+    "  -m, --model DIR|FILE     checkpoint directory or .gguf file (default: the bundled\n"
     "                           model, or $DSPARK_MODEL; without tokenizer.json\n"
     "                           or chat template: synthetic token-id prompts from the\n"
     "                           vocabulary size, or raw text when only the template is missing)\n"

@@ -23,7 +23,7 @@ const char CHAT_HELP[] =
     "usage: dspark chat --model DIR [options]\n"
     "Interactive chat using the model's chat template; the answer streams as it is\n"
     "generated, and earlier turns stay in the KV cache.\n"
-    "  -m, --model DIR          checkpoint with tokenizer.json and a chat template\n"
+    "  -m, --model DIR|FILE     checkpoint (or .gguf) with a tokenizer and a chat template\n"
     "                           (default: the bundled model, or $DSPARK_MODEL)\n"
     "      --system TEXT        system message\n"
     "      --no-thinking        enable_thinking=false for the template\n"

@@ -26,7 +26,7 @@ const char SERVE_HELP[] =
     "  POST /v1/chat/completions /v1/completions /v1/responses   (OpenAI)\n"
     "  POST /v1/messages /v1/messages/count_tokens               (Anthropic; Claude Code)\n"
     "  GET  /v1/models /health /metrics /events   POST /tokenize /detokenize\n"
-    "  -m, --model DIR          checkpoint with tokenizer.json (default: the bundled model)\n"
+    "  -m, --model DIR|FILE     checkpoint or .gguf with a tokenizer (default: the bundled model)\n"
     "      --host ADDR          address to listen on (default 127.0.0.1)\n"
     "      --port N             port (default 8080)\n"
     "      --api-key KEY        require Authorization: Bearer KEY or x-api-key: KEY\n"
