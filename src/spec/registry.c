@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/hfcache.h"
 #include "base/util.h"
 
 static int has_config(const char *dir) {
@@ -79,13 +80,6 @@ static void cache_root(char *out, size_t n) {
     else snprintf(out, n, "%s/.cache/dspark", h ? h : ".");
 }
 
-static void hub_root(char *out, size_t n) {
-    const char *c = getenv("HF_HUB_CACHE"), *hf = getenv("HF_HOME"), *h = getenv("HOME");
-    if (c && *c) snprintf(out, n, "%s", c);
-    else if (hf && *hf) snprintf(out, n, "%s/hub", hf);
-    else snprintf(out, n, "%s/.cache/huggingface/hub", h ? h : ".");
-}
-
 int registry_find_local(const char *repo, const char *model_dir, char *out, size_t n) {
     char buf[4096];
     const char *name = base_name(repo);
@@ -104,23 +98,25 @@ int registry_find_local(const char *repo, const char *model_dir, char *out, size
     cache_root(root, sizeof root);
     snprintf(buf, sizeof buf, "%s/drafters/%s", root, name);
     if (try_dir(buf, out, n)) return 1;
-    /* the hub cache: models--owner--name/snapshots/<revision>/ */
-    hub_root(root, sizeof root);
-    char mangled[512];
-    snprintf(mangled, sizeof mangled, "models--%.*s--%s", (int)(name - repo > 0 ? name - repo - 1 : 0), repo, name);
-    snprintf(buf, sizeof buf, "%s/%s/snapshots", root, mangled);
-    DIR *dh = opendir(buf);
-    if (dh) {
-        struct dirent *de;
-        int found = 0;
-        while (!found && (de = readdir(dh)) != NULL) {
-            if (de->d_name[0] == '.') continue;
-            char snap[4600];
-            snprintf(snap, sizeof snap, "%s/%s", buf, de->d_name);
-            found = try_dir(snap, out, n);
+    /* the hub cache: its main revision, else any snapshot */
+    hf_cache_root(root, sizeof root);
+    if (hf_snapshot_dir(root, repo, NULL, buf, sizeof buf) == 0 && try_dir(buf, out, n)) return 1;
+    char repodir[4096];
+    if (hf_repo_dir(root, repo, repodir, sizeof repodir) == 0) {
+        snprintf(buf, sizeof buf, "%s/snapshots", repodir);
+        DIR *dh = opendir(buf);
+        if (dh) {
+            struct dirent *de;
+            int found = 0;
+            while (!found && (de = readdir(dh)) != NULL) {
+                if (de->d_name[0] == '.') continue;
+                char snap[4600];
+                snprintf(snap, sizeof snap, "%s/%s", buf, de->d_name);
+                found = try_dir(snap, out, n);
+            }
+            closedir(dh);
+            if (found) return 1;
         }
-        closedir(dh);
-        if (found) return 1;
     }
     if (model_dir) {
         /* a folder's siblings; a lone file's (a .gguf) are in its folder */
