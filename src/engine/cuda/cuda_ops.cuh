@@ -436,9 +436,9 @@ struct dmat {
 /* rows [r0, r0 + n) of a quantized W (no parts) as a matrix of its own */
 dmat cu_qmat_rows(const dmat *W, int r0, int n);
 /* y = x . W^T (+ bias) for M rows with epilogue epi (MM_*; W2 the up rows
-   of a SwiGLU, the same format as W), W quantized: the dequantized
-   weights exact in f32, each row's sum in an order that does not depend on
-   M (cuda_quant.cu) */
+   of a SwiGLU, the same format as W), W quantized: tensor cores over each
+   block's exact integers, its f32 scales and mins applied per sub-block,
+   each row's sum in an order fixed by K alone (cuda_quant.cu states it) */
 void cu_qmatmul(cu_go st, int epi, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                 const float *bias);
 /* g[i] = silu(g[i]) * u[i] for i < n (a layer whose gate and up run
@@ -446,6 +446,10 @@ void cu_qmatmul(cu_go st, int epi, float *y, const float *x, int M, const dmat *
 void cu_swiglu_apart(cu_go st, float *g, const float *u, size_t n);
 /* out[M][H] = rows tok[m] of the quantized E, dequantized */
 void cu_qembed(cu_go st, float *out, const dmat *E, const int *tok, int M);
+/* out[N][K] = the quantized W (a stack of parts too) dequantized exactly
+   and rounded to nearest bf16: the weights of the prefill groups' cuBLAS
+   GEMMs (cu_gemm) */
+void cu_qdequant_bf16(cu_go st, __nv_bfloat16 *out, const dmat *W);
 
 /* Rows [r0, r0 + n) of W as a matrix of its own, in W's memory (no copy):
    its row-major rows from r0 on and, where W has a tile-major copy and r0

@@ -341,92 +341,412 @@ __device__ __forceinline__ void deq8(const qw &w, int n, int c, float (&v)[8]) {
     }
 }
 
-/* ---- the matmul ------------------------------------------------------------ */
+/* ---- the matmul: tensor cores over the blocks' integers -------------------- */
 
-#define QM_WARPS 4 /* warps a block; each takes R weight rows (and their up rows for SwiGLU) */
+/* Every format's weight is, per sub-block j of 16 or 32 elements, an
+   integer q times a scale d_j plus a min m_j (m_j = 0 where the format has
+   none): Q8_0 q in -128..127, Q4_0 q - 8, Q5_0 q - 16, Q4_1 / Q5_1 d q + m,
+   Q2_K (d sc) q - (dmin mn), Q3_K (d (sc - 32)) q, Q4_K / Q5_K (d sc) q -
+   (dmin mn), Q6_K (d sc) (q - 32), MLX s q + b. d_j and m_j are the f32
+   values ggml's dequantization computes (the same roundings: d sc is one
+   __fmul_rn), the integers are at most 8 bits wide, so exact in bf16.
 
-/* y[m][n] (ldy apart) for the rows m0 .. m0 + MT - 1 of the launch (M in
-   all) and weight rows n of warp's R: MM_STORE y = x.W^T (+ b), MM_ADD
-   y += x.W^T (+ b), MM_SWIGLU y = silu(x.W^T) * (x.W2^T) (the formulas of
-   k_matmul's epilogue). See the top of the file for the summation order. */
-template <int QT, int R, int MT, int EPI>
-__global__ void __launch_bounds__(32 * QM_WARPS) k_qmm(float *__restrict__ y, int ldy, const float *__restrict__ x,
-                                                       int M, int N, int K, qw w, qw w2,
-                                                       const float *__restrict__ bias) {
-    pdl_trigger();
-    pdl_wait();
-    constexpr int NR = EPI == MM_SWIGLU ? 2 * R : R;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int n0 = (blockIdx.x * QM_WARPS + warp) * R, m0 = blockIdx.y * MT;
-    if (n0 >= N) return; /* (no barrier follows) */
-    const int rows = M - m0 < MT ? M - m0 : MT;
-    float acc[NR][MT];
+   A block of QK_WARPS warps owns 16 weight rows (a SwiGLU: 16 gate and the
+   same 16 up rows) and 8 MT activation rows; K is cut into 32-element
+   units, warp w taking units w, w + QK_WARPS, w + 2 QK_WARPS, ... in that
+   order. Lane (g = lane / 4, t = lane % 4) holds of each unit elements 4t
+   .. 4t+3 and 16+4t .. 16+4t+3 of weight rows g and g+8 (as bf16 integer
+   pairs) and of activation row g of each 8-row tile (each f32 cut into a
+   bf16 head and tail, bf16_cut2: within 2^-17 of it); mma.sync m16n8k16
+   step s (0, 1) takes elements 16s .. 16s+15, lane t's 16s+4t .. 16s+4t+3
+   as the fragment's k 2t, 2t+1, 2t+8, 2t+9 (one permutation of k for both
+   operands), so a step is one 16-element sub-block.
+
+   Per output element (weight row n, activation row m) the operations are,
+   for each unit of its warp in order:
+     formats with 32-element sub-blocks: S = 0 + head step 0 + tail step 0
+       + head step 1 + tail step 1 (four mmas into one f32 accumulator);
+       acc = fmaf(d, S, acc); with a min, X = the same four mmas with a
+       weight operand of ones (the tensor core's sum of the row's 32
+       activations as cut), acc = fmaf(m, X, acc);
+     Q2_K, Q3_K, Q6_K (16-element sub-blocks): for s = 0, 1: S_s = 0 +
+       head step s + tail step s; acc = fmaf(d_s, S_s, acc); Q2_K then X_s
+       likewise and acc = fmaf(m_s, X_s, acc);
+   then the QK_WARPS warps' accumulators added in warp order (0 + ... + 7
+   left to right), then the bias, the residual add or the SwiGLU (the
+   formulas of k_matmul's epilogue). An mma's output element depends only
+   on its own weight row, activation row and accumulator, so nothing in
+   that sequence depends on M, on the other rows of the launch, on MT or
+   on the grid: a row's bits are the same in a verify of 16 as alone
+   (tests/cuemu/quant.cc and tests/cuda check it at widths 1 to 16 and
+   past). Compared with the exact sum over dequantized weights each
+   product is within 2^-17 of its own size (the head and tail), the min's
+   term within 2^-17 of |m| sum |x|; accumulation is f32.
+
+   Weights are read once a launch for all its rows (up to 16 rows a block
+   along y; wider launches, the rows past a prefill's cuBLAS groups, read
+   them once per 16 rows), each lane loading its units' words QK_UN units
+   ahead of their use, twice over, the first before the wait for the
+   previous kernel (weights are never written by one). */
+
+#define QK_WARPS 8 /* warps a block; the K split, so a row's order is fixed by K alone */
+
+/* the words a lane reads of one 32-element unit of one weight row (qload):
+   w, those that hold its 8 elements; s, the unit's scale fields */
+struct qraw {
+    uint32_t w[4], s[2];
+};
+
+/* a unit unpacked (qunpack): a[0..3] the bf16 pairs of elements (4t,
+   4t+1), (4t+2, 4t+3), (16+4t, 16+4t+1), (16+4t+2, 16+4t+3); d[j], m[j]
+   the scale and min of elements 16j .. 16j+15 */
+struct qunit {
+    uint32_t a[4];
+    float d[2], m[2];
+};
+
+template <int QT> struct qfmt {
+    static constexpr bool sub16 = QT == DT_Q2_K || QT == DT_Q3_K || QT == DT_Q6_K;
+    static constexpr bool mins =
+        QT > QT_MLX || QT == DT_Q4_1 || QT == DT_Q5_1 || QT == DT_Q2_K || QT == DT_Q4_K || QT == DT_Q5_K;
+};
+
+/* 4 bytes at a 2-byte aligned p */
+__device__ __forceinline__ uint32_t q_u16p(const uint8_t *p) { return q_u16(p) | q_u16(p + 2) << 16; }
+/* two integers as a bf16 pair (exact: |a|, |b| <= 256) */
+__device__ __forceinline__ uint32_t q_pk(int a, int b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn((float)a, (float)b);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+__device__ __forceinline__ float q_h(uint32_t v) { return __half2float(__ushort_as_half((unsigned short)(v & 0xffff))); }
+
+/* unit u of row n (elements 32u .. 32u+31), lane quad position t */
+template <int QT>
+__device__ __forceinline__ void qload(const qw &w, int n, int u, int t, qraw &r) {
+    const uint8_t *row = w.p + (size_t)n * w.rb;
+    if constexpr (QT > QT_MLX) {
+        /* B bits an element from the low bit up, a unit B words (4-byte
+           aligned: K is a multiple of 32); the second word only where the
+           4 elements straddle two (so never past the unit) */
+        constexpr int B = QT - QT_MLX;
+        const uint8_t *p = row + (size_t)u * 4 * B;
 #pragma unroll
-    for (int r = 0; r < NR; r++)
-#pragma unroll
-        for (int m = 0; m < MT; m++) acc[r][m] = 0.0f;
-    const int C = K / 8;
-#pragma unroll(MT <= 2 ? 2 : 1)
-    for (int c = lane; c < C; c += 32) {
-        float wv[NR][8];
-#pragma unroll
-        for (int r = 0; r < NR; r++) {
-            const int n = n0 + r % R < N ? n0 + r % R : N - 1; /* (a row past N: computed, dropped) */
-            deq8<QT>(r < R ? w : w2, n, c, wv[r]);
+        for (int h = 0; h < 2; h++) {
+            const int b0 = (16 * h + 4 * t) * B, w0 = b0 >> 5;
+            r.w[2 * h] = q_u32(p + 4 * w0);
+            r.w[2 * h + 1] = (b0 & 31) + 4 * B > 32 ? q_u32(p + 4 * w0 + 4) : 0u;
         }
-#pragma unroll
-        for (int m = 0; m < MT; m++) {
-            if (m < rows) {
-                const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)(m0 + m) * K + (size_t)c * 8);
-                const float4 a = xp[0], b = xp[1];
-                const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-                for (int r = 0; r < NR; r++)
-#pragma unroll
-                    for (int j = 0; j < 8; j++) acc[r][m] = fmaf(xv[j], wv[r][j], acc[r][m]);
-            }
-        }
-    }
-#pragma unroll
-    for (int m = 0; m < MT; m++) {
-        if (m >= rows) continue;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float s = warp_sum(acc[r][m]);
-            float u = 0.0f;
-            if constexpr (EPI == MM_SWIGLU) u = warp_sum(acc[R + r][m]);
-            const int n = n0 + r;
-            if (lane != 0 || n >= N) continue;
-            float *dst = y + (size_t)(m0 + m) * ldy + n;
-            if constexpr (EPI == MM_SWIGLU) {
-                *dst = s / (1.0f + expf(-s)) * u;
-            } else {
-                const float v = bias ? s + bias[n] : s;
-                if constexpr (EPI == MM_ADD) *dst += v;
-                else *dst = v;
-            }
+        const size_t gi = (size_t)n * w.gpr + (size_t)(32 * u) / w.group;
+        r.s[0] = __float_as_uint(q_sb(w.sc, w.sdt, gi));
+        r.s[1] = __float_as_uint(q_sb(w.bi, w.sdt, gi));
+    } else if constexpr (QT == DT_Q8_0) {
+        const uint8_t *b = row + (size_t)u * 34;
+        r.w[0] = q_u16p(b + 2 + 4 * t), r.w[1] = q_u16p(b + 18 + 4 * t), r.s[0] = q_u16(b);
+    } else if constexpr (QT == DT_Q4_0) { /* element e < 16: low nibble of qs[e]; e >= 16: high of qs[e - 16] */
+        const uint8_t *b = row + (size_t)u * 18;
+        r.w[0] = q_u16p(b + 2 + 4 * t), r.s[0] = q_u16(b);
+    } else if constexpr (QT == DT_Q4_1) {
+        const uint8_t *b = row + (size_t)u * 20;
+        r.w[0] = q_u32(b + 4 + 4 * t), r.s[0] = q_u32(b);
+    } else if constexpr (QT == DT_Q5_0) { /* bit 4 of element e: bit e of qh */
+        const uint8_t *b = row + (size_t)u * 22;
+        r.w[0] = q_u16p(b + 6 + 4 * t), r.w[1] = q_u16p(b + 2), r.s[0] = q_u16(b);
+    } else if constexpr (QT == DT_Q5_1) {
+        const uint8_t *b = row + (size_t)u * 24;
+        r.w[0] = q_u32(b + 8 + 4 * t), r.w[1] = q_u32(b + 4), r.s[0] = q_u32(b);
+    } else {
+        /* super-blocks of 256: unit v = u % 8 of super-block u / 8 */
+        const int v = u & 7;
+        if constexpr (QT == DT_Q2_K) { /* element 32v + l: bits 2 (v % 4) of qs[32 (v / 4) + l]; sub-block 2v + l / 16 */
+            const uint8_t *b = row + (size_t)(u >> 3) * 84, *qs = b + 16 + 32 * (v >> 2);
+            r.w[0] = q_u32(qs + 4 * t), r.w[1] = q_u32(qs + 16 + 4 * t);
+            r.s[0] = q_u16(b + 2 * v), r.s[1] = q_u32(b + 80);
+        } else if constexpr (QT == DT_Q3_K) {
+            /* as Q2_K, the third bit in hmask[l] bit v (clear: q - 4);
+               scale bytes of sub-blocks 2v, 2v + 1: low 4 bits in
+               scales[(2v) % 8 + j] (high nibble from sub-block 8), top 2 in
+               scales[8 + (2v) % 4 + j] */
+            const uint8_t *b = row + (size_t)(u >> 3) * 110, *qs = b + 32 + 32 * (v >> 2);
+            r.w[0] = q_u16p(qs + 4 * t), r.w[1] = q_u16p(qs + 16 + 4 * t);
+            r.w[2] = q_u16p(b + 4 * t), r.w[3] = q_u16p(b + 16 + 4 * t);
+            r.s[0] = q_u16(b + 96 + (2 * v & 7)) | q_u16(b + 104 + (2 * v & 3)) << 16, r.s[1] = q_u16(b + 108);
+        } else if constexpr (QT == DT_Q4_K || QT == DT_Q5_K) {
+            /* sub-block v: nibble v % 2 of qs[32 (v / 2) + l]; Q5_K's bit 4:
+               bit v of qh[l]; its 6-bit scale and min from scales[v],
+               scales[v + 4] and (v >= 4) scales[v - 4] */
+            const uint8_t *b = row + (size_t)(u >> 3) * (QT == DT_Q4_K ? 144 : 176);
+            const uint8_t *qs = b + (QT == DT_Q4_K ? 16 : 48) + 32 * (v >> 1);
+            r.w[0] = q_u32(qs + 4 * t), r.w[1] = q_u32(qs + 16 + 4 * t);
+            if constexpr (QT == DT_Q5_K) r.w[2] = q_u32(b + 16 + 4 * t), r.w[3] = q_u32(b + 32 + 4 * t);
+            r.s[0] = q_u32(b);
+            r.s[1] = q_u8(b + 4 + v) | q_u8(b + 8 + v) << 8 | q_u8(b + 4 + (v & 3)) << 16;
+        } else { /* Q6_K: element 32v + l: low 4 bits nibble (v % 4) / 2 of
+                    ql[64 (v / 4) + 32 (v % 2) + l], top 2 bits 2 (v % 4) of
+                    qh[32 (v / 4) + l]; int8 scales of sub-blocks 2v, 2v + 1 */
+            const uint8_t *b = row + (size_t)(u >> 3) * 210, *ql = b + 64 * (v >> 2) + 32 * (v & 1),
+                          *qh = b + 128 + 32 * (v >> 2);
+            r.w[0] = q_u16p(ql + 4 * t), r.w[1] = q_u16p(ql + 16 + 4 * t);
+            r.w[2] = q_u16p(qh + 4 * t), r.w[3] = q_u16p(qh + 16 + 4 * t);
+            r.s[0] = q_u16(b + 192 + 2 * v), r.s[1] = q_u16(b + 208);
         }
     }
 }
 
-/* weight rows a warp takes and rows of x a block: one weight row a warp at
-   one row of x (the most warps streaming), two from 2 rows on (each x load
-   serves two rows); 8 or 16 rows of x a block (the registers of 16 x 2 x 2
-   accumulators for a SwiGLU fit). None of it enters a row's sums. */
+/* the raw words of unit u as integers, scales and mins */
+template <int QT>
+__device__ __forceinline__ qunit qunpack(const qraw &r, int u, int t) {
+    int q[8]; /* elements 4t + i (i < 4), 16 + 4t + i - 4 (i >= 4) */
+    qunit o;
+    o.m[0] = o.m[1] = 0.0f;
+    if constexpr (QT > QT_MLX) {
+        constexpr int B = QT - QT_MLX;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint64_t v = r.w[2 * h] | (uint64_t)r.w[2 * h + 1] << 32;
+            const int o0 = ((16 * h + 4 * t) * B) & 31;
+#pragma unroll
+            for (int i = 0; i < 4; i++) q[4 * h + i] = (int)((v >> (o0 + B * i)) & ((1u << B) - 1));
+        }
+        o.d[0] = o.d[1] = __uint_as_float(r.s[0]);
+        o.m[0] = o.m[1] = __uint_as_float(r.s[1]);
+    } else if constexpr (QT == DT_Q8_0) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = (int)(int8_t)(r.w[0] >> 8 * i), q[4 + i] = (int)(int8_t)(r.w[1] >> 8 * i);
+        o.d[0] = o.d[1] = q_h(r.s[0]);
+    } else if constexpr (QT == DT_Q4_0 || QT == DT_Q4_1 || QT == DT_Q5_0 || QT == DT_Q5_1) {
+        constexpr int off = QT == DT_Q4_0 ? 8 : QT == DT_Q5_0 ? 16 : 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q[i] = (int)(r.w[0] >> 8 * i & 15), q[4 + i] = (int)(r.w[0] >> (8 * i + 4) & 15);
+            if constexpr (QT == DT_Q5_0 || QT == DT_Q5_1) {
+                q[i] |= (int)(r.w[1] >> (4 * t + i) & 1) << 4;
+                q[4 + i] |= (int)(r.w[1] >> (16 + 4 * t + i) & 1) << 4;
+            }
+            q[i] -= off, q[4 + i] -= off;
+        }
+        o.d[0] = o.d[1] = q_h(r.s[0]);
+        if constexpr (QT == DT_Q4_1 || QT == DT_Q5_1) o.m[0] = o.m[1] = q_h(r.s[0] >> 16);
+    } else {
+        const int v = u & 7;
+        if constexpr (QT == DT_Q2_K) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                q[i] = (int)(r.w[0] >> (8 * i + 2 * (v & 3)) & 3), q[4 + i] = (int)(r.w[1] >> (8 * i + 2 * (v & 3)) & 3);
+            const float d = q_h(r.s[1]), dmin = q_h(r.s[1] >> 16);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const uint32_t sc = r.s[0] >> 8 * j & 255;
+                o.d[j] = __fmul_rn(d, (float)(sc & 15));
+                o.m[j] = -__fmul_rn(dmin, (float)(sc >> 4));
+            }
+        } else if constexpr (QT == DT_Q3_K) {
+            const int sh = 2 * (v & 3), hb = v;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                q[i] = (int)(r.w[0] >> (8 * i + sh) & 3) - (r.w[2] >> (8 * i + hb) & 1 ? 0 : 4);
+                q[4 + i] = (int)(r.w[1] >> (8 * i + sh) & 3) - (r.w[3] >> (8 * i + hb) & 1 ? 0 : 4);
+            }
+            const float d = q_h(r.s[1]);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int s = 2 * v + j;
+                const uint32_t lo = r.s[0] >> 8 * j & 255, hi = r.s[0] >> (16 + 8 * j) & 255;
+                const int lo4 = (int)(s < 8 ? lo & 15 : lo >> 4), hi2 = (int)(hi >> 2 * (s >> 2) & 3);
+                o.d[j] = __fmul_rn(d, (float)((lo4 | hi2 << 4) - 32));
+            }
+        } else if constexpr (QT == DT_Q4_K || QT == DT_Q5_K) {
+            const int sh = 4 * (v & 1);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                q[i] = (int)(r.w[0] >> (8 * i + sh) & 15), q[4 + i] = (int)(r.w[1] >> (8 * i + sh) & 15);
+                if constexpr (QT == DT_Q5_K) {
+                    q[i] |= (int)(r.w[2] >> (8 * i + v) & 1) << 4;
+                    q[4 + i] |= (int)(r.w[3] >> (8 * i + v) & 1) << 4;
+                }
+            }
+            const uint32_t a = r.s[1] & 255, b4 = r.s[1] >> 8 & 255, c = r.s[1] >> 16 & 255;
+            int sc, mn;
+            if (v < 4) sc = (int)(a & 63), mn = (int)(b4 & 63);
+            else sc = (int)((b4 & 15) | (c >> 6) << 4), mn = (int)((b4 >> 4) | (a >> 6) << 4);
+            o.d[0] = o.d[1] = __fmul_rn(q_h(r.s[0]), (float)sc);
+            o.m[0] = o.m[1] = -__fmul_rn(q_h(r.s[0] >> 16), (float)mn);
+        } else { /* Q6_K */
+            const int sl = 4 * ((v & 3) >> 1), sh = 2 * (v & 3);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                q[i] = ((int)(r.w[0] >> (8 * i + sl) & 15) | (int)(r.w[2] >> (8 * i + sh) & 3) << 4) - 32;
+                q[4 + i] = ((int)(r.w[1] >> (8 * i + sl) & 15) | (int)(r.w[3] >> (8 * i + sh) & 3) << 4) - 32;
+            }
+            const float d = q_h(r.s[1]);
+            o.d[0] = __fmul_rn(d, (float)(int8_t)(r.s[0] & 255));
+            o.d[1] = __fmul_rn(d, (float)(int8_t)(r.s[0] >> 8 & 255));
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) o.a[i] = q_pk(q[2 * i], q[2 * i + 1]);
+    return o;
+}
+
+#define QK_ONES 0x3f803f80u /* a bf16 pair of ones */
+
+/* y[m][n] (ldy apart) for weight rows n0 .. n0 + 15 (blockIdx.x) and rows
+   m0 .. m0 + 8 MT - 1 (blockIdx.y) of the launch's M; EPI as k_matmul's.
+   UN: units a warp loads ahead. See above for the order of the sums. */
+template <int QT, int MT, int EPI, int UN>
+__global__ void __launch_bounds__(32 * QK_WARPS) k_qmma(float *__restrict__ y, int ldy, const float *__restrict__ x,
+                                                        int M, int N, int K, qw w, qw w2,
+                                                        const float *__restrict__ bias) {
+    constexpr int NW = EPI == MM_SWIGLU ? 2 : 1;
+    constexpr bool S16 = qfmt<QT>::sub16, MIN = qfmt<QT>::mins;
+    __shared__ float part[QK_WARPS][NW][MT][4][32];
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16, m0 = blockIdx.y * 8 * MT, U = K / 32;
+    /* (rows past N: computed from row N - 1, dropped) */
+    const int na = n0 + g < N ? n0 + g : N - 1, nb = n0 + g + 8 < N ? n0 + g + 8 : N - 1;
+    float acc[NW][MT][4];
+#pragma unroll
+    for (int v = 0; v < NW; v++)
+#pragma unroll
+        for (int j = 0; j < MT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[v][j][e] = 0.0f;
+    qraw cur[UN][NW][2];
+    auto load = [&](qraw (&r)[UN][NW][2], int ub) {
+#pragma unroll
+        for (int i = 0; i < UN; i++) {
+            const int u = ub + i * QK_WARPS;
+            if (u >= U) break;
+#pragma unroll
+            for (int v = 0; v < NW; v++) {
+                qload<QT>(v ? w2 : w, na, u, t, r[i][v][0]);
+                qload<QT>(v ? w2 : w, nb, u, t, r[i][v][1]);
+            }
+        }
+    };
+    load(cur, warp);
+    pdl_wait();
+    for (int ub = warp; ub < U; ub += QK_WARPS * UN) {
+        qraw nxt[UN][NW][2];
+        if (ub + QK_WARPS * UN < U) load(nxt, ub + QK_WARPS * UN);
+#pragma unroll
+        for (int i = 0; i < UN; i++) {
+            const int u = ub + i * QK_WARPS;
+            if (u >= U) break;
+            /* the activations: [tile][step][k pair] heads and tails */
+            uint32_t bh[MT][2][2], bl[MT][2][2];
+#pragma unroll
+            for (int j = 0; j < MT; j++) {
+                const int m = m0 + 8 * j + g;
+                float4 xa = make_float4(0, 0, 0, 0), xb = xa;
+                if (m < M) {
+                    const float *xp = x + (size_t)m * K + (size_t)u * 32 + 4 * t;
+                    xa = *reinterpret_cast<const float4 *>(xp);
+                    xb = *reinterpret_cast<const float4 *>(xp + 16);
+                }
+                bf16x2_cut c = bf16_cut2(xa.x, xa.y);
+                bh[j][0][0] = c.h, bl[j][0][0] = c.l;
+                c = bf16_cut2(xa.z, xa.w);
+                bh[j][0][1] = c.h, bl[j][0][1] = c.l;
+                c = bf16_cut2(xb.x, xb.y);
+                bh[j][1][0] = c.h, bl[j][1][0] = c.l;
+                c = bf16_cut2(xb.z, xb.w);
+                bh[j][1][1] = c.h, bl[j][1][1] = c.l;
+            }
+            /* the activation sums a min multiplies: per step (16-element
+               sub-blocks) or over both */
+            float xs[MT][2][4];
+            if constexpr (MIN) {
+#pragma unroll
+                for (int j = 0; j < MT; j++)
+#pragma unroll
+                    for (int s = 0; s < 2; s++) {
+                        float *z = xs[j][S16 ? s : 0];
+                        if (S16 || s == 0) z[0] = z[1] = z[2] = z[3] = 0.0f;
+                        mma_bf16(xs[j][S16 ? s : 0], QK_ONES, QK_ONES, QK_ONES, QK_ONES, bh[j][s][0], bh[j][s][1]);
+                        mma_bf16(xs[j][S16 ? s : 0], QK_ONES, QK_ONES, QK_ONES, QK_ONES, bl[j][s][0], bl[j][s][1]);
+                    }
+            }
+#pragma unroll
+            for (int v = 0; v < NW; v++) {
+                const qunit ra = qunpack<QT>(cur[i][v][0], u, t), rb = qunpack<QT>(cur[i][v][1], u, t);
+#pragma unroll
+                for (int j = 0; j < MT; j++) {
+                    float *a = acc[v][j];
+                    if constexpr (S16) {
+#pragma unroll
+                        for (int s = 0; s < 2; s++) {
+                            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                            mma_bf16(c, ra.a[2 * s], rb.a[2 * s], ra.a[2 * s + 1], rb.a[2 * s + 1], bh[j][s][0], bh[j][s][1]);
+                            mma_bf16(c, ra.a[2 * s], rb.a[2 * s], ra.a[2 * s + 1], rb.a[2 * s + 1], bl[j][s][0], bl[j][s][1]);
+                            a[0] = fmaf(ra.d[s], c[0], a[0]), a[1] = fmaf(ra.d[s], c[1], a[1]);
+                            a[2] = fmaf(rb.d[s], c[2], a[2]), a[3] = fmaf(rb.d[s], c[3], a[3]);
+                            if constexpr (MIN) {
+                                a[0] = fmaf(ra.m[s], xs[j][s][0], a[0]), a[1] = fmaf(ra.m[s], xs[j][s][1], a[1]);
+                                a[2] = fmaf(rb.m[s], xs[j][s][2], a[2]), a[3] = fmaf(rb.m[s], xs[j][s][3], a[3]);
+                            }
+                        }
+                    } else {
+                        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                        for (int s = 0; s < 2; s++) {
+                            mma_bf16(c, ra.a[2 * s], rb.a[2 * s], ra.a[2 * s + 1], rb.a[2 * s + 1], bh[j][s][0], bh[j][s][1]);
+                            mma_bf16(c, ra.a[2 * s], rb.a[2 * s], ra.a[2 * s + 1], rb.a[2 * s + 1], bl[j][s][0], bl[j][s][1]);
+                        }
+                        a[0] = fmaf(ra.d[0], c[0], a[0]), a[1] = fmaf(ra.d[0], c[1], a[1]);
+                        a[2] = fmaf(rb.d[0], c[2], a[2]), a[3] = fmaf(rb.d[0], c[3], a[3]);
+                        if constexpr (MIN) {
+                            a[0] = fmaf(ra.m[0], xs[j][0][0], a[0]), a[1] = fmaf(ra.m[0], xs[j][0][1], a[1]);
+                            a[2] = fmaf(rb.m[0], xs[j][0][2], a[2]), a[3] = fmaf(rb.m[0], xs[j][0][3], a[3]);
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < UN; i++)
+#pragma unroll
+            for (int v = 0; v < NW; v++) cur[i][v][0] = nxt[i][v][0], cur[i][v][1] = nxt[i][v][1];
+    }
+#pragma unroll
+    for (int v = 0; v < NW; v++)
+#pragma unroll
+        for (int j = 0; j < MT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) part[warp][v][j][e][lane] = acc[v][j][e];
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < MT * 128; idx += 32 * QK_WARPS) {
+        const int j = idx >> 7, e = idx >> 5 & 3, l = idx & 31;
+        const int n = n0 + (l >> 2) + 8 * (e >> 1), m = m0 + 8 * j + 2 * (l & 3) + (e & 1);
+        if (n >= N || m >= M) continue;
+        float s = part[0][0][j][e][l];
+#pragma unroll
+        for (int wi = 1; wi < QK_WARPS; wi++) s += part[wi][0][j][e][l];
+        float *dst = y + (size_t)m * ldy + n;
+        if constexpr (EPI == MM_SWIGLU) {
+            float uu = part[0][NW - 1][j][e][l];
+#pragma unroll
+            for (int wi = 1; wi < QK_WARPS; wi++) uu += part[wi][NW - 1][j][e][l];
+            *dst = s / (1.0f + expf(-s)) * uu;
+        } else {
+            const float v = bias ? s + bias[n] : s;
+            if constexpr (EPI == MM_ADD) *dst += v;
+            else *dst = v;
+        }
+    }
+}
+
+/* one row tile of 8 up to 8 rows (a decode, a verify of up to 7 drafts),
+   two up to 16 and beyond (each block 16 rows along y); units loaded
+   ahead: two (one for a SwiGLU's two matrices). None of it enters a
+   row's sums. */
 template <int QT, int EPI>
 static void qmm_launch(cu_go st, float *y, int ldy, const float *x, int M, int N, int K, const qw &w, const qw &w2,
                        const float *bias) {
-    const dim3 blk(32 * QM_WARPS);
-    if (M == 1) {
-        const dim3 grd((N + QM_WARPS - 1) / QM_WARPS, 1);
-        launch(k_qmm<QT, 1, 1, EPI>, grd, blk, st, y, ldy, x, M, N, K, w, w2, bias);
-    } else if (M <= 8) {
-        const dim3 grd((N + 2 * QM_WARPS - 1) / (2 * QM_WARPS), 1);
-        launch(k_qmm<QT, 2, 8, EPI>, grd, blk, st, y, ldy, x, M, N, K, w, w2, bias);
-    } else {
-        const dim3 grd((N + 2 * QM_WARPS - 1) / (2 * QM_WARPS), (M + 15) / 16);
-        launch(k_qmm<QT, 2, 16, EPI>, grd, blk, st, y, ldy, x, M, N, K, w, w2, bias);
-    }
+    constexpr int UN = EPI == MM_SWIGLU ? 1 : 2;
+    const dim3 blk(32 * QK_WARPS);
+    if (M <= 8) launch(k_qmma<QT, 1, EPI, UN>, dim3((N + 15) / 16, 1), blk, st, y, ldy, x, M, N, K, w, w2, bias);
+    else launch(k_qmma<QT, 2, EPI, UN>, dim3((N + 15) / 16, (M + 15) / 16), blk, st, y, ldy, x, M, N, K, w, w2, bias);
 }
 
 template <int EPI>
@@ -535,6 +855,69 @@ void cu_qembed(cu_go st, float *out, const dmat *E, const int *tok, int M) {
         case 5: return launch(k_qembed<QT_MLX + 5>, M, 128, st, out, e, tok, H);
         case 6: return launch(k_qembed<QT_MLX + 6>, M, 128, st, out, e, tok, H);
         default: return launch(k_qembed<QT_MLX + 8>, M, 128, st, out, e, tok, H);
+        }
+    default: return;
+    }
+}
+
+/* ---- the prefill groups' weights: the matrix in bf16 --------------------- */
+
+/* out[n][k] = bf16(W[n][k]), rounded to nearest even from the exact f32
+   dequantization (deq8: quant_row_f32's bits), a thread an 8-element
+   chunk at a time over the whole matrix */
+template <int QT>
+__global__ void k_qdeq_bf16(__nv_bfloat16 *__restrict__ out, qw w, int N, int K) {
+    pdl_trigger();
+    pdl_wait();
+    const int C = K / 8;
+    const size_t all = (size_t)N * C;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < all; i += (size_t)gridDim.x * blockDim.x) {
+        const int n = (int)(i / C), c = (int)(i % C);
+        float v[8];
+        deq8<QT>(w, n, c, v);
+        uint32_t p[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+            p[j] = *reinterpret_cast<const uint32_t *>(&h);
+        }
+        *reinterpret_cast<uint4 *>(out + i * 8) = make_uint4(p[0], p[1], p[2], p[3]);
+    }
+}
+
+template <int QT> static void qdeq_go(cu_go st, __nv_bfloat16 *out, const dmat *W) {
+    const size_t chunks = (size_t)W->N * (W->K / 8);
+    const size_t want = (chunks + 255) / 256, cap = (size_t)sm_count() * 8;
+    launch(k_qdeq_bf16<QT>, (int)(want < cap ? want : cap), 256, st, out, qw_of(W), W->N, W->K);
+}
+
+void cu_qdequant_bf16(cu_go st, __nv_bfloat16 *out, const dmat *W) {
+    if (W->nsub) {
+        for (int i = 0; i < W->nsub; i++) {
+            cu_qdequant_bf16(st, out, &W->sub[i]);
+            out += (size_t)W->sub[i].N * W->sub[i].K;
+        }
+        return;
+    }
+    switch (W->dt) {
+    case DT_Q8_0: return qdeq_go<DT_Q8_0>(st, out, W);
+    case DT_Q4_0: return qdeq_go<DT_Q4_0>(st, out, W);
+    case DT_Q4_1: return qdeq_go<DT_Q4_1>(st, out, W);
+    case DT_Q5_0: return qdeq_go<DT_Q5_0>(st, out, W);
+    case DT_Q5_1: return qdeq_go<DT_Q5_1>(st, out, W);
+    case DT_Q2_K: return qdeq_go<DT_Q2_K>(st, out, W);
+    case DT_Q3_K: return qdeq_go<DT_Q3_K>(st, out, W);
+    case DT_Q4_K: return qdeq_go<DT_Q4_K>(st, out, W);
+    case DT_Q5_K: return qdeq_go<DT_Q5_K>(st, out, W);
+    case DT_Q6_K: return qdeq_go<DT_Q6_K>(st, out, W);
+    case DT_MLX:
+        switch (W->bits) {
+        case 2: return qdeq_go<QT_MLX + 2>(st, out, W);
+        case 3: return qdeq_go<QT_MLX + 3>(st, out, W);
+        case 4: return qdeq_go<QT_MLX + 4>(st, out, W);
+        case 5: return qdeq_go<QT_MLX + 5>(st, out, W);
+        case 6: return qdeq_go<QT_MLX + 6>(st, out, W);
+        default: return qdeq_go<QT_MLX + 8>(st, out, W);
         }
     default: return;
     }
