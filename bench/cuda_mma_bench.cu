@@ -80,7 +80,7 @@ extern "C" int cuda_bench_matmul(int M, int N, int K, int mode, int tiles, int t
     }
     const int saved = cu_mma_tiles_force(tiles);
     cu_gemm *gm = NULL;
-    if (mode == 4 && cu_gemm_create(&gm, cu_tuning_hooked()->gemm_rows, M, K, N, err, errlen) != 0) return -1;
+    if (mode == 4 && cu_gemm_create(&gm, cu_tuning_hooked()->gemm_rows, M, K, N, 0, err, errlen) != 0) return -1;
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     const cu_go st = cu_go_on(s, cu_tuning_hooked()); /* (the hooks' tuning: cuda_hooks.h) */

@@ -130,9 +130,11 @@ int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, int H, const 
 /* the quantized matmul (W, W2 quantized tensors of one format; engine/quant.h)
  * through cu_matmul (mode 0, + bias), cu_matmul_add (1, y read) or
  * cu_matmul_swiglu (2); with gn (or NULL), through cu_layer_matmul with an
- * RMSNorm of x (eps). Fails where a fused path's predicate takes W. */
+ * RMSNorm of x (eps); group (0: none): through cu_layer_matmul with cuBLAS
+ * groups of that many rows (the matrix dequantized to bf16 for them). Fails
+ * where a fused path's predicate takes W. */
 int cuda_test_qmatmul(float *y, const float *x, int M, const tensor *W, const tensor *W2, const float *bias,
-                      const float *gn, float eps, int mode, char *err, size_t errlen);
+                      const float *gn, float eps, int mode, int group, char *err, size_t errlen);
 /* out[M][H] = rows tok[m] of the quantized E, dequantized on the device */
 int cuda_test_qembed(float *out, const tensor *E, const int *tok, int M, char *err, size_t errlen);
 

@@ -189,7 +189,7 @@ static int test_matmul_dev(float *y, const float *x, int M, const void *w, const
     W.p = dw;
     dmat W2 = {dw2, dt, N, K};
     cu_gemm *g = NULL; /* gemm: cuBLAS for the whole groups, as in the forward */
-    if (gemm && cu_gemm_create(&g, cu_tuning_hooked()->gemm_rows, M, K, N, err, errlen) != 0) return -1;
+    if (gemm && cu_gemm_create(&g, cu_tuning_hooked()->gemm_rows, M, K, N, 0, err, errlen) != 0) return -1;
     size_t yn = (size_t)M * N;
     float *y0 = mode == 1 ? (float *)xmalloc(sizeof(float) * yn) : NULL; /* the addend, for the second run */
     if (y0) memcpy(y0, y, sizeof(float) * yn);
@@ -459,7 +459,7 @@ extern "C" int cuda_test_argmax(int *out, const float *x, int M, int n, char *er
    matrix declines the folded norm: the norm runs apart into scratch). The
    fused paths' predicates must all decline a quantized matrix. */
 extern "C" int cuda_test_qmatmul(float *y, const float *x, int M, const tensor *W, const tensor *W2, const float *bias,
-                                 const float *gn, float eps, int mode, char *err, size_t errlen) {
+                                 const float *gn, float eps, int mode, int group, char *err, size_t errlen) {
     dev_pool pl = {};
     dmat dw = {}, dw2 = {};
     const int N = (int)W->shape[0], K = (int)W->shape[1];
@@ -471,16 +471,20 @@ extern "C" int cuda_test_qmatmul(float *y, const float *x, int M, const tensor *
     const cu_go st = go0();
     if (!rc && (cu_fuses_norm(st.t, &dw) || cu_takes_cut(st.t, &dw, M) || cu_tiles_ok(&dw) || cu_tile_bytes(&dw)))
         rc = ds_err(err, errlen, "a fused path takes the quantized %s", dtype_name(dw.dt));
+    cu_gemm *g = NULL; /* group: the prefill groups' cuBLAS on the matrix in bf16 */
+    if (!rc && group && cu_gemm_create(&g, group, M, K, N, (size_t)N * K, err, errlen)) rc = -1;
     if (!rc) {
         const int epi = mode == 2 ? MM_SWIGLU : mode == 1 ? MM_ADD : MM_STORE;
-        if (gn) cu_layer_matmul(st, NULL, epi, dy, dx, M, &dw, W2 ? &dw2 : NULL, db, dg, eps, dxb, cu_cut{});
+        if (gn || g) cu_layer_matmul(st, g, epi, dy, dx, M, &dw, W2 ? &dw2 : NULL, db, dg, eps, dxb, cu_cut{});
         else if (mode == 2) cu_matmul_swiglu(st, dy, dx, M, &dw, &dw2);
         else if (mode == 1) cu_matmul_add(st, dy, dx, M, &dw, db);
         else cu_matmul(st, dy, dx, M, &dw, db);
         cudaError_t e = cudaDeviceSynchronize();
         if (e == cudaSuccess) e = cudaMemcpy(y, dy, sizeof(float) * (size_t)M * N, cudaMemcpyDeviceToHost);
         if (e != cudaSuccess) rc = ds_err(err, errlen, "CUDA: quantized matmul: %s", cudaGetErrorString(e));
+        if (!rc && cu_gemm_check(g, err, errlen)) rc = -1;
     }
+    cu_gemm_free(g);
     cu_pool_free(&pl);
     return rc ? -1 : 0;
 }

@@ -3,10 +3,18 @@
 // quant_row_f32): every GGUF block type and MLX affine at every bit width
 // (scales in f32, f16 and bf16); the gathered embedding rows bit-equal to
 // quant_row_f32's (the kernels' dequantization is exact, in the format's
-// order); the matmul within a sum-scaled tolerance of a double reference
-// at 1, 3, 9 and 17 rows, with a bias, the residual add and the SwiGLU,
-// and a stack of parts in different formats (a GGUF q/k/v); and each row
-// of a 9- and 17-row launch bit-equal to that row alone (batch invariance).
+// order); the tensor-core matmul within a sum-scaled tolerance of a double
+// reference at 1, 2, 3, 7, 9, 16 and 17 rows, with a bias, the residual
+// add and the SwiGLU, and a stack of parts in different formats (a GGUF
+// q/k/v), on K of several units a warp (the loads ahead, twice over); each
+// row of every launch wider than one bit-equal to that row alone, so a row
+// has the same bits at every width (batch invariance; the blocks run in a
+// random order, so the grid does not enter either); and the prefill
+// groups' bf16 copy of a matrix (cu_qdequant_bf16) bit-equal to
+// quant_row_f32's rows rounded to nearest bf16. (emu.h's mma is exact
+// products summed in double, not the tensor core's accumulation, so the
+// GPU's own bits are checked by tests/cuda; what is checked here is which
+// operands meet in which order.)
 #include "../../src/engine/cuda/cuda_ops.cu"
 #include "../../src/engine/cuda/cuda_quant.cu"
 
@@ -129,6 +137,8 @@ static void run_embed(const qmat &E, const char *what) {
 
 enum { ST, ADD, GLU };
 
+static double g_worst; /* the largest fraction of the tolerance a format's matmuls took */
+
 /* y for M rows against the double reference of the dequantized rows:
    |y - ref| within 1e-5 of sum |x w| (f32 sums of up to K terms) */
 static void run_mm(const qmat &W, const qmat *W2, int M, int epi, bool use_bias, const char *what) {
@@ -168,6 +178,7 @@ static void run_mm(const qmat &W, const qmat *W2, int M, int epi, bool use_bias,
             worst = got != got ? INFINITY : fmax(worst, off);
         }
     }
+    g_worst = fmax(g_worst, worst);
     EXPECT(worst <= 1.0, "%s M=%d N=%d K=%d epi=%d: %.3g of the tolerance from the reference", what, M, N, K, epi, worst);
     /* batch invariance: each row of the launch alone */
     if (M > 1) {
@@ -181,6 +192,23 @@ static void run_mm(const qmat &W, const qmat *W2, int M, int epi, bool use_bias,
         }
         EXPECT(!bad, "%s M=%d epi=%d: %d rows differ from the row alone", what, M, epi, bad);
     }
+}
+
+/* the bf16 copy of the prefill groups: bf16(quant_row_f32) bit for bit */
+static void run_deq(const dmat &d, const std::vector<const qmat *> &parts, const char *what) {
+    size_t all = 0;
+    for (const qmat *q : parts) all += (size_t)q->t.shape[0] * q->t.shape[1];
+    std::vector<__nv_bfloat16> o(all);
+    memset(o.data(), 0xff, sizeof(o[0]) * all);
+    cu_qdequant_bf16(G, o.data(), &d);
+    int bad = 0;
+    size_t at = 0;
+    for (const qmat *q : parts)
+        for (int n = 0; n < (int)q->t.shape[0]; n++) {
+            const std::vector<float> r = q->row(n);
+            for (float v : r) bad += o[at++].x != ds_f32_to_bf16(v);
+        }
+    EXPECT(!bad, "%s bf16 copy: %d values differ from quant_row_f32's rounded", what, bad);
 }
 
 /* q, k and v in different formats as one stacked matrix (dmat's parts) */
@@ -210,6 +238,7 @@ static void run_parts(int M) {
         }
     }
     EXPECT(worst <= 1.0, "q/k/v parts M=%d: %.3g of the tolerance", M, worst);
+    run_deq(W, {&q, &k, &v}, "q/k/v parts");
 }
 
 int main(void) {
@@ -217,15 +246,23 @@ int main(void) {
     const ds_dtype gg[] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K};
     char name[64];
     for (ds_dtype t : gg) {
-        const int K = quant_block_elems(t) == 32 ? 352 : 512; /* 11 blocks: chunks past a warp's 32; 2 super-blocks */
-        qmat W(t, 11, K), U(t, 11, K);
+        /* 11 rows (a tile's rows past N); 22 units of 32 (32-element
+           blocks) or 3 super-blocks (24 units): 2 or 3 units a warp */
+        const int K = quant_block_elems(t) == 32 ? 704 : 768;
+        qmat W(t, 11, K), U(t, 11, K), B(t, 21, K);
         fmt_name(W, name, sizeof name);
         run_embed(W, name);
+        run_deq(up(W), {&W}, name);
         run_mm(W, NULL, 1, ST, true, name);
+        run_mm(W, NULL, 2, ST, false, name);
         run_mm(W, NULL, 3, ADD, true, name);
+        run_mm(B, NULL, 7, ST, true, name);
         run_mm(W, NULL, 9, ST, false, name);
-        run_mm(W, &U, 17, GLU, false, name);
-        printf("  %-24s embed exact, matmul 1/3/9/17 rows within tolerance, rows batch-invariant\n", name);
+        run_mm(W, &U, 16, GLU, false, name);
+        run_mm(B, NULL, 17, ADD, false, name);
+        printf("  %-24s embed and bf16 copy exact, matmul 1/2/3/7/9/16/17 rows within tolerance, rows batch-invariant (worst %.2f of the tolerance)\n",
+               name, g_worst);
+        g_worst = 0;
     }
     const struct {
         int bits, group;
@@ -233,14 +270,20 @@ int main(void) {
     } mlx[] = {{2, 32, DT_F16}, {3, 64, DT_BF16}, {4, 64, DT_BF16}, {5, 32, DT_F32},
                {6, 128, DT_F16}, {8, 64, DT_F16}, {4, 128, DT_F32}, {8, 32, DT_BF16}};
     for (const auto &f : mlx) {
-        qmat W(DT_MLX, 9, 384, f.bits, f.group, f.sdt), U(DT_MLX, 9, 384, f.bits, f.group, f.sdt);
+        qmat W(DT_MLX, 9, 768, f.bits, f.group, f.sdt), U(DT_MLX, 9, 768, f.bits, f.group, f.sdt);
         fmt_name(W, name, sizeof name);
         run_embed(W, name);
+        run_deq(up(W), {&W}, name);
         run_mm(W, NULL, 1, ST, true, name);
+        run_mm(W, NULL, 2, ST, true, name);
         run_mm(W, NULL, 9, ADD, false, name);
         run_mm(W, &U, 3, GLU, false, name);
+        run_mm(W, &U, 7, GLU, false, name);
+        run_mm(W, NULL, 16, ST, true, name);
         run_mm(W, NULL, 17, ST, true, name);
-        printf("  %-24s embed exact, matmul 1/3/9/17 rows within tolerance, rows batch-invariant\n", name);
+        printf("  %-24s embed and bf16 copy exact, matmul 1/2/3/7/9/16/17 rows within tolerance, rows batch-invariant (worst %.2f of the tolerance)\n",
+               name, g_worst);
+        g_worst = 0;
     }
     run_parts(1);
     run_parts(5);
@@ -249,6 +292,7 @@ int main(void) {
         fprintf(stderr, "cuemu quant: %d checks failed\n", failures);
         return 1;
     }
-    printf("cuemu quant: every format exact in the gather, within 1e-5 of sum |x w| in the matmul, batch-invariant\n");
+    printf("cuemu quant: every format exact in the gather and the bf16 copy, within 1e-5 of sum |x w| in the "
+           "matmul, batch-invariant\n");
     return 0;
 }

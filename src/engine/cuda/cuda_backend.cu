@@ -218,10 +218,29 @@ static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen);
    so this changes no result. Costs about 380 KB of scratch a row for that
    model; the logits buffer keeps max_batch rows. When the wider scratch
    cannot be allocated, the context falls back to max_batch rows. */
-/* whether a context of max_batch rows runs cuBLAS groups (bf16 weights) */
+/* whether a context of max_batch rows runs cuBLAS groups (bf16 weights, or
+   quantized ones dequantized to bf16 for them: cuda_gemm.cu) */
 static int takes_gemm(const cuda_model *m, int max_batch) {
     const int G = m->tune.gemm_rows;
-    return G > 0 && max_batch >= G && m->layers[0].wqkv.dt == DT_BF16;
+    const ds_dtype dt = m->layers[0].wqkv.dt;
+    return G > 0 && max_batch >= G && (dt == DT_BF16 || dtype_is_quant(dt));
+}
+
+/* elements of the largest quantized layer matrix: the bf16 weight scratch
+   of a context's cuBLAS groups (cuda_gemm.cu; 0 for a float model). The
+   LM head never takes the groups (a prefill asks for its last rows only,
+   which the decode kernels run), so it is not counted. For a Qwen3-8B,
+   gate or up, 12288 x 4096: 96 MiB a context. */
+static size_t quant_scratch(const cuda_model *m) {
+    size_t most = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        dlayer *L = &m->layers[l];
+        const dmat *ms[CU_LAYER_MATS] = {&L->wqkv, &L->wo, &L->wg, &L->wu, &L->wd};
+        for (int i = 0; i < CU_LAYER_MATS; i++)
+            if (dtype_is_quant(ms[i]->dt) && (size_t)ms[i]->N * (size_t)ms[i]->K > most)
+                most = (size_t)ms[i]->N * (size_t)ms[i]->K;
+    }
+    return most;
 }
 
 /* a context with activation scratch for rows >= max_batch rows (a whole
@@ -294,7 +313,7 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
         size_t kmax = H > I ? H : I, nmax = QD + 2 * KD > I ? QD + 2 * KD : I;
         if (QD > kmax) kmax = QD;
         if (H > nmax) nmax = H;
-        if (cu_gemm_create(&x->gemm, G, x->chunk, (int)kmax, (int)nmax, err, errlen) != 0) {
+        if (cu_gemm_create(&x->gemm, G, x->chunk, (int)kmax, (int)nmax, quant_scratch(m), err, errlen) != 0) {
             cuda_ctx_free(x);
             return -1;
         }

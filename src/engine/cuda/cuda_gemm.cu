@@ -18,6 +18,16 @@
 // depend on where its group starts in the forward call, never on how many
 // rows the call has: speculative prefill in chunks of a multiple of the
 // group and one plain forward of the whole prompt give the same cache.
+//
+// A quantized matrix (cuda_quant.cu) is first dequantized into the
+// context's bf16 weight scratch (cu_qdequant_bf16: each weight exact in
+// f32, then rounded to nearest bf16, so prefill groups of a quantized
+// checkpoint see weights within 2^-9 of their size; decode and verify rows
+// keep the exact weights), once per matmul call for all its groups, and
+// the same GEMMs run on it. The scratch is sized at creation for the
+// largest quantized matrix a layer has (wmax elements) and reused matrix
+// by matmul: the stream orders each dequantization after the GEMMs that
+// read the previous one.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -30,6 +40,8 @@
 struct cu_gemm {
     cublasHandle_t h;
     __nv_bfloat16 *xs; /* [2 rows][K]: heads, then tails */
+    __nv_bfloat16 *wb; /* [wmax]: a quantized matrix in bf16 (NULL: wmax 0) */
+    size_t wmax;
     float *c;          /* [2 rows][N] per product (two for SwiGLU) */
     int group, rows, kmax, nmax; /* group: rows a GEMM (0: none taken) */
     cublasStatus_t status; /* first failure of an enqueued GEMM */
@@ -37,7 +49,8 @@ struct cu_gemm {
 
 int cu_gemm_takes(const cu_gemm *g, const dmat *W, int M) {
     const int r = g ? g->group : 0;
-    if (r <= 0 || M < r || W->dt != DT_BF16 || W->K > g->kmax || W->N > g->nmax) return 0;
+    if (r <= 0 || M < r || W->K > g->kmax || W->N > g->nmax) return 0;
+    if (W->dt != DT_BF16 && !(dtype_is_quant(W->dt) && (size_t)W->N * (size_t)W->K <= g->wmax)) return 0;
     if (M > g->rows) M = g->rows;
     return M / r * r;
 }
@@ -54,7 +67,7 @@ static const char *cublas_msg(cublasStatus_t s) {
     }
 }
 
-int cu_gemm_create(cu_gemm **out, int group, int rows, int kmax, int nmax, char *err, size_t errlen) {
+int cu_gemm_create(cu_gemm **out, int group, int rows, int kmax, int nmax, size_t wmax, char *err, size_t errlen) {
     *out = NULL;
     cu_gemm *g = (cu_gemm *)calloc(1, sizeof *g);
     if (!g) return ds_err(err, errlen, "out of memory");
@@ -62,6 +75,7 @@ int cu_gemm_create(cu_gemm **out, int group, int rows, int kmax, int nmax, char 
     g->rows = rows;
     g->kmax = kmax;
     g->nmax = nmax;
+    g->wmax = wmax;
     cublasStatus_t s = cublasCreate(&g->h);
     if (s != CUBLAS_STATUS_SUCCESS) {
         free(g);
@@ -69,10 +83,11 @@ int cu_gemm_create(cu_gemm **out, int group, int rows, int kmax, int nmax, char 
     }
     cudaError_t e = cudaMalloc((void **)&g->xs, sizeof(__nv_bfloat16) * 2 * (size_t)rows * kmax);
     if (e == cudaSuccess) e = cudaMalloc((void **)&g->c, sizeof(float) * 4 * (size_t)rows * nmax);
+    if (e == cudaSuccess && wmax) e = cudaMalloc((void **)&g->wb, sizeof(__nv_bfloat16) * wmax);
     if (e != cudaSuccess) {
         cu_gemm_free(g);
         return ds_err(err, errlen, "CUDA: cannot allocate %.0f MiB of GEMM scratch: %s",
-                      (4.0 * rows * kmax + 16.0 * rows * nmax) / (1 << 20), cudaGetErrorString(e));
+                      (4.0 * rows * kmax + 16.0 * rows * nmax + 2.0 * (double)wmax) / (1 << 20), cudaGetErrorString(e));
     }
     *out = g;
     return 0;
@@ -83,6 +98,7 @@ void cu_gemm_free(cu_gemm *g) {
     if (g->h) cublasDestroy(g->h);
     cudaFree(g->xs);
     cudaFree(g->c);
+    cudaFree(g->wb);
     free(g);
 }
 
@@ -150,15 +166,23 @@ __global__ void k_gemm_epi(float *y, const float *c, const float *c2, const floa
 /* per group q: c[q][2G][N] = xs[q][2G][K] . W^T; column-major for cuBLAS,
    C (N x 2G) = op(W) (N x K) . xs (K x 2G). One GEMM of 2G rows per group,
    whatever M, so cuBLAS sees one problem size. */
-static void gemm(cu_gemm *g, float *c, const dmat *W, int M, int G) {
+static void gemm(cu_gemm *g, float *c, const dmat *W, const void *wp, int M, int G) {
     const float one = 1.0f, zero = 0.0f;
     for (int q = 0; q < M / G; q++) {
-        cublasStatus_t s = cublasGemmEx(g->h, CUBLAS_OP_T, CUBLAS_OP_N, W->N, 2 * G, W->K, &one, W->p, CUDA_R_16BF,
+        cublasStatus_t s = cublasGemmEx(g->h, CUBLAS_OP_T, CUBLAS_OP_N, W->N, 2 * G, W->K, &one, wp, CUDA_R_16BF,
                                         W->K, g->xs + (size_t)q * 2 * G * W->K, CUDA_R_16BF, W->K, &zero,
                                         c + (size_t)q * 2 * G * W->N, CUDA_R_32F, W->N, CUBLAS_COMPUTE_32F,
                                         CUBLAS_GEMM_DEFAULT);
         if (s != CUBLAS_STATUS_SUCCESS && g->status == CUBLAS_STATUS_SUCCESS) g->status = s;
     }
+}
+
+/* the bf16 weights a GEMM of W reads: W's own, or a quantized W
+   dequantized into the scratch (see the top of the file) */
+static const void *weights(cu_gemm *g, cu_go st, const dmat *W) {
+    if (!dtype_is_quant(W->dt)) return W->p;
+    cu_qdequant_bf16(st, g->wb, W);
+    return g->wb;
 }
 
 void cu_gemm_matmul(cu_gemm *g, cu_go st, int epi, float *y, const float *x, int M, const dmat *W,
@@ -168,8 +192,8 @@ void cu_gemm_matmul(cu_gemm *g, cu_go st, int epi, float *y, const float *x, int
     const int G = g->group; /* M is a multiple (cu_gemm_takes) */
     launch(k_split_bf16, M, SPLIT_THREADS, st, g->xs, x, gn, G, W->K, eps);
     float *c2 = g->c + 2 * (size_t)M * W->N;
-    gemm(g, g->c, W, M, G);
-    if (epi == MM_SWIGLU) gemm(g, c2, W2, M, G);
+    gemm(g, g->c, W, weights(g, st, W), M, G);
+    if (epi == MM_SWIGLU) gemm(g, c2, W2, weights(g, st, W2), M, G);
     size_t n = (size_t)M * W->N;
     int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
     const float *c0 = g->c;

@@ -776,11 +776,14 @@ void cu_sample_rows(cu_go st, int *out, const float *x, float *escr, int m, int 
    tensor-core kernel. */
 struct cu_gemm;
 /* groups of group rows (0: it takes none), scratch for batches of up to rows
-   rows, matrices up to nmax x kmax */
-int cu_gemm_create(cu_gemm **out, int group, int rows, int kmax, int nmax, char *err, size_t errlen);
+   rows, matrices up to nmax x kmax; wmax: elements of bf16 scratch for a
+   quantized matrix dequantized (0: quantized matrices are not taken) */
+int cu_gemm_create(cu_gemm **out, int group, int rows, int kmax, int nmax, size_t wmax, char *err,
+                   size_t errlen);
 void cu_gemm_free(cu_gemm *g);
 /* the leading rows of an M-row batch that g (may be NULL) takes for W: a
-   multiple of its group, 0 when W is not bf16 or M is below a group */
+   multiple of its group, 0 when M is below a group or W is neither bf16
+   nor a quantized matrix that fits the bf16 weight scratch */
 int cu_gemm_takes(const cu_gemm *g, const dmat *W, int M);
 /* y (epilogue epi, MM_*) = [RMSNorm(x, gn)] . W^T (+ bias); SwiGLU with W2;
    M a value cu_gemm_takes returned */
