@@ -140,7 +140,7 @@ __global__ void k_fill_bytes(uint32_t *p, size_t n, uint64_t seed) {
     }
 }
 
-extern "C" int cuda_bench_qmatmul(ds_dtype dt, int bits, int group, int M, int N, int K, int reps, double *us,
+extern "C" int cuda_bench_qmatmul(ds_dtype dt, int bits, int group, int M, int N, int K, int mode, int reps, double *us,
                                   double *wbytes, char *err, size_t errlen) {
     const size_t rb = cu_q_row_bytes(dt, bits, K);
     if (!rb || (dt == DT_MLX && K % group)) return ds_err(err, errlen, "quantized benchmark: no such format");
@@ -152,6 +152,7 @@ extern "C" int cuda_bench_qmatmul(ds_dtype dt, int bits, int group, int M, int N
     if (ec) copies = atoi(ec) > 0 ? atoi(ec) : 1;
     uint8_t *w;
     float *x, *y;
+    if (mode == 2 && copies < 2) copies = 2; /* (the SwiGLU's up rows: the next copy) */
     CK(cudaMalloc((void **)&w, per * copies));
     CK(cudaMalloc((void **)&x, sizeof(float) * (size_t)M * K));
     CK(cudaMalloc((void **)&y, sizeof(float) * (size_t)M * N));
@@ -175,19 +176,29 @@ extern "C" int cuda_bench_qmatmul(ds_dtype dt, int bits, int group, int M, int N
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     const cu_go st = cu_go_on(s, cu_tuning_hooked());
+    /* mode 4: the prefill path, cuBLAS groups of the tuning's gemm_rows on
+       the matrix dequantized to bf16 (the rows past the last group by the
+       decode kernels) */
+    cu_gemm *gm = NULL;
+    if (mode == 4 && cu_gemm_create(&gm, cu_tuning_hooked()->gemm_rows, M, K, N, (size_t)N * K, err, errlen) != 0)
+        return -1;
     cudaDeviceSynchronize();
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
     for (int r = -3; r < reps; r++) {
         if (r == 0) cudaEventRecord(a, st);
-        cu_matmul(st, y, x, M, &Ws[(r + 3) % copies], NULL);
+        const dmat *W = &Ws[(r + 3) % copies];
+        if (mode == 2) cu_matmul_swiglu(st, y, x, M, W, &Ws[(r + 4) % copies]);
+        else if (mode == 4) cu_layer_matmul(st, gm, MM_STORE, y, x, M, W, NULL, NULL, NULL, 0.0f, NULL, cu_cut{});
+        else cu_matmul(st, y, x, M, W, NULL);
     }
     cudaEventRecord(b, st);
     cudaError_t e = cudaEventSynchronize(b);
     float ms = 0;
     cudaEventElapsedTime(&ms, a, b);
     free(Ws);
+    cu_gemm_free(gm);
     cudaStreamDestroy(s);
     cudaEventDestroy(a);
     cudaEventDestroy(b);
@@ -196,6 +207,6 @@ extern "C" int cuda_bench_qmatmul(ds_dtype dt, int bits, int group, int M, int N
     cudaFree(y);
     if (e != cudaSuccess) return ds_err(err, errlen, "CUDA: quantized matmul benchmark: %s", cudaGetErrorString(e));
     *us = 1000.0 * ms / reps;
-    *wbytes = (double)(wb + 2 * sbb);
+    *wbytes = (double)(wb + 2 * sbb) * (mode == 2 ? 2 : 1);
     return 0;
 }

@@ -157,13 +157,15 @@ int cuda_bench_sample(int V, int rows, int peaked, const sampler_params *p, int 
  * sampler needs first), over reps copies. */
 int cuda_bench_readback(int V, int rows, int reps, double *us, char *err, size_t errlen);
 
-/* Mean microseconds of one M x N x K quantized matmul launch (y = x.W^T)
- * over reps, W random bytes of format dt (bits, group: MLX's, bf16
- * scales), cycled through enough copies to miss L2; *wbytes: the bytes of
- * weights (and MLX scales and biases) a launch reads
- * (bench/cuda-quant-bench.c). */
-int cuda_bench_qmatmul(ds_dtype dt, int bits, int group, int M, int N, int K, int reps, double *us, double *wbytes,
-                       char *err, size_t errlen);
+/* Mean microseconds of one M x N x K quantized matmul launch over reps, W
+ * random bytes of format dt (bits, group: MLX's, bf16 scales), cycled
+ * through enough copies to miss L2: mode 0 y = x.W^T, 2 the SwiGLU of two
+ * such matrices (gate and up, as the forward runs them), 4 the prefill
+ * path (cuBLAS groups on the matrix dequantized to bf16, each launch
+ * dequantizing it); *wbytes: the bytes of weights (and MLX scales and
+ * biases) a launch reads (bench/cuda-quant-bench.c). */
+int cuda_bench_qmatmul(ds_dtype dt, int bits, int group, int M, int N, int K, int mode, int reps, double *us,
+                       double *wbytes, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -420,9 +420,10 @@ struct dmat {
        at n * cu_q_row_bytes; MLX's packed words); for DT_MLX also bits,
        group, the scales' and biases' dtype sdt and the arrays sc, bi
        [N][K / group]. No tile-major copy (t stays NULL), and every fused
-       path (the tensor-core kernel, a folded norm, a pre-cut input, cuBLAS)
-       declines it through its predicate, so its bytes are only ever read by
-       the quantized kernels. nsub (0: none): the matrix is a stack of nsub
+       path of bf16 weights (the tensor-core kernel, a folded norm, a
+       pre-cut input) declines it through its predicate, so its bytes are
+       only ever read by the quantized kernels (cuBLAS groups read a bf16
+       copy they make: cu_qdequant_bf16). nsub (0: none): the matrix is a stack of nsub
        parts by rows, sub[i] each in its own format (a GGUF file's q, k and
        v of different types, stacked as one projection); dt is then the
        first part's and p is NULL. */
