@@ -492,10 +492,52 @@ __device__ __forceinline__ void qload(const qw &w, int n, int u, int t, qraw &r)
     }
 }
 
-/* the raw words of unit u as integers, scales and mins */
+/* byte permute (prmt): byte i of the result is byte s >> 4i & 7 of the
+   pair (b:a), a's bytes first */
+__device__ __forceinline__ uint32_t q_prmt(uint32_t a, uint32_t b, uint32_t s) {
+#ifdef DSPARK_CUEMU
+    const uint64_t v = a | (uint64_t)b << 32;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)(v >> 8 * (s >> 4 * i & 7) & 255) << 8 * i;
+    return r;
+#else
+    return __byte_perm(a, b, s);
+#endif
+}
+/* a bf16 pair minus another (exact here: integers below 256) */
+__device__ __forceinline__ uint32_t q_bsub(uint32_t a, uint32_t c) {
+#ifdef DSPARK_CUEMU
+    const __nv_bfloat162 r = __floats2bfloat162_rn(__uint_as_float(a << 16) - __uint_as_float(c << 16),
+                                                   __uint_as_float(a & 0xffff0000u) - __uint_as_float(c & 0xffff0000u));
+#else
+    const __nv_bfloat162 r =
+        __hsub2(*reinterpret_cast<const __nv_bfloat162 *>(&a), *reinterpret_cast<const __nv_bfloat162 *>(&c));
+#endif
+    return *reinterpret_cast<const uint32_t *>(&r);
+}
+/* four unsigned bytes below 128 (elements e .. e+3) less off, as two bf16
+   pairs: each byte n becomes the bf16 with bits 0x43nn, 128 + n (exact:
+   the unit in the last place of [128, 256) is 1), then 128 + off is
+   subtracted, exactly */
+template <int OFF>
+__device__ __forceinline__ void q_pk4(uint32_t u, uint32_t &p01, uint32_t &p23) {
+    constexpr uint32_t c = 0x4300u | (uint32_t)OFF, cc = c | c << 16; /* bf16(128 + OFF), OFF < 128 */
+    p01 = q_bsub(q_prmt(u, 0x43434343u, 0x4140), cc);
+    p23 = q_bsub(q_prmt(u, 0x43434343u, 0x4342), cc);
+}
+/* 4 bits to the bit 0 of 4 bytes */
+__device__ __forceinline__ uint32_t q_spread4(uint32_t h) { return (h & 15) * 0x00204081u & 0x01010101u; }
+
+/* The raw words of unit u as bf16 integer pairs, scales and mins. The
+   sub-8-bit formats pack their elements as bytes (u[0]: elements 4t ..
+   4t+3, u[1]: 16+4t .. 16+4t+3, each less its format's offset OFF) and
+   q_pk4 turns each into two pairs; Q8_0 and MLX 8-bit convert integers. */
 template <int QT>
 __device__ __forceinline__ qunit qunpack(const qraw &r, int u, int t) {
-    int q[8]; /* elements 4t + i (i < 4), 16 + 4t + i - 4 (i >= 4) */
+    constexpr bool wide = QT == DT_Q8_0 || QT == QT_MLX + 8;
+    constexpr int OFF = QT == DT_Q4_0 ? 8 : QT == DT_Q5_0 ? 16 : QT == DT_Q3_K ? 4 : QT == DT_Q6_K ? 32 : 0;
+    uint32_t ub[2] = {0, 0};
+    int q[8]; /* (wide: elements 4t + i, i < 4; 16 + 4t + i - 4, i >= 4) */
     qunit o;
     o.m[0] = o.m[1] = 0.0f;
     if constexpr (QT > QT_MLX) {
@@ -504,8 +546,16 @@ __device__ __forceinline__ qunit qunpack(const qraw &r, int u, int t) {
         for (int h = 0; h < 2; h++) {
             const uint64_t v = r.w[2 * h] | (uint64_t)r.w[2 * h + 1] << 32;
             const int o0 = ((16 * h + 4 * t) * B) & 31;
+            if constexpr (B == 8) {
 #pragma unroll
-            for (int i = 0; i < 4; i++) q[4 * h + i] = (int)((v >> (o0 + B * i)) & ((1u << B) - 1));
+                for (int i = 0; i < 4; i++) q[4 * h + i] = (int)((v >> (o0 + 8 * i)) & 255);
+            } else if constexpr (B == 4) { /* 4 nibbles: n0 n2 in bytes 0, 1 of the low mask, n1 n3 of the high */
+                const uint32_t x = (uint32_t)(v >> o0);
+                ub[h] = q_prmt(x & 0x0f0fu, x >> 4 & 0x0f0fu, 0x5140);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; i++) ub[h] |= (uint32_t)((v >> (o0 + B * i)) & ((1u << B) - 1)) << 8 * i;
+            }
         }
         o.d[0] = o.d[1] = __uint_as_float(r.s[0]);
         o.m[0] = o.m[1] = __uint_as_float(r.s[1]);
@@ -514,24 +564,17 @@ __device__ __forceinline__ qunit qunpack(const qraw &r, int u, int t) {
         for (int i = 0; i < 4; i++) q[i] = (int)(int8_t)(r.w[0] >> 8 * i), q[4 + i] = (int)(int8_t)(r.w[1] >> 8 * i);
         o.d[0] = o.d[1] = q_h(r.s[0]);
     } else if constexpr (QT == DT_Q4_0 || QT == DT_Q4_1 || QT == DT_Q5_0 || QT == DT_Q5_1) {
-        constexpr int off = QT == DT_Q4_0 ? 8 : QT == DT_Q5_0 ? 16 : 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            q[i] = (int)(r.w[0] >> 8 * i & 15), q[4 + i] = (int)(r.w[0] >> (8 * i + 4) & 15);
-            if constexpr (QT == DT_Q5_0 || QT == DT_Q5_1) {
-                q[i] |= (int)(r.w[1] >> (4 * t + i) & 1) << 4;
-                q[4 + i] |= (int)(r.w[1] >> (16 + 4 * t + i) & 1) << 4;
-            }
-            q[i] -= off, q[4 + i] -= off;
+        ub[0] = r.w[0] & 0x0f0f0f0fu, ub[1] = r.w[0] >> 4 & 0x0f0f0f0fu;
+        if constexpr (QT == DT_Q5_0 || QT == DT_Q5_1) {
+            ub[0] |= q_spread4(r.w[1] >> 4 * t) << 4;
+            ub[1] |= q_spread4(r.w[1] >> (16 + 4 * t)) << 4;
         }
         o.d[0] = o.d[1] = q_h(r.s[0]);
         if constexpr (QT == DT_Q4_1 || QT == DT_Q5_1) o.m[0] = o.m[1] = q_h(r.s[0] >> 16);
     } else {
         const int v = u & 7;
         if constexpr (QT == DT_Q2_K) {
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                q[i] = (int)(r.w[0] >> (8 * i + 2 * (v & 3)) & 3), q[4 + i] = (int)(r.w[1] >> (8 * i + 2 * (v & 3)) & 3);
+            ub[0] = r.w[0] >> 2 * (v & 3) & 0x03030303u, ub[1] = r.w[1] >> 2 * (v & 3) & 0x03030303u;
             const float d = q_h(r.s[1]), dmin = q_h(r.s[1] >> 16);
 #pragma unroll
             for (int j = 0; j < 2; j++) {
@@ -540,12 +583,9 @@ __device__ __forceinline__ qunit qunpack(const qraw &r, int u, int t) {
                 o.m[j] = -__fmul_rn(dmin, (float)(sc >> 4));
             }
         } else if constexpr (QT == DT_Q3_K) {
-            const int sh = 2 * (v & 3), hb = v;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                q[i] = (int)(r.w[0] >> (8 * i + sh) & 3) - (r.w[2] >> (8 * i + hb) & 1 ? 0 : 4);
-                q[4 + i] = (int)(r.w[1] >> (8 * i + sh) & 3) - (r.w[3] >> (8 * i + hb) & 1 ? 0 : 4);
-            }
+            /* q + 4: the two low bits, plus 4 where the hmask bit is set */
+            ub[0] = (r.w[0] >> 2 * (v & 3) & 0x03030303u) | (r.w[2] >> v & 0x01010101u) << 2;
+            ub[1] = (r.w[1] >> 2 * (v & 3) & 0x03030303u) | (r.w[3] >> v & 0x01010101u) << 2;
             const float d = q_h(r.s[1]);
 #pragma unroll
             for (int j = 0; j < 2; j++) {
@@ -556,13 +596,10 @@ __device__ __forceinline__ qunit qunpack(const qraw &r, int u, int t) {
             }
         } else if constexpr (QT == DT_Q4_K || QT == DT_Q5_K) {
             const int sh = 4 * (v & 1);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                q[i] = (int)(r.w[0] >> (8 * i + sh) & 15), q[4 + i] = (int)(r.w[1] >> (8 * i + sh) & 15);
-                if constexpr (QT == DT_Q5_K) {
-                    q[i] |= (int)(r.w[2] >> (8 * i + v) & 1) << 4;
-                    q[4 + i] |= (int)(r.w[3] >> (8 * i + v) & 1) << 4;
-                }
+            ub[0] = r.w[0] >> sh & 0x0f0f0f0fu, ub[1] = r.w[1] >> sh & 0x0f0f0f0fu;
+            if constexpr (QT == DT_Q5_K) {
+                ub[0] |= (r.w[2] >> v & 0x01010101u) << 4;
+                ub[1] |= (r.w[3] >> v & 0x01010101u) << 4;
             }
             const uint32_t a = r.s[1] & 255, b4 = r.s[1] >> 8 & 255, c = r.s[1] >> 16 & 255;
             int sc, mn;
@@ -572,18 +609,20 @@ __device__ __forceinline__ qunit qunpack(const qraw &r, int u, int t) {
             o.m[0] = o.m[1] = -__fmul_rn(q_h(r.s[0] >> 16), (float)mn);
         } else { /* Q6_K */
             const int sl = 4 * ((v & 3) >> 1), sh = 2 * (v & 3);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                q[i] = ((int)(r.w[0] >> (8 * i + sl) & 15) | (int)(r.w[2] >> (8 * i + sh) & 3) << 4) - 32;
-                q[4 + i] = ((int)(r.w[1] >> (8 * i + sl) & 15) | (int)(r.w[3] >> (8 * i + sh) & 3) << 4) - 32;
-            }
+            ub[0] = (r.w[0] >> sl & 0x0f0f0f0fu) | (r.w[2] >> sh & 0x03030303u) << 4;
+            ub[1] = (r.w[1] >> sl & 0x0f0f0f0fu) | (r.w[3] >> sh & 0x03030303u) << 4;
             const float d = q_h(r.s[1]);
             o.d[0] = __fmul_rn(d, (float)(int8_t)(r.s[0] & 255));
             o.d[1] = __fmul_rn(d, (float)(int8_t)(r.s[0] >> 8 & 255));
         }
     }
+    if constexpr (wide) {
 #pragma unroll
-    for (int i = 0; i < 4; i++) o.a[i] = q_pk(q[2 * i], q[2 * i + 1]);
+        for (int i = 0; i < 4; i++) o.a[i] = q_pk(q[2 * i], q[2 * i + 1]);
+    } else {
+        q_pk4<OFF>(ub[0], o.a[0], o.a[1]);
+        q_pk4<OFF>(ub[1], o.a[2], o.a[3]);
+    }
     return o;
 }
 
