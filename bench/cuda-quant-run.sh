@@ -56,7 +56,7 @@ step() {
     timeout "$lim" "$@" > "$OUT/$name.txt" 2>&1
     rc=$?
     say "== $name: exit $rc, $(($(date +%s) - t)) s (limit $lim s)$([ $rc = 124 ] && echo ', TIMED OUT')"
-    tail -n 4 "$OUT/$name.txt" | sed 's/^/   /' | tee -a "$LOG" > /dev/null
+    tail -n 4 "$OUT/$name.txt" | sed 's/^/   /' | tee -a "$LOG"
     return $rc
 }
 
@@ -88,7 +88,11 @@ step quant-bench 150 "$P/cuda-quant-bench" 30 Q8_0 Q4_K Q6_K Q4_0 MLX4 && cp "$O
 
 # 3. whole models: a random Qwen3-8B, bf16 and quantized
 M=$W/m8
-[ -f "$M/model.safetensors" ] || step mkrandom 120 "$P/mkrandom" "$M" 8b
+if [ ! -f "$M/model.safetensors" ]; then # (made aside, so a cut-off run leaves no half checkpoint)
+    rm -rf "$M.part"
+    step mkrandom 120 "$P/mkrandom" "$M.part" 8b && mv "$M.part" "$M"
+    rm -rf "$M.part"
+fi
 if [ -f "$M/model.safetensors" ]; then
     step verify-bf16 60 env DSPARK_DEVICE=cuda "$P/verify-cost" "$M" 512 1 5
     step quantize-q8_0 120 "$P/dspark" quantize --model "$M" --out "$W/m8q8.gguf" --type Q8_0 &&
@@ -107,6 +111,7 @@ fi
     echo "== summary ($(($(date +%s) - T0)) s)"
     grep -h "worst over the fixtures" "$OUT/tests-cuda-quant.txt" 2> /dev/null
     grep -h -E "passed, .* failed" "$OUT"/tests-*.txt 2> /dev/null
+    grep -h -E "^## |^\| \| (1|8|16) \||prefill path" "$OUT/quant-bench.txt" 2> /dev/null
     for v in bf16 q8_0 q4_k_m mlx4; do
         f=$OUT/verify-$v.txt
         [ -f "$f" ] || continue

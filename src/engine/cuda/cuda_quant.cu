@@ -3,29 +3,28 @@
 // CPU contract): their upload, the matmul over them and the embedding
 // gather. The declarations are in cuda_ops.cuh, beside dmat.
 //
-// Numerics (the CPU contract of quant.h, on the GPU): a weight is
-// dequantized exactly as its format defines it, in f32, with the f32
-// operations in ggml's order and never fused (__fmul_rn, __fsub_rn: an FMA
-// would round once where the format rounds twice), so a dequantized weight
-// has the bits quant_row_f32 gives it. Activations stay f32. The dot
-// product of a row is summed by one warp: lane l takes the 8-element
-// chunks l, l + 32, l + 64, ... of the row in order, each chunk's 8
-// products added in element order by fmaf, then the warp's 32 partials by
-// the xor butterfly (warp_sum), then the bias. Nothing in that sequence
-// depends on M, on the rows that share a launch, on the weight rows a
-// warp takes or on the grid: a row's bits are the same in a batch of 16 as
-// alone (batch invariance; tests/cuda and tests/cuemu/quant.cc check it).
+// Three paths, by what the rows are:
 //
-// One kernel serves every batch width, decode and verify (1-16 rows) and
-// prefill (more rows, in groups of 16 along the grid's y): each weight
-// chunk is read once per launch for a group of up to 16 rows and applied to
-// all of them. Prefill-sized batches thus read each weight ceil(M/16) times
-// (from L2 where the matrix fits it) and run on FMA units: correct and
-// batch-invariant, not fast. The faster prefill path (a weight tile
-// dequantized to a bf16 head and tail in shared memory feeding the
-// tensor-core mma, or whole matrices dequantized into a scratch for
-// cuBLAS) may differ in bits only for rows past CU_CUT_ROWS; it is not
-// written yet.
+// - Decode and verify rows, and every row outside the prefill groups:
+//   k_qmma, one tensor-core kernel family for every width. Each block's
+//   integers (exact in bf16) are mma.sync's weight operand, the f32
+//   activations are cut into bf16 heads and tails, and each sub-block's
+//   f32 sum is scaled by its f32 scale (and its min times the activations'
+//   sum added) in an order fixed by K alone, stated above k_qmma: a row's
+//   bits do not depend on the batch (tests/cuemu/quant.cc and tests/cuda
+//   check every width). The scales and mins are ggml's f32 values (the
+//   same roundings as quant_row_f32); the products are within 2^-17 of
+//   exact, the sums f32, so a row is within about 1e-5 of sum |x w| of
+//   the exact f32 dot product over quant_row_f32's weights.
+// - The prefill groups (whole groups of BACKEND_GROUP_ROWS rows, cuBLAS:
+//   cuda_gemm.cu): cu_qdequant_bf16 writes the matrix dequantized exactly
+//   and rounded to nearest bf16 into the context's scratch, once per
+//   matmul call; those rows see weights within 2^-9 of their size (the
+//   documented exception of batch invariance, and of the 1e-4 bound: the
+//   fixtures' figure is printed by cuda_quant_prefill_fixtures).
+// - The embedding gather: deq8's exact f32 dequantization, bit-equal to
+//   quant_row_f32 (dequantized in f32 with ggml's operations in its order,
+//   never fused: __fmul_rn, __fsub_rn).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -385,8 +384,9 @@ __device__ __forceinline__ void deq8(const qw &w, int n, int c, float (&v)[8]) {
 
    Weights are read once a launch for all its rows (up to 16 rows a block
    along y; wider launches, the rows past a prefill's cuBLAS groups, read
-   them once per 16 rows), each lane loading its units' words QK_UN units
-   ahead of their use, twice over, the first before the wait for the
+   them once per 16 rows), each lane loading its words of UN units ahead
+   of their use, twice over (the next UN while the current UN compute),
+   the first before the wait for the
    previous kernel (weights are never written by one). */
 
 #define QK_WARPS 8 /* warps a block; the K split, so a row's order is fixed by K alone */
