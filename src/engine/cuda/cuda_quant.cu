@@ -386,8 +386,8 @@ __device__ __forceinline__ void deq8(const qw &w, int n, int c, float (&v)[8]) {
    along y; wider launches, the rows past a prefill's cuBLAS groups, read
    them once per 16 rows), each lane loading its words of UN units ahead
    of their use, twice over (the next UN while the current UN compute),
-   the first before the wait for the
-   previous kernel (weights are never written by one). */
+   the first before the wait for the previous kernel (weights are never
+   written by one). */
 
 #define QK_WARPS 8 /* warps a block; the K split, so a row's order is fixed by K alone */
 
