@@ -437,6 +437,7 @@ typedef struct {
     int slot;
     FILE *fp;
     long long off;       /* bytes already in the .incomplete file */
+    long long counted;   /* of this transfer's bytes, those added to j->received */
     int first, write_errno;
     CURL *c;
 } xfer;
@@ -474,6 +475,8 @@ static int on_file_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl
     xfer *x = ud;
     pthread_mutex_lock(&x->j->mu);
     x->j->slot[x->slot].done = x->off + (long long)dlnow;
+    x->j->received += (long long)dlnow - x->counted;
+    x->counted = (long long)dlnow;
     pthread_mutex_unlock(&x->j->mu);
     return x->j->abort ? 1 : 0;
 }
@@ -554,7 +557,7 @@ static int download(pull_job *j, int slot, const hfile *f, const char *inc, char
         curl_off_t got = 0;
         curl_easy_getinfo(c, CURLINFO_SIZE_DOWNLOAD_T, &got);
         pthread_mutex_lock(&j->mu);
-        j->received += (long long)got;
+        j->received += (long long)got - x.counted; /* what the last progress call did not see */
         pthread_mutex_unlock(&j->mu);
         long long now = file_size(inc);
         if (x.write_errno) {
@@ -752,14 +755,11 @@ static void progress_line(FILE *out, const char *name, long long done, long long
 static void draw(pull_job *j, int final) {
     if (!j->log) return;
     double now = ds_now(), el = now - j->t0;
-    long long inflight = 0, inflight_new = 0;
+    long long inflight = 0;
     for (int s = 0; s < HUB_MAX_JOBS; s++)
-        if (j->slot[s].active) {
-            inflight += j->slot[s].done;
-            inflight_new += j->slot[s].done - j->slot[s].start_bytes;
-        }
+        if (j->slot[s].active) inflight += j->slot[s].done;
     long long done = j->done_bytes + inflight;
-    double rate = el > 0.2 ? (double)(j->received > inflight_new ? j->received : inflight_new) / el : 0;
+    double rate = el > 0.2 ? (double)j->received / el : 0;
     if (j->tty) {
         if (j->lines_drawn) fprintf(j->log, "\033[%dA", j->lines_drawn);
         int lines = 0;
