@@ -295,11 +295,32 @@ static int hub_up(void) {
 }
 
 static int n_cache;
+static const char *const HF_VARS[] = {"HF_HUB_CACHE", "HF_ENDPOINT", "HF_TOKEN", "HF_TOKEN_PATH"};
+static char *saved_env[4];
+static int env_saved;
 
-/* A fresh, empty hub cache and the stand-in's address in the environment. */
+/* The environment as it was before fresh_cache, so that later tests (and
+ * the processes they start) do not see the stand-in or its caches. */
+static void env_restore(void) {
+    if (!env_saved) return;
+    for (int i = 0; i < 4; i++) {
+        if (saved_env[i]) setenv(HF_VARS[i], saved_env[i], 1);
+        else unsetenv(HF_VARS[i]);
+        free(saved_env[i]);
+        saved_env[i] = NULL;
+    }
+    env_saved = 0;
+}
+
+/* A fresh, empty hub cache and the stand-in's address in the environment
+ * (env_restore undoes it). */
 static const char *fresh_cache(void) {
     static char root[512];
     char ep[64];
+    if (!env_saved) {
+        for (int i = 0; i < 4; i++) saved_env[i] = getenv(HF_VARS[i]) ? xstrdup(getenv(HF_VARS[i])) : NULL;
+        env_saved = 1;
+    }
     snprintf(root, sizeof root, "%s/hub-%d", test_tmp_dir(), n_cache++);
     setenv("HF_HUB_CACHE", root, 1);
     snprintf(ep, sizeof ep, "http://127.0.0.1:%d/", H.port); /* (the trailing slash is dropped) */
@@ -437,6 +458,7 @@ TEST(pull_layout_and_drafters) {
     CHECK(errtxt && strstr(errtxt, "ready") && !strstr(errtxt, "drafter of"));
     free(out);
     free(errtxt);
+    env_restore();
 }
 
 TEST(pull_resume_after_cut) {
@@ -483,6 +505,7 @@ TEST(pull_resume_after_cut) {
     CHECK_EQ_INT(hub_pull("test/coder", &ho, snap, sizeof snap, NULL, err, sizeof err), 0);
     CHECK_EQ_INT(served() - before, (long long)f->len);
     CHECK(entry_ok(root, "test/coder", "model.safetensors"));
+    env_restore();
 }
 
 TEST(pull_bad_checksum) {
@@ -501,6 +524,7 @@ TEST(pull_bad_checksum) {
     CHECK(!exists(p));
     snprintf(p, sizeof p, "%s/refs/main", rd);
     CHECK(!exists(p));
+    env_restore();
 }
 
 TEST(pull_errors_and_include) {
@@ -539,6 +563,7 @@ TEST(pull_errors_and_include) {
     CHECK_EQ_INT(test_run_cli("pull test/coder --include 'nothing*'", NULL, &e), 1);
     CHECK(e && strstr(e, "matches the --include"));
     free(e);
+    env_restore();
 }
 
 TEST(pull_flag_on_run) {
@@ -561,4 +586,5 @@ TEST(pull_flag_on_run) {
     /* without --pull an id is not fetched */
     CHECK(test_run_cli("run --model test/nothere -p x -n 1", NULL, &e) != 0);
     free(e);
+    env_restore();
 }
