@@ -32,7 +32,7 @@ CUDA_DEFS = $(if $(findstring 90a,$(CUDA_ARCH)),-DDSPARK_WGMMA)
 
 WARN    = -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g -pthread -MMD -MP $(WARN) -Isrc
-LIBS    = -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm -pthread
+LIBS    = -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lcurl -lcrypto -lm -pthread
 
 ifeq ($(CUDA),1)
   BUILD  = build/cuda

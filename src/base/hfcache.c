@@ -52,7 +52,7 @@ int hf_repo_dir(const char *root, const char *id, char *out, size_t n) {
     return w < 0 || (size_t)w >= n ? -1 : 0;
 }
 
-static int is_commit(const char *s) {
+int hf_is_commit(const char *s) {
     size_t i = 0;
     for (; s[i]; i++)
         if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i])) return 0;
@@ -63,7 +63,7 @@ int hf_snapshot_dir(const char *root, const char *id, const char *rev, char *out
     char repo[4096], commit[128];
     if (hf_repo_dir(root, id, repo, sizeof repo)) return -1;
     if (!rev || !*rev) rev = "main";
-    if (is_commit(rev)) {
+    if (hf_is_commit(rev)) {
         snprintf(commit, sizeof commit, "%s", rev);
     } else {
         char ref[4300];
@@ -75,7 +75,7 @@ int hf_snapshot_dir(const char *root, const char *id, const char *rev, char *out
             return -1;
         }
         while (len && isspace((unsigned char)txt[len - 1])) txt[--len] = 0;
-        int ok = is_commit(txt);
+        int ok = hf_is_commit(txt);
         if (ok) snprintf(commit, sizeof commit, "%s", txt);
         free(txt);
         if (!ok) {
@@ -87,4 +87,47 @@ int hf_snapshot_dir(const char *root, const char *id, const char *rev, char *out
     if (w < 0 || (size_t)w >= n) return -1;
     struct stat sb;
     return stat(out, &sb) == 0 && S_ISDIR(sb.st_mode) ? 0 : -1;
+}
+
+static int fits(int w, size_t n) { return w < 0 || (size_t)w >= n ? -1 : 0; }
+
+int hf_blob_path(const char *repo, const char *etag, const char *suffix, char *out, size_t n) {
+    return fits(snprintf(out, n, "%s/blobs/%s%s", repo, etag, suffix ? suffix : ""), n);
+}
+
+int hf_pointer_path(const char *repo, const char *commit, const char *file, char *out, size_t n) {
+    return fits(snprintf(out, n, "%s/snapshots/%s/%s", repo, commit, file), n);
+}
+
+int hf_ref_path(const char *repo, const char *rev, char *out, size_t n) {
+    return fits(snprintf(out, n, "%s/refs/%s", repo, rev), n);
+}
+
+int hf_lock_path(const char *root, const char *id, const char *etag, char *out, size_t n) {
+    const char *slash = strchr(id, '/');
+    if (!slash) return -1;
+    return fits(snprintf(out, n, "%s/.locks/models--%.*s--%s/%s.lock", root, (int)(slash - id), id, slash + 1, etag),
+                n);
+}
+
+int hf_blob_link(const char *file, const char *etag, char *out, size_t n) {
+    /* snapshots/COMMIT/ is two levels below the repo; each folder of file one more */
+    size_t w = 0;
+    int depth = 2;
+    for (const char *p = file; *p; p++) depth += *p == '/';
+    for (int i = 0; i < depth; i++) {
+        if (w + 3 >= n) return -1;
+        memcpy(out + w, "../", 3);
+        w += 3;
+    }
+    return fits(snprintf(out + w, n - w, "blobs/%s", etag), n - w);
+}
+
+void hf_token_path(char *out, size_t n) {
+    const char *t = getenv("HF_TOKEN_PATH"), *hf = getenv("HF_HOME"), *x = getenv("XDG_CACHE_HOME"),
+               *h = getenv("HOME");
+    if (t && *t) snprintf(out, n, "%s", t);
+    else if (hf && *hf) snprintf(out, n, "%s/token", hf);
+    else if (x && *x) snprintf(out, n, "%s/huggingface/token", x);
+    else snprintf(out, n, "%s/.cache/huggingface/token", h && *h ? h : ".");
 }

@@ -4,6 +4,13 @@
  *   ROOT/models--ORG--NAME/refs/REVISION        the commit a branch or tag names
  *   ROOT/models--ORG--NAME/snapshots/COMMIT/F   a file (a link into blobs/)
  *   ROOT/models--ORG--NAME/blobs/ETAG           the file's bytes
+ *   ROOT/models--ORG--NAME/blobs/ETAG.incomplete a download under way
+ *   ROOT/.locks/models--ORG--NAME/ETAG.lock     held (flock) while a blob is written
+ *
+ * ETAG is the file's git blob id (SHA-1 of "blob SIZE\0" + bytes), or for
+ * a file kept in LFS its SHA-256, as the hub reports them; a snapshot's
+ * entries are relative links ("../../blobs/ETAG", one more "../" per folder
+ * of the file's path), so the cache can move as a whole.
  *
  * ROOT is $HF_HUB_CACHE, else $HF_HOME/hub, else
  * $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub. */
@@ -29,5 +36,26 @@ int hf_repo_dir(const char *root, const char *id, char *out, size_t n);
  * commit taken as is, else refs/REV names the commit. 0 when that folder
  * exists, -1 when not (out then holds the path looked for). */
 int hf_snapshot_dir(const char *root, const char *id, const char *rev, char *out, size_t n);
+
+/* 1 when s is a full commit id: 40 lowercase hex digits. */
+int hf_is_commit(const char *s);
+
+/* The paths of the layout above, under repo = hf_repo_dir(...): blobs/ETAG
+ * followed by suffix ("" or ".incomplete"); snapshots/COMMIT/FILE;
+ * refs/REV; and the lock ROOT/.locks/models--ORG--NAME/ETAG.lock. Each 0,
+ * or -1 when the path does not fit. */
+int hf_blob_path(const char *repo, const char *etag, const char *suffix, char *out, size_t n);
+int hf_pointer_path(const char *repo, const char *commit, const char *file, char *out, size_t n);
+int hf_ref_path(const char *repo, const char *rev, char *out, size_t n);
+int hf_lock_path(const char *root, const char *id, const char *etag, char *out, size_t n);
+
+/* The link a snapshot's entry FILE holds: the relative path from its folder
+ * to blobs/ETAG. 0, or -1 when it does not fit. */
+int hf_blob_link(const char *file, const char *etag, char *out, size_t n);
+
+/* Where huggingface_hub keeps the token `hf auth login` saved:
+ * $HF_TOKEN_PATH, else $HF_HOME/token, else
+ * $XDG_CACHE_HOME/huggingface/token, else ~/.cache/huggingface/token. */
+void hf_token_path(char *out, size_t n);
 
 #endif

@@ -74,6 +74,8 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
                     : !strcmp(a, "--no-lookup-drafts")    ? &o->no_lookup_drafts
                     : !strcmp(a, "--no-warmup")           ? &o->no_warmup
                     : !strcmp(a, "--print-env")           ? &o->print_env
+                    : !strcmp(a, "--no-drafters")         ? &o->no_drafters
+                    : !strcmp(a, "--pull")                ? &o->pull
                                                           : NULL;
         if (flag) {
             *flag = 1;
@@ -95,6 +97,11 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--modes")) o->modes = v;
         else if (!strcmp(a, "--json")) o->json = v;
         else if (!strcmp(a, "--type")) o->qtype = v;
+        else if (!strcmp(a, "--revision")) o->revision = v;
+        else if (!strcmp(a, "--include")) {
+            if (o->n_include == CLI_MAX_INCLUDE) cli_die("too many --include options (at most %d)", CLI_MAX_INCLUDE);
+            o->include[o->n_include++] = v;
+        }
         else if (!strcmp(a, "--group-size")) o->group_size = parse_int(a, v, 1, 1 << 20);
         else if (!strcmp(a, "--trials")) o->trials = parse_int(a, v, 1, 100);
         else if (!strcmp(a, "--host")) o->host = v;

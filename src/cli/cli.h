@@ -20,6 +20,7 @@
 #include "text/tokenizer.h"
 
 #define CLI_MAX_VARS 32
+#define CLI_MAX_INCLUDE 32
 
 typedef struct {
     const char *model, *prompt, *prompt_ids, *out, *file, *text, *messages, *tools, *system;
@@ -46,6 +47,12 @@ typedef struct {
     char **rest;
     float temp, top_p, min_p;
     unsigned long long seed;
+    /* pull, and --pull on run / chat / serve */
+    const char *revision; /* --revision R */
+    int n_include;        /* --include GLOB, repeated */
+    const char *include[CLI_MAX_INCLUDE];
+    int no_drafters;      /* --no-drafters */
+    int pull;             /* --pull: fetch --model / --drafter ids missing from the hub cache */
     int n_vars;
     const char *vars[CLI_MAX_VARS]; /* "key=value" */
 } opts;
@@ -137,6 +144,11 @@ int cmd_bench(const opts *o);
 int cmd_serve(const opts *o);  /* serve.c */
 int cmd_claude(const opts *o); /* cli_claude.c */
 int cmd_quantize(const opts *o); /* cli_quantize.c */
+int cmd_pull(const opts *o);     /* cli_pull.c */
+/* --pull: replaces o->model and o->drafter, when they are hub ids not
+ * found locally, by the folders pulled for them (the model's drafters
+ * along unless --no-drafters); dies with the pull's error. */
+void cli_pull_args(opts *o);
 /* `dspark quantize` without the command line: the checkpoint in dir as
  * type (Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M: a GGUF file at out; mlx4, mlx8:
  * an MLX folder at out, group 0 = 64), threads 0 = all CPUs, progress to
@@ -144,6 +156,6 @@ int cmd_quantize(const opts *o); /* cli_quantize.c */
 int quantize_model(const char *dir, const char *out, const char *type, int group, int threads, FILE *log, char *err,
                    size_t errlen);
 extern const char RUN_HELP[], LOGITS_HELP[], TOKENIZE_HELP[], DETOKENIZE_HELP[], TEMPLATE_HELP[], CHAT_HELP[],
-    BENCH_HELP[], SERVE_HELP[], CLAUDE_HELP[], QUANTIZE_HELP[];
+    BENCH_HELP[], SERVE_HELP[], CLAUDE_HELP[], QUANTIZE_HELP[], PULL_HELP[];
 
 #endif

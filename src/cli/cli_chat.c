@@ -25,6 +25,8 @@ const char CHAT_HELP[] =
     "generated, and earlier turns stay in the KV cache.\n"
     "  -m, --model DIR|FILE     checkpoint (or .gguf) with a tokenizer and a chat template\n"
     "                           (default: the bundled model, or $DSPARK_MODEL)\n"
+    "      --pull               --model / --drafter may be a Hugging Face id (org/name[@rev]):\n"
+    "                           pulled into the hub cache when not there (see dspark pull)\n"
     "      --system TEXT        system message\n"
     "      --no-thinking        enable_thinking=false for the template\n"
     "      --var KEY=VALUE      a template variable (VALUE as JSON, else a string)\n"

@@ -18,6 +18,8 @@ const char RUN_HELP[] =
     "  -m, --model DIR|FILE     Hugging Face checkpoint directory (config.json + safetensors,\n"
     "                           float or MLX-quantized) or a .gguf file (default: the\n"
     "                           bundled model, or $DSPARK_MODEL)\n"
+    "      --pull               --model / --drafter may be a Hugging Face id (org/name[@rev]):\n"
+    "                           pulled into the hub cache when not there (see dspark pull)\n"
     "  -p, --prompt TEXT        prompt text (needs the model's tokenizer)\n"
     "      --prompt-ids IDS     prompt as comma-separated token ids (no tokenizer needed)\n"
     "      --chat               apply the chat template to --prompt (a single user turn)\n"

@@ -24,11 +24,13 @@ static const char MAIN_HELP[] =
     "  serve       HTTP server: OpenAI (chat, completions, responses) and Anthropic (messages) APIs\n"
     "  claude      start Claude Code against a running dspark server\n"
     "  quantize    write a quantized copy of a checkpoint: GGUF (Q8_0 .. Q4_K_M) or MLX (4/8-bit)\n"
+    "  pull        download a model (and its drafters) from the Hugging Face hub into its cache\n"
     "  version     print version and CPU features\n";
 
 #define SAMPLING " --mmap --device --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
 #define SPEC " --mode --drafter --max-draft --confidence-threshold --no-lookup-drafts "
 #define TEMPLATE_VARS " --var --no-thinking --system "
+#define PULL " --pull --no-drafters --revision --include "
 
 typedef struct {
     const char *name;
@@ -41,8 +43,8 @@ typedef struct {
 
 static const command COMMANDS[] = {
     {"run", cmd_run, RUN_HELP,
-     " --model -m --prompt -p --prompt-ids --print-ids --ignore-eos --chat --no-warmup" SPEC SAMPLING TEMPLATE_VARS, 0},
-    {"chat", cmd_chat, CHAT_HELP, " --model -m" SPEC SAMPLING TEMPLATE_VARS, 0},
+     " --model -m --prompt -p --prompt-ids --print-ids --ignore-eos --chat --no-warmup" SPEC SAMPLING TEMPLATE_VARS PULL, 0},
+    {"chat", cmd_chat, CHAT_HELP, " --model -m" SPEC SAMPLING TEMPLATE_VARS PULL, 0},
     {"logits", cmd_logits, LOGITS_HELP,
      " --model -m --prompt-ids --out -o --threads -t --context-window -c --mmap --device ", 0},
     {"tokenize", cmd_tokenize, TOKENIZE_HELP, " --model -m --file -f --jsonl --add-special ", 0},
@@ -55,9 +57,10 @@ static const command COMMANDS[] = {
     {"serve", cmd_serve, SERVE_HELP,
      " --model -m --host --port --api-key --context-window -c --threads -t --mmap --device --no-thinking --cache-slots"
      " --reasoning-effort --no-warmup"
-     SPEC " --temp --top-k --top-p --min-p --seed -n --n-predict ", 0},
+     SPEC PULL " --temp --top-k --top-p --min-p --seed -n --n-predict ", 0},
     {"claude", cmd_claude, CLAUDE_HELP, " --url --api-key --print-env ", 1},
     {"quantize", cmd_quantize, QUANTIZE_HELP, " --model -m --out -o --type --group-size --threads -t ", 0},
+    {"pull", cmd_pull, PULL_HELP, " --revision --include --no-drafters ", 0},
 };
 
 int main(int argc, char **argv) {
@@ -92,13 +95,15 @@ int main(int argc, char **argv) {
             return 0;
         }
         static char def[4096];
-        if (!o.model && !c->client) {
+        /* (pull names its model as an argument: no default) */
+        if (!o.model && !c->client && c->fn != cmd_pull) {
             if (!registry_default_model(def, sizeof def))
                 cli_die("%s: --model DIR is required: the bundled model %s was not found beside the dspark binary "
                         "(models/%s) and DSPARK_MODEL is not set",
                         c->name, DSPARK_DEFAULT_MODEL, DSPARK_DEFAULT_MODEL);
             o.model = def;
         }
+        if (o.pull) cli_pull_args(&o);
         return c->fn(&o);
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

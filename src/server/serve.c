@@ -27,6 +27,8 @@ const char SERVE_HELP[] =
     "  POST /v1/messages /v1/messages/count_tokens               (Anthropic; Claude Code)\n"
     "  GET  /v1/models /health /metrics /events   POST /tokenize /detokenize\n"
     "  -m, --model DIR|FILE     checkpoint or .gguf with a tokenizer (default: the bundled model)\n"
+    "      --pull               --model / --drafter may be a Hugging Face id (org/name[@rev]):\n"
+    "                           pulled into the hub cache when not there (see dspark pull)\n"
     "      --host ADDR          address to listen on (default 127.0.0.1)\n"
     "      --port N             port (default 8080)\n"
     "      --api-key KEY        require Authorization: Bearer KEY or x-api-key: KEY\n"
