@@ -325,7 +325,7 @@ int cmd_bench(const opts *o) {
     go.temp = 0; /* bench is always greedy */
     sampler *smp = cli_sampler(&go, mc->vocab_size);
     seq *s;
-    if (seq_create(&s, e.m, o->ctx, 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
+    if (seq_create(&s, e.m, cli_window(&e, o, 1, 256, "bench"), 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
     for (int p = 0; p < n_pr; p++) {
         if (pr[p].n + 2 > seq_capacity(s))
             cli_die("the %s prompt (%d tokens) leaves no room to generate in the %d-position context window",

@@ -142,7 +142,7 @@ int cmd_chat(const opts *o) {
     cli_engine_open(&e, o);
     sampler *smp = cli_sampler(o, model_cfg(e.m)->vocab_size);
     seq *s;
-    if (seq_create(&s, e.m, o->ctx, 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
+    if (seq_create(&s, e.m, cli_window(&e, o, 1, 256, "chat"), 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
     int stop[32];
     int n_stop = cli_stop_ids(e.m, tok, stop);
     int max_new = o->n_predict < 0 ? 4096 : o->n_predict;

@@ -116,7 +116,7 @@ int cmd_run(const opts *o) {
     sampler *smp = cli_sampler(o, c->vocab_size);
     char err[1024];
     seq *s;
-    if (seq_create(&s, e.m, o->ctx, 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
+    if (seq_create(&s, e.m, cli_window(&e, o, 1, 256, "run"), 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
     if (n_prompt + n_predict > seq_capacity(s))
         fprintf(stderr, "dspark: note: prompt + %d tokens exceed the %d-position context window; generation stops "
                         "when it is full\n", n_predict, seq_capacity(s));
@@ -169,7 +169,7 @@ int cmd_logits(const opts *o) {
     cli_engine_open(&e, o);
     const model_config *c = model_cfg(e.m);
     model_ctx *ctx;
-    if (mctx_create(&ctx, e.m, o->ctx ? o->ctx : n, 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
+    if (mctx_create(&ctx, e.m, o->ctx ? cli_window(&e, o, 1, 256, "logits") : n, 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
     float *logits = xmalloc(sizeof(float) * (size_t)n * (size_t)c->vocab_size);
     model_batch b = {.n = n, .tokens = ids, .n_logits = n, .logits = logits};
     if (model_forward(ctx, &b, err, sizeof err) != 0) cli_die("%s", err);
