@@ -149,7 +149,12 @@ int memfit_model(const model *m, int slots, int max_batch, int window, const mem
     return 0;
 }
 
-static double gib(size_t b) { return (double)b / (double)(1u << 30); }
+/* "14.2 GiB", "310 MiB" */
+static const char *human(size_t b, char *buf, size_t n) {
+    if (b >= ((size_t)1 << 30)) snprintf(buf, n, "%.1f GiB", (double)b / (double)((size_t)1 << 30));
+    else snprintf(buf, n, "%.0f MiB", (double)b / (double)((size_t)1 << 20));
+    return buf;
+}
 
 void memfit_describe(const memfit_report *r, int slots, char *out, size_t n) {
     const memfit_out *o = &r->out;
@@ -163,9 +168,9 @@ void memfit_describe(const memfit_report *r, int slots, char *out, size_t n) {
         snprintf(tail, sizeof tail, "use --kv-bits %d with --context-window %d at most", r->alt_bits, r->alt_window);
     else
         snprintf(tail, sizeof tail, "not even a %d-position window fits", MEMFIT_MIN_WINDOW);
-    snprintf(out, n,
-             "the %d-position window needs %.1f GiB for %d cache slot%s at --kv-bits %d; %.1f GiB of %s is "
-             "available (%.1f GiB usable): %s",
-             o->want, gib(o->need), slots, slots == 1 ? "" : "s", r->kv_bits, gib(r->avail),
-             r->on_device ? "GPU memory" : "memory", gib(o->budget), tail);
+    char h1[32], h2[32], h3[32];
+    snprintf(out, n, "the %d-position window needs %s for %d cache slot%s at --kv-bits %d; %s of %s is available (%s usable): %s",
+             o->want, human(o->need, h1, sizeof h1), slots, slots == 1 ? "" : "s", r->kv_bits,
+             human(r->avail, h2, sizeof h2), r->on_device ? "GPU memory" : "memory", human(o->budget, h3, sizeof h3),
+             tail);
 }
