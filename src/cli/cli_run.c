@@ -31,7 +31,10 @@ const char RUN_HELP[] =
     "      --min-p P            drop tokens below P x the top probability (0 = off)\n"
     "      --seed S             sampling seed (default 0)\n"
     "  -t, --threads N          CPU threads (default: all cores)\n"
-    "  -c, --context-window N   KV cache positions (default: model max, capped by memory)\n"
+    "  -c, --context-window N   KV cache positions (default: the model's, or the most that fits in\n"
+    "                           memory, said on stderr; a window that cannot fit is refused)\n"
+    "      --kv-bits 32|16|8    KV cache storage: 32 f32 (exact, default), 16 f16, 8 int8 with\n"
+    "                           per-position scales (CPU; about 2x / 4x the window in the same memory)\n"
     "      --mmap               map the weight files instead of reading them into memory\n"
     "                           (starts faster, uses less memory; decode can be slower)\n"
     "      --device D           cpu (default), cuda or cuda:N (a `make cuda` build; also $DSPARK_DEVICE)\n"
@@ -156,6 +159,7 @@ int cmd_run(const opts *o) {
 
 const char LOGITS_HELP[] =
     "usage: dspark logits --model DIR --prompt-ids 1,2,3 --out FILE [--threads N] [--mmap] [--device cpu|cuda[:N]]\n"
+    "                     [--kv-bits 32|16|8]\n"
     "Writes float32 little-endian logits for every prompt position, row-major\n"
     "[positions x vocab]. Needs no tokenizer.\n";
 
