@@ -373,7 +373,7 @@ int sched_guard(const sched_slot *slots, int n, int busy, const double *used, ch
         int held = seq_len(slots[pick].s);
         size_t b = seq_release(slots[pick].s);
         shed++;
-        snprintf(log, logn, "memory guard: %s; shed idle cache slot %d (%d positions, %.0f MiB)", why, pick + 1, held,
+        snprintf(log, logn, "memory guard: %s; shed idle cache slot %d (%d positions, %.1f MiB)", why, pick + 1, held,
                  (double)b / 1048576.0);
         fprintf(stderr, "dspark serve: %s\n", log);
     }
