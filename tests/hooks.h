@@ -4,6 +4,7 @@
 #ifndef DS_TEST_HOOKS_H
 #define DS_TEST_HOOKS_H
 
+#include "engine/memfit.h"
 #include "spec/drafter.h"
 
 /* ops.c: 0 forces the scalar kernels, 1 the SIMD ones where the CPU has
@@ -18,5 +19,9 @@ int dstate_last(const dstate *ds, const float **base, const float **markov, cons
 /* drafter.c: the context features C_t (after fc and hidden_norm) of the
  * last features() call's rows, [n][hidden] */
 const float *dstate_last_ctx(const dstate *ds, int *n);
+
+/* memfit.c: memfit_read_sys reports *fake instead of reading /proc (NULL:
+ * /proc again); fake must outlive its use */
+void memfit_test_sys(const memfit_sys *fake);
 
 #endif

@@ -7,7 +7,7 @@
 TEST(kv_store_truncate) {
     kv_cache *kv;
     char err[256];
-    CHECK(kv_create(&kv, 2, 3, 4, 10, err, sizeof err) == 0);
+    CHECK(kv_create(&kv, 2, 3, 4, 10, 32, err, sizeof err) == 0);
     CHECK_EQ_INT(kv_len(kv), 0);
     CHECK_EQ_INT(kv_capacity(kv), 10);
     float k[2 * 3 * 4], v[2 * 3 * 4];
@@ -30,6 +30,6 @@ TEST(kv_store_truncate) {
     kv_commit(kv, 1);
     CHECK_EQ_INT((int)kv_k(kv, 0)[(0 * 10 + 1) * 4], 100); /* overwritten at pos 1 */
     kv_free(kv);
-    CHECK(kv_create(&kv, 0, 1, 1, 1, err, sizeof err) != 0);
+    CHECK(kv_create(&kv, 0, 1, 1, 1, 32, err, sizeof err) != 0);
     kv_free(NULL);
 }

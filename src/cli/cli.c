@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "engine/memfit.h"
 #include "engine/ops.h"
 #include "base/util.h"
 
@@ -109,6 +110,11 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--api-key")) o->api_key = v;
         else if (!strcmp(a, "--port")) o->port = parse_int(a, v, 1, 65535);
         else if (!strcmp(a, "--cache-slots")) o->cache_slots = parse_int(a, v, 1, 16);
+        else if (!strcmp(a, "--kv-bits")) {
+            if (strcmp(v, "32") && strcmp(v, "16") && strcmp(v, "8"))
+                cli_die("--kv-bits expects 32 (f32), 16 (f16) or 8 (int8 with scales), got \"%s\"", v);
+            o->kv_bits = atoi(v);
+        }
         else if (!strcmp(a, "--reasoning-effort")) {
             if (strcmp(v, "low") && strcmp(v, "medium") && strcmp(v, "high"))
                 cli_die("--reasoning-effort expects low, medium or high, got \"%s\"", v);
@@ -157,7 +163,7 @@ tokenizer *cli_tokenizer(const char *dir, int required) {
 
 void cli_engine_open(cli_engine *e, const opts *o) {
     char err[1024];
-    model_load_opts lo = {.use_mmap = o->use_mmap, .device = o->device};
+    model_load_opts lo = {.use_mmap = o->use_mmap, .device = o->device, .kv_bits = o->kv_bits};
     if (model_load(&e->m, o->model, &lo, err, sizeof err) != 0) cli_die("%s", err);
     if (strcmp(model_device(e->m), "cpu")) fprintf(stderr, "dspark: device %s\n", model_device(e->m));
     e->tp = tp_create(o->threads);
@@ -166,6 +172,21 @@ void cli_engine_open(cli_engine *e, const opts *o) {
 void cli_engine_close(cli_engine *e) {
     tp_free(e->tp);
     model_free(e->m);
+}
+
+int cli_window(const cli_engine *e, const opts *o, int slots, int max_batch, const char *what) {
+    char err[512], msg[768];
+    memfit_report r;
+    if (memfit_model(e->m, slots, max_batch, o->ctx, NULL, &r, err, sizeof err) != 0) {
+        /* no /proc/meminfo: nothing to check against; say so once */
+        fprintf(stderr, "dspark: note: %s; the context window is not checked against memory\n", err);
+        return o->ctx ? o->ctx : model_cfg(e->m)->max_position_embeddings;
+    }
+    if (r.out.fits) return r.out.window;
+    memfit_describe(&r, slots, msg, sizeof msg);
+    if (o->ctx || !r.out.max_fit) cli_die("%s: %s", what, msg); /* an explicit window is never cut */
+    fprintf(stderr, "dspark: %s: %s; using --context-window %d\n", what, msg, r.out.max_fit);
+    return r.out.max_fit;
 }
 
 sampler *cli_sampler(const opts *o, int vocab) {

@@ -43,6 +43,7 @@ typedef struct {
     const char *host, *url, *api_key, *reasoning_effort;
     int port, print_env;
     int cache_slots; /* serve: --cache-slots N (0 = default) */
+    int kv_bits;     /* --kv-bits 32|16|8 (0 = 32): the KV cache's storage */
     int n_rest;   /* claude: the arguments after "--" */
     char **rest;
     float temp, top_p, min_p;
@@ -71,6 +72,12 @@ typedef struct {
 void cli_engine_open(cli_engine *e, const opts *o);
 void cli_engine_close(cli_engine *e);
 sampler *cli_sampler(const opts *o, int vocab);
+/* The context window for `slots` contexts of max_batch rows of e's model
+ * (engine/memfit.h): --context-window when it fits, else a refusal (dies)
+ * naming the window and --kv-bits that fit; without it the model's window
+ * when it fits, else the largest that does, said on stderr. `what` names
+ * the command in the messages ("run", "serve"). */
+int cli_window(const cli_engine *e, const opts *o, int slots, int max_batch, const char *what);
 
 /* End-of-sequence ids: generation_config/config eos ids plus the
  * tokenizer's eos token. Returns the count written to ids (cap 32). */

@@ -49,7 +49,10 @@ const char BENCH_HELP[] =
     "      --prompt-ids IDS     benchmark one prompt of comma-separated token ids instead\n"
     "      --json FILE          also write the results as JSON\n"
     "  -t, --threads N          CPU threads (default: all cores)\n"
-    "  -c, --context-window N   KV cache positions (default: model max, capped by memory)\n"
+    "  -c, --context-window N   KV cache positions (default: the model's, or the most that fits in\n"
+    "                           memory, said on stderr; a window that cannot fit is refused)\n"
+    "      --kv-bits 32|16|8    KV cache storage: 32 f32 (exact, default), 16 f16, 8 int8 with\n"
+    "                           per-position scales (CPU; about 2x / 4x the window in the same memory)\n"
     "      --mmap               map the weight files instead of reading them into memory\n"
     "      --device D           cpu (default), cuda or cuda:N (a `make cuda` build; also $DSPARK_DEVICE)\n"
     "      --max-draft N|auto   drafts per verify round for the speculative modes\n"
@@ -325,7 +328,7 @@ int cmd_bench(const opts *o) {
     go.temp = 0; /* bench is always greedy */
     sampler *smp = cli_sampler(&go, mc->vocab_size);
     seq *s;
-    if (seq_create(&s, e.m, o->ctx, 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
+    if (seq_create(&s, e.m, cli_window(&e, o, 1, 256, "bench"), 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
     for (int p = 0; p < n_pr; p++) {
         if (pr[p].n + 2 > seq_capacity(s))
             cli_die("the %s prompt (%d tokens) leaves no room to generate in the %d-position context window",

@@ -39,6 +39,7 @@ const char CHAT_HELP[] =
     "      --no-lookup-drafts   DSpark/DFlash: no lookup drafts in copy runs (see dspark run --help)\n"
     "      --temp T --top-k K --top-p P --min-p P --seed S   sampling (default greedy)\n"
     "  -t, --threads N  -c, --context-window N  --mmap (map weights instead of reading them)\n"
+    "  --kv-bits 32|16|8 (KV cache storage: f32 default, f16, int8 with scales; CPU)\n"
     "      --device cpu|cuda[:N]  where the model runs (default cpu; also $DSPARK_DEVICE)\n"
     "Commands at the prompt:\n"
     "  /reset          forget the conversation (keeps the system message)\n"
@@ -144,7 +145,7 @@ int cmd_chat(const opts *o) {
     cli_engine_open(&e, o);
     sampler *smp = cli_sampler(o, model_cfg(e.m)->vocab_size);
     seq *s;
-    if (seq_create(&s, e.m, o->ctx, 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
+    if (seq_create(&s, e.m, cli_window(&e, o, 1, 256, "chat"), 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
     int stop[32];
     int n_stop = cli_stop_ids(e.m, tok, stop);
     int max_new = o->n_predict < 0 ? 4096 : o->n_predict;

@@ -33,7 +33,10 @@ const char RUN_HELP[] =
     "      --min-p P            drop tokens below P x the top probability (0 = off)\n"
     "      --seed S             sampling seed (default 0)\n"
     "  -t, --threads N          CPU threads (default: all cores)\n"
-    "  -c, --context-window N   KV cache positions (default: model max, capped by memory)\n"
+    "  -c, --context-window N   KV cache positions (default: the model's, or the most that fits in\n"
+    "                           memory, said on stderr; a window that cannot fit is refused)\n"
+    "      --kv-bits 32|16|8    KV cache storage: 32 f32 (exact, default), 16 f16, 8 int8 with\n"
+    "                           per-position scales (CPU; about 2x / 4x the window in the same memory)\n"
     "      --mmap               map the weight files instead of reading them into memory\n"
     "                           (starts faster, uses less memory; decode can be slower)\n"
     "      --device D           cpu (default), cuda or cuda:N (a `make cuda` build; also $DSPARK_DEVICE)\n"
@@ -118,7 +121,7 @@ int cmd_run(const opts *o) {
     sampler *smp = cli_sampler(o, c->vocab_size);
     char err[1024];
     seq *s;
-    if (seq_create(&s, e.m, o->ctx, 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
+    if (seq_create(&s, e.m, cli_window(&e, o, 1, 256, "run"), 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
     if (n_prompt + n_predict > seq_capacity(s))
         fprintf(stderr, "dspark: note: prompt + %d tokens exceed the %d-position context window; generation stops "
                         "when it is full\n", n_predict, seq_capacity(s));
@@ -158,6 +161,7 @@ int cmd_run(const opts *o) {
 
 const char LOGITS_HELP[] =
     "usage: dspark logits --model DIR --prompt-ids 1,2,3 --out FILE [--threads N] [--mmap] [--device cpu|cuda[:N]]\n"
+    "                     [--kv-bits 32|16|8]\n"
     "Writes float32 little-endian logits for every prompt position, row-major\n"
     "[positions x vocab]. Needs no tokenizer.\n";
 
@@ -171,7 +175,7 @@ int cmd_logits(const opts *o) {
     cli_engine_open(&e, o);
     const model_config *c = model_cfg(e.m);
     model_ctx *ctx;
-    if (mctx_create(&ctx, e.m, o->ctx ? o->ctx : n, 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
+    if (mctx_create(&ctx, e.m, o->ctx ? cli_window(&e, o, 1, 256, "logits") : n, 256, e.tp, err, sizeof err) != 0) cli_die("%s", err);
     float *logits = xmalloc(sizeof(float) * (size_t)n * (size_t)c->vocab_size);
     model_batch b = {.n = n, .tokens = ids, .n_logits = n, .logits = logits};
     if (model_forward(ctx, &b, err, sizeof err) != 0) cli_die("%s", err);

@@ -37,6 +37,7 @@ typedef struct {
     int resident_taps;  /* layers whose taps a forward can leave in the backend's memory (0: none) */
     int chain;          /* chained greedy decoding (model.h mctx_chain_*) */
     int drafter_resident; /* its drafters read resident taps and draw sampled drafts there */
+    int kv_low_bits;    /* its KV caches store 16 and 8 bits as well as 32 (model_desc.kv_bits) */
 } backend_caps;
 
 typedef struct backend {
@@ -56,6 +57,19 @@ typedef struct backend {
     int (*ctx_len)(const void *bc);
     int (*ctx_capacity)(const void *bc);
     void (*ctx_truncate)(void *bc, int len);
+    /* Memory facts for the fit estimate (engine/memfit.h).
+       ctx_bytes: what a context of n_ctx positions and max_batch rows
+       allocates in the memory it runs in (KV cache at the model's
+       kv_bits, plus scratch);
+       mem_avail: that memory's free and total bytes with the model's
+       weights already resident, or NULL when it is the host's RAM (then
+       /proc/meminfo says);
+       ctx_release: empties a context and gives its cache's pages back to
+       the system, returning the bytes released (NULL where the cache is
+       not host memory that can be handed back) */
+    size_t (*ctx_bytes)(const void *bm, int n_ctx, int max_batch);
+    int (*mem_avail)(const void *bm, size_t *free_b, size_t *total_b);
+    size_t (*ctx_release)(void *bc);
     /* model_forward on this backend (b already validated by model.c) */
     int (*forward)(void *bc, const struct model_batch_s *b, char *err, size_t errlen);
     /* mctx_resident_taps (model.h); NULL when caps.resident_taps is 0 */

@@ -76,10 +76,8 @@ static void cpu_layer(tpool *tp, scratch *s, const wlayer *L, const model_config
     op_rope(s->q, M, nh, hd, s->pos, inv_freq);
     op_rope(s->k, M, nkv, hd, s->pos, inv_freq);
     kv_store(kv, l, s->k, s->v, M);
-    if (L->attn == ATTN_BLOCK)
-        op_attention_block(tp, s->att, s->q, M, nh, nkv, hd, kv_k(kv, l), kv_v(kv, l), kv_capacity(kv), n_past, scale);
-    else
-        op_attention(tp, s->att, s->q, M, nh, nkv, hd, kv_k(kv, l), kv_v(kv, l), kv_capacity(kv), n_past, scale);
+    kv_view w = kv_layer(kv, l);
+    op_attention_kv(tp, s->att, s->q, M, nh, nkv, hd, &w, n_past, scale, L->attn == ATTN_BLOCK);
     op_matmul(tp, s->xb, s->att, M, L->wo, L->bo);
     op_add(s->x, s->xb, M * H);
     /* MLP block (MLP_SWIGLU, the one kind) */
@@ -139,6 +137,8 @@ static void cpu_layout(const model_desc *d) {
 static int cpu_model_create(void **out, const model_desc *d, int device, char *err, size_t errlen) {
     (void)device;
     *out = NULL;
+    if (d->kv_bits && !kv_bits_ok(d->kv_bits))
+        return ds_err(err, errlen, "--kv-bits %d: the CPU's KV cache stores 32, 16 or 8 bits", d->kv_bits);
     if (check_layers(d->cfg, d->layers, err, errlen) != 0) return -1;
     cpu_layout(d);
     cpu_model *m = xcalloc(1, sizeof *m);
@@ -151,7 +151,7 @@ static void cpu_model_free(void *bm) { free(bm); }
 
 static void cpu_model_caps(const void *bm, backend_caps *caps) {
     (void)bm;
-    *caps = (backend_caps){0};
+    *caps = (backend_caps){.kv_low_bits = 1};
 }
 
 static int cpu_samples_rows(const void *bm) {
@@ -164,7 +164,8 @@ static int cpu_ctx_create(void **out, void *bm, int n_ctx, int max_batch, tpool 
     const cpu_model *m = bm;
     const model_config *c = m->d.cfg;
     cpu_ctx *x = xcalloc(1, sizeof *x);
-    if (kv_create(&x->kv, c->n_layers, c->n_kv_heads, c->head_dim, n_ctx, err, errlen) != 0) {
+    if (kv_create(&x->kv, c->n_layers, c->n_kv_heads, c->head_dim, n_ctx, m->d.kv_bits ? m->d.kv_bits : 32, err,
+                  errlen) != 0) {
         free(x);
         return -1;
     }
@@ -188,6 +189,18 @@ static void cpu_ctx_free(void *bc) {
 static int cpu_ctx_len(const void *bc) { return kv_len(((const cpu_ctx *)bc)->kv); }
 static int cpu_ctx_capacity(const void *bc) { return kv_capacity(((const cpu_ctx *)bc)->kv); }
 static void cpu_ctx_truncate(void *bc, int len) { kv_truncate(((cpu_ctx *)bc)->kv, len); }
+/* the mapping of kv.c (filled on demand, so an upper bound), the scratch
+   of scratch_init and the logits rows of an argmax forward */
+static size_t cpu_ctx_bytes(const void *bm, int n_ctx, int max_batch) {
+    const cpu_model *m = bm;
+    const model_config *c = m->d.cfg;
+    size_t B = (size_t)(max_batch > 0 ? max_batch : 64), H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t QD = (size_t)c->n_heads * (size_t)c->head_dim, KD = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    size_t scr = sizeof(float) * B * (2 * H + 2 * QD + 2 * KD + 2 * I) + sizeof(int) * B;
+    return kv_bytes_per_pos(c->n_layers, c->n_kv_heads, c->head_dim, m->d.kv_bits ? m->d.kv_bits : 32) *
+               (size_t)n_ctx + scr + sizeof(float) * (size_t)MODEL_SAMPLE_ROWS * (size_t)c->vocab_size;
+}
+static size_t cpu_ctx_release(void *bc) { return kv_release(((cpu_ctx *)bc)->kv); }
 
 static void tap_copy(const model_batch *b, const float *x, int layer, int row0, int M, int H) {
     for (int t = 0; t < b->n_taps; t++) {
@@ -291,7 +304,9 @@ static int cpu_dstate_create(void **out, void *bdm, int cap, tpool *tp, char *er
     const drafter_desc *d = &dm->d;
     const model_config *b = d->cfg;
     cpu_dstate *s = xcalloc(1, sizeof *s);
-    if (kv_create(&s->kv, b->n_layers, b->n_kv_heads, b->head_dim, cap, err, errlen) != 0) {
+    /* the drafter's cache stays f32 whatever the target's --kv-bits: it is
+       a few layers deep, and its drafts never change what is emitted */
+    if (kv_create(&s->kv, b->n_layers, b->n_kv_heads, b->head_dim, cap, 32, err, errlen) != 0) {
         free(s);
         return -1;
     }
@@ -480,6 +495,8 @@ const backend backend_cpu = {
     .ctx_len = cpu_ctx_len,
     .ctx_capacity = cpu_ctx_capacity,
     .ctx_truncate = cpu_ctx_truncate,
+    .ctx_release = cpu_ctx_release,
+    .ctx_bytes = cpu_ctx_bytes,
     .forward = cpu_forward,
     .dmodel_create = cpu_dmodel_create,
     .dmodel_free = cpu_dmodel_free,

@@ -50,6 +50,10 @@ typedef struct {
        the file's layout (for comparisons) */
     struct st_set *weights;
     int row_major;
+    /* the KV cache's storage of every context (kv.h: 32 f32, 16 f16, 8 int8
+       + scales; 0 = 32); a backend that lacks one refuses it at
+       model_create */
+    int kv_bits;
 } model_desc;
 
 /* A neural drafter (reference/drafters.md): its context rows are

@@ -1,6 +1,7 @@
 /* kv: see kv.h. */
 #include "engine/kv.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -8,23 +9,30 @@
 #include "base/util.h"
 
 struct kv_cache {
-    int n_layers, n_kv, hd, cap, len;
-    size_t layer_floats; /* n_kv * cap * hd */
-    float *mem;          /* [n_layers][2][n_kv][cap][hd], anonymous mmap */
+    int n_layers, n_kv, hd, cap, len, bits, hi; /* hi: positions ever stored (for kv_release) */
+    size_t esize;       /* bytes per element: 4, 2 or 1 */
+    size_t layer_elems; /* n_kv * cap * hd */
+    unsigned char *mem; /* [n_layers][2][n_kv][cap][hd] elements, then (bits 8)
+                           scales [n_layers][2][n_kv][cap] f32; anonymous mmap */
+    float *scales;
     size_t mem_bytes;
 };
 
-size_t kv_bytes_per_pos(int n_layers, int n_kv_heads, int head_dim) {
-    return (size_t)2 * (size_t)n_layers * (size_t)n_kv_heads * (size_t)head_dim * sizeof(float);
+int kv_bits_ok(int bits) { return bits == 32 || bits == 16 || bits == 8; }
+
+size_t kv_bytes_per_pos(int n_layers, int n_kv_heads, int head_dim, int bits) {
+    size_t per_head = bits == 8 ? (size_t)head_dim + sizeof(float) : (size_t)head_dim * (size_t)(bits / 8);
+    return (size_t)2 * (size_t)n_layers * (size_t)n_kv_heads * per_head;
 }
 
-int kv_create(kv_cache **out, int n_layers, int n_kv_heads, int head_dim, int capacity, char *err,
+int kv_create(kv_cache **out, int n_layers, int n_kv_heads, int head_dim, int capacity, int bits, char *err,
               size_t errlen) {
     *out = NULL;
     if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || capacity <= 0)
         return ds_err(err, errlen, "kv cache: invalid shape (layers %d, kv heads %d, head_dim %d, capacity %d)",
                       n_layers, n_kv_heads, head_dim, capacity);
-    size_t per = kv_bytes_per_pos(n_layers, n_kv_heads, head_dim);
+    if (!kv_bits_ok(bits)) return ds_err(err, errlen, "kv cache: %d bits is not a storage (32, 16 or 8)", bits);
+    size_t per = kv_bytes_per_pos(n_layers, n_kv_heads, head_dim, bits);
     if ((size_t)capacity > (SIZE_MAX / 2) / per)
         return ds_err(err, errlen, "kv cache: capacity %d is too large", capacity);
     kv_cache *kv = xcalloc(1, sizeof *kv);
@@ -32,8 +40,12 @@ int kv_create(kv_cache **out, int n_layers, int n_kv_heads, int head_dim, int ca
     kv->n_kv = n_kv_heads;
     kv->hd = head_dim;
     kv->cap = capacity;
-    kv->layer_floats = (size_t)n_kv_heads * (size_t)capacity * (size_t)head_dim;
-    kv->mem_bytes = per * (size_t)capacity;
+    kv->bits = bits;
+    kv->esize = (size_t)bits / 8;
+    kv->layer_elems = (size_t)n_kv_heads * (size_t)capacity * (size_t)head_dim;
+    size_t ebytes = (size_t)n_layers * 2 * kv->layer_elems * kv->esize;
+    ebytes = (ebytes + 63) & ~(size_t)63; /* the scales start aligned */
+    kv->mem_bytes = ebytes + (bits == 8 ? (size_t)n_layers * 2 * (size_t)n_kv_heads * (size_t)capacity * 4 : 0);
     /* Anonymous mapping: pages become resident only when written. */
     void *p = mmap(NULL, kv->mem_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
@@ -42,6 +54,7 @@ int kv_create(kv_cache **out, int n_layers, int n_kv_heads, int head_dim, int ca
                       (double)per * capacity / 1048576.0, capacity);
     }
     kv->mem = p;
+    if (bits == 8) kv->scales = (float *)(void *)(kv->mem + ebytes);
     *out = kv;
     return 0;
 }
@@ -54,27 +67,89 @@ void kv_free(kv_cache *kv) {
 
 int kv_len(const kv_cache *kv) { return kv->len; }
 int kv_capacity(const kv_cache *kv) { return kv->cap; }
+int kv_bits(const kv_cache *kv) { return kv->bits; }
 
 void kv_truncate(kv_cache *kv, int len) {
     if (len < 0) len = 0;
     if (len < kv->len) kv->len = len;
 }
 
-float *kv_k(kv_cache *kv, int layer) { return kv->mem + (size_t)layer * 2 * kv->layer_floats; }
-float *kv_v(kv_cache *kv, int layer) { return kv_k(kv, layer) + kv->layer_floats; }
+size_t kv_release(kv_cache *kv) {
+    size_t touched = kv_bytes_per_pos(kv->n_layers, kv->n_kv, kv->hd, kv->bits) * (size_t)kv->hi;
+    kv->len = 0;
+    kv->hi = 0;
+    /* the pages read back as zeros when touched again */
+    madvise(kv->mem, kv->mem_bytes, MADV_DONTNEED);
+    return touched;
+}
+
+static unsigned char *elems(kv_cache *kv, int layer, int which) {
+    return kv->mem + ((size_t)layer * 2 + (size_t)which) * kv->layer_elems * kv->esize;
+}
+static float *scales(kv_cache *kv, int layer, int which) {
+    return kv->scales + ((size_t)layer * 2 + (size_t)which) * (size_t)kv->n_kv * (size_t)kv->cap;
+}
+
+kv_view kv_layer(kv_cache *kv, int layer) {
+    kv_view w = {.bits = kv->bits, .k = elems(kv, layer, 0), .v = elems(kv, layer, 1), .stride = kv->cap};
+    if (kv->bits == 8) w.ks = scales(kv, layer, 0), w.vs = scales(kv, layer, 1);
+    return w;
+}
+
+float *kv_k(kv_cache *kv, int layer) { return kv->bits == 32 ? (float *)(void *)elems(kv, layer, 0) : NULL; }
+float *kv_v(kv_cache *kv, int layer) { return kv->bits == 32 ? (float *)(void *)elems(kv, layer, 1) : NULL; }
+
+void kv_quant_i8(const float *x, int n, int8_t *q, float *scale) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    if (!(amax > 0.0f) || !isfinite(amax)) { /* zeros (or a non-finite row: kept as zeros, never NaN codes) */
+        memset(q, 0, (size_t)n);
+        *scale = 0.0f;
+        return;
+    }
+    const float inv = 127.0f / amax;
+    for (int i = 0; i < n; i++) {
+        float r = rintf(x[i] * inv); /* |x * inv| <= 127 up to rounding */
+        q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
+    }
+    *scale = amax / 127.0f;
+}
+
+void kv_quant_f16(const float *x, int n, uint16_t *q) {
+    for (int i = 0; i < n; i++) {
+        float v = x[i];
+        if (v > 65504.0f) v = 65504.0f; /* saturate: an outlier never becomes inf */
+        if (v < -65504.0f) v = -65504.0f;
+        q[i] = ds_f32_to_f16(v);
+    }
+}
+
+void kv_dequant_i8(const int8_t *q, float scale, int n, float *x) {
+    for (int i = 0; i < n; i++) x[i] = (float)q[i] * scale;
+}
+
+void kv_dequant_f16(const uint16_t *q, int n, float *x) {
+    for (int i = 0; i < n; i++) x[i] = ds_f16_to_f32(q[i]);
+}
 
 void kv_store(kv_cache *kv, int layer, const float *k, const float *v, int M) {
-    float *K = kv_k(kv, layer), *V = kv_v(kv, layer);
     size_t hd = (size_t)kv->hd, cap = (size_t)kv->cap;
-    for (int m = 0; m < M; m++) {
-        size_t pos = (size_t)kv->len + (size_t)m;
-        for (int h = 0; h < kv->n_kv; h++) {
-            size_t src = ((size_t)m * (size_t)kv->n_kv + (size_t)h) * hd;
-            size_t dst = ((size_t)h * cap + pos) * hd;
-            memcpy(K + dst, k + src, hd * sizeof(float));
-            memcpy(V + dst, v + src, hd * sizeof(float));
+    for (int w = 0; w < 2; w++) {
+        unsigned char *dst = elems(kv, layer, w);
+        float *sc = kv->bits == 8 ? scales(kv, layer, w) : NULL;
+        const float *src = w ? v : k;
+        for (int m = 0; m < M; m++) {
+            size_t pos = (size_t)kv->len + (size_t)m;
+            for (int h = 0; h < kv->n_kv; h++) {
+                const float *x = src + ((size_t)m * (size_t)kv->n_kv + (size_t)h) * hd;
+                size_t at = (size_t)h * cap + pos;
+                if (kv->bits == 32) memcpy(dst + at * hd * 4, x, hd * sizeof(float));
+                else if (kv->bits == 16) kv_quant_f16(x, (int)hd, (uint16_t *)(void *)(dst + at * hd * 2));
+                else kv_quant_i8(x, (int)hd, (int8_t *)(dst + at * hd), sc + at);
+            }
         }
     }
+    if (kv->len + M > kv->hi) kv->hi = kv->len + M;
 }
 
 void kv_commit(kv_cache *kv, int M) { kv->len += M; }

@@ -1,9 +1,18 @@
-/* kv: the key/value cache of one sequence. fp32, per layer laid out as
- * [n_kv_heads][capacity][head_dim] so that attention for one KV head reads
- * contiguous memory. The buffers are allocated once at creation and are
- * only touched (made resident) as positions fill, so a large capacity
+/* kv: the key/value cache of one sequence on the CPU, per layer laid out
+ * as [n_kv_heads][capacity][head_dim] so that attention for one KV head
+ * reads contiguous memory. The buffers are allocated once at creation and
+ * are only touched (made resident) as positions fill, so a large capacity
  * costs address space, not memory, until it is used. Truncation is O(1):
- * speculative decoding rolls back rejected tokens with kv_truncate. */
+ * speculative decoding rolls back rejected tokens with kv_truncate.
+ *
+ * Storage (--kv-bits): 32 = f32 (exact, the default); 16 = IEEE f16
+ * (round to nearest even, saturated at +-65504: 11 significant bits where
+ * bf16 has 8, and K/V after the norms are far inside f16's range);
+ * 8 = int8 with one f32 scale per (layer, K|V, kv head, position):
+ * scale = max|x| / 127, q = rint(x * (127 / max|x|)). Every stored row is
+ * quantized from that row alone (kv_quant_*), so a row's stored bits never
+ * depend on the batch it came in, and the lossless rule (ARCHITECTURE.md,
+ * invariant 1) holds within each setting. */
 #ifndef DS_KV_H
 #define DS_KV_H
 
@@ -12,22 +21,50 @@
 
 typedef struct kv_cache kv_cache;
 
-int kv_create(kv_cache **out, int n_layers, int n_kv_heads, int head_dim, int capacity, char *err,
+/* One layer's cache as the attention kernels read it. */
+typedef struct {
+    int bits;             /* 32: float, 16: uint16_t f16 bits, 8: int8_t */
+    const void *k, *v;    /* [n_kv][stride][hd] */
+    const float *ks, *vs; /* bits 8: [n_kv][stride] scales; else NULL */
+    int stride;           /* positions per head (the capacity) */
+} kv_view;
+
+/* 1 when bits is a storage the caches take (32, 16, 8). */
+int kv_bits_ok(int bits);
+
+int kv_create(kv_cache **out, int n_layers, int n_kv_heads, int head_dim, int capacity, int bits, char *err,
               size_t errlen);
 void kv_free(kv_cache *kv);
 int kv_len(const kv_cache *kv);      /* positions filled */
 int kv_capacity(const kv_cache *kv);
+int kv_bits(const kv_cache *kv);
 /* Drops positions >= len (no-op when len >= kv_len). */
 void kv_truncate(kv_cache *kv, int len);
-/* Base of layer l's K or V block: [n_kv_heads][capacity][head_dim]. */
+/* Empties the cache and gives its pages back to the system (the mapping
+ * stays; positions fill again on demand). Returns the bytes released at
+ * most (the touched part of the mapping). */
+size_t kv_release(kv_cache *kv);
+/* Layer l for the attention kernels. */
+kv_view kv_layer(kv_cache *kv, int layer);
+/* Base of layer l's K or V block as f32 [n_kv_heads][capacity][head_dim];
+ * only for a 32-bit cache (NULL otherwise). */
 float *kv_k(kv_cache *kv, int layer);
 float *kv_v(kv_cache *kv, int layer);
 /* Stores M new rows for layer l at positions kv_len .. kv_len+M-1.
- * k and v are [M][n_kv_heads][head_dim]. The length advances only with
- * kv_commit, once every layer has been written. */
+ * k and v are [M][n_kv_heads][head_dim] in f32, quantized per (row, head)
+ * to the cache's storage. The length advances only with kv_commit, once
+ * every layer has been written. */
 void kv_store(kv_cache *kv, int layer, const float *k, const float *v, int M);
 void kv_commit(kv_cache *kv, int M);
-/* Bytes one position costs across all layers (K and V). */
-size_t kv_bytes_per_pos(int n_layers, int n_kv_heads, int head_dim);
+/* Bytes one position costs across all layers (K and V) at a storage. */
+size_t kv_bytes_per_pos(int n_layers, int n_kv_heads, int head_dim, int bits);
+
+/* The row rules every backend follows (the CUDA store kernels compute the
+ * same bits; tests compare them). x[n] -> q[n], *scale. */
+void kv_quant_i8(const float *x, int n, int8_t *q, float *scale);
+void kv_quant_f16(const float *x, int n, uint16_t *q);
+/* q[n] back to f32 (x = q * scale; f16 widened exactly). */
+void kv_dequant_i8(const int8_t *q, float scale, int n, float *x);
+void kv_dequant_f16(const uint16_t *q, int n, float *x);
 
 #endif

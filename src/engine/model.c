@@ -11,6 +11,7 @@
 
 #include "engine/gguf_model.h"
 #include "engine/kv.h"
+#include "engine/memfit.h"
 #include "engine/qspec.h"
 #include "engine/safetensors.h"
 #include "engine/sampler.h"
@@ -28,6 +29,7 @@ struct model {
     float *inv_freq;       /* [hd/2] */
     float *owned;          /* one block holding every f32 copy above */
     size_t weight_bytes;
+    size_t mapped_bytes;   /* weights mapped from files (0: read) */
     model_desc desc;       /* the above as the backend reads it */
     const backend *be;
     void *bm;              /* the backend's copy */
@@ -61,7 +63,8 @@ static int open_backend(model *m, const model_load_opts *opt, char *err, size_t 
                            .inv_freq = m->inv_freq,
                            .layers = m->layers,
                            .weights = m->st,
-                           .row_major = opt && opt->row_major};
+                           .row_major = opt && opt->row_major,
+                           .kv_bits = opt && opt->kv_bits ? opt->kv_bits : 32};
     if (m->be->model_create(&m->bm, &m->desc, index, err, errlen) != 0) return -1;
     m->be->model_caps(m->bm, &m->caps);
     if (m->be == &backend_cpu) {
@@ -172,6 +175,8 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
         for (int i = 0; i < 7; i++) m->weight_bytes += weight_stream_bytes(w[i]);
     }
     m->weight_bytes += weight_stream_bytes(m->lm_head);
+    if (mode == ST_LOAD_MMAP)
+        for (int i = 0; i < st_set_count(m->st); i++) m->mapped_bytes += st_set_get(m->st, i)->nbytes;
     if (open_backend(m, opt, err, errlen) != 0) goto fail;
     *out = m;
     return 0;
@@ -194,6 +199,25 @@ const model_config *model_cfg(const model *m) { return &m->cfg; }
 const char *model_device(const model *m) { return m->device; }
 int model_rows8(const model *m) { return m->cfg.n_layers > 0 && m->layers[0].wq->rows8; }
 size_t model_weight_bytes(const model *m) { return m->weight_bytes; }
+int model_kv_bits(const model *m) { return m->desc.kv_bits; }
+int model_kv_low_bits(const model *m) { return m->caps.kv_low_bits; }
+size_t model_mapped_bytes(const model *m) { return m->be == &backend_cpu ? m->mapped_bytes : 0; }
+
+size_t model_ctx_bytes(const model *m, int n_ctx, int max_batch, int kv_bits) {
+    const model_config *c = &m->cfg;
+    size_t b = m->be->ctx_bytes(m->bm, n_ctx, max_batch);
+    if (kv_bits && kv_bits != m->desc.kv_bits) { /* the same context with the cache in another storage */
+        size_t have = kv_bytes_per_pos(c->n_layers, c->n_kv_heads, c->head_dim, m->desc.kv_bits) * (size_t)n_ctx;
+        size_t want = kv_bytes_per_pos(c->n_layers, c->n_kv_heads, c->head_dim, kv_bits) * (size_t)n_ctx;
+        b = b - have + want;
+    }
+    return b;
+}
+
+int model_device_mem(const model *m, size_t *free_b, size_t *total_b) {
+    if (!m->be->mem_avail) return 0;
+    return m->be->mem_avail(m->bm, free_b, total_b) == 0;
+}
 const tensor *model_embed(const model *m) { return m->embed; }
 const backend *model_backend(const model *m) { return m->be; }
 void *model_backend_model(const model *m) { return m->bm; }
@@ -202,14 +226,11 @@ int model_samples_rows(const model *m) { return m->be->samples_rows(m->bm); }
 const tensor *model_lm_head(const model *m) { return m->lm_head; }
 
 int model_default_context(const model *m) {
-    const model_config *c = &m->cfg;
-    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-    double mem = (pages > 0 && psize > 0) ? (double)pages * (double)psize : 8e9;
-    double per = (double)kv_bytes_per_pos(c->n_layers, c->n_kv_heads, c->head_dim);
-    double fit = (mem * 0.5 - (double)m->weight_bytes) / per;
-    int n = c->max_position_embeddings;
-    if (fit < n) n = fit < 256 ? 256 : (int)fit;
-    return n;
+    memfit_report r;
+    char err[256];
+    if (memfit_model(m, 1, 64, 0, NULL, &r, err, sizeof err) != 0) /* no /proc: the model's own window */
+        return m->cfg.max_position_embeddings;
+    return r.out.window >= MEMFIT_MIN_WINDOW ? r.out.window : MEMFIT_MIN_WINDOW;
 }
 
 /* ---- context ----------------------------------------------------------- */
@@ -239,6 +260,11 @@ const model *mctx_model(const model_ctx *x) { return x->m; }
 int mctx_len(const model_ctx *x) { return x->m->be->ctx_len(x->bc); }
 int mctx_capacity(const model_ctx *x) { return x->m->be->ctx_capacity(x->bc); }
 void mctx_truncate(model_ctx *x, int len) { x->m->be->ctx_truncate(x->bc, len); }
+size_t mctx_release(model_ctx *x) {
+    if (x->m->be->ctx_release) return x->m->be->ctx_release(x->bc);
+    x->m->be->ctx_truncate(x->bc, 0);
+    return 0;
+}
 
 /* ---- forward ------------------------------------------------------------ */
 

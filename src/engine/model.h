@@ -40,6 +40,10 @@ typedef struct {
     /* keep the CPU's matmul weights in the file's row-major layout instead
        of rows8 (cpu_backend.c; the same bits, for comparisons) */
     int row_major;
+    /* the KV cache's storage of the model's contexts (kv.h): 32 (0 = 32,
+       f32, exact), 16 (f16) or 8 (int8 with per-position scales); a
+       backend without it refuses the load */
+    int kv_bits;
 } model_load_opts;
 
 /* Whether path names a GGUF file (ends in .gguf): model_load reads it
@@ -73,9 +77,23 @@ const char *model_device(const model *m);
 int model_rows8(const model *m);
 /* Total bytes of weight data the forward pass streams per token. */
 size_t model_weight_bytes(const model *m);
+/* The KV storage of the model's contexts (32, 16 or 8). */
+int model_kv_bits(const model *m);
+/* 1 when the model's backend stores the KV cache in 16 and 8 bits too. */
+int model_kv_low_bits(const model *m);
+/* Memory facts for engine/memfit.h: a context's bytes (n_ctx positions,
+ * max_batch rows) at kv_bits (0: the model's); the weight bytes mapped
+ * from files (0 when read into memory: a mapping counts as available
+ * memory but must stay resident); the free and total bytes of the
+ * device memory the contexts go to, returning 1, or 0 when that is the
+ * host's RAM (the caller reads /proc/meminfo). */
+size_t model_ctx_bytes(const model *m, int n_ctx, int max_batch, int kv_bits);
+size_t model_mapped_bytes(const model *m);
+int model_device_mem(const model *m, size_t *free_b, size_t *total_b);
 
 /* Context window used when the caller asks for 0: the model's maximum,
- * capped so the KV cache fits in about half of the machine's memory. */
+ * capped to what fits one context (engine/memfit.h; the commands say so
+ * and choose the window themselves with memfit_model). */
 int model_default_context(const model *m);
 
 /* n_ctx: KV capacity in positions (0 = model_default_context); max_batch:
@@ -87,6 +105,10 @@ const model *mctx_model(const model_ctx *c);
 int mctx_len(const model_ctx *c);      /* positions in the KV cache */
 int mctx_capacity(const model_ctx *c);
 void mctx_truncate(model_ctx *c, int len); /* roll back to len positions */
+/* Empties the context and gives its KV cache's pages back to the system;
+ * returns the bytes released (0 where the backend cannot: the GPU's
+ * cache is not host memory). */
+size_t mctx_release(model_ctx *c);
 
 /* Drafts' own distributions in the backend's memory, as its sampler left
  * them when it drew the drafts there (a GPU DSpark's sampled rows,

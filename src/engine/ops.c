@@ -285,14 +285,35 @@ void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, cons
 
 /* ----------------------------------------------------------- attention */
 
+void ops_kv_rows(float *dst, const attn_args *a, int which, int g, int t0, int n) {
+    const size_t hd = (size_t)a->head_dim, at = (size_t)g * (size_t)a->kv_stride + (size_t)t0;
+    const void *base = which ? a->v : a->k;
+    if (a->bits == 32) {
+        memcpy(dst, (const float *)base + at * hd, (size_t)n * hd * sizeof(float));
+    } else if (a->bits == 16) {
+        kv_dequant_f16((const uint16_t *)base + at * hd, n * (int)hd, dst);
+    } else {
+        const float *sc = (which ? a->vs : a->ks) + at;
+        for (int i = 0; i < n; i++)
+            kv_dequant_i8((const int8_t *)base + (at + (size_t)i) * hd, sc[i], (int)hd, dst + (size_t)i * hd);
+    }
+}
+
+/* position t's K (which 0) or V row of head g as f32: in place for an f32
+   cache, else widened into tmp[hd] */
+static const float *kv_row(const attn_args *a, int which, int g, int t, float *tmp) {
+    if (a->bits == 32)
+        return (const float *)(which ? a->v : a->k) + ((size_t)g * a->kv_stride + (size_t)t) * a->head_dim;
+    ops_kv_rows(tmp, a, which, g, t, 1);
+    return tmp;
+}
+
 void scalar_attn_task(const attn_args *a, int g, int m0, int qb) {
     const int hd = a->head_dim, r = a->n_heads / a->n_kv_heads;
     int m1 = m0 + qb < a->M ? m0 + qb : a->M;
     int T = a->n_past + (a->full ? a->M : m1);
-    float *s = ops_scratch(((size_t)T + (size_t)hd) * sizeof(float) + 64);
-    float *o = s + T;
-    const float *kh = a->k + (size_t)g * a->kv_stride * hd;
-    const float *vh = a->v + (size_t)g * a->kv_stride * hd;
+    float *s = ops_scratch(((size_t)T + 2 * (size_t)hd) * sizeof(float) + 64);
+    float *o = s + T, *tmp = o + hd;
     for (int m = m0; m < m1; m++) {
         int L = a->full ? T : a->n_past + m + 1;
         for (int hh = 0; hh < r; hh++) {
@@ -300,7 +321,7 @@ void scalar_attn_task(const attn_args *a, int g, int m0, int qb) {
             const float *q = a->q + ((size_t)m * a->n_heads + h) * hd;
             float mx = -INFINITY;
             for (int t = 0; t < L; t++) {
-                s[t] = scalar_dot(q, kh + (size_t)t * hd, hd) * a->scale;
+                s[t] = scalar_dot(q, kv_row(a, 0, g, t, tmp), hd) * a->scale;
                 if (s[t] > mx) mx = s[t];
             }
             float sum = 0.0f;
@@ -310,7 +331,7 @@ void scalar_attn_task(const attn_args *a, int g, int m0, int qb) {
             }
             for (int d = 0; d < hd; d++) o[d] = 0.0f;
             for (int t = 0; t < L; t++) {
-                const float *vr = vh + (size_t)t * hd;
+                const float *vr = kv_row(a, 1, g, t, tmp);
                 float p = s[t];
                 for (int d = 0; d < hd; d++) o[d] += p * vr[d];
             }
@@ -348,12 +369,12 @@ static void at_worker(void *p, int ith, int nth) {
 }
 
 static void attention(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
-                      const float *k, const float *v, int kv_stride, int n_past, float scale, int full) {
+                      const kv_view *kv, int n_past, float scale, int full) {
     if (M <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return;
     at_ctx c;
-    c.a = (attn_args){.out = out, .q = q, .k = k, .v = v, .M = M, .n_heads = n_heads,
-                      .n_kv_heads = n_kv_heads, .head_dim = head_dim, .kv_stride = kv_stride,
-                      .n_past = n_past, .full = full, .scale = scale};
+    c.a = (attn_args){.out = out, .q = q, .k = kv->k, .v = kv->v, .ks = kv->ks, .vs = kv->vs, .bits = kv->bits,
+                      .M = M, .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
+                      .kv_stride = kv->stride, .n_past = n_past, .full = full, .scale = scale};
     c.qb = ops_attn_qb(n_heads / n_kv_heads);
     c.n_kv = n_kv_heads;
     c.n_tasks = ((M + c.qb - 1) / c.qb) * n_kv_heads;
@@ -363,14 +384,21 @@ static void attention(tpool *tp, float *out, const float *q, int M, int n_heads,
     tp_run(tp, at_worker, &c);
 }
 
+void op_attention_kv(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
+                     const kv_view *kv, int n_past, float scale, int full) {
+    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, kv, n_past, scale, full);
+}
+
 void op_attention(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads,
                   int head_dim, const float *k, const float *v, int kv_stride, int n_past, float scale) {
-    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, k, v, kv_stride, n_past, scale, 0);
+    kv_view w = {.bits = 32, .k = k, .v = v, .stride = kv_stride};
+    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, &w, n_past, scale, 0);
 }
 
 void op_attention_block(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
                         const float *k, const float *v, int kv_stride, int n_past, float scale) {
-    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, k, v, kv_stride, n_past, scale, 1);
+    kv_view w = {.bits = 32, .k = k, .v = v, .stride = kv_stride};
+    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, &w, n_past, scale, 1);
 }
 
 /* --------------------------------------------------------- elementwise */

@@ -6,6 +6,7 @@
 #ifndef DS_OPS_H
 #define DS_OPS_H
 
+#include "engine/kv.h"
 #include "engine/tensor.h"
 #include "engine/threadpool.h"
 
@@ -43,6 +44,13 @@ void op_attention(tpool *tp, float *out, const float *q, int M, int n_heads, int
  * with n_past + M - 1 positions before it. */
 void op_attention_block(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
                         const float *k, const float *v, int kv_stride, int n_past, float scale);
+
+/* op_attention (full 0) or op_attention_block (full 1) over one layer of
+ * a cache in any storage (kv.h): f16 and int8 rows are widened exactly to
+ * f32 as they are read and the arithmetic is then op_attention's, so the
+ * results are those of op_attention over the widened cache. */
+void op_attention_kv(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
+                     const kv_view *kv, int n_past, float scale, int full);
 
 /* y[i] = silu(gate[i]) * up[i]; y may alias gate. */
 void op_swiglu(float *y, const float *gate, const float *up, int n);

@@ -417,7 +417,7 @@ double avx2_exp_sum(float *e, const float *x, int n, float mx, float scale) {
 /* out[i][d0..d0+8*DN) (+)= sum_t p[i][t] * v[t][d0..] for t in [t0, t1),
  * one FMA chain per output element over t in order. */
 AI void pv_kern(const int MR, const int DN, float *const *o, const float *const *p, const float *v, int hd,
-                int t0, int t1, int d0, int first) {
+                int t0, int t1, int d0, int first) { /* v: the row of position t0 */
     __m256 acc[3][4];
     UNROLL
     for (int i = 0; i < MR; i++)
@@ -425,7 +425,7 @@ AI void pv_kern(const int MR, const int DN, float *const *o, const float *const 
         for (int j = 0; j < DN; j++)
             acc[i][j] = first ? _mm256_setzero_ps() : _mm256_load_ps(o[i] + d0 + 8 * j);
     for (int t = t0; t < t1; t++) {
-        const float *vr = v + (size_t)t * hd + d0;
+        const float *vr = v + (size_t)(t - t0) * hd + d0;
         __m256 vv[4];
         UNROLL
         for (int j = 0; j < DN; j++) vv[j] = _mm256_loadu_ps(vr + 8 * j);
@@ -455,7 +455,32 @@ static void pv_block(int mr, int dn, float *const *o, const float *const *p, con
     }
 }
 
-#define PV_TB 64 /* cache positions per PV block: their V rows stay in L1 */
+#define PV_TB 64 /* cache positions per PV block: their V rows stay in L1; also the K rows widened at once */
+
+/* ops_kv_rows with AVX2 (the same exact widening; hd a multiple of 8):
+   rows [t0, t0+n) of head g's K or V as f32 in dst, or, for an f32
+   cache, the rows in place */
+static const float *kv_rows(float *dst, const attn_args *a, int which, int g, int t0, int n) {
+    const size_t hd = (size_t)a->head_dim, at = (size_t)g * (size_t)a->kv_stride + (size_t)t0;
+    const void *base = which ? a->v : a->k;
+    if (a->bits == 32) return (const float *)base + at * hd;
+    const size_t nn = (size_t)n * hd;
+    if (a->bits == 16) {
+        const uint16_t *q = (const uint16_t *)base + at * hd;
+        for (size_t i = 0; i < nn; i += 8) _mm256_store_ps(dst + i, ld_f16(q + i));
+        return dst;
+    }
+    const int8_t *q = (const int8_t *)base + at * hd;
+    const float *sc = (which ? a->vs : a->ks) + at;
+    for (int r = 0; r < n; r++) {
+        const __m256 s = _mm256_set1_ps(sc[r]);
+        for (size_t i = (size_t)r * hd; i < (size_t)(r + 1) * hd; i += 8) {
+            __m256i w = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(q + i)));
+            _mm256_store_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(w), s));
+        }
+    }
+    return dst;
+}
 
 void avx2_attn_task(const attn_args *a, int g, int m0, int qb) {
     const int hd = a->head_dim, r = a->n_heads / a->n_kv_heads;
@@ -463,17 +488,18 @@ void avx2_attn_task(const attn_args *a, int g, int m0, int qb) {
     const int nq = (m1 - m0) * r;
     const int T = a->n_past + (a->full ? a->M : m1); /* positions any query of the block sees */
     const size_t Tp = ((size_t)T + 7) & ~(size_t)7;
-    /* scratch: S [nq][Tp], O [nq][hd], then pointer arrays */
-    size_t bytes = (size_t)nq * (Tp + (size_t)hd) * sizeof(float) + (size_t)nq * 3 * sizeof(void *) +
+    /* scratch: the widened rows KV [PV_TB][hd] (a cache stored in 16 or 8
+       bits), S [nq][Tp], O [nq][hd], then pointer arrays */
+    const size_t kvb = a->bits == 32 ? 0 : (size_t)PV_TB * (size_t)hd;
+    size_t bytes = (kvb + (size_t)nq * (Tp + (size_t)hd)) * sizeof(float) + (size_t)nq * 3 * sizeof(void *) +
                    (size_t)nq * sizeof(float) + 64;
-    float *S = ops_scratch(bytes);
+    float *KV = ops_scratch(bytes);
+    float *S = KV + kvb;
     float *O = S + (size_t)nq * Tp;
     const float **qp = (const float **)(void *)(O + (size_t)nq * hd);
     const float **pp = qp + nq;
     float **op = (float **)(pp + nq);
     float *sum = (float *)(op + nq);
-    const float *kh = a->k + (size_t)g * a->kv_stride * hd;
-    const float *vh = a->v + (size_t)g * a->kv_stride * hd;
     for (int i = 0; i < nq; i++) {
         int m = m0 + i / r, h = g * r + i % r;
         qp[i] = a->q + ((size_t)m * a->n_heads + h) * hd;
@@ -481,18 +507,24 @@ void avx2_attn_task(const attn_args *a, int g, int m0, int qb) {
         op[i] = O + (size_t)i * hd;
     }
 
-    /* scores: S[i][t] = dot(q_i, k_t) * scale */
+    /* scores: S[i][t] = dot(q_i, k_t) * scale, over blocks of PV_TB
+       positions (a multiple of 4, so the 4- and 1-position steps fall as
+       over the whole range) */
     float sums[MR_MAX * 4];
-    for (int t0 = 0; t0 < T;) {
-        int nr = T - t0 >= 4 ? 4 : 1;
-        const float *w = kh + (size_t)t0 * hd;
-        for (int i0 = 0, mr; i0 < nq; i0 += mr) {
-            mr = block_rows(nq - i0);
-            kern_f32(mr, nr, qp + i0, w, (size_t)hd, hd, NULL, 0, 1, 1, sums);
-            for (int i = 0; i < mr; i++)
-                for (int j = 0; j < nr; j++) S[(size_t)(i0 + i) * Tp + t0 + j] = sums[i * 4 + j] * a->scale;
+    for (int tc = 0; tc < T; tc += PV_TB) {
+        const int te = tc + PV_TB < T ? tc + PV_TB : T;
+        const float *kb = kv_rows(KV, a, 0, g, tc, te - tc);
+        for (int t0 = tc; t0 < te;) {
+            int nr = T - t0 >= 4 ? 4 : 1;
+            const float *w = kb + (size_t)(t0 - tc) * hd;
+            for (int i0 = 0, mr; i0 < nq; i0 += mr) {
+                mr = block_rows(nq - i0);
+                kern_f32(mr, nr, qp + i0, w, (size_t)hd, hd, NULL, 0, 1, 1, sums);
+                for (int i = 0; i < mr; i++)
+                    for (int j = 0; j < nr; j++) S[(size_t)(i0 + i) * Tp + t0 + j] = sums[i * 4 + j] * a->scale;
+            }
+            t0 += nr;
         }
-        t0 += nr;
     }
 
     /* softmax over t < L_i = n_past + m + 1; zeros beyond, up to Tp */
@@ -530,11 +562,12 @@ void avx2_attn_task(const attn_args *a, int g, int m0, int qb) {
     /* O[i] = sum_t p[i][t] v_t, in blocks of PV_TB positions */
     for (int t0 = 0; t0 < T; t0 += PV_TB) {
         int t1 = t0 + PV_TB < T ? t0 + PV_TB : T;
+        const float *vb = kv_rows(KV, a, 1, g, t0, t1 - t0);
         for (int d0 = 0; d0 < hd;) {
             int dn = hd - d0 >= 32 ? 4 : 1;
             for (int i0 = 0, mr; i0 < nq; i0 += mr) {
                 mr = block_rows(nq - i0);
-                pv_block(mr, dn, op + i0, pp + i0, vh, hd, t0, t1, d0, t0 == 0);
+                pv_block(mr, dn, op + i0, pp + i0, vb, hd, t0, t1, d0, t0 == 0);
             }
             d0 += dn * 8;
         }

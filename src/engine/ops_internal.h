@@ -73,11 +73,20 @@ static inline int ops_attn_qb(int ratio) {
  * reads KV head g. */
 typedef struct {
     float *out;
-    const float *q, *k, *v;
+    const float *q;
+    const void *k, *v;     /* [n_kv][kv_stride][hd] in the cache's storage (kv.h) */
+    const float *ks, *vs;  /* bits 8: [n_kv][kv_stride] scales */
+    int bits;              /* 32, 16 (f16) or 8 (int8 + scale) */
     int M, n_heads, n_kv_heads, head_dim, kv_stride, n_past;
     int full; /* 1: every row sees positions 0 .. n_past+M-1 (no causal mask) */
     float scale;
 } attn_args;
+
+/* Cache rows [t0, t0+n) of KV head g, K (which 0) or V (1), widened to
+   f32 in dst[n][hd] (exactly: f16 widens exactly, int8 is q * scale, one
+   rounding): the kernels then run their f32 arithmetic on them, so a
+   stored row reads the same whichever kernel or task reads it. */
+void ops_kv_rows(float *dst, const attn_args *a, int which, int g, int t0, int n);
 
 /* scalar kernels (ops.c) */
 void scalar_attn_task(const attn_args *a, int g, int m0, int qb);

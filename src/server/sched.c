@@ -10,6 +10,7 @@
 
 #include "text/stopstr.h"
 #include "base/util.h"
+#include "engine/memfit.h"
 
 #define EVENT_RING 512
 
@@ -358,9 +359,42 @@ static int pick_slot(sched *en, const int *ids, int n, int *shared) {
     return lru;
 }
 
+int sched_guard(const sched_slot *slots, int n, int busy, const double *used, char *log, size_t logn) {
+    memfit_sys sys;
+    char err[256], why[128];
+    int shed = 0, done[SCHED_MAX_SLOTS] = {0};
+    for (;;) {
+        if (memfit_read_sys(&sys, err, sizeof err) != 0 || !memfit_pressure(&sys, why, sizeof why)) break;
+        int pick = -1;
+        for (int i = 0; i < n && i < SCHED_MAX_SLOTS; i++)
+            if (i != busy && !done[i] && seq_len(slots[i].s) > 0 && (pick < 0 || used[i] < used[pick])) pick = i;
+        if (pick < 0) break; /* nothing idle left to give back */
+        done[pick] = 1;
+        int held = seq_len(slots[pick].s);
+        size_t b = seq_release(slots[pick].s);
+        shed++;
+        snprintf(log, logn, "memory guard: %s; shed idle cache slot %d (%d positions, %.1f MiB)", why, pick + 1, held,
+                 (double)b / 1048576.0);
+        fprintf(stderr, "dspark serve: %s\n", log);
+    }
+    return shed;
+}
+
+/* the guard from the scheduler thread, its count and line to the metrics */
+static void guard(sched *en, int busy) {
+    char line[192];
+    int k = sched_guard(en->slots, en->n_slots, busy, en->slot_used, line, sizeof line);
+    if (!k) return;
+    pthread_mutex_lock(&en->mmu);
+    en->m.slots_shed += (uint64_t)k;
+    snprintf(en->m.last_shed, sizeof en->m.last_shed, "%s", line);
+    pthread_mutex_unlock(&en->mmu);
+}
+
 static void run_job(sched *en, sched_job *j) {
     char err[512];
     int shared, slot = pick_slot(en, j->ids, j->n_ids, &shared);
+    guard(en, slot);
     en->slot_used[slot] = ds_now();
     en->s = en->slots[slot].s;
     en->sp = en->slots[slot].sp;
@@ -435,7 +469,15 @@ static void *sched_main(void *arg) {
     sched *en = arg;
     for (;;) {
         pthread_mutex_lock(&en->qmu);
-        while (!en->qn && !en->stopping) pthread_cond_wait(&en->qcv, &en->qmu);
+        while (!en->qn && !en->stopping) {
+            struct timespec ts;
+            abs_deadline(&ts, SCHED_GUARD_S);
+            if (pthread_cond_timedwait(&en->qcv, &en->qmu, &ts) == ETIMEDOUT && !en->qn && !en->stopping) {
+                pthread_mutex_unlock(&en->qmu); /* idle: no slot is serving */
+                guard(en, -1);
+                pthread_mutex_lock(&en->qmu);
+            }
+        }
         if (en->stopping) {
             pthread_mutex_unlock(&en->qmu);
             break;

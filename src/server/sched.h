@@ -123,6 +123,17 @@ int sched_submit(sched *en, sched_job *j);
 void sched_job_cancel(sched_job *j);
 void sched_job_release(sched_job *j);
 
+/* The memory guard (engine/memfit.h memfit_pressure): while the machine
+ * is under memory pressure, empties idle cache slots, least recently used
+ * first (seq_release: their KV pages go back to the system), never slot
+ * `busy` (the one serving or about to serve a request; -1: none), and
+ * stops once the pressure is gone. used[n] are the slots' last-use times.
+ * Each shed slot is logged to stderr and its line left in log. Returns
+ * the slots shed. The scheduler runs it before each job and every
+ * SCHED_GUARD_S seconds while idle. */
+#define SCHED_GUARD_S 2.0
+int sched_guard(const sched_slot *slots, int n, int busy, const double *used, char *log, size_t logn);
+
 /* Counters for /metrics and /health. */
 typedef struct {
     uint64_t requests, requests_cancelled, requests_failed;
@@ -132,6 +143,8 @@ typedef struct {
     uint64_t prefill_tokens; /* computed (not reused) prompt rows */
     uint64_t slot_hits;      /* jobs that reused a cached prefix */
     int queue_depth, busy, last_cap;
+    uint64_t slots_shed;    /* cache slots the memory guard emptied */
+    char last_shed[192];    /* the guard's last log line ("" before any) */
 } sched_metrics;
 void sched_get_metrics(sched *en, sched_metrics *m);
 

@@ -18,6 +18,7 @@
 #include "base/json.h"
 #include "spec/registry.h"
 #include "server/serve_internal.h"
+#include "engine/memfit.h"
 #include "base/util.h"
 
 const char SERVE_HELP[] =
@@ -33,7 +34,11 @@ const char SERVE_HELP[] =
     "      --port N             port (default 8080)\n"
     "      --api-key KEY        require Authorization: Bearer KEY or x-api-key: KEY\n"
     "                           (every route but /health)\n"
-    "  -c, --context-window N   prompt + answer tokens per request (default: the model's)\n"
+    "  -c, --context-window N   prompt + answer tokens per request (default: the model's, or the most\n"
+    "                           that fits in memory for every cache slot; a window that cannot fit\n"
+    "                           is refused, naming the one that does)\n"
+    "      --kv-bits 32|16|8    KV cache storage: 32 f32 (exact, default), 16 f16, 8 int8 with\n"
+    "                           per-position scales (CPU; about 2x / 4x the window in the same memory)\n"
     "      --cache-slots N      conversations kept in KV caches, each with its own cache of\n"
     "                           the context window (default 2, at most 16); a request runs in\n"
     "                           the slot sharing the longest prefix with it (at least half of\n"
@@ -149,14 +154,50 @@ static void route_health(server *srv, const http_req *r) {
     cJSON_AddNumberToObject(o, "uptime_seconds", ds_now() - srv->t_start);
     cJSON *mem = cJSON_AddObjectToObject(o, "memory");
     cJSON_AddNumberToObject(mem, "rss_bytes", (double)rss_bytes());
-    cJSON *w = cJSON_AddArrayToObject(o, "warnings");
-    if (!srv->tpl) {
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddStringToObject(x, "code", "no_chat_template");
-        cJSON_AddStringToObject(x, "message", "the model has no chat template: only /v1/completions works");
-        cJSON_AddItemToArray(w, x);
+    memfit_sys sys;
+    char err[256];
+    int have = memfit_read_sys(&sys, err, sizeof err) == 0;
+    if (have) {
+        cJSON_AddNumberToObject(mem, "available_bytes", (double)sys.mem_avail);
+        cJSON_AddNumberToObject(mem, "total_bytes", (double)sys.mem_total);
+        cJSON_AddNumberToObject(mem, "swap_used_bytes", (double)(sys.swap_total - sys.swap_free));
     }
+    cJSON_AddNumberToObject(mem, "cache_slots_shed", (double)m.slots_shed);
+    cJSON *w = cJSON_AddArrayToObject(o, "warnings");
+    serve_health_warnings(w, srv, have ? &sys : NULL, &m);
     reply_cjson(r, 200, o);
+}
+
+static void warn(cJSON *w, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void warn(cJSON *w, const char *code, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddStringToObject(x, "code", code);
+    cJSON_AddStringToObject(x, "message", msg);
+    cJSON_AddItemToArray(w, x);
+}
+
+void serve_health_warnings(cJSON *w, const server *srv, const void *sysp, const sched_metrics *m) {
+    const memfit_sys *sys = sysp;
+    char why[128];
+    if (!srv->tpl) warn(w, "no_chat_template", "the model has no chat template: only /v1/completions works");
+    if (sys && memfit_pressure(sys, why, sizeof why))
+        warn(w, "memory_pressure", "the machine is short of memory (%s): idle cache slots are shed", why);
+    if (sys && sys->swap_total > sys->swap_free)
+        warn(w, "swap_in_use", "%.0f MiB of swap in use: a model or cache paged out runs at disk speed",
+             (double)(sys->swap_total - sys->swap_free) / 1048576.0);
+    if (m->slots_shed)
+        warn(w, "cache_shed", "%llu idle cache slot%s shed under memory pressure (last: %s)",
+             (unsigned long long)m->slots_shed, m->slots_shed == 1 ? "" : "s", m->last_shed);
+    if (srv->window_cut)
+        warn(w, "window_cut",
+             "the model's %d-position window does not fit in memory: the context window is %d "
+             "(--context-window, --kv-bits, fewer --cache-slots)",
+             srv->window_cut, srv->ctx_window);
 }
 
 static cJSON *model_object(server *srv) {
@@ -486,8 +527,12 @@ int cmd_serve(const opts *o) {
     seq *seqs[SCHED_MAX_SLOTS] = {0};
     cli_spec sps[SCHED_MAX_SLOTS];
     sched_slot slots[SCHED_MAX_SLOTS];
+    /* every slot's window fits beside the others (engine/memfit.h), or
+       serve refuses to start, naming the window that does */
+    int window = cli_window(&ce, o, n_slots, 512, "serve");
+    srv.window_cut = o->ctx == 0 && window < mc->max_position_embeddings ? mc->max_position_embeddings : 0;
     for (int i = 0; i < n_slots; i++)
-        if (seq_create(&seqs[i], ce.m, o->ctx, 512, ce.tp, err, sizeof err) != 0)
+        if (seq_create(&seqs[i], ce.m, window, 512, ce.tp, err, sizeof err) != 0)
             cli_die("cache slot %d of %d: %s (fewer --cache-slots or a smaller --context-window need less memory)",
                     i + 1, n_slots, err);
     seq *s = seqs[0];

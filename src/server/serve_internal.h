@@ -31,6 +31,7 @@ typedef struct {
     const char *model_id;
     const char *mode; /* the resolved decoding mode */
     int ctx_window;
+    int window_cut;     /* the model's window when memory cut it to ctx_window, else 0 */
     int max_output;     /* the most tokens one request may ask for */
     int default_max;    /* when a request gives no max_tokens (0: up to the window) */
     int no_thinking;
@@ -41,6 +42,12 @@ typedef struct {
     double t_start;
     uint64_t next_req; /* atomic */
 } server;
+
+/* /health's "warnings" entries ({"code", "message"}) appended to w: no
+ * chat template, memory pressure (engine/memfit.h memfit_pressure), swap
+ * in use, cache slots the memory guard shed (m), the window cut to fit.
+ * sys NULL: the memory is unknown (no memory warnings). */
+void serve_health_warnings(cJSON *w, const server *srv, const void *sys, const sched_metrics *m);
 
 /* Which error envelope a route answers with. */
 enum { DIALECT_OPENAI, DIALECT_ANTHROPIC, DIALECT_RESPONSES };

@@ -46,6 +46,12 @@ void seq_reset(seq *s) {
     mctx_truncate(s->ctx, 0);
 }
 
+size_t seq_release(seq *s) {
+    seq_chain_end(s);
+    s->n = 0;
+    return mctx_release(s->ctx);
+}
+
 double seq_warm_up(seq *s, char *err, size_t errlen) {
     double t0 = ds_now();
     const model *m = seq_model(s);

@@ -19,6 +19,11 @@ int seq_len(const seq *s);
 int seq_capacity(const seq *s);
 const int *seq_tokens(const seq *s);
 void seq_reset(seq *s);
+/* seq_reset that also gives the KV cache's pages back to the system (the
+ * server's memory guard sheds an idle cache slot this way; the next
+ * prompt prefills from scratch). Returns the bytes released (0 on a GPU,
+ * whose cache is not host memory). */
+size_t seq_release(seq *s);
 
 /* One short forward, then the sequence emptied, so that what a model's
  * first forward pays once does not fall on the first prompt: on a GPU the

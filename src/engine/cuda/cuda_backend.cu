@@ -344,6 +344,29 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
     return 0;
 }
 
+extern "C" size_t cuda_ctx_bytes(const cuda_model *m, int n_ctx, int max_batch) {
+    const model_config *c = &m->cfg;
+    const int G = m->tune.gemm_rows, gemm = takes_gemm(m, max_batch);
+    const int rows = gemm && m->tune.prefill_rows / G * G > max_batch ? m->tune.prefill_rows / G * G : max_batch;
+    size_t B = (size_t)max_batch, R = (size_t)rows, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
+    size_t f = (size_t)c->n_layers * 2 * KD * (size_t)n_ctx /* the KV cache */
+               + R * H * 2 + R * QD * 2 + R * (QD + 2 * KD) + R * cu_layer_gate_floats(m->layers, c->n_layers, (int)I) +
+               B * (size_t)c->vocab_size + cu_attn_part_floats(c->n_heads, c->head_dim, n_ctx) +
+               (size_t)GRAPH_TAPS * GRAPH_ROWS * H +
+               (size_t)(B < MODEL_SAMPLE_ROWS ? B : MODEL_SAMPLE_ROWS) * cu_sample_stride(c->vocab_size);
+    if (gemm && cu_attn_wg_ready(&m->tune, c->head_dim)) f += cu_attn_wg_floats(c->n_kv_heads, c->head_dim, n_ctx);
+    return sizeof(float) * f + sizeof(uint32_t) * CU_CUT_ROWS * (QD + I + H);
+}
+
+extern "C" int cuda_mem_info(const cuda_model *m, size_t *free_b, size_t *total_b) {
+    if (cudaSetDevice(m->gpu) != cudaSuccess || cudaMemGetInfo(free_b, total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
 extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, char *err, size_t errlen) {
     *out = NULL;
     CK(cudaSetDevice(m->gpu));

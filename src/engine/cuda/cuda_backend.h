@@ -72,6 +72,12 @@ int cuda_model_create(cuda_model **out, const model_desc *w, int gpu, char *err,
 void cuda_model_free(cuda_model *m);
 
 int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, char *err, size_t errlen);
+/* the device bytes cuda_ctx_create allocates for a context (the wider
+   prefill scratch and the warpgroup attention's image included, as when
+   they are made) */
+size_t cuda_ctx_bytes(const cuda_model *m, int n_ctx, int max_batch);
+/* the device's free and total memory now (the weights already there) */
+int cuda_mem_info(const cuda_model *m, size_t *free_b, size_t *total_b);
 void cuda_ctx_free(cuda_ctx *c);
 int cuda_ctx_len(const cuda_ctx *c);
 int cuda_ctx_capacity(const cuda_ctx *c);

@@ -17,6 +17,13 @@ static int g_model_create(void **out, const model_desc *d, int device, char *err
     for (int l = 0; l < d->cfg->n_layers; l++)
         if (d->layers[l].attn != ATTN_CAUSAL || d->layers[l].mlp != MLP_SWIGLU)
             return ds_err(err, errlen, "CUDA backend: layer %d of the target has a kind it does not run", l);
+    /* the device kernels (the q/k/v epilogue's store, decode / verify and
+       prefill attention, the drafters' ingest) read an f32 cache only */
+    if (d->kv_bits && d->kv_bits != 32)
+        return ds_err(err, errlen,
+                      "--kv-bits %d: the CUDA backend keeps the KV cache in f32 only (--kv-bits 32); "
+                      "16 and 8 bits run on the CPU (--device cpu)",
+                      d->kv_bits);
     return cuda_model_create((cuda_model **)out, d, device, err, errlen);
 }
 static void g_model_free(void *bm) { cuda_model_free(bm); }
@@ -36,6 +43,8 @@ static void g_ctx_free(void *bc) { cuda_ctx_free(bc); }
 static int g_ctx_len(const void *bc) { return cuda_ctx_len(bc); }
 static int g_ctx_capacity(const void *bc) { return cuda_ctx_capacity(bc); }
 static void g_ctx_truncate(void *bc, int len) { cuda_ctx_truncate(bc, len); }
+static size_t g_ctx_bytes(const void *bm, int n_ctx, int max_batch) { return cuda_ctx_bytes(bm, n_ctx, max_batch); }
+static int g_mem_avail(const void *bm, size_t *free_b, size_t *total_b) { return cuda_mem_info(bm, free_b, total_b); }
 static int g_forward(void *bc, const model_batch *b, char *err, size_t errlen) { return cuda_forward(bc, b, err, errlen); }
 static const float *g_resident_taps(void *bc, int n, int *rows) { return cuda_ctx_taps(bc, n, rows); }
 static int g_chain_ok(const void *bc) { return cuda_chain_ok(bc); }
@@ -94,6 +103,8 @@ static backend g_table = {
     .name = "cuda",
     .describe = cuda_describe,
     .model_create = g_model_create,
+    .ctx_bytes = g_ctx_bytes,
+    .mem_avail = g_mem_avail,
     .model_free = g_model_free,
     .model_caps = g_model_caps,
     .samples_rows = g_samples_rows,
