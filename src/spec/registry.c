@@ -101,7 +101,7 @@ int registry_find_local(const char *repo, const char *model_dir, char *out, size
     /* the hub cache: its main revision, else any snapshot */
     hf_cache_root(root, sizeof root);
     if (hf_snapshot_dir(root, repo, NULL, buf, sizeof buf) == 0 && try_dir(buf, out, n)) return 1;
-    char repodir[4096];
+    char repodir[3000];
     if (hf_repo_dir(root, repo, repodir, sizeof repodir) == 0) {
         snprintf(buf, sizeof buf, "%s/snapshots", repodir);
         DIR *dh = opendir(buf);
