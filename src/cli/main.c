@@ -8,7 +8,6 @@
 #include "engine/cpu.h"
 #include "spec/registry.h"
 
-#define DSPARK_VERSION "0.1.0"
 
 static const char MAIN_HELP[] =
     "dspark " DSPARK_VERSION " - LLM inference with lossless speculative decoding\n"
@@ -24,6 +23,8 @@ static const char MAIN_HELP[] =
     "  serve       HTTP server: OpenAI (chat, completions, responses) and Anthropic (messages) APIs\n"
     "  claude      start Claude Code against a running dspark server\n"
     "  quantize    write a quantized copy of a checkpoint: GGUF (Q8_0 .. Q4_K_M) or MLX (4/8-bit)\n"
+    "  doctor      what this machine and build offer, where models are looked for, what fits (--json)\n"
+    "  models      the registered targets, their builds and drafters, downloaded and fitting\n"
     "  version     print version and CPU features\n";
 
 #define SAMPLING " --mmap --device --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
@@ -35,8 +36,8 @@ typedef struct {
     int (*fn)(const opts *o);
     const char *help;
     const char *flags; /* accepted options, space-separated and padded */
-    int client;        /* talks to a server: loads no model, and the arguments
-                          after "--" go to the program it starts */
+    int client;        /* 1: talks to a server: loads no model, and the arguments
+                          after "--" go to the program it starts; 2: loads no model */
 } command;
 
 static const command COMMANDS[] = {
@@ -58,6 +59,8 @@ static const command COMMANDS[] = {
      SPEC " --temp --top-k --top-p --min-p --seed -n --n-predict ", 0},
     {"claude", cmd_claude, CLAUDE_HELP, " --url --api-key --print-env ", 1},
     {"quantize", cmd_quantize, QUANTIZE_HELP, " --model -m --out -o --type --group-size --threads -t ", 0},
+    {"doctor", cmd_doctor, DOCTOR_HELP, " --json --models ", 2},
+    {"models", cmd_models, MODELS_HELP, " --json ", 2},
 };
 
 int main(int argc, char **argv) {
@@ -78,7 +81,7 @@ int main(int argc, char **argv) {
                 break;
             }
         cli_parse(&o, n, argv + 2, c->name, c->flags);
-        if (rest && c->client) {
+        if (rest && c->client == 1) {
             o.rest = argv + rest;
             o.n_rest = argc - rest;
         } else if (rest) { /* elsewhere "--" ends the options: TEXT may then start with '-' */
@@ -94,11 +97,12 @@ int main(int argc, char **argv) {
         static char def[4096];
         if (!o.model && !c->client) {
             if (!registry_default_model(def, sizeof def))
-                cli_die("%s: --model DIR is required: the bundled model %s was not found beside the dspark binary "
+                cli_die("%s: --model is required: the bundled model %s was not found beside the dspark binary "
                         "(models/%s) and DSPARK_MODEL is not set",
                         c->name, DSPARK_DEFAULT_MODEL, DSPARK_DEFAULT_MODEL);
             o.model = def;
         }
+        if (!c->client) cli_resolve_models(&o);
         return c->fn(&o);
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

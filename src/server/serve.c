@@ -503,9 +503,11 @@ int cmd_serve(const opts *o) {
     int stop_ids[32];
     int n_stop = cli_stop_ids(ce.m, tok, stop_ids);
 
-    const char *slash = strrchr(o->model, '/');
+    /* named as given: the folder an id resolved to ends in a commit hash */
+    const char *named = o->model_spec ? o->model_spec : o->model;
+    const char *slash = strrchr(named, '/');
     char model_id[256];
-    snprintf(model_id, sizeof model_id, "%s", slash && slash[1] ? slash + 1 : o->model);
+    snprintf(model_id, sizeof model_id, "%s", slash && slash[1] ? slash + 1 : named);
     size_t ml = strlen(model_id);
     while (ml > 1 && model_id[ml - 1] == '/') model_id[--ml] = 0;
     srv.model_id = model_id;

@@ -93,6 +93,7 @@ static int g_dstate_read_ctx(const void *bs, float *g, char *err, size_t errlen)
 static backend g_table = {
     .name = "cuda",
     .describe = cuda_describe,
+    .device_info = cuda_device_info,
     .model_create = g_model_create,
     .model_free = g_model_free,
     .model_caps = g_model_caps,
