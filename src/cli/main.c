@@ -25,7 +25,10 @@ static const char MAIN_HELP[] =
     "  quantize    write a quantized copy of a checkpoint: GGUF (Q8_0 .. Q4_K_M) or MLX (4/8-bit)\n"
     "  doctor      what this machine and build offer, where models are looked for, what fits (--json)\n"
     "  models      the registered targets, their builds and drafters, downloaded and fitting\n"
-    "  version     print version and CPU features\n";
+    "  version     print version and CPU features\n"
+    "--model and --drafter take a folder, a .gguf file, or a Hugging Face id ORG/NAME[@REVISION]\n"
+    "(looked up in DSPARK_MODEL_DIRS, the Hugging Face cache and LM Studio's folders: dspark doctor\n"
+    "lists them); every command that opens a model accepts --trust-remote-code.\n";
 
 #define SAMPLING " --mmap --device --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
 #define SPEC " --mode --drafter --max-draft --confidence-threshold --no-lookup-drafts "

@@ -25,8 +25,8 @@ const char SERVE_HELP[] =
     "HTTP server with the OpenAI and Anthropic APIs on one port:\n"
     "  POST /v1/chat/completions /v1/completions /v1/responses   (OpenAI)\n"
     "  POST /v1/messages /v1/messages/count_tokens               (Anthropic; Claude Code)\n"
-    "  GET  /v1/models /health /metrics /events   POST /tokenize /detokenize\n"
-    "  -m, --model DIR|FILE     checkpoint or .gguf with a tokenizer (default: the bundled model)\n"
+    "  GET  /v1/models /health /metrics /events /doctor   POST /tokenize /detokenize\n"
+    "  -m, --model DIR|FILE|ID  checkpoint, .gguf or Hugging Face id with a tokenizer (default: the bundled model)\n"
     "      --host ADDR          address to listen on (default 127.0.0.1)\n"
     "      --port N             port (default 8080)\n"
     "      --api-key KEY        require Authorization: Bearer KEY or x-api-key: KEY\n"
@@ -415,6 +415,7 @@ static void handle(void *app, const http_req *r) {
         {"/responses", 1, API_RESPONSES},   {"/messages", 1, API_MESSAGES},
         {"/messages/count_tokens", 1, API_COUNT_TOKENS},
         {"/models", 0, -1}, {"/metrics", 0, -1}, {"/events", 0, -1}, {"/tokenize", 1, -1}, {"/detokenize", 1, -1},
+        {"/doctor", 0, -1},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (strcmp(p, routes[i].path)) continue;
@@ -427,6 +428,7 @@ static void handle(void *app, const http_req *r) {
         else if (!strcmp(p, "/metrics")) route_metrics(srv, r);
         else if (!strcmp(p, "/events")) route_events(srv, r);
         else if (!strcmp(p, "/tokenize")) route_tokenize(srv, r);
+        else if (!strcmp(p, "/doctor")) reply_cjson(r, 200, doctor_report(1)); /* as `dspark doctor --models --json` */
         else route_detokenize(srv, r);
         return;
     }

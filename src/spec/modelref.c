@@ -283,7 +283,7 @@ static int lookup(const char *spec, modelref_kind kind, const char *model_dir, c
     int rc = search(&L, model_dir);
     if (rc == 0 && report) {
         ds_err(err, errlen,
-               "%s \"%s\" is neither a local folder or file nor found as a Hugging Face id; looked in:%s\n"
+               "%s \"%s\" is not a local folder or file, and was not found as a Hugging Face id; looked in:%s\n"
                "download it with `dspark pull %s` (it goes to the Hugging Face cache; HF_TOKEN for gated "
                "repos), set DSPARK_MODEL_DIRS to the folder that holds it, or pass its folder or .gguf file",
                kind == MODELREF_DRAFTER ? "drafter" : "model", spec, sb_str(&L.tried), spec);
