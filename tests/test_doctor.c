@@ -277,7 +277,7 @@ TEST(cli_model_id_from_hf_cache) {
     CHECK_EQ_INT(bundled(b, sizeof b), 0);
     const char *c1 = "3333333333333333333333333333333333333333";
     snprintf(p, sizeof p, "%s/hub/models--acme--coder/snapshots", root);
-    char mk[PATH_MAX + 5000];
+    char mk[PATH_MAX + 9000];
     snprintf(mk, sizeof mk, "mkdir -p %s %s/hub/models--acme--coder/refs && ln -s %s %s/%s && echo %s > "
                             "%s/hub/models--acme--coder/refs/main",
              p, root, b, p, c1, c1, root);
