@@ -195,6 +195,7 @@ TEST(modelref_lmstudio_gguf) {
                   strstr(err, "lmstudio-community/Qwen3-4B-GGUF/FILE.gguf"),
               "%s", err);
     CHECK_EQ_INT(modelref_find_id("lmstudio-community/Qwen3-4B-GGUF", MODELREF_TARGET, NULL, out, sizeof out), -1);
+    CHECK_MSG(!strcmp(out, p), "got %s", out); /* the folder, for "downloaded" */
     /* ORG/NAME/FILE.gguf picks one */
     CHECK_EQ_INT(modelref_resolve("lmstudio-community/Qwen3-4B-GGUF/Qwen3-4B-Q8_0.gguf", MODELREF_TARGET, NULL, out,
                                   sizeof out, err, sizeof err),
@@ -203,8 +204,16 @@ TEST(modelref_lmstudio_gguf) {
     CHECK_EQ_INT(modelref_resolve("lmstudio-community/Qwen3-4B-GGUF/nope.gguf", MODELREF_TARGET, NULL, out,
                                   sizeof out, err, sizeof err),
                  -1);
-    /* a local folder of one GGUF file takes that file */
+    /* a local folder of several GGUF files is ambiguous too */
     CHECK_EQ_INT(modelref_resolve(p, MODELREF_TARGET, NULL, out, sizeof out, err, sizeof err), -1);
+    /* a split set counts as its first shard */
+    snprintf(p, sizeof p, "%s/split", root);
+    write_file(p, "big-00001-of-00003.gguf", "GGUF");
+    write_file(p, "big-00002-of-00003.gguf", "GGUF");
+    write_file(p, "big-00003-of-00003.gguf", "GGUF");
+    CHECK_EQ_INT(modelref_resolve(p, MODELREF_TARGET, NULL, out, sizeof out, err, sizeof err), 0);
+    CHECK_MSG(strstr(out, "split/big-00001-of-00003.gguf") != NULL, "got %s", out);
+    /* a local folder of one GGUF file takes that file */
     snprintf(p, sizeof p, "%s/one-gguf", root);
     write_file(p, "m.gguf", "GGUF");
     CHECK_EQ_INT(modelref_resolve(p, MODELREF_TARGET, NULL, out, sizeof out, err, sizeof err), 0);

@@ -126,10 +126,22 @@ static int ends_with_gguf(const char *s) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* A split GGUF set's shards after the first (NAME-00002-of-00003.gguf):
+   the loader opens a set from its first shard, so only that one counts. */
+static int later_shard(const char *name) {
+    const char *of = strstr(name, "-of-");
+    if (!of || of - name < 6) return 0;
+    const char *k = of - 5;
+    for (int i = 0; i < 5; i++)
+        if (k[i] < '0' || k[i] > '9') return 0;
+    return k[-1] == '-' && strncmp(k, "00001", 5) != 0;
+}
+
 /* The GGUF model in dir: want (when named) or the only one there (vision
- * projectors, mmproj-*.gguf, are not models). 1 with the file in out, 0
- * when dir holds none (or not want), -1 when several leave the choice open
- * (err lists them). */
+ * projectors, mmproj-*.gguf, are not models; a split set counts as its
+ * first shard). 1 with the file in out, 0 when dir holds none (or not
+ * want), -1 when several leave the choice open (err lists them, out holds
+ * dir). */
 static int pick_gguf(const char *dir, const char *want, const char *spec, char *out, size_t n, char *err,
                      size_t errlen) {
     char p[4600];
@@ -145,7 +157,9 @@ static int pick_gguf(const char *dir, const char *want, const char *spec, char *
     int cnt = 0;
     struct dirent *de;
     while ((de = readdir(dh)) != NULL) {
-        if (de->d_name[0] == '.' || !ends_with_gguf(de->d_name) || !strncasecmp(de->d_name, "mmproj", 6)) continue;
+        if (de->d_name[0] == '.' || !ends_with_gguf(de->d_name) || !strncasecmp(de->d_name, "mmproj", 6) ||
+            later_shard(de->d_name))
+            continue;
         snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
         if (!is_file(p)) continue;
         names = xrealloc(names, sizeof *names * (size_t)(cnt + 1));
@@ -157,6 +171,7 @@ static int pick_gguf(const char *dir, const char *want, const char *spec, char *
         snprintf(out, n, "%s/%s", dir, names[0]);
         rc = 1;
     } else if (cnt > 1) {
+        snprintf(out, n, "%s", dir);
         qsort(names, (size_t)cnt, sizeof *names, cmp_str);
         strbuf b = {0};
         for (int i = 0; i < cnt && i < 12; i++) sb_printf(&b, "%s%s", i ? ", " : "", names[i]);

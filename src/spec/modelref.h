@@ -24,8 +24,9 @@
  * does not say which revision it holds. A found folder is a checkpoint when
  * it has config.json; else (targets only) when it holds GGUF files: the one
  * named by /FILE.gguf, or its only one (mmproj-*.gguf vision projectors do
- * not count); several are an error listing them, as is a named file that is
- * not there. A folder that is neither is passed over. */
+ * not count, and a split set NAME-0000K-of-0000N.gguf counts as its first
+ * shard); several are an error listing them. A folder that is neither is
+ * passed over, as is one without the named file. */
 #ifndef DS_MODELREF_H
 #define DS_MODELREF_H
 
@@ -56,7 +57,8 @@ int modelref_resolve(const char *spec, modelref_kind kind, const char *model_dir
 /* The id search alone (no local path, errors not reported): 1 and the path
  * in out when id (ORG/NAME) is found, 0 when not (or id is malformed), -1
  * when a folder was found that leaves the choice open (several GGUF
- * files). For the registry's drafters and "is it downloaded" checks. */
+ * files; out holds that folder). For the registry's drafters and "is it
+ * downloaded" checks. */
 int modelref_find_id(const char *id, modelref_kind kind, const char *model_dir, char *out, size_t n);
 
 /* Whether remote code is accepted: trust_flag (--trust-remote-code) or
