@@ -75,7 +75,7 @@ typedef struct {
  * 8 or 4: one byte or half a byte plus an fp16 scale per 32): weights +
  * KV bytes per position x window + scratch (SCRATCH_ROWS rows of
  * activations, SCRATCH_LOGIT_ROWS rows of logits, SCRATCH_FIXED). */
-double model_mem_estimate(const registry_entry *e, const char *kind, int window, int kv_bits, mem_parts *parts) {
+static double model_mem_estimate(const registry_entry *e, const char *kind, int window, int kv_bits, mem_parts *parts) {
     double H = e->hidden, I = e->intermediate, V = e->vocab, L = e->layers;
     double QD = (double)e->heads * e->head_dim, KD = (double)e->kv_heads * e->head_dim;
     double per_layer = H * QD * 2 + H * KD * 2 + 3 * H * I;

@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend.h"
 #include "engine/cuda/cuda_layer.cuh"
+extern "C" {
+#include "engine/backend.h" /* backend_device_info (a C header) */
+}
 
 #define TRACE_EVENTS 1024
 #define GRAPH_ROWS 17 /* widest batch replayed from a graph: a verify of 16 drafts + the anchor */
