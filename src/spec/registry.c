@@ -198,14 +198,20 @@ fail:
 }
 
 static void load_once(void) {
-    char path[4096];
-    if (!find_in_models("registry.json", 0, path, sizeof path)) {
+    char found[4096], path[4096];
+    if (find_in_models("registry.json", 0, found, sizeof found)) {
+        /* shown by doctor: without the build/<kind>/../../ detour */
+        char *rp = realpath(found, NULL);
+        snprintf(path, sizeof path, "%s", rp ? rp : found);
+        free(rp);
+    } else {
         snprintf(g_reg.error, sizeof g_reg.error,
                  "models/registry.json was not found beside the dspark binary (models/, ../../models/, "
                  "../share/dspark/models/ or ../models/)");
         return;
     }
-    if (registry_load_file(path, g_reg.error, sizeof g_reg.error) != 0) snprintf(g_reg.path, sizeof g_reg.path, "%s", path);
+    if (registry_load_file(path, g_reg.error, sizeof g_reg.error) != 0)
+        snprintf(g_reg.path, sizeof g_reg.path, "%s", path);
 }
 
 const registry_entry *registry_entries(int *n) {
