@@ -8,7 +8,6 @@
 #include "engine/cpu.h"
 #include "spec/registry.h"
 
-
 static const char MAIN_HELP[] =
     "dspark " DSPARK_VERSION " - LLM inference with lossless speculative decoding\n"
     "usage: dspark COMMAND [options]   (dspark COMMAND --help for details)\n"
