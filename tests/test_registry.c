@@ -122,8 +122,9 @@ TEST(registry_find_local_places) {
     CHECK(strstr(out, "mine/dspark_qwen3_4b_block7") != NULL);
     /* a directory without config.json is not a drafter */
     CHECK_EQ_INT(registry_find_local("z-lab/Qwen3-4B-DFlash-b16", NULL, out, sizeof out), 0);
+    /* the hint says how to download it (dspark pull) rather than naming one folder */
     registry_search_hint(repo, hint, sizeof hint);
-    CHECK(strstr(hint, "drafters/dspark_qwen3_4b_block7") && strstr(hint, "--drafter"));
+    CHECK(strstr(hint, "dspark pull deepseek-ai/dspark_qwen3_4b_block7") && strstr(hint, "--drafter"));
     for (int i = 0; i < 4; i++) {
         if (saved[i]) setenv(vars[i], saved[i], 1);
         else unsetenv(vars[i]);

@@ -19,6 +19,7 @@
  * a script runs alone as DSPARK_URL=http://HOST:PORT node tests/server/X.mjs
  * (DSPARK_ONLY=substring picks its checks). */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -32,6 +33,8 @@
 #include <arpa/inet.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "spec/registry.h"
 #include "test.h"
@@ -441,5 +444,43 @@ TEST(server_load) {
                       (double)(after - before) / 1048576.0, (double)before / 1048576.0, (double)after / 1048576.0);
         }
     }
+    stop_server(&s);
+}
+
+/* --model as a Hugging Face id (a cache laid out here): the server names
+   the model by the id, not by the snapshot's commit, and GET /doctor
+   answers doctor's JSON (docs/doctor-schema.md) with the models. */
+TEST(server_model_id_and_doctor) {
+    char hub[700], snaps[800], cmd[PATH_MAX + 3000], env_hub[720];
+    snprintf(hub, sizeof hub, "%s/server-hub", test_tmp_dir());
+    snprintf(snaps, sizeof snaps, "%s/models--acme--coder/snapshots", hub);
+    char *b = realpath(bundled_dir(), NULL);
+    CHECK(b != NULL);
+    if (!b) return;
+    const char *c1 = "4444444444444444444444444444444444444444";
+    snprintf(cmd, sizeof cmd, "mkdir -p %s %s/models--acme--coder/refs && ln -sfn %s %s/%s && echo %s > %s/models--acme--coder/refs/main",
+             snaps, hub, b, snaps, c1, c1, hub);
+    free(b);
+    CHECK_EQ_INT(system(cmd), 0);
+    snprintf(env_hub, sizeof env_hub, "HF_HUB_CACHE=%s", hub);
+    const char *senv[] = {env_hub, NULL};
+    const char *args[] = {"-t", "2", "--mode", "baseline", "--no-warmup", NULL};
+    server s;
+    if (start_server(&s, "acme/coder", args, senv) != 0) return;
+    static char body[1 << 17];
+    CHECK_EQ_INT(http_call(s.port, "GET", "/health", body, sizeof body, 5.0), 200);
+    CHECK_MSG(strstr(body, "\"model\":\"coder\"") != NULL, "%s", body);
+    CHECK_EQ_INT(http_call(s.port, "GET", "/doctor", body, sizeof body, 30.0), 200);
+    const char *json = strstr(body, "\r\n\r\n");
+    cJSON *j = json ? cJSON_Parse(json + 4) : NULL;
+    CHECK_MSG(j != NULL, "GET /doctor: not JSON: %.300s", body);
+    if (j) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "schema_version");
+        CHECK(cJSON_IsNumber(v) && v->valueint == 1);
+        CHECK(cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(j, "models")));
+        CHECK(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(j, "ok")));
+        CHECK(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "cpu")));
+    }
+    cJSON_Delete(j);
     stop_server(&s);
 }

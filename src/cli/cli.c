@@ -14,6 +14,7 @@
 #include "engine/memfit.h"
 #include "engine/ops.h"
 #include "base/util.h"
+#include "spec/modelref.h"
 
 void cli_die(const char *fmt, ...) {
     va_list ap;
@@ -62,7 +63,14 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
             continue;
         }
         snprintf(key, sizeof key, " %s ", a);
-        if (!strstr(allowed, key)) cli_die("%s: unknown option \"%s\" (see dspark %s --help)", cmd, a, cmd);
+        /* every command that opens a model accepts --trust-remote-code */
+        int model_flag = !strcmp(a, "--trust-remote-code") && strstr(allowed, " --model ");
+        if (!strstr(allowed, key) && !model_flag)
+            cli_die("%s: unknown option \"%s\" (see dspark %s --help)", cmd, a, cmd);
+        if (!strcmp(a, "--json") && strcmp(cmd, "bench")) { /* a switch, except bench's --json FILE */
+            o->json_out = 1;
+            continue;
+        }
         int *flag = !strcmp(a, "--print-ids")             ? &o->print_ids
                     : !strcmp(a, "--jsonl")               ? &o->jsonl
                     : !strcmp(a, "--add-special")         ? &o->add_special
@@ -77,6 +85,8 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
                     : !strcmp(a, "--print-env")           ? &o->print_env
                     : !strcmp(a, "--no-drafters")         ? &o->no_drafters
                     : !strcmp(a, "--pull")                ? &o->pull
+                    : !strcmp(a, "--trust-remote-code")   ? &o->trust_remote_code
+                    : !strcmp(a, "--models")              ? &o->list_models
                                                           : NULL;
         if (flag) {
             *flag = 1;
@@ -140,6 +150,23 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--min-p")) o->min_p = parse_float(a, v);
         else if (!strcmp(a, "--seed")) o->seed = (unsigned long long)parse_int(a, v, 0, 0x7fffffff);
         else cli_die("%s: option \"%s\" is not handled", cmd, a);
+    }
+}
+
+void cli_resolve_models(opts *o) {
+    /* static: o keeps pointers to them for the process's life */
+    static char model_path[4096], drafter_path[4096];
+    char err[8192];
+    o->model_spec = o->model;
+    if (modelref_resolve(o->model, MODELREF_TARGET, NULL, model_path, sizeof model_path, err, sizeof err) != 0)
+        cli_die("%s", err);
+    o->model = model_path;
+    if (modelref_check_remote_code(o->model, modelref_trust_remote_code(o->trust_remote_code), err, sizeof err))
+        cli_die("%s", err);
+    if (o->drafter) {
+        if (modelref_resolve(o->drafter, MODELREF_DRAFTER, o->model, drafter_path, sizeof drafter_path, err, sizeof err))
+            cli_die("--drafter: %s", err);
+        o->drafter = drafter_path;
     }
 }
 

@@ -21,8 +21,18 @@
 
 #define CLI_MAX_VARS 32
 #define CLI_MAX_INCLUDE 32
+#define DSPARK_VERSION "0.1.0"
+
+struct cJSON;
+/* The doctor report (cli_doctor.c; docs/doctor-schema.md), with the
+ * registered models when with_models is set. The caller frees it. */
+struct cJSON *doctor_report(int with_models);
 
 typedef struct {
+    const char *model_spec; /* --model (or DSPARK_MODEL) as given, before modelref resolved it into model */
+    int trust_remote_code;  /* --trust-remote-code */
+    int json_out;           /* doctor, models: --json (print JSON) */
+    int list_models;        /* doctor: --models */
     const char *model, *prompt, *prompt_ids, *out, *file, *text, *messages, *tools, *system;
     const char *mode;    /* --mode (NULL = baseline) */
     const char *device;  /* --device cpu|cuda[:N] (NULL: $DSPARK_DEVICE, else cpu) */
@@ -156,6 +166,8 @@ int cmd_pull(const opts *o);     /* cli_pull.c */
  * found locally, by the folders pulled for them (the model's drafters
  * along unless --no-drafters); dies with the pull's error. */
 void cli_pull_args(opts *o);
+int cmd_doctor(const opts *o);   /* cli_doctor.c */
+int cmd_models(const opts *o);   /* cli_doctor.c */
 /* `dspark quantize` without the command line: the checkpoint in dir as
  * type (Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M: a GGUF file at out; mlx4, mlx8:
  * an MLX folder at out, group 0 = 64), threads 0 = all CPUs, progress to
@@ -163,6 +175,11 @@ void cli_pull_args(opts *o);
 int quantize_model(const char *dir, const char *out, const char *type, int group, int threads, FILE *log, char *err,
                    size_t errlen);
 extern const char RUN_HELP[], LOGITS_HELP[], TOKENIZE_HELP[], DETOKENIZE_HELP[], TEMPLATE_HELP[], CHAT_HELP[],
-    BENCH_HELP[], SERVE_HELP[], CLAUDE_HELP[], QUANTIZE_HELP[], PULL_HELP[];
+    BENCH_HELP[], SERVE_HELP[], CLAUDE_HELP[], QUANTIZE_HELP[], PULL_HELP[], DOCTOR_HELP[], MODELS_HELP[];
+
+/* Resolves o->model (and o->drafter) through spec/modelref.h in place
+ * (o->model_spec keeps what was given) and refuses a checkpoint that ships
+ * its own code unless trusted; dies with the reason. */
+void cli_resolve_models(opts *o);
 
 #endif

@@ -4,6 +4,7 @@
 
 #include "base/hub.h"
 #include "cli/cli.h"
+#include "spec/modelref.h"
 #include "spec/pull.h"
 
 const char PULL_HELP[] =
@@ -56,11 +57,13 @@ void cli_pull_args(opts *o) {
     pull_opts po;
     fill(&po, o);
     char err[4096];
-    if (o->model) {
+    char found[4096], miss[8192];
+    /* an id found on this machine (modelref's places) is not pulled again */
+    if (o->model && modelref_resolve(o->model, MODELREF_TARGET, NULL, found, sizeof found, miss, sizeof miss) != 0) {
         if (pull_resolve(o->model, !o->drafter, &po, model_path, sizeof model_path, err, sizeof err) != 0) cli_die("%s", err);
         o->model = model_path;
     }
-    if (o->drafter) {
+    if (o->drafter && modelref_resolve(o->drafter, MODELREF_DRAFTER, o->model, found, sizeof found, miss, sizeof miss) != 0) {
         /* a drafter's own files: the model's --revision and --include are not its */
         po.hub.revision = NULL;
         po.hub.include = NULL;

@@ -211,9 +211,11 @@ void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engi
         dir = find_drafter(o, e->m, sp->mode == CLI_MODE_DSPARK, buf, sizeof buf, &repo);
         if (!dir) {
             char hint[4096];
+            const char *rpath, *rerr;
+            registry_source(&rpath, &rerr);
             if (!repo)
-                cli_die("--mode %s needs --drafter DIR (no published %s drafter is registered for this target)",
-                        cli_mode_name(sp->mode), cli_mode_name(sp->mode));
+                cli_die("--mode %s needs --drafter DIR (no published %s drafter is registered for this target%s%s)",
+                        cli_mode_name(sp->mode), cli_mode_name(sp->mode), *rerr ? "; " : "", rerr);
             registry_search_hint(repo, hint, sizeof hint);
             cli_die("--mode %s: the drafter %s is not on this machine: %s", cli_mode_name(sp->mode), repo, hint);
         }

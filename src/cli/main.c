@@ -8,8 +8,6 @@
 #include "engine/cpu.h"
 #include "spec/registry.h"
 
-#define DSPARK_VERSION "0.1.0"
-
 static const char MAIN_HELP[] =
     "dspark " DSPARK_VERSION " - LLM inference with lossless speculative decoding\n"
     "usage: dspark COMMAND [options]   (dspark COMMAND --help for details)\n"
@@ -25,7 +23,12 @@ static const char MAIN_HELP[] =
     "  claude      start Claude Code against a running dspark server\n"
     "  quantize    write a quantized copy of a checkpoint: GGUF (Q8_0 .. Q4_K_M) or MLX (4/8-bit)\n"
     "  pull        download a model (and its drafters) from the Hugging Face hub into its cache\n"
-    "  version     print version and CPU features\n";
+    "  doctor      what this machine and build offer, where models are looked for, what fits (--json)\n"
+    "  models      the registered targets, their builds and drafters, downloaded and fitting\n"
+    "  version     print version and CPU features\n"
+    "--model and --drafter take a folder, a .gguf file, or a Hugging Face id ORG/NAME[@REVISION]\n"
+    "(looked up in DSPARK_MODEL_DIRS, the Hugging Face cache and LM Studio's folders: dspark doctor\n"
+    "lists them); every command that opens a model accepts --trust-remote-code.\n";
 
 #define SAMPLING " --mmap --device --kv-bits --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
 #define SPEC " --mode --drafter --max-draft --confidence-threshold --no-lookup-drafts "
@@ -37,8 +40,8 @@ typedef struct {
     int (*fn)(const opts *o);
     const char *help;
     const char *flags; /* accepted options, space-separated and padded */
-    int client;        /* talks to a server: loads no model, and the arguments
-                          after "--" go to the program it starts */
+    int client;        /* 1: talks to a server: loads no model, and the arguments
+                          after "--" go to the program it starts; 2: loads no model */
 } command;
 
 static const command COMMANDS[] = {
@@ -62,6 +65,8 @@ static const command COMMANDS[] = {
     {"claude", cmd_claude, CLAUDE_HELP, " --url --api-key --print-env ", 1},
     {"quantize", cmd_quantize, QUANTIZE_HELP, " --model -m --out -o --type --group-size --threads -t ", 0},
     {"pull", cmd_pull, PULL_HELP, " --revision --include --no-drafters ", 0},
+    {"doctor", cmd_doctor, DOCTOR_HELP, " --json --models ", 2},
+    {"models", cmd_models, MODELS_HELP, " --json ", 2},
 };
 
 int main(int argc, char **argv) {
@@ -82,7 +87,7 @@ int main(int argc, char **argv) {
                 break;
             }
         cli_parse(&o, n, argv + 2, c->name, c->flags);
-        if (rest && c->client) {
+        if (rest && c->client == 1) {
             o.rest = argv + rest;
             o.n_rest = argc - rest;
         } else if (rest) { /* elsewhere "--" ends the options: TEXT may then start with '-' */
@@ -99,12 +104,17 @@ int main(int argc, char **argv) {
         /* (pull names its model as an argument: no default) */
         if (!o.model && !c->client && c->fn != cmd_pull) {
             if (!registry_default_model(def, sizeof def))
-                cli_die("%s: --model DIR is required: the bundled model %s was not found beside the dspark binary "
+                cli_die("%s: --model is required: the bundled model %s was not found beside the dspark binary "
                         "(models/%s) and DSPARK_MODEL is not set",
                         c->name, DSPARK_DEFAULT_MODEL, DSPARK_DEFAULT_MODEL);
             o.model = def;
         }
-        if (o.pull) cli_pull_args(&o);
+        if (!c->client && c->fn != cmd_pull) {
+            const char *given = o.model;
+            if (o.pull) cli_pull_args(&o); /* ids found nowhere on this machine are pulled first */
+            cli_resolve_models(&o);
+            o.model_spec = given;
+        }
         return c->fn(&o);
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

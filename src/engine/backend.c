@@ -41,3 +41,27 @@ int backend_device_count(const char *name) {
     (void)name;
     return 0;
 }
+
+int backend_built(const char *name) {
+    if (name && !strcmp(name, "cpu")) return 1;
+#ifdef DSPARK_CUDA
+    if (name && !strcmp(name, "cuda")) return 1;
+#endif
+    return 0;
+}
+
+int backend_query_device(const char *name, int device, backend_device_info *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+#ifdef DSPARK_CUDA
+    if (name && !strcmp(name, "cuda")) {
+        const backend *b = cuda_backend_table();
+        int n = cuda_device_count();
+        if (device < 0 || device >= n) return ds_err(err, errlen, "CUDA device %d does not exist (%d visible)", device, n);
+        if (!b->device_info) return ds_err(err, errlen, "the CUDA backend reports no device details");
+        return b->device_info(device, out, err, errlen);
+    }
+#endif
+    (void)device;
+    if (name && !strcmp(name, "cpu")) return ds_err(err, errlen, "the CPU backend has no devices of its own");
+    return ds_err(err, errlen, "this dspark was built without the %s backend", name ? name : "(null)");
+}

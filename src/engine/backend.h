@@ -40,10 +40,24 @@ typedef struct {
     int kv_low_bits;    /* its KV caches store 16 and 8 bits as well as 32 (model_desc.kv_bits) */
 } backend_caps;
 
+/* One device as a report (dspark doctor) shows it. */
+typedef struct backend_device_info {
+    char name[128];
+    size_t mem_total, mem_free;  /* bytes */
+    int cc_major, cc_minor;      /* compute capability */
+    int driver_version;          /* as the driver reports it, e.g. 13000 for 13.0 */
+    int runtime_version;         /* the runtime this build links, same form */
+    int has_kernels;             /* this build's kernels run on it */
+    char kernels_note[512];      /* why not, when they do not */
+} backend_device_info;
+
 typedef struct backend {
     const char *name; /* "cpu", "cuda" */
     /* device index -> a description, "NVIDIA H200, 139.8 GiB, ..." */
     int (*describe)(int device, char *out, size_t n);
+    /* device index -> its details; NULL for a backend without devices of
+       its own (the CPU). 0, or -1 with err filled. */
+    int (*device_info)(int device, backend_device_info *out, char *err, size_t errlen);
 
     /* ---- targets ---- */
     int (*model_create)(void **out, const model_desc *d, int device, char *err, size_t errlen);
@@ -134,5 +148,12 @@ extern const backend backend_cpu;
 const backend *backend_for(const char *device, int *index, char *err, size_t errlen);
 /* Devices the named backend ("cuda") sees in this build (0 when none). */
 int backend_device_count(const char *name);
+/* 1 when this build has the named backend ("cpu" always; "cuda" with
+ * `make cuda`). */
+int backend_built(const char *name);
+/* The named backend's device `device` (see backend_device_info). 0, or -1
+ * with err filled (not built, no such device, a backend without devices,
+ * or the query failed). */
+int backend_query_device(const char *name, int device, backend_device_info *out, char *err, size_t errlen);
 
 #endif

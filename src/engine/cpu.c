@@ -115,3 +115,38 @@ const char *cpu_name(void) {
     atomic_store_explicit(&g_name_state, 2, memory_order_release);
     return g_name;
 }
+
+/* CPUID leaf 7 bits, for reports only (kernel choice goes through
+   cpu_has_avx2 / cpu_has_avx512, which also check the OS state). */
+int cpu_feature_list(cpu_feature *out, int cap) {
+    int k = 0;
+#define ADD(nm, v)                                                                                                   \
+    do {                                                                                                             \
+        if (k < cap) out[k++] = (cpu_feature){nm, (v) ? 1 : 0};                                                      \
+    } while (0)
+#ifdef DS_X86
+    unsigned a = 0, b = 0, c = 0, d = 0, a1 = 0;
+    int has7 = (unsigned)__get_cpuid_max(0, NULL) >= 7u;
+    if (has7) __cpuid_count(7, 0, a, b, c, d);
+    unsigned b1 = 0, c1 = 0, d1 = 0;
+    if (has7) __cpuid_count(7, 1, a1, b1, c1, d1);
+    int zmm = cpu_has_avx512(); /* the OS saves the AVX-512 state */
+    int amx_os = 0;
+    if (has7 && ((d >> 24) & 1)) {
+        /* AMX tiles also need XCR0 bits 17 and 18 (Linux grants them on request) */
+        amx_os = (read_xcr0() & (3u << 17)) == (3u << 17);
+    }
+    ADD("avx2", cpu_has_avx2());
+    ADD("avx512f", zmm && ((b >> 16) & 1));
+    ADD("avx512bw", zmm && ((b >> 30) & 1));
+    ADD("avx512_vnni", zmm && ((c >> 11) & 1));
+    ADD("avx512_bf16", zmm && ((a1 >> 5) & 1));
+    ADD("avx_vnni", cpu_has_avx2() && ((a1 >> 4) & 1));
+    ADD("amx_tile", amx_os);
+#else
+    ADD("avx2", 0);
+    ADD("avx512f", 0);
+#endif
+#undef ADD
+    return k;
+}

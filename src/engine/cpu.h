@@ -8,4 +8,14 @@ int cpu_has_avx512(void); /* AVX-512 F+BW+VL+DQ (and cpu_has_avx2), OS-enabled (
 int cpu_count(void);      /* online logical CPUs */
 const char *cpu_name(void); /* brand string, or "unknown" */
 
+/* The instruction-set extensions a report shows ("avx2", "avx512f",
+ * "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile"), each
+ * present only where the OS enables its register state too. Returns the
+ * count written (at most cap). */
+typedef struct {
+    const char *name;
+    int present;
+} cpu_feature;
+int cpu_feature_list(cpu_feature *out, int cap);
+
 #endif

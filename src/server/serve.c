@@ -26,10 +26,10 @@ const char SERVE_HELP[] =
     "HTTP server with the OpenAI and Anthropic APIs on one port:\n"
     "  POST /v1/chat/completions /v1/completions /v1/responses   (OpenAI)\n"
     "  POST /v1/messages /v1/messages/count_tokens               (Anthropic; Claude Code)\n"
-    "  GET  /v1/models /health /metrics /events   POST /tokenize /detokenize\n"
-    "  -m, --model DIR|FILE     checkpoint or .gguf with a tokenizer (default: the bundled model)\n"
-    "      --pull               --model / --drafter may be a Hugging Face id (org/name[@rev]):\n"
-    "                           pulled into the hub cache when not there (see dspark pull)\n"
+    "  GET  /v1/models /health /metrics /events /doctor   POST /tokenize /detokenize\n"
+    "  -m, --model DIR|FILE|ID  checkpoint, .gguf or Hugging Face id with a tokenizer (default: the bundled model)\n"
+    "      --pull               an id not found on this machine is pulled into the Hugging Face\n"
+    "                           cache first (see dspark pull)\n"
     "      --host ADDR          address to listen on (default 127.0.0.1)\n"
     "      --port N             port (default 8080)\n"
     "      --api-key KEY        require Authorization: Bearer KEY or x-api-key: KEY\n"
@@ -458,6 +458,7 @@ static void handle(void *app, const http_req *r) {
         {"/responses", 1, API_RESPONSES},   {"/messages", 1, API_MESSAGES},
         {"/messages/count_tokens", 1, API_COUNT_TOKENS},
         {"/models", 0, -1}, {"/metrics", 0, -1}, {"/events", 0, -1}, {"/tokenize", 1, -1}, {"/detokenize", 1, -1},
+        {"/doctor", 0, -1},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (strcmp(p, routes[i].path)) continue;
@@ -470,6 +471,7 @@ static void handle(void *app, const http_req *r) {
         else if (!strcmp(p, "/metrics")) route_metrics(srv, r);
         else if (!strcmp(p, "/events")) route_events(srv, r);
         else if (!strcmp(p, "/tokenize")) route_tokenize(srv, r);
+        else if (!strcmp(p, "/doctor")) reply_cjson(r, 200, doctor_report(1)); /* as `dspark doctor --models --json` */
         else route_detokenize(srv, r);
         return;
     }
@@ -550,9 +552,11 @@ int cmd_serve(const opts *o) {
     int stop_ids[32];
     int n_stop = cli_stop_ids(ce.m, tok, stop_ids);
 
-    const char *slash = strrchr(o->model, '/');
+    /* named as given: the folder an id resolved to ends in a commit hash */
+    const char *named = o->model_spec ? o->model_spec : o->model;
+    const char *slash = strrchr(named, '/');
     char model_id[256];
-    snprintf(model_id, sizeof model_id, "%s", slash && slash[1] ? slash + 1 : o->model);
+    snprintf(model_id, sizeof model_id, "%s", slash && slash[1] ? slash + 1 : named);
     size_t ml = strlen(model_id);
     while (ml > 1 && model_id[ml - 1] == '/') model_id[--ml] = 0;
     srv.model_id = model_id;

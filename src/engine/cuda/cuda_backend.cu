@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "engine/cuda/cuda_layer.cuh"
+extern "C" {
+#include "engine/backend.h" /* backend_device_info (a C header) */
+}
 
 #define TRACE_EVENTS 1024
 #define GRAPH_ROWS 17 /* widest batch replayed from a graph: a verify of 16 drafts + the anchor */
@@ -131,6 +134,40 @@ extern "C" int cuda_describe(int gpu, char *out, size_t n) {
        current device: the model's, after cuda_model_create checked it) */
     int a = cudaGetDevice(&cur) == cudaSuccess && cur == gpu ? cu_code_arch(NULL, 0) : 0;
     if (len > 0 && (size_t)len < n && a > 0) snprintf(out + len, n - (size_t)len, ", kernels compute_%d", a);
+    return 0;
+}
+
+extern "C" int cuda_device_info(int gpu, backend_device_info *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, gpu);
+    if (e != cudaSuccess) return ds_err(err, errlen, "cannot query CUDA device %d: %s", gpu, cudaGetErrorString(e));
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->cc_major = p.major;
+    out->cc_minor = p.minor;
+    out->mem_total = p.totalGlobalMem;
+    cudaDriverGetVersion(&out->driver_version);
+    cudaRuntimeGetVersion(&out->runtime_version);
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+    if ((e = cudaSetDevice(gpu)) != cudaSuccess) {
+        cudaGetLastError();
+        return ds_err(err, errlen, "cannot use CUDA device %d: %s", gpu, cudaGetErrorString(e));
+    }
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) {
+        out->mem_free = fr;
+        out->mem_total = tot;
+    } else {
+        cudaGetLastError();
+    }
+    /* the same checks cuda_model_create makes before it loads anything */
+    if (p.major * 10 + p.minor < 80)
+        snprintf(out->kernels_note, sizeof out->kernels_note,
+                 "compute capability %d.%d: the kernels need 8.0 or newer (bf16 tensor cores)", p.major, p.minor);
+    else
+        out->has_kernels = cu_code_arch(out->kernels_note, sizeof out->kernels_note) > 0;
+    if (prev >= 0) cudaSetDevice(prev);
     return 0;
 }
 

@@ -64,6 +64,10 @@ int cuda_device_count(void);
 /* "NVIDIA H200, 139.8 GiB, compute 9.0, driver 13.0, runtime 13.0" into out;
  * -1 with out holding the reason when the device cannot be queried. */
 int cuda_describe(int gpu, char *out, size_t n);
+/* The device's details for a report (engine/backend.h); leaves the current
+ * device as it was. 0, or -1 with err filled. */
+struct backend_device_info;
+int cuda_device_info(int gpu, struct backend_device_info *out, char *err, size_t errlen);
 
 /* w: the target's description (engine/desc.h; its files and row_major are
  * the CPU backend's concern) */

@@ -102,6 +102,7 @@ static int g_dstate_read_ctx(const void *bs, float *g, char *err, size_t errlen)
 static backend g_table = {
     .name = "cuda",
     .describe = cuda_describe,
+    .device_info = cuda_device_info,
     .model_create = g_model_create,
     .ctx_bytes = g_ctx_bytes,
     .mem_avail = g_mem_avail,
