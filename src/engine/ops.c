@@ -194,13 +194,15 @@ static void mm_worker(void *p, int ith, int nth) {
     }
 }
 
-/* Quantized weights: quant_matmul_rows over chunks of W rows. Its results
- * do not depend on the chunking, so the chunks are sized for the memory
- * stream alone: a few per thread of at least 64 rows up to verify widths
- * (W read once, all M rows per block), OPS_NC rows for prefill. */
+/* Quantized weights: x quantized once per call by quant_act_fill (in this
+ * thread's scratch, which quant_matmul_act leaves alone), then
+ * quant_matmul_act over chunks of W rows. Its results do not depend on the
+ * chunking, so the chunks are sized for the memory stream alone: a few per
+ * thread of at least 64 rows up to verify widths (W read once, all M rows
+ * per block), OPS_NC rows for prefill. */
 typedef struct {
     float *y;
-    const float *x;
+    const void *act;
     int M, K, N;
     const tensor *W;
     const float *bias;
@@ -217,7 +219,7 @@ static void qmm_worker(void *p, int ith, int nth) {
         if (ci >= c->n_chunks) break;
         int n0 = ci * c->unit;
         int n1 = n0 + c->unit < c->N ? n0 + c->unit : c->N;
-        quant_matmul_rows(c->y, c->N, c->x, c->M, c->K, c->W, c->bias, n0, n1);
+        quant_matmul_act(c->y, c->N, c->act, c->M, c->K, c->W, c->bias, n0, n1);
     }
 }
 
@@ -225,7 +227,9 @@ static void op_matmul_quant(tpool *tp, float *y, const float *x, int M, const te
     int N = (int)W->shape[0], K = (int)W->shape[1];
     if (M <= 0 || N <= 0) return;
     int nth = tp_size(tp);
-    qmm_ctx c = {.y = y, .x = x, .M = M, .K = K, .N = N, .W = W, .bias = bias};
+    void *act = ops_scratch(quant_act_bytes(M, K));
+    quant_act_fill(act, x, M, K, W);
+    qmm_ctx c = {.y = y, .act = act, .M = M, .K = K, .N = N, .W = W, .bias = bias};
     if (M <= 16) {
         int unit = (N + nth * 4 - 1) / (nth * 4);
         unit = (unit + 15) & ~15;
