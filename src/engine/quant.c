@@ -346,6 +346,7 @@ void quant_x_derive(quant_xrow r, int K, int off) {
         for (int j = 0; j < 16; j++) s += r.q[16 * u + j];
         r.xs[u] = s;
         r.dsx[u] = r.d[u / 2] * (float)s;
+        r.dxu[u] = r.d[u / 2];
     }
 }
 

@@ -110,19 +110,21 @@ AI uint16_t ld16(const uint8_t *p) {
     return h;
 }
 
-/* the d of nb (<= 8) 32-element blocks of bb bytes, duplicated per unit */
+/* the d of nb (<= 8) 32-element blocks of bb bytes, per unit (lanes past
+ * 2 nb 0.0): the f16 fields gathered in general registers (the integer
+ * units are idle here), then converted together (cvtph is exact) */
 AI __m512 b32_scales(const uint8_t *b, size_t bb, int nb) {
-    __m128i h = _mm_setzero_si128();
-    switch (nb) { /* lanes past nb stay 0.0 */
-    default: h = _mm_insert_epi16(h, ld16(b + 7 * bb), 7); /* fall through */
-    case 7: h = _mm_insert_epi16(h, ld16(b + 6 * bb), 6); /* fall through */
-    case 6: h = _mm_insert_epi16(h, ld16(b + 5 * bb), 5); /* fall through */
-    case 5: h = _mm_insert_epi16(h, ld16(b + 4 * bb), 4); /* fall through */
-    case 4: h = _mm_insert_epi16(h, ld16(b + 3 * bb), 3); /* fall through */
-    case 3: h = _mm_insert_epi16(h, ld16(b + 2 * bb), 2); /* fall through */
-    case 2: h = _mm_insert_epi16(h, ld16(b + bb), 1); /* fall through */
-    case 1: h = _mm_insert_epi16(h, ld16(b), 0);
+    uint64_t lo = 0, hi = 0;
+    if (nb == 8) {
+        lo = (uint64_t)ld16(b) | (uint64_t)ld16(b + bb) << 16 | (uint64_t)ld16(b + 2 * bb) << 32 |
+             (uint64_t)ld16(b + 3 * bb) << 48;
+        hi = (uint64_t)ld16(b + 4 * bb) | (uint64_t)ld16(b + 5 * bb) << 16 | (uint64_t)ld16(b + 6 * bb) << 32 |
+             (uint64_t)ld16(b + 7 * bb) << 48;
+    } else {
+        for (int i = 0; i < nb && i < 4; i++) lo |= (uint64_t)ld16(b + i * bb) << (16 * i);
+        for (int i = 4; i < nb; i++) hi |= (uint64_t)ld16(b + i * bb) << (16 * (i - 4));
     }
+    const __m128i h = _mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1);
     const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     return _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(h)));
 }
@@ -164,7 +166,7 @@ AI __m512 mlx_sb(const wctx *w, const void *p, size_t g0, int ng) {
 typedef struct {
     const uint8_t *row; /* the W row */
     int64_t n;
-    uint8_t u[QSPAN];   /* F_GEN: the unpacked span */
+    uint8_t *u;         /* F_GEN: the unpacked span (QSPAN bytes) */
 } wrow;
 
 /* a, c of row r's span sp (and, for F_GEN, its elements into r->u) */
@@ -246,9 +248,15 @@ AI __m512i chunk(const wctx *w, int fmt, const wrow *r, int sp, int j, int nb32)
         __m512i lo = _mm512_loadu_si512((const void *)(b + 64 * h));
         if (hi) lo = _mm512_srli_epi16(lo, 4);
         const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
-        /* elements 0-31 of the chunk take bits (4hi, 4hi+1) of qh[l], 32-63 bits (4hi+2, 4hi+3) */
-        const __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * hi)), _mm256_set1_epi16((short)(4 * hi + 2)), 1);
-        const __m512i hb = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, cnt), _mm512_set1_epi8(3)), 4);
+        /* elements 0-31 of the chunk take bits (4hi, 4hi+1) of qh[l], 32-63
+         * bits (4hi+2, 4hi+3), moved to bits 4-5 by one 16-bit shift (bits
+         * crossing into the other byte of the lane fall outside 0x30) */
+        __m512i hb;
+        if (hi)
+            hb = _mm512_srlv_epi16(H, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1));
+        else
+            hb = _mm512_sllv_epi16(H, _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1));
+        hb = _mm512_and_si512(hb, _mm512_set1_epi8(0x30));
         return _mm512_ternarylogic_epi32(lo, _mm512_set1_epi8(15), hb, 0xEA); /* (lo & 15) | hb */
     }
     case F_MLX: {
@@ -284,19 +292,31 @@ AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows
         _mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12)};
     for (int sp = 0; sp < w->nsp; sp++) {
         const int left = K - sp * QSPAN, nb32 = left >= QSPAN ? 8 : left / 32, nch = (nb32 + 1) / 2;
-        __m512 a[GNR], c[GNR];
+        __m512 a[GNR], c[GNR], ad[GNR];
         UNR for (int r = 0; r < nr; r++) {
             c[r] = _mm512_setzero_ps();
             span_head(w, fmt, &rows[r], sp, nb32, &a[r], &c[r]);
+            /* a_s * dx per unit: the same f32 products as a lane's a * dx */
+            if (mt == 1) ad[r] = _mm512_mul_ps(a[r], _mm512_loadu_ps(xr[0].dxu + (size_t)sp * 16));
         }
         for (int j = 0; j < nch; j++) {
             __m512i u[GNR];
             __m512 al[GNR];
+            const size_t e = (size_t)sp * QSPAN + 64 * (size_t)j;
+            if (mt == 1) {
+                /* one x row: a_s * dx taken from the span's products ad */
+                const __m512i xv = _mm512_loadu_si512((const void *)(xr[0].q + e));
+                const __m512i cv = w->off ? _mm512_loadu_si512((const void *)(xr[0].cor + e / 4)) : _mm512_setzero_si512();
+                UNR for (int r = 0; r < nr; r++) {
+                    const __m512i il = _mm512_dpbusd_epi32(cv, chunk(w, fmt, &rows[r], sp, j, nb32), xv);
+                    acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_permutexvar_ps(idx[j], ad[r]), acc[r][0]);
+                }
+                continue;
+            }
             UNR for (int r = 0; r < nr; r++) {
                 u[r] = chunk(w, fmt, &rows[r], sp, j, nb32);
                 al[r] = _mm512_permutexvar_ps(idx[j], a[r]);
             }
-            const size_t e = (size_t)sp * QSPAN + 64 * (size_t)j;
             UNR for (int i = 0; i < mt; i++) {
                 const __m512i xv = _mm512_loadu_si512((const void *)(xr[i].q + e));
                 const __m512 dxv = _mm512_loadu_ps(xr[i].dxl + e / 4);
@@ -376,6 +396,7 @@ void avx512_quant_matmul(float *y, int ldy, const void *act, int M, int K, const
     }
     const uint8_t *base = (const uint8_t *)W->data;
     float out[GNR * GMT];
+    uint8_t ubuf[GNR][QSPAN] __attribute__((aligned(64)));
     for (int xb = 0; xb < M; xb += XBLK) {
         const int xe = xb + XBLK < M ? xb + XBLK : M;
         for (int64_t n = n0; n < n1; n += GNR) {
@@ -384,6 +405,7 @@ void avx512_quant_matmul(float *y, int ldy, const void *act, int M, int K, const
             for (int r = 0; r < GNR; r++) {
                 rows[r].n = n + r < n1 ? n + r : n1 - 1;
                 rows[r].row = base + (size_t)rows[r].n * w.rb;
+                rows[r].u = ubuf[r];
             }
             for (int m0 = xb; m0 < xe;) {
                 const int rm = xe - m0, mt = rm >= 4 ? 4 : rm >= 2 ? 2 : 1;

@@ -49,6 +49,7 @@ static inline float quant_f16(const uint8_t *p) {
  *                      weight format's offset (quant_offset)
  *   dxl  f32  [Kp/4]   d of the element 4i's x block (per 4-element lane)
  *   dsx  f32  [Kp/16]  d * (float)(sum of q over elements 16u..16u+15)
+ *   dxu  f32  [Kp/16]  d of unit u's x block
  *   xs   int32[Kp/16]  sum of q over elements 16u..16u+15
  *   d    f32  [Kp/32]  the x block's scale
  * A "unit" is 16 elements: every format's weight scale and min are
@@ -57,7 +58,7 @@ static inline float quant_f16(const uint8_t *p) {
 typedef struct {
     int8_t *q;
     int32_t *cor;
-    float *dxl, *dsx;
+    float *dxl, *dsx, *dxu;
     int32_t *xs;
     float *d;
 } quant_xrow;
@@ -65,7 +66,7 @@ typedef struct {
 static inline int quant_kp(int K) { return (K + QSPAN - 1) / QSPAN * QSPAN; }
 static inline size_t quant_act_stride(int K) {
     const size_t kp = (size_t)quant_kp(K);
-    return kp + kp + kp + kp / 4 + kp / 4 + kp / 8;
+    return kp + kp + kp + kp / 4 + kp / 4 + kp / 4 + kp / 8;
 }
 static inline quant_xrow quant_xrow_at(const void *act, int K, int m) {
     const size_t kp = (size_t)quant_kp(K);
@@ -75,7 +76,8 @@ static inline quant_xrow quant_xrow_at(const void *act, int K, int m) {
                     .dxl = (float *)(p + 2 * kp),
                     .dsx = (float *)(p + 3 * kp),
                     .xs = (int32_t *)(p + 3 * kp + kp / 4),
-                    .d = (float *)(p + 3 * kp + kp / 2)};
+                    .dxu = (float *)(p + 3 * kp + kp / 2),
+                    .d = (float *)(p + 3 * kp + 3 * kp / 4)};
     return r;
 }
 
