@@ -223,12 +223,41 @@ static void qmm_worker(void *p, int ith, int nth) {
     }
 }
 
+/* the activations of rows [8c, 8c + 8) per chunk c, on the pool at
+ * prefill widths (the fill is a few percent of a prefill matmul) */
+typedef struct {
+    void *act;
+    const float *x;
+    int M, K;
+    const tensor *W;
+    atomic_int next;
+} qfill_ctx;
+
+static void qfill_worker(void *p, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    qfill_ctx *c = p;
+    const size_t rs = quant_act_row_bytes(c->K);
+    for (;;) {
+        const int m0 = 8 * atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
+        if (m0 >= c->M) break;
+        const int n = c->M - m0 < 8 ? c->M - m0 : 8;
+        quant_act_fill((char *)c->act + (size_t)m0 * rs, c->x + (size_t)m0 * c->K, n, c->K, c->W);
+    }
+}
+
 static void op_matmul_quant(tpool *tp, float *y, const float *x, int M, const tensor *W, const float *bias) {
     int N = (int)W->shape[0], K = (int)W->shape[1];
     if (M <= 0 || N <= 0) return;
     int nth = tp_size(tp);
     void *act = ops_scratch(quant_act_bytes(M, K));
-    quant_act_fill(act, x, M, K, W);
+    if (M >= 16 && nth > 1) {
+        qfill_ctx f = {.act = act, .x = x, .M = M, .K = K, .W = W};
+        atomic_init(&f.next, 0);
+        tp_run(tp, qfill_worker, &f);
+    } else {
+        quant_act_fill(act, x, M, K, W);
+    }
     qmm_ctx c = {.y = y, .act = act, .M = M, .K = K, .N = N, .W = W, .bias = bias};
     if (M <= 16) {
         int unit = (N + nth * 4 - 1) / (nth * 4);

@@ -368,6 +368,8 @@ int quant_has_min(const tensor *W) {
     }
 }
 
+size_t quant_act_row_bytes(int K) { return quant_act_stride(K); }
+
 size_t quant_act_bytes(int M, int K) { return (size_t)(M > 0 ? M : 0) * quant_act_stride(K) + 64; }
 
 void quant_act_fill(void *act, const float *x, int M, int K, const tensor *W) {

@@ -80,6 +80,10 @@ void quant_row_f32(const tensor *W, int64_t n, float *y);
  * quant_matmul_act from any number of threads. */
 size_t quant_act_bytes(int M, int K);
 void quant_act_fill(void *act, const float *x, int M, int K, const tensor *W);
+/* Bytes between two rows' activations: rows [m0, m1) of x fill from
+ * act + m0 * quant_act_row_bytes(K) on, each row on its own (so threads
+ * may fill disjoint row ranges). */
+size_t quant_act_row_bytes(int K);
 
 /* y[m * ldy + n] = dot(x[m], row n of W) (+ bias[n]) for n in [n0, n1) and
  * m in [0, M), x given as its quant_act_fill'ed activations (for this W).

@@ -281,12 +281,25 @@ AI __m512i chunk(const wctx *w, int fmt, const wrow *r, int sp, int j, int nb32)
 #endif
 #define GNR 4 /* most W rows per tile */
 
+/* the format's offset where the format fixes it (the x row's cor lanes
+ * are then read only where it is not 0); -1: w->off decides */
+AI int fmt_off(int fmt) {
+    switch (fmt) {
+    case F_Q8_0: return 128;
+    case F_Q4_0: return 8;
+    case F_Q5_0: return 16;
+    case F_Q6_K: return 32;
+    case F_GEN: return -1;
+    default: return 0;
+    }
+}
+
 /* out[r * GMT + i] = y of x row m0 + i and W row rows[r] (no bias), for a
  * tile of mt x rows and nr W rows */
 AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows, int nr, float *out) {
     __m512 acc[GNR][GMT];
     UNR for (int r = 0; r < nr; r++) UNR for (int i = 0; i < mt; i++) acc[r][i] = _mm512_setzero_ps();
-    const int K = w->K;
+    const int K = w->K, has_off = fmt_off(fmt) < 0 ? w->off != 0 : fmt_off(fmt) != 0;
     quant_xrow xr[GMT];
     UNR for (int i = 0; i < mt; i++) xr[i] = quant_xrow_at(act, K, m0 + i);
     const __m512i idx[4] = {
@@ -315,7 +328,7 @@ AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows
             if (mt == 1) {
                 /* one x row: a_s * dx taken from the span's products ad */
                 const __m512i xv = _mm512_loadu_si512((const void *)(xr[0].q + e));
-                const __m512i cv = w->off ? _mm512_loadu_si512((const void *)(xr[0].cor + e / 4)) : _mm512_setzero_si512();
+                const __m512i cv = has_off ? _mm512_loadu_si512((const void *)(xr[0].cor + e / 4)) : _mm512_setzero_si512();
                 UNR for (int r = 0; r < nr; r++) {
                     const __m512i il = _mm512_dpbusd_epi32(cv, chunk(w, fmt, &rows[r], sp, j, nb32), xv);
                     acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_permutexvar_ps(idx[j], ad[r]), acc[r][0]);
@@ -329,7 +342,7 @@ AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows
             UNR for (int i = 0; i < mt; i++) {
                 const __m512i xv = _mm512_loadu_si512((const void *)(xr[i].q + e));
                 const __m512 dxv = _mm512_loadu_ps(xr[i].dxl + e / 4);
-                const __m512i cv = w->off ? _mm512_loadu_si512((const void *)(xr[i].cor + e / 4)) : _mm512_setzero_si512();
+                const __m512i cv = has_off ? _mm512_loadu_si512((const void *)(xr[i].cor + e / 4)) : _mm512_setzero_si512();
                 UNR for (int r = 0; r < nr; r++) {
                     const __m512i il = _mm512_dpbusd_epi32(cv, u[r], xv);
                     acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_mul_ps(al[r], dxv), acc[r][i]);
