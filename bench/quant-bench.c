@@ -1,11 +1,13 @@
 /* quant-bench: the quantized matmul (engine/quant.h through op_matmul) on
  * Qwen3-0.6B shapes with random weights: the 3072 x 1024 gate/up matrix
  * and the 151936 x 1024 LM head, per format, at M = 1, 2, 8, 16 (and 512 on
- * the small matrix), on 1 and 2 threads. Reports ms per call and GB/s of
- * weight bytes streamed (bytes of the matrix / time), and the same from
- * the process's CPU time per thread (see cpu_now). The small matrix is
- * cycled through enough copies to exceed the L3, as in decode where every
- * weight byte comes from DRAM once per token.
+ * the small matrix), on 1 and 2 threads. Reports ms per call, GB/s of
+ * weight bytes streamed (bytes of the matrix / time) and G weights x rows
+ * per second (N * K * M / time: the compute rate at prefill widths), and
+ * the same from the process's CPU time per thread (see cpu_now). The small
+ * matrix is cycled through enough copies to exceed the L3, as in decode
+ * where every weight byte comes from DRAM once per token (QBENCH_COPIES=1:
+ * one copy, in cache, to time the kernel's instructions alone).
  *
  *   sh bench/build-tool.sh quant-bench && build/quant-bench [threads...]
  * or, against the release objects alone (no server libraries):
@@ -14,7 +16,9 @@
  *     build/rel/src/base/util.o -lm
  * Environment: QBENCH_LEVEL=0/1/2 (ops_set_level), QBENCH_FMTS=Q4_0,Q8_0,...
  * (Q4_0 Q8_0 Q4_K Q6_K MLX4 MLX8 by default; also Q4_1 Q5_0 Q5_1 Q2_K Q3_K
- * Q5_K MLX3 MLX6), QBENCH_M=1,2,8,16,512, QBENCH_HEAD=0 (skip the LM head).
+ * Q5_K MLX3 MLX6), QBENCH_M=1,2,8,16,512, QBENCH_HEAD=0 (skip the LM head),
+ * QBENCH_COPIES=n (copies of a matrix cycled; default: enough for 64 MB),
+ * QBENCH_REPS=n (exactly n timed calls).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -120,8 +124,12 @@ int main(int argc, char **argv) {
     if (getenv("QBENCH_M")) nM = parse_list(getenv("QBENCH_M"), Ms, 8);
     const char *sel = getenv("QBENCH_FMTS");
     int head = getenv("QBENCH_HEAD") ? atoi(getenv("QBENCH_HEAD")) : 1;
+    /* QBENCH_REPS=n: exactly n timed calls (for counting instructions or
+       cycles with perf stat on a busy machine) */
+    const int fixed = getenv("QBENCH_REPS") ? atoi(getenv("QBENCH_REPS")) : 0;
     printf("level %d (0 scalar, 1 AVX2, 2 AVX-512)\n", ops_level());
-    printf("%-5s %-13s %4s %3s %10s %8s %10s %8s\n", "fmt", "shape", "M", "thr", "ms", "GB/s", "cpu-ms/thr", "GB/s");
+    printf("%-5s %-13s %4s %3s %10s %8s %8s %10s %8s %8s\n", "fmt", "shape", "M", "thr", "ms", "GB/s", "Gw/s", "cpu-ms/thr",
+           "GB/s", "Gw/s");
     const int K = 1024, Ns[2] = {3072, 151936};
     float *x = xmalloc((size_t)512 * K * sizeof(float)), *y = xmalloc((size_t)16 * 151936 * sizeof(float));
     for (int i = 0; i < 512 * K; i++) x[i] = frand();
@@ -133,6 +141,7 @@ int main(int argc, char **argv) {
             make(&one, &fmts[f], N, K);
             /* copies to exceed the L3 (64 MB streamed per cycle) */
             int ncop = (int)((64u << 20) / total_bytes(&one)) + 1;
+            if (getenv("QBENCH_COPIES")) ncop = atoi(getenv("QBENCH_COPIES")) > 0 ? atoi(getenv("QBENCH_COPIES")) : 1;
             tensor *cop = xmalloc((size_t)ncop * sizeof(tensor));
             cop[0] = one;
             for (int c = 1; c < ncop; c++) make(&cop[c], &fmts[f], N, K);
@@ -149,10 +158,12 @@ int main(int argc, char **argv) {
                         op_matmul(tp, yy, x, M, &cop[reps % ncop], NULL);
                         reps++;
                         el = now() - t0;
-                    } while (el < 0.4 || reps < 3);
+                    } while (fixed ? reps < fixed : el < 0.4 || reps < 3);
                     double ms = el / reps * 1e3, cms = (cpu_now() - c0) / reps * 1e3 / threads[ti];
-                    printf("%-5s %6dx%-6d %4d %3d %10.3f %8.2f %10.3f %8.2f\n", fmts[f].name, N, K, M, threads[ti], ms,
-                           total_bytes(&one) / (ms * 1e-3) / 1e9, cms, total_bytes(&one) / (cms * 1e-3) / 1e9);
+                    const double gw = (double)N * K * M / 1e9;
+                    printf("%-5s %6dx%-6d %4d %3d %10.3f %8.2f %8.2f %10.3f %8.2f %8.2f\n", fmts[f].name, N, K, M,
+                           threads[ti], ms, total_bytes(&one) / (ms * 1e-3) / 1e9, gw / (ms * 1e-3), cms,
+                           total_bytes(&one) / (cms * 1e-3) / 1e9, gw / (cms * 1e-3));
                     fflush(stdout);
                     if (yy != y) free(yy);
                 }

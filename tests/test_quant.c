@@ -4,7 +4,9 @@
  * quant_matmul_rows against a double-precision dot of the reference rows,
  * scalar against SIMD, batch invariance (M, [n0, n1), threads), the ops
  * integration (op_matmul, op_embed) and quant_check's errors. */
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -156,46 +158,6 @@ TEST(quant_dequant_golden) {
     free_cases(cs, n);
 }
 
-/* |y - dot| <= tol where dot is the double dot of x with the reference
- * row and tol = 1e-5 * sum|x_k w_k| + 1e-6 * |bias| + 1e-30: the scalar
- * level rounds a double sum once; the SIMD level sums in f32 in 8 lanes
- * with the block scale factored out (about K/8 + 40 roundings of partial
- * sums bounded by sum|x w|: under 1e-5 relative for these K). */
-TEST(quant_matmul_vs_reference) {
-    qcase *cs = NULL;
-    int n = load_cases(&cs);
-    const int M = 3;
-    int prev = ops_level();
-    for (int i = 0; i < n; i++) {
-        const qcase *c = &cs[i];
-        int N = (int)c->t.shape[0], K = (int)c->t.shape[1];
-        float *x = xmalloc((size_t)M * K * sizeof(float)), *y = xmalloc((size_t)M * N * sizeof(float));
-        float bias[8];
-        for (int j = 0; j < M * K; j++) x[j] = frand();
-        for (int j = 0; j < N && j < 8; j++) bias[j] = frand();
-        for (int lvl = 0; lvl <= ops_max_level(); lvl++) {
-            ops_set_level(lvl);
-            quant_matmul_rows(y, N, x, M, K, &c->t, bias, 0, N);
-            for (int m = 0; m < M; m++)
-                for (int r = 0; r < N; r++) {
-                    double d = 0, a = 0;
-                    for (int k = 0; k < K; k++) {
-                        d += (double)x[m * K + k] * c->ref[(size_t)r * K + k];
-                        a += fabs((double)x[m * K + k] * c->ref[(size_t)r * K + k]);
-                    }
-                    d += bias[r];
-                    double tol = 1e-5 * a + 1e-6 * fabs(bias[r]) + 1e-30;
-                    CHECK_MSG(fabs(y[m * N + r] - d) <= tol, "%s level %d m %d n %d: %.9g vs %.9g (tol %g)", c->name,
-                              lvl, m, r, y[m * N + r], d, tol);
-                }
-        }
-        free(x);
-        free(y);
-    }
-    ops_set_level(prev);
-    free_cases(cs, n);
-}
-
 /* A random quantized tensor of N x K: random bytes with sane f16 scale
  * fields (GGUF) or random words, scales and biases (MLX). */
 typedef struct {
@@ -250,72 +212,254 @@ static const qfmt all_fmts[] = {
 };
 #define N_FMTS (int)(sizeof all_fmts / sizeof all_fmts[0])
 
-/* scalar against SIMD on random tensors, relative to sum|x w| as above */
-TEST(quant_scalar_vs_simd) {
-    if (ops_max_level() == 0) return;
-    const int N = 19, K = 512, M = 5;
-    float *x = xmalloc((size_t)M * K * sizeof(float)), *y0 = xmalloc((size_t)M * N * sizeof(float));
-    float *y1 = xmalloc((size_t)M * N * sizeof(float)), *w = xmalloc((size_t)K * sizeof(float));
-    for (int j = 0; j < M * K; j++) x[j] = frand();
+/* a K past a multiple of 256 (a span cut short: a half chunk for blocks of
+ * 32) where the format allows it */
+static int k_for(const qfmt *f, int base) {
+    if (f->dt == DT_MLX) return base + f->group;
+    return quant_block_elems(f->dt) == 32 ? base + 32 : base;
+}
+
+/* x[m] quantized as the matmul sees it, dequantized in double: xd[k] =
+ * d_b * q_k (exact); also d per element for the quantization bound */
+static void xq_ref(const float *x, int K, double *xd, double *db) {
+    int8_t q[32];
+    for (int b = 0; b < K / 32; b++) {
+        float d = quant_x_block(x + 32 * b, q);
+        for (int j = 0; j < 32; j++) {
+            xd[32 * b + j] = (double)d * q[j];
+            db[32 * b + j] = d;
+        }
+    }
+}
+
+/* Every level on every format (random tensors and the golden fixtures),
+ * against double dots of the exactly dequantized weights:
+ * - with the quantized x (d * q): error from float rounding only, within
+ *   tol_q = 1e-5 * sum|xq w| for the SIMD levels' f32 lanes (about K/16 +
+ *   40 roundings of partial sums bounded by sum|xq w|) and 1e-6 for level
+ *   0 (double sums, one f32 rounding);
+ * - with the f32 x: within the quantization bound sum_k |w_k| * d_k / 2
+ *   (each |x_k - d q_k| <= d / 2) plus tol_q. */
+static void check_vs_ref(const char *what, const tensor *t, const float *ref, int M, const float *x, const float *bias) {
+    const int N = (int)t->shape[0], K = (int)t->shape[1];
+    float *y = xmalloc((size_t)M * N * sizeof(float));
+    double *xd = xmalloc((size_t)K * sizeof(double)), *db = xmalloc((size_t)K * sizeof(double));
+    for (int lvl = 0; lvl <= ops_max_level(); lvl++) {
+        ops_set_level(lvl);
+        quant_matmul_rows(y, N, x, M, K, t, bias, 0, N);
+        int bad = 0;
+        for (int m = 0; m < M; m++) {
+            xq_ref(x + (size_t)m * K, K, xd, db);
+            for (int r = 0; r < N; r++) {
+                const float *w = ref + (size_t)r * K;
+                double dq = 0, dx = 0, a = 0, qb = 0;
+                for (int k = 0; k < K; k++) {
+                    dq += xd[k] * w[k];
+                    dx += (double)x[(size_t)m * K + k] * w[k];
+                    a += fabs(xd[k] * w[k]);
+                    qb += fabs((double)w[k]) * db[k] * 0.5;
+                }
+                const double b = bias ? bias[r] : 0.0, got = y[(size_t)m * N + r];
+                const double tq = (lvl ? 1e-5 : 1e-6) * (a + fabs(b)) + 1e-30;
+                if ((fabs(got - (dq + b)) > tq || fabs(got - (dx + b)) > qb + tq) && bad++ < 3)
+                    test_fail(__FILE__, __LINE__, "%s level %d m %d n %d: %.9g, quantized-x ref %.9g (tol %.3g), f32-x ref %.9g (tol %.3g)",
+                              what, lvl, m, r, got, dq + b, tq, dx + b, qb + tq);
+            }
+        }
+    }
+    free(y);
+    free(xd);
+    free(db);
+}
+
+TEST(quant_matmul_vs_reference) {
+    qcase *cs = NULL;
+    int n = load_cases(&cs);
+    const int M = 3;
     int prev = ops_level();
+    for (int i = 0; i < n; i++) {
+        const qcase *c = &cs[i];
+        int N = (int)c->t.shape[0], K = (int)c->t.shape[1];
+        float *x = xmalloc((size_t)M * K * sizeof(float)), bias[64];
+        for (int j = 0; j < M * K; j++) x[j] = frand();
+        for (int j = 0; j < N && j < 64; j++) bias[j] = frand();
+        check_vs_ref(c->name, &c->t, c->ref, M, x, N <= 64 ? bias : NULL);
+        free(x);
+    }
+    ops_set_level(prev);
+    free_cases(cs, n);
+}
+
+/* The unpacked form every kernel multiplies, a * (u - off) + c per unit,
+ * equals the exact dequantization (as a value: ggml's d * q may be -0 where
+ * a * q + 0 is +0) */
+TEST(quant_unpack_exact) {
+    const int N = 5, K = 1024 + 256;
+    float *w = xmalloc((size_t)K * sizeof(float));
+    uint8_t u[QSPAN];
+    float a[16], c[16];
     for (int f = 0; f < N_FMTS; f++) {
+        const int k = k_for(&all_fmts[f], 1024) + (all_fmts[f].group == 32 ? 64 : 0);
         rtensor r;
-        rand_tensor(&r, all_fmts[f].dt, all_fmts[f].bits, all_fmts[f].group, N, K);
-        ops_set_level(0);
-        quant_matmul_rows(y0, N, x, M, K, &r.t, NULL, 0, N);
-        for (int lvl = 1; lvl <= ops_max_level(); lvl++) {
-            ops_set_level(lvl);
-            quant_matmul_rows(y1, N, x, M, K, &r.t, NULL, 0, N);
-            for (int n = 0; n < N; n++) {
-                quant_row_f32(&r.t, n, w);
-                for (int m = 0; m < M; m++) {
-                    double a = 0;
-                    for (int k = 0; k < K; k++) a += fabs((double)x[m * K + k] * w[k]);
-                    CHECK_MSG(fabs((double)y0[m * N + n] - y1[m * N + n]) <= 1e-5 * a + 1e-30,
-                              "%s/%d level %d m %d n %d: scalar %.9g simd %.9g", dtype_name(r.t.dtype), r.t.q.bits, lvl,
-                              m, n, y0[m * N + n], y1[m * N + n]);
+        rand_tensor(&r, all_fmts[f].dt, all_fmts[f].bits, all_fmts[f].group, N, k);
+        const int off = quant_offset(&r.t);
+        int bad = 0;
+        for (int n = 0; n < N; n++) {
+            quant_row_f32(&r.t, n, w);
+            for (int sp = 0; sp < quant_kp(k) / QSPAN; sp++) {
+                quant_unpack_span(&r.t, n, sp, u, a, c);
+                for (int e = 0; e < QSPAN; e++) {
+                    const int kk = sp * QSPAN + e;
+                    if (kk >= k) {
+                        bad += u[e] != 0 || a[e / 16] != 0.0f || c[e / 16] != 0.0f;
+                        continue;
+                    }
+                    const float v = a[e / 16] * (float)((int)u[e] - off) + c[e / 16];
+                    if (v != w[kk] && bad++ < 3)
+                        test_fail(__FILE__, __LINE__, "%s/%d row %d elt %d: unpacked %.9g, dequantized %.9g",
+                                  dtype_name(r.t.dtype), r.t.q.bits, n, kk, v, w[kk]);
                 }
             }
         }
+        CHECK_MSG(!bad, "%s/%d: %d unpacked elements differ", dtype_name(r.t.dtype), r.t.q.bits, bad);
+        free_rtensor(&r);
+    }
+    free(w);
+}
+
+/* The activation quantizer: hand-computed blocks (ties at exactly .5 go
+ * to even, zeros, huge and subnormal values, one outlier), then every
+ * level's quantizer bit-equal to the scalar rule on random and special
+ * rows. */
+TEST(quant_act_quantizer) {
+    float x[32];
+    int8_t q[32];
+    /* amax 127 gives d = 1, so q = nearbyint(x): halves to even */
+    const float in[8] = {127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 3.49f};
+    const int want[8] = {127, 0, 2, 2, 0, -2, -2, 3};
+    for (int i = 0; i < 32; i++) x[i] = i < 8 ? in[i] : 0.0f;
+    CHECK(quant_x_block(x, q) == 1.0f);
+    for (int i = 0; i < 8; i++) CHECK_MSG(q[i] == want[i], "x %g: q %d, want %d", in[i], q[i], want[i]);
+    /* all zeros: d = 0, q = 0 */
+    for (int i = 0; i < 32; i++) x[i] = i & 1 ? -0.0f : 0.0f;
+    CHECK(quant_x_block(x, q) == 0.0f);
+    for (int i = 0; i < 32; i++) CHECK(q[i] == 0);
+    /* -254 and 1: d = 2, q(1) = nearbyint(0.5) = 0, q(3) = 2 (1.5 to even) */
+    for (int i = 0; i < 32; i++) x[i] = 0.0f;
+    x[0] = -254.0f, x[1] = 1.0f, x[2] = 3.0f, x[3] = 5.0f;
+    CHECK(quant_x_block(x, q) == 2.0f);
+    CHECK(q[0] == -127 && q[1] == 0 && q[2] == 2 && q[3] == 2);
+    /* huge: d = FLT_MAX / 127 stays finite */
+    x[0] = 3.0e38f, x[1] = -1.5e38f;
+    float d = quant_x_block(x, q);
+    CHECK_MSG(d == 3.0e38f / 127.0f && q[0] == 127 && (q[1] == -63 || q[1] == -64), "huge: d %g q %d %d", d, q[0], q[1]);
+    /* subnormal d (a few ulps): |x / d| past 127 is clamped to 127 */
+    for (int i = 0; i < 32; i++) x[i] = 0.0f;
+    x[0] = ldexpf(190.0f, -149), x[1] = -x[0], x[2] = ldexpf(3.0f, -149); /* d = 1 ulp */
+    d = quant_x_block(x, q);
+    CHECK_MSG(d > 0.0f && x[0] / d > 127.5f && q[0] == 127 && q[1] == -127 && q[2] == (int)nearbyintf(x[2] / d),
+              "subnormal: d %g x/d %g q %d %d %d", d, x[0] / d, q[0], q[1], q[2]);
+    /* levels against the scalar rule */
+    const int K = 1024;
+    float *xr = xmalloc((size_t)K * sizeof(float));
+    void *a0 = xmalloc(quant_act_bytes(1, K)), *a1 = xmalloc(quant_act_bytes(1, K));
+    tensor t = {.dtype = DT_Q4_0, .ndim = 2, .shape = {1, K}};
+    for (int trial = 0; trial < 4; trial++) {
+        for (int i = 0; i < K; i++) {
+            float v = frand();
+            if (trial == 1) v *= 1e30f;
+            if (trial == 2) v = (float)((int)(v * 8)) * 0.25f; /* many exact ties */
+            if (trial == 3) v *= (i % 97 == 0) ? 1e4f : 1e-6f; /* outliers */
+            xr[i] = (i / 32) % 7 == 3 ? 0.0f : v;
+        }
+        int prev = ops_level();
+        ops_set_level(0);
+        quant_act_fill(a0, xr, 1, K, &t);
+        for (int lvl = 1; lvl <= ops_max_level(); lvl++) {
+            ops_set_level(lvl);
+            quant_act_fill(a1, xr, 1, K, &t);
+            CHECK_MSG(memcmp(a0, a1, quant_act_stride(K)) == 0, "trial %d level %d: activations differ from level 0", trial,
+                      lvl);
+        }
+        ops_set_level(prev);
+    }
+    free(xr);
+    free(a0);
+    free(a1);
+}
+
+/* scalar against SIMD on random tensors, relative to sum|x w| as above */
+TEST(quant_scalar_vs_simd) {
+    const int N = 19, K = 512 + 128, M = 5;
+    float *x = xmalloc((size_t)M * K * sizeof(float)), *w = xmalloc((size_t)N * K * sizeof(float));
+    for (int j = 0; j < M * K; j++) x[j] = frand();
+    int prev = ops_level();
+    for (int f = 0; f < N_FMTS; f++) {
+        const int k = k_for(&all_fmts[f], 512);
+        rtensor r;
+        rand_tensor(&r, all_fmts[f].dt, all_fmts[f].bits, all_fmts[f].group, N, k);
+        for (int n = 0; n < N; n++) quant_row_f32(&r.t, n, w + (size_t)n * k);
+        char what[64];
+        snprintf(what, sizeof what, "random %s/%d/%d", dtype_name(r.t.dtype), r.t.q.bits, r.t.q.group);
+        /* x rows of length k: the first M * k values */
+        check_vs_ref(what, &r.t, w, M, x, NULL);
         free_rtensor(&r);
     }
     ops_set_level(prev);
     free(x);
-    free(y0);
-    free(y1);
     free(w);
 }
 
 /* Row m of an M-row call equals the 1-row call on x[m], bit for bit, for
- * M = 1..17, and any split of [0, N) gives the same bits, at every level. */
+ * M = 1..17 and the prefill widths 130 and 512 (the blocked tiles, the
+ * one-row tiles and their mixes), and any split of [0, N) gives the same
+ * bits, at every level; at level 2 the generic unpacking gives the same
+ * bits as each format's own. */
 TEST(quant_batch_invariance) {
-    const int N = 37, K = 512, MX = 17;
+    const int N = 37, K = 512 + 128, MX = 512;
     float *x = xmalloc((size_t)MX * K * sizeof(float)), *ya = xmalloc((size_t)MX * N * sizeof(float));
     float *y1 = xmalloc((size_t)MX * N * sizeof(float)), bias[37];
     for (int j = 0; j < MX * K; j++) x[j] = frand();
     for (int j = 0; j < N; j++) bias[j] = frand();
+    void *act = xmalloc(quant_act_bytes(MX, K));
     int prev = ops_level();
     for (int f = 0; f < N_FMTS; f++) {
+        const int k = k_for(&all_fmts[f], 512);
         rtensor r;
-        rand_tensor(&r, all_fmts[f].dt, all_fmts[f].bits, all_fmts[f].group, N, K);
+        rand_tensor(&r, all_fmts[f].dt, all_fmts[f].bits, all_fmts[f].group, N, k);
         for (int lvl = 0; lvl <= ops_max_level(); lvl++) {
             ops_set_level(lvl);
-            for (int m = 0; m < MX; m++) quant_matmul_rows(y1 + (size_t)m * N, N, x + (size_t)m * K, 1, K, &r.t, bias, 0, N);
-            for (int M = 2; M <= MX; M++) {
-                quant_matmul_rows(ya, N, x, M, K, &r.t, bias, 0, N);
+            const int mx = lvl == 0 ? 130 : MX; /* the scalar level is slow */
+            for (int m = 0; m < mx; m++)
+                quant_matmul_rows(y1 + (size_t)m * N, N, x + (size_t)m * k, 1, k, &r.t, bias, 0, N);
+            const int Ms[] = {2, 3, 4, 5, 7, 8, 9, 16, 17, 130, 512};
+            for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++) {
+                const int M = Ms[i];
+                if (M > mx) continue;
+                quant_matmul_rows(ya, N, x, M, k, &r.t, bias, 0, N);
                 CHECK_MSG(memcmp(ya, y1, (size_t)M * N * sizeof(float)) == 0, "%s/%d level %d: M=%d differs from M=1",
                           dtype_name(r.t.dtype), r.t.q.bits, lvl, M);
             }
             /* [0, 1), [1, 6), [6, 23), [23, N) with M = 7 */
             const int cut[5] = {0, 1, 6, 23, N};
             memset(ya, 0, (size_t)7 * N * sizeof(float));
-            for (int c = 0; c < 4; c++) quant_matmul_rows(ya, N, x, 7, K, &r.t, bias, cut[c], cut[c + 1]);
+            for (int c = 0; c < 4; c++) quant_matmul_rows(ya, N, x, 7, k, &r.t, bias, cut[c], cut[c + 1]);
             CHECK_MSG(memcmp(ya, y1, (size_t)7 * N * sizeof(float)) == 0, "%s/%d level %d: split [n0, n1) differs",
                       dtype_name(r.t.dtype), r.t.q.bits, lvl);
+#ifdef DS_HAVE_AVX2_PATH
+            if (lvl == 2 && avx512_quant_ok()) {
+                quant_act_fill(act, x, 130, k, &r.t);
+                avx512_quant_matmul(ya, N, act, 130, k, &r.t, bias, 0, N, 1);
+                CHECK_MSG(memcmp(ya, y1, (size_t)130 * N * sizeof(float)) == 0,
+                          "%s/%d level 2: the generic unpacking differs from the format's own", dtype_name(r.t.dtype),
+                          r.t.q.bits);
+            }
+#endif
         }
         free_rtensor(&r);
     }
     ops_set_level(prev);
+    free(act);
     free(x);
     free(ya);
     free(y1);

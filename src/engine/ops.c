@@ -194,13 +194,15 @@ static void mm_worker(void *p, int ith, int nth) {
     }
 }
 
-/* Quantized weights: quant_matmul_rows over chunks of W rows. Its results
- * do not depend on the chunking, so the chunks are sized for the memory
- * stream alone: a few per thread of at least 64 rows up to verify widths
- * (W read once, all M rows per block), OPS_NC rows for prefill. */
+/* Quantized weights: x quantized once per call by quant_act_fill (in this
+ * thread's scratch, which quant_matmul_act leaves alone), then
+ * quant_matmul_act over chunks of W rows. Its results do not depend on the
+ * chunking, so the chunks are sized for the memory stream alone: a few per
+ * thread of at least 64 rows up to verify widths (W read once, all M rows
+ * per block), OPS_NC rows for prefill. */
 typedef struct {
     float *y;
-    const float *x;
+    const void *act;
     int M, K, N;
     const tensor *W;
     const float *bias;
@@ -217,7 +219,30 @@ static void qmm_worker(void *p, int ith, int nth) {
         if (ci >= c->n_chunks) break;
         int n0 = ci * c->unit;
         int n1 = n0 + c->unit < c->N ? n0 + c->unit : c->N;
-        quant_matmul_rows(c->y, c->N, c->x, c->M, c->K, c->W, c->bias, n0, n1);
+        quant_matmul_act(c->y, c->N, c->act, c->M, c->K, c->W, c->bias, n0, n1);
+    }
+}
+
+/* the activations of rows [8c, 8c + 8) per chunk c, on the pool at
+ * prefill widths (the fill is a few percent of a prefill matmul) */
+typedef struct {
+    void *act;
+    const float *x;
+    int M, K;
+    const tensor *W;
+    atomic_int next;
+} qfill_ctx;
+
+static void qfill_worker(void *p, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    qfill_ctx *c = p;
+    const size_t rs = quant_act_row_bytes(c->K);
+    for (;;) {
+        const int m0 = 8 * atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
+        if (m0 >= c->M) break;
+        const int n = c->M - m0 < 8 ? c->M - m0 : 8;
+        quant_act_fill((char *)c->act + (size_t)m0 * rs, c->x + (size_t)m0 * c->K, n, c->K, c->W);
     }
 }
 
@@ -225,7 +250,15 @@ static void op_matmul_quant(tpool *tp, float *y, const float *x, int M, const te
     int N = (int)W->shape[0], K = (int)W->shape[1];
     if (M <= 0 || N <= 0) return;
     int nth = tp_size(tp);
-    qmm_ctx c = {.y = y, .x = x, .M = M, .K = K, .N = N, .W = W, .bias = bias};
+    void *act = ops_scratch(quant_act_bytes(M, K));
+    if (M >= 16 && nth > 1) {
+        qfill_ctx f = {.act = act, .x = x, .M = M, .K = K, .W = W};
+        atomic_init(&f.next, 0);
+        tp_run(tp, qfill_worker, &f);
+    } else {
+        quant_act_fill(act, x, M, K, W);
+    }
+    qmm_ctx c = {.y = y, .act = act, .M = M, .K = K, .N = N, .W = W, .bias = bias};
     if (M <= 16) {
         int unit = (N + nth * 4 - 1) / (nth * 4);
         unit = (unit + 15) & ~15;

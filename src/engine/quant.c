@@ -47,6 +47,7 @@
  * byte upwards (its CPU extract_bits), which is the same stream since
  * every pack is a whole number of bytes. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -309,39 +310,273 @@ void quant_row_f32(const tensor *W, int64_t n, float *y) {
     for (int64_t k = 0; k < K; k += qk) f(row + (size_t)(k / qk) * bb, y + k);
 }
 
+/* ------------------------------------------------ activation quantizer */
+
+float quant_x_block(const float *x, int8_t *q) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) {
+        const float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+    }
+    const float d = amax / 127.0f;
+    if (d == 0.0f) {
+        memset(q, 0, 32);
+        return d;
+    }
+    for (int i = 0; i < 32; i++) {
+        float v = nearbyintf(x[i] / d);
+        /* only a subnormal d can push |x / d| past 127.5 */
+        v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+        q[i] = (int8_t)(int)v;
+    }
+    return d;
+}
+
+void quant_x_derive(quant_xrow r, int K, int off) {
+    const int kp = quant_kp(K);
+    memset(r.q + K, 0, (size_t)(kp - K));
+    for (int b = K / 32; b < kp / 32; b++) r.d[b] = 0.0f;
+    for (int i = 0; i < kp / 4; i++) {
+        const int8_t *q = r.q + 4 * i;
+        r.cor[i] = -off * ((int32_t)q[0] + q[1] + q[2] + q[3]);
+        r.dxl[i] = r.d[i / 8];
+    }
+    for (int u = 0; u < kp / 16; u++) {
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++) s += r.q[16 * u + j];
+        r.xs[u] = s;
+        r.dsx[u] = r.d[u / 2] * (float)s;
+        r.dxu[u] = r.d[u / 2];
+    }
+}
+
+int quant_offset(const tensor *W) {
+    switch (W->dtype) {
+    case DT_Q8_0: return 128;
+    case DT_Q4_0: return 8;
+    case DT_Q5_0: return 16;
+    case DT_Q3_K: return 4;
+    case DT_Q6_K: return 32;
+    default: return 0;
+    }
+}
+
+int quant_has_min(const tensor *W) {
+    switch (W->dtype) {
+    case DT_Q4_1: case DT_Q5_1: case DT_Q2_K: case DT_Q4_K: case DT_Q5_K: case DT_MLX: return 1;
+    default: return 0;
+    }
+}
+
+size_t quant_act_row_bytes(int K) { return quant_act_stride(K); }
+
+size_t quant_act_bytes(int M, int K) { return (size_t)(M > 0 ? M : 0) * quant_act_stride(K) + 64; }
+
+void quant_act_fill(void *act, const float *x, int M, int K, const tensor *W) {
+    const int off = quant_offset(W);
+#ifdef DS_HAVE_AVX2_PATH
+    const int lvl = ops_level();
+#endif
+    for (int m = 0; m < M; m++) {
+        quant_xrow r = quant_xrow_at(act, K, m);
+        const float *xm = x + (size_t)m * K;
+#ifdef DS_HAVE_AVX2_PATH
+        if (lvl == 2) avx512_quant_x(xm, K, r.q, r.d);
+        else if (lvl == 1) avx2_quant_x(xm, K, r.q, r.d);
+        else
+#endif
+            for (int b = 0; b < K / 32; b++) r.d[b] = quant_x_block(xm + 32 * b, r.q + 32 * b);
+        quant_x_derive(r, K, off);
+    }
+}
+
+/* ------------------------------------------------------ span unpacking */
+
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block s (0..7) */
+static void k4_scale_min(const uint8_t *s12, int s, int *sc, int *mn);
+
+/* elements [e0, e0 + 32 * nb) of a 32-element-block row */
+static void unpack_b32(const tensor *W, const uint8_t *row, int b0, int nb, uint8_t *u, float *a, float *c) {
+    const ds_dtype t = W->dtype;
+    const size_t bb = quant_block_bytes(t);
+    for (int i = 0; i < nb; i++) {
+        const uint8_t *b = row + (size_t)(b0 + i) * bb;
+        uint8_t *o = u + 32 * i;
+        float d = quant_f16(b), m = 0.0f;
+        switch (t) {
+        case DT_Q8_0:
+            for (int j = 0; j < 32; j++) o[j] = (uint8_t)(b[2 + j] ^ 0x80);
+            break;
+        case DT_Q4_0:
+        case DT_Q4_1: {
+            const uint8_t *qs = b + (t == DT_Q4_0 ? 2 : 4);
+            if (t == DT_Q4_1) m = quant_f16(b + 2);
+            for (int j = 0; j < 16; j++) {
+                o[j] = qs[j] & 15;
+                o[j + 16] = qs[j] >> 4;
+            }
+            break;
+        }
+        default: { /* Q5_0, Q5_1 */
+            const int one = t == DT_Q5_1;
+            if (one) m = quant_f16(b + 2);
+            uint32_t qh;
+            memcpy(&qh, b + 2 + 2 * one, 4);
+            const uint8_t *qs = b + 6 + 2 * one;
+            for (int j = 0; j < 16; j++) {
+                o[j] = (uint8_t)((qs[j] & 15) | ((qh >> j) & 1) << 4);
+                o[j + 16] = (uint8_t)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+            }
+        }
+        }
+        a[2 * i] = a[2 * i + 1] = d;
+        c[2 * i] = c[2 * i + 1] = m;
+    }
+}
+
+void quant_unpack_span(const tensor *W, int64_t n, int span, uint8_t u[QSPAN], float a[16], float c[16]) {
+    const int64_t K = W->shape[1];
+    const int e0 = span * QSPAN, ne = K - e0 < QSPAN ? (int)(K - e0) : QSPAN;
+    memset(u, 0, QSPAN);
+    for (int s = 0; s < 16; s++) a[s] = c[s] = 0.0f;
+    if (W->dtype == DT_MLX) {
+        const int bits = W->q.bits, g = W->q.group;
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)n * quant_row_bytes(DT_MLX, bits, K);
+        const size_t g0 = (size_t)(n * (K / g));
+        for (int k = 0; k < ne; k++) u[k] = (uint8_t)quant_mlx_elem(row, bits, e0 + k);
+        for (int s = 0; s < ne / 16; s++) {
+            const size_t gi = g0 + (size_t)((e0 + 16 * s) / g);
+            a[s] = quant_mlx_sb(W->q.scales, W->q.sdtype, gi);
+            c[s] = quant_mlx_sb(W->q.biases, W->q.sdtype, gi);
+        }
+        return;
+    }
+    const ds_dtype t = W->dtype;
+    const uint8_t *row = (const uint8_t *)W->data + (size_t)n * quant_row_bytes(t, 0, K);
+    if (quant_block_elems(t) == 32) {
+        unpack_b32(W, row, e0 / 32, ne / 32, u, a, c);
+        return;
+    }
+    const uint8_t *b = row + (size_t)span * quant_block_bytes(t);
+    switch (t) {
+    case DT_Q2_K: {
+        const uint8_t *sc = b, *qs = b + 16;
+        const float d = quant_f16(b + 80), dmin = quant_f16(b + 82);
+        for (int e = 0; e < 256; e++) {
+            int h = e >> 7, j = (e >> 5) & 3, l = e & 31;
+            u[e] = (uint8_t)((qs[h * 32 + l] >> (2 * j)) & 3);
+        }
+        /* unit s = element / 16 = h*8 + j*2 + l/16: the format's sub-block */
+        for (int s = 0; s < 16; s++) {
+            a[s] = d * (float)(sc[s] & 15);
+            c[s] = -(dmin * (float)(sc[s] >> 4));
+        }
+        break;
+    }
+    case DT_Q3_K: {
+        const uint8_t *hm = b, *qs = b + 32, *s12 = b + 96;
+        const float d = quant_f16(b + 108);
+        for (int e = 0; e < 256; e++) {
+            int h = e >> 7, j = (e >> 5) & 3, l = e & 31;
+            u[e] = (uint8_t)(((qs[h * 32 + l] >> (2 * j)) & 3) | ((hm[l] >> (h * 4 + j)) & 1) << 2);
+        }
+        for (int s = 0; s < 16; s++) {
+            int lo = s < 8 ? s12[s] & 15 : s12[s - 8] >> 4;
+            int hi = (s12[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
+            a[s] = d * (float)((lo | hi << 4) - 32);
+        }
+        break;
+    }
+    case DT_Q4_K:
+    case DT_Q5_K: {
+        const int five = t == DT_Q5_K;
+        const float d = quant_f16(b), dmin = quant_f16(b + 2);
+        const uint8_t *qh = b + 16, *qs = b + 16 + 32 * five;
+        for (int s = 0; s < 8; s++) {
+            int sc, mn;
+            k4_scale_min(b + 4, s, &sc, &mn);
+            a[2 * s] = a[2 * s + 1] = d * (float)sc;
+            c[2 * s] = c[2 * s + 1] = -(dmin * (float)mn);
+            const uint8_t *q = qs + 32 * (s >> 1);
+            const int sh = (s & 1) * 4;
+            for (int l = 0; l < 32; l++)
+                u[32 * s + l] = (uint8_t)(((q[l] >> sh) & 15) | (five ? ((qh[l] >> s) & 1) << 4 : 0));
+        }
+        break;
+    }
+    default: { /* Q6_K */
+        const float d = quant_f16(b + 208);
+        const int8_t *sc = (const int8_t *)(b + 192);
+        for (int e = 0; e < 256; e++) {
+            int h = e >> 7, i = (e >> 5) & 3, l = e & 31;
+            const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+            int lo = (ql[l + 32 * (i & 1)] >> (4 * (i >> 1))) & 15;
+            int hi = (qh[l] >> (2 * i)) & 3;
+            u[e] = (uint8_t)(lo | hi << 4);
+        }
+        for (int s = 0; s < 16; s++) a[s] = d * (float)sc[s];
+    }
+    }
+}
+
 /* --------------------------------------------------------------- matmul */
 
-/* Level 0: row n dequantized exactly once into scratch, then each x row's
- * dot with it accumulated in double in k order, rounded to f32, plus the
- * bias in f32. Depends only on x[m] and row n. */
-void quant_matmul_scalar(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
+/* Level 0: per unit the exact integer sums of row n's unpacked span with
+ * x[m]'s quantized elements, combined in double in unit order (quant.h),
+ * rounded once to f32, plus the bias in f32. Depends only on x[m] and row
+ * n; uses the stack only. */
+void quant_matmul_scalar(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
                          int64_t n0, int64_t n1) {
-    float *w = ops_scratch((size_t)K * sizeof(float) + 64);
+    const int off = quant_offset(W), nsp = quant_kp(K) / QSPAN;
+    uint8_t u[QSPAN];
+    float a[16], c[16];
     for (int64_t n = n0; n < n1; n++) {
-        quant_row_f32(W, n, w);
-        for (int m = 0; m < M; m++) {
-            const float *xm = x + (size_t)m * K;
-            double s = 0;
-            for (int k = 0; k < K; k++) s += (double)xm[k] * (double)w[k];
-            float v = (float)s;
-            y[(size_t)m * ldy + n] = bias ? v + bias[n] : v;
+        double acc[8];
+        for (int m0 = 0; m0 < M; m0 += 8) {
+            const int mt = M - m0 < 8 ? M - m0 : 8;
+            for (int i = 0; i < mt; i++) acc[i] = 0.0;
+            for (int sp = 0; sp < nsp; sp++) {
+                quant_unpack_span(W, n, sp, u, a, c);
+                for (int i = 0; i < mt; i++) {
+                    const quant_xrow r = quant_xrow_at(act, K, m0 + i);
+                    for (int s = 0; s < 16; s++) {
+                        const int e = sp * QSPAN + 16 * s;
+                        int32_t is = 0;
+                        for (int j = 0; j < 16; j++) is += ((int32_t)u[16 * s + j] - off) * r.q[e + j];
+                        const double dx = r.d[e / 32];
+                        acc[i] += (double)a[s] * dx * (double)is + (double)c[s] * (double)r.dsx[e / 16];
+                    }
+                }
+            }
+            for (int i = 0; i < mt; i++) {
+                const float v = (float)acc[i];
+                y[(size_t)(m0 + i) * ldy + n] = bias ? v + bias[n] : v;
+            }
         }
     }
+}
+
+void quant_matmul_act(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
+                      int64_t n0, int64_t n1) {
+    if (M <= 0 || n1 <= n0) return;
+#ifdef DS_HAVE_AVX2_PATH
+    const int lvl = ops_level();
+    if (lvl == 2 && avx512_quant_ok()) {
+        avx512_quant_matmul(y, ldy, act, M, K, W, bias, n0, n1, 0);
+        return;
+    }
+    if (lvl >= 1) {
+        avx2_quant_matmul(y, ldy, act, M, K, W, bias, n0, n1);
+        return;
+    }
+#endif
+    quant_matmul_scalar(y, ldy, act, M, K, W, bias, n0, n1);
 }
 
 void quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
                        int64_t n0, int64_t n1) {
     if (M <= 0 || n1 <= n0) return;
-#ifdef DS_HAVE_AVX2_PATH
-    const int lvl = ops_level();
-    if (lvl == 2 && avx512_quant_has(W)) {
-        avx512_quant_matmul_rows(y, ldy, x, M, K, W, bias, n0, n1);
-        return;
-    }
-    if (lvl >= 1) {
-        avx2_quant_matmul_rows(y, ldy, x, M, K, W, bias, n0, n1);
-        return;
-    }
-#endif
-    quant_matmul_scalar(y, ldy, x, M, K, W, bias, n0, n1);
+    void *act = ops_scratch(quant_act_bytes(M, K));
+    quant_act_fill(act, x, M, K, W);
+    quant_matmul_act(y, ldy, act, M, K, W, bias, n0, n1);
 }

@@ -2,25 +2,52 @@
  * GGUF and DT_MLX, MLX's affine rule): their geometry, their exact
  * dequantization, and the CPU matmul over them.
  *
- * Numerics: a weight is dequantized exactly as its format defines it, in
- * f32 (for MLX, scale * q + bias; for GGUF, ggml's rule for the type);
- * activations stay f32. The value of y[m][n] depends only on x[m] and
- * weight row n: never on M, on which rows share a call, on the chunk of
- * rows a thread takes, or on the kernel level chosen for the machine
- * being forced the same (batch invariance, docs/ARCHITECTURE.md).
- *
- * Per level (ops_level): 0 (quant.c) dequantizes row n exactly and sums
- * x[m][k] * w[k] in double in k order, rounded once to f32; 1 and 2
- * (quant_avx2.c, quant_avx512.c) factor each block's f32 scale out of an
- * f32 lane dot of x with the block's exactly widened integer elements
- * (y = sum_b scale_b * dot_b in 8 or 16 lanes, fixed final reduction), the
- * min / bias terms as their f32 value times the block's sum of x; except
- * that level 2 on Q4_0, Q4_K and Q6_K factors nothing out: it FMAs
- * the exactly dequantized f32 weights with x in 16 lanes (lane k % 16, k
- * increasing, one f32 rounding per product-add) and reduces the lanes in
- * a fixed order. The levels agree to rounding (tests/test_quant.c: within
- * 1e-5 of sum|x*w|), each level bit for bit with itself across M, chunks
- * and threads. */
+ * Numerics. Weights are exact as their format defines them (ggml's rule
+ * for GGUF, scale * q + bias for MLX). Activations become int8 at every
+ * width (decode, verify and prefill alike), as llama.cpp's CPU path does:
+ * each row x[m][0..K) is quantized on its own in blocks of 32:
+ *   amax = max |x_i| over the block, d = amax / 127.0f (one f32 division),
+ *   q_i = (int8) nearbyintf(x_i / d) (f32 division, round half to even),
+ *   clamped to [-127, 127] (a no-op unless d is subnormal); d == 0 gives
+ *   q = 0. x must be finite.
+ * Every weight format is written per unit of 16 elements (its scale and
+ * min are constant over a unit; an x block holds two units) as
+ *   w = a * (u - off) + c,  u the unsigned stored integer:
+ *   Q8_0  u = q + 128, off 128, a = d,            c = 0
+ *   Q4_0  u = nibble,  off 8,   a = d,            c = 0
+ *   Q4_1  u = nibble,  off 0,   a = d,            c = m
+ *   Q5_0  u = 5 bits,  off 16,  a = d,            c = 0
+ *   Q5_1  u = 5 bits,  off 0,   a = d,            c = m
+ *   Q2_K  u = 2 bits,  off 0,   a = d * sc,       c = -(dmin * mn)
+ *   Q3_K  u = 3 bits,  off 4,   a = d * (sc - 32), c = 0
+ *   Q4_K  u = nibble,  off 0,   a = d * sc,       c = -(dmin * mn)
+ *   Q5_K  u = 5 bits,  off 0,   a = d * sc,       c = -(dmin * mn)
+ *   Q6_K  u = 6 bits,  off 32,  a = d * sc,       c = 0
+ *   MLX   u = element, off 0,   a = scale,        c = bias
+ * (a and c are the f32 values ggml's dequantization computes, so
+ * a * (u - off) + c is bit-equal to quant_row_f32). Then, with dx the x
+ * block's d, per unit s:
+ *   y += a_s * dx * sum(q_w * q_x)  +  c_s * (dx * sum(q_x))
+ * where each integer sum is exact (int32). The float combination differs
+ * per level (ops_level) and is fixed for a level: the same for every M,
+ * every [n0, n1), every thread split and both the one-row and the blocked
+ * kernel, so y[m][n] depends only on x[m] and row n.
+ *   level 0 (quant.c): per unit the exact integer sums, the terms
+ *     (double)a * dx * isum + (double)c * (dx * xsum) (the latter's
+ *     product in f32) summed in double in unit order, rounded once.
+ *   level 1 (quant_avx2.c): 8 f32 lanes; per unit, lane i holds the exact
+ *     integer dot of elements 2i, 2i+1 of the unit; acc = fma(float(lane),
+ *     a * dx, acc) units in order; the min terms c * (dx * xsum) in a
+ *     second 8-lane accumulator, unit s in lane s % 8; y = hsum(acc) +
+ *     hsum(min acc) (fixed pairings), + bias.
+ *   level 2 (quant_avx512.c): 16 f32 lanes per 64 elements; lane i holds
+ *     the exact integer dot of elements 4i..4i+3; acc = fma(float(lane),
+ *     a_s * dx, acc) in element order; after each span of 256 elements
+ *     acc = fma(c, dx * xsum, acc) with unit s of the span in lane s;
+ *     y = fixed 16-lane reduction of acc, + bias.
+ * The levels agree to f32 rounding (tests/test_quant.c bounds it against
+ * the double dot of the dequantized weights with the dequantized x); the
+ * quantized x is bit-equal at every level. */
 #ifndef DS_QUANT_H
 #define DS_QUANT_H
 
@@ -47,11 +74,27 @@ int quant_check(const tensor *t, char *err, size_t errlen);
 /* Row n of W (a quantized [N][K] tensor) dequantized into y[K]. */
 void quant_row_f32(const tensor *W, int64_t n, float *y);
 
-/* y[m * ldy + n] = dot(x[m][0..K), row n of W) (+ bias[n]) for n in
- * [n0, n1) and m in [0, M). W is a quantized [N][K] tensor; bias may be
- * NULL; x and y do not alias. Uses the machine's SIMD level (ops.h's
- * ops_level); each level's result for one (m, n) is independent of M and
- * of [n0, n1). Reentrant: threads call it on disjoint [n0, n1). */
+/* The activations of a matmul over W, quantized once per call (see the
+ * numerics above): quant_act_bytes(M, K) bytes of caller memory, filled
+ * from x[M][K] by quant_act_fill at the current ops_level, then read by
+ * quant_matmul_act from any number of threads. */
+size_t quant_act_bytes(int M, int K);
+void quant_act_fill(void *act, const float *x, int M, int K, const tensor *W);
+/* Bytes between two rows' activations: rows [m0, m1) of x fill from
+ * act + m0 * quant_act_row_bytes(K) on, each row on its own (so threads
+ * may fill disjoint row ranges). */
+size_t quant_act_row_bytes(int K);
+
+/* y[m * ldy + n] = dot(x[m], row n of W) (+ bias[n]) for n in [n0, n1) and
+ * m in [0, M), x given as its quant_act_fill'ed activations (for this W).
+ * Uses the machine's SIMD level (ops.h's ops_level); each level's result
+ * for one (m, n) is independent of M and of [n0, n1). Reentrant: threads
+ * call it on disjoint [n0, n1); it uses no ops_scratch. */
+void quant_matmul_act(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
+                      int64_t n0, int64_t n1);
+
+/* quant_act_fill into the calling thread's ops_scratch, then
+ * quant_matmul_act: the same bits as the two steps. */
 void quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
                        int64_t n0, int64_t n1);
 

@@ -1,28 +1,54 @@
-/* quant_avx512: level 2 of quant_matmul_rows for Q4_0, Q8_0, Q4_K, Q6_K and
- * MLX 4/8-bit (the other formats run quant_avx2.c's kernels at level 2).
- * Compiled with the Makefile's AVX-512 flags, called by quant.c only when
- * ops_level() == 2.
+/* quant_avx512: level 2 of the quantized matmul (AVX-512 with VNNI and
+ * VBMI), every format, and the level-2 activation quantizer. Compiled with
+ * the Makefile's AVX-512 flags plus the target pragma below; quant.c calls
+ * it only when ops_level() == 2 and avx512_quant_ok().
  *
- * Q4_0, Q4_K and Q6_K multiply exactly dequantized f32 weights with x
- * (see "GGUF: exact weights" below). Q8_0 and MLX keep quant_avx2.c's
- * arithmetic with 16 lanes instead of 8: per block / group FMAs over its
- * widened integer elements in element order (lane k % 16), its f32 scale
- * applied by one FMA into a 16-lane accumulator, blocks in order, the MLX
- * bias term as its value times the group's x sum (16 lanes); the lanes
- * reduced by hsum16's fixed pairing. So each output depends on x[m] and
- * row n only, as at every level, and differs from level 1 by rounding
- * only. Why 16 lanes: on Zen 4 the widening (vpmovsxbd, vcvtdq2ps) and
- * FMAs issue half as many instructions per element as the AVX2 kernels,
- * which are issue-bound at M = 1 rather than bound by memory. */
+ * Arithmetic (quant.h, level 2): a weight row is read in spans of 256
+ * elements (a K-quant super-block, eight 32-element blocks, or 256 MLX
+ * elements), each span as up to four chunks of 64 elements. A chunk's
+ * unsigned elements u (64 bytes) meet the x row's 64 int8 values in one
+ * vpdpbusd whose accumulator starts at the x row's cor lanes (-off times
+ * the lane's 4-element sum of q_x), so lane i is the exact integer dot of
+ * elements 4i..4i+3 of (u - off) with q_x. Then
+ *   acc = fma(float(lane), a_s * dx, acc)     (a_s * dx: one f32 product)
+ * and after a span's chunks, for formats with a min term,
+ *   acc = fma(c_s, dx * xsum_s, acc)          (unit s of the span, lane s);
+ * y = hsum16(acc) + bias. Each (m, n) runs exactly this sequence whatever
+ * the tile of x rows and W rows it shares (the tile only shares the
+ * unpacked weights and the x loads), so results do not depend on M, on
+ * [n0, n1) or on the thread; the formats without their own unpacking below
+ * go through quant_unpack_span into the same values, so both routes give
+ * the same bits (tests/test_quant.c checks it).
+ *
+ * Cost at M = 1 (Q4_0): per 64 weights two 16-byte loads, a shift, a mask,
+ * the dot, a convert, a product and an FMA, about 9 vector instructions
+ * for 36 bytes, where widening the weights to f32 took 3-5 per 16. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__F16C__)
 
+#pragma GCC target("avx512vnni,avx512vbmi")
+
+#include <cpuid.h>
 #include <immintrin.h>
 
+#include "engine/cpu.h"
 #include "engine/quant_internal.h"
 
 #define AI static inline __attribute__((always_inline))
-#define QNT 16
-#define QMT 8
+#define UNR _Pragma("GCC unroll 16")
+
+int avx512_quant_ok(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        unsigned a, b, c, d;
+        int v = 0;
+        if (cpu_has_avx512() && __get_cpuid_max(0, NULL) >= 7) {
+            __cpuid_count(7, 0, a, b, c, d);
+            v = ((c >> 1) & 1) && ((c >> 11) & 1); /* AVX512_VBMI, AVX512_VNNI */
+        }
+        ok = v;
+    }
+    return ok;
+}
 
 AI float hsum16(__m512 a) {
     __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
@@ -32,101 +58,81 @@ AI float hsum16(__m512 a) {
     return _mm_cvtss_f32(t);
 }
 
-AI float f16at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
+/* ------------------------------------------------- activation quantizer */
 
-AI __m512 i8x16(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
-AI __m512 u8x16(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
-
-AI __m512 dot32(__m512 q0, __m512 q1, const float *x) {
-    return _mm512_fmadd_ps(q1, _mm512_loadu_ps(x + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(x)));
-}
-
-typedef struct {
-    const tensor *W;
-    int K;
-    size_t rb;
-    int nsub;
-} qargs;
-
-/* ------------------------------------------------ GGUF: exact weights
- *
- * Q4_0, Q4_K and Q6_K dequantize each weight exactly (the f32
- * operations of quant.c's deq_*, in the same order) into 16-lane vectors
- * and FMA them into one 16-lane f32 accumulator per (m, n), lane k % 16,
- * k increasing; y = hsum16(acc). No block scale is factored out, so each
- * x row costs two FMAs per 32 weights and all the unpacking is shared by
- * the x rows of a pass. A pass covers mt x rows and nr W rows (nr rows
- * give independent FMA chains when mt is small: the FMA latency, not its
- * throughput, bounds one chain). Neither mt nor nr nor the row range
- * changes the operations that produce one (m, n).
- *
- * Unpacking, per 32 elements: Q4_0 builds the 16-entry table d * (i - 8)
- * (one vmulps, bit-equal to deq_q4_0's products) and looks the nibbles up
- * with vpermps, which reads the low 4 bits of each dword index, so the
- * high nibble needs one shift and no mask; Q4_K likewise with the table
- * dl * i - ml of each sub-block (mul then sub, as deq_q4_k); Q6_K widens
- * the integers to f32 and multiplies by d * sc. */
-
-/* The loops over r and m unrolled whole, so the accumulators and weight
- * vectors live in registers (GCC -O2 keeps such arrays in memory). */
-#define UNR _Pragma("GCC unroll 16")
-/* Most x rows (GMT) and W rows (GNR) per pass. Passes of 16 x rows measured
- * slower than two of 8 (16 accumulators plus the weights spill). */
-#define GMT 8
-#define GNR 4
-
-/* acc[r][m] += w0[r] * x[m][k, k+16) then w1[r] * x[m][k+16, k+32) */
-#define GSTEP(k, w0, w1)                                                                            \
-    do {                                                                                            \
-        UNR for (int m = 0; m < mt; m++) {                                                          \
-            const float *xm_ = x + (size_t)m * K + (k);                                             \
-            const __m512 x0_ = _mm512_loadu_ps(xm_), x1_ = _mm512_loadu_ps(xm_ + 16);               \
-            UNR for (int r = 0; r < nr; r++)                                                        \
-                acc[r][m] = _mm512_fmadd_ps((w1)[r], x1_, _mm512_fmadd_ps((w0)[r], x0_, acc[r][m])); \
-        }                                                                                           \
-    } while (0)
-
-/* Prefetch distance in passes: a pass reads nr rows side by side, which
- * the hardware stream prefetcher follows poorly (measured: M = 1 at half
- * the old kernel's speed without it); each block load prefetches the same
- * offset GPF passes ahead (2 measured a little better than 1, 0 worst). */
-#define GPF 2
-
-/* f16 at p broadcast to 16 f32 lanes */
-AI __m512 f16x16(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _mm512_cvtph_ps(_mm256_set1_epi16((short)h));
-}
-
-AI __m512 lut16(const float *base) { return _mm512_loadu_ps(base); }
-static const float k_iota[2][16] = {{-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7},
-                                    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}};
-
-AI void g_q4_0(const uint8_t *const *rows, size_t pf, int K, const float *x, int mt, int nr, __m512 acc[GNR][GMT]) {
-    const __m512 io = lut16(k_iota[0]);
+/* quant_x_block's rule, 32 elements at a time: the max of |x| is exact,
+ * the division is IEEE (vdivps, not a reciprocal), vrndscaleps rounds half
+ * to even like nearbyintf, so q and d equal the scalar ones bit for bit */
+void avx512_quant_x(const float *x, int K, int8_t *q, float *d) {
+    const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
     for (int b = 0; b < K / 32; b++) {
-        __m512 w0[GNR], w1[GNR];
-        UNR for (int r = 0; r < nr; r++) {
-            const uint8_t *blk = rows[r] + (size_t)b * 18;
-            _mm_prefetch((const char *)blk + pf, _MM_HINT_T0);
-            const __m512 t = _mm512_mul_ps(f16x16(blk), io);
-            const __m512i z = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)));
-            w0[r] = _mm512_permutexvar_ps(z, t);
-            w1[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), t);
+        const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const float dd = amax / 127.0f;
+        d[b] = dd;
+        if (dd == 0.0f) {
+            memset(q + 32 * b, 0, 32);
+            continue;
         }
-        GSTEP((size_t)b * 32, w0, w1);
+        const __m512 dv = _mm512_set1_ps(dd);
+        __m512 r0 = _mm512_roundscale_ps(_mm512_div_ps(v0, dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r1 = _mm512_roundscale_ps(_mm512_div_ps(v1, dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r0 = _mm512_max_ps(_mm512_min_ps(r0, lim), nlim);
+        r1 = _mm512_max_ps(_mm512_min_ps(r1, lim), nlim);
+        _mm_storeu_si128((__m128i *)(q + 32 * b), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r0)));
+        _mm_storeu_si128((__m128i *)(q + 32 * b + 16), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r1)));
     }
 }
 
-/* Q4_K: dl[s] = d * sc_s in lanes 0-7, ml[s] = dmin * mn_s in lanes 8-15
- * (the 12 scale bytes regrouped as ggml does: bytes 0-7 the scales, 8-15
- * the mins; quant.c's k4_scale_min) */
-AI void k4_dlml(const uint8_t *blk, float *out) {
+/* ------------------------------------------------------ weight unpacking
+ *
+ * Per format: span_head fills a[16] / c[16] (unit scales and min terms,
+ * quant.h's table, the f32 values quant_unpack_span computes) and chunk
+ * returns the 64 unsigned elements of chunk j; elements past the row's
+ * end may hold anything (their x and scales are zero) but are never read
+ * from outside the row. */
+
+enum { F_GEN, F_Q8_0, F_Q4_0, F_Q5_0, F_Q4_K, F_Q5_K, F_Q6_K, F_MLX };
+
+typedef struct {
+    const tensor *W;
+    int K, nsp, off, hasmin, fmt;
+    size_t rb;
+    size_t span_bytes, pf; /* bytes of a full span of a row; prefetch distance */
+    /* MLX */
+    int bits, group;
+    __m512i pidx, sctrl, emask;
+    __m512i gidx;
+} wctx;
+
+AI uint16_t ld16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+}
+
+/* the d of nb (<= 8) 32-element blocks of bb bytes, per unit (lanes past
+ * 2 nb 0.0): the f16 fields gathered in general registers (the integer
+ * units are idle here), then converted together (cvtph is exact) */
+AI __m512 b32_scales(const uint8_t *b, size_t bb, int nb) {
+    uint64_t lo = 0, hi = 0;
+    if (nb == 8) {
+        lo = (uint64_t)ld16(b) | (uint64_t)ld16(b + bb) << 16 | (uint64_t)ld16(b + 2 * bb) << 32 |
+             (uint64_t)ld16(b + 3 * bb) << 48;
+        hi = (uint64_t)ld16(b + 4 * bb) | (uint64_t)ld16(b + 5 * bb) << 16 | (uint64_t)ld16(b + 6 * bb) << 32 |
+             (uint64_t)ld16(b + 7 * bb) << 48;
+    } else {
+        for (int i = 0; i < nb && i < 4; i++) lo |= (uint64_t)ld16(b + i * bb) << (16 * i);
+        for (int i = 4; i < nb; i++) hi |= (uint64_t)ld16(b + i * bb) << (16 * (i - 4));
+    }
+    const __m128i h = _mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1);
+    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    return _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(h)));
+}
+
+/* Q4_K / Q5_K: a = d * sc, c = -(dmin * mn) per unit (the 12 scale bytes
+ * regrouped into 8 scales and 8 mins, quant.c's k4_scale_min) */
+AI void k4_head(const uint8_t *blk, __m512 *a, __m512 *c) {
     uint32_t u[4];
     memcpy(u, blk + 4, 12);
     u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
@@ -134,292 +140,306 @@ AI void k4_dlml(const uint8_t *blk, float *out) {
     u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
     u[2] = t;
     u[0] &= 0x3f3f3f3fu;
-    const __m512 v = u8x16(_mm_loadu_si128((const __m128i *)u));
-    const __m512 dd = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16at(blk)), _mm512_set1_ps(f16at(blk + 2)));
-    _mm512_storeu_ps(out, _mm512_mul_ps(dd, v));
+    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)u)));
+    const __m512 dd = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(_cvtsh_ss(ld16(blk))), _mm512_set1_ps(_cvtsh_ss(ld16(blk + 2))));
+    const __m512 p = _mm512_mul_ps(dd, v);
+    *a = _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), p);
+    const __m512 mn = _mm512_permutexvar_ps(_mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), p);
+    *c = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(mn), _mm512_set1_epi32((int)0x80000000u)));
 }
 
-AI void g_q4_k(const uint8_t *const *rows, size_t pf, int K, const float *x, int mt, int nr, __m512 acc[GNR][GMT]) {
-    const __m512 io = lut16(k_iota[1]);
-    for (int b = 0; b < K / 256; b++) {
-        float sm[GNR][16];
-        UNR for (int r = 0; r < nr; r++) k4_dlml(rows[r] + (size_t)b * 144, sm[r]);
-        for (int c = 0; c < 4; c++) {
-            __m512 w0[GNR], w1[GNR], v0[GNR], v1[GNR];
-            UNR for (int r = 0; r < nr; r++) {
-                const uint8_t *q = rows[r] + (size_t)b * 144 + 16 + 32 * c;
-                _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
-                const __m512i z0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
-                const __m512i z1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
-                const __m512 tl = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(sm[r][2 * c]), io), _mm512_set1_ps(sm[r][8 + 2 * c]));
-                const __m512 th =
-                    _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(sm[r][2 * c + 1]), io), _mm512_set1_ps(sm[r][9 + 2 * c]));
-                w0[r] = _mm512_permutexvar_ps(z0, tl);
-                w1[r] = _mm512_permutexvar_ps(z1, tl);
-                v0[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(z0, 4), th);
-                v1[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(z1, 4), th);
-            }
-            const size_t k0 = (size_t)b * 256 + 64 * (size_t)c;
-            GSTEP(k0, w0, w1);
-            GSTEP(k0 + 32, v0, v1);
+/* MLX: the scales or biases of the span's groups, per unit */
+AI __m512 mlx_sb(const wctx *w, const void *p, size_t g0, int ng) {
+    const __mmask16 k = (__mmask16)((1u << ng) - 1u);
+    __m512 g;
+    switch (w->W->q.sdtype) {
+    case DT_F32: g = _mm512_maskz_loadu_ps(k, (const float *)p + g0); break;
+    case DT_F16:
+        g = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_maskz_loadu_epi16((__mmask8)k, (const uint16_t *)p + g0)));
+        break;
+    default: /* BF16: the high half of an f32 */
+        g = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, (const uint16_t *)p + g0)), 16));
+    }
+    return _mm512_permutexvar_ps(w->gidx, g);
+}
+
+typedef struct {
+    const uint8_t *row; /* the W row */
+    int64_t n;
+    uint8_t *u;         /* F_GEN: the unpacked span (QSPAN bytes) */
+} wrow;
+
+/* a, c of row r's span sp (and, for F_GEN, its elements into r->u) */
+AI void span_head(const wctx *w, int fmt, wrow *r, int sp, int nb32, __m512 *a, __m512 *c) {
+    switch (fmt) {
+    case F_Q8_0: *a = b32_scales(r->row + (size_t)sp * 8 * 34, 34, nb32); break;
+    case F_Q4_0: *a = b32_scales(r->row + (size_t)sp * 8 * 18, 18, nb32); break;
+    case F_Q5_0: *a = b32_scales(r->row + (size_t)sp * 8 * 22, 22, nb32); break;
+    case F_Q4_K: k4_head(r->row + (size_t)sp * 144, a, c); break;
+    case F_Q5_K: k4_head(r->row + (size_t)sp * 176, a, c); break;
+    case F_Q6_K: {
+        const uint8_t *b = r->row + (size_t)sp * 210;
+        *a = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(ld16(b + 208))),
+                           _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)))));
+        break;
+    }
+    case F_MLX: {
+        const int g = w->group, per = QSPAN / g, left = (w->K - sp * QSPAN) / g;
+        const size_t g0 = (size_t)r->n * (size_t)(w->K / g) + (size_t)sp * (size_t)per;
+        const int ng = left < per ? left : per;
+        *a = mlx_sb(w, w->W->q.scales, g0, ng);
+        *c = mlx_sb(w, w->W->q.biases, g0, ng);
+        break;
+    }
+    default: {
+        float fa[16], fc[16];
+        quant_unpack_span(w->W, r->n, sp, r->u, fa, fc);
+        *a = _mm512_loadu_ps(fa);
+        *c = _mm512_loadu_ps(fc);
+    }
+    }
+}
+
+/* 64 elements of 32-element blocks b and b + 1 (b alone when !two) */
+AI __m512i chunk_b32(int fmt, const uint8_t *b0, int two) {
+    const size_t bb = fmt == F_Q8_0 ? 34 : fmt == F_Q4_0 ? 18 : 22;
+    const uint8_t *b1 = two ? b0 + bb : b0;
+    if (fmt == F_Q8_0) {
+        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
+                                             _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
+        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+    }
+    const int qo = fmt == F_Q4_0 ? 2 : 6;
+    /* 128-bit lanes: qs0, qs0 >> 4, qs1, qs1 >> 4 (low then high nibbles) */
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + qo)))),
+                                   _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b1 + qo))), 1);
+    v = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(15));
+    if (fmt == F_Q5_0) {
+        uint32_t h0, h1;
+        memcpy(&h0, b0 + 2, 4);
+        memcpy(&h1, b1 + 2, 4);
+        v = _mm512_mask_add_epi8(v, (__mmask64)h0 | (__mmask64)h1 << 32, v, _mm512_set1_epi8(16));
+    }
+    return v;
+}
+
+AI __m512i chunk(const wctx *w, int fmt, const wrow *r, int sp, int j, int nb32) {
+    switch (fmt) {
+    case F_Q8_0: case F_Q4_0: case F_Q5_0: {
+        const size_t bb = fmt == F_Q8_0 ? 34 : fmt == F_Q4_0 ? 18 : 22;
+        return chunk_b32(fmt, r->row + (size_t)(sp * 8 + 2 * j) * bb, 2 * j + 1 < nb32);
+    }
+    case F_Q4_K: case F_Q5_K: {
+        const int five = fmt == F_Q5_K;
+        const uint8_t *b = r->row + (size_t)sp * (five ? 176 : 144);
+        const uint8_t *qs = b + 16 + 32 * five + 32 * j;
+        __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qs));
+        v = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), _mm512_set1_epi8(15));
+        if (five) {
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
+            const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * j))), _mm256_set1_epi8((char)(2 << (2 * j))), 1);
+            v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(qh, sel), v, _mm512_set1_epi8(16));
         }
+        return v;
+    }
+    case F_Q6_K: {
+        const uint8_t *b = r->row + (size_t)sp * 210;
+        const int h = j >> 1, hi = j & 1;
+        __m512i lo = _mm512_loadu_si512((const void *)(b + 64 * h));
+        if (hi) lo = _mm512_srli_epi16(lo, 4);
+        const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h)));
+        /* elements 0-31 of the chunk take bits (4hi, 4hi+1) of qh[l], 32-63
+         * bits (4hi+2, 4hi+3), moved to bits 4-5 by one 16-bit shift (bits
+         * crossing into the other byte of the lane fall outside 0x30) */
+        __m512i hb;
+        if (hi)
+            hb = _mm512_srlv_epi16(H, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1));
+        else
+            hb = _mm512_sllv_epi16(H, _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1));
+        hb = _mm512_and_si512(hb, _mm512_set1_epi8(0x30));
+        return _mm512_ternarylogic_epi32(lo, _mm512_set1_epi8(15), hb, 0xEA); /* (lo & 15) | hb */
+    }
+    case F_MLX: {
+        const int bits = w->bits;
+        const int e0 = sp * QSPAN + 64 * j, ne = w->K - e0 < 64 ? 32 : 64;
+        const uint8_t *p = r->row + (size_t)e0 * (size_t)bits / 8;
+        const int nbytes = ne * bits / 8;
+        const __m512i raw = _mm512_maskz_loadu_epi8(nbytes == 64 ? ~(__mmask64)0 : ((__mmask64)1 << nbytes) - 1, p);
+        if (bits == 8) return raw;
+        return _mm512_and_si512(_mm512_multishift_epi64_epi8(w->sctrl, _mm512_permutexvar_epi8(w->pidx, raw)), w->emask);
+    }
+    default: return _mm512_loadu_si512((const void *)(r->u + 64 * j));
     }
 }
 
-/* Q6_K: the 64 ql bytes of half h give elements 128h + l (+32) as low
- * nibbles and +64 (+96) as high nibbles; bits 4-5 come from qh[l] shifted
- * per 32-element chunk i by 2i, placed at bit 4 with one variable shift of
- * 16-bit lanes (bits moved across a byte boundary are masked off) */
-AI void g_q6_k(const uint8_t *const *rows, size_t pf, int K, const float *x, int mt, int nr, __m512 acc[GNR][GMT]) {
-    const __m512i sl01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-    const __m512i sr23 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30), o32 = _mm512_set1_epi8(32);
-    for (int b = 0; b < K / 256; b++) {
-        float dl[GNR][16];
-        UNR for (int r = 0; r < nr; r++) {
-            const uint8_t *blk = rows[r] + (size_t)b * 210;
-            _mm512_storeu_ps(dl[r], _mm512_mul_ps(_mm512_set1_ps(f16at(blk + 208)),
-                                                  i8x16(_mm_loadu_si128((const __m128i *)(blk + 192)))));
-        }
-        for (int h = 0; h < 2; h++) {
-            __m512i v01[GNR], v23[GNR];
-            UNR for (int r = 0; r < nr; r++) {
-                const uint8_t *blk = rows[r] + (size_t)b * 210;
-                const __m512i L = _mm512_loadu_si512((const void *)(blk + 64 * h));
-                _mm_prefetch((const char *)blk + 64 * h + pf, _MM_HINT_T0);
-                _mm_prefetch((const char *)blk + 64 * h + 128 + pf, _MM_HINT_T0);
-                const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)));
-                const __m512i h01 = _mm512_and_si512(_mm512_sllv_epi16(H, sl01), m30);
-                const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(H, sr23), m30);
-                /* (lo & 15) | hi, then - 32 */
-                v01[r] = _mm512_sub_epi8(_mm512_ternarylogic_epi32(L, m4, h01, 0xEA), o32);
-                v23[r] = _mm512_sub_epi8(_mm512_ternarylogic_epi32(_mm512_srli_epi16(L, 4), m4, h23, 0xEA), o32);
-            }
-            for (int i = 0; i < 4; i++) {
-                __m512 w0[GNR], w1[GNR];
-                const int s = 8 * h + 2 * i;
-                UNR for (int r = 0; r < nr; r++) {
-                    const __m512i v = i < 2 ? v01[r] : v23[r];
-                    __m128i e0, e1;
-                    if (i & 1) {
-                        e0 = _mm512_extracti32x4_epi32(v, 2);
-                        e1 = _mm512_extracti32x4_epi32(v, 3);
-                    } else {
-                        e0 = _mm512_castsi512_si128(v);
-                        e1 = _mm512_extracti32x4_epi32(v, 1);
-                    }
-                    w0[r] = _mm512_mul_ps(_mm512_set1_ps(dl[r][s]), i8x16(e0));
-                    w1[r] = _mm512_mul_ps(_mm512_set1_ps(dl[r][s + 1]), i8x16(e1));
-                }
-                GSTEP((size_t)b * 256 + 128 * (size_t)h + 32 * (size_t)i, w0, w1);
-            }
-        }
-    }
-}
+/* ----------------------------------------------------------- the kernel */
 
-typedef void (*gkern)(const uint8_t *const *rows, size_t rb, int K, const float *x, int mt, float *out);
+#define GMT 4 /* most x rows per tile */
+#ifndef GPF
+#define GPF 2 /* prefetch distance in tiles of GNR rows */
+#endif
+#define GNR 4 /* most W rows per tile */
 
-/* out[r * GMT + m] for the pass's nr W rows and mt x rows */
-#define GRUN(g, mt, nr)                                                                             \
-    do {                                                                                            \
-        __m512 acc[GNR][GMT];                                                                       \
-        UNR for (int r = 0; r < (nr); r++)                                                          \
-            UNR for (int m = 0; m < (mt); m++) acc[r][m] = _mm512_setzero_ps();                     \
-        g(rows, GPF * (nr) * rb, K, x, (mt), (nr), acc);                                            \
-        UNR for (int r = 0; r < (nr); r++)                                                          \
-            UNR for (int m = 0; m < (mt); m++) out[r * GMT + m] = hsum16(acc[r][m]);                \
-    } while (0)
-
-/* W rows per pass for mt x rows (at most 16 accumulators) */
-AI int g_nr(int mt) { return mt <= 2 ? 4 : 2; }
-
-#define GINST(g)                                                                                    \
-    static void g##_p(const uint8_t *const *rows, size_t rb, int K, const float *x, int mt, float *out) { \
-        switch (mt) {                                                                               \
-        case 8: GRUN(g, 8, 2); break;                                                               \
-        case 4: GRUN(g, 4, 2); break;                                                               \
-        case 2: GRUN(g, 2, 4); break;                                                               \
-        default: GRUN(g, 1, 4); break;                                                              \
-        }                                                                                           \
-    }
-GINST(g_q4_0)
-GINST(g_q4_k)
-GINST(g_q6_k)
-
-static void gguf_rows(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias, int64_t n0,
-                      int64_t n1) {
-    gkern kern;
-    switch (W->dtype) {
-    case DT_Q4_0: kern = g_q4_0_p; break;
-    case DT_Q4_K: kern = g_q4_k_p; break;
-    default: kern = g_q6_k_p; break;
-    }
-    const size_t rb = quant_row_bytes(W->dtype, 0, K);
-    const uint8_t *base = (const uint8_t *)W->data;
-    float out[GNR * GMT];
-    /* tiles of QNT W rows, kept in cache across the passes over x */
-    for (int64_t nt = n0; nt < n1; nt += QNT) {
-        const int64_t ne = nt + QNT < n1 ? nt + QNT : n1;
-        for (int m0 = 0; m0 < M;) {
-            const int rm = M - m0, mt = rm >= 8 ? 8 : rm >= 4 ? 4 : rm >= 2 ? 2 : 1, nr = g_nr(mt);
-            const float *xm = x + (size_t)m0 * K;
-            for (int64_t n = nt; n < ne; n += nr) {
-                /* past the tile's end a pass repeats its last row; those
-                 * results are dropped */
-                const uint8_t *rows[GNR];
-                UNR for (int r = 0; r < GNR; r++) rows[r] = base + (size_t)(n + r < ne ? n + r : ne - 1) * rb;
-                kern(rows, rb, K, xm, mt, out);
-                for (int r = 0; r < nr && n + r < ne; r++)
-                    for (int i = 0; i < mt; i++)
-                        y[(size_t)(m0 + i) * ldy + n + r] = bias ? out[r * GMT + i] + bias[n + r] : out[r * GMT + i];
-            }
-            m0 += mt;
-        }
-    }
-}
-
-/* Q8_0 keeps the factored arithmetic (per block a 16-lane dot of x with the
- * widened int8 elements, then one FMA by d): at M = 1 it measured ~20%
- * faster than the exact-weights path (one vmulps per 16 weights more) in
- * quant-bench and in decode; M >= 8 is slower this way. */
-AI void k_q8_0(const qargs *a, int64_t n, const float *x, const float *xs, int mt, float *out) {
-    (void)xs;
-    const uint8_t *row = (const uint8_t *)a->W->data + (size_t)n * a->rb;
-    const int K = a->K, nb = K / 32;
-    __m512 acc[QMT];
-    for (int m = 0; m < mt; m++) acc[m] = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *blk = row + (size_t)b * 34;
-        const __m512 d = _mm512_set1_ps(f16at(blk));
-        __m512 q0 = i8x16(_mm_loadu_si128((const __m128i *)(blk + 2)));
-        __m512 q1 = i8x16(_mm_loadu_si128((const __m128i *)(blk + 18)));
-        for (int m = 0; m < mt; m++) acc[m] = _mm512_fmadd_ps(d, dot32(q0, q1, x + (size_t)m * K + b * 32), acc[m]);
-    }
-    for (int m = 0; m < mt; m++) out[m] = hsum16(acc[m]);
-}
-
-AI float sb_at(const void *p, ds_dtype sdt, size_t i) {
-    if (sdt == DT_F32) {
-        float f;
-        memcpy(&f, (const char *)p + 4 * i, 4);
-        return f;
-    }
-    uint16_t h;
-    memcpy(&h, (const char *)p + 2 * i, 2);
-    return sdt == DT_BF16 ? ds_bf16_to_f32(h) : _cvtsh_ss(h);
-}
-
-/* 16 elements of a packed MLX row: 4-bit from 8 bytes (low nibble first),
- * 8-bit from 16 bytes */
-AI __m512 mlx4x16(const uint8_t *p) {
-    __m128i w = _mm_loadl_epi64((const __m128i *)p), m4 = _mm_set1_epi8(15);
-    __m128i e = _mm_unpacklo_epi8(_mm_and_si128(w, m4), _mm_and_si128(_mm_srli_epi16(w, 4), m4));
-    return u8x16(e);
-}
-AI __m512 mlx8x16(const uint8_t *p) { return u8x16(_mm_loadu_si128((const __m128i *)p)); }
-
-AI void k_mlx(const qargs *a, int64_t n, const float *x, const float *xs, int mt, float *out, int bits) {
-    const tensor *W = a->W;
-    const uint8_t *row = (const uint8_t *)W->data + (size_t)n * a->rb;
-    const int K = a->K, g = W->q.group, ng = K / g, ns = a->nsub;
-    const size_t s0 = (size_t)n * (size_t)ng;
-    __m512 acc[QMT], sg[QMT];
-    float bsum[QMT];
-    for (int m = 0; m < mt; m++) {
-        acc[m] = sg[m] = _mm512_setzero_ps();
-        bsum[m] = 0.0f;
-    }
-    for (int gi = 0; gi < ng; gi++) {
-        const float sc = sb_at(W->q.scales, W->q.sdtype, s0 + (size_t)gi);
-        const float bi = sb_at(W->q.biases, W->q.sdtype, s0 + (size_t)gi);
-        for (int k = 0; k < g; k += 32) {
-            const size_t kk = (size_t)gi * g + (size_t)k;
-            const uint8_t *p = row + kk * (size_t)bits / 8;
-            __m512 q0 = bits == 4 ? mlx4x16(p) : mlx8x16(p), q1 = bits == 4 ? mlx4x16(p + 8) : mlx8x16(p + 16);
-            for (int m = 0; m < mt; m++) {
-                const float *xm = x + (size_t)m * K + kk;
-                if (k == 0) {
-                    sg[m] = dot32(q0, q1, xm);
-                } else {
-                    sg[m] = _mm512_fmadd_ps(q0, _mm512_loadu_ps(xm), sg[m]);
-                    sg[m] = _mm512_fmadd_ps(q1, _mm512_loadu_ps(xm + 16), sg[m]);
-                }
-            }
-        }
-        const __m512 sv = _mm512_set1_ps(sc);
-        for (int m = 0; m < mt; m++) {
-            acc[m] = _mm512_fmadd_ps(sv, sg[m], acc[m]);
-            bsum[m] += bi * xs[(size_t)m * ns + gi];
-        }
-    }
-    for (int m = 0; m < mt; m++) out[m] = hsum16(acc[m]) + bsum[m];
-}
-AI void k_mlx4(const qargs *a, int64_t n, const float *x, const float *xs, int mt, float *out) {
-    k_mlx(a, n, x, xs, mt, out, 4);
-}
-AI void k_mlx8(const qargs *a, int64_t n, const float *x, const float *xs, int mt, float *out) {
-    k_mlx(a, n, x, xs, mt, out, 8);
-}
-
-typedef void (*qkern)(const qargs *a, int64_t n, const float *x, const float *xs, int mt, float *out);
-
-#define INST(k)                                                                                   \
-    static void k##_p(const qargs *a, int64_t n, const float *x, const float *xs, int mt, float *out) { \
-        switch (mt) {                                                                             \
-        case 8: k(a, n, x, xs, 8, out); break;                                                    \
-        case 4: k(a, n, x, xs, 4, out); break;                                                    \
-        case 2: k(a, n, x, xs, 2, out); break;                                                    \
-        default: k(a, n, x, xs, 1, out); break;                                                   \
-        }                                                                                         \
-    }
-INST(k_q8_0)
-INST(k_mlx4)
-INST(k_mlx8)
-
-int avx512_quant_has(const tensor *W) {
-    switch (W->dtype) {
-    case DT_Q4_0: case DT_Q8_0: case DT_Q4_K: case DT_Q6_K: return 1;
-    case DT_MLX: return W->q.bits == 4 || W->q.bits == 8;
+/* the format's offset where the format fixes it (the x row's cor lanes
+ * are then read only where it is not 0); -1: w->off decides */
+AI int fmt_off(int fmt) {
+    switch (fmt) {
+    case F_Q8_0: return 128;
+    case F_Q4_0: return 8;
+    case F_Q5_0: return 16;
+    case F_Q6_K: return 32;
+    case F_GEN: return -1;
     default: return 0;
     }
 }
 
-/* sums of x over runs of len (a multiple of 32) elements: 16 lanes, hsum16 */
-static void xsums(float *xs, const float *x, int K, int len) {
-    for (int s = 0; s < K / len; s++) {
-        const float *p = x + (size_t)s * len;
-        __m512 v = _mm512_loadu_ps(p);
-        for (int j = 16; j < len; j += 16) v = _mm512_add_ps(v, _mm512_loadu_ps(p + j));
-        xs[s] = hsum16(v);
+/* out[r * GMT + i] = y of x row m0 + i and W row rows[r] (no bias), for a
+ * tile of mt x rows and nr W rows */
+AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows, int nr, float *out) {
+    __m512 acc[GNR][GMT];
+    UNR for (int r = 0; r < nr; r++) UNR for (int i = 0; i < mt; i++) acc[r][i] = _mm512_setzero_ps();
+    const int K = w->K, has_off = fmt_off(fmt) < 0 ? w->off != 0 : fmt_off(fmt) != 0;
+    quant_xrow xr[GMT];
+    UNR for (int i = 0; i < mt; i++) xr[i] = quant_xrow_at(act, K, m0 + i);
+    const __m512i idx[4] = {
+        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+        _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
+        _mm512_set_epi32(11, 11, 11, 11, 10, 10, 10, 10, 9, 9, 9, 9, 8, 8, 8, 8),
+        _mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12)};
+    for (int sp = 0; sp < w->nsp; sp++) {
+        const int left = K - sp * QSPAN, nb32 = left >= QSPAN ? 8 : left / 32, nch = (nb32 + 1) / 2;
+        __m512 a[GNR], c[GNR], ad[GNR];
+        UNR for (int r = 0; r < nr; r++) {
+            /* the same span GPF tiles ahead: the hardware prefetcher follows
+             * nr interleaved row streams poorly (measured: M = 1 from memory
+             * slower than the f32 kernel without this) */
+            const uint8_t *pf = rows[r].row + (size_t)sp * w->span_bytes + w->pf;
+            for (size_t o = 0; o < w->span_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+            c[r] = _mm512_setzero_ps();
+            span_head(w, fmt, &rows[r], sp, nb32, &a[r], &c[r]);
+            /* a_s * dx per unit: the same f32 products as a lane's a * dx */
+            if (mt == 1) ad[r] = _mm512_mul_ps(a[r], _mm512_loadu_ps(xr[0].dxu + (size_t)sp * 16));
+        }
+        for (int j = 0; j < nch; j++) {
+            __m512i u[GNR];
+            __m512 al[GNR];
+            const size_t e = (size_t)sp * QSPAN + 64 * (size_t)j;
+            if (mt == 1) {
+                /* one x row: a_s * dx taken from the span's products ad */
+                const __m512i xv = _mm512_loadu_si512((const void *)(xr[0].q + e));
+                const __m512i cv = has_off ? _mm512_loadu_si512((const void *)(xr[0].cor + e / 4)) : _mm512_setzero_si512();
+                UNR for (int r = 0; r < nr; r++) {
+                    const __m512i il = _mm512_dpbusd_epi32(cv, chunk(w, fmt, &rows[r], sp, j, nb32), xv);
+                    acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_permutexvar_ps(idx[j], ad[r]), acc[r][0]);
+                }
+                continue;
+            }
+            UNR for (int r = 0; r < nr; r++) {
+                u[r] = chunk(w, fmt, &rows[r], sp, j, nb32);
+                al[r] = _mm512_permutexvar_ps(idx[j], a[r]);
+            }
+            UNR for (int i = 0; i < mt; i++) {
+                const __m512i xv = _mm512_loadu_si512((const void *)(xr[i].q + e));
+                const __m512 dxv = _mm512_loadu_ps(xr[i].dxl + e / 4);
+                const __m512i cv = has_off ? _mm512_loadu_si512((const void *)(xr[i].cor + e / 4)) : _mm512_setzero_si512();
+                UNR for (int r = 0; r < nr; r++) {
+                    const __m512i il = _mm512_dpbusd_epi32(cv, u[r], xv);
+                    acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_mul_ps(al[r], dxv), acc[r][i]);
+                }
+            }
+        }
+        if (w->hasmin) {
+            UNR for (int i = 0; i < mt; i++) {
+                const __m512 ds = _mm512_loadu_ps(xr[i].dsx + (size_t)sp * 16);
+                UNR for (int r = 0; r < nr; r++) acc[r][i] = _mm512_fmadd_ps(c[r], ds, acc[r][i]);
+            }
+        }
     }
+    UNR for (int r = 0; r < nr; r++) UNR for (int i = 0; i < mt; i++) out[r * GMT + i] = hsum16(acc[r][i]);
 }
 
-void avx512_quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
-                              int64_t n0, int64_t n1) {
-    qargs a = {.W = W, .K = K, .rb = quant_row_bytes(W->dtype, W->q.bits, K), .nsub = 0};
-    if (W->dtype != DT_MLX && W->dtype != DT_Q8_0) {
-        gguf_rows(y, ldy, x, M, K, W, bias, n0, n1);
-        return;
+typedef void (*tile_fn)(const wctx *w, const void *act, int m0, int mt, wrow *rows, float *out);
+
+#define TILES(f, F)                                                                                       \
+    static void f(const wctx *w, const void *act, int m0, int mt, wrow *rows, float *out) {               \
+        switch (mt) {                                                                                     \
+        case 4: tile(w, F, act, m0, 4, rows, 4, out); break;                                              \
+        case 2: tile(w, F, act, m0, 2, rows, 4, out); break;                                              \
+        default: tile(w, F, act, m0, 1, rows, 4, out); break;                                             \
+        }                                                                                                 \
     }
-    qkern kern = W->dtype == DT_Q8_0 ? k_q8_0_p : W->q.bits == 4 ? k_mlx4_p : k_mlx8_p;
-    const int sub = W->dtype == DT_Q8_0 ? 0 : W->q.group;
-    float *xs = NULL;
-    if (sub) {
-        a.nsub = K / sub;
-        xs = ops_scratch((size_t)M * (size_t)a.nsub * sizeof(float) + 64);
-        for (int m = 0; m < M; m++) xsums(xs + (size_t)m * a.nsub, x + (size_t)m * K, K, sub);
+TILES(t_gen, F_GEN)
+TILES(t_q8_0, F_Q8_0)
+TILES(t_q4_0, F_Q4_0)
+TILES(t_q5_0, F_Q5_0)
+TILES(t_q4_k, F_Q4_K)
+TILES(t_q5_k, F_Q5_K)
+TILES(t_q6_k, F_Q6_K)
+TILES(t_mlx, F_MLX)
+
+/* x rows per block of the prefill loop: their activations (about 3 bytes
+ * per element) stay in L2 while a chunk of W rows passes over them */
+#define XBLK 64
+
+void avx512_quant_matmul(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
+                         int64_t n0, int64_t n1, int generic) {
+    wctx w = {.W = W, .K = K, .nsp = quant_kp(K) / QSPAN, .off = quant_offset(W), .hasmin = quant_has_min(W),
+              .rb = quant_row_bytes(W->dtype, W->q.bits, K)};
+    w.span_bytes = W->dtype == DT_MLX ? (size_t)QSPAN * (size_t)W->q.bits / 8
+                                      : (size_t)QSPAN / (size_t)quant_block_elems(W->dtype) * quant_block_bytes(W->dtype);
+    w.pf = GPF * GNR * w.rb;
+    tile_fn tf = t_gen;
+    if (!generic) {
+        switch (W->dtype) {
+        case DT_Q8_0: tf = t_q8_0; break;
+        case DT_Q4_0: tf = t_q4_0; break;
+        case DT_Q5_0: tf = t_q5_0; break;
+        case DT_Q4_K: tf = t_q4_k; break;
+        case DT_Q5_K: tf = t_q5_k; break;
+        case DT_Q6_K: tf = t_q6_k; break;
+        case DT_MLX: tf = t_mlx; break;
+        default: break;
+        }
     }
-    float out[QMT];
-    for (int64_t nt = n0; nt < n1; nt += QNT) {
-        const int64_t ne = nt + QNT < n1 ? nt + QNT : n1;
-        for (int m0 = 0; m0 < M;) {
-            const int r = M - m0, mt = r >= 8 ? 8 : r >= 4 ? 4 : r >= 2 ? 2 : 1;
-            const float *xm = x + (size_t)m0 * K, *xsm = xs ? xs + (size_t)m0 * a.nsub : NULL;
-            for (int64_t n = nt; n < ne; n++) {
-                kern(&a, n, xm, xsm, mt, out);
-                for (int i = 0; i < mt; i++) y[(size_t)(m0 + i) * ldy + n] = bias ? out[i] + bias[n] : out[i];
+    if (tf == t_mlx) {
+        const int bits = W->q.bits, g = W->q.group;
+        w.bits = bits;
+        w.group = g;
+        uint8_t pi[64], sc[64];
+        for (int q = 0; q < 8; q++)
+            for (int e = 0; e < 8; e++) {
+                pi[8 * q + e] = (uint8_t)(q * bits + e); /* qword q: the bytes of elements 8q.. */
+                sc[8 * q + e] = (uint8_t)(e * bits);     /* element 8q + e at bit e * bits of it */
             }
-            m0 += mt;
+        w.pidx = _mm512_loadu_si512((const void *)pi);
+        w.sctrl = _mm512_loadu_si512((const void *)sc);
+        w.emask = _mm512_set1_epi8((char)((1 << bits) - 1));
+        int gi[16];
+        for (int s = 0; s < 16; s++) gi[s] = s * 16 / g;
+        w.gidx = _mm512_loadu_si512((const void *)gi);
+    }
+    const uint8_t *base = (const uint8_t *)W->data;
+    float out[GNR * GMT];
+    uint8_t ubuf[GNR][QSPAN] __attribute__((aligned(64)));
+    for (int xb = 0; xb < M; xb += XBLK) {
+        const int xe = xb + XBLK < M ? xb + XBLK : M;
+        for (int64_t n = n0; n < n1; n += GNR) {
+            /* past [n0, n1) a tile repeats its last row; those results are dropped */
+            wrow rows[GNR];
+            for (int r = 0; r < GNR; r++) {
+                rows[r].n = n + r < n1 ? n + r : n1 - 1;
+                rows[r].row = base + (size_t)rows[r].n * w.rb;
+                rows[r].u = ubuf[r];
+            }
+            for (int m0 = xb; m0 < xe;) {
+                const int rm = xe - m0, mt = rm >= 4 ? 4 : rm >= 2 ? 2 : 1;
+                tf(&w, act, m0, mt, rows, out);
+                for (int r = 0; r < GNR && n + r < n1; r++)
+                    for (int i = 0; i < mt; i++)
+                        y[(size_t)(m0 + i) * ldy + n + r] = bias ? out[r * GMT + i] + bias[n + r] : out[r * GMT + i];
+                m0 += mt;
+            }
         }
     }
 }

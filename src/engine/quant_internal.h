@@ -1,6 +1,7 @@
-/* quant_internal: what quant.c (geometry, exact dequantization, scalar
- * matmul, dispatch) and the SIMD quant kernels (quant_avx2.c) share. Not
- * part of the public API; tests include it to reach the kernels directly. */
+/* quant_internal: what quant.c (geometry, exact dequantization, the
+ * activation quantizer, the scalar matmul, dispatch) and the SIMD quant
+ * kernels (quant_avx2.c, quant_avx512.c) share. Not part of the public API;
+ * tests include it to reach the kernels directly. */
 #ifndef DS_QUANT_INTERNAL_H
 #define DS_QUANT_INTERNAL_H
 
@@ -38,20 +39,91 @@ static inline float quant_f16(const uint8_t *p) {
     return ds_f16_to_f32(h);
 }
 
+/* ------------------------------------------------ quantized activations
+ *
+ * The activation buffer of quant_act_fill, per x row m (row stride
+ * quant_act_stride(K) bytes; Kp = K rounded up to a multiple of QSPAN, the
+ * padding zero in every array so kernels may read whole spans):
+ *   q    int8 [Kp]     the quantized row (quant.h's rule)
+ *   cor  int32[Kp/4]   -off * (sum of q over elements 4i..4i+3), off the
+ *                      weight format's offset (quant_offset)
+ *   dxl  f32  [Kp/4]   d of the element 4i's x block (per 4-element lane)
+ *   dsx  f32  [Kp/16]  d * (float)(sum of q over elements 16u..16u+15)
+ *   dxu  f32  [Kp/16]  d of unit u's x block
+ *   xs   int32[Kp/16]  sum of q over elements 16u..16u+15
+ *   d    f32  [Kp/32]  the x block's scale
+ * A "unit" is 16 elements: every format's weight scale and min are
+ * constant over a unit, and an x block holds two. */
+#define QSPAN 256 /* elements per span: a K-quant super-block, 16 units */
+typedef struct {
+    int8_t *q;
+    int32_t *cor;
+    float *dxl, *dsx, *dxu;
+    int32_t *xs;
+    float *d;
+} quant_xrow;
+
+static inline int quant_kp(int K) { return (K + QSPAN - 1) / QSPAN * QSPAN; }
+static inline size_t quant_act_stride(int K) {
+    const size_t kp = (size_t)quant_kp(K);
+    return kp + kp + kp + kp / 4 + kp / 4 + kp / 4 + kp / 8;
+}
+static inline quant_xrow quant_xrow_at(const void *act, int K, int m) {
+    const size_t kp = (size_t)quant_kp(K);
+    uint8_t *p = (uint8_t *)act + (size_t)m * quant_act_stride(K);
+    quant_xrow r = {.q = (int8_t *)p,
+                    .cor = (int32_t *)(p + kp),
+                    .dxl = (float *)(p + 2 * kp),
+                    .dsx = (float *)(p + 3 * kp),
+                    .xs = (int32_t *)(p + 3 * kp + kp / 4),
+                    .dxu = (float *)(p + 3 * kp + kp / 2),
+                    .d = (float *)(p + 3 * kp + 3 * kp / 4)};
+    return r;
+}
+
+/* The offset of W's format: the weight integer is q = u - off with u the
+ * unsigned element a kernel unpacks (Q8_0 128, Q4_0 8, Q5_0 16, Q3_K 4,
+ * Q6_K 32, others 0). */
+int quant_offset(const tensor *W);
+
+/* One x block of 32 quantized (the rule of quant.h): q[32], returns d.
+ * The scalar reference every level's quantizer equals bit for bit. */
+float quant_x_block(const float *x, int8_t *q);
+/* Row m's q and d (K/32 blocks) filled, then its other arrays derived from
+ * them; the SIMD levels quantize with their own code (bit-equal) and share
+ * the derivation. */
+void quant_x_derive(quant_xrow r, int K, int off);
+#ifdef DS_HAVE_AVX2_PATH
+void avx2_quant_x(const float *x, int K, int8_t *q, float *d);
+void avx512_quant_x(const float *x, int K, int8_t *q, float *d);
+#endif
+
+/* One span of a weight row unpacked for the int8 dot: u[k] the unsigned
+ * element k of the span (q = u - off), a[s] / c[s] the f32 scale and min of
+ * unit s (w = a * q + c exactly: quant.h lists them per format). Units past
+ * the row's end (K not a multiple of QSPAN) get u = 0, a = c = 0. The
+ * generic path of every level; the AVX-512 kernels unpack the main formats
+ * themselves into the same values. */
+void quant_unpack_span(const tensor *W, int64_t n, int span, uint8_t u[QSPAN], float a[16], float c[16]);
+/* W's format has a min / bias term (c not all zero by construction) */
+int quant_has_min(const tensor *W);
+
 /* The scalar kernel (level 0) alone, whatever ops_level says. */
-void quant_matmul_scalar(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
+void quant_matmul_scalar(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
                          int64_t n0, int64_t n1);
 
 #ifdef DS_HAVE_AVX2_PATH
-/* quant_matmul_rows at level 1 (AVX2+FMA+F16C); quant_avx2.c states its
- * numerics. Also run at level 2 for the formats quant_avx512.c lacks. */
-void avx2_quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
-                            int64_t n0, int64_t n1);
-/* quant_matmul_rows at level 2 (AVX-512) for the formats where
- * avx512_quant_has(W) (Q4_0, Q8_0, Q4_K, Q6_K, MLX 4/8-bit) */
-int avx512_quant_has(const tensor *W);
-void avx512_quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
-                              int64_t n0, int64_t n1);
+/* quant_matmul_act at level 1 (AVX2+FMA+F16C); quant_avx2.c states its
+ * numerics. Also run at level 2 where the machine lacks AVX-512 VNNI. */
+void avx2_quant_matmul(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
+                       int64_t n0, int64_t n1);
+/* quant_matmul_act at level 2 (AVX-512 VNNI + VBMI), every format: the
+ * main ones with their own unpacking, the others through
+ * quant_unpack_span (generic != 0 forces that for all, for tests: the
+ * results are bit-equal). avx512_quant_ok: the machine has VNNI and VBMI. */
+int avx512_quant_ok(void);
+void avx512_quant_matmul(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
+                         int64_t n0, int64_t n1, int generic);
 #endif
 
 #endif

@@ -24,13 +24,15 @@ extern "C" {
    not link: quant_row_f32 needs none of it */
 int ops_level(void) { return 0; }
 void *ops_scratch(size_t) { emu::fail("ops_scratch called"); }
-void avx2_quant_matmul_rows(float *, int, const float *, int, int, const tensor *, const float *, int64_t, int64_t) {
-    emu::fail("avx2_quant_matmul_rows called");
+void avx2_quant_matmul(float *, int, const void *, int, int, const tensor *, const float *, int64_t, int64_t) {
+    emu::fail("avx2_quant_matmul called");
 }
-int avx512_quant_has(const tensor *) { return 0; }
-void avx512_quant_matmul_rows(float *, int, const float *, int, int, const tensor *, const float *, int64_t, int64_t) {
-    emu::fail("avx512_quant_matmul_rows called");
+int avx512_quant_ok(void) { return 0; }
+void avx512_quant_matmul(float *, int, const void *, int, int, const tensor *, const float *, int64_t, int64_t, int) {
+    emu::fail("avx512_quant_matmul called");
 }
+void avx2_quant_x(const float *, int, int8_t *, float *) { emu::fail("avx2_quant_x called"); }
+void avx512_quant_x(const float *, int, int8_t *, float *) { emu::fail("avx512_quant_x called"); }
 }
 
 #include "check.h"
