@@ -24,4 +24,4 @@ OBJS=$(find $dir/src -name "*.o" ! -name main.o)
 mkdir -p "$(dirname "${2:-build/$name}")"
 # shellcheck disable=SC2086
 cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc -Itests ${defs:-} ${TOOL_CFLAGS:-} -o "${2:-build/$name}" "bench/$name.c" $OBJS ${bench_obj:-} \
-    -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lm $extra ${TOOL_LIBS:-}
+    -lcjson -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lcurl -lcrypto -lm $extra ${TOOL_LIBS:-}
