@@ -63,15 +63,15 @@ AI float hsum16(__m512 a) {
 /* quant_x_block's rule, 32 elements at a time: the max of |x| is exact,
  * the division is IEEE (vdivps, not a reciprocal), vrndscaleps rounds half
  * to even like nearbyintf, so q and d equal the scalar ones bit for bit */
-void avx512_quant_x(const float *x, int K, int8_t *q, float *d) {
-    const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
+void avx512_quant_x(const float *x, int K, int16_t *q, float *d) {
+    const __m512 lim = _mm512_set1_ps((float)QX_MAX), nlim = _mm512_set1_ps(-(float)QX_MAX);
     for (int b = 0; b < K / 32; b++) {
         const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        const float dd = amax / 127.0f;
+        const float dd = amax / (float)QX_MAX;
         d[b] = dd;
         if (dd == 0.0f) {
-            memset(q + 32 * b, 0, 32);
+            memset(q + 32 * b, 0, 32 * sizeof *q);
             continue;
         }
         const __m512 dv = _mm512_set1_ps(dd);
@@ -79,8 +79,8 @@ void avx512_quant_x(const float *x, int K, int8_t *q, float *d) {
         __m512 r1 = _mm512_roundscale_ps(_mm512_div_ps(v1, dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         r0 = _mm512_max_ps(_mm512_min_ps(r0, lim), nlim);
         r1 = _mm512_max_ps(_mm512_min_ps(r1, lim), nlim);
-        _mm_storeu_si128((__m128i *)(q + 32 * b), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r0)));
-        _mm_storeu_si128((__m128i *)(q + 32 * b + 16), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r1)));
+        _mm256_storeu_si256((__m256i *)(q + 32 * b), _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(r0)));
+        _mm256_storeu_si256((__m256i *)(q + 32 * b + 16), _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(r1)));
     }
 }
 
@@ -294,6 +294,15 @@ AI int fmt_off(int fmt) {
     }
 }
 
+/* Lane i: cor_i + sum over elements 4i..4i+3 of u * q, exact in int32:
+ * 256 * dot(u, hi) (|.| <= 4 * 255 * 128 * 256 < 2^26) plus cor and
+ * dot(u, lo), whose total is the lane's dot of (u - off) with q (under
+ * 2^25 in magnitude, quant_internal.h) */
+AI __m512i dot16(__m512i cor, __m512i u, __m512i xh, __m512i xl) {
+    const __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xh);
+    return _mm512_dpbusd_epi32(_mm512_add_epi32(cor, _mm512_slli_epi32(h, 8)), u, xl);
+}
+
 /* out[r * GMT + i] = y of x row m0 + i and W row rows[r] (no bias), for a
  * tile of mt x rows and nr W rows */
 AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows, int nr, float *out) {
@@ -327,10 +336,11 @@ AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows
             const size_t e = (size_t)sp * QSPAN + 64 * (size_t)j;
             if (mt == 1) {
                 /* one x row: a_s * dx taken from the span's products ad */
-                const __m512i xv = _mm512_loadu_si512((const void *)(xr[0].q + e));
+                const __m512i xh = _mm512_loadu_si512((const void *)(xr[0].hi + e));
+                const __m512i xl = _mm512_loadu_si512((const void *)(xr[0].lo + e));
                 const __m512i cv = has_off ? _mm512_loadu_si512((const void *)(xr[0].cor + e / 4)) : _mm512_setzero_si512();
                 UNR for (int r = 0; r < nr; r++) {
-                    const __m512i il = _mm512_dpbusd_epi32(cv, chunk(w, fmt, &rows[r], sp, j, nb32), xv);
+                    const __m512i il = dot16(cv, chunk(w, fmt, &rows[r], sp, j, nb32), xh, xl);
                     acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_permutexvar_ps(idx[j], ad[r]), acc[r][0]);
                 }
                 continue;
@@ -340,11 +350,12 @@ AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows
                 al[r] = _mm512_permutexvar_ps(idx[j], a[r]);
             }
             UNR for (int i = 0; i < mt; i++) {
-                const __m512i xv = _mm512_loadu_si512((const void *)(xr[i].q + e));
+                const __m512i xh = _mm512_loadu_si512((const void *)(xr[i].hi + e));
+                const __m512i xl = _mm512_loadu_si512((const void *)(xr[i].lo + e));
                 const __m512 dxv = _mm512_loadu_ps(xr[i].dxl + e / 4);
                 const __m512i cv = has_off ? _mm512_loadu_si512((const void *)(xr[i].cor + e / 4)) : _mm512_setzero_si512();
                 UNR for (int r = 0; r < nr; r++) {
-                    const __m512i il = _mm512_dpbusd_epi32(cv, u[r], xv);
+                    const __m512i il = dot16(cv, u[r], xh, xl);
                     acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_mul_ps(al[r], dxv), acc[r][i]);
                 }
             }
