@@ -364,8 +364,8 @@ TEST(quant_act_quantizer) {
     /* subnormal amax below 32639 ulps: d rounds to 0, so q = 0 */
     x[0] = ldexpf(1000.0f, -149), x[1] = x[2] = 0.0f;
     CHECK(quant_x_block(x, q) == 0.0f && q[0] == 0);
-    /* the hi / lo planes: q = 256 hi + lo exactly, both int8, for every q
-     * of the rule's range (one block per 32 values) */
+    /* every q of the rule's range, exact (one block per 31 values), with
+     * level 2's reordered plane qp and the offset lanes cor */
     {
         const int K1 = 2112 * 32; /* 31 values per block cover [-32639, 32639] */
         float *xs = xmalloc((size_t)K1 * sizeof(float));
@@ -385,12 +385,14 @@ TEST(quant_act_quantizer) {
             const quant_xrow r = quant_xrow_at(ac, K1, 0);
             for (int k = 0; k < K1; k++) {
                 const int want_q = (int)xs[k];
-                const int okk = r.q[k] == want_q && r.hi[k] * 256 + r.lo[k] == want_q &&
-                                r.hi[k] == (want_q + 128 - ((want_q + 128) % 256 + 256) % 256) / 256 &&
-                                r.cor[k / 4] == -128 * (r.q[k & ~3] + r.q[(k & ~3) + 1] + r.q[(k & ~3) + 2] + r.q[(k & ~3) + 3]);
+                /* element 4i + j of a 64-element chunk: word 2i + j (j < 2)
+                 * or 32 + 2i + j - 2 of qp */
+                const int e = k & 63, p = (k & ~63) + ((e & 2) ? 32 : 0) + e / 4 * 2 + (e & 1);
+                const int e4 = k & ~3;
+                const int okk = r.q[k] == want_q && r.qp[p] == want_q && r.d[k / 32] == 1.0f &&
+                                r.cor[k / 4] == -128 * (r.q[e4] + r.q[e4 + 1] + r.q[e4 + 2] + r.q[e4 + 3]);
                 if (!okk && bad++ < 3)
-                    test_fail(__FILE__, __LINE__, "level %d elt %d: x %g q %d hi %d lo %d", lvl, k, xs[k], r.q[k], r.hi[k],
-                              r.lo[k]);
+                    test_fail(__FILE__, __LINE__, "level %d elt %d: x %g q %d qp %d", lvl, k, xs[k], r.q[k], r.qp[p]);
             }
         }
         ops_set_level(prev);

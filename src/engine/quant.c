@@ -337,13 +337,13 @@ void quant_x_derive(quant_xrow r, int K, int off) {
     const int kp = quant_kp(K);
     memset(r.q + K, 0, (size_t)(kp - K) * sizeof *r.q);
     for (int b = K / 32; b < kp / 32; b++) r.d[b] = 0.0f;
-    for (int k = 0; k < kp; k++) {
-        /* hi = floor((q + 128) / 256) (the shift of a negative int is
-         * implementation-defined in C, so the division is spelled out) */
-        const int v = r.q[k] + 128, h = v >= 0 ? v / 256 : -((255 - v) / 256);
-        r.hi[k] = (int8_t)h;
-        r.lo[k] = (int8_t)(r.q[k] - 256 * h);
-    }
+    for (int c = 0; c < kp; c += 64)
+        for (int i = 0; i < 16; i++) {
+            r.qp[c + 2 * i] = r.q[c + 4 * i];
+            r.qp[c + 2 * i + 1] = r.q[c + 4 * i + 1];
+            r.qp[c + 32 + 2 * i] = r.q[c + 4 * i + 2];
+            r.qp[c + 33 + 2 * i] = r.q[c + 4 * i + 3];
+        }
     for (int i = 0; i < kp / 4; i++) {
         const int16_t *q = r.q + 4 * i;
         r.cor[i] = -off * ((int32_t)q[0] + q[1] + q[2] + q[3]);

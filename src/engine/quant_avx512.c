@@ -6,10 +6,14 @@
  * Arithmetic (quant.h, level 2): a weight row is read in spans of 256
  * elements (a K-quant super-block, eight 32-element blocks, or 256 MLX
  * elements), each span as up to four chunks of 64 elements. A chunk's
- * unsigned elements u (64 bytes) meet the x row's 64 int8 values in one
- * vpdpbusd whose accumulator starts at the x row's cor lanes (-off times
- * the lane's 4-element sum of q_x), so lane i is the exact integer dot of
- * elements 4i..4i+3 of (u - off) with q_x. Then
+ * unsigned elements u (64 bytes), widened to int16 in the order of the x
+ * row's qp plane, meet its 64 16-bit values in two vpdpwssd whose
+ * accumulator starts at the x row's cor lanes (-off times the lane's
+ * 4-element sum of q_x), so lane i is the exact integer dot of elements
+ * 4i..4i+3 of (u - off) with q_x (widen and dotw below; the other exact
+ * route, q as two int8 planes 256 hi + lo through two vpdpbusd and a
+ * shift and add, measured up to 18% slower at M = 16 and 512, none
+ * faster). Then
  *   acc = fma(float(lane), a_s * dx, acc)     (a_s * dx: one f32 product)
  * and after a span's chunks, for formats with a min term,
  *   acc = fma(c_s, dx * xsum_s, acc)          (unit s of the span, lane s);
@@ -21,8 +25,9 @@
  * the same bits (tests/test_quant.c checks it).
  *
  * Cost at M = 1 (Q4_0): per 64 weights two 16-byte loads, a shift, a mask,
- * the dot, a convert, a product and an FMA, about 9 vector instructions
- * for 36 bytes, where widening the weights to f32 took 3-5 per 16. */
+ * two byte permutes, two dots, a convert, a product and an FMA, about 12
+ * vector instructions for 36 bytes, where widening the weights to f32 took
+ * 3-5 per 16; each x row of a tile adds two loads and two dots. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__F16C__)
 
 #pragma GCC target("avx512vnni,avx512vbmi")
@@ -298,11 +303,26 @@ AI int fmt_off(int fmt) {
  * 256 * dot(u, hi) (|.| <= 4 * 255 * 128 * 256 < 2^26) plus cor and
  * dot(u, lo), whose total is the lane's dot of (u - off) with q (under
  * 2^25 in magnitude, quant_internal.h) */
-AI __m512i dot16(__m512i cor, __m512i u, __m512i xh, __m512i xl) {
-    const __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xh);
-    return _mm512_dpbusd_epi32(_mm512_add_epi32(cor, _mm512_slli_epi32(h, 8)), u, xl);
+/* The 64 unsigned elements u of a chunk widened to int16 by two
+ * zero-masked byte permutes, into the order of the x row's qp plane
+ * (quant_internal.h): word p of w0 is element 4(p/2) + p%2, of w1 element
+ * 4(p/2) + 2 + p%2 */
+static const uint8_t wperm[2][64] __attribute__((aligned(64))) = {
+#define P0(p) (uint8_t)(((p) & 1) ? 0 : 4 * ((p) / 4) + ((p) / 2 & 1))
+#define P1(p) (uint8_t)(((p) & 1) ? 0 : 4 * ((p) / 4) + 2 + ((p) / 2 & 1))
+#define R8(P, b) P(b), P(b + 1), P(b + 2), P(b + 3), P(b + 4), P(b + 5), P(b + 6), P(b + 7)
+    {R8(P0, 0), R8(P0, 8), R8(P0, 16), R8(P0, 24), R8(P0, 32), R8(P0, 40), R8(P0, 48), R8(P0, 56)},
+    {R8(P1, 0), R8(P1, 8), R8(P1, 16), R8(P1, 24), R8(P1, 32), R8(P1, 40), R8(P1, 48), R8(P1, 56)}};
+AI void widen(__m512i u, __m512i *w0, __m512i *w1) {
+    *w0 = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, _mm512_load_si512((const void *)wperm[0]), u);
+    *w1 = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, _mm512_load_si512((const void *)wperm[1]), u);
 }
-
+/* lane i = cor_i + sum over elements 4i..4i+3 of u * q, exact: vpdpwssd
+ * does not saturate, and every partial sum stays under 2^26 in magnitude
+ * (cor and the products, quant_internal.h's bounds) */
+AI __m512i dotw(__m512i cor, __m512i w0, __m512i w1, __m512i x0, __m512i x1) {
+    return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(cor, w0, x0), w1, x1);
+}
 /* out[r * GMT + i] = y of x row m0 + i and W row rows[r] (no bias), for a
  * tile of mt x rows and nr W rows */
 AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows, int nr, float *out) {
@@ -336,26 +356,31 @@ AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows
             const size_t e = (size_t)sp * QSPAN + 64 * (size_t)j;
             if (mt == 1) {
                 /* one x row: a_s * dx taken from the span's products ad */
-                const __m512i xh = _mm512_loadu_si512((const void *)(xr[0].hi + e));
-                const __m512i xl = _mm512_loadu_si512((const void *)(xr[0].lo + e));
+                const __m512i x0 = _mm512_loadu_si512((const void *)(xr[0].qp + e));
+                const __m512i x1 = _mm512_loadu_si512((const void *)(xr[0].qp + e + 32));
                 const __m512i cv = has_off ? _mm512_loadu_si512((const void *)(xr[0].cor + e / 4)) : _mm512_setzero_si512();
                 UNR for (int r = 0; r < nr; r++) {
-                    const __m512i il = dot16(cv, chunk(w, fmt, &rows[r], sp, j, nb32), xh, xl);
+                    __m512i w0, w1;
+                    widen(chunk(w, fmt, &rows[r], sp, j, nb32), &w0, &w1);
+                    const __m512i il = dotw(cv, w0, w1, x0, x1);
                     acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_permutexvar_ps(idx[j], ad[r]), acc[r][0]);
                 }
                 continue;
             }
+            __m512i u1[GNR];
+#endif
             UNR for (int r = 0; r < nr; r++) {
                 u[r] = chunk(w, fmt, &rows[r], sp, j, nb32);
+                widen(u[r], &u[r], &u1[r]);
                 al[r] = _mm512_permutexvar_ps(idx[j], a[r]);
             }
             UNR for (int i = 0; i < mt; i++) {
-                const __m512i xh = _mm512_loadu_si512((const void *)(xr[i].hi + e));
-                const __m512i xl = _mm512_loadu_si512((const void *)(xr[i].lo + e));
+                const __m512i x0 = _mm512_loadu_si512((const void *)(xr[i].qp + e));
+                const __m512i x1 = _mm512_loadu_si512((const void *)(xr[i].qp + e + 32));
                 const __m512 dxv = _mm512_loadu_ps(xr[i].dxl + e / 4);
                 const __m512i cv = has_off ? _mm512_loadu_si512((const void *)(xr[i].cor + e / 4)) : _mm512_setzero_si512();
                 UNR for (int r = 0; r < nr; r++) {
-                    const __m512i il = dot16(cv, u[r], xh, xl);
+                    const __m512i il = dotw(cv, u[r], u1[r], x0, x1);
                     acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_mul_ps(al[r], dxv), acc[r][i]);
                 }
             }
@@ -389,8 +414,9 @@ TILES(t_q5_k, F_Q5_K)
 TILES(t_q6_k, F_Q6_K)
 TILES(t_mlx, F_MLX)
 
-/* x rows per block of the prefill loop: their activations (about 3 bytes
- * per element) stay in L2 while a chunk of W rows passes over them */
+/* x rows per block of the prefill loop: the activations the tiles read
+ * (qp, cor, dxl: about 4 bytes per element) stay in L2 while a chunk
+ * of W rows passes over them */
 #define XBLK 64
 
 void avx512_quant_matmul(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
@@ -455,4 +481,3 @@ void avx512_quant_matmul(float *y, int ldy, const void *act, int M, int K, const
     }
 }
 
-#endif
