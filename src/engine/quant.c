@@ -337,6 +337,8 @@ void quant_x_derive(quant_xrow r, int K, int off) {
     const int kp = quant_kp(K);
     memset(r.q + K, 0, (size_t)(kp - K) * sizeof *r.q);
     for (int b = K / 32; b < kp / 32; b++) r.d[b] = 0.0f;
+    /* qp: per 64 elements, 4i, 4i+1 to words 2i, 2i+1 and 4i+2, 4i+3 to
+     * words 32 + 2i, 33 + 2i (quant_internal.h) */
     for (int c = 0; c < kp; c += 64)
         for (int i = 0; i < 16; i++) {
             r.qp[c + 2 * i] = r.q[c + 4 * i];

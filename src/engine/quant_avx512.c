@@ -299,10 +299,6 @@ AI int fmt_off(int fmt) {
     }
 }
 
-/* Lane i: cor_i + sum over elements 4i..4i+3 of u * q, exact in int32:
- * 256 * dot(u, hi) (|.| <= 4 * 255 * 128 * 256 < 2^26) plus cor and
- * dot(u, lo), whose total is the lane's dot of (u - off) with q (under
- * 2^25 in magnitude, quant_internal.h) */
 /* The 64 unsigned elements u of a chunk widened to int16 by two
  * zero-masked byte permutes, into the order of the x row's qp plane
  * (quant_internal.h): word p of w0 is element 4(p/2) + p%2, of w1 element
@@ -313,6 +309,9 @@ static const uint8_t wperm[2][64] __attribute__((aligned(64))) = {
 #define R8(P, b) P(b), P(b + 1), P(b + 2), P(b + 3), P(b + 4), P(b + 5), P(b + 6), P(b + 7)
     {R8(P0, 0), R8(P0, 8), R8(P0, 16), R8(P0, 24), R8(P0, 32), R8(P0, 40), R8(P0, 48), R8(P0, 56)},
     {R8(P1, 0), R8(P1, 8), R8(P1, 16), R8(P1, 24), R8(P1, 32), R8(P1, 40), R8(P1, 48), R8(P1, 56)}};
+#undef P0
+#undef P1
+#undef R8
 AI void widen(__m512i u, __m512i *w0, __m512i *w1) {
     *w0 = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, _mm512_load_si512((const void *)wperm[0]), u);
     *w1 = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, _mm512_load_si512((const void *)wperm[1]), u);
@@ -323,6 +322,7 @@ AI void widen(__m512i u, __m512i *w0, __m512i *w1) {
 AI __m512i dotw(__m512i cor, __m512i w0, __m512i w1, __m512i x0, __m512i x1) {
     return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(cor, w0, x0), w1, x1);
 }
+
 /* out[r * GMT + i] = y of x row m0 + i and W row rows[r] (no bias), for a
  * tile of mt x rows and nr W rows */
 AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows, int nr, float *out) {
@@ -367,8 +367,7 @@ AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows
                 }
                 continue;
             }
-            __m512i u1[GNR];
-#endif
+            __m512i u1[GNR]; /* u[r], u1[r]: row r's chunk widened (widen's w0, w1) */
             UNR for (int r = 0; r < nr; r++) {
                 u[r] = chunk(w, fmt, &rows[r], sp, j, nb32);
                 widen(u[r], &u[r], &u1[r]);
@@ -481,3 +480,4 @@ void avx512_quant_matmul(float *y, int ldy, const void *act, int M, int K, const
     }
 }
 
+#endif
