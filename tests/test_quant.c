@@ -222,7 +222,7 @@ static int k_for(const qfmt *f, int base) {
 /* x[m] quantized as the matmul sees it, dequantized in double: xd[k] =
  * d_b * q_k (exact); also d per element for the quantization bound */
 static void xq_ref(const float *x, int K, double *xd, double *db) {
-    int8_t q[32];
+    int16_t q[32];
     for (int b = 0; b < K / 32; b++) {
         float d = quant_x_block(x + 32 * b, q);
         for (int j = 0; j < 32; j++) {
@@ -333,10 +333,10 @@ TEST(quant_unpack_exact) {
  * rows. */
 TEST(quant_act_quantizer) {
     float x[32];
-    int8_t q[32];
-    /* amax 127 gives d = 1, so q = nearbyint(x): halves to even */
-    const float in[8] = {127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 3.49f};
-    const int want[8] = {127, 0, 2, 2, 0, -2, -2, 3};
+    int16_t q[32];
+    /* amax 32639 gives d = 1, so q = nearbyint(x): halves to even */
+    const float in[8] = {32639.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 3.49f};
+    const int want[8] = {32639, 0, 2, 2, 0, -2, -2, 3};
     for (int i = 0; i < 32; i++) x[i] = i < 8 ? in[i] : 0.0f;
     CHECK(quant_x_block(x, q) == 1.0f);
     for (int i = 0; i < 8; i++) CHECK_MSG(q[i] == want[i], "x %g: q %d, want %d", in[i], q[i], want[i]);
@@ -344,21 +344,62 @@ TEST(quant_act_quantizer) {
     for (int i = 0; i < 32; i++) x[i] = i & 1 ? -0.0f : 0.0f;
     CHECK(quant_x_block(x, q) == 0.0f);
     for (int i = 0; i < 32; i++) CHECK(q[i] == 0);
-    /* -254 and 1: d = 2, q(1) = nearbyint(0.5) = 0, q(3) = 2 (1.5 to even) */
+    /* -65278 and 1: d = 2, q(1) = nearbyint(0.5) = 0, q(3) = 2 (1.5 to
+     * even), q(5) = 2 (2.5 to even), q(-7) = -4 (-3.5 to even) */
     for (int i = 0; i < 32; i++) x[i] = 0.0f;
-    x[0] = -254.0f, x[1] = 1.0f, x[2] = 3.0f, x[3] = 5.0f;
+    x[0] = -65278.0f, x[1] = 1.0f, x[2] = 3.0f, x[3] = 5.0f, x[4] = -7.0f;
     CHECK(quant_x_block(x, q) == 2.0f);
-    CHECK(q[0] == -127 && q[1] == 0 && q[2] == 2 && q[3] == 2);
-    /* huge: d = FLT_MAX / 127 stays finite */
+    CHECK(q[0] == -32639 && q[1] == 0 && q[2] == 2 && q[3] == 2 && q[4] == -4);
+    /* huge: d = FLT_MAX-range / 32639 stays finite, q(x/2) a tie or near */
     x[0] = 3.0e38f, x[1] = -1.5e38f;
     float d = quant_x_block(x, q);
-    CHECK_MSG(d == 3.0e38f / 127.0f && q[0] == 127 && (q[1] == -63 || q[1] == -64), "huge: d %g q %d %d", d, q[0], q[1]);
-    /* subnormal d (a few ulps): |x / d| past 127 is clamped to 127 */
+    CHECK_MSG(d == 3.0e38f / 32639.0f && q[0] == 32639 && (q[1] == -16319 || q[1] == -16320), "huge: d %g q %d %d", d,
+              q[0], q[1]);
+    /* subnormal d (a few ulps): |x / d| past 32639 is clamped to 32639 */
     for (int i = 0; i < 32; i++) x[i] = 0.0f;
-    x[0] = ldexpf(190.0f, -149), x[1] = -x[0], x[2] = ldexpf(3.0f, -149); /* d = 1 ulp */
+    x[0] = ldexpf(48000.0f, -149), x[1] = -x[0], x[2] = ldexpf(3.0f, -149); /* d = 1 ulp */
     d = quant_x_block(x, q);
-    CHECK_MSG(d > 0.0f && x[0] / d > 127.5f && q[0] == 127 && q[1] == -127 && q[2] == (int)nearbyintf(x[2] / d),
+    CHECK_MSG(d > 0.0f && x[0] / d > 32639.5f && q[0] == 32639 && q[1] == -32639 && q[2] == (int)nearbyintf(x[2] / d),
               "subnormal: d %g x/d %g q %d %d %d", d, x[0] / d, q[0], q[1], q[2]);
+    /* subnormal amax below 32639 ulps: d rounds to 0, so q = 0 */
+    x[0] = ldexpf(1000.0f, -149), x[1] = x[2] = 0.0f;
+    CHECK(quant_x_block(x, q) == 0.0f && q[0] == 0);
+    /* every q of the rule's range, exact (one block per 31 values), with
+     * level 2's reordered plane qp and the offset lanes cor */
+    {
+        const int K1 = 2112 * 32; /* 31 values per block cover [-32639, 32639] */
+        float *xs = xmalloc((size_t)K1 * sizeof(float));
+        void *ac = xmalloc(quant_act_bytes(1, K1));
+        tensor t1 = {.dtype = DT_Q8_0, .ndim = 2, .shape = {1, K1}};
+        /* block b: first element +-32639 (d = 1), the others consecutive */
+        int v = -32639;
+        for (int b = 0; b < K1 / 32; b++) {
+            xs[32 * b] = b & 1 ? -32639.0f : 32639.0f;
+            for (int j = 1; j < 32; j++) xs[32 * b + j] = (float)(v <= 32639 ? v++ : 0);
+        }
+        CHECK(v == 32640);
+        int prev = ops_level(), bad = 0;
+        for (int lvl = 0; lvl <= ops_max_level(); lvl++) {
+            ops_set_level(lvl);
+            quant_act_fill(ac, xs, 1, K1, &t1);
+            const quant_xrow r = quant_xrow_at(ac, K1, 0);
+            for (int k = 0; k < K1; k++) {
+                const int want_q = (int)xs[k];
+                /* element 4i + j of a 64-element chunk: word 2i + j (j < 2)
+                 * or 32 + 2i + j - 2 of qp */
+                const int e = k & 63, p = (k & ~63) + ((e & 2) ? 32 : 0) + e / 4 * 2 + (e & 1);
+                const int e4 = k & ~3;
+                const int okk = r.q[k] == want_q && r.qp[p] == want_q && r.d[k / 32] == 1.0f &&
+                                r.cor[k / 4] == -128 * (r.q[e4] + r.q[e4 + 1] + r.q[e4 + 2] + r.q[e4 + 3]);
+                if (!okk && bad++ < 3)
+                    test_fail(__FILE__, __LINE__, "level %d elt %d: x %g q %d qp %d", lvl, k, xs[k], r.q[k], r.qp[p]);
+            }
+        }
+        ops_set_level(prev);
+        CHECK(!bad);
+        free(xs);
+        free(ac);
+    }
     /* levels against the scalar rule */
     const int K = 1024;
     float *xr = xmalloc((size_t)K * sizeof(float));

@@ -19,13 +19,15 @@
 #include "test.h"
 
 /* The references use f32 activations; the CPU quantizes every matmul's
-   activations to int8 (quant.h), which on these small random models moves
-   the logits by 0.028 to 0.067 of the largest one (a NumPy forward with the
-   same activation rule measures 0.033 to 0.057), over the issue's 1e-2.
-   The bound holds that with room; a wrong format or unit (a weight off by
-   a sub-block's scale) is O(1). tests/test_quant.c holds each kernel to
-   the quantized-x reference within f32 rounding. */
-#define QTOL 1e-1
+   activations to 16 bits (quant.h: blocks of 32, d = amax / 32639), which
+   on these small random models moves the logits by at most about 3e-4 of
+   the largest one (decode, verify and prefill rows alike: the rule is the
+   same at every width). The bound is the issue's 1e-2 tightened to 1e-3,
+   a few times the measured worst; the int8 rule measured 0.028 to 0.067
+   and fails it, and a wrong format or unit (a weight off by a sub-block's
+   scale) is O(1). tests/test_quant.c holds each kernel to the quantized-x
+   reference within f32 rounding. */
+#define QTOL 1e-3
 
 typedef struct {
     char model[1100];
@@ -119,7 +121,7 @@ static double run_fixture(const char *name, const qgold *g, model *m, int step, 
     return worst;
 }
 
-static double g_worst;
+static double g_worst, g_best; /* the worst and the best fixture's error */
 
 static void check_all(tpool *tp) {
     char root[600];
@@ -150,6 +152,7 @@ static void check_all(tpool *tp) {
             double w = run_fixture(e->d_name, &g, m, steps[s], tp);
             CHECK_MSG(w <= QTOL, "%s (rows of %d): max|diff|/max|ref| = %.3g > %g", e->d_name, steps[s], w, QTOL);
             g_worst = w > g_worst ? w : g_worst;
+            g_best = w < g_best ? w : g_best;
             if (getenv("DSPARK_TEST_VERBOSE")) fprintf(stderr, "  %s step %d: rel err %.3g\n", e->d_name, steps[s], w);
         }
         model_free(m);
@@ -161,8 +164,10 @@ static void check_all(tpool *tp) {
 
 TEST(quant_model_golden) {
     g_worst = 0;
+    g_best = 1e30;
     check_all(NULL);
-    fprintf(stderr, "  quantized fixtures: worst max|diff|/max|ref| %.4f (bound %g)\n", g_worst, QTOL);
+    fprintf(stderr, "  quantized fixtures: max|diff|/max|ref| per fixture %.2e to %.2e (bound %g)\n", g_best, g_worst,
+            QTOL);
 }
 
 TEST(quant_model_golden_threaded_scalar) {

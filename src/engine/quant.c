@@ -312,32 +312,42 @@ void quant_row_f32(const tensor *W, int64_t n, float *y) {
 
 /* ------------------------------------------------ activation quantizer */
 
-float quant_x_block(const float *x, int8_t *q) {
+float quant_x_block(const float *x, int16_t *q) {
     float amax = 0.0f;
     for (int i = 0; i < 32; i++) {
         const float a = fabsf(x[i]);
         amax = a > amax ? a : amax;
     }
-    const float d = amax / 127.0f;
+    const float d = amax / (float)QX_MAX;
     if (d == 0.0f) {
-        memset(q, 0, 32);
+        memset(q, 0, 32 * sizeof *q);
         return d;
     }
     for (int i = 0; i < 32; i++) {
         float v = nearbyintf(x[i] / d);
-        /* only a subnormal d can push |x / d| past 127.5 */
-        v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-        q[i] = (int8_t)(int)v;
+        /* a normal d keeps |x / d| <= QX_MAX * (1 + 2^-24), which rounds to
+         * QX_MAX; only a subnormal d (its quotient inexact) can go past */
+        v = v > (float)QX_MAX ? (float)QX_MAX : v < -(float)QX_MAX ? -(float)QX_MAX : v;
+        q[i] = (int16_t)(int)v;
     }
     return d;
 }
 
 void quant_x_derive(quant_xrow r, int K, int off) {
     const int kp = quant_kp(K);
-    memset(r.q + K, 0, (size_t)(kp - K));
+    memset(r.q + K, 0, (size_t)(kp - K) * sizeof *r.q);
     for (int b = K / 32; b < kp / 32; b++) r.d[b] = 0.0f;
+    /* qp: per 64 elements, 4i, 4i+1 to words 2i, 2i+1 and 4i+2, 4i+3 to
+     * words 32 + 2i, 33 + 2i (quant_internal.h) */
+    for (int c = 0; c < kp; c += 64)
+        for (int i = 0; i < 16; i++) {
+            r.qp[c + 2 * i] = r.q[c + 4 * i];
+            r.qp[c + 2 * i + 1] = r.q[c + 4 * i + 1];
+            r.qp[c + 32 + 2 * i] = r.q[c + 4 * i + 2];
+            r.qp[c + 33 + 2 * i] = r.q[c + 4 * i + 3];
+        }
     for (int i = 0; i < kp / 4; i++) {
-        const int8_t *q = r.q + 4 * i;
+        const int16_t *q = r.q + 4 * i;
         r.cor[i] = -off * ((int32_t)q[0] + q[1] + q[2] + q[3]);
         r.dxl[i] = r.d[i / 8];
     }

@@ -3,13 +3,18 @@
  * dequantization, and the CPU matmul over them.
  *
  * Numerics. Weights are exact as their format defines them (ggml's rule
- * for GGUF, scale * q + bias for MLX). Activations become int8 at every
- * width (decode, verify and prefill alike), as llama.cpp's CPU path does:
- * each row x[m][0..K) is quantized on its own in blocks of 32:
- *   amax = max |x_i| over the block, d = amax / 127.0f (one f32 division),
- *   q_i = (int8) nearbyintf(x_i / d) (f32 division, round half to even),
- *   clamped to [-127, 127] (a no-op unless d is subnormal); d == 0 gives
- *   q = 0. x must be finite.
+ * for GGUF, scale * q + bias for MLX). Activations become 16-bit integers
+ * at every width (decode, verify and prefill alike): each row x[m][0..K)
+ * is quantized on its own in blocks of 32:
+ *   amax = max |x_i| over the block, d = amax / 32639.0f (one f32
+ *   division), q_i = (int16) nearbyintf(x_i / d) (f32 division, round half
+ *   to even), clamped to [-32639, 32639] (a no-op unless d is subnormal);
+ *   d == 0 gives q = 0. x must be finite.
+ * 32639 = 256 * 127 + 127 bounds q so that the integer dots below stay
+ * exact in int32 for every format (quant_internal.h gives the bounds) and
+ * q = 256 hi + lo with both int8 (an exact route through u8 x s8 dots).
+ * Per element |x - d q| <= d / 2 = amax / 65278: the error of an int8
+ * rule (d = amax / 127) divided by 257.
  * Every weight format is written per unit of 16 elements (its scale and
  * min are constant over a unit; an x block holds two units) as
  *   w = a * (u - off) + c,  u the unsigned stored integer:
@@ -36,12 +41,13 @@
  *     (double)a * dx * isum + (double)c * (dx * xsum) (the latter's
  *     product in f32) summed in double in unit order, rounded once.
  *   level 1 (quant_avx2.c): 8 f32 lanes; per unit, lane i holds the exact
- *     integer dot of elements 2i, 2i+1 of the unit; acc = fma(float(lane),
- *     a * dx, acc) units in order; the min terms c * (dx * xsum) in a
- *     second 8-lane accumulator, unit s in lane s % 8; y = hsum(acc) +
- *     hsum(min acc) (fixed pairings), + bias.
+ *     integer dot of elements 2i, 2i+1 of the unit (vpmaddwd of the int16
+ *     weights and q); acc = fma(float(lane), a * dx, acc) units in order;
+ *     the min terms c * (dx * xsum) in a second 8-lane accumulator, unit s
+ *     in lane s % 8; y = hsum(acc) + hsum(min acc) (fixed pairings), + bias.
  *   level 2 (quant_avx512.c): 16 f32 lanes per 64 elements; lane i holds
- *     the exact integer dot of elements 4i..4i+3; acc = fma(float(lane),
+ *     the exact integer dot of elements 4i..4i+3 (two vpdpwssd of the
+ *     int16 weights and q); acc = fma(float(lane),
  *     a_s * dx, acc) in element order; after each span of 256 elements
  *     acc = fma(c, dx * xsum, acc) with unit s of the span in lane s;
  *     y = fixed 16-lane reduction of acc, + bias.

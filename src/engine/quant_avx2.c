@@ -4,8 +4,9 @@
  *
  * Arithmetic (quant.h, level 1): each weight span is unpacked by
  * quant_unpack_span (unsigned elements u, unit scales a and mins c); per
- * unit of 16 elements, (u - off) and q_x are widened to int16 and
- * multiplied pairwise by vpmaddwd, so lane i holds the exact integer dot of
+ * unit of 16 elements, (u - off) is widened to int16 and multiplied with
+ * the int16 q_x pairwise by vpmaddwd (|q_x| <= 32639, so no pair reaches
+ * the instruction's one saturating case), so lane i holds the exact integer dot of
  * the unit's elements 2i, 2i+1; then acc = fma(float(lane), a * dx, acc),
  * units in order. The min terms c_s * (dx * xsum_s) go to a second 8-lane
  * accumulator (unit s in lane s % 8, one FMA per 8 units); y = hsum8(acc)
@@ -29,9 +30,8 @@ AI float hsum8(__m256 a) {
 
 /* quant_x_block's rule 32 elements at a time, bit for bit (exact max,
  * IEEE division, round half to even) */
-void avx2_quant_x(const float *x, int K, int8_t *q, float *d) {
-    const __m256 sgn = _mm256_set1_ps(-0.0f), lim = _mm256_set1_ps(127.0f), nlim = _mm256_set1_ps(-127.0f);
-    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+void avx2_quant_x(const float *x, int K, int16_t *q, float *d) {
+    const __m256 sgn = _mm256_set1_ps(-0.0f), lim = _mm256_set1_ps((float)QX_MAX), nlim = _mm256_set1_ps(-(float)QX_MAX);
     for (int b = 0; b < K / 32; b++) {
         __m256 v[4], m = _mm256_setzero_ps();
         for (int i = 0; i < 4; i++) {
@@ -41,10 +41,10 @@ void avx2_quant_x(const float *x, int K, int8_t *q, float *d) {
         __m128 t = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         t = _mm_max_ps(t, _mm_movehl_ps(t, t));
         t = _mm_max_ss(t, _mm_movehdup_ps(t));
-        const float dd = _mm_cvtss_f32(t) / 127.0f;
+        const float dd = _mm_cvtss_f32(t) / (float)QX_MAX;
         d[b] = dd;
         if (dd == 0.0f) {
-            memset(q + 32 * b, 0, 32);
+            memset(q + 32 * b, 0, 32 * sizeof *q);
             continue;
         }
         const __m256 dv = _mm256_set1_ps(dd);
@@ -53,8 +53,13 @@ void avx2_quant_x(const float *x, int K, int8_t *q, float *d) {
             __m256 r = _mm256_round_ps(_mm256_div_ps(v[i], dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             iv[i] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(r, lim), nlim));
         }
-        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
-        _mm256_storeu_si256((__m256i *)(q + 32 * b), _mm256_permutevar8x32_epi32(p, perm));
+        /* packs works per 128-bit lane: elements 0-3, 8-11 | 4-7, 12-15;
+         * the qword permute puts them back in order (no saturation: |q| <=
+         * QX_MAX) */
+        for (int h = 0; h < 2; h++) {
+            const __m256i p = _mm256_packs_epi32(iv[2 * h], iv[2 * h + 1]);
+            _mm256_storeu_si256((__m256i *)(q + 32 * b + 16 * h), _mm256_permute4x64_epi64(p, 0xD8));
+        }
     }
 }
 
@@ -75,7 +80,7 @@ AI void pass(const tensor *W, int K, const void *act, int m0, int mt, int64_t n,
             const __m256i w16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(u + 16 * s))), o16);
             const size_t e = (size_t)sp * QSPAN + 16 * (size_t)s;
             for (int i = 0; i < mt; i++) {
-                const __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xr[i].q + e)));
+                const __m256i x16 = _mm256_loadu_si256((const __m256i *)(xr[i].q + e));
                 const __m256 lane = _mm256_cvtepi32_ps(_mm256_madd_epi16(w16, x16));
                 acc[i] = _mm256_fmadd_ps(lane, _mm256_set1_ps(a[s] * xr[i].d[e / 32]), acc[i]);
             }

@@ -6,10 +6,14 @@
  * Arithmetic (quant.h, level 2): a weight row is read in spans of 256
  * elements (a K-quant super-block, eight 32-element blocks, or 256 MLX
  * elements), each span as up to four chunks of 64 elements. A chunk's
- * unsigned elements u (64 bytes) meet the x row's 64 int8 values in one
- * vpdpbusd whose accumulator starts at the x row's cor lanes (-off times
- * the lane's 4-element sum of q_x), so lane i is the exact integer dot of
- * elements 4i..4i+3 of (u - off) with q_x. Then
+ * unsigned elements u (64 bytes), widened to int16 in the order of the x
+ * row's qp plane, meet its 64 16-bit values in two vpdpwssd whose
+ * accumulator starts at the x row's cor lanes (-off times the lane's
+ * 4-element sum of q_x), so lane i is the exact integer dot of elements
+ * 4i..4i+3 of (u - off) with q_x (widen and dotw below; the other exact
+ * route, q as two int8 planes 256 hi + lo through two vpdpbusd and a
+ * shift and add, measured up to 18% slower at M = 16 and 512, none
+ * faster). Then
  *   acc = fma(float(lane), a_s * dx, acc)     (a_s * dx: one f32 product)
  * and after a span's chunks, for formats with a min term,
  *   acc = fma(c_s, dx * xsum_s, acc)          (unit s of the span, lane s);
@@ -21,8 +25,9 @@
  * the same bits (tests/test_quant.c checks it).
  *
  * Cost at M = 1 (Q4_0): per 64 weights two 16-byte loads, a shift, a mask,
- * the dot, a convert, a product and an FMA, about 9 vector instructions
- * for 36 bytes, where widening the weights to f32 took 3-5 per 16. */
+ * two byte permutes, two dots, a convert, a product and an FMA, about 12
+ * vector instructions for 36 bytes, where widening the weights to f32 took
+ * 3-5 per 16; each x row of a tile adds two loads and two dots. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__F16C__)
 
 #pragma GCC target("avx512vnni,avx512vbmi")
@@ -63,15 +68,15 @@ AI float hsum16(__m512 a) {
 /* quant_x_block's rule, 32 elements at a time: the max of |x| is exact,
  * the division is IEEE (vdivps, not a reciprocal), vrndscaleps rounds half
  * to even like nearbyintf, so q and d equal the scalar ones bit for bit */
-void avx512_quant_x(const float *x, int K, int8_t *q, float *d) {
-    const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
+void avx512_quant_x(const float *x, int K, int16_t *q, float *d) {
+    const __m512 lim = _mm512_set1_ps((float)QX_MAX), nlim = _mm512_set1_ps(-(float)QX_MAX);
     for (int b = 0; b < K / 32; b++) {
         const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        const float dd = amax / 127.0f;
+        const float dd = amax / (float)QX_MAX;
         d[b] = dd;
         if (dd == 0.0f) {
-            memset(q + 32 * b, 0, 32);
+            memset(q + 32 * b, 0, 32 * sizeof *q);
             continue;
         }
         const __m512 dv = _mm512_set1_ps(dd);
@@ -79,8 +84,8 @@ void avx512_quant_x(const float *x, int K, int8_t *q, float *d) {
         __m512 r1 = _mm512_roundscale_ps(_mm512_div_ps(v1, dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         r0 = _mm512_max_ps(_mm512_min_ps(r0, lim), nlim);
         r1 = _mm512_max_ps(_mm512_min_ps(r1, lim), nlim);
-        _mm_storeu_si128((__m128i *)(q + 32 * b), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r0)));
-        _mm_storeu_si128((__m128i *)(q + 32 * b + 16), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r1)));
+        _mm256_storeu_si256((__m256i *)(q + 32 * b), _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(r0)));
+        _mm256_storeu_si256((__m256i *)(q + 32 * b + 16), _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(r1)));
     }
 }
 
@@ -294,6 +299,30 @@ AI int fmt_off(int fmt) {
     }
 }
 
+/* The 64 unsigned elements u of a chunk widened to int16 by two
+ * zero-masked byte permutes, into the order of the x row's qp plane
+ * (quant_internal.h): word p of w0 is element 4(p/2) + p%2, of w1 element
+ * 4(p/2) + 2 + p%2 */
+static const uint8_t wperm[2][64] __attribute__((aligned(64))) = {
+#define P0(p) (uint8_t)(((p) & 1) ? 0 : 4 * ((p) / 4) + ((p) / 2 & 1))
+#define P1(p) (uint8_t)(((p) & 1) ? 0 : 4 * ((p) / 4) + 2 + ((p) / 2 & 1))
+#define R8(P, b) P(b), P(b + 1), P(b + 2), P(b + 3), P(b + 4), P(b + 5), P(b + 6), P(b + 7)
+    {R8(P0, 0), R8(P0, 8), R8(P0, 16), R8(P0, 24), R8(P0, 32), R8(P0, 40), R8(P0, 48), R8(P0, 56)},
+    {R8(P1, 0), R8(P1, 8), R8(P1, 16), R8(P1, 24), R8(P1, 32), R8(P1, 40), R8(P1, 48), R8(P1, 56)}};
+#undef P0
+#undef P1
+#undef R8
+AI void widen(__m512i u, __m512i *w0, __m512i *w1) {
+    *w0 = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, _mm512_load_si512((const void *)wperm[0]), u);
+    *w1 = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, _mm512_load_si512((const void *)wperm[1]), u);
+}
+/* lane i = cor_i + sum over elements 4i..4i+3 of u * q, exact: vpdpwssd
+ * does not saturate, and every partial sum stays under 2^26 in magnitude
+ * (cor and the products, quant_internal.h's bounds) */
+AI __m512i dotw(__m512i cor, __m512i w0, __m512i w1, __m512i x0, __m512i x1) {
+    return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(cor, w0, x0), w1, x1);
+}
+
 /* out[r * GMT + i] = y of x row m0 + i and W row rows[r] (no bias), for a
  * tile of mt x rows and nr W rows */
 AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows, int nr, float *out) {
@@ -327,24 +356,30 @@ AI void tile(const wctx *w, int fmt, const void *act, int m0, int mt, wrow *rows
             const size_t e = (size_t)sp * QSPAN + 64 * (size_t)j;
             if (mt == 1) {
                 /* one x row: a_s * dx taken from the span's products ad */
-                const __m512i xv = _mm512_loadu_si512((const void *)(xr[0].q + e));
+                const __m512i x0 = _mm512_loadu_si512((const void *)(xr[0].qp + e));
+                const __m512i x1 = _mm512_loadu_si512((const void *)(xr[0].qp + e + 32));
                 const __m512i cv = has_off ? _mm512_loadu_si512((const void *)(xr[0].cor + e / 4)) : _mm512_setzero_si512();
                 UNR for (int r = 0; r < nr; r++) {
-                    const __m512i il = _mm512_dpbusd_epi32(cv, chunk(w, fmt, &rows[r], sp, j, nb32), xv);
+                    __m512i w0, w1;
+                    widen(chunk(w, fmt, &rows[r], sp, j, nb32), &w0, &w1);
+                    const __m512i il = dotw(cv, w0, w1, x0, x1);
                     acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_permutexvar_ps(idx[j], ad[r]), acc[r][0]);
                 }
                 continue;
             }
+            __m512i u1[GNR]; /* u[r], u1[r]: row r's chunk widened (widen's w0, w1) */
             UNR for (int r = 0; r < nr; r++) {
                 u[r] = chunk(w, fmt, &rows[r], sp, j, nb32);
+                widen(u[r], &u[r], &u1[r]);
                 al[r] = _mm512_permutexvar_ps(idx[j], a[r]);
             }
             UNR for (int i = 0; i < mt; i++) {
-                const __m512i xv = _mm512_loadu_si512((const void *)(xr[i].q + e));
+                const __m512i x0 = _mm512_loadu_si512((const void *)(xr[i].qp + e));
+                const __m512i x1 = _mm512_loadu_si512((const void *)(xr[i].qp + e + 32));
                 const __m512 dxv = _mm512_loadu_ps(xr[i].dxl + e / 4);
                 const __m512i cv = has_off ? _mm512_loadu_si512((const void *)(xr[i].cor + e / 4)) : _mm512_setzero_si512();
                 UNR for (int r = 0; r < nr; r++) {
-                    const __m512i il = _mm512_dpbusd_epi32(cv, u[r], xv);
+                    const __m512i il = dotw(cv, u[r], u1[r], x0, x1);
                     acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(il), _mm512_mul_ps(al[r], dxv), acc[r][i]);
                 }
             }
@@ -378,8 +413,9 @@ TILES(t_q5_k, F_Q5_K)
 TILES(t_q6_k, F_Q6_K)
 TILES(t_mlx, F_MLX)
 
-/* x rows per block of the prefill loop: their activations (about 3 bytes
- * per element) stay in L2 while a chunk of W rows passes over them */
+/* x rows per block of the prefill loop: the activations the tiles read
+ * (qp, cor, dxl: about 4 bytes per element) stay in L2 while a chunk
+ * of W rows passes over them */
 #define XBLK 64
 
 void avx512_quant_matmul(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,

@@ -44,7 +44,11 @@ static inline float quant_f16(const uint8_t *p) {
  * The activation buffer of quant_act_fill, per x row m (row stride
  * quant_act_stride(K) bytes; Kp = K rounded up to a multiple of QSPAN, the
  * padding zero in every array so kernels may read whole spans):
- *   q    int8 [Kp]     the quantized row (quant.h's rule)
+ *   q    int16[Kp]     the quantized row (quant.h's rule, |q| <= 32639)
+ *   qp   int16[Kp]     q reordered per 64 elements for level 2: words
+ *                      2i, 2i+1 hold elements 4i, 4i+1 and words 32 + 2i,
+ *                      33 + 2i elements 4i+2, 4i+3 (i < 16), so two
+ *                      vpdpwssd give lane i the dot of elements 4i..4i+3
  *   cor  int32[Kp/4]   -off * (sum of q over elements 4i..4i+3), off the
  *                      weight format's offset (quant_offset)
  *   dxl  f32  [Kp/4]   d of the element 4i's x block (per 4-element lane)
@@ -53,10 +57,14 @@ static inline float quant_f16(const uint8_t *p) {
  *   xs   int32[Kp/16]  sum of q over elements 16u..16u+15
  *   d    f32  [Kp/32]  the x block's scale
  * A "unit" is 16 elements: every format's weight scale and min are
- * constant over a unit, and an x block holds two. */
+ * constant over a unit, and an x block holds two. Bounds (all in int32):
+ * a 4-element lane of (u - off) * q is at most 4 * 255 * 32639 < 2^25 in
+ * magnitude (MLX 8-bit; Q8_0 4 * 128 * 32639 < 2^24), a unit's
+ * 16 * 255 * 32639 < 2^27, xs 16 * 32639 < 2^19 (exact in f32). */
 #define QSPAN 256 /* elements per span: a K-quant super-block, 16 units */
+#define QX_MAX 32639 /* the largest |q| (quant.h) */
 typedef struct {
-    int8_t *q;
+    int16_t *q, *qp;
     int32_t *cor;
     float *dxl, *dsx, *dxu;
     int32_t *xs;
@@ -66,18 +74,19 @@ typedef struct {
 static inline int quant_kp(int K) { return (K + QSPAN - 1) / QSPAN * QSPAN; }
 static inline size_t quant_act_stride(int K) {
     const size_t kp = (size_t)quant_kp(K);
-    return kp + kp + kp + kp / 4 + kp / 4 + kp / 4 + kp / 8;
+    return 2 * kp + 2 * kp + kp + kp + kp / 4 + kp / 4 + kp / 4 + kp / 8;
 }
 static inline quant_xrow quant_xrow_at(const void *act, int K, int m) {
     const size_t kp = (size_t)quant_kp(K);
     uint8_t *p = (uint8_t *)act + (size_t)m * quant_act_stride(K);
-    quant_xrow r = {.q = (int8_t *)p,
-                    .cor = (int32_t *)(p + kp),
-                    .dxl = (float *)(p + 2 * kp),
-                    .dsx = (float *)(p + 3 * kp),
-                    .xs = (int32_t *)(p + 3 * kp + kp / 4),
-                    .dxu = (float *)(p + 3 * kp + kp / 2),
-                    .d = (float *)(p + 3 * kp + 3 * kp / 4)};
+    quant_xrow r = {.q = (int16_t *)p,
+                    .qp = (int16_t *)(p + 2 * kp),
+                    .cor = (int32_t *)(p + 4 * kp),
+                    .dxl = (float *)(p + 5 * kp),
+                    .dsx = (float *)(p + 6 * kp),
+                    .xs = (int32_t *)(p + 6 * kp + kp / 4),
+                    .dxu = (float *)(p + 6 * kp + kp / 2),
+                    .d = (float *)(p + 6 * kp + 3 * kp / 4)};
     return r;
 }
 
@@ -88,17 +97,17 @@ int quant_offset(const tensor *W);
 
 /* One x block of 32 quantized (the rule of quant.h): q[32], returns d.
  * The scalar reference every level's quantizer equals bit for bit. */
-float quant_x_block(const float *x, int8_t *q);
-/* Row m's q and d (K/32 blocks) filled, then its other arrays derived from
- * them; the SIMD levels quantize with their own code (bit-equal) and share
+float quant_x_block(const float *x, int16_t *q);
+/* Row m's q and d (K/32 blocks) filled, then its other arrays (qp and
+ * the sums) derived from them; the SIMD levels quantize with their own code (bit-equal) and share
  * the derivation. */
 void quant_x_derive(quant_xrow r, int K, int off);
 #ifdef DS_HAVE_AVX2_PATH
-void avx2_quant_x(const float *x, int K, int8_t *q, float *d);
-void avx512_quant_x(const float *x, int K, int8_t *q, float *d);
+void avx2_quant_x(const float *x, int K, int16_t *q, float *d);
+void avx512_quant_x(const float *x, int K, int16_t *q, float *d);
 #endif
 
-/* One span of a weight row unpacked for the int8 dot: u[k] the unsigned
+/* One span of a weight row unpacked for the integer dot: u[k] the unsigned
  * element k of the span (q = u - off), a[s] / c[s] the f32 scale and min of
  * unit s (w = a * q + c exactly: quant.h lists them per format). Units past
  * the row's end (K not a multiple of QSPAN) get u = 0, a = c = 0. The

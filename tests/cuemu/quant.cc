@@ -31,8 +31,8 @@ int avx512_quant_ok(void) { return 0; }
 void avx512_quant_matmul(float *, int, const void *, int, int, const tensor *, const float *, int64_t, int64_t, int) {
     emu::fail("avx512_quant_matmul called");
 }
-void avx2_quant_x(const float *, int, int8_t *, float *) { emu::fail("avx2_quant_x called"); }
-void avx512_quant_x(const float *, int, int8_t *, float *) { emu::fail("avx512_quant_x called"); }
+void avx2_quant_x(const float *, int, int16_t *, float *) { emu::fail("avx2_quant_x called"); }
+void avx512_quant_x(const float *, int, int16_t *, float *) { emu::fail("avx512_quant_x called"); }
 }
 
 #include "check.h"
