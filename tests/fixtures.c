@@ -107,3 +107,19 @@ int test_run_cli(const char *args, char **out, char **errtxt) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+
+void test_env_save(const char *const *vars, int n, char **saved) {
+    for (int i = 0; i < n; i++) {
+        saved[i] = getenv(vars[i]) ? strdup(getenv(vars[i])) : NULL;
+        unsetenv(vars[i]);
+    }
+}
+
+void test_env_restore(const char *const *vars, int n, char **saved) {
+    for (int i = 0; i < n; i++) {
+        if (saved[i]) setenv(vars[i], saved[i], 1);
+        else unsetenv(vars[i]);
+        free(saved[i]);
+        saved[i] = NULL;
+    }
+}

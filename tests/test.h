@@ -28,6 +28,10 @@ int test_copy_qwen3_tokenizer(const char *dir);
 /* Runs `$DSPARK_BIN ARGS` (default ./dspark) and returns its exit code;
  * stdout and stderr into malloc'd strings when out / errtxt are given. */
 int test_run_cli(const char *args, char **out, char **errtxt);
+/* Saves the n environment variables vars[] into saved[] and unsets them;
+ * test_env_restore puts them back (or unsets them) and frees saved[]. */
+void test_env_save(const char *const *vars, int n, char **saved);
+void test_env_restore(const char *const *vars, int n, char **saved);
 
 #define TEST(name)                                                         \
     static void test_##name(void);                                         \

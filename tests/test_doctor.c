@@ -111,17 +111,14 @@ static const field DOCTOR_FIELDS[] = {
 static const field MODELS_FIELDS[] = {MODEL_FIELDS};
 
 /* the variables the commands read, pointed into a scratch tree */
-static const char *VARS[] = {"DSPARK_MODEL_DIRS", "DSPARK_DRAFTERS", "DSPARK_CACHE_DIR", "HF_HUB_CACHE", "HF_HOME",
+static const char *const VARS[] = {"DSPARK_MODEL_DIRS", "DSPARK_DRAFTERS", "DSPARK_CACHE_DIR", "HF_HUB_CACHE", "HF_HOME",
                              "HOME", "DSPARK_TRUST_REMOTE_CODE", "DSPARK_MODEL"};
 #define NVARS (int)(sizeof VARS / sizeof VARS[0])
 static char *saved[NVARS];
 
 static void env_isolate(const char *root) {
     char p[1200];
-    for (int i = 0; i < NVARS; i++) {
-        saved[i] = getenv(VARS[i]) ? strdup(getenv(VARS[i])) : NULL;
-        unsetenv(VARS[i]);
-    }
+    test_env_save(VARS, NVARS, saved);
     snprintf(p, sizeof p, "%s/home", root);
     mkdir(root, 0755);
     mkdir(p, 0755);
@@ -132,14 +129,7 @@ static void env_isolate(const char *root) {
     setenv("DSPARK_CACHE_DIR", p, 1);
 }
 
-static void env_restore(void) {
-    for (int i = 0; i < NVARS; i++) {
-        if (saved[i]) setenv(VARS[i], saved[i], 1);
-        else unsetenv(VARS[i]);
-        free(saved[i]);
-        saved[i] = NULL;
-    }
-}
+static void env_restore(void) { test_env_restore(VARS, NVARS, saved); }
 
 TEST(doctor_json_schema) {
     char root[700];

@@ -36,17 +36,14 @@ static void write_file(const char *dir, const char *name, const char *text) {
 }
 
 /* the variables modelref reads, saved and cleared; restored by env_restore */
-static const char *VARS[] = {"DSPARK_MODEL_DIRS", "DSPARK_DRAFTERS", "DSPARK_CACHE_DIR", "HF_HUB_CACHE", "HF_HOME",
+static const char *const VARS[] = {"DSPARK_MODEL_DIRS", "DSPARK_DRAFTERS", "DSPARK_CACHE_DIR", "HF_HUB_CACHE", "HF_HOME",
                              "XDG_CACHE_HOME", "HOME", "DSPARK_TRUST_REMOTE_CODE"};
 #define NVARS (int)(sizeof VARS / sizeof VARS[0])
 static char *saved[NVARS];
 
 static void env_isolate(const char *root) {
     char p[1200];
-    for (int i = 0; i < NVARS; i++) {
-        saved[i] = getenv(VARS[i]) ? strdup(getenv(VARS[i])) : NULL;
-        unsetenv(VARS[i]);
-    }
+    test_env_save(VARS, NVARS, saved);
     snprintf(p, sizeof p, "%s/home", root);
     mkdirs(p);
     setenv("HOME", p, 1);
@@ -54,14 +51,7 @@ static void env_isolate(const char *root) {
     setenv("HF_HUB_CACHE", p, 1);
 }
 
-static void env_restore(void) {
-    for (int i = 0; i < NVARS; i++) {
-        if (saved[i]) setenv(VARS[i], saved[i], 1);
-        else unsetenv(VARS[i]);
-        free(saved[i]);
-        saved[i] = NULL;
-    }
-}
+static void env_restore(void) { test_env_restore(VARS, NVARS, saved); }
 
 static const char *C1 = "1111111111111111111111111111111111111111";
 static const char *C2 = "2222222222222222222222222222222222222222";
