@@ -130,9 +130,9 @@ extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, in
         return -1;
     uint32_t *dc = NULL;
     if (!tiled && g_att_cut && dup_to_dev(&dc, (uint32_t *)NULL, (size_t)M * nh * hd, err, errlen)) return -1;
-    if (tiled) cu_attention_tiled(go0(), dout, dq, dk, dv, part, img, M, nh, nkv, hd, cap, dlen, scale);
+    if (tiled) cu_attention_tiled(go0(), dout, dq, cu_kv_f32(dk, dv), part, img, M, nh, nkv, hd, cap, dlen, scale);
     else
-        cu_attention(go0(), dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(cu_tuning_hooked(), n_past), dc);
+        cu_attention(go0(), dout, dq, cu_kv_f32(dk, dv), part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(cu_tuning_hooked(), n_past), dc);
     CK_LAUNCH();
     CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
     if (dc) {
@@ -362,7 +362,7 @@ extern "C" int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int
     dmat W = {dw, DT_BF16, N, K};
     const float eps = 1e-6f;
     int rc = 0;
-    cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, dkc, dvc, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt};
+    cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, cu_kv_f32(dkc, dvc), dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt};
     if (fused) {
         for (int r = 0; r < 2 && rc == 0; r++) {
             if (r) { /* the second run starts from zeroed outputs */
