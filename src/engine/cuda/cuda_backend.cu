@@ -589,7 +589,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
                           int spread) {
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
-    const int H = c->hidden_size, hd = c->head_dim, nkv = c->n_kv_heads;
+    const int H = c->hidden_size;
     cu_go st = ctx_go(x);
     st.late = (out & OUT_CHAIN) != 0; /* the chained step's kernels trigger late (cu_go's late) */
     int B = x->rows;
