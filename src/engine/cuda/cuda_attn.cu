@@ -276,11 +276,11 @@ static size_t att_smem(int G, int h4, int ns, int nw = ATT_WARPS) {
    (kv_load4) and stored there as f32, so everything after the staging is
    the f32 kernel's arithmetic on the widened cache */
 template <typename T, int G, int NW>
-__global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const void *kc, const void *vc,
-                                                           const float *ksc, const float *vsc, float *opart,
+__global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const void *kc, const void *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
-                                                           int causal, int first, int two, int inter, int early) {
+                                                           int causal, int first, int two, int inter, int early,
+                                                           const float *ksc, const float *vsc) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
     pdl_trigger();
     DYN_SMEM(float4, sm4);
@@ -671,13 +671,13 @@ static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, cons
     if constexpr (G <= 5)
         if (wide && att_smem(G, hd / 4, 2, ATT_WIDE) <= (size_t)attn_optin<T, G, ATT_WIDE>()) {
             launch_smem(k_attn_rows<T, G, ATT_WIDE>, grid, 32 * ATT_WIDE, att_smem(G, hd / 4, 2, ATT_WIDE), st, q,
-                        (const void *)kv.k, (const void *)kv.v, (const float *)kv.ks, (const float *)kv.vs, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter,
-                        early);
+                        (const void *)kv.k, (const void *)kv.v, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale,
+                        nchunk, m0, causal, first, two, inter, early, (const float *)kv.ks, (const float *)kv.vs);
             return;
         }
     launch_smem(k_attn_rows<T, G, ATT_WARPS>, grid, ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st, q,
-                (const void *)kv.k, (const void *)kv.v, (const float *)kv.ks, (const float *)kv.vs, opart,
-                mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter, early);
+                (const void *)kv.k, (const void *)kv.v, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk,
+                m0, causal, first, two, inter, early, (const float *)kv.ks, (const float *)kv.vs);
 }
 
 /* k_attn_rows' early requests (unless the tuning's att_early is 0; the
