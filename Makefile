@@ -116,7 +116,7 @@ $(BUILD)/tests/%.o: tests/%.c
 
 # the CPU runs of CUDA kernels (tests/cuemu, below)
 CUEMU_DIR  = $(BUILD)/cuemu
-CUEMU_BINS = $(CUEMU_DIR)/attn $(CUEMU_DIR)/mma $(CUEMU_DIR)/argmax $(CUEMU_DIR)/quant
+CUEMU_BINS = $(CUEMU_DIR)/attn $(CUEMU_DIR)/mma $(CUEMU_DIR)/argmax $(CUEMU_DIR)/quant $(CUEMU_DIR)/kvbits
 
 # The suite needs the real Qwen3/Llama-3 tokenizers; they are fetched once
 # into ~/.cache/dspark (outside the tree) unless already available.
@@ -143,6 +143,8 @@ $(CUEMU_DIR)/%: tests/cuemu/%.cc tests/cuemu/*.h tests/cuemu/fake/*.h src/engine
 
 # (the quantized kernels' run checks them against the CPU's dequantization)
 $(CUEMU_DIR)/quant: CUEMU_EXTRA = $(BUILD)/src/engine/quant.o
+# (the KV storage runs check the device's row rules against the CPU's)
+$(CUEMU_DIR)/kvbits $(CUEMU_DIR)/mma: CUEMU_EXTRA = $(BUILD)/src/engine/kv.o
 
 cuemu: $(CUEMU_BINS)
 	@for b in $(CUEMU_BINS); do $$b || exit 1; done

@@ -52,7 +52,7 @@ const char BENCH_HELP[] =
     "  -c, --context-window N   KV cache positions (default: the model's, or the most that fits in\n"
     "                           memory, said on stderr; a window that cannot fit is refused)\n"
     "      --kv-bits 32|16|8    KV cache storage: 32 f32 (exact, default), 16 f16, 8 int8 with\n"
-    "                           per-position scales (CPU; about 2x / 4x the window in the same memory)\n"
+    "                           per-position scales (about 2x / 4x the window in the same memory)\n"
     "      --mmap               map the weight files instead of reading them into memory\n"
     "      --device D           cpu (default), cuda or cuda:N (a `make cuda` build; also $DSPARK_DEVICE)\n"
     "      --max-draft N|auto   drafts per verify round for the speculative modes\n"

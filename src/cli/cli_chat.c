@@ -39,7 +39,7 @@ const char CHAT_HELP[] =
     "      --no-lookup-drafts   DSpark/DFlash: no lookup drafts in copy runs (see dspark run --help)\n"
     "      --temp T --top-k K --top-p P --min-p P --seed S   sampling (default greedy)\n"
     "  -t, --threads N  -c, --context-window N  --mmap (map weights instead of reading them)\n"
-    "  --kv-bits 32|16|8 (KV cache storage: f32 default, f16, int8 with scales; CPU)\n"
+    "  --kv-bits 32|16|8 (KV cache storage: f32 default, f16, int8 with scales)\n"
     "      --device cpu|cuda[:N]  where the model runs (default cpu; also $DSPARK_DEVICE)\n"
     "Commands at the prompt:\n"
     "  /reset          forget the conversation (keeps the system message)\n"

@@ -38,7 +38,7 @@ const char SERVE_HELP[] =
     "                           that fits in memory for every cache slot; a window that cannot fit\n"
     "                           is refused, naming the one that does)\n"
     "      --kv-bits 32|16|8    KV cache storage: 32 f32 (exact, default), 16 f16, 8 int8 with\n"
-    "                           per-position scales (CPU; about 2x / 4x the window in the same memory)\n"
+    "                           per-position scales (about 2x / 4x the window in the same memory)\n"
     "      --cache-slots N      conversations kept in KV caches, each with its own cache of\n"
     "                           the context window (default 2, at most 16); a request runs in\n"
     "                           the slot sharing the longest prefix with it (at least half of\n"

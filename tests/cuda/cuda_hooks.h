@@ -79,6 +79,12 @@ int cuda_test_matmul_prefill(float *y, const float *x, int M, const void *w, con
 int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int M, const void *w, int K, const float *bias,
                   const float *gn, const float *qn, const float *kn, const int *pos, const float *inv_freq, int nh,
                   int nkv, int hd, int cap, int len, int fused, char *err, size_t errlen);
+/* the same into a cache in `bits` (cuda_test_attention_kv's): kc/vc
+ * [nkv][cap][hd] elements, ks/vs [nkv][cap] scales at 8 bits (else NULL) */
+int cuda_test_qkv_kv(float *q, int bits, void *kc, void *vc, float *ks, float *vs, const float *x, int M,
+                     const void *w, int K, const float *bias, const float *gn, const float *qn, const float *kn,
+                     const int *pos, const float *inv_freq, int nh, int nkv, int hd, int cap, int len, int fused,
+                     char *err, size_t errlen);
 /* out[n] = sampler_rows's answers (sampler.h) for logits[n][V] under p
  * (temperature > 0), computed by the device sampler */
 int cuda_test_sample_rows(int *out, const float *logits, int n, int V, const sampler_params *p, const int *draft,
@@ -125,6 +131,11 @@ void cuda_test_attention_cut(uint32_t *dst);
  * prefill kernel (head_dim <= 128) instead of decode and verify's. */
 int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int hd, const float *kc, const float *vc,
                         int cap, int n_past, float scale, int tiled, char *err, size_t errlen);
+/* the same over a cache in `bits` (cu_kv: 32 float, 16 f16 bits, 8 int8
+ * with ks/vs [nkv][cap] scales, NULL otherwise) */
+int cuda_test_attention_kv(float *out, const float *q, int M, int nh, int nkv, int hd, int bits, const void *kc,
+                           const void *vc, const float *ks, const float *vs, int cap, int n_past, float scale,
+                           int tiled, char *err, size_t errlen);
 int cuda_test_embed(float *out, const void *e, ds_dtype dt, int V, int H, const int *tok, int M, char *err,
                     size_t errlen);
 /* the quantized matmul (W, W2 quantized tensors of one format; engine/quant.h)

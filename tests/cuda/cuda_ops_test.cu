@@ -93,7 +93,7 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
     if (dup_to_dev(&dx, x, (size_t)M * n_heads * head_dim, err, errlen) ||
         dup_to_dev(&df, inv_freq, (size_t)head_dim / 2, err, errlen) || dup_to_dev(&dp, pos, (size_t)M, err, errlen))
         return -1;
-    cu_qkv_args a = {dx, dx, NULL, NULL, n_heads * head_dim, 0, NULL, NULL, NULL, NULL, dp, df, n_heads, 0, head_dim, 0,
+    cu_qkv_args a = {dx, dx, NULL, NULL, n_heads * head_dim, 0, cu_kv{}, NULL, NULL, dp, df, n_heads, 0, head_dim, 0,
                      dp, 0.0f};
     cu_qkv_post_run(go0(), &a, M); /* (no kv heads: the query heads alone) */
     CK_LAUNCH();
@@ -115,14 +115,26 @@ extern "C" int cuda_test_attn_wg_ready(int hd) { return cu_attn_wg_ready(cu_tuni
 extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, int nkv, int hd, const float *kc,
                                    const float *vc, int cap, int n_past, float scale, int tiled, char *err,
                                    size_t errlen) {
+    return cuda_test_attention_kv(out, q, M, nh, nkv, hd, 32, kc, vc, NULL, NULL, cap, n_past, scale, tiled, err, errlen);
+}
+
+extern "C" int cuda_test_attention_kv(float *out, const float *q, int M, int nh, int nkv, int hd, int bits,
+                                      const void *kc, const void *vc, const float *ks, const float *vs, int cap,
+                                      int n_past, float scale, int tiled, char *err, size_t errlen) {
     if (tiled && !cu_attn_tiled_ok(nh, nkv, hd)) return ds_err(err, errlen, "no prefill attention kernel for these heads");
-    float *dq, *dk, *dv, *dout;
+    float *dq, *dout, *dks = NULL, *dvs = NULL;
+    unsigned char *dk, *dv;
     int *dlen;
+    const size_t eb = (size_t)nkv * cap * hd * (size_t)(bits / 8);
     if (dup_to_dev(&dlen, &n_past, 1, err, errlen)) return -1;
-    if (dup_to_dev(&dq, q, (size_t)M * nh * hd, err, errlen) || dup_to_dev(&dk, kc, (size_t)nkv * cap * hd, err, errlen) ||
-        dup_to_dev(&dv, vc, (size_t)nkv * cap * hd, err, errlen) ||
+    if (dup_to_dev(&dq, q, (size_t)M * nh * hd, err, errlen) ||
+        dup_to_dev(&dk, (const unsigned char *)kc, eb, err, errlen) ||
+        dup_to_dev(&dv, (const unsigned char *)vc, eb, err, errlen) ||
+        (bits == 8 && (dup_to_dev(&dks, ks, (size_t)nkv * cap, err, errlen) ||
+                       dup_to_dev(&dvs, vs, (size_t)nkv * cap, err, errlen))) ||
         dup_to_dev(&dout, (float *)NULL, (size_t)M * nh * hd, err, errlen))
         return -1;
+    const cu_kv kv = {dk, dv, dks, dvs, bits};
     float *part;
     if (dup_to_dev(&part, (float *)NULL, cu_attn_part_floats(nh, hd, cap), err, errlen)) return -1;
     float *img = NULL;
@@ -130,9 +142,9 @@ extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, in
         return -1;
     uint32_t *dc = NULL;
     if (!tiled && g_att_cut && dup_to_dev(&dc, (uint32_t *)NULL, (size_t)M * nh * hd, err, errlen)) return -1;
-    if (tiled) cu_attention_tiled(go0(), dout, dq, dk, dv, part, img, M, nh, nkv, hd, cap, dlen, scale);
+    if (tiled) cu_attention_tiled(go0(), dout, dq, kv, part, img, M, nh, nkv, hd, cap, dlen, scale);
     else
-        cu_attention(go0(), dout, dq, dk, dv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(cu_tuning_hooked(), n_past), dc);
+        cu_attention(go0(), dout, dq, kv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(cu_tuning_hooked(), n_past), dc);
     CK_LAUNCH();
     CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
     if (dc) {
@@ -144,6 +156,8 @@ extern "C" int cuda_test_attention(float *out, const float *q, int M, int nh, in
     cudaFree(dq);
     cudaFree(dk);
     cudaFree(dv);
+    cudaFree(dks);
+    cudaFree(dvs);
     cudaFree(dout);
     cudaFree(dlen);
     return 0;
@@ -339,14 +353,27 @@ extern "C" int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int
                              const float *bias, const float *gn, const float *qn, const float *kn, const int *pos,
                              const float *inv_freq, int nh, int nkv, int hd, int cap, int len, int fused, char *err,
                              size_t errlen) {
+    return cuda_test_qkv_kv(q, 32, kc, vc, NULL, NULL, x, M, w, K, bias, gn, qn, kn, pos, inv_freq, nh, nkv, hd, cap,
+                            len, fused, err, errlen);
+}
+
+extern "C" int cuda_test_qkv_kv(float *q, int bits, void *kc, void *vc, float *ks, float *vs, const float *x, int M,
+                                const void *w, int K, const float *bias, const float *gn, const float *qn,
+                                const float *kn, const int *pos, const float *inv_freq, int nh, int nkv, int hd,
+                                int cap, int len, int fused, char *err, size_t errlen) {
     const int N = (nh + 2 * nkv) * hd;
-    const size_t wb = sizeof(__nv_bfloat16) * (size_t)N * K, cf = (size_t)nkv * cap * hd;
-    float *dx, *dy, *dq, *dkc, *dvc, *db = NULL, *dg, *dqn, *dkn, *df;
+    /* cf: bytes of a K (or V) cache; ns: its scales (8 bits) */
+    const size_t wb = sizeof(__nv_bfloat16) * (size_t)N * K, cf = (size_t)nkv * cap * hd * (size_t)(bits / 8),
+                 ns = bits == 8 ? (size_t)nkv * cap : 0;
+    float *dx, *dy, *dq, *db = NULL, *dg, *dqn, *dkn, *df, *dks = NULL, *dvs = NULL;
+    unsigned char *dkc, *dvc;
     int *dp, *dl, *cnt;
     void *dw;
     if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, (float *)NULL, (size_t)M * N, err, errlen) ||
         dup_to_dev(&dq, (float *)NULL, (size_t)M * nh * hd, err, errlen) ||
-        dup_to_dev(&dkc, (float *)NULL, cf, err, errlen) || dup_to_dev(&dvc, (float *)NULL, cf, err, errlen) ||
+        dup_to_dev(&dkc, (unsigned char *)NULL, cf, err, errlen) ||
+        dup_to_dev(&dvc, (unsigned char *)NULL, cf, err, errlen) ||
+        (ns && (dup_to_dev(&dks, (float *)NULL, ns, err, errlen) || dup_to_dev(&dvs, (float *)NULL, ns, err, errlen))) ||
         (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)) || dup_to_dev(&dg, gn, (size_t)K, err, errlen) ||
         dup_to_dev(&dqn, qn, (size_t)hd, err, errlen) || dup_to_dev(&dkn, kn, (size_t)hd, err, errlen) ||
         dup_to_dev(&df, inv_freq, (size_t)hd / 2, err, errlen) || dup_to_dev(&dp, pos, (size_t)M, err, errlen) ||
@@ -357,18 +384,26 @@ extern "C" int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int
     CK(cudaMemcpy(dw, w, wb, cudaMemcpyHostToDevice));
     CK(cudaMemset(cnt, 0, sizeof(int) * cu_qkv_tail_cnt(nh, nkv)));
     CK(cudaMemset(dq, 0, sizeof(float) * (size_t)M * nh * hd));
-    CK(cudaMemset(dkc, 0, sizeof(float) * cf));
-    CK(cudaMemset(dvc, 0, sizeof(float) * cf));
+    CK(cudaMemset(dkc, 0, cf));
+    CK(cudaMemset(dvc, 0, cf));
+    if (ns) {
+        CK(cudaMemset(dks, 0, sizeof(float) * ns));
+        CK(cudaMemset(dvs, 0, sizeof(float) * ns));
+    }
     dmat W = {dw, DT_BF16, N, K};
     const float eps = 1e-6f;
     int rc = 0;
-    cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, dkc, dvc, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt};
+    cu_qkv_tail t = {cu_qkv_fused_args(dq, dy, cu_kv{dkc, dvc, dks, dvs, bits}, dqn, dkn, dp, df, nh, nkv, hd, cap, dl, eps), cnt};
     if (fused) {
         for (int r = 0; r < 2 && rc == 0; r++) {
             if (r) { /* the second run starts from zeroed outputs */
                 CK(cudaMemset(dq, 0, sizeof(float) * (size_t)M * nh * hd));
-                CK(cudaMemset(dkc, 0, sizeof(float) * cf));
-                CK(cudaMemset(dvc, 0, sizeof(float) * cf));
+                CK(cudaMemset(dkc, 0, cf));
+                CK(cudaMemset(dvc, 0, cf));
+                if (ns) {
+                    CK(cudaMemset(dks, 0, sizeof(float) * ns));
+                    CK(cudaMemset(dvs, 0, sizeof(float) * ns));
+                }
             }
             if (!cu_matmul_norm_qkv(go0(), dy, dx, M, &W, db, dg, eps, &t))
                 rc = ds_err(err, errlen, "the fused q/k/v tail does not take %d rows of head_dim %d", M, hd);
@@ -380,10 +415,14 @@ extern "C" int cuda_test_qkv(float *q, float *kc, float *vc, const float *x, int
     if (rc == 0) {
         CK_LAUNCH();
         CK(cudaMemcpy(q, dq, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(kc, dkc, sizeof(float) * cf, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(vc, dvc, sizeof(float) * cf, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(kc, dkc, cf, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(vc, dvc, cf, cudaMemcpyDeviceToHost));
+        if (ns) {
+            CK(cudaMemcpy(ks, dks, sizeof(float) * ns, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(vs, dvs, sizeof(float) * ns, cudaMemcpyDeviceToHost));
+        }
     }
-    void *bufs[] = {dx, dy, dq, dkc, dvc, db, dg, dqn, dkn, df, dp, dl, cnt, dw};
+    void *bufs[] = {dx, dy, dq, dkc, dvc, db, dg, dqn, dkn, df, dp, dl, cnt, dw, dks, dvs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     return rc;
 }

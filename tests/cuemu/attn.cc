@@ -13,7 +13,7 @@
 /* the warpgroup-mma prefill attention (cuda_attn_wg.cu: Hopper assembly) is
    not built here; cu_attention_tiled runs k_attn_tc without its scratch */
 int cu_attn_wg_ready(const cu_tuning *, int) { return 0; }
-void cu_attn_wg_prep(cu_go, float *, const float *, const float *, int, int, int, const int *, int) {
+void cu_attn_wg_prep(cu_go, float *, cu_kv, int, int, int, const int *, int) {
     emu::fail("the warpgroup-mma prefill attention is not part of this run");
 }
 void cu_attn_wg(cu_go, const float *, float *, float *, float *, const float *, int, int, int, int, int,
@@ -41,16 +41,20 @@ struct inputs {
     }
 };
 
+static cu_kv kvf(const inputs &in) {
+    return cu_kv_f32(const_cast<float *>(in.k.data()), const_cast<float *>(in.v.data()));
+}
+
 /* rows m0.. of the causal attention of M rows after n_past positions */
 static std::vector<float> gpu(const acase &a, const inputs &in, int m0, int M, int n_past, int tiled) {
     std::vector<float> out((size_t)M * a.nh * a.hd, NAN), part(cu_attn_part_floats(a.nh, a.hd, in.cap), NAN);
     const float *q = in.q.data() + (size_t)m0 * a.nh * a.hd;
     const float scale = 1.0f / sqrtf((float)a.hd);
     if (tiled)
-        cu_attention_tiled(cu_go_on(nullptr, &tn), out.data(), q, in.k.data(), in.v.data(), part.data(), nullptr, M, a.nh, a.nkv, a.hd,
+        cu_attention_tiled(cu_go_on(nullptr, &tn), out.data(), q, kvf(in), part.data(), nullptr, M, a.nh, a.nkv, a.hd,
                            in.cap, &n_past, scale);
     else
-        cu_attention(cu_go_on(nullptr, &tn), out.data(), q, in.k.data(), in.v.data(), part.data(), M, a.nh, a.nkv, a.hd, in.cap,
+        cu_attention(cu_go_on(nullptr, &tn), out.data(), q, kvf(in), part.data(), M, a.nh, a.nkv, a.hd, in.cap,
                      &n_past, scale, 1, 0, cu_attn_spread_for(&tn, n_past));
     return out;
 }

@@ -20,6 +20,10 @@ void cu_gemm_matmul(cu_gemm *, cu_go, int, float *, const float *, int, const dm
 
 #include "check.h"
 
+extern "C" {
+#include "engine/kv.h" /* the CPU's row rules, for the KV store at 16 and 8 bits */
+}
+
 /* the launches' tuning (the defaults) and stream */
 static const cu_tuning tn = cu_tuning_defaults();
 static const cu_go G = cu_go_on(nullptr, &tn);
@@ -148,7 +152,7 @@ static void run_qkv(int M, int nh, int nkv, int hd, int H) {
     auto go = [&](int how) { /* 0 separate, 1 fused */
         out o{std::vector<float>((size_t)M * N, NAN), std::vector<float>((size_t)M * nh * hd, NAN),
               std::vector<float>((size_t)nkv * cap * hd, 0.0f), std::vector<float>((size_t)nkv * cap * hd, 0.0f)};
-        cu_qkv_tail t = {cu_qkv_fused_args(o.q.data(), o.y.data(), o.kc.data(), o.vc.data(), qn.data(), kn.data(),
+        cu_qkv_tail t = {cu_qkv_fused_args(o.q.data(), o.y.data(), cu_kv_f32(o.kc.data(), o.vc.data()), qn.data(), kn.data(),
                                            pos.data(), inv.data(), nh, nkv, hd, cap, &n_past, 1e-6f),
                          cnt.data()};
         if (how == 1) {
@@ -170,7 +174,55 @@ static void run_qkv(int M, int nh, int nkv, int hd, int H) {
                "%s: the fused tail differs from the separate kernel", what);
         for (int c : cnt) EXPECT(c == 0, "%s: a head's count left at %d", what, c);
     }
-    printf("  %-44s fused = separate\n", what);
+    /* a 16- and an 8-bit cache (--kv-bits), by the fused tail and the
+       separate kernel: each stored row is the CPU's rule (kv_quant_f16,
+       kv_quant_i8) applied to the f32 store's row, bit for bit, with its
+       scale; q and the projection as at 32 bits */
+    for (int bits : {16, 8}) {
+        const size_t rows = (size_t)nkv * cap, n = rows * hd;
+        for (int how = 0; how < 2; how++) {
+            std::vector<uint16_t> k16(n, 0), v16(n, 0);
+            std::vector<int8_t> k8(n, 0), v8(n, 0);
+            std::vector<float> ks(rows, 0.0f), vs(rows, 0.0f), y((size_t)M * N, NAN), q((size_t)M * nh * hd, NAN);
+            const cu_kv kv = bits == 16 ? cu_kv{k16.data(), v16.data(), NULL, NULL, 16}
+                                        : cu_kv{k8.data(), v8.data(), ks.data(), vs.data(), 8};
+            cu_qkv_tail t = {cu_qkv_fused_args(q.data(), y.data(), kv, qn.data(), kn.data(), pos.data(), inv.data(), nh,
+                                               nkv, hd, cap, &n_past, 1e-6f),
+                             cnt.data()};
+            if (how == 1) {
+                EXPECT(cu_matmul_norm_qkv(G, y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f, &t),
+                       "%s: the fused kernel did not take it", what);
+            } else {
+                cu_matmul_norm(G, y.data(), x.data(), M, &W.d, bias.data(), gn.data(), 1e-6f);
+                cu_qkv_post_run(G, &t.a, M);
+            }
+            int bad = 0;
+            for (int h = 0; h < nkv; h++)
+                for (int m = 0; m < M; m++) {
+                    const size_t r = (size_t)h * cap + n_past + m, o = r * hd;
+                    if (bits == 16) {
+                        uint16_t wk[256], wv[256];
+                        kv_quant_f16(&sep.kc[o], hd, wk);
+                        kv_quant_f16(&sep.vc[o], hd, wv);
+                        bad += memcmp(wk, &k16[o], 2 * hd) != 0 || memcmp(wv, &v16[o], 2 * hd) != 0;
+                    } else {
+                        int8_t wk[256], wv[256];
+                        float sk, sv;
+                        kv_quant_i8(&sep.kc[o], hd, wk, &sk);
+                        kv_quant_i8(&sep.vc[o], hd, wv, &sv);
+                        bad += memcmp(wk, &k8[o], hd) != 0 || memcmp(wv, &v8[o], hd) != 0 ||
+                               memcmp(&sk, &ks[r], 4) != 0 || memcmp(&sv, &vs[r], 4) != 0;
+                    }
+                }
+            EXPECT(bad == 0, "%s, %d bits, %s: %d stored rows differ from the CPU's rule", what, bits,
+                   how ? "fused" : "separate", bad);
+            EXPECT(!memcmp(q.data(), sep.q.data(), sizeof(float) * q.size()) &&
+                       !memcmp(y.data(), sep.y.data(), sizeof(float) * y.size()),
+                   "%s, %d bits: q or the projection differ from the f32 cache's run", what, bits);
+            for (int c : cnt) EXPECT(c == 0, "%s: a head's count left at %d", what, c);
+        }
+    }
+    printf("  %-44s fused = separate; 16/8-bit stores = the CPU's rules\n", what);
 }
 
 /* The q/k/v matrix stacked (qd + 2 kd rows) as the GPU's layers hold it:

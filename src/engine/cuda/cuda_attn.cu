@@ -271,11 +271,16 @@ static size_t att_smem(int G, int h4, int ns, int nw = ATT_WARPS) {
            nw * G * ATT_CHUNK * sizeof(float);
 }
 
-template <int G, int NW>
-__global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const float *kc, const float *vc, float *opart,
+/* T: the cache's storage (kv_elem): f32 rows are copied to shared memory by
+   cp.async as they stand; 16- and 8-bit rows are loaded, widened exactly
+   (kv_load4) and stored there as f32, so everything after the staging is
+   the f32 kernel's arithmetic on the widened cache */
+template <typename T, int G, int NW>
+__global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const void *kc, const void *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
-                                                           int causal, int first, int two, int inter, int early) {
+                                                           int causal, int first, int two, int inter, int early,
+                                                           const float *ksc, const float *vsc) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
     pdl_trigger();
     DYN_SMEM(float4, sm4);
@@ -300,14 +305,25 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const flo
     auto issue = [&](int c, int buf, int parts) {
         int p0 = c * ATT_CHUNK, nmax = Lmax - p0 < ATT_CHUNK ? Lmax - p0 : ATT_CHUNK;
         float4 *ks = sm4 + buf * stage, *vs = ks + ATT_CHUNK * kst;
-        const float4 *kg = reinterpret_cast<const float4 *>(kc + ((size_t)kvh * cap + p0) * hd);
-        const float4 *vg = reinterpret_cast<const float4 *>(vc + ((size_t)kvh * cap + p0) * hd);
-        for (int i = threadIdx.x; i < nmax * h4; i += 32 * NW) {
-            int p = i / h4, j = i % h4;
-            if (parts & 1) cp_async16(ks + p * kst + j, kg + i);
-            if (parts & 2) cp_async16(vs + i, vg + i);
+        if constexpr (kv_elem<T>::bits == 32) {
+            const float4 *kg = reinterpret_cast<const float4 *>(static_cast<const float *>(kc) + ((size_t)kvh * cap + p0) * hd);
+            const float4 *vg = reinterpret_cast<const float4 *>(static_cast<const float *>(vc) + ((size_t)kvh * cap + p0) * hd);
+            for (int i = threadIdx.x; i < nmax * h4; i += 32 * NW) {
+                int p = i / h4, j = i % h4;
+                if (parts & 1) cp_async16(ks + p * kst + j, kg + i);
+                if (parts & 2) cp_async16(vs + i, vg + i);
+            }
+        } else {
+            const size_t hp = (size_t)kvh * cap + p0; /* the chunk's first row */
+            const T *kg = static_cast<const T *>(kc) + hp * hd, *vg = static_cast<const T *>(vc) + hp * hd;
+            const float *ksh = ksc ? ksc + hp : NULL, *vsh = vsc ? vsc + hp : NULL;
+            for (int i = threadIdx.x; i < nmax * h4; i += 32 * NW) {
+                int p = i / h4, j = i % h4;
+                if (parts & 1) ks[p * kst + j] = kv_load4<T>(kg, ksh, p, hd, 4 * j);
+                if (parts & 2) vs[i] = kv_load4<T>(vg, vsh, p, hd, 4 * j);
+            }
         }
-        cp_async_commit();
+        cp_async_commit(); /* (an empty group for the widened rows: the waits below stay as they are) */
     };
     int c = jb, buf = 0;
     auto valid = [&](int ch) { return ch < nchunk && ch * ATT_CHUNK < Lmax; };
@@ -441,8 +457,11 @@ __device__ __forceinline__ void mma3_tf32(float (&d)[N][4], const tf32x2 (&a)[4]
     for (int n = 0; n < N; n++) mma_tf32(d[n], a[0].h, a[1].h, a[2].h, a[3].h, b[n][0].h, b[n][1].h);
 }
 
-template <int HD>
-__global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q, const float *kc, const float *vc,
+/* T: the cache's storage, staged as in k_attn_rows (16- and 8-bit rows
+   widened exactly into the f32 chunk) */
+template <typename T, int HD>
+__global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q, const void *kc, const void *vc,
+                                                           const float *ksc, const float *vsc,
                                                            float *opart, float *mpart, float *spart, int nh, int G,
                                                            int hd, int cap, const int *d_len, int M, float scale,
                                                            int nsplit, int first) {
@@ -475,7 +494,9 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q,
     float o[KT][4]; /* output tile j: (va, 8j+2t), (va, 8j+2t+1), (vb, 8j+2t), (vb, 8j+2t+1) */
 #pragma unroll
     for (int j = 0; j < KT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-    const float *kg = kc + (size_t)kvh * cap * hd, *vgp = vc + (size_t)kvh * cap * hd;
+    const size_t hp = (size_t)kvh * cap; /* the head's first row */
+    const T *kg = static_cast<const T *>(kc) + hp * hd, *vgp = static_cast<const T *>(vc) + hp * hd;
+    const float *ksh = ksc ? ksc + hp : NULL, *vsh = vsc ? vsc + hp : NULL;
     const int h4 = hd / 4;
     /* scores in base-2 units (exp2f is cheaper than expf); the maxima go out in natural units */
     const float scale2 = scale * 1.44269504088896340736f;
@@ -484,8 +505,13 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q,
         __syncthreads(); /* the previous chunk's readers (and the zeroing) are done */
         for (int i = threadIdx.x; i < np * h4; i += TC_THREADS) {
             int p = i / h4, d = 4 * (i % h4);
-            cp_async16(Ks + p * ST + d, kg + (size_t)(p0 + p) * hd + d);
-            cp_async16(Vs + p * ST + d, vgp + (size_t)(p0 + p) * hd + d);
+            if constexpr (kv_elem<T>::bits == 32) {
+                cp_async16(Ks + p * ST + d, kg + (size_t)(p0 + p) * hd + d);
+                cp_async16(Vs + p * ST + d, vgp + (size_t)(p0 + p) * hd + d);
+            } else {
+                *reinterpret_cast<float4 *>(Ks + p * ST + d) = kv_load4<T>(kg, ksh, (size_t)(p0 + p), hd, d);
+                *reinterpret_cast<float4 *>(Vs + p * ST + d) = kv_load4<T>(vgp, vsh, (size_t)(p0 + p), hd, d);
+            }
         }
         cp_async_wait_all();
         __syncthreads();
@@ -580,7 +606,7 @@ static int attn_blocks(int nkv, int nchunk, int per_sm) {
    device's opt-in limit leaves beside its static shared memory, the
    attribute raised to that once, or the default 48 KiB's share where the
    attribute cannot be raised */
-template <int G, int NW> static int attn_optin(void) {
+template <typename T, int G, int NW> static int attn_optin(void) {
     static int optin = 0;
     if (!optin) {
         int dev = 0, lim = 0;
@@ -588,8 +614,8 @@ template <int G, int NW> static int attn_optin(void) {
         if (cudaDeviceGetAttribute(&lim, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) lim = 48 << 10;
         cudaFuncAttributes fa;
         const int fixed =
-            cudaFuncGetAttributes(&fa, k_attn_rows<G, NW>) == cudaSuccess ? (int)fa.sharedSizeBytes : 0;
-        if (cudaFuncSetAttribute(k_attn_rows<G, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim - fixed) !=
+            cudaFuncGetAttributes(&fa, k_attn_rows<T, G, NW>) == cudaSuccess ? (int)fa.sharedSizeBytes : 0;
+        if (cudaFuncSetAttribute(k_attn_rows<T, G, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim - fixed) !=
             cudaSuccess) {
             cudaGetLastError(); /* (not sticky) */
             lim = 48 << 10;
@@ -612,11 +638,10 @@ template <int G, int NW> static int attn_optin(void) {
 
 /* one launch of k_attn_rows for rows m0 .. (ATT_ROWS of them at most);
    k_attn_combine follows */
-template <int G>
-static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, const float *q,
-                       const float *kc, const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len,
+template <typename T, int G>
+static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, const float *q, const cu_kv &kv, int M, int nh, int nkv, int hd, int cap, const int *d_len,
                        float scale, int nchunk, int m0, int causal, int first, int spread, int early) {
-    const int optin = attn_optin<G, ATT_WARPS>();
+    const int optin = attn_optin<T, G, ATT_WARPS>();
     int two = att_smem(G, hd / 4, 2) <= (size_t)optin, per_sm = 1, inter = 0;
     /* spread (long caches, cu_attn_spread_for): one K/V stage and as many
        blocks as fit the SMs that way (two per SM for the Qwen3 shapes), the
@@ -628,7 +653,7 @@ static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, cons
     static int fit_hd = -1, fit = 0;
     if (spread) {
         if (fit_hd != hd) {
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k_attn_rows<G, ATT_WARPS>, ATT_THREADS,
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k_attn_rows<T, G, ATT_WARPS>, ATT_THREADS,
                                                               att_smem(G, hd / 4, 1)) != cudaSuccess)
                 fit = 0;
             fit_hd = hd;
@@ -644,14 +669,15 @@ static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, cons
     /* (up to five heads a kv head: more would spill at 128 registers a thread) */
     const int wide = G <= 5 && two && !inter && R * G > ATT_WARPS && st.t->att_wide;
     if constexpr (G <= 5)
-        if (wide && att_smem(G, hd / 4, 2, ATT_WIDE) <= (size_t)attn_optin<G, ATT_WIDE>()) {
-            launch_smem(k_attn_rows<G, ATT_WIDE>, grid, 32 * ATT_WIDE, att_smem(G, hd / 4, 2, ATT_WIDE), st, q, kc, vc,
-                        opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter,
-                        early);
+        if (wide && att_smem(G, hd / 4, 2, ATT_WIDE) <= (size_t)attn_optin<T, G, ATT_WIDE>()) {
+            launch_smem(k_attn_rows<T, G, ATT_WIDE>, grid, 32 * ATT_WIDE, att_smem(G, hd / 4, 2, ATT_WIDE), st, q,
+                        (const void *)kv.k, (const void *)kv.v, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale,
+                        nchunk, m0, causal, first, two, inter, early, (const float *)kv.ks, (const float *)kv.vs);
             return;
         }
-    launch_smem(k_attn_rows<G, ATT_WARPS>, grid, ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st, q, kc, vc, opart,
-                mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk, m0, causal, first, two, inter, early);
+    launch_smem(k_attn_rows<T, G, ATT_WARPS>, grid, ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st, q,
+                (const void *)kv.k, (const void *)kv.v, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk,
+                m0, causal, first, two, inter, early, (const float *)kv.ks, (const float *)kv.vs);
 }
 
 /* k_attn_rows' early requests (unless the tuning's att_early is 0; the
@@ -659,7 +685,7 @@ static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, cons
    decode attention's first chunk before the wait"): Qwen3-8B t(1) and
    t(16) 1-2% faster at 512 and 8192 positions. */
 
-void cu_attention(cu_go st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
+void cu_attention(cu_go st, float *out, const float *q, cu_kv kv, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
                   uint32_t *outc) {
     int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
@@ -667,9 +693,11 @@ void cu_attention(cu_go st, float *out, const float *q, const float *kc, const f
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
-        with_g(G, [&](auto g) {
-            attn_launch<decltype(g)::value>(st, opart, mpart, spart, q, kc, vc, M, nh, nkv, hd, cap, d_len, scale,
-                                            nchunk, m0, causal, first, spread, st.t->att_early);
+        with_kv(kv.bits, [&](auto e) {
+            with_g(G, [&](auto g) {
+                attn_launch<decltype(e), decltype(g)::value>(st, opart, mpart, spart, q, kv, M, nh, nkv, hd, cap, d_len,
+                                                             scale, nchunk, m0, causal, first, spread, st.t->att_early);
+            });
         });
         launch(k_attn_combine, R * nh, COMB_THREADS, cu_serial(st), /* (see cu_go's serial) */ out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
                ATT_CHUNK, outc);
@@ -680,21 +708,21 @@ int cu_attn_tiled_ok(int nh, int nkv, int hd) {
     return hd % 4 == 0 && hd <= AT_MAX_HD && nh % nkv == 0 && nh / nkv <= ATT_MAX_G;
 }
 
-template <int HD>
-static void tc_launch(cu_go st, float *opart, float *mpart, float *spart, const float *q, const float *kc,
-                      const float *vc, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
+template <typename T, int HD>
+static void tc_launch(cu_go st, float *opart, float *mpart, float *spart, const float *q, const cu_kv &kv, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
                       int nsplit, int first) {
     static int sized = 0;
     if (!sized) {
-        cudaFuncSetAttribute(k_attn_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tc_smem(HD));
+        cudaFuncSetAttribute(k_attn_tc<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tc_smem(HD));
         sized = 1;
     }
     const int G = nh / nkv, R = TC_QV / G;
-    launch_smem(k_attn_tc<HD>, dim3((M + R - 1) / R, nkv, nsplit), TC_THREADS, tc_smem(HD), st, q, kc, vc, opart,
+    launch_smem(k_attn_tc<T, HD>, dim3((M + R - 1) / R, nkv, nsplit), TC_THREADS, tc_smem(HD), st, q,
+                (const void *)kv.k, (const void *)kv.v, (const float *)kv.ks, (const float *)kv.vs, opart,
                 mpart, spart, nh, G, hd, cap, d_len, M, scale, nsplit, first);
 }
 
-void cu_attention_tiled(cu_go st, float *out, const float *q, const float *kc, const float *vc, float *part,
+void cu_attention_tiled(cu_go st, float *out, const float *q, cu_kv kv, float *part,
                         float *wg_img, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale) {
     int G = nh / nkv, nsplit = (cap + AT_SPLIT - 1) / AT_SPLIT;
     /* the partials share cu_attention's scratch: at most its slot count of rows x spans per pass */
@@ -704,14 +732,19 @@ void cu_attention_tiled(cu_go st, float *out, const float *q, const float *kc, c
     int R = TC_QV / G;
     if (step >= R) step -= step % R;
     if (step < 1) step = 1;
-    auto run = tc_hd(hd) == 32 ? tc_launch<32> : tc_hd(hd) == 64 ? tc_launch<64> : tc_launch<128>;
+    /* the kernel for the head dim and the cache's storage */
+    auto pick = [&](auto e) {
+        using T = decltype(e);
+        return tc_hd(hd) == 32 ? tc_launch<T, 32> : tc_hd(hd) == 64 ? tc_launch<T, 64> : tc_launch<T, 128>;
+    };
+    auto run = kv.bits == 16 ? pick(uint16_t{}) : kv.bits == 8 ? pick(int8_t{}) : pick(float{});
     const int wg = wg_img && cu_attn_wg_ready(st.t, hd);
-    if (wg) cu_attn_wg_prep(st, wg_img, kc, vc, nkv, hd, cap, d_len, M);
+    if (wg) cu_attn_wg_prep(st, wg_img, kv, nkv, hd, cap, d_len, M);
     for (int m0 = 0; m0 < M; m0 += step) {
         int n = M - m0 < step ? M - m0 : step;
         const float *qm = q + (size_t)m0 * nh * hd;
         if (wg) cu_attn_wg(st, wg_img, opart, mpart, spart, qm, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
-        else run(st, opart, mpart, spart, qm, kc, vc, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
+        else run(st, opart, mpart, spart, qm, kv, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
         launch(k_attn_combine, n * nh, COMB_THREADS, cu_serial(st), /* (see cu_go's serial) */ out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
                n, 1, m0, AT_SPLIT, (uint32_t *)NULL);
     }

@@ -104,9 +104,12 @@ __device__ __forceinline__ float tf32_lo(float x) { return __uint_as_float(tf32_
 
 
 /* the images of chunk blockIdx.x of kv head blockIdx.y (of nch) from the
-   cache's first *d_len + ntot positions (zeros past them) */
-template <int HD>
-__global__ void k_wg_prep(float *img, const float *kc, const float *vc, int cap, int nch, const int *d_len, int ntot) {
+   cache's first *d_len + ntot positions (zeros past them); T: the cache's
+   storage (kv_elem), 16- and 8-bit values widened exactly first, so the
+   images are those of the widened f32 cache */
+template <typename T, int HD>
+__global__ void k_wg_prep(float *img, const void *kc, const void *vc, const float *ksc, const float *vsc, int cap,
+                          int nch, const int *d_len, int ntot) {
     using S = wg_shape<HD>;
     constexpr int IMG = S::IMG;
     pdl_trigger();
@@ -114,12 +117,14 @@ __global__ void k_wg_prep(float *img, const float *kc, const float *vc, int cap,
     const int n_pos = *d_len + ntot, p0 = blockIdx.x * WG_P, h = blockIdx.y;
     if (p0 >= n_pos) return;
     float4 *dst = reinterpret_cast<float4 *>(img + ((size_t)h * nch + blockIdx.x) * 4 * IMG);
-    const float *kg = kc + (size_t)h * cap * HD, *vg = vc + (size_t)h * cap * HD;
+    const size_t hp = (size_t)h * cap; /* the head's first row */
+    const void *kg = static_cast<const T *>(kc) + hp * HD, *vg = static_cast<const T *>(vc) + hp * HD;
+    const float *ksh = ksc ? ksc + hp : NULL, *vsh = vsc ? vsc + hp : NULL;
     /* K: granule i of an image is (position 8 (i / 2HD) + i % 8, dims 4 ((i / 8) % (HD / 4)) + 0..3) */
     for (int i = threadIdx.x; i < IMG / 4; i += blockDim.x) {
         const int p = 8 * (i / (2 * HD)) + i % 8, c4 = (i / 8) % (HD / 4);
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (p0 + p < n_pos) x = *reinterpret_cast<const float4 *>(kg + (size_t)(p0 + p) * HD + 4 * c4);
+        if (p0 + p < n_pos) x = kv_load4<T>(kg, ksh, (size_t)(p0 + p), HD, 4 * c4);
         dst[i] = x;
         dst[IMG / 4 + i] = make_float4(tf32_lo(x.x), tf32_lo(x.y), tf32_lo(x.z), tf32_lo(x.w));
     }
@@ -131,7 +136,7 @@ __global__ void k_wg_prep(float *img, const float *kc, const float *vc, int cap,
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int p = p0 + 8 * b + e + 2 * j;
-            v[j] = p < n_pos ? vg[(size_t)p * HD + d] : 0.0f;
+            v[j] = p < n_pos ? kv_load1<T>(vg, vsh, (size_t)p, HD, d) : 0.0f;
         }
         dst[2 * IMG / 4 + i] = make_float4(v[0], v[1], v[2], v[3]);
         dst[3 * IMG / 4 + i] = make_float4(tf32_lo(v[0]), tf32_lo(v[1]), tf32_lo(v[2]), tf32_lo(v[3]));
@@ -259,11 +264,15 @@ static int wg_chunks(int cap) { return (cap + WG_P - 1) / WG_P; }
 
 size_t cu_attn_wg_floats(int nkv, int hd, int cap) { return (size_t)nkv * wg_chunks(cap) * 4 * WG_P * hd; }
 
-void cu_attn_wg_prep(cu_go st, float *img, const float *kc, const float *vc, int nkv, int hd, int cap,
-                     const int *d_len, int ntot) {
+void cu_attn_wg_prep(cu_go st, float *img, cu_kv kv, int nkv, int hd, int cap, const int *d_len, int ntot) {
     const int nch = wg_chunks(cap);
-    if (hd == 64) launch(k_wg_prep<64>, dim3(nch, nkv), 256, st, img, kc, vc, cap, nch, d_len, ntot);
-    else launch(k_wg_prep<128>, dim3(nch, nkv), 256, st, img, kc, vc, cap, nch, d_len, ntot);
+    const void *k = kv.k, *v = kv.v;
+    const float *ks = kv.ks, *vs = kv.vs;
+    with_kv(kv.bits, [&](auto e) {
+        using T = decltype(e);
+        if (hd == 64) launch(k_wg_prep<T, 64>, dim3(nch, nkv), 256, st, img, k, v, ks, vs, cap, nch, d_len, ntot);
+        else launch(k_wg_prep<T, 128>, dim3(nch, nkv), 256, st, img, k, v, ks, vs, cap, nch, d_len, ntot);
+    });
 }
 
 template <int HD>

@@ -29,6 +29,7 @@ struct cuda_model {
     dev_pool pool; /* every device allocation of the weights */
     int tiles_done; /* the tile-major copies decided (model_tiles) */
     cu_tuning tune; /* its launch choices (cuda_tuning.h): cu_tuning_hooked's when created */
+    int kv_bits;    /* its contexts' KV storage (model_desc.kv_bits: 32, 16 or 8; cu_kv) */
 };
 
 /* a captured forward and what its capture fixed (graph_for) */
@@ -41,7 +42,8 @@ struct cuda_ctx {
     cuda_model *m;
     int cap, len, max_batch;
     int rows;                        /* rows of activation scratch: max_batch, or more for prefill (prefill_rows) */
-    float *kv;                       /* [layer][2][nkv][cap][hd] */
+    void *kv;                        /* [layer][2][nkv][cap][hd] elements of m->kv_bits */
+    float *kv_sc;                    /* bits 8: [layer][2][nkv][cap] scales; else NULL */
     float *x, *xb, *q, *att, *qkv, *gate, *logits;
     float *part;                     /* split attention partials */
     float *wg_img;                   /* the warpgroup-mma prefill attention's scratch, or NULL (ctx_create) */
@@ -191,6 +193,7 @@ extern "C" int cuda_model_create(cuda_model **out, const model_desc *w, int gpu,
     cuda_model *m = (cuda_model *)xcalloc(1, sizeof *m);
     m->cfg = *w->cfg;
     m->gpu = gpu;
+    m->kv_bits = w->kv_bits ? w->kv_bits : 32;
     m->clusters = cu_hopper_code();
     m->tune = g_hooked;
     if (m->tune.omit)
@@ -280,6 +283,26 @@ static size_t quant_scratch(const cuda_model *m) {
     return most;
 }
 
+/* bytes one position of a context's KV cache costs over all layers, K and
+   V (kv_bytes_per_pos's figure: elements of kv_bits, and a scale a head
+   at 8 bits) */
+static size_t kv_pos_bytes(const cuda_model *m) {
+    const model_config *c = &m->cfg;
+    const size_t per_head = (size_t)c->head_dim * (size_t)(m->kv_bits / 8) + (m->kv_bits == 8 ? sizeof(float) : 0);
+    return (size_t)2 * (size_t)c->n_layers * (size_t)c->n_kv_heads * per_head;
+}
+
+/* layer l of x's cache as the kernels take it */
+static cu_kv ctx_kv(const cuda_ctx *x, int l) {
+    const model_config *c = &x->m->cfg;
+    const size_t per = (size_t)c->n_kv_heads * (size_t)x->cap; /* rows of K (or V) a layer */
+    const size_t eb = (size_t)c->head_dim * (size_t)(x->m->kv_bits / 8);
+    char *k = (char *)x->kv + (size_t)l * 2 * per * eb;
+    cu_kv kv = {k, k + per * eb, NULL, NULL, x->m->kv_bits};
+    if (x->kv_sc) kv.ks = x->kv_sc + (size_t)l * 2 * per, kv.vs = kv.ks + per;
+    return kv;
+}
+
 /* a context with activation scratch for rows >= max_batch rows (a whole
    number of cuBLAS groups when more) */
 static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, int rows, char *err,
@@ -293,12 +316,15 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
     x->cap = n_ctx;
     x->max_batch = max_batch;
     x->rows = (int)R;
-    size_t kvf = (size_t)c->n_layers * 2 * KD * (size_t)n_ctx;
-    cudaError_t e = cudaMalloc((void **)&x->kv, sizeof(float) * kvf);
+    size_t kvf = (size_t)c->n_layers * 2 * KD * (size_t)n_ctx, kvs = (size_t)c->n_layers * 2 * c->n_kv_heads * n_ctx;
+    cudaError_t e = cudaMalloc((void **)&x->kv, kvf * (size_t)(m->kv_bits / 8));
+    if (e == cudaSuccess && m->kv_bits == 8) e = cudaMalloc((void **)&x->kv_sc, sizeof(float) * kvs);
     if (e != cudaSuccess) {
+        cudaFree(x->kv);
         free(x);
-        return ds_err(err, errlen, "CUDA: cannot allocate the %.2f GiB KV cache for %d positions: %s%s",
-                      (double)sizeof(float) * kvf / (1 << 30), n_ctx, cudaGetErrorString(e), cu_tiles_hint());
+        return ds_err(err, errlen, "CUDA: cannot allocate the %.2f GiB KV cache (%d bits) for %d positions: %s%s",
+                      (double)kv_pos_bytes(m) * n_ctx / (1 << 30), m->kv_bits, n_ctx, cudaGetErrorString(e),
+                      cu_tiles_hint());
     }
     float **bufs[] = {&x->x, &x->xb, &x->q, &x->att, &x->qkv, &x->gate, &x->logits, &x->part, &x->d_taps};
     size_t sizes[] = {R * H, R * H, R * QD, R * QD, R * (QD + 2 * KD), R * cu_layer_gate_floats(m->layers, c->n_layers, (int)I),
@@ -387,13 +413,13 @@ extern "C" size_t cuda_ctx_bytes(const cuda_model *m, int n_ctx, int max_batch) 
     const int rows = gemm && m->tune.prefill_rows / G * G > max_batch ? m->tune.prefill_rows / G * G : max_batch;
     size_t B = (size_t)max_batch, R = (size_t)rows, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     size_t QD = (size_t)c->n_heads * c->head_dim, KD = (size_t)c->n_kv_heads * c->head_dim;
-    size_t f = (size_t)c->n_layers * 2 * KD * (size_t)n_ctx /* the KV cache */
-               + R * H * 2 + R * QD * 2 + R * (QD + 2 * KD) + R * cu_layer_gate_floats(m->layers, c->n_layers, (int)I) +
+    size_t f = R * H * 2 + R * QD * 2 + R * (QD + 2 * KD) + R * cu_layer_gate_floats(m->layers, c->n_layers, (int)I) +
                B * (size_t)c->vocab_size + cu_attn_part_floats(c->n_heads, c->head_dim, n_ctx) +
                (size_t)GRAPH_TAPS * GRAPH_ROWS * H +
                (size_t)(B < MODEL_SAMPLE_ROWS ? B : MODEL_SAMPLE_ROWS) * cu_sample_stride(c->vocab_size);
     if (gemm && cu_attn_wg_ready(&m->tune, c->head_dim)) f += cu_attn_wg_floats(c->n_kv_heads, c->head_dim, n_ctx);
-    return sizeof(float) * f + sizeof(uint32_t) * CU_CUT_ROWS * (QD + I + H);
+    return kv_pos_bytes(m) * (size_t)n_ctx /* the KV cache */ + sizeof(float) * f +
+           sizeof(uint32_t) * CU_CUT_ROWS * (QD + I + H);
 }
 
 extern "C" int cuda_mem_info(const cuda_model *m, size_t *free_b, size_t *total_b) {
@@ -417,6 +443,7 @@ extern "C" int cuda_ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max
 extern "C" void cuda_ctx_free(cuda_ctx *x) {
     if (!x) return;
     cudaFree(x->kv);
+    cudaFree(x->kv_sc);
     float *bufs[] = {x->x, x->xb, x->q, x->att, x->qkv, x->gate, x->logits, x->part, x->d_taps, x->d_wide, x->wg_img};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFree(x->tok);
@@ -599,7 +626,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
                           int spread) {
     cuda_model *m = x->m;
     const model_config *c = &m->cfg;
-    const int H = c->hidden_size, hd = c->head_dim, nkv = c->n_kv_heads;
+    const int H = c->hidden_size;
     cu_go st = ctx_go(x);
     st.late = (out & OUT_CHAIN) != 0; /* the chained step's kernels trigger late (cu_go's late) */
     int B = x->rows;
@@ -615,12 +642,10 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     cu_embed(st, x->x, &m->embed, x->tok, M);
     mark(x, OP_EMBED);
     if (b) copy_taps(x, b, -1, row0, M, dev);
-    size_t KD = (size_t)nkv * hd;
     const cu_layer_rows rows = layer_rows(x);
     const cu_layer_how how = {spread, m->tune.omit, layer_mark, x}; /* (omit: for timing only, cuda_tuning.h) */
     for (int l = 0; l < c->n_layers; l++) {
-        float *kc = x->kv + (size_t)l * 2 * KD * x->cap, *vc = kc + KD * x->cap;
-        cu_layer(st, &rows, &m->layers[l], kc, vc, M, &how);
+        cu_layer(st, &rows, &m->layers[l], ctx_kv(x, l), M, &how);
         if (b) copy_taps(x, b, l, row0, M, dev);
     }
     if (n_sel) {

@@ -311,7 +311,7 @@ static void enqueue_ingest(cuda_dstate *s, int M, int chain) {
         cu_matmul(st, s->k, s->g, M, &wk, NULL);
         cu_matmul(st, s->v, s->g, M, &wv, NULL);
         /* no query heads: k_norm, RoPE and the store only */
-        cu_qkv_post(st, NULL, s->k, s->v, layer_k(s, l), layer_v(s, l), NULL, L->k_norm, pos, m->inv_freq, M, 0, nkv,
+        cu_qkv_post(st, NULL, s->k, s->v, cu_kv_f32(layer_k(s, l), layer_v(s, l)), NULL, L->k_norm, pos, m->inv_freq, M, 0, nkv,
                     hd, s->cap, d_len, c->rms_norm_eps);
     }
 }
@@ -371,7 +371,7 @@ static void enqueue_block(cuda_dstate *s, int n, int chain) {
     /* the decode attention's default shape unless forced: the block's
        graphs are not keyed by the cache length */
     const cu_layer_how how = {cu_attn_spread_for(st.t, 0), 0, NULL, NULL};
-    for (int l = 0; l < c->n_layers; l++) cu_layer(st, &s->lrows, &m->layers[l], layer_k(s, l), layer_v(s, l), B, &how);
+    for (int l = 0; l < c->n_layers; l++) cu_layer(st, &s->lrows, &m->layers[l], cu_kv_f32(layer_k(s, l), layer_v(s, l)), B, &how);
     cu_rmsnorm(st, s->xb, s->x, m->final_norm, B, H, eps);
     if (!m->dspark) {
         /* mask row j (1..B-1) drafts the token at position s+j */

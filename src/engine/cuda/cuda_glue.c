@@ -8,6 +8,7 @@
 #include "engine/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_drafter.h"
+#include "engine/kv.h"
 #include "engine/model.h"
 
 _Static_assert(CUDA_GEMM_MIN_ROWS == BACKEND_GROUP_ROWS, "the cuBLAS groups are the backends' groups");
@@ -17,13 +18,11 @@ static int g_model_create(void **out, const model_desc *d, int device, char *err
     for (int l = 0; l < d->cfg->n_layers; l++)
         if (d->layers[l].attn != ATTN_CAUSAL || d->layers[l].mlp != MLP_SWIGLU)
             return ds_err(err, errlen, "CUDA backend: layer %d of the target has a kind it does not run", l);
-    /* the device kernels (the q/k/v epilogue's store, decode / verify and
-       prefill attention, the drafters' ingest) read an f32 cache only */
-    if (d->kv_bits && d->kv_bits != 32)
-        return ds_err(err, errlen,
-                      "--kv-bits %d: the CUDA backend keeps the KV cache in f32 only (--kv-bits 32); "
-                      "16 and 8 bits run on the CPU (--device cpu)",
-                      d->kv_bits);
+    /* the target's cache in the storages of engine/kv.h (cu_kv: the store
+       and the attention kernels follow its row rules); the drafters' caches
+       stay f32 */
+    if (d->kv_bits && !kv_bits_ok(d->kv_bits))
+        return ds_err(err, errlen, "--kv-bits %d: the CUDA backend's KV cache stores 32, 16 or 8 bits", d->kv_bits);
     return cuda_model_create((cuda_model **)out, d, device, err, errlen);
 }
 static void g_model_free(void *bm) { cuda_model_free(bm); }
@@ -32,7 +31,8 @@ static void g_model_caps(const void *bm, backend_caps *caps) {
     *caps = (backend_caps){.group_rows = CUDA_GEMM_MIN_ROWS,
                            .resident_taps = MODEL_RESIDENT_TAPS,
                            .chain = 1,
-                           .drafter_resident = 1};
+                           .drafter_resident = 1,
+                           .kv_low_bits = 1};
 }
 static int g_samples_rows(const void *bm) { return cuda_model_samples(bm); }
 static int g_ctx_create(void **out, void *bm, int n_ctx, int max_batch, tpool *tp, char *err, size_t errlen) {

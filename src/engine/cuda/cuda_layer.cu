@@ -145,7 +145,7 @@ static void mark(const cu_layer_how *how, int op) {
     if (how->mark) how->mark(how->mark_arg, op);
 }
 
-void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, float *kc, float *vc, int M,
+void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M,
               const cu_layer_how *how) {
     const model_config *c = r->cfg;
     const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
@@ -154,7 +154,7 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, float *kc, floa
     /* (MLP_SWIGLU, the one MLP kind: cuda_glue.c admits no other) */
     /* decode and verify rows: the projection's matmul post-processes
        q, k and v itself (no kernel of its own between it and attention) */
-    cu_qkv_tail tail = {cu_qkv_fused_args(r->q, r->qkv, kc, vc, L->q_norm, L->k_norm, r->pos, r->inv_freq, nh, nkv, hd,
+    cu_qkv_tail tail = {cu_qkv_fused_args(r->q, r->qkv, kv, L->q_norm, L->k_norm, r->pos, r->inv_freq, nh, nkv, hd,
                                           r->cap, r->d_len, eps),
                         r->qkv_cnt};
     if (!(omit & CU_OMIT_QKV)) {
@@ -178,10 +178,10 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, float *kc, floa
     uint32_t *att_c = !Mt && !(omit & CU_OMIT_ATTN) && cu_layer_takes_cut(st.t, r->gemm, &L->wo, M) ? r->att_c : NULL;
     if (!(omit & CU_OMIT_ATTN)) {
         if (Mt)
-            cu_attention_tiled(st, r->att, r->q, kc, vc, r->part, r->wg_img, Mt, nh, nkv, hd, r->cap, r->d_len,
+            cu_attention_tiled(st, r->att, r->q, kv, r->part, r->wg_img, Mt, nh, nkv, hd, r->cap, r->d_len,
                                scale);
         if (Mt < M)
-            cu_attention(st, r->att + (size_t)Mt * nh * hd, r->q + (size_t)Mt * nh * hd, kc, vc, r->part, M - Mt, nh,
+            cu_attention(st, r->att + (size_t)Mt * nh * hd, r->q + (size_t)Mt * nh * hd, kv, r->part, M - Mt, nh,
                          nkv, hd, r->cap, r->d_len, scale, causal, Mt, spread, att_c);
         mark(how, CU_LOP_ATTN);
     }

@@ -82,12 +82,12 @@ struct cu_layer_how {
 
 /* Enqueues layer L over M rows of r at positions r->pos: the attention
    norm and the q/k/v projection with its tail (q/k norms, RoPE, the keys
-   and values stored in kc/vc [nkv][cap][hd] at *d_len + row), the
+   and values stored in the cache kv at *d_len + row, in its storage), the
    attention under L->attn (ATTN_CAUSAL: row m sees positions up to *d_len
    + m; ATTN_BLOCK: every row sees the cache and all M rows), the o
    projection and the residual add, the MLP norm and gate/up with SwiGLU,
    the down projection and the residual add, into r->x. */
-void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, float *kc, float *vc, int M,
+void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M,
               const cu_layer_how *how);
 
 /* The RMSNorm (weights gn) of M rows `in` ahead of a matmul of W run by

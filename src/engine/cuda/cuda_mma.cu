@@ -354,13 +354,71 @@ __device__ __forceinline__ void mma_run(float (&acc)[TILES][MT][4], const mma_ch
    shuffles. The inputs are read from L2 (ld.cg): the fused tail reads
    what other blocks of its kernel wrote. */
 #define QKV_PAIRS (ATT_MAX_HD / 64) /* pairs per lane */
+
+/* A row of n values into a 16- or 8-bit cache (kv.h's rules, cu_kv) by
+   one warp: lane l holds element l + 32 j in x[j], and 0 past the row (a
+   zero never raises the row's max |x|); the row goes to base + slot
+   elements. bits 8: the max over the row (fmaxf: exact in any order, a NaN
+   skipped as the CPU's fmaxf skips it) by a butterfly, the codes, and the
+   scale at sc[sp]. */
+__device__ __forceinline__ float kv_row_amax(float a) { return warp_max(a); }
+template <int N>
+__device__ __forceinline__ void kv_store_lanes(void *base, float *sc, int bits, size_t slot, size_t sp, int n,
+                                               const float (&x)[N], int lane) {
+    if (bits == 16) {
+        uint16_t *d = static_cast<uint16_t *>(base) + slot;
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            if (lane + 32 * j < n) d[lane + 32 * j] = kv_f16_bits(x[j]);
+        return;
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < N; j++) amax = fmaxf(amax, fabsf(x[j]));
+    amax = kv_row_amax(amax);
+    int8_t *d = static_cast<int8_t *>(base) + slot;
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        if (lane + 32 * j < n) d[lane + 32 * j] = kv_i8_code(x[j], amax);
+    if (lane == 0) sc[sp] = kv_i8_scale(amax);
+}
+/* the same for the roped k row held as pairs: a[j] element lane + 32 j,
+   b[j] element half + lane + 32 j (half = hd / 2) */
+__device__ __forceinline__ void kv_store_pairs(void *base, float *sc, int bits, size_t slot, size_t sp, int half,
+                                               const float (&a)[QKV_PAIRS], const float (&b)[QKV_PAIRS], int lane) {
+    if (bits == 16) {
+        uint16_t *d = static_cast<uint16_t *>(base) + slot;
+#pragma unroll
+        for (int j = 0; j < QKV_PAIRS; j++)
+            if (lane + 32 * j < half) d[lane + 32 * j] = kv_f16_bits(a[j]), d[half + lane + 32 * j] = kv_f16_bits(b[j]);
+        return;
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < QKV_PAIRS; j++) amax = fmaxf(amax, fmaxf(fabsf(a[j]), fabsf(b[j])));
+    amax = kv_row_amax(amax);
+    int8_t *d = static_cast<int8_t *>(base) + slot;
+#pragma unroll
+    for (int j = 0; j < QKV_PAIRS; j++)
+        if (lane + 32 * j < half) d[lane + 32 * j] = kv_i8_code(a[j], amax), d[half + lane + 32 * j] = kv_i8_code(b[j], amax);
+    if (lane == 0) sc[sp] = kv_i8_scale(amax);
+}
 __device__ __forceinline__ void qkv_post_item(const cu_qkv_args &a, int m, int t, int lane) {
     const int hd = a.hd, half = hd / 2;
     const int is_q = t < a.nh, is_k = !is_q && t < a.nh + a.nkv, h = is_q ? t : is_k ? t - a.nh : t - a.nh - a.nkv;
     const size_t slot = ((size_t)h * a.cap + (size_t)(*a.d_len + m)) * hd;
     if (!is_q && !is_k) {
         const float *vr = a.v + (size_t)m * a.ks + (size_t)h * hd;
-        for (int i = lane; i < hd; i += 32) a.vc[slot + i] = __ldcg(vr + i);
+        if (a.kv.bits == 32) {
+            for (int i = lane; i < hd; i += 32) static_cast<float *>(a.kv.v)[slot + i] = __ldcg(vr + i);
+            return;
+        }
+        /* a 16- or 8-bit cache: lane l holds elements l, l + 32, ... */
+        float x[ATT_MAX_HD / 32];
+#pragma unroll
+        for (int j = 0; j < ATT_MAX_HD / 32; j++) x[j] = lane + 32 * j < hd ? __ldcg(vr + lane + 32 * j) : 0.0f;
+        kv_store_lanes<ATT_MAX_HD / 32>(a.kv.v, a.kv.vs, a.kv.bits, slot, (size_t)h * a.cap + *a.d_len + m, hd,
+                                               x, lane);
         return;
     }
     const float *src = is_q ? a.q + (size_t)m * a.qs + (size_t)h * hd : a.k + (size_t)m * a.ks + (size_t)h * hd;
@@ -411,10 +469,20 @@ __device__ __forceinline__ void qkv_post_item(const cu_qkv_args &a, int m, int t
             float *dst = a.qout + ((size_t)m * a.nh + h) * hd;
             dst[i] = ra;
             dst[i + half] = rb;
+        } else if (a.kv.bits == 32) {
+            static_cast<float *>(a.kv.k)[slot + i] = ra;
+            static_cast<float *>(a.kv.k)[slot + i + half] = rb;
         } else {
-            a.kc[slot + i] = ra;
-            a.kc[slot + i + half] = rb;
+            va[j] = ra, vb[j] = rb; /* stored below, once the row's max is known */
         }
+    }
+    if (!is_q && a.kv.bits != 32) {
+        /* lane l holds elements l + 32 j (va) and half + l + 32 j (vb) */
+#pragma unroll
+        for (int j = 0; j < QKV_PAIRS; j++)
+            if (lane + 32 * j >= half) va[j] = vb[j] = 0.0f;
+        const size_t sp = (size_t)h * a.cap + *a.d_len + m;
+        kv_store_pairs(a.kv.k, a.kv.ks, a.kv.bits, slot, sp, half, va, vb, lane);
     }
 }
 
@@ -637,10 +705,10 @@ int cu_norm_split(int site, int M) {
     return (site & (CU_NS_GU | CU_NS_LM)) && M >= CU_NS_ROWS && M <= CU_CUT_ROWS;
 }
 
-void cu_qkv_post(cu_go st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
+void cu_qkv_post(cu_go st, float *q, const float *k, const float *v, cu_kv kv, const float *qn,
                  const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                  const int *d_len, float eps) {
-    cu_qkv_args a = {q, q, k, v, nh * hd, nkv * hd, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap, d_len, eps};
+    cu_qkv_args a = {q, q, k, v, nh * hd, nkv * hd, kv, qn, kn, pos, inv_freq, nh, nkv, hd, cap, d_len, eps};
     cu_qkv_post_run(st, &a, M);
 }
 
@@ -648,11 +716,11 @@ void cu_qkv_post_run(cu_go st, const cu_qkv_args *a, int M) {
     launch(k_qkv_post, dim3(M, a->nh + 2 * a->nkv), 32, st, *a);
 }
 
-cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, const float *qn, const float *kn,
+cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, cu_kv kv, const float *qn, const float *kn,
                               const int *pos, const float *inv_freq, int nh, int nkv, int hd, int cap,
                               const int *d_len, float eps) {
     int qd = nh * hd, kd = nkv * hd, rs = qd + 2 * kd;
-    return cu_qkv_args{q, qkv, qkv + qd, qkv + qd + kd, rs, rs, kc, vc, qn, kn, pos, inv_freq, nh, nkv, hd, cap,
+    return cu_qkv_args{q, qkv, qkv + qd, qkv + qd + kd, rs, rs, kv, qn, kn, pos, inv_freq, nh, nkv, hd, cap,
                        d_len, eps};
 }
 

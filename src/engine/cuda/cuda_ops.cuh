@@ -58,6 +58,109 @@ static inline size_t cu_attn_part_floats(int nh, int hd, int cap) {
     return (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK) * (hd + 2);
 }
 
+/* ---- the KV cache's storage (--kv-bits) ---------------------------------- */
+
+/* One layer's KV cache on the device: k and v [nkv][cap][hd] elements of
+   `bits` (32: float, 16: IEEE f16 bits as uint16_t, 8: int8_t), and for 8
+   bits one f32 scale per (kv head, position), ks and vs [nkv][cap] (NULL
+   otherwise). The stored values follow engine/kv.c's row rules bit for bit
+   (kv_f16_bits, kv_i8_row below): every row is quantized from that row
+   alone, so a row's stored bits never depend on its batch. The drafters'
+   caches are always f32 (cu_kv_f32). */
+struct cu_kv {
+    void *k, *v;
+    float *ks, *vs;
+    int bits;
+};
+static inline cu_kv cu_kv_f32(float *kc, float *vc) { return cu_kv{kc, vc, NULL, NULL, 32}; }
+
+/* f32 -> IEEE f16 bits as kv_quant_f16 (engine/kv.c) computes them:
+   saturated at +-65504 first (an outlier never becomes inf), then round to
+   nearest even (ds_f32_to_f16's integer rule; a NaN keeps its sign with
+   the quiet pattern 0x7e00), with no dependence on the device's
+   conversion instructions */
+__device__ __forceinline__ uint16_t kv_f16_bits(float f) {
+    f = f > 65504.0f ? 65504.0f : f < -65504.0f ? -65504.0f : f;
+    const uint32_t u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a < 0x38800000u) { /* an f16 subnormal or zero: units of 2^-24, the product exact */
+        const float x = __fmul_rn(__uint_as_float(a), 16777216.0f);
+        uint32_t m = (uint32_t)x;
+        const float rem = __fsub_rn(x, (float)m);
+        if (rem > 0.5f || (rem == 0.5f && (m & 1u))) m++;
+        return (uint16_t)(sign | m);
+    }
+    const uint32_t e = (a >> 23) - 112u, m = a & 0x7fffffu, rest = m & 0x1fffu;
+    uint32_t r = (e << 10) | (m >> 13);
+    if (rest > 0x1000u || (rest == 0x1000u && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+}
+/* f16 bits -> f32, exact */
+__device__ __forceinline__ float kv_f16_wide(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+/* kv_quant_i8's rule for one value, given the row's max |x| (amax over the
+   row with fmaxf, exact in any order): zeros (and scale 0) for a row of
+   zeros or a non-finite max, else q = rint(x * (127 / amax)) within
+   +-127, scale = amax / 127, each step one IEEE-rounded operation as on
+   the CPU */
+__device__ __forceinline__ int8_t kv_i8_code(float x, float amax) {
+    if (!(amax > 0.0f) || !isfinite(amax)) return 0;
+    const float r = (float)__float2int_rn(__fmul_rn(x, __fdiv_rn(127.0f, amax)));
+    return (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
+}
+__device__ __forceinline__ float kv_i8_scale(float amax) {
+    return !(amax > 0.0f) || !isfinite(amax) ? 0.0f : __fdiv_rn(amax, 127.0f);
+}
+
+/* the storage types the attention kernels are instantiated for, and the
+   exact widening of four stored values at element e of a row with scale
+   sc (kv_dequant_*: f16 widened, q x scale rounded once) */
+template <typename T> struct kv_elem;
+template <> struct kv_elem<float> {
+    static constexpr int bits = 32;
+};
+template <> struct kv_elem<uint16_t> {
+    static constexpr int bits = 16;
+    __device__ static __forceinline__ float4 wide4(const void *row, int e, float) {
+        const uint2 u = *reinterpret_cast<const uint2 *>(static_cast<const uint16_t *>(row) + e);
+        return make_float4(kv_f16_wide((uint16_t)(u.x & 0xffffu)), kv_f16_wide((uint16_t)(u.x >> 16)),
+                           kv_f16_wide((uint16_t)(u.y & 0xffffu)), kv_f16_wide((uint16_t)(u.y >> 16)));
+    }
+};
+template <> struct kv_elem<int8_t> {
+    static constexpr int bits = 8;
+    __device__ static __forceinline__ float4 wide4(const void *row, int e, float sc) {
+        const uint32_t u = *reinterpret_cast<const uint32_t *>(static_cast<const int8_t *>(row) + e);
+        return make_float4(__fmul_rn((float)(int8_t)(u & 0xffu), sc), __fmul_rn((float)(int8_t)((u >> 8) & 0xffu), sc),
+                           __fmul_rn((float)(int8_t)((u >> 16) & 0xffu), sc), __fmul_rn((float)(int8_t)(u >> 24), sc));
+    }
+};
+/* f(T{}) for the storage of kv.bits (32, 16 or 8) */
+template <typename F> static void with_kv(int bits, F f) {
+    if (bits == 16) f(uint16_t{});
+    else if (bits == 8) f(int8_t{});
+    else f(float{});
+}
+/* four values of position p (a row of hd elements; its scale from sc, a
+   head's [cap] scales, or none) at element e, widened to f32: the float4
+   as stored for f32 */
+template <typename T>
+__device__ __forceinline__ float4 kv_load4(const void *base, const float *sc, size_t p, int hd, int e) {
+    if constexpr (kv_elem<T>::bits == 32) {
+        return *reinterpret_cast<const float4 *>(static_cast<const float *>(base) + p * hd + e);
+    } else {
+        return kv_elem<T>::wide4(static_cast<const T *>(base) + p * hd, e, sc ? sc[p] : 0.0f);
+    }
+}
+/* one value of position p at element e, widened the same way */
+template <typename T>
+__device__ __forceinline__ float kv_load1(const void *base, const float *sc, size_t p, int hd, int e) {
+    const T x = static_cast<const T *>(base)[p * hd + e];
+    if constexpr (kv_elem<T>::bits == 32) return x;
+    else if constexpr (kv_elem<T>::bits == 16) return kv_f16_wide(x);
+    else return __fmul_rn((float)x, sc[p]);
+}
+
 /* ---- launching ---------------------------------------------------------- */
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -602,7 +705,7 @@ void cu_embed(cu_go st, float *out, const dmat *E, const int *tok, int M);
 /* q[M][nh][hd], k/v[M][nkv][hd] of the rows at positions pos[]: q/k get
    their per-head RMSNorm (qn/kn, when not NULL) and NeoX RoPE; k (roped)
    and v are stored in the caches [nkv][cap][hd] at position *d_len + row. */
-void cu_qkv_post(cu_go st, float *q, const float *k, const float *v, float *kc, float *vc, const float *qn,
+void cu_qkv_post(cu_go st, float *q, const float *k, const float *v, cu_kv kv, const float *qn,
                  const float *kn, const int *pos, const float *inv_freq, int M, int nh, int nkv, int hd, int cap,
                  const int *d_len, float eps);
 /* cu_qkv_post's arguments: qout[m] gets the roped q heads of q[m] (rows
@@ -611,7 +714,7 @@ struct cu_qkv_args {
     float *qout;
     const float *q, *k, *v;
     int qs, ks;
-    float *kc, *vc;
+    cu_kv kv; /* the layer's cache (its storage picks the store's rule) */
     const float *qn, *kn;
     const int *pos;
     const float *inv_freq;
@@ -623,7 +726,7 @@ struct cu_qkv_args {
 void cu_qkv_post_run(cu_go st, const cu_qkv_args *a, int M);
 /* the arguments for one fused projection qkv[M][nh*hd + 2*nkv*hd] (q, k, v
    side by side per row), the roped q written to q[M][nh*hd] */
-cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, float *kc, float *vc, const float *qn, const float *kn,
+cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, cu_kv kv, const float *qn, const float *kn,
                               const int *pos, const float *inv_freq, int nh, int nkv, int hd, int cap,
                               const int *d_len, float eps);
 /* cu_qkv_post_run done by the projection's own matmul: each block counts
@@ -642,7 +745,7 @@ static inline int cu_qkv_tail_cnt(int nh, int nkv) { return nh + 2 * nkv; }
    st.t->qkv_tail 0 (for comparisons). */
 int cu_matmul_norm_qkv(cu_go st, float *y, const float *x, int M, const dmat *W, const float *bias,
                        const float *gn, float eps, const cu_qkv_tail *t);
-/* Attention of M query rows q[M][nh*hd] over caches [nkv][cap][hd] into
+/* Attention of M query rows q[M][nh*hd] over the cache kv into
    out[M][nh*hd]. causal: row m sees positions 0 .. *d_len + first + m;
    else every row sees 0 .. *d_len + first + M - 1 (a drafter's block). part: scratch of
    cu_attn_part_floats(nh, hd, cap). spread: the launch shape for long
@@ -652,7 +755,7 @@ int cu_matmul_norm_qkv(cu_go st, float *y, const float *x, int M, const dmat *W,
    upload of its inputs is such a barrier): the blocks read them before
    waiting for the previous kernel (unless st.t->att_early is 0). outc (or NULL):
    out's pre-cut form as well (bf16_cut_put), for cu_matmul_add_cut. */
-void cu_attention(cu_go st, float *out, const float *q, const float *kc, const float *vc, float *part, int M,
+void cu_attention(cu_go st, float *out, const float *q, cu_kv kv, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
                   uint32_t *outc = NULL);
 /* Causal attention of prefill rows, as cu_attention with first 0, by a
@@ -660,7 +763,7 @@ void cu_attention(cu_go st, float *out, const float *q, const float *kc, const f
    different summation order: the forward uses it for the cuBLAS groups
    only). wg_img: cu_attn_wg_floats of scratch for the warpgroup-mma
    kernel, or NULL (k_attn_tc then, as where that kernel cannot run). */
-void cu_attention_tiled(cu_go st, float *out, const float *q, const float *kc, const float *vc, float *part,
+void cu_attention_tiled(cu_go st, float *out, const float *q, cu_kv kv, float *part,
                         float *wg_img, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale);
 /* 1 when cu_attention_tiled takes these heads (head_dim <= 128) */
 int cu_attn_tiled_ok(int nh, int nkv, int hd);
@@ -677,7 +780,7 @@ int cu_attn_wg_ready(const cu_tuning *t, int hd);
 size_t cu_attn_wg_floats(int nkv, int hd, int cap);
 /* the cache's first *d_len + ntot positions laid out in img for it (once
    per cu_attention_tiled call, before its passes) */
-void cu_attn_wg_prep(cu_go st, float *img, const float *kc, const float *vc, int nkv, int hd, int cap,
+void cu_attn_wg_prep(cu_go st, float *img, cu_kv kv, int nkv, int hd, int cap,
                      const int *d_len, int ntot);
 /* its launch: the partials of cu_attention_tiled's pass of M rows, from img */
 void cu_attn_wg(cu_go st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
