@@ -1,5 +1,5 @@
 #!/bin/sh
-# cuda-quant-run: one GPU session for the quantized CUDA kernels
+# cuda-quant-run: one GPU run for the quantized CUDA kernels
 # (src/engine/cuda/cuda_quant.cu), about 8 minutes on an H100/H200. It
 # writes everything under $OUT, each step's output in its own file and a
 # running log (OUT/log.txt) with each step's time and exit status; a step
@@ -26,8 +26,7 @@
 #   scripts/cuda-pack          # build/devpack.tar.xz (cuda-quant-bench included)
 # On the GPU machine, from a copy of the tree with build/devpack.tar.xz:
 #   OUT=/some/dir sh bench/cuda-quant-run.sh
-# (the session's runner: command `OUT=$OUT sh bench/cuda-quant-run.sh`,
-# carrying build/devpack.tar.xz). BUDGET=seconds (default 460) bounds the
+# (with build/devpack.tar.xz copied there beside the tree). BUDGET=seconds (default 460) bounds the
 # run; W=dir (default /tmp/cqr) holds the unpacked pack and the models
 # (about 45 GB of disk for the four 8B checkpoints).
 set -u
@@ -66,7 +65,7 @@ say "cuda-quant-run: $(date -u), tree $(git rev-parse --short HEAD 2> /dev/null 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 |
     tee "$OUT/gpu.txt" | tee -a "$LOG"
 if [ ! -f build/devpack.tar.xz ]; then
-    say "no build/devpack.tar.xz: run scripts/cuda-pack on the build machine and carry it"
+    say "no build/devpack.tar.xz: run scripts/cuda-pack on the build machine and copy it here"
     exit 1
 fi
 rm -rf "$P" && mkdir -p "$P"
