@@ -284,6 +284,28 @@ static void sleep_ms(long ms) {
     }
 }
 
+/* The retry policy both requests share: o->retries more tries (default
+ * 5, negative none), two at most after a refused connection (seldom a
+ * blip), waits from o->retry_ms (default 1 s) doubling up to 30 s. */
+typedef struct {
+    int retries;
+    long wait_ms;
+} backoff;
+
+static backoff backoff_of(const hub_opts *o) {
+    return (backoff){o->retries < 0 ? 0 : o->retries ? o->retries : 5, o->retry_ms > 0 ? o->retry_ms : 1000};
+}
+
+/* 1 when attempt (0-based) was the last one allowed after cr */
+static int backoff_spent(const backoff *b, int attempt, CURLcode cr) {
+    return attempt >= (cr == CURLE_COULDNT_CONNECT && b->retries > 2 ? 2 : b->retries);
+}
+
+static void backoff_wait(backoff *b) {
+    sleep_ms(b->wait_ms);
+    if (b->wait_ms < 30000) b->wait_ms *= 2;
+}
+
 /* ---- the file list ---- */
 
 typedef struct {
@@ -510,8 +532,7 @@ static void url_path(CURL *c, const char *path, strbuf *out) {
  * connections; 0 when the file there has f's size. */
 static int download(pull_job *j, int slot, const hfile *f, const char *inc, char *err, size_t errlen) {
     const hub_opts *o = j->o;
-    int retries = o->retries < 0 ? 0 : o->retries ? o->retries : 5;
-    long wait = o->retry_ms > 0 ? o->retry_ms : 1000;
+    backoff bo = backoff_of(o);
     http_meta m;
     struct curl_slist *hdrs;
     CURL *c = http_new(j->token, &hdrs, &m);
@@ -595,7 +616,7 @@ static int download(pull_job *j, int slot, const hfile *f, const char *inc, char
             break;
         }
         /* dropped (or a short body without an error): resume from what arrived */
-        if (attempt >= (cr == CURLE_COULDNT_CONNECT && retries > 2 ? 2 : retries)) {
+        if (backoff_spent(&bo, attempt, cr)) {
             char have[32], all[32];
             fmt_bytes(now > 0 ? now : 0, have, sizeof have);
             fmt_bytes(f->size, all, sizeof all);
@@ -611,9 +632,8 @@ static int download(pull_job *j, int slot, const hfile *f, const char *inc, char
         }
         if (j->log && !j->tty)
             fprintf(j->log, "dspark: %s: %s: connection dropped (%s), retrying in %.1f s\n", j->id, f->path,
-                    curl_easy_strerror(cr), wait / 1000.0);
-        sleep_ms(wait);
-        if (wait < 30000) wait *= 2;
+                    curl_easy_strerror(cr), bo.wait_ms / 1000.0);
+        backoff_wait(&bo);
     }
     sb_free(&url);
     curl_slist_free_all(hdrs);
@@ -808,8 +828,7 @@ static int fetch_listing(pull_job *j, strbuf *body, char *err, size_t errlen) {
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
-    int retries = j->o->retries < 0 ? 0 : j->o->retries ? j->o->retries : 5;
-    long wait = j->o->retry_ms > 0 ? j->o->retry_ms : 1000;
+    backoff bo = backoff_of(j->o);
     int rc = -1;
     for (int attempt = 0;; attempt++) {
         sb_clear(body);
@@ -824,9 +843,7 @@ static int fetch_listing(pull_job *j, strbuf *body, char *err, size_t errlen) {
             http_error(&m, j->ep, j->id, j->rev, NULL, j->token[0] != 0, err, errlen);
             break;
         }
-        /* a refused connection is seldom a blip: two more tries, not the full count */
-        int limit = cr == CURLE_COULDNT_CONNECT && retries > 2 ? 2 : retries;
-        if (!retryable(cr, m.code) || attempt >= limit) {
+        if (!retryable(cr, m.code) || backoff_spent(&bo, attempt, cr)) {
             if (attempt) snprintf(m.xmsg, sizeof m.xmsg, " after %d attempts", attempt + 1);
             ds_err(err, errlen, "cannot get the file list of %s from %s: %s%s%s", j->id, j->ep,
                    cr == CURLE_HTTP_RETURNED_ERROR ? "the server answered with an error" : curl_easy_strerror(cr),
@@ -836,9 +853,8 @@ static int fetch_listing(pull_job *j, strbuf *body, char *err, size_t errlen) {
             break;
         }
         if (j->log)
-            fprintf(j->log, "dspark: %s: %s, retrying in %.1f s\n", j->ep, curl_easy_strerror(cr), wait / 1000.0);
-        sleep_ms(wait);
-        if (wait < 30000) wait *= 2;
+            fprintf(j->log, "dspark: %s: %s, retrying in %.1f s\n", j->ep, curl_easy_strerror(cr), bo.wait_ms / 1000.0);
+        backoff_wait(&bo);
     }
     sb_free(&url);
     curl_slist_free_all(hdrs);

@@ -246,16 +246,21 @@ static void deq_q5_k(const uint8_t *b, float *y) {
     }
 }
 
+/* Q6_K: the unsigned 6-bit element e (0..255) of a super-block at b */
+static inline int q6k_elem(const uint8_t *b, int e) {
+    int h = e >> 7, i = (e >> 5) & 3, l = e & 31;
+    const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+    int lo = (ql[l + 32 * (i & 1)] >> (4 * (i >> 1))) & 15;
+    int hi = (qh[l] >> (2 * i)) & 3;
+    return lo | hi << 4;
+}
+
 static void deq_q6_k(const uint8_t *b, float *y) {
     float d = quant_f16(b + 208);
     const int8_t *sc = (const int8_t *)(b + 192);
     for (int e = 0; e < 256; e++) {
-        int h = e >> 7, i = (e >> 5) & 3, l = e & 31;
-        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-        int lo = (ql[l + 32 * (i & 1)] >> (4 * (i >> 1))) & 15;
-        int hi = (qh[l] >> (2 * i)) & 3;
         float dl = d * (float)sc[e >> 4];
-        y[e] = dl * (float)((lo | hi << 4) - 32);
+        y[e] = dl * (float)(q6k_elem(b, e) - 32);
     }
 }
 
@@ -517,13 +522,7 @@ void quant_unpack_span(const tensor *W, int64_t n, int span, uint8_t u[QSPAN], f
     default: { /* Q6_K */
         const float d = quant_f16(b + 208);
         const int8_t *sc = (const int8_t *)(b + 192);
-        for (int e = 0; e < 256; e++) {
-            int h = e >> 7, i = (e >> 5) & 3, l = e & 31;
-            const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-            int lo = (ql[l + 32 * (i & 1)] >> (4 * (i >> 1))) & 15;
-            int hi = (qh[l] >> (2 * i)) & 3;
-            u[e] = (uint8_t)(lo | hi << 4);
-        }
+        for (int e = 0; e < 256; e++) u[e] = (uint8_t)q6k_elem(b, e);
         for (int s = 0; s < 16; s++) a[s] = d * (float)sc[s];
     }
     }
