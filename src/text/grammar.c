@@ -375,6 +375,11 @@ static void lower_class(lower_ctx *c, int target, const gx *x, const char *owner
         }
     }
     free(rg);
+    if (!c->failed && c->rules[r].n == 0) { /* only surrogates: nothing */
+        uint64_t none[4] = {0, 0, 0, 0};
+        emit(c, target, GE_MAKE(GE_SET, intern_set(c, none)));
+        return;
+    }
     emit(c, target, GE_MAKE(GE_REF, r));
 }
 
@@ -629,8 +634,62 @@ gm_scratch *gm_scratch_new(void) {
     return sc;
 }
 
+static uint32_t htab_hash(uint64_t k) { return (uint32_t)ds_mix64(k); }
+
+uint32_t *gm_htab_get(gm_htab *h, uint64_t key, int *found) {
+    if (!h->cur) h->cur = 1;
+    if ((h->n + 1) * 2 > h->cap) {
+        uint32_t oc = h->cap, nc = oc ? oc * 2 : 4096;
+        uint64_t *ok = h->key;
+        uint32_t *ov = h->val, *og = h->gen;
+        h->key = xmalloc(nc * sizeof *h->key);
+        h->val = xmalloc(nc * sizeof *h->val);
+        h->gen = xcalloc(nc, sizeof *h->gen);
+        h->cap = nc;
+        uint32_t cur = h->cur;
+        h->cur = 1;
+        for (uint32_t i = 0; i < oc; i++)
+            if (og[i] == cur) {
+                uint32_t j = htab_hash(ok[i]) & (nc - 1);
+                while (h->gen[j] == 1) j = (j + 1) & (nc - 1);
+                h->gen[j] = 1, h->key[j] = ok[i], h->val[j] = ov[i];
+            }
+        free(ok), free(ov), free(og);
+    }
+    uint32_t j = htab_hash(key) & (h->cap - 1);
+    while (h->gen[j] == h->cur) {
+        if (h->key[j] == key) {
+            *found = 1;
+            return &h->val[j];
+        }
+        j = (j + 1) & (h->cap - 1);
+    }
+    h->gen[j] = h->cur;
+    h->key[j] = key;
+    h->val[j] = 0;
+    h->n++;
+    *found = 0;
+    return &h->val[j];
+}
+
+void gm_htab_reset(gm_htab *h) {
+    h->n = 0;
+    if (++h->cur == 0) {
+        if (h->gen) memset(h->gen, 0, h->cap * sizeof *h->gen);
+        h->cur = 1;
+    }
+}
+
+void gm_htab_free(gm_htab *h) {
+    free(h->key);
+    free(h->val);
+    free(h->gen);
+    memset(h, 0, sizeof *h);
+}
+
 void gm_scratch_free(gm_scratch *sc) {
     if (!sc) return;
+    gm_htab_free(&sc->nodes);
     free(sc->key_pos);
     free(sc->key_par);
     free(sc->key_gen);
@@ -652,16 +711,23 @@ typedef struct {
 } gm_adv;
 
 static uint32_t node_new(gm_adv *a, uint32_t pos, uint32_t parent) {
+    uint32_t *slot = NULL;
     if (*a->npool >= GM_MAX_NODES) {
         if (!a->fail) ds_err(a->err, a->errlen, "grammar matcher: more than %u stack nodes (input nested too deeply)", GM_MAX_NODES);
         a->fail = 1;
         return 0;
+    }
+    if (a->sc->hashcons) {
+        int found;
+        slot = gm_htab_get(&a->sc->nodes, ((uint64_t)pos << 32) | parent, &found);
+        if (found) return *slot;
     }
     if (*a->npool >= *a->cap) {
         *a->cap = *a->cap ? *a->cap * 2 : 256;
         *a->pool = xrealloc(*a->pool, *a->cap * sizeof(gm_node));
     }
     (*a->pool)[*a->npool] = (gm_node){pos, parent};
+    if (slot) *slot = *a->npool;
     return (*a->npool)++;
 }
 

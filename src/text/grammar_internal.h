@@ -33,12 +33,29 @@ typedef struct {
     uint32_t pos, parent;
 } gm_node;
 
-/* Scratch of an advance: a dedup table and a work list. */
+/* A hash table from 64-bit keys to 32-bit values whose reset is O(1)
+ * (slots carry the generation that wrote them). */
+typedef struct {
+    uint64_t *key;
+    uint32_t *val, *gen;
+    uint32_t cap, n, cur;
+} gm_htab;
+
+/* The slot of key (its value through *val); *found says whether it was
+ * there; a new slot is claimed (grown as needed) when it was not. */
+uint32_t *gm_htab_get(gm_htab *h, uint64_t key, int *found);
+void gm_htab_reset(gm_htab *h);
+void gm_htab_free(gm_htab *h);
+
+/* Scratch of an advance: a dedup table and a work list; with hashcons
+ * set, nodes are shared by (pos, parent) (the mask walk's memo). */
 typedef struct {
     uint32_t *key_pos, *key_par, *key_gen, *key_head;
     uint32_t gen;
     uint32_t *work; /* pairs */
     int nwork, capwork;
+    int hashcons;
+    gm_htab nodes;
 } gm_scratch;
 
 struct gm_state {

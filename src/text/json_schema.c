@@ -912,7 +912,9 @@ static const char COMMON[] =
     "object ::= \"{\" ws (string ws \":\" ws value ws (\",\" ws string ws \":\" ws value ws)*)? \"}\"\n"
     "array ::= \"[\" ws (value ws (\",\" ws value ws)*)? \"]\"\n"
     "string ::= \"\\\"\" char* \"\\\"\"\n"
-    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
+    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" u4)\n"
+    /* \\u escapes: no lone surrogates; a pair is one character */
+    "u4 ::= [0-9a-cA-CefEF] hex{3} | [dD] [0-7] hex{2} | [dD] [89abAB] hex{2} \"\\\\u\" [dD] [c-fC-F] hex{2}\n"
     "number ::= \"-\"? number-nonneg\n"
     "number-nonneg ::= (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?\n"
     "integer ::= \"-\"? (\"0\" | [1-9] [0-9]*)\n"

@@ -19,9 +19,8 @@
  *   - enum and const values are matched as cJSON serializes them (scalars
  *     exactly; inside arrays and objects the bounded whitespace above).
  * Caveats: oneOf is taken as anyOf (an instance valid against several
- * branches is accepted); for minLength/maxLength an escaped surrogate pair
- * (\uD83D\uDE00) counts as two characters; format date allows day 31 in
- * every month.
+ * branches is accepted); format date allows day 31 in every month. A
+ * \u escape of a lone surrogate is refused (a pair is one character).
  *
  * Supported: type (object, array, string, number, integer, boolean, null,
  * and arrays of them; absent: inferred from the keywords present, else any
