@@ -184,8 +184,9 @@ static int lfail(lower_ctx *c, const char *fmt, ...) {
 
 static int new_rule(lower_ctx *c, const char *owner, const char *what) {
     if (c->nrules >= (1 << 29)) return lfail(c, "too many rules");
+    int oldcap = c->caprules;
     GROW(c->rules, c->nrules, c->caprules, 1);
-    c->names = xrealloc(c->names, c->caprules * sizeof *c->names);
+    if (c->caprules != oldcap) c->names = xrealloc(c->names, c->caprules * sizeof *c->names);
     c->rules[c->nrules] = (evec){0};
     size_t l = strlen(owner) + strlen(what) + 24;
     c->names[c->nrules] = xmalloc(l);
@@ -565,8 +566,9 @@ grammar *gb_build(gram_builder *b, const char *root, char *err, size_t errlen) {
     }
     lower_ctx c = {.b = b, .err = err, .errlen = errlen};
     for (int i = 0; i < b->nrules; i++) {
+        int oldcap = c.caprules;
         GROW(c.rules, c.nrules, c.caprules, 1);
-        c.names = xrealloc(c.names, c.caprules * sizeof *c.names);
+        if (c.caprules != oldcap) c.names = xrealloc(c.names, c.caprules * sizeof *c.names);
         c.rules[c.nrules] = (evec){0};
         c.names[c.nrules++] = xstrdup(b->rules[i].name);
     }
