@@ -632,7 +632,7 @@ gm_scratch *gm_scratch_new(void) {
     sc->key_pos = xmalloc(GM_TABLE * sizeof(uint32_t));
     sc->key_par = xmalloc(GM_TABLE * sizeof(uint32_t));
     sc->key_gen = xcalloc(GM_TABLE, sizeof(uint32_t));
-    sc->key_head = xmalloc(GM_TABLE * sizeof(uint32_t));
+    sc->bufs = xmalloc(2 * GM_MAX_STACKS * sizeof(uint32_t));
     return sc;
 }
 
@@ -692,10 +692,10 @@ void gm_htab_free(gm_htab *h) {
 void gm_scratch_free(gm_scratch *sc) {
     if (!sc) return;
     gm_htab_free(&sc->nodes);
+    free(sc->bufs);
     free(sc->key_pos);
     free(sc->key_par);
     free(sc->key_gen);
-    free(sc->key_head);
     free(sc->work);
     free(sc);
 }
@@ -915,7 +915,7 @@ int gm_accept_bytes(gm_state *s, const void *bytes, size_t n) {
     const uint8_t *p = bytes;
     if (n == 0) return 1;
     uint32_t save = s->npool;
-    uint32_t *bufs = xmalloc(2 * GM_MAX_STACKS * sizeof(uint32_t));
+    uint32_t *bufs = s->scratch->bufs;
     const uint32_t *cur = s->heads;
     int ncur = s->nheads;
     int rc = 1;
@@ -935,7 +935,6 @@ int gm_accept_bytes(gm_state *s, const void *bytes, size_t n) {
     } else {
         s->npool = save;
     }
-    free(bufs);
     return rc;
 }
 

@@ -50,12 +50,13 @@ void gm_htab_free(gm_htab *h);
 /* Scratch of an advance: a dedup table and a work list; with hashcons
  * set, nodes are shared by (pos, parent) (the mask walk's memo). */
 typedef struct {
-    uint32_t *key_pos, *key_par, *key_gen, *key_head;
+    uint32_t *key_pos, *key_par, *key_gen;
     uint32_t gen;
     uint32_t *work; /* pairs */
     int nwork, capwork;
     int hashcons;
     gm_htab nodes;
+    uint32_t *bufs; /* 2 * GM_MAX_STACKS heads, for gm_accept_bytes */
 } gm_scratch;
 
 struct gm_state {
