@@ -20,7 +20,7 @@
  * trie built in about 60 ms; one core of a shared 2-core machine, -O2;
  * `make test T=grammar_mask_timing` prints it): 0.002-0.04 ms per mask at
  * structural positions (start, after `{`, in a key, an integer, an enum, a
- * date), about 7-8 ms inside a free string, where 147k ids are allowed and
+ * date), about 7-9 ms inside a free string, where 147k ids are allowed and
  * the whole trie is walked.
  *
  * Speculative decoding: to verify drafted tokens, gm_copy the state, call
