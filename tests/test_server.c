@@ -12,8 +12,9 @@
  *   server_bundled    the bundled model: dspark vs baseline outputs,
  *                     keep-alives, disconnects, /tokenize, /metrics, /events
  *   server_load       the bundled model under 8 requests in flight, RSS
- *   server_web        the web interface (GET /) in headless Chromium
- *                     (tests/server/web.mjs): chat, stop, reload, race,
+ *   server_web        the web interface (GET /) in headless Chromium:
+ *                     reasoning, tool calls, Markdown (web_tools.mjs, the
+ *                     scripted model); chat, stop, reload, race (web.mjs),
  *                     engine view, no request off the machine; then again
  *                     behind --api-key. Screenshots and the page's size and
  *                     first paint go to build/test-artifacts/web/.
@@ -517,8 +518,11 @@ static int chromium_ready(void) {
    Chromium: first open, then behind --api-key (the page asks for the key).
    The artifacts stay after the run (the scratch directory does not). */
 TEST(server_web) {
-    if (!clients_ready() || !chromium_ready()) return;
-    char art[700], e_art[720];
+    if (!chromium_ready()) return;
+    /* reasoning, tool calls and Markdown on the scripted model's known answers */
+    scripted_case("web_tools.mjs", THREADS, NULL, NULL);
+    if (!clients_ready()) return;
+    char art[700], e_art[760];
     snprintf(art, sizeof art, "%s/../../build/test-artifacts/web", test_data_dir());
     char cmd[800];
     snprintf(cmd, sizeof cmd, "mkdir -p %s", art);

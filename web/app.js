@@ -176,7 +176,7 @@ const store = {
 let convs = store.load();
 let cur = localStorage.getItem("dspark.current") || null;
 let ctrl = null; // the running generation's AbortController
-const SETTINGS = ["system", "temp", "top-p", "top-k", "seed", "max", "spec"];
+const SETTINGS = ["system", "temp", "top-p", "top-k", "seed", "max", "spec", "tools"];
 
 function conv() {
   let c = convs.find((x) => x.id === cur);
@@ -263,6 +263,12 @@ function readSettings() {
   if (Number(v("top-k")) > 0) s.top_k = Number(v("top-k"));
   if (v("seed") !== "") s.seed = Number(v("seed"));
   if (v("spec") === "off") s.x_dspark = { speculative: false };
+  if (v("tools").trim()) {
+    let t;
+    try { t = JSON.parse(v("tools")); } catch (e) { throw new Error("Tools: not JSON: " + e.message); }
+    if (!Array.isArray(t)) throw new Error("Tools: a JSON array of tools is expected");
+    if (t.length) s.tools = t;
+  }
   return s;
 }
 async function generate() {
