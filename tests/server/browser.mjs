@@ -111,6 +111,7 @@ export async function loaded() {
 }
 export async function screenshot(name, width, height, mobile) {
     await S("Emulation.setDeviceMetricsOverride", { width, height, deviceScaleFactor: 1, mobile });
+    await evaluate("document.activeElement?.blur(), 1");
     await sleep(300);
     const { data } = await S("Page.captureScreenshot", { format: "png" });
     const f = path.join(ART, name);
