@@ -17,7 +17,9 @@
  *                     scripted model); chat, stop, reload, race (web.mjs),
  *                     engine view, no request off the machine; then again
  *                     behind --api-key. Screenshots and the page's size and
- *                     first paint go to build/test-artifacts/web/.
+ *                     first paint go to build/test-artifacts/web/. The
+ *                     browser: $DSPARK_CHROMIUM, else chromium on PATH
+ *                     (missing: the test fails, saying how to install it).
  *
  * The scripted model (tests/scripted.c) answers with known text, so the
  * scripts check exact content, reasoning, tool calls and usage.

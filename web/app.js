@@ -422,11 +422,12 @@ function hist(h) {
   box.setAttribute("aria-label", "Rounds by drafts accepted: " + h.map((n, k) => `${k} accepted: ${n}`).join(", "));
 }
 function laneFigs(lane, s) {
+  // each side's clock runs from its own first token (a queued side waits unclocked)
   const now = s.end ?? performance.now(), secs = s.t0 ? (now - s.t0) / 1000 : 0;
   const live = s.rounds ? s.committed / s.rounds : NaN;
   const x = s.x;
   figs(lane, [
-    ["time", fmt(secs, 2) + " s"],
+    ["time", s.t0 ? fmt(secs, 2) + " s" : s.end ? "–" : "queued"],
     ["tokens", x ? String(x.completion_tokens) : String(s.committed + (s.rounds ? 1 : 0))],
     ["tokens/s", fmt(x ? x.tokens_per_sec : s.roundSecs ? s.committed / s.roundSecs : NaN)],
     ["tokens/round", fmt(x ? x.tokens_per_round : live, 2)],
@@ -437,7 +438,8 @@ function laneFigs(lane, s) {
   if (lane === "spec") hist(x ? x.accept_hist : s.hist);
 }
 let race = null;
-async function runLane(lane, base, speculative) {
+// Runs one side; started() is called once the server has queued its request.
+async function runLane(lane, base, speculative, started) {
   const s = { text: "", chunks: [], committed: 0, rounds: 0, drafted: 0, accepted: 0, roundSecs: 0, hist: [], req: 0,
     after: lastReq }; // this lane's request comes after every request seen so far
   race[lane] = s;
@@ -447,6 +449,7 @@ async function runLane(lane, base, speculative) {
     if (j.type || !j.req || j.req <= s.after || (s.req && j.req !== s.req) || s.end) return;
     const plainEv = j.mode === "baseline";
     if (speculative ? plainEv && health?.mode !== "baseline" : !plainEv) return;
+    if (speculative && race.plain?.req === j.req) return;
     if (!s.req) s.req = j.req;
     s.rounds++;
     s.committed += j.committed;
@@ -460,15 +463,16 @@ async function runLane(lane, base, speculative) {
   listeners.add(onEv);
   const tick = setInterval(() => laneFigs(lane, s), 100);
   const body = { ...base, stream: true, x_dspark: { speculative } };
-  s.t0 = performance.now();
   try {
     const r = await call("/v1/chat/completions", { method: "POST", body: JSON.stringify(body) });
+    started?.();
     if (!r.ok) throw new Error(await errorText(r));
     await readSSE(r, (f) => {
       if (f.data === "[DONE]") return;
       const j = JSON.parse(f.data), d = j.choices?.[0]?.delta;
       const piece = (d?.reasoning_content || "") + (d?.content || "");
       if (piece) {
+        s.t0 ??= performance.now();
         s.text += piece;
         s.chunks.push([performance.now() - s.t0, piece]);
         out.textContent = s.text;
@@ -477,7 +481,9 @@ async function runLane(lane, base, speculative) {
       if (j.x_dspark) s.x = j.x_dspark;
     });
   } finally {
+    started?.();
     s.end = performance.now();
+    s.t0 ??= s.end;
     clearInterval(tick);
     listeners.delete(onEv);
   }
@@ -495,7 +501,7 @@ $("#race-form").addEventListener("submit", async (e) => {
   btn.disabled = true;
   $("#race-replay").disabled = true;
   v.className = "verdict";
-  v.textContent = "Running plain decoding…";
+  v.textContent = "Racing…";
   const temp = Number($("#race-temp").value) || 0, seed = $("#race-seed").value;
   const base = { messages: [{ role: "user", content: $("#race-prompt").value }], max_tokens: Number($("#race-max").value) || 128,
     temperature: temp };
@@ -503,9 +509,13 @@ $("#race-form").addEventListener("submit", async (e) => {
   race = {};
   try {
     await startEvents();
-    const p = await runLane("plain", base, false);
-    v.textContent = "Running speculative decoding…";
-    const s = await runLane("spec", base, true);
+    // both at once, plain first: a server that generates one request at a
+    // time queues the speculative one behind it; one that batches runs both
+    let queued;
+    const first = new Promise((r) => { queued = r; });
+    const pp = runLane("plain", base, false, queued);
+    await first;
+    const [p, s] = await Promise.all([pp, runLane("spec", base, true)]);
     const same = p.text === s.text;
     const speed = p.x && s.x && p.x.tokens_per_sec > 0 ? s.x.tokens_per_sec / p.x.tokens_per_sec : NaN;
     const wall = (p.end - p.t0) / (s.end - s.t0);
