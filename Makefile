@@ -78,7 +78,10 @@ else
   TEST_CUDA_SRC =
   TEST_CU_OBJ =
 endif
-LIB_OBJ  = $(patsubst src/%.c,$(BUILD)/src/%.o,$(LIB_SRC)) $(CU_OBJ)
+# the web interface (web/), embedded in the binary by scripts/embed-web
+WEB_FILES = $(sort $(wildcard web/*.html web/*.js web/*.css))
+WEB_C    = $(BUILD)/gen/web_assets.c
+LIB_OBJ  = $(patsubst src/%.c,$(BUILD)/src/%.o,$(LIB_SRC)) $(CU_OBJ) $(BUILD)/gen/web_assets.o
 MAIN_OBJ = $(BUILD)/src/cli/main.o
 TEST_SRC = $(wildcard tests/*.c) $(TEST_CUDA_SRC)
 TEST_OBJ = $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRC)) $(TEST_CU_OBJ)
@@ -104,6 +107,13 @@ $(BUILD)/src/%_avx512.o: src/%_avx512.c
 
 $(BUILD)/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(WEB_C): $(WEB_FILES) scripts/embed-web
+	@mkdir -p $(dir $@)
+	scripts/embed-web $@ $(WEB_FILES)
+
+$(BUILD)/gen/web_assets.o: $(WEB_C) src/server/web.h
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.cu $(HDRS) $(wildcard tests/cuda/*.h) $(ARCH_STAMP)
@@ -192,10 +202,10 @@ demo:
 FUZZ_TARGETS = $(patsubst fuzz/%.c,build/fuzz/%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_LIB_SRC = $(filter-out src/cli/main.c src/%_avx2.c src/%_avx512.c,$(LIB_SRC))
 
-build/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC) $(HDRS)
+build/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC) $(HDRS) $(WEB_C)
 	@mkdir -p build/fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
-	  -DDS_NO_SIMD -o $@ $< $(FUZZ_LIB_SRC) $(LIBS)
+	  -DDS_NO_SIMD -o $@ $< $(FUZZ_LIB_SRC) $(WEB_C) $(LIBS)
 
 fuzz: $(FUZZ_TARGETS)
 	@for t in $(FUZZ_TARGETS); do \

@@ -794,6 +794,15 @@ static const err_case ERRS[] = {
     {API_MESSAGES, "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"model\":[]}",
      "'model' must be a string"},
     {API_COUNT_TOKENS, "{}", "'messages': must be a non-empty array"},
+    /* dspark's extension */
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"x_dspark\":true}",
+     "'x_dspark' must be an object"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"x_dspark\":{\"speculative\":0}}",
+     "'x_dspark.speculative' must be true or false"},
+    {API_COMPLETIONS, "{\"prompt\":\"x\",\"x_dspark\":{\"speculativ\":false}}",
+     "'x_dspark.speculativ' is not a known field"},
+    {API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"x_dspark\":[]}",
+     "'x_dspark' must be an object"},
     {API_COUNT_TOKENS, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}",
      "image content is not supported"},
 };
@@ -1029,6 +1038,34 @@ TEST(api_logprobs_fields) {
         api_request r;
         CHECK_MSG(parse_at(__LINE__, cases[i].kind, cases[i].body, &r, err, sizeof err) == 0, "%s", err);
         CHECK_MSG(r.logprobs == cases[i].want, "%s: logprobs %d, want %d", cases[i].body, r.logprobs, cases[i].want);
+        api_request_free(&r);
+    }
+}
+
+TEST(api_x_dspark_speculative) {
+    const struct {
+        api_kind kind;
+        const char *body;
+        int want;
+    } cases[] = {
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", -1},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"x_dspark\":{\"speculative\":false}}", 0},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"x_dspark\":{\"speculative\":true}}", 1},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"x_dspark\":{}}", -1},
+        {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"x_dspark\":null}", -1},
+        {API_COMPLETIONS, "{\"prompt\":\"x\",\"x_dspark\":{\"speculative\":false}}", 0},
+        {API_RESPONSES, "{\"input\":\"x\",\"x_dspark\":{\"speculative\":false}}", 0},
+        {API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                       "\"x_dspark\":{\"speculative\":false}}", 0},
+        /* count_tokens generates nothing: the field is not looked at */
+        {API_COUNT_TOKENS, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"x_dspark\":1}", -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[512];
+        api_request r;
+        CHECK_MSG(parse_at(__LINE__, cases[i].kind, cases[i].body, &r, err, sizeof err) == 0, "%s: %s", cases[i].body, err);
+        CHECK_MSG(r.speculative == cases[i].want, "%s: speculative %d, want %d", cases[i].body, r.speculative,
+                  cases[i].want);
         api_request_free(&r);
     }
 }

@@ -12,6 +12,14 @@
  *   server_bundled    the bundled model: dspark vs baseline outputs,
  *                     keep-alives, disconnects, /tokenize, /metrics, /events
  *   server_load       the bundled model under 8 requests in flight, RSS
+ *   server_web        the web interface (GET /) in headless Chromium:
+ *                     reasoning, tool calls, Markdown (web_tools.mjs, the
+ *                     scripted model); chat, stop, reload, race (web.mjs),
+ *                     engine view, no request off the machine; then again
+ *                     behind --api-key. Screenshots and the page's size and
+ *                     first paint go to build/test-artifacts/web/. The
+ *                     browser: $DSPARK_CHROMIUM, else chromium on PATH
+ *                     (missing: the test fails, saying how to install it).
  *
  * The scripted model (tests/scripted.c) answers with known text, so the
  * scripts check exact content, reasoning, tool calls and usage.
@@ -482,5 +490,64 @@ TEST(server_model_id_and_doctor) {
         CHECK(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "cpu")));
     }
     cJSON_Delete(j);
+    stop_server(&s);
+}
+
+/* the Chromium the web test drives: $DSPARK_CHROMIUM, else chromium on PATH */
+static int chromium_ready(void) {
+    const char *c = getenv("DSPARK_CHROMIUM");
+    if (c && *c) {
+        CHECK_MSG(access(c, X_OK) == 0, "DSPARK_CHROMIUM=%s is not an executable", c);
+        return access(c, X_OK) == 0;
+    }
+    const char *path = getenv("PATH");
+    int found = 0;
+    if (path) {
+        char *p = xstrdup(path), *save = NULL;
+        for (char *d = strtok_r(p, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
+            char f[1200];
+            snprintf(f, sizeof f, "%s/chromium", *d ? d : ".");
+            found = access(f, X_OK) == 0;
+        }
+        free(p);
+    }
+    CHECK_MSG(found, "chromium not found on PATH: the web interface test drives headless Chromium "
+                     "(apt-get install chromium; scripts/install-deps installs it)");
+    return found;
+}
+
+/* The web interface on the bundled model with its DSpark drafter, in headless
+   Chromium: first open, then behind --api-key (the page asks for the key).
+   The artifacts stay after the run (the scratch directory does not). */
+TEST(server_web) {
+    if (!chromium_ready()) return;
+    /* reasoning, tool calls and Markdown on the scripted model's known answers */
+    scripted_case("web_tools.mjs", THREADS, NULL, NULL);
+    if (!clients_ready()) return;
+    char art[700], e_art[760];
+    snprintf(art, sizeof art, "%s/../../build/test-artifacts/web", test_data_dir());
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", art);
+    CHECK_EQ_INT(system(cmd), 0);
+    char *abs = realpath(art, NULL);
+    if (abs) {
+        snprintf(art, sizeof art, "%s", abs);
+        free(abs);
+    }
+    snprintf(e_art, sizeof e_art, "DSPARK_ARTIFACTS=%s", art);
+    server s;
+    const char *args[] = {"-t", "2", "--mode", "dspark", "--max-draft", "7", NULL};
+    if (start_server(&s, bundled_dir(), args, NULL) != 0) return;
+    const char *env[] = {e_art, NULL};
+    int rc = run_node(&s, "web.mjs", env);
+    stop_server(&s);
+    if (rc != 0) return;
+    printf("     web interface screenshots in %s\n", art);
+    snprintf(e_art, sizeof e_art, "DSPARK_ARTIFACTS=%s/with-key", art);
+    const char *kargs[] = {"-t", "2", "--mode", "dspark", "--max-draft", "7", "--api-key", "sk-web-test",
+                           "--no-warmup", NULL};
+    if (start_server(&s, bundled_dir(), kargs, NULL) != 0) return;
+    const char *kenv[] = {e_art, "DSPARK_API_KEY=sk-web-test", NULL};
+    run_node(&s, "web.mjs", kenv);
     stop_server(&s);
 }

@@ -72,7 +72,14 @@
  *   name}, thinking {type enabled (budget_tokens) | disabled | adaptive},
  *   output_config.effort (skipped when thinking is disabled), max_tokens
  *   (required for messages), stop_sequences, temperature, top_p, top_k,
- *   stream, model. */
+ *   stream, model.
+ *
+ * dspark's own extension, every dialect but count_tokens: a top-level
+ *   "x_dspark" object. Its one field, "speculative" (bool): false decodes
+ *   this request plainly (no drafter; the greedy text is the same, only
+ *   slower), true (the default) with the server's mode. x_dspark must be an
+ *   object and holds no other field: anything else is refused (400), so a
+ *   misspelt option is not silently ignored. */
 #ifndef DS_API_H
 #define DS_API_H
 
@@ -113,6 +120,8 @@ typedef struct {
     int n;                /* choices; always 1 (n > 1 is refused) */
     int logprobs;         /* -1: none; else log-probabilities with this many alternatives per token
                              (chat: logprobs true + top_logprobs 0..20; completions: logprobs 0..5) */
+    int speculative;      /* x_dspark.speculative: -1 not said (the server's mode), 0 plain decoding
+                             for this request, 1 the server's mode */
 } api_request;
 
 /* Parses body (any JSON value) as a request of the given dialect into *out.

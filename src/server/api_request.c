@@ -671,6 +671,21 @@ static int parse_responses(const cJSON *b, api_request *r, char *err, size_t err
     return 0;
 }
 
+/* ---- dspark's extension ---- */
+
+static int parse_x_dspark(const cJSON *b, api_request *r, char *err, size_t errlen) {
+    const cJSON *x = api_get(b, "x_dspark");
+    if (!x) return 0;
+    if (!cJSON_IsObject(x)) return BAD("'x_dspark' must be an object, e.g. {\"speculative\": false}");
+    const cJSON *f;
+    cJSON_ArrayForEach(f, x) {
+        if (!f->string || strcmp(f->string, "speculative"))
+            return BAD("'x_dspark.%.64s' is not a known field: x_dspark takes only 'speculative' (a boolean)",
+                       f->string ? f->string : "");
+    }
+    return api_opt_bool(x, "speculative", "x_dspark.speculative", &r->speculative, err, errlen);
+}
+
 /* ---- entry points ---- */
 
 int api_parse(api_kind kind, const cJSON *body, api_request *out, char *err, size_t errlen) {
@@ -683,6 +698,7 @@ int api_parse(api_kind kind, const cJSON *body, api_request *out, char *err, siz
     out->thinking = -1;
     out->thinking_budget = -1;
     out->logprobs = -1;
+    out->speculative = -1;
     out->tool_choice = TOOL_CHOICE_AUTO;
     out->n = 1;
     out->template_vars = api_must(cJSON_CreateObject());
@@ -699,6 +715,7 @@ int api_parse(api_kind kind, const cJSON *body, api_request *out, char *err, siz
         case API_COUNT_TOKENS: rc = api_parse_messages(body, out, err, errlen); break;
         default: rc = BAD("unknown API kind %d", (int)kind); break;
         }
+        if (!rc && kind != API_COUNT_TOKENS) rc = parse_x_dspark(body, out, err, errlen);
     }
     if (rc) {
         api_request_free(out);

@@ -61,6 +61,15 @@ void http_reply(const http_req *r, int status, const char *content_type, const c
     queue(r->conn, status, resp);
 }
 
+void http_reply_static(const http_req *r, int status, const char *content_type, const void *body, size_t len,
+                       const char *const *headers) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_PERSISTENT);
+    if (content_type) MHD_add_response_header(resp, "Content-Type", content_type);
+    for (int i = 0; headers && headers[i] && headers[i + 1]; i += 2)
+        MHD_add_response_header(resp, headers[i], headers[i + 1]);
+    queue(r->conn, status, resp);
+}
+
 void http_reply_json(const http_req *r, int status, const char *json) {
     http_reply(r, status, "application/json", json, strlen(json));
 }

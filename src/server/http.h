@@ -33,6 +33,10 @@ typedef struct {
 const char *http_header(const http_req *r, const char *name);
 void http_reply(const http_req *r, int status, const char *content_type, const char *body, size_t len);
 void http_reply_json(const http_req *r, int status, const char *json);
+/* http_reply of a body that outlives the reply (not copied), with extra
+ * headers: name, value, ..., NULL. */
+void http_reply_static(const http_req *r, int status, const char *content_type, const void *body, size_t len,
+                       const char *const *headers);
 
 typedef struct {
     int (*fill)(void *ctx, strbuf *out);

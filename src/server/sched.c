@@ -250,18 +250,24 @@ static void on_emit(void *ctx, int id) {
     deliver(g, 0);
 }
 
+/* the job's drafter: none for a plain job */
+static drafter *job_drafter(sched *en, const sched_job *j) { return j->plain ? NULL : cli_spec_drafter(en->sp); }
+
+/* the mode a job decodes in */
+static const char *job_mode(const sched *en, const sched_job *j) { return j->plain ? "baseline" : en->info.mode; }
+
 static void prefill_event(gen_ctx *g, int done, int total, int final) {
     char ev[256];
     snprintf(ev, sizeof ev, "{\"type\":\"prefill\",\"req\":%llu,\"mode\":\"%s\",\"processed\":%d,\"total\":%d%s}",
-             (unsigned long long)g->j->req_id, g->en->info.mode, done, total, final ? ",\"done\":true" : "");
+             (unsigned long long)g->j->req_id, job_mode(g->en, g->j), done, total, final ? ",\"done\":true" : "");
     publish(g->en, ev);
 }
 
 static void on_prefill(void *ctx, int done, int total) { prefill_event(ctx, done, total, 0); }
 
-static int current_cap(const sched *en) {
+static int current_cap(const sched *en, const sched_job *j) {
     const cli_spec *sp = en->sp;
-    if (!sp || sp->mode == CLI_MODE_BASELINE) return 0;
+    if (!sp || sp->mode == CLI_MODE_BASELINE || (j && j->plain)) return 0;
     return sp->adaptive ? sp->ctl.cap : sp->max_draft;
 }
 
@@ -272,7 +278,7 @@ static void on_round(void *ctx, int drafted, int accepted, int emitted, double s
         g->prefill_reported = 1;
         prefill_event(g, g->j->n_ids, g->j->n_ids, 1);
     }
-    int cap = current_cap(en);
+    int cap = current_cap(en, g->j);
     g->j->cap = cap;
     const char *src = !en->sp || en->sp->mode == CLI_MODE_BASELINE || drafted == 0 ? "plain"
                       : en->sp->mode == CLI_MODE_LOOKUP                           ? "lookup"
@@ -281,7 +287,7 @@ static void on_round(void *ctx, int drafted, int accepted, int emitted, double s
     snprintf(ev, sizeof ev,
              "{\"req\":%llu,\"mode\":\"%s\",\"i\":%d,\"drafted\":%d,\"accepted\":%d,\"committed\":%d,\"cap\":%d,"
              "\"source\":\"%s\",\"ms\":%.3f,\"t\":%.3f}",
-             (unsigned long long)g->j->req_id, en->info.mode, g->round++, drafted, accepted, emitted, cap, src,
+             (unsigned long long)g->j->req_id, job_mode(en, g->j), g->round++, drafted, accepted, emitted, cap, src,
              seconds * 1e3, ds_now());
     publish(en, ev);
 }
@@ -314,7 +320,7 @@ static int continue_after_budget(sched *en, sched_job *j, gen_ctx *g, spec_opts 
     spec_opts o2 = *so;
     o2.max_new = left;
     spec_stats s2;
-    int rc = spec_generate(en->s, en->smp, cli_spec_drafter(en->sp), ids, n, &o2, NULL, NULL, &s2, err, errlen);
+    int rc = spec_generate(en->s, en->smp, job_drafter(en, j), ids, n, &o2, NULL, NULL, &s2, err, errlen);
     free(ids);
     if (rc != 0) return rc;
     st->n_gen += nc + s2.n_gen;
@@ -412,11 +418,11 @@ static void run_job(sched *en, sched_job *j) {
                     .emit = on_emit, .emit_logits = j->logprobs >= 0 ? on_emit_logits : NULL, .emit_ctx = &g,
                     .on_prefill = on_prefill, .on_round = on_round,
                     .hook_ctx = &g};
-    cli_spec_apply(en->sp, &so);
+    if (!j->plain) cli_spec_apply(en->sp, &so);
     spec_stats st = {0};
     int *out_ids = xmalloc(sizeof(int) * (size_t)(j->max_new > 0 ? j->max_new : 1));
     g.think_state = j->think_prefilled ? 1 : 0;
-    int rc = j->halt ? 0 : spec_generate(en->s, en->smp, cli_spec_drafter(en->sp), j->ids, j->n_ids, &so, out_ids,
+    int rc = j->halt ? 0 : spec_generate(en->s, en->smp, job_drafter(en, j), j->ids, j->n_ids, &so, out_ids,
                                          NULL, &st, err, sizeof err);
     if (rc == 0 && g.budget_hit && !stop_matched(&g.sm) && !j->cancelled)
         rc = continue_after_budget(en, j, &g, &so, out_ids, &st, err, sizeof err);
@@ -455,7 +461,7 @@ static void run_job(sched *en, sched_job *j) {
         m->accepted += (uint64_t)st.n_accepted;
         m->prefill_seconds += st.t_prefill;
         m->decode_seconds += st.t_decode;
-        m->last_cap = current_cap(en);
+        m->last_cap = current_cap(en, j);
     }
     pthread_mutex_unlock(&en->mmu);
     finish_job(j, finish, rc != 0 ? err : NULL);

@@ -60,6 +60,8 @@ typedef struct sched_job {
     const char *think_open, *think_close;
     char *budget_text; /* owned */
     int logprobs;      /* -1: none; else alternatives per token (0..SCHED_MAX_TOP_LOGPROBS) */
+    int plain;         /* decode without the drafter (x_dspark.speculative false): the mode reads
+                          "baseline" in this job's events and telemetry */
 
     /* shared: guarded by mu */
     pthread_mutex_t mu;

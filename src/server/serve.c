@@ -18,6 +18,7 @@
 #include "base/json.h"
 #include "spec/registry.h"
 #include "server/serve_internal.h"
+#include "server/web.h"
 #include "engine/memfit.h"
 #include "base/util.h"
 
@@ -27,6 +28,7 @@ const char SERVE_HELP[] =
     "  POST /v1/chat/completions /v1/completions /v1/responses   (OpenAI)\n"
     "  POST /v1/messages /v1/messages/count_tokens               (Anthropic; Claude Code)\n"
     "  GET  /v1/models /health /metrics /events /doctor   POST /tokenize /detokenize\n"
+    "  GET  /                    the web interface: chat, plain vs speculative race, engine view\n"
     "  -m, --model DIR|FILE|ID  checkpoint, .gguf or Hugging Face id with a tokenizer (default: the bundled model)\n"
     "      --pull               an id not found on this machine is pulled into the Hugging Face\n"
     "                           cache first (see dspark pull)\n"
@@ -415,6 +417,28 @@ static void route_detokenize(server *srv, const http_req *r) {
     reply_cjson(r, 200, o);
 }
 
+/* GET / and the page's files (web.h), open without the API key: the page
+   asks for the key and sends it with its API calls. An ETag (FNV-1a of the
+   bytes) lets the browser revalidate: If-None-Match answers 304. Returns 0
+   when path names no file. */
+static int route_web(const http_req *r, const char *path) {
+    for (const web_asset *a = WEB_ASSETS; a->path; a++) {
+        if (strcmp(a->path, path)) continue;
+        char etag[32];
+        snprintf(etag, sizeof etag, "\"%016llx\"", (unsigned long long)ds_fnv1a(DS_FNV_SEED, a->data, a->len));
+        const char *inm = http_header(r, "If-None-Match");
+        const char *hdrs[] = {"ETag", etag, "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff",
+                              "Content-Security-Policy",
+                              "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+                              "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+                              NULL};
+        if (inm && strstr(inm, etag)) http_reply_static(r, 304, NULL, "", 0, hdrs);
+        else http_reply_static(r, 200, a->type, a->data, a->len, hdrs);
+        return 1;
+    }
+    return 0;
+}
+
 /* ---- routing ---- */
 
 static int authorised(const server *srv, const http_req *r) {
@@ -445,6 +469,7 @@ static void handle(void *app, const http_req *r) {
         route_health(srv, r);
         return;
     }
+    if (get && route_web(r, r->path)) return;
     if (!authorised(srv, r)) {
         serve_error(r, dialect, 401, NULL, "invalid api key: send Authorization: Bearer KEY or x-api-key: KEY");
         return;

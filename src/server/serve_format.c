@@ -146,13 +146,20 @@ static void frame(strbuf *out, const char *event, cJSON *o) {
 cJSON *fmt_telemetry(const server *srv, const sched_job *j) {
     const spec_stats *st = &j->st;
     cJSON *x = cJSON_CreateObject();
-    cJSON_AddStringToObject(x, "mode", srv->mode);
+    cJSON_AddStringToObject(x, "mode", j->plain ? "baseline" : srv->mode);
+    cJSON_AddNumberToObject(x, "request", (double)j->req_id);
     cJSON_AddNumberToObject(x, "tokens_per_round", st->n_rounds ? (double)st->n_round_tok / st->n_rounds : 0.0);
     cJSON_AddNumberToObject(x, "cap", j->cap);
     cJSON_AddNumberToObject(x, "rounds", st->n_rounds);
     cJSON_AddNumberToObject(x, "drafted", (double)st->n_drafted);
     cJSON_AddNumberToObject(x, "accepted", (double)st->n_accepted);
     cJSON_AddNumberToObject(x, "draft_acceptance", st->n_drafted ? (double)st->n_accepted / st->n_drafted : 0.0);
+    /* rounds by drafts accepted: [k] = rounds that accepted k drafts, up to
+       the last non-zero entry ([] without rounds) */
+    int top = SPEC_MAX_DRAFT;
+    while (top >= 0 && !st->accept_hist[top]) top--;
+    cJSON *h = cJSON_AddArrayToObject(x, "accept_hist");
+    for (int a = 0; a <= top; a++) cJSON_AddItemToArray(h, cJSON_CreateNumber(st->accept_hist[a]));
     cJSON_AddNumberToObject(x, "prompt_tokens", j->n_ids);
     cJSON_AddNumberToObject(x, "cached_tokens", j->n_ids - st->n_prefilled);
     cJSON_AddNumberToObject(x, "completion_tokens", st->n_gen);

@@ -215,6 +215,7 @@ static sched_job *make_job(server *srv, const api_request *q, int *ids, int n, i
     }
     j->req_id = __atomic_add_fetch(&srv->next_req, 1, __ATOMIC_RELAXED);
     j->logprobs = q->kind == API_CHAT || q->kind == API_COMPLETIONS ? q->logprobs : -1;
+    j->plain = q->speculative == 0;
     if (q->thinking_budget > 0 && srv->think_open && q->kind != API_COMPLETIONS) {
         j->think_budget = q->thinking_budget > INT32_MAX ? INT32_MAX : (int)q->thinking_budget;
         j->think_prefilled = prefilled;

@@ -104,6 +104,32 @@ test("speculative decoding drafted tokens (dspark mode)", async () => {
     console.log(`     tokens per round: ${perRound.map((v) => v.toFixed(2)).join(" ")}`);
 });
 
+test("x_dspark.speculative false: plain decoding, the same greedy text", async () => {
+    for (const [i, p] of CHAT.entries()) {
+        const body = { model, messages: [{ role: "user", content: p }], max_tokens: MAX, temperature: 0 };
+        const plain = await postJSON("/v1/chat/completions", { ...body, x_dspark: { speculative: false } });
+        assert.equal(plain.status, 200, JSON.stringify(plain.json));
+        const x = plain.json.x_dspark;
+        assert.equal(plain.json.choices[0].message.content, outputs[`chat${i}`], `chat ${i}: plain differs`);
+        assert.equal(x.mode, "baseline", `chat ${i}: x_dspark.mode of a plain request`);
+        assert.equal(x.drafted, 0, `chat ${i}: a plain request drafted`);
+        assert.ok(Number.isInteger(x.request) && x.request > 0, `x_dspark.request ${x.request}`);
+        assert.deepEqual(x.accept_hist, x.rounds ? [x.rounds] : [], `chat ${i}: plain accept_hist`);
+        const spec = await postJSON("/v1/chat/completions", { ...body, x_dspark: { speculative: true } });
+        const xs = spec.json.x_dspark;
+        assert.equal(spec.json.choices[0].message.content, outputs[`chat${i}`], `chat ${i}: speculative differs`);
+        if (MODE) assert.equal(xs.mode, MODE);
+        // the histogram counts every round; its weighted sum is the accepted drafts
+        assert.equal(xs.accept_hist.reduce((a, b) => a + b, 0), xs.rounds, JSON.stringify(xs));
+        assert.equal(xs.accept_hist.reduce((a, b, k) => a + b * k, 0), xs.accepted, JSON.stringify(xs));
+    }
+    const bad = await postJSON("/v1/chat/completions", {
+        model, messages: [{ role: "user", content: "hi" }], max_tokens: 4, x_dspark: { speculative: "no" },
+    });
+    assert.equal(bad.status, 400);
+    assert.match(bad.json.error.message, /'x_dspark.speculative' must be true or false/);
+});
+
 test("keep-alives while the request waits for a slow prefill", async () => {
     // a blocker ahead in the queue, then four streams with a long prompt; every
     // prompt starts with its own line, so none is served from the prefix cache

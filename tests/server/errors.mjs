@@ -213,6 +213,29 @@ test("HEAD / -> 200 (the connectivity probe), also without a key", async () => {
     assert.equal(r2.status, 200);
 });
 
+test("GET / and the page's files: open without a key, typed, ETag revalidation", async () => {
+    const types = { "/": "text/html", "/app.js": "text/javascript", "/style.css": "text/css" };
+    for (const [p, type] of Object.entries(types)) {
+        const r = await request("GET", p);
+        assert.equal(r.status, 200, p);
+        assert.ok(r.headers["content-type"].startsWith(type), `${p}: ${r.headers["content-type"]}`);
+        assert.ok(r.text.length > 500, `${p}: ${r.text.length} bytes`);
+        assert.match(r.headers.etag, /^"[0-9a-f]{16}"$/);
+        assert.equal(r.headers["cache-control"], "no-cache");
+        assert.match(r.headers["content-security-policy"], /default-src 'self'/);
+        const again = await request("GET", p, { headers: { "If-None-Match": r.headers.etag } });
+        assert.equal(again.status, 304, `${p} revalidated`);
+        assert.equal(again.text, "");
+    }
+    const page = (await request("GET", "/")).text;
+    assert.match(page, /<script src="\/app.js" defer><\/script>/);
+    assert.ok(!/https?:\/\/(?!127\.0\.0\.1)/.test(page), "the page names no other host");
+    // other paths stay behind the key
+    assert.equal((await request("GET", "/nothing.js")).status, 401);
+    assert.equal((await request("GET", "/nothing.js", { headers: bearer })).status, 404);
+    assert.equal((await request("POST", "/", { body: {}, headers: bearer })).status, 404);
+});
+
 test("body over DSPARK_MAX_BODY_BYTES -> 413; the server then still answers", async () => {
     assert.ok(MAX_BODY > 0, "DSPARK_MAX_BODY must be set for this script");
     const big = { model, messages: [{ role: "user", content: "x".repeat(MAX_BODY + 4096) }] };
