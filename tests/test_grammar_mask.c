@@ -70,15 +70,22 @@ static void brute_check(const gtok_trie *tr, gm_masker *mk, const gm_state *s, g
     free(mask);
 }
 
-TEST(grammar_mask_brute_force_qwen3) {
-    tokenizer *t = qwen3();
-    if (!t) return;
+/* SCHEMA's grammar (a failure recorded when it does not compile) */
+static grammar *schema_grammar(void) {
     cJSON *sch = cJSON_Parse(SCHEMA);
     char err[300];
     grammar *g = json_schema_grammar(sch, err, sizeof err);
     cJSON_Delete(sch);
     CHECK_MSG(g != NULL, "%s", err);
+    return g;
+}
+
+TEST(grammar_mask_brute_force_qwen3) {
+    tokenizer *t = qwen3();
+    if (!t) return;
+    grammar *g = schema_grammar();
     if (!g) return;
+    char err[300];
     int eos = tok_token_id(t, "<|im_end|>");
     CHECK(eos >= 0);
     gtok_trie *tr = gtok_trie_new(t, &eos, 1);
@@ -130,10 +137,7 @@ TEST(grammar_mask_brute_force_qwen3) {
 TEST(grammar_mask_timing_qwen3) {
     tokenizer *t = qwen3();
     if (!t) return;
-    cJSON *sch = cJSON_Parse(SCHEMA);
-    char err[300];
-    grammar *g = json_schema_grammar(sch, err, sizeof err);
-    cJSON_Delete(sch);
+    grammar *g = schema_grammar();
     if (!g) return;
     int eos = tok_token_id(t, "<|im_end|>");
     double t0 = ds_now();
