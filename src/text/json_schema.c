@@ -383,31 +383,21 @@ static void same_len(strbuf *o, const char *x, const char *y, int i, int L) {
         sb_printf(o, "[%c-%c] [0-9]{%d}", x[i], y[i], L - i - 1);
         return;
     }
-    char nines[24], zeros[24];
-    memset(nines, '9', sizeof nines);
-    memset(zeros, '0', sizeof zeros);
-    sb_puts(o, "(");
-    if (lo0) { /* x[i] with anything */
-        sb_printf(o, "\"%c\" [0-9]{%d}", x[i], L - i - 1);
-    } else {
-        sb_printf(o, "\"%c\" (", x[i]);
-        char yy[24];
-        memcpy(yy, y, (size_t)L);
-        memcpy(yy + i + 1, nines, (size_t)(L - i - 1));
-        same_len(o, x, yy, i + 1, L);
-        sb_puts(o, ")");
-    }
+    /* x[i] then x's rest up to all nines; the digits between; y[i] then
+       all zeros up to y's rest */
+    char hi[24], lo[24];
+    memcpy(hi, y, (size_t)L);
+    memset(hi + i + 1, '9', (size_t)(L - i - 1));
+    memcpy(lo, x, (size_t)L);
+    memset(lo + i + 1, '0', (size_t)(L - i - 1));
+    sb_printf(o, "(\"%c\" (", x[i]);
+    same_len(o, x, hi, i + 1, L);
+    sb_puts(o, ")");
     int a = x[i] + 1, b = hi9 ? y[i] : y[i] - 1;
-    if (a <= b) {
-        sb_puts(o, " | ");
-        sb_printf(o, "[%c-%c] [0-9]{%d}", a, b, L - i - 1);
-    }
+    if (a <= b) sb_printf(o, " | [%c-%c] [0-9]{%d}", a, b, L - i - 1);
     if (!hi9) {
         sb_printf(o, " | \"%c\" (", y[i]);
-        char xx[24];
-        memcpy(xx, x, (size_t)L);
-        memcpy(xx + i + 1, zeros, (size_t)(L - i - 1));
-        same_len(o, xx, y, i + 1, L);
+        same_len(o, lo, y, i + 1, L);
         sb_puts(o, ")");
     }
     sb_puts(o, ")");
