@@ -20,7 +20,7 @@ else
     dir=build/rel
     extra=
 fi
-OBJS=$(find $dir/src -name "*.o" ! -name main.o)
+OBJS="$(find $dir/src -name "*.o" ! -name main.o) $dir/gen/web_assets.o"
 mkdir -p "$(dirname "${2:-build/$name}")"
 # shellcheck disable=SC2086
 cc -std=c11 -D_GNU_SOURCE -O2 -pthread -Isrc -Itests ${defs:-} ${TOOL_CFLAGS:-} -o "${2:-build/$name}" "bench/$name.c" $OBJS ${bench_obj:-} \
