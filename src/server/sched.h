@@ -10,7 +10,9 @@
  * strings (the text stops before the earliest match and generation ends at
  * the token that completed it) and appends the text to job->text under
  * job->mu, broadcasting job->cv; job->done is set last. A client that goes
- * away calls sched_job_cancel: generation stops at the next token.
+ * away calls sched_job_cancel: generation stops at the next token. At
+ * shutdown, past the drain, sched_cut ends the queued jobs and halts the
+ * running one, all with FINISH_SHUTDOWN.
  *
  * Rounds and prefill progress are published to an event ring (sched_events_*)
  * that /events subscribers read without ever blocking generation. */
