@@ -346,7 +346,7 @@ static int continue_after_budget(sched *en, sched_job *j, gen_ctx *g, spec_opts 
    that prefix is at least half the prompt; else the least recently used
    slot (an empty one first). A new conversation shares only the template's
    first few tokens with any cached one, and must not evict it for them. */
-static int pick_slot(sched *en, const int *ids, int n, int *shared) {
+static int pick_slot(sched *en, const int *ids, int n) {
     int best = -1, best_len = 0, lru = 0;
     for (int i = 0; i < en->n_slots; i++) {
         seq *s = en->slots[i].s;
@@ -359,15 +359,7 @@ static int pick_slot(sched *en, const int *ids, int n, int *shared) {
         }
         if (en->slot_used[i] < en->slot_used[lru]) lru = i;
     }
-    if (best >= 0 && 2 * best_len >= n) {
-        *shared = best_len;
-        return best;
-    }
-    const int *have = seq_tokens(en->slots[lru].s);
-    int len = seq_len(en->slots[lru].s), k = 0;
-    while (k < len && k < n && have[k] == ids[k]) k++;
-    *shared = k;
-    return lru;
+    return best >= 0 && 2 * best_len >= n ? best : lru;
 }
 
 int sched_guard(const sched_slot *slots, int n, int busy, const double *used, char *log, size_t logn) {
@@ -404,7 +396,7 @@ static void guard(sched *en, int busy) {
 
 static void run_job(sched *en, sched_job *j) {
     char err[512];
-    int shared, slot = pick_slot(en, j->ids, j->n_ids, &shared);
+    int slot = pick_slot(en, j->ids, j->n_ids);
     guard(en, slot);
     en->slot_used[slot] = ds_now();
     en->s = en->slots[slot].s;
