@@ -470,6 +470,14 @@ TEST(server_load) {
    itself; each must then exit with status 0 (the script has already seen
    its listener close). */
 TEST(server_drain) {
+    const char *bad[] = {"-1", "x", "1e9"};
+    for (int i = 0; i < 3; i++) {
+        char args[64], *err = NULL;
+        snprintf(args, sizeof args, "serve --drain-timeout %s", bad[i]);
+        CHECK(test_run_cli(args, NULL, &err) != 0);
+        CHECK_MSG(err && strstr(err, "--drain-timeout"), "serve --drain-timeout %s: %s", bad[i], err ? err : "");
+        free(err);
+    }
     if (!clients_ready()) return;
     static const struct {
         const char *phase, *drain;
