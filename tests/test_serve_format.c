@@ -316,3 +316,88 @@ TEST(serve_format_completions_stream_and_bodies) {
     free(b);
     fixture_free(&x);
 }
+
+/* An answer that did not end whole (cut at shutdown, an engine error, a
+   cancel) ends in its dialect's error after whatever text went out: never a
+   finish reason, usage, [DONE], message_stop or response.completed. */
+TEST(serve_format_cut_endings) {
+    static const struct {
+        api_kind kind;
+        const char *body;
+    } cases[] = {
+        {API_CHAT, "{\"stream\":true,\"stream_options\":{\"include_usage\":true},\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"},
+        {API_COMPLETIONS, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}"},
+        {API_RESPONSES, "{\"stream\":true,\"input\":\"hi\"}"},
+        {API_MESSAGES, "{\"max_tokens\":10,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"},
+    };
+    const int finishes[] = {FINISH_SHUTDOWN, FINISH_ERROR, FINISH_CANCEL};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (size_t k = 0; k < sizeof finishes / sizeof finishes[0]; k++) {
+            fixture x;
+            fixture_init(&x, cases[c].kind, cases[c].body);
+            x.job->finish = finishes[k];
+            snprintf(x.job->error, sizeof x.job->error, "%s",
+                     finishes[k] == FINISH_SHUTDOWN ? "the server shut down before this answer was finished"
+                     : finishes[k] == FINISH_ERROR  ? "out of memory"
+                                                    : "");
+            char msg[256];
+            int status = fmt_failure(x.job, msg, sizeof msg);
+            CHECK_EQ_INT(status, finishes[k] == FINISH_SHUTDOWN ? 503 : 500);
+            CHECK_MSG(strstr(msg, finishes[k] == FINISH_SHUTDOWN ? "shut down" : finishes[k] == FINISH_ERROR
+                                                                                   ? "generation failed: out of memory"
+                                                                                   : "cancelled"),
+                      "message: %s", msg);
+            strbuf out = {0};
+            fmt_stream_begin(&x.f, &out);
+            fmt_stream_delta(&x.f, "", 0, "Hel", 3, &out);
+            fmt_stream_error(&x.f, &out);
+            sse_frame fr[32];
+            int n = parse_sse(sb_str(&out), fr, 32);
+            CHECK_MSG(n >= 2, "kind %d finish %d: %d frames", (int)cases[c].kind, finishes[k], n);
+            for (int i = 0; i < n; i++) {
+                CHECK_MSG(!fr[i].done, "kind %d: [DONE] in a failed stream", (int)cases[c].kind);
+                const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(fr[i].data, "choices"), 0);
+                const cJSON *fin = cJSON_GetObjectItem(ch, "finish_reason");
+                CHECK_MSG(!fin || cJSON_IsNull(fin), "kind %d: finish_reason %s", (int)cases[c].kind, jstr(ch, "finish_reason"));
+                CHECK(!cJSON_GetObjectItem(fr[i].data, "usage") || cases[c].kind == API_RESPONSES);
+                CHECK(strcmp(fr[i].event, "message_delta") && strcmp(fr[i].event, "message_stop") &&
+                      strcmp(fr[i].event, "response.completed") && strcmp(fr[i].event, "response.incomplete"));
+            }
+            if (n >= 2) {
+                const cJSON *last = fr[n - 1].data;
+                const char *want_msg = finishes[k] == FINISH_SHUTDOWN ? "shut down" : finishes[k] == FINISH_ERROR
+                                                                                          ? "out of memory"
+                                                                                          : "cancelled";
+                if (cases[c].kind == API_MESSAGES) {
+                    CHECK(!strcmp(fr[n - 1].event, "error"));
+                    CHECK(!strcmp(jstr(last, "error.type"), finishes[k] == FINISH_SHUTDOWN ? "overloaded_error" : "api_error"));
+                    CHECK(strstr(jstr(last, "error.message"), want_msg) != NULL);
+                } else if (cases[c].kind == API_RESPONSES) {
+                    CHECK(!strcmp(fr[n - 1].event, "response.failed"));
+                    const cJSON *resp = cJSON_GetObjectItem(last, "response");
+                    CHECK(!strcmp(jstr(resp, "status"), "failed"));
+                    CHECK(!strcmp(jstr(resp, "error.code"), "server_error"));
+                    CHECK(strstr(jstr(resp, "error.message"), want_msg) != NULL);
+                    CHECK_EQ_INT(jnum(last, "sequence_number"), jnum(fr[n - 2].data, "sequence_number") + 1);
+                } else {
+                    CHECK(!fr[n - 1].event[0]);
+                    CHECK(strstr(jstr(last, "error.message"), want_msg) != NULL);
+                    CHECK(!strcmp(jstr(last, "error.type"),
+                                  finishes[k] == FINISH_SHUTDOWN ? "service_unavailable" : "server_error"));
+                    if (finishes[k] == FINISH_SHUTDOWN) CHECK(!strcmp(jstr(last, "error.code"), "server_shutting_down"));
+                }
+            }
+            free_frames(fr, n > 0 ? n : 0);
+            sb_free(&out);
+            fixture_free(&x);
+        }
+    /* the whole ends */
+    fixture x;
+    fixture_init(&x, API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    const int whole[] = {FINISH_EOS, FINISH_STOP, FINISH_LENGTH};
+    for (int i = 0; i < 3; i++) {
+        x.job->finish = whole[i];
+        CHECK_EQ_INT(fmt_failure(x.job, NULL, 0), 0);
+    }
+    fixture_free(&x);
+}

@@ -12,6 +12,11 @@
  *   server_bundled    the bundled model: dspark vs baseline outputs,
  *                     keep-alives, disconnects, /tokenize, /metrics, /events
  *   server_load       the bundled model under 8 requests in flight, RSS
+ *   server_drain      shutdown on the bundled model (drain.mjs, which sends
+ *                     the signals): SIGTERM lets the running and queued
+ *                     answers of every dialect finish whole; past a short
+ *                     --drain-timeout, or on a second signal, each ends with
+ *                     its dialect's error; new requests get 503; exit 0
  *   server_web        the web interface (GET /) in headless Chromium:
  *                     reasoning, tool calls, Markdown (web_tools.mjs, the
  *                     scripted model); chat, stop, reload, race (web.mjs),
@@ -291,13 +296,12 @@ static int log_has(const server *s, const char *needle) {
     return has;
 }
 
-/* SIGTERM; the server must exit with status 0 within STOP_WAIT_S. */
-static void stop_server(server *s) {
+/* The server must exit with status 0 within `seconds` (it was sent SIGTERM). */
+static void expect_exit(server *s, double seconds) {
     if (s->pid <= 0) return;
-    kill(s->pid, SIGTERM);
     int st = 0;
-    if (!wait_exit(s->pid, STOP_WAIT_S, &st)) {
-        test_fail(__FILE__, __LINE__, "dspark serve did not exit within %.0f s of SIGTERM", STOP_WAIT_S);
+    if (!wait_exit(s->pid, seconds, &st)) {
+        test_fail(__FILE__, __LINE__, "dspark serve did not exit within %.0f s of SIGTERM", seconds);
         kill(s->pid, SIGKILL);
         waitpid(s->pid, &st, 0);
         print_tail("server log", s->log, 3000);
@@ -309,6 +313,13 @@ static void stop_server(server *s) {
         print_tail("server log", s->log, 3000);
     }
     s->pid = -1;
+}
+
+/* SIGTERM; the server must exit with status 0 within STOP_WAIT_S. */
+static void stop_server(server *s) {
+    if (s->pid <= 0) return;
+    kill(s->pid, SIGTERM);
+    expect_exit(s, STOP_WAIT_S);
 }
 
 /* Runs `node tests/server/SCRIPT` against the server with env (KEY=VALUE
@@ -453,6 +464,42 @@ TEST(server_load) {
         }
     }
     stop_server(&s);
+}
+
+/* Shutdown: one server per phase of drain.mjs, which signals the server
+   itself; each must then exit with status 0 (the script has already seen
+   its listener close). */
+TEST(server_drain) {
+    const char *bad[] = {"-1", "x", "1e9"};
+    for (int i = 0; i < 3; i++) {
+        char args[64], *err = NULL;
+        snprintf(args, sizeof args, "serve --drain-timeout %s", bad[i]);
+        CHECK(test_run_cli(args, NULL, &err) != 0);
+        CHECK_MSG(err && strstr(err, "--drain-timeout"), "serve --drain-timeout %s: %s", bad[i], err ? err : "");
+        free(err);
+    }
+    if (!clients_ready()) return;
+    static const struct {
+        const char *phase, *drain;
+    } phases[] = {{"whole", NULL}, {"cut", "0.5"}, {"second", NULL}};
+    for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
+        const char *args[] = {"-t", "2", "--no-warmup", phases[i].drain ? "--drain-timeout" : NULL, phases[i].drain,
+                              NULL};
+        server s;
+        if (start_server(&s, bundled_dir(), args, NULL) != 0) return;
+        char e_pid[64], e_phase[64];
+        snprintf(e_pid, sizeof e_pid, "DSPARK_SERVER_PID=%d", (int)s.pid);
+        snprintf(e_phase, sizeof e_phase, "DSPARK_DRAIN_PHASE=%s", phases[i].phase);
+        const char *env[] = {"DSPARK_MODEL_ID=" DSPARK_DEFAULT_MODEL, e_pid, e_phase, NULL};
+        int rc = run_node(&s, "drain.mjs", env);
+        if (rc != 0) { /* the script may have failed before its signal */
+            stop_server(&s);
+            return;
+        }
+        expect_exit(&s, STOP_WAIT_S);
+        CHECK_MSG(log_has(&s, phases[i].drain ? "drain timeout: cutting" : i == 0 ? "drained, exiting" : "second signal"),
+                  "phase %s: the server log lacks its shutdown line", phases[i].phase);
+    }
 }
 
 /* --model as a Hugging Face id (a cache laid out here): the server names

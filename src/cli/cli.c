@@ -46,6 +46,7 @@ static float parse_float(const char *flag, const char *v) {
 void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allowed) {
     memset(o, 0, sizeof *o);
     o->n_predict = -1; /* command default */
+    o->drain_timeout = -1;
     o->top_p = 1.0f;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -120,6 +121,11 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--api-key")) o->api_key = v;
         else if (!strcmp(a, "--port")) o->port = parse_int(a, v, 1, 65535);
         else if (!strcmp(a, "--cache-slots")) o->cache_slots = parse_int(a, v, 1, 16);
+        else if (!strcmp(a, "--drain-timeout")) {
+            o->drain_timeout = parse_float(a, v);
+            if (o->drain_timeout < 0 || o->drain_timeout > 86400)
+                cli_die("--drain-timeout expects seconds in [0, 86400] (0: cut at once), got \"%s\"", v);
+        }
         else if (!strcmp(a, "--kv-bits")) {
             if (strcmp(v, "32") && strcmp(v, "16") && strcmp(v, "8"))
                 cli_die("--kv-bits expects 32 (f32), 16 (f16) or 8 (int8 with scales), got \"%s\"", v);

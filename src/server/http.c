@@ -22,12 +22,15 @@ struct http_server {
     size_t max_body;
     http_handler h;
     void *app;
+    int in_flight; /* atomic: see http_in_flight */
 };
 
 /* per-request state, kept in *con_cls between access-handler calls */
 typedef struct {
     strbuf body;
     int too_large;
+    int background; /* its reply is a background stream: no longer in flight */
+    http_server *srv;
 } req_state;
 
 typedef struct {
@@ -108,6 +111,11 @@ static void stream_free(void *cls) {
 }
 
 void http_reply_stream(const http_req *r, int status, const char *content_type, const http_stream *st) {
+    req_state *rs = r->state;
+    if (st->background && rs && !rs->background) {
+        rs->background = 1;
+        __atomic_sub_fetch(&rs->srv->in_flight, 1, __ATOMIC_SEQ_CST);
+    }
     stream_state *s = xcalloc(1, sizeof *s);
     s->st = *st;
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free);
@@ -133,6 +141,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     req_state *rs = *con_cls;
     if (!rs) {
         rs = xcalloc(1, sizeof *rs);
+        rs->srv = srv;
+        __atomic_add_fetch(&srv->in_flight, 1, __ATOMIC_SEQ_CST); /* on_completed takes it back */
         *con_cls = rs;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > srv->max_body) rs->too_large = 1;
@@ -148,7 +158,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     normalise_path(url, path, sizeof path);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     http_req r = {.method = method, .path = path, .body = sb_str(&rs->body),
-                  .body_len = rs->body.n, .conn = c, .fd = ci ? ci->connect_fd : -1};
+                  .body_len = rs->body.n, .conn = c, .fd = ci ? ci->connect_fd : -1, .state = rs};
     if (rs->too_large) {
         char msg[256];
         snprintf(msg, sizeof msg,
@@ -175,6 +185,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     (void)toe;
     req_state *rs = *con_cls;
     if (!rs) return;
+    if (!rs->background) __atomic_sub_fetch(&rs->srv->in_flight, 1, __ATOMIC_SEQ_CST);
     sb_free(&rs->body);
     free(rs);
     *con_cls = NULL;
@@ -209,9 +220,7 @@ http_server *http_start(const char *host, int port, size_t max_body, http_handle
     return s;
 }
 
-void http_quiesce(http_server *s) {
-    if (s && s->d) MHD_quiesce_daemon(s->d);
-}
+int http_in_flight(const http_server *s) { return s ? __atomic_load_n(&s->in_flight, __ATOMIC_SEQ_CST) : 0; }
 
 void http_stop(http_server *s) {
     if (!s) return;

@@ -27,6 +27,7 @@ typedef struct {
     size_t body_len;
     void *conn;        /* the libmicrohttpd connection */
     int fd;            /* its socket */
+    void *state;       /* the layer's own per-request state */
 } http_req;
 
 /* A request header (case-insensitive name) or NULL. */
@@ -42,6 +43,7 @@ typedef struct {
     int (*fill)(void *ctx, strbuf *out);
     void (*close)(void *ctx, int client_gone);
     void *ctx;
+    int background; /* a feed with no end of its own (/events): not counted by http_in_flight */
 } http_stream;
 /* Starts a chunked reply (text/event-stream when content_type is NULL). */
 void http_reply_stream(const http_req *r, int status, const char *content_type, const http_stream *st);
@@ -54,8 +56,10 @@ typedef void (*http_handler)(void *app, const http_req *r);
  * request body accepted. Returns NULL with err filled on failure. */
 http_server *http_start(const char *host, int port, size_t max_body, http_handler h, void *app, char *err,
                         size_t errlen);
-/* Stops accepting new connections (the open ones go on). */
-void http_quiesce(http_server *s);
+/* Requests in flight: from their headers' arrival until their reply was
+ * sent or their connection died, background streams aside. A shutdown
+ * drain waits for this to reach 0. */
+int http_in_flight(const http_server *s);
 /* Closes every connection, joins their threads and frees s. */
 void http_stop(http_server *s);
 

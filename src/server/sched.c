@@ -31,6 +31,7 @@ struct sched {
     sched_job **q;
     int qn, qcap, stopping;
     sched_job *running;
+    char cut_why[256]; /* sched_cut's reason, the error of the job it halts */
 
     pthread_mutex_t mmu; /* metrics */
     sched_metrics m;
@@ -316,7 +317,11 @@ static int continue_after_budget(sched *en, sched_job *j, gen_ctx *g, spec_opts 
     for (int i = 0; i < nc; i++) on_emit(g, close[i]);
     free(close);
     g->think_state = 2;
-    j->halt = 0;
+    /* generation goes on unless a cancel or a cut came meanwhile (their flags
+       are set under mu before halt, so none is lost here) */
+    pthread_mutex_lock(&j->mu);
+    j->halt = j->cancelled || j->cut;
+    pthread_mutex_unlock(&j->mu);
     spec_opts o2 = *so;
     o2.max_new = left;
     spec_stats s2;
@@ -341,7 +346,7 @@ static int continue_after_budget(sched *en, sched_job *j, gen_ctx *g, spec_opts 
    that prefix is at least half the prompt; else the least recently used
    slot (an empty one first). A new conversation shares only the template's
    first few tokens with any cached one, and must not evict it for them. */
-static int pick_slot(sched *en, const int *ids, int n, int *shared) {
+static int pick_slot(sched *en, const int *ids, int n) {
     int best = -1, best_len = 0, lru = 0;
     for (int i = 0; i < en->n_slots; i++) {
         seq *s = en->slots[i].s;
@@ -354,15 +359,7 @@ static int pick_slot(sched *en, const int *ids, int n, int *shared) {
         }
         if (en->slot_used[i] < en->slot_used[lru]) lru = i;
     }
-    if (best >= 0 && 2 * best_len >= n) {
-        *shared = best_len;
-        return best;
-    }
-    const int *have = seq_tokens(en->slots[lru].s);
-    int len = seq_len(en->slots[lru].s), k = 0;
-    while (k < len && k < n && have[k] == ids[k]) k++;
-    *shared = k;
-    return lru;
+    return best >= 0 && 2 * best_len >= n ? best : lru;
 }
 
 int sched_guard(const sched_slot *slots, int n, int busy, const double *used, char *log, size_t logn) {
@@ -399,7 +396,7 @@ static void guard(sched *en, int busy) {
 
 static void run_job(sched *en, sched_job *j) {
     char err[512];
-    int shared, slot = pick_slot(en, j->ids, j->n_ids, &shared);
+    int slot = pick_slot(en, j->ids, j->n_ids);
     guard(en, slot);
     en->slot_used[slot] = ds_now();
     en->s = en->slots[slot].s;
@@ -434,26 +431,36 @@ static void run_job(sched *en, sched_job *j) {
     }
     deliver(&g, 1);
     if (!g.prefill_reported && rc == 0) prefill_event(&g, j->n_ids, j->n_ids, 1);
-    int cancelled;
+    int cancelled, cut;
     pthread_mutex_lock(&j->mu);
     j->st = st;
     cancelled = j->cancelled;
+    cut = j->cut;
     pthread_mutex_unlock(&j->mu);
-    int finish = rc != 0                ? FINISH_ERROR
-                 : stop_matched(&g.sm)  ? FINISH_STOP
-                 : st.stopped_by_eos    ? FINISH_EOS
-                 : cancelled            ? FINISH_CANCEL
-                                        : FINISH_LENGTH;
+    /* A cut job that still reached its token budget is whole (LENGTH); one
+       halted short of it is not, whatever else ended the loop. */
+    int finish = rc != 0                            ? FINISH_ERROR
+                 : stop_matched(&g.sm)              ? FINISH_STOP
+                 : st.stopped_by_eos                ? FINISH_EOS
+                 : cut && st.n_gen < j->max_new     ? FINISH_SHUTDOWN
+                 : cancelled                        ? FINISH_CANCEL
+                                                    : FINISH_LENGTH;
+    char why[sizeof en->cut_why];
+    pthread_mutex_lock(&en->qmu);
+    snprintf(why, sizeof why, "%s", en->cut_why);
+    pthread_mutex_unlock(&en->qmu);
     pthread_mutex_lock(&en->mmu);
     sched_metrics *m = &en->m;
     m->requests++;
     m->requests_cancelled += finish == FINISH_CANCEL;
     m->requests_failed += finish == FINISH_ERROR;
+    m->requests_cut += finish == FINISH_SHUTDOWN;
     if (rc == 0) {
         m->prompt_tokens += (uint64_t)j->n_ids;
         m->cached_tokens += (uint64_t)(j->n_ids - st.n_prefilled);
         m->prefill_tokens += (uint64_t)st.n_prefilled;
-        m->slot_hits += shared > 0;
+        m->prompts++;
+        m->slot_hits += j->n_ids - st.n_prefilled > 0; /* positions actually reused, not merely matched */
         m->completion_tokens += (uint64_t)st.n_gen;
         m->rounds += (uint64_t)st.n_rounds;
         m->round_tokens += (uint64_t)st.n_round_tok;
@@ -464,7 +471,7 @@ static void run_job(sched *en, sched_job *j) {
         m->last_cap = current_cap(en, j);
     }
     pthread_mutex_unlock(&en->mmu);
-    finish_job(j, finish, rc != 0 ? err : NULL);
+    finish_job(j, finish, rc != 0 ? err : finish == FINISH_SHUTDOWN ? why : NULL);
     stop_free(&g.sm);
     sb_free(&g.out);
     sb_free(&g.tail);
@@ -523,10 +530,21 @@ sched *sched_start(const sched_slot *slots, int n_slots, sampler *smp, const tok
     return en;
 }
 
-void sched_stop(sched *en) {
+void sched_cut(sched *en, const char *why) {
     pthread_mutex_lock(&en->qmu);
+    if (en->stopping) { /* cut already */
+        pthread_mutex_unlock(&en->qmu);
+        return;
+    }
     en->stopping = 1;
-    if (en->running) sched_job_cancel(en->running);
+    snprintf(en->cut_why, sizeof en->cut_why, "%s", why);
+    if (en->running) {
+        sched_job *j = en->running;
+        pthread_mutex_lock(&j->mu);
+        if (!j->done) j->cut = 1;
+        j->halt = 1;
+        pthread_mutex_unlock(&j->mu);
+    }
     sched_job **q = en->q;
     int qn = en->qn;
     en->q = NULL;
@@ -534,10 +552,21 @@ void sched_stop(sched *en) {
     pthread_cond_broadcast(&en->qcv);
     pthread_mutex_unlock(&en->qmu);
     for (int i = 0; i < qn; i++) {
-        finish_job(q[i], FINISH_ERROR, "the server is shutting down");
+        pthread_mutex_lock(&q[i]->mu);
+        q[i]->cut = 1;
+        pthread_mutex_unlock(&q[i]->mu);
+        finish_job(q[i], FINISH_SHUTDOWN, why);
         sched_job_release(q[i]);
     }
     free(q);
+    pthread_mutex_lock(&en->mmu);
+    en->m.requests += (uint64_t)qn;
+    en->m.requests_cut += (uint64_t)qn;
+    pthread_mutex_unlock(&en->mmu);
+}
+
+void sched_stop(sched *en) {
+    sched_cut(en, "the server shut down before this request was finished");
     pthread_join(en->th, NULL);
     pthread_mutex_lock(&en->emu);
     en->events_closed = 1;

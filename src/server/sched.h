@@ -10,7 +10,9 @@
  * strings (the text stops before the earliest match and generation ends at
  * the token that completed it) and appends the text to job->text under
  * job->mu, broadcasting job->cv; job->done is set last. A client that goes
- * away calls sched_job_cancel: generation stops at the next token.
+ * away calls sched_job_cancel: generation stops at the next token. At
+ * shutdown, past the drain, sched_cut ends the queued jobs and halts the
+ * running one, all with FINISH_SHUTDOWN.
  *
  * Rounds and prefill progress are published to an event ring (sched_events_*)
  * that /events subscribers read without ever blocking generation. */
@@ -27,7 +29,12 @@
 #include "base/strbuf.h"
 #include "text/tokenizer.h"
 
-enum { FINISH_NONE, FINISH_EOS, FINISH_STOP, FINISH_LENGTH, FINISH_CANCEL, FINISH_ERROR };
+/* How a job ended. FINISH_SHUTDOWN: the server cut it at shutdown (the drain
+ * timeout ran out, or a second signal) before it finished, queued or
+ * running; its error says so. Only EOS, STOP and LENGTH are whole answers:
+ * every other end is reported to the client as an error, never a normal
+ * finish. */
+enum { FINISH_NONE, FINISH_EOS, FINISH_STOP, FINISH_LENGTH, FINISH_CANCEL, FINISH_ERROR, FINISH_SHUTDOWN };
 
 typedef struct sched sched;
 
@@ -77,8 +84,9 @@ typedef struct sched_job {
     int budget_forced; /* the reasoning budget closed the block */
     double t_queued, t_start, t_first, t_end; /* ds_now() stamps */
 
-    volatile sig_atomic_t halt; /* stop generating (cancel or stop string) */
+    volatile sig_atomic_t halt; /* stop generating (cancel, cut, stop string or reasoning budget) */
     int cancelled;
+    int cut;           /* sched_cut reached it before it was done */
     int refs;
 } sched_job;
 
@@ -109,7 +117,13 @@ typedef struct {
  * thread. */
 sched *sched_start(const sched_slot *slots, int n_slots, sampler *smp, const tokenizer *tok, const int *stop_ids,
                      int n_stop, const sched_info *info);
-/* Cancels queued and running jobs, stops the thread and ends /events
+/* Shutdown past the drain: refuses new jobs (sched_submit returns -1),
+ * finishes every queued job with FINISH_SHUTDOWN and error `why`, and halts
+ * the running one at its next token; it too ends FINISH_SHUTDOWN (error
+ * `why`) unless it had already ended by eos, a stop string or its token
+ * budget. Returns at once: the thread exits after the running job. */
+void sched_cut(sched *en, const char *why);
+/* sched_cut (when not done yet), then joins the thread and ends /events
  * readers; sched_free then releases it. */
 void sched_stop(sched *en);
 void sched_free(sched *en);
@@ -136,15 +150,17 @@ void sched_job_release(sched_job *j);
 #define SCHED_GUARD_S 2.0
 int sched_guard(const sched_slot *slots, int n, int busy, const double *used, char *log, size_t logn);
 
-/* Counters for /metrics and /health. */
+/* Counters for /metrics and /health. requests counts every finished job,
+ * the ones cut while queued included. */
 typedef struct {
-    uint64_t requests, requests_cancelled, requests_failed;
+    uint64_t requests, requests_cancelled, requests_failed, requests_cut;
     uint64_t prompt_tokens, cached_tokens, completion_tokens;
     uint64_t rounds, round_tokens, drafted, accepted;
     double prefill_seconds, decode_seconds;
     uint64_t prefill_tokens; /* computed (not reused) prompt rows */
-    uint64_t slot_hits;      /* jobs that reused a cached prefix */
-    int queue_depth, busy, last_cap;
+    uint64_t prompts;        /* jobs whose prompt was processed (the prefix cache's lookups) */
+    uint64_t slot_hits;      /* of those, the ones that reused at least one cached position */
+    int queue_depth, busy, last_cap; /* queue_depth: jobs waiting; busy: jobs generating (0 or 1) */
     uint64_t slots_shed;    /* cache slots the memory guard emptied */
     char last_shed[192];    /* the guard's last log line ("" before any) */
 } sched_metrics;

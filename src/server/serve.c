@@ -57,6 +57,10 @@ const char SERVE_HELP[] =
     "  -t, --threads N  --mmap  --device cpu|cuda[:N] (default cpu; also $DSPARK_DEVICE)\n"
     "      --no-warmup          skip the warm-up forward in each cache slot at start (what a\n"
     "                           model's first forward pays once then falls on the first request)\n"
+    "      --drain-timeout S    on SIGTERM / SIGINT: stop taking generation requests (503) and give\n"
+    "                           those in flight and queued S seconds to finish (default 30; 0: cut\n"
+    "                           at once), then cut the rest with an error in their dialect and exit 0;\n"
+    "                           a second signal cuts at once\n"
     "Environment: DSPARK_STREAM_KEEPALIVE_S (keep-alive interval of streams, default 15),\n"
     "DSPARK_MAX_BODY_BYTES (largest request body, default 32 MiB).\n";
 
@@ -131,12 +135,23 @@ static void reply_cjson(const http_req *r, int status, cJSON *o) {
     cJSON_Delete(o);
 }
 
+static int draining(const server *srv) { return __atomic_load_n(&srv->draining, __ATOMIC_SEQ_CST); }
+
+/* requests that reused cached positions per prompt processed: exact, from
+   the scheduler's counts (0 before any) */
+static double prefix_hit_rate(const sched_metrics *m) { return m->prompts ? (double)m->slot_hits / m->prompts : 0.0; }
+
+/* 200 with "status": "ok"; while draining 503 with "status": "draining",
+   so that a load balancer's readiness check takes the server out at once */
 static void route_health(server *srv, const http_req *r) {
     const sched_info *in = sched_get_info(srv->en);
     sched_metrics m;
     sched_get_metrics(srv->en, &m);
+    int drain = draining(srv);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "status", "ok");
+    cJSON_AddStringToObject(o, "status", drain ? "draining" : "ok");
+    cJSON_AddBoolToObject(o, "draining", drain);
+    cJSON_AddNumberToObject(o, "drain_timeout_seconds", srv->drain_timeout);
     cJSON_AddStringToObject(o, "model", srv->model_id);
     cJSON_AddStringToObject(o, "mode", in->mode);
     if (in->drafter && *in->drafter) cJSON_AddStringToObject(o, "drafter", in->drafter);
@@ -153,6 +168,15 @@ static void route_health(server *srv, const http_req *r) {
     if (srv->reasoning_effort) cJSON_AddStringToObject(o, "reasoning_effort", srv->reasoning_effort);
     cJSON_AddBoolToObject(o, "busy", m.busy);
     cJSON_AddNumberToObject(o, "queue_depth", m.queue_depth);
+    cJSON_AddNumberToObject(o, "requests_running", m.busy);
+    cJSON_AddNumberToObject(o, "requests_waiting", m.queue_depth);
+    cJSON_AddNumberToObject(o, "http_requests_in_flight", http_in_flight(srv->hs));
+    cJSON *pc = cJSON_AddObjectToObject(o, "prefix_cache");
+    cJSON_AddNumberToObject(pc, "lookups", (double)m.prompts);
+    cJSON_AddNumberToObject(pc, "hits", (double)m.slot_hits);
+    cJSON_AddNumberToObject(pc, "hit_rate", prefix_hit_rate(&m));
+    cJSON_AddNumberToObject(pc, "prompt_tokens", (double)m.prompt_tokens);
+    cJSON_AddNumberToObject(pc, "cached_tokens", (double)m.cached_tokens);
     cJSON_AddNumberToObject(o, "uptime_seconds", ds_now() - srv->t_start);
     cJSON *mem = cJSON_AddObjectToObject(o, "memory");
     cJSON_AddNumberToObject(mem, "rss_bytes", (double)rss_bytes());
@@ -167,7 +191,7 @@ static void route_health(server *srv, const http_req *r) {
     cJSON_AddNumberToObject(mem, "cache_slots_shed", (double)m.slots_shed);
     cJSON *w = cJSON_AddArrayToObject(o, "warnings");
     serve_health_warnings(w, srv, have ? &sys : NULL, &m);
-    reply_cjson(r, 200, o);
+    reply_cjson(r, drain ? 503 : 200, o);
 }
 
 static void warn(cJSON *w, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -247,12 +271,18 @@ static void route_metrics(server *srv, const http_req *r) {
            (unsigned long long)m.requests_cancelled);
     METRIC("requests_failed_total", "counter", "Requests that ended in an engine error.", " %llu",
            (unsigned long long)m.requests_failed);
+    METRIC("requests_cut_total", "counter", "Requests cut at shutdown (drain timeout or a second signal).", " %llu",
+           (unsigned long long)m.requests_cut);
     METRIC("prompt_tokens_total", "counter", "Prompt tokens of finished requests.", " %llu",
            (unsigned long long)m.prompt_tokens);
     METRIC("prompt_tokens_cached_total", "counter", "Prompt tokens reused from the KV cache.", " %llu",
            (unsigned long long)m.cached_tokens);
-    METRIC("prefix_cache_hits_total", "counter", "Requests that reused a cached prompt prefix.", " %llu",
+    METRIC("prefix_cache_lookups_total", "counter", "Prompts processed (each looks up the cache slots).", " %llu",
+           (unsigned long long)m.prompts);
+    METRIC("prefix_cache_hits_total", "counter", "Prompts that reused cached positions.", " %llu",
            (unsigned long long)m.slot_hits);
+    METRIC("prefix_cache_hit_ratio", "gauge", "prefix_cache_hits_total / prefix_cache_lookups_total.", " %.4f",
+           prefix_hit_rate(&m));
     METRIC("completion_tokens_total", "counter", "Generated tokens.", " %llu",
            (unsigned long long)m.completion_tokens);
     METRIC("rounds_total", "counter", "Verify rounds (target forwards while decoding).", " %llu",
@@ -268,6 +298,12 @@ static void route_metrics(server *srv, const http_req *r) {
            m.decode_seconds > 0 ? (double)(m.completion_tokens) / m.decode_seconds : 0.0);
     METRIC("queue_depth", "gauge", "Requests waiting for the engine.", " %d", m.queue_depth);
     METRIC("busy", "gauge", "1 while a request is being generated.", " %d", m.busy);
+    METRIC("requests_running", "gauge", "Requests being generated.", " %d", m.busy);
+    METRIC("requests_waiting", "gauge", "Requests queued for the engine.", " %d", m.queue_depth);
+    METRIC("http_requests_in_flight", "gauge", "HTTP requests being handled or answered (this scrape included).",
+           " %d", http_in_flight(srv->hs));
+    METRIC("draining", "gauge", "1 once a stop signal came: requests in flight finish, new ones get 503.", " %d",
+           draining(srv));
     METRIC("resident_memory_bytes", "gauge", "Resident set size of the server.", " %ld", rss_bytes());
 #undef METRIC
     http_reply(r, 200, "text/plain; version=0.0.4", sb_str(&b), b.n);
@@ -333,7 +369,7 @@ static void route_events(server *srv, const http_req *r) {
     e->srv = srv;
     e->seq = SCHED_EVENTS_NEW;
     e->fd = r->fd;
-    http_stream st = {.fill = events_fill, .close = events_close, .ctx = e};
+    http_stream st = {.fill = events_fill, .close = events_close, .ctx = e, .background = 1};
     http_reply_stream(r, 200, NULL, &st);
 }
 
@@ -491,7 +527,11 @@ static void handle(void *app, const http_req *r) {
             serve_error(r, dialect, 405, NULL, "%s %s: use %s", r->method, r->path, routes[i].post ? "POST" : "GET");
             return;
         }
-        if (routes[i].kind >= 0) serve_generate(srv, r, (api_kind)routes[i].kind);
+        if (routes[i].kind >= 0 && routes[i].kind != API_COUNT_TOKENS && draining(srv))
+            serve_error(r, dialect, 503, "server_shutting_down",
+                        "the server is shutting down: it finishes the requests it has and takes no new ones "
+                        "(send this one to another server, or again once this one is back)");
+        else if (routes[i].kind >= 0) serve_generate(srv, r, (api_kind)routes[i].kind);
         else if (!strcmp(p, "/models")) route_models(srv, r, 0);
         else if (!strcmp(p, "/metrics")) route_metrics(srv, r);
         else if (!strcmp(p, "/events")) route_events(srv, r);
@@ -525,6 +565,56 @@ static size_t env_bytes(const char *name, size_t def) {
     unsigned long long x = strtoull(v, &end, 10);
     if (*end || x < 1024) cli_die("%s must be a byte count >= 1024, got \"%s\"", name, v);
     return (size_t)x;
+}
+
+/* after the cut, how long the connections get to send their error endings */
+#define CUT_GRACE_S 5.0
+
+/* Waits up to `seconds` for every HTTP request to be answered (http_in_flight
+   0). Returns 0 when they were, 1 on timeout, 2 when a stop signal came. */
+static int wait_answered(server *srv, const sigset_t *sigs, double seconds) {
+    double end = ds_now() + seconds;
+    for (;;) {
+        if (http_in_flight(srv->hs) == 0) return 0;
+        double left = end - ds_now();
+        if (left <= 0) return 1;
+        if (left > 0.02) left = 0.02;
+        struct timespec ts = {0, (long)(left * 1e9)};
+        if (sigtimedwait(sigs, NULL, &ts) > 0) return 2;
+    }
+}
+
+/* Shutdown. The first SIGTERM / SIGINT starts the drain: the listener stays
+   open, but new generation requests get 503 and /health says "draining";
+   the requests in flight and the queued ones get drain_timeout seconds to
+   finish. Then (or at once on a second signal, or with a timeout of 0) the
+   scheduler cuts the rest: each ends with its dialect's error, never a
+   normal finish, and the connections get CUT_GRACE_S to send those before
+   the caller closes them. */
+static void drain(server *srv, const sigset_t *sigs) {
+    int sig = 0;
+    sigwait(sigs, &sig);
+    __atomic_store_n(&srv->draining, 1, __ATOMIC_SEQ_CST);
+    int n = http_in_flight(srv->hs);
+    fprintf(stderr, "dspark serve: %s: draining, %d request%s in flight get %g s to finish (new ones get 503; "
+                    "a second signal cuts them)\n",
+            sig == SIGINT ? "interrupted" : "terminated", n, n == 1 ? "" : "s", srv->drain_timeout);
+    fflush(stderr);
+    int rc = wait_answered(srv, sigs, srv->drain_timeout);
+    if (rc != 0) {
+        char why[256];
+        if (rc == 2) snprintf(why, sizeof why, "the server shut down before this answer was finished (a second stop "
+                                               "signal cut the drain short)");
+        else snprintf(why, sizeof why, "the server shut down before this answer was finished (its %g s drain "
+                                       "timeout ran out)", srv->drain_timeout);
+        n = http_in_flight(srv->hs);
+        fprintf(stderr, "dspark serve: %s: cutting %d request%s\n", rc == 2 ? "second signal" : "drain timeout", n,
+                n == 1 ? "" : "s");
+        sched_cut(srv->en, why);
+        wait_answered(srv, sigs, CUT_GRACE_S); /* a further signal ends this wait too */
+    }
+    fprintf(stderr, "dspark serve: %s, exiting\n", rc ? "cut" : "drained");
+    fflush(stderr);
 }
 
 int cmd_serve(const opts *o) {
@@ -604,8 +694,10 @@ int cmd_serve(const opts *o) {
 
     const char *host = o->host ? o->host : "127.0.0.1";
     int port = o->port ? o->port : 8080;
+    srv.drain_timeout = o->drain_timeout >= 0 ? o->drain_timeout : 30.0;
     http_server *hs = http_start(host, port, max_body, handle, &srv, err, sizeof err);
     if (!hs) cli_die("%s", err);
+    srv.hs = hs;
     const char *uhost = strchr(host, ':') ? "[::1]" : host;
     fprintf(stderr,
             "dspark serve: model %s, mode %s%s%s, context window %d x %d cache slots, tool calls: %s, thinking: %s\n"
@@ -619,10 +711,7 @@ int cmd_serve(const opts *o) {
     fprintf(stderr, "dspark serve: listening on http://%s:%d\n", uhost, port);
     fflush(stderr);
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    fprintf(stderr, "dspark serve: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
-    http_quiesce(hs);
+    drain(&srv, &sigs);
     sched_stop(srv.en);
     http_stop(hs);
     sched_free(srv.en);

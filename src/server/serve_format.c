@@ -10,7 +10,10 @@
  *                 output items;
  *   Anthropic:    message_start, ping, content blocks (thinking, text,
  *                 tool_use) with their deltas, message_delta, message_stop.
- * Every finished reply carries the x_dspark telemetry object. */
+ * Every finished reply carries the x_dspark telemetry object. A job that did
+ * not end whole (fmt_failure: an engine error, a cut at shutdown, a cancel)
+ * ends in the dialect's error instead, never in a normal finish: a stream
+ * gets fmt_stream_error, a whole reply an error status. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -345,8 +348,9 @@ static cJSON *resp_call_item(const tc_call *c, const char *id, int done) {
     return it;
 }
 
-/* The response object; output may be NULL (an empty list). */
-static cJSON *resp_object(const fmt_state *f, const char *status, cJSON *output, int final) {
+/* The response object; output may be NULL (an empty list); error: the
+   failed response's {code, message}, taken over (NULL: none). */
+static cJSON *resp_object_err(const fmt_state *f, const char *status, cJSON *output, int final, cJSON *error) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", f->id);
     cJSON_AddStringToObject(o, "object", "response");
@@ -354,7 +358,8 @@ static cJSON *resp_object(const fmt_state *f, const char *status, cJSON *output,
     cJSON_AddStringToObject(o, "status", status);
     cJSON_AddStringToObject(o, "model", model_name(f));
     cJSON_AddItemToObject(o, "output", output ? output : cJSON_CreateArray());
-    cJSON_AddNullToObject(o, "error");
+    if (error) cJSON_AddItemToObject(o, "error", error);
+    else cJSON_AddNullToObject(o, "error");
     if (final && !strcmp(status, "incomplete")) {
         cJSON *d = cJSON_AddObjectToObject(o, "incomplete_details");
         cJSON_AddStringToObject(d, "reason", "max_output_tokens");
@@ -368,6 +373,10 @@ static cJSON *resp_object(const fmt_state *f, const char *status, cJSON *output,
         cJSON_AddItemToObject(o, "x_dspark", fmt_telemetry(f->srv, f->job));
     } else cJSON_AddNullToObject(o, "usage");
     return o;
+}
+
+static cJSON *resp_object(const fmt_state *f, const char *status, cJSON *output, int final) {
+    return resp_object_err(f, status, output, final, NULL);
 }
 
 static const char *resp_status(const fmt_state *f) {
@@ -688,6 +697,63 @@ void fmt_stream_end(fmt_state *f, const tc_result *calls, strbuf *out) {
     case API_RESPONSES: resp_end(f, calls, out); break;
     case API_MESSAGES: anth_end(f, calls, out); break;
     default: break;
+    }
+}
+
+/* ---- answers that did not end whole ---- */
+
+int fmt_failure(const sched_job *j, char *msg, size_t n) {
+    int status;
+    const char *what;
+    switch (j->finish) {
+    case FINISH_EOS: case FINISH_STOP: case FINISH_LENGTH: return 0;
+    case FINISH_SHUTDOWN: status = 503, what = NULL; break;
+    case FINISH_CANCEL: status = 500, what = "the request was cancelled before its answer was finished"; break;
+    default: status = 500, what = "generation failed"; break;
+    }
+    if (msg && n) {
+        if (!what) snprintf(msg, n, "%s", *j->error ? j->error : "the server shut down before this answer was finished");
+        else if (*j->error) snprintf(msg, n, "%s: %s", what, j->error);
+        else snprintf(msg, n, "%s", what);
+    }
+    return status;
+}
+
+void fmt_stream_error(fmt_state *f, strbuf *out) {
+    char msg[768];
+    int status = fmt_failure(f->job, msg, sizeof msg);
+    if (!status) status = 500, snprintf(msg, sizeof msg, "the answer ended without a finish");
+    int shutdown = status == 503;
+    if (f->kind == API_MESSAGES) {
+        /* Anthropic's mid-stream error event; overloaded_error is the one its
+           clients retry, which is right for a server going away */
+        cJSON *e = cJSON_CreateObject(), *er = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "type", "error");
+        cJSON_AddStringToObject(er, "type", shutdown ? "overloaded_error" : "api_error");
+        cJSON_AddStringToObject(er, "message", msg);
+        cJSON_AddItemToObject(e, "error", er);
+        frame(out, "error", e);
+    } else if (f->kind == API_RESPONSES) {
+        /* the terminal response.failed event, its response carrying the error
+           (usage null: a job cut in the queue has no counts) */
+        cJSON *er = cJSON_CreateObject();
+        cJSON_AddStringToObject(er, "code", "server_error");
+        cJSON_AddStringToObject(er, "message", msg);
+        cJSON *e = resp_event(f, "response.failed");
+        cJSON_AddItemToObject(e, "response", resp_object_err(f, "failed", NULL, 0, er));
+        frame(out, "response.failed", e);
+    } else {
+        /* chat and completions: what OpenAI-compatible servers send, a data
+           frame holding only "error" (the SDKs raise it); no finish_reason,
+           no usage and no [DONE] follow, so nothing reads as complete */
+        cJSON *e = cJSON_CreateObject(), *er = cJSON_CreateObject();
+        cJSON_AddStringToObject(er, "message", msg);
+        cJSON_AddStringToObject(er, "type", shutdown ? "service_unavailable" : "server_error");
+        if (shutdown) cJSON_AddStringToObject(er, "code", "server_shutting_down");
+        else cJSON_AddNumberToObject(er, "code", status);
+        cJSON_AddNullToObject(er, "param");
+        cJSON_AddItemToObject(e, "error", er);
+        frame(out, NULL, e);
     }
 }
 

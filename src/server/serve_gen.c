@@ -278,8 +278,10 @@ static void reply_whole(gen_ctx *g, const http_req *r) {
         }
         if (take_text(g->job, &text, &g->fmt)) break;
     }
-    if (g->job->finish == FINISH_ERROR) {
-        serve_error(r, dialect_of(g->req.kind), 500, NULL, "generation failed: %s", g->job->error);
+    char msg[768];
+    int failed = fmt_failure(g->job, msg, sizeof msg); /* never a normal body for a cut answer */
+    if (failed) {
+        serve_error(r, dialect_of(g->req.kind), failed, failed == 503 ? "server_shutting_down" : NULL, "%s", msg);
         goto out;
     }
     tc_result calls;
@@ -292,19 +294,6 @@ out:
     sb_free(&text);
     sb_free(&reason);
     sb_free(&vis);
-}
-
-/* An engine error in the middle of a stream: the dialect's error event. */
-static void stream_error(const gen_ctx *g, strbuf *out) {
-    cJSON *e = cJSON_CreateString(g->job->error);
-    char *msg = cJSON_PrintUnformatted(e);
-    cJSON_Delete(e);
-    if (dialect_of(g->req.kind) == DIALECT_ANTHROPIC)
-        sb_printf(out, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":%s}}\n\n",
-                  msg);
-    else
-        sb_printf(out, "data: {\"error\":{\"message\":%s,\"type\":\"server_error\",\"code\":500}}\n\n", msg);
-    free(msg);
 }
 
 static int stream_fill(void *ctx, strbuf *out) {
@@ -334,14 +323,14 @@ static int stream_fill(void *ctx, strbuf *out) {
         int done = take_text(g->job, &text, &g->fmt);
         if (text.n) outproc_push(&g->op, text.s, text.n, &reason, &vis);
         sb_clear(&text);
-        int failed = done && g->job->finish == FINISH_ERROR;
+        int failed = done && fmt_failure(g->job, NULL, 0);
         tc_result calls = {0};
         if (done && !failed) outproc_finish(&g->op, &reason, &vis, &calls);
         if (reason.n || vis.n) fmt_stream_delta(&g->fmt, sb_str(&reason), reason.n, sb_str(&vis), vis.n, out);
         sb_clear(&reason);
         sb_clear(&vis);
         if (done) {
-            if (failed) stream_error(g, out);
+            if (failed) fmt_stream_error(&g->fmt, out);
             else fmt_stream_end(&g->fmt, &calls, out);
             tc_result_free(&calls);
             g->phase = 2;

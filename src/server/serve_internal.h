@@ -41,6 +41,9 @@ typedef struct {
     double keepalive_s;
     double t_start;
     uint64_t next_req; /* atomic */
+    http_server *hs;
+    int draining;        /* atomic: a stop signal came; new generation requests get 503 */
+    double drain_timeout; /* seconds the requests in flight get to finish after it */
 } server;
 
 /* /health's "warnings" entries ({"code", "message"}) appended to w: no
@@ -105,6 +108,16 @@ void fmt_stream_begin(fmt_state *f, strbuf *out);
 void fmt_stream_delta(fmt_state *f, const char *reason, size_t nr, const char *text, size_t nt, strbuf *out);
 void fmt_stream_keepalive(fmt_state *f, strbuf *out);
 void fmt_stream_end(fmt_state *f, const tc_result *calls, strbuf *out);
+/* How a done job failed: 0 when its answer is whole (eos, stop string,
+ * token budget); else the HTTP status its whole reply answers with (503:
+ * cut at shutdown; 500: an engine error or a cancel), with the message for
+ * the client in msg (may be NULL). */
+int fmt_failure(const sched_job *j, char *msg, size_t n);
+/* The dialect's error ending of a stream whose job failed (fmt_failure):
+ * chat / completions a data frame {"error": {...}} and no [DONE];
+ * Responses the terminal response.failed; Anthropic an error event
+ * (overloaded_error when cut at shutdown, else api_error). */
+void fmt_stream_error(fmt_state *f, strbuf *out);
 /* A whole (non-stream) reply body. */
 char *fmt_body(fmt_state *f, const char *reason, const char *text, const tc_result *calls);
 /* The x_dspark telemetry object of a finished job. */
