@@ -86,9 +86,12 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
-#define API_MAX_STOP 16 /* stop strings per request */
+#define API_MAX_STOP 16   /* stop strings per request */
+#define API_MAX_BIAS 1024 /* logit_bias entries */
+#define API_MAX_N 16      /* n: choices per request */
 
 typedef enum { API_CHAT, API_COMPLETIONS, API_RESPONSES, API_MESSAGES, API_COUNT_TOKENS } api_kind;
+enum { API_JSON_NONE, API_JSON_OBJECT, API_JSON_SCHEMA };
 enum { TOOL_CHOICE_AUTO, TOOL_CHOICE_NONE, TOOL_CHOICE_REQUIRED, TOOL_CHOICE_NAMED };
 
 typedef struct {
@@ -105,7 +108,8 @@ typedef struct {
     long max_tokens;      /* -1 when not given (max_tokens / max_completion_tokens / max_output_tokens) */
     double temperature, top_p, min_p; /* -1 when not given */
     long top_k;           /* -1 when not given */
-    long long seed;       /* -1 when not given */
+    long long seed;       /* valid when has_seed */
+    int has_seed;
     char **stop;          /* stop / stop_sequences (non-empty strings) */
     int n_stop;
     int stream, include_usage; /* include_usage: stream_options.include_usage */
@@ -117,7 +121,17 @@ typedef struct {
     char reasoning_effort[8]; /* "" or low|medium|high */
     int tool_choice;      /* TOOL_CHOICE_* */
     char *tool_choice_name; /* TOOL_CHOICE_NAMED: the function */
-    int n;                /* choices; always 1 (n > 1 is refused) */
+    int n;                /* choices (chat, completions: 1..API_MAX_N; else 1) */
+    double presence, frequency; /* OpenAI penalties over the generated tokens; 0 when not given */
+    double repetition;    /* repetition_penalty / repeat_penalty; 1 when not given */
+    int rep_window;       /* its window: repeat_last_n, else -1 (whole context) for repetition_penalty
+                             and 64 for repeat_penalty */
+    int n_bias;           /* logit_bias: bias[i] added to the logit of bias_id[i] (owned arrays) */
+    int *bias_id;
+    float *bias;
+    int ignore_eos;       /* generation goes on past the end-of-sequence tokens */
+    int json_mode;        /* API_JSON_*: response_format / text.format */
+    cJSON *json_schema;   /* owned; API_JSON_SCHEMA's schema */
     int logprobs;         /* -1: none; else log-probabilities with this many alternatives per token
                              (chat: logprobs true + top_logprobs 0..20; completions: logprobs 0..5) */
     int speculative;      /* x_dspark.speculative: -1 not said (the server's mode), 0 plain decoding

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "base/json.h"
+#include "server/constrain.h"
 #include "server/serve_internal.h"
 #include "base/util.h"
 
@@ -201,7 +202,7 @@ static sched_job *make_job(server *srv, const api_request *q, int *ids, int n, i
     if (q->top_p >= 0) sp.top_p = (float)q->top_p;
     if (q->min_p >= 0) sp.min_p = (float)q->min_p;
     if (q->top_k >= 0) sp.top_k = (int)q->top_k;
-    if (q->seed >= 0) sp.seed = (uint64_t)q->seed;
+    if (q->has_seed) sp.seed = (uint64_t)q->seed;
     else if (!srv->has_seed) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -216,6 +217,7 @@ static sched_job *make_job(server *srv, const api_request *q, int *ids, int n, i
     j->req_id = __atomic_add_fetch(&srv->next_req, 1, __ATOMIC_RELAXED);
     j->logprobs = q->kind == API_CHAT || q->kind == API_COMPLETIONS ? q->logprobs : -1;
     j->plain = q->speculative == 0;
+    j->ignore_eos = q->ignore_eos;
     if (q->thinking_budget > 0 && srv->think_open && q->kind != API_COMPLETIONS) {
         j->think_budget = q->thinking_budget > INT32_MAX ? INT32_MAX : (int)q->thinking_budget;
         j->think_prefilled = prefilled;
@@ -228,6 +230,67 @@ static sched_job *make_job(server *srv, const api_request *q, int *ids, int n, i
         j->budget_text = sb_take(&b);
     }
     return j;
+}
+
+/* the id of a marker that is one token, else -1 */
+static int single_token(const server *srv, const char *text) {
+    int *ids = NULL;
+    char err[256];
+    int n = text ? tok_encode(srv->tok, text, strlen(text), 0, &ids, err, sizeof err) : 0;
+    int id = n == 1 ? ids[0] : -1;
+    free(ids);
+    return id;
+}
+
+/* The job's penalties, logit bias and grammar (sched_job.proc) from the
+   request. Returns 0, or -1 after answering 400. */
+static int job_proc(server *srv, const http_req *r, const api_request *q, int prefilled, sched_job *j) {
+    int dialect = dialect_of(q->kind);
+    lproc_cfg *c = &j->proc;
+    c->presence = (float)q->presence;
+    c->frequency = (float)q->frequency;
+    c->repetition = (float)q->repetition;
+    c->rep_window = q->rep_window;
+    c->think_open = c->think_close = -1;
+    int V = tok_vocab_size(srv->tok);
+    for (int i = 0; i < q->n_bias; i++)
+        if (q->bias_id[i] >= V) {
+            serve_error(r, dialect, 400, "invalid_logit_bias",
+                        "'logit_bias': token id %d is outside the vocabulary (ids 0..%d)", q->bias_id[i], V - 1);
+            return -1;
+        }
+    if (q->n_bias) {
+        c->n_bias = q->n_bias;
+        c->bias_id = xmalloc(sizeof(int) * (size_t)q->n_bias);
+        c->bias = xmalloc(sizeof(float) * (size_t)q->n_bias);
+        memcpy(c->bias_id, q->bias_id, sizeof(int) * (size_t)q->n_bias);
+        memcpy(c->bias, q->bias, sizeof(float) * (size_t)q->n_bias);
+    }
+    if (!constrain_wanted(q)) return 0;
+    char err[1024];
+    grammar *g = constrain_grammar(q, srv->tcf, err, sizeof err);
+    if (!g) {
+        serve_error(r, dialect, 400, NULL, "%s", err);
+        return -1;
+    }
+    c->g = g;
+    /* reasoning stays free: the grammar starts after the block */
+    if (srv->think_open && q->kind != API_COMPLETIONS) {
+        int off = q->thinking == 0 || (srv->no_thinking && q->thinking != 1);
+        if (prefilled || !off) {
+            c->think_open = single_token(srv, srv->think_open);
+            c->think_close = single_token(srv, srv->think_close);
+            if (c->think_open < 0 || c->think_close < 0) {
+                serve_error(r, dialect, 400, NULL,
+                            "constrained output after a reasoning block needs the markers %s / %s to be single "
+                            "tokens, and this tokenizer splits them: turn thinking off for this request",
+                            srv->think_open, srv->think_close);
+                return -1;
+            }
+            c->think_start = prefilled ? 2 : 1;
+        }
+    }
+    return 0;
 }
 
 /* Waits for the job to finish, or (when any_text) for new text, for at most
@@ -405,6 +468,10 @@ void serve_generate(server *srv, const http_req *r, api_kind kind) {
     }
     g->n_prompt = n;
     g->job = make_job(srv, &g->req, ids, n, g->prefilled);
+    if (job_proc(srv, r, &g->req, g->prefilled, g->job) != 0) {
+        gen_free(g);
+        return;
+    }
     outproc_init(&g->op, srv, &g->req, g->prefilled);
     fmt_init(&g->fmt, kind, &g->req, srv, g->job, n);
     if (sched_submit(srv->en, g->job) < 0) {
