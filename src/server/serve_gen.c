@@ -103,7 +103,9 @@ static void outproc_whole(outproc *p, const char *s, size_t n, int prefilled, st
 typedef struct {
     server *srv;
     api_request req;
-    sched_job *job;
+    sched_job *job;                /* the choice being answered: jobs[cur] */
+    sched_job *jobs[API_MAX_N];    /* one a choice (n > 1), queued together, answered in order */
+    int n_jobs, cur;
     int n_prompt, prefilled, fd;
     outproc op;
     fmt_state fmt;
@@ -112,9 +114,9 @@ typedef struct {
 } gen_ctx;
 
 static void gen_free(gen_ctx *g) {
-    if (g->job) {
-        sched_job_cancel(g->job);
-        sched_job_release(g->job);
+    for (int i = 0; i < g->n_jobs; i++) {
+        sched_job_cancel(g->jobs[i]);
+        sched_job_release(g->jobs[i]);
     }
     outproc_free(&g->op);
     fmt_free(&g->fmt);
@@ -331,8 +333,11 @@ static int take_text(sched_job *j, strbuf *out, fmt_state *f) {
     return done;
 }
 
-static void reply_whole(gen_ctx *g, const http_req *r) {
+/* One choice's whole text: its body (fmt_body), or NULL after answering
+   an error. */
+static char *whole_choice(gen_ctx *g, const http_req *r) {
     strbuf text = {0}, reason = {0}, vis = {0};
+    char *body = NULL;
     for (;;) {
         if (wait_job(g->job, r->fd, 3600, 0) < 0) {
             sched_job_cancel(g->job);
@@ -347,14 +352,48 @@ static void reply_whole(gen_ctx *g, const http_req *r) {
     }
     tc_result calls;
     outproc_whole(&g->op, sb_str(&text), text.n, g->prefilled, &reason, &vis, &calls);
-    char *body = fmt_body(&g->fmt, sb_str(&reason), sb_str(&vis), &calls);
-    http_reply_json(r, 200, body);
-    free(body);
+    body = fmt_body(&g->fmt, sb_str(&reason), sb_str(&vis), &calls);
     tc_result_free(&calls);
 out:
     sb_free(&text);
     sb_free(&reason);
     sb_free(&vis);
+    return body;
+}
+
+/* moves g to its next choice (n > 1) */
+static void next_choice(gen_ctx *g) {
+    g->job = g->jobs[++g->cur];
+    outproc_free(&g->op);
+    outproc_init(&g->op, g->srv, &g->req, g->prefilled);
+    fmt_next_choice(&g->fmt, g->job);
+}
+
+static void reply_whole(gen_ctx *g, const http_req *r) {
+    char *body = whole_choice(g, r);
+    if (!body) return;
+    if (g->n_jobs > 1) { /* the later choices join the first body's choices; usage counts them all */
+        cJSON *o = cJSON_Parse(body);
+        free(body);
+        cJSON *cs = cJSON_GetObjectItem(o, "choices");
+        while (g->cur + 1 < g->n_jobs) {
+            next_choice(g);
+            char *b = whole_choice(g, r);
+            if (!b) {
+                cJSON_Delete(o);
+                return;
+            }
+            cJSON *ob = cJSON_Parse(b);
+            free(b);
+            cJSON_AddItemToArray(cs, cJSON_DetachItemFromArray(cJSON_GetObjectItem(ob, "choices"), 0));
+            cJSON_ReplaceItemInObject(o, "usage", cJSON_DetachItemFromObject(ob, "usage"));
+            cJSON_Delete(ob);
+        }
+        body = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+    }
+    http_reply_json(r, 200, body);
+    free(body);
 }
 
 /* An engine error in the middle of a stream: the dialect's error event. */
@@ -404,9 +443,16 @@ static int stream_fill(void *ctx, strbuf *out) {
         sb_clear(&reason);
         sb_clear(&vis);
         if (done) {
+            int more = !failed && g->cur + 1 < g->n_jobs;
+            g->fmt.more = more;
             if (failed) stream_error(g, out);
             else fmt_stream_end(&g->fmt, &calls, out);
             tc_result_free(&calls);
+            if (more) { /* the next choice (queued behind this one) */
+                next_choice(g);
+                fmt_stream_begin(&g->fmt, out);
+                break;
+            }
             g->phase = 2;
             break;
         }
@@ -467,18 +513,34 @@ void serve_generate(server *srv, const http_req *r, api_kind kind) {
         return;
     }
     g->n_prompt = n;
-    g->job = make_job(srv, &g->req, ids, n, g->prefilled);
-    if (job_proc(srv, r, &g->req, g->prefilled, g->job) != 0) {
-        gen_free(g);
-        return;
+    /* n > 1: one job a choice, each its own sample (a given seed: seed + i,
+       so the choices are reproducible and differ), the same prompt; they
+       run one after another, the later ones on the first one's cache */
+    for (int i = 0; i < g->req.n; i++) {
+        int *own = ids;
+        if (i < g->req.n - 1) {
+            own = xmalloc(sizeof(int) * (size_t)n);
+            memcpy(own, ids, sizeof(int) * (size_t)n);
+        }
+        sched_job *j = make_job(srv, &g->req, own, n, g->prefilled);
+        if (i && g->req.has_seed) j->sp.seed += (uint64_t)i;
+        else if (i) j->sp.seed ^= (uint64_t)i * 0x9e3779b97f4a7c15ULL;
+        g->jobs[g->n_jobs++] = j;
+        if (job_proc(srv, r, &g->req, g->prefilled, j) != 0) {
+            if (i < g->req.n - 1) free(ids);
+            gen_free(g);
+            return;
+        }
     }
+    g->job = g->jobs[0];
     outproc_init(&g->op, srv, &g->req, g->prefilled);
     fmt_init(&g->fmt, kind, &g->req, srv, g->job, n);
-    if (sched_submit(srv->en, g->job) < 0) {
-        serve_error(r, dialect, 503, NULL, "the server is shutting down");
-        gen_free(g);
-        return;
-    }
+    for (int i = 0; i < g->n_jobs; i++)
+        if (sched_submit(srv->en, g->jobs[i]) < 0) {
+            serve_error(r, dialect, 503, NULL, "the server is shutting down");
+            gen_free(g);
+            return;
+        }
     if (!g->req.stream) {
         reply_whole(g, r);
         gen_free(g);
