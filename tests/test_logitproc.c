@@ -16,6 +16,7 @@
 #include "engine/ops.h"
 #include "server/constrain.h"
 #include "server/logitproc.h"
+#include "server/toolcall.h"
 #include "spec/drafter.h"
 #include "spec/lookup.h"
 #include "spec/registry.h"
@@ -480,4 +481,82 @@ TEST(logitproc_think_then_grammar) {
     free(w);
     grammar_free(g);
     close_bundled(&b);
+}
+
+/* the server's grammars: what they take is what the format promises, and
+   what they refuse is refused with the reason */
+TEST(constrain_grammars) {
+    char err[1024];
+    const char *M = "[{\"role\":\"user\",\"content\":\"x\"}]";
+    struct {
+        const char *extra, *yes[3], *no[3];
+    } cases[] = {
+        {"\"response_format\":{\"type\":\"json_object\"}",
+         {"{}", "\n  {\"a\": [1, {\"b\": null}]}", NULL},
+         {"[]", "x{}", "{} x"}},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":{\"type\":\"object\","
+         "\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}},\"required\":[\"n\"]}}}",
+         {"{\"n\": 3}", " {\"n\":9}", NULL},
+         {"{\"n\": 10}", "{}", "{\"n\": \"3\"}"}},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+         "\"properties\":{\"x\":{\"type\":\"string\"}}}}},{\"type\":\"function\",\"function\":{\"name\":\"g\","
+         "\"parameters\":{}}}],\"tool_choice\":\"required\"",
+         {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"y\"}}\n</tool_call>",
+          "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"f\", "
+          "\"arguments\": {}}\n</tool_call>",
+          NULL},
+         {"", "<tool_call>\n{\"name\": \"h\", \"arguments\": {}}\n</tool_call>", "hello"}},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}},{\"type\":\"function\","
+         "\"function\":{\"name\":\"g\",\"parameters\":{}}}],\"tool_choice\":{\"type\":\"function\",\"function\":"
+         "{\"name\":\"g\"}}",
+         {"<tool_call>\n{\"name\": \"g\", \"arguments\": {\"any\": [1]}}\n</tool_call>", NULL, NULL},
+         {"<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+          "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", "
+          "\"arguments\": {}}\n</tool_call>",
+          NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[2048];
+        snprintf(body, sizeof body, "{\"messages\":%s,%s}", M, cases[i].extra);
+        cJSON *b = cJSON_Parse(body);
+        api_request q;
+        CHECK_MSG(api_parse(API_CHAT, b, &q, err, sizeof err) == 0, "case %zu: %s", i, err);
+        CHECK(constrain_wanted(&q));
+        grammar *g = constrain_grammar(&q, TC_HERMES, err, sizeof err);
+        CHECK_MSG(g != NULL, "case %zu: %s", i, err);
+        for (int k = 0; g && k < 3; k++) {
+            if (cases[i].yes[k]) {
+                CHECK_MSG(grammar_matches(g, cases[i].yes[k], strlen(cases[i].yes[k])) == 1, "case %zu: %s refused", i,
+                          cases[i].yes[k]);
+                if (q.tools) { /* read back by the server's own parser */
+                    tc_result r;
+                    tc_parse(TC_HERMES, cases[i].yes[k], strlen(cases[i].yes[k]), q.tools, &r);
+                    CHECK_MSG(r.n >= 1, "case %zu: no call parsed from %s", i, cases[i].yes[k]);
+                    tc_result_free(&r);
+                }
+            }
+            if (cases[i].no[k])
+                CHECK_MSG(grammar_matches(g, cases[i].no[k], strlen(cases[i].no[k])) == 0, "case %zu: %s taken", i,
+                          cases[i].no[k]);
+        }
+        /* formats dspark does not write are refused, naming the reason */
+        if (q.tools) {
+            grammar *x = constrain_grammar(&q, TC_MISTRAL, err, sizeof err);
+            CHECK(x == NULL && strstr(err, "special token"));
+            x = constrain_grammar(&q, TC_NONE, err, sizeof err);
+            CHECK(x == NULL && strstr(err, "no tool-call format"));
+        }
+        grammar_free(g);
+        api_request_free(&q);
+        cJSON_Delete(b);
+    }
+    /* a JSON format and a required tool call together: refused */
+    cJSON *b = cJSON_Parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+                           "\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\","
+                           "\"response_format\":{\"type\":\"json_object\"}}");
+    api_request q;
+    CHECK_EQ_INT(api_parse(API_CHAT, b, &q, err, sizeof err), 0);
+    CHECK(constrain_grammar(&q, TC_HERMES, err, sizeof err) == NULL && strstr(err, "give one"));
+    api_request_free(&q);
+    cJSON_Delete(b);
 }
