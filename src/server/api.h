@@ -38,13 +38,21 @@
  *   read too, top-level ones win), enable_thinking, reasoning_effort,
  *   reasoning_budget (>= 0; 0 = off for this request), reasoning_budget_message,
  *   max_tokens or max_completion_tokens (the latter wins), temperature,
- *   top_p, top_k, min_p, seed, stop, stream, stream_options.include_usage,
- *   n (only 1), model. presence_penalty, frequency_penalty, logit_bias,
- *   user, ... are accepted and ignored; a response_format other than text
- *   (and Responses' text.format) is refused with a 400 that says it is not
- *   supported yet.
+ *   top_p, top_k, min_p, seed (any integer; negative ones too), stop, stream,
+ *   stream_options.include_usage, n (1..API_MAX_N choices), model (echoed,
+ *   not checked: the server serves one model, as llama.cpp's server does),
+ *   and the fields of api_fields.c: presence_penalty and frequency_penalty
+ *   [-2, 2], repetition_penalty (vLLM; window: the whole context) or
+ *   repeat_penalty (llama.cpp; window repeat_last_n, default 64, -1 the whole
+ *   context, 0 off), both (0, 100] and refused together when they differ,
+ *   logit_bias {"id": bias in [-100, 100]} (at most API_MAX_BIAS; ids
+ *   checked against the vocabulary by the server), ignore_eos (bool),
+ *   response_format {type: text | json_object (llama.cpp's optional
+ *   "schema" beside it) | json_schema, json_schema: {name, schema, strict}}.
+ *   user, ... are ignored.
  * Completions: prompt (a string, or a list whose first element is a
- *   string) and the same sampling / stop / stream / n / model fields.
+ *   string) and the same sampling / stop / stream / n / model fields,
+ *   penalties, logit_bias, ignore_eos and response_format.
  * Responses (stateless): input (a string = one user message, or items:
  *   message, function_call, function_call_output; reasoning and unknown
  *   item types are skipped), instructions and the leading system /
@@ -53,7 +61,9 @@
  *   (joining a directly preceding assistant message), tools (flat or nested
  *   function tools; web_search, namespace, custom, ... skipped), tool_choice,
  *   reasoning.effort, reasoning_budget(_message), max_output_tokens,
- *   sampling fields, stream, model. previous_response_id / conversation are
+ *   sampling fields, stream, model, text.format {type: text | json_object |
+ *   json_schema, name, schema, strict}, and (as extensions) the penalties,
+ *   logit_bias and ignore_eos of chat. previous_response_id / conversation are
  *   refused (the server keeps no state).
  * Anthropic messages / count_tokens: system (string or text blocks joined
  *   "\n"; a Claude Code "x-anthropic-billing-header:" block is dropped: it
@@ -71,8 +81,9 @@
  *   type other than "custom" skipped), tool_choice {type auto|any|tool|none,
  *   name}, thinking {type enabled (budget_tokens) | disabled | adaptive},
  *   output_config.effort (skipped when thinking is disabled), max_tokens
- *   (required for messages), stop_sequences, temperature, top_p, top_k,
- *   stream, model.
+ *   (required for messages), stop_sequences, temperature ([0, 1], as
+ *   Anthropic: above 1 is a 400 invalid_request_error), top_p, top_k,
+ *   stream, model. No penalties or logit_bias (Anthropic has none).
  *
  * dspark's own extension, every dialect but count_tokens: a top-level
  *   "x_dspark" object. Its one field, "speculative" (bool): false decodes
