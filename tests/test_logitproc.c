@@ -560,3 +560,55 @@ TEST(constrain_grammars) {
     api_request_free(&q);
     cJSON_Delete(b);
 }
+
+/* DSpark's sampled drafts are judged by min(1, D(d) / q(d)) against the
+   processed distribution D: over many seeds the tokens at the drafted
+   positions are distributed as plain decoding's. Each frequent token's rate
+   must agree within 4.5 standard errors. (Penalties and a bias: under a
+   JSON grammar this model's code drafts are all refused.) */
+TEST(logitproc_sampled_drafts_distribution) {
+    bundled b;
+    if (open_bundled(&b) != 0) return;
+    if (!b.dspark) {
+        close_bundled(&b);
+        return;
+    }
+    int ids[4];
+    CHECK_EQ_INT(encode(&b, "(", ids, 4), 1);
+    int bias_id[1] = {ids[0]};
+    float bias[1] = {1.5f};
+    lproc_cfg c = {.frequency = 0.7f, .repetition = 1.3f, .rep_window = -1, .n_bias = 1, .bias_id = bias_id,
+                   .bias = bias};
+    int prompt[256], n = encode(&b, PROMPTS[0], prompt, 256), out[8];
+    enum { N = 1000, POS = 4 };
+    int *hist[2];
+    for (int m = 0; m < 2; m++) hist[m] = xcalloc((size_t)POS * (size_t)b.V, sizeof(int));
+    max_new = POS;
+    long acc = 0;
+    for (int i = 0; i < N; i++)
+        for (int m = 0; m < 2; m++) {
+            sampler_params sp = {.temperature = 1.0f, .top_p = 1, .seed = 1000 + (uint64_t)i};
+            long a = 0;
+            int ng = run(&b, &c, &sp, m ? 3 : 0, m ? 3 : 0, prompt, n, out, &a);
+            acc += a;
+            for (int p = 0; p < ng && p < POS; p++) hist[m][(size_t)p * b.V + out[p]]++;
+        }
+    CHECK_MSG(acc > N / 4, "DSpark accepted %ld drafts in %d runs: the rule was hardly exercised", acc, N);
+    int checked = 0;
+    double zmax = 0;
+    for (int p = 1; p < POS; p++)
+        for (int t = 0; t < b.V; t++) {
+            double fa = (double)hist[0][(size_t)p * b.V + t] / N, fb = (double)hist[1][(size_t)p * b.V + t] / N;
+            double pm = (fa + fb) / 2;
+            if (pm < 0.03) continue;
+            checked++;
+            double se = sqrt(2 * pm * (1 - pm) / N);
+            if (fabs(fa - fb) / se > zmax) zmax = fabs(fa - fb) / se;
+            CHECK_MSG(fabs(fa - fb) <= 4.5 * se + 1e-9, "position %d token %d: plain %.3f, DSpark %.3f", p, t, fa, fb);
+        }
+    CHECK(checked >= 3);
+    printf("     %ld drafts accepted in %d runs; %d token rates compared, largest difference %.2f standard errors\n",
+           acc, N, checked, zmax);
+    for (int m = 0; m < 2; m++) free(hist[m]);
+    close_bundled(&b);
+}
