@@ -21,7 +21,8 @@
  *   - Tools become [{"type":"function","function":{name, description?,
  *     parameters}}] (parameters default {"type":"object","properties":{}});
  *     an empty list is NULL. tool_choice none drops the tools; required /
- *     named need tools, and a named tool must be among them.
+ *     named need tools, and a named tool must be among them; both are
+ *     enforced by constrained decoding (server/constrain.h).
  *   - reasoning_effort is lowercased; minimal -> low, xhigh / max -> high;
  *     "none" (OpenAI dialects) means thinking off (enable_thinking false)
  *     unless enable_thinking was given. Other values: 400 on chat /
