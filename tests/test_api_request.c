@@ -527,12 +527,29 @@ static const err_case ERRS[] = {
     {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}",
      "'top_logprobs' must be at most 20"},
     {API_COMPLETIONS, "{\"prompt\":\"x\",\"logprobs\":6}", "'logprobs' must be at most 5"},
-    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}",
-     "'response_format' json_object is not supported yet"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"yaml\"}}",
+     "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\" (got \"yaml\")"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\"}}",
+     "'response_format.json_schema' must be an object"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\",\"schema\":5}}}",
+     "'response_format.json_schema.schema' must be a JSON Schema object"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"strict\":1}}}",
+     "'response_format.json_schema.strict' must be a boolean"},
+    {API_RESPONSES, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"a\"}}}",
+     "'text.format.schema' is required"},
+    {API_RESPONSES, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"xml\"}}}", "'text.format.type' must be"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":3}", "'presence_penalty' must be a number in [-2, 2]"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"frequency_penalty\":\"1\"}", "'frequency_penalty' must be a number in [-2, 2]"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"repetition_penalty\":0}", "'repetition_penalty' must be a number in (0, 100]"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"repetition_penalty\":1.1,\"repeat_penalty\":1.2}", "are the same setting: give one"},
+    {API_COMPLETIONS, "{\"prompt\":\"x\",\"repeat_last_n\":-2}", "'repeat_last_n' must be an integer >= -1"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":[1,2]}", "'logit_bias' must be an object mapping token ids"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"abc\":1}}", "'logit_bias' key \"abc\" is not a token id"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"-1\":1}}", "'logit_bias' key \"-1\" is not a token id"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"5\":101}}", "'logit_bias[\"5\"]' must be a number in [-100, 100]"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"ignore_eos\":1}", "'ignore_eos' must be true or false"},
     {API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":\"json\"}",
      "'response_format' must be an object"},
-    {API_RESPONSES, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\"}}}",
-     "'text.format' json_schema is not supported yet"},
     {API_CHAT, "{\"messages\":[]}", "'messages' must be a non-empty array"},
     {API_CHAT, "{\"messages\":{}}", "'messages' must be a non-empty array"},
     {API_CHAT, "{\"messages\":[1]}", "'messages[0]' must be an object"},
@@ -637,7 +654,7 @@ static const err_case ERRS[] = {
     {API_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"stream_options\":1}", "'stream_options' must be an object"},
     {API_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"stream_options\":{\"include_usage\":\"y\"}}",
      "'stream_options.include_usage' must be true or false"},
-    {API_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"n\":2}", "'n' > 1 is not supported"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"n\":17}", "'n' must be at most 16"},
     {API_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"n\":0}", "'n' must be an integer >= 1"},
     {API_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"model\":5}", "'model' must be a string"},
     /* completions */
@@ -646,7 +663,7 @@ static const err_case ERRS[] = {
     {API_COMPLETIONS, "{\"prompt\":[]}", "'prompt' must be a string"},
     {API_COMPLETIONS, "{\"prompt\":5}", "'prompt' must be a string"},
     {API_COMPLETIONS, "{\"prompt\":\"x\",\"max_tokens\":0}", "'max_tokens' must be an integer >= 1"},
-    {API_COMPLETIONS, "{\"prompt\":\"x\",\"n\":3}", "'n' > 1 is not supported"},
+    {API_COMPLETIONS, "{\"prompt\":\"x\",\"n\":1.5}", "'n' must be an integer"},
     {API_COMPLETIONS, "{\"prompt\":\"x\",\"stop\":[5]}", "'stop[0]' must be a string"},
     {API_COMPLETIONS, "{\"prompt\":\"x\",\"top_p\":-1}", "'top_p' must be a number"},
     /* Responses */
@@ -994,6 +1011,50 @@ TEST(api_codex_body) {
     CHECK_EQ_INT(r.stream, 1);
     CHECK_STR(r.model, "qwen3-0.6b");
     check_chat_roundtrip(__LINE__, &r);
+    api_request_free(&r);
+}
+
+/* the fields that shape the distribution and the output format, as parsed */
+TEST(api_penalties_bias_and_formats) {
+    api_request r;
+    char err[512];
+    const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":0.5,"
+                    "\"frequency_penalty\":-1,\"logit_bias\":{\"12\":-100,\"7\":2.5},\"seed\":-3,\"n\":4,"
+                    "\"ignore_eos\":true,\"repeat_penalty\":1.2,\"response_format\":{\"type\":\"json_schema\","
+                    "\"json_schema\":{\"name\":\"p\",\"strict\":true,\"schema\":{\"type\":\"object\"}}}}";
+    CHECK_EQ_INT(parse_at(__LINE__, API_CHAT, b, &r, err, sizeof err), 0);
+    CHECK(r.presence == 0.5 && r.frequency == -1);
+    CHECK_EQ_INT(r.n_bias, 2);
+    CHECK(r.bias_id[0] == 12 && r.bias[0] == -100 && r.bias_id[1] == 7 && r.bias[1] == 2.5f);
+    CHECK(r.has_seed && r.seed == -3); /* a negative seed is a seed */
+    CHECK_EQ_INT(r.n, 4);
+    CHECK_EQ_INT(r.ignore_eos, 1);
+    CHECK(r.repetition == 1.2 && r.rep_window == 64); /* llama.cpp's name: its default window */
+    CHECK_EQ_INT(r.json_mode, API_JSON_SCHEMA);
+    CHECK_JSON(r.json_schema, "{\"type\":\"object\"}");
+    api_request_free(&r);
+    b = "{\"prompt\":\"x\",\"repetition_penalty\":1.5,\"response_format\":{\"type\":\"json_object\"}}";
+    CHECK_EQ_INT(parse_at(__LINE__, API_COMPLETIONS, b, &r, err, sizeof err), 0);
+    CHECK(r.repetition == 1.5 && r.rep_window == -1); /* vLLM's name: the whole context */
+    CHECK_EQ_INT(r.json_mode, API_JSON_OBJECT);
+    CHECK(!r.has_seed && r.n == 1 && r.n_bias == 0);
+    api_request_free(&r);
+    b = "{\"prompt\":\"x\",\"repeat_penalty\":1.5,\"repeat_last_n\":-1}";
+    CHECK_EQ_INT(parse_at(__LINE__, API_COMPLETIONS, b, &r, err, sizeof err), 0);
+    CHECK(r.repetition == 1.5 && r.rep_window == -1);
+    api_request_free(&r);
+    b = "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"a\",\"schema\":{\"type\":"
+        "\"array\"}}}}";
+    CHECK_EQ_INT(parse_at(__LINE__, API_RESPONSES, b, &r, err, sizeof err), 0);
+    CHECK_EQ_INT(r.json_mode, API_JSON_SCHEMA);
+    CHECK_JSON(r.json_schema, "{\"type\":\"array\"}");
+    api_request_free(&r);
+    /* Anthropic: temperature in [0, 1] */
+    b = "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":1.5}";
+    CHECK_EQ_INT(parse_at(__LINE__, API_MESSAGES, b, &r, err, sizeof err), 400);
+    CHECK_MSG(strstr(err, "temperature: range: 0..1"), "%s", err);
+    b = "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":1}";
+    CHECK_EQ_INT(parse_at(__LINE__, API_MESSAGES, b, &r, err, sizeof err), 0);
     api_request_free(&r);
 }
 

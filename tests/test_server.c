@@ -406,6 +406,20 @@ TEST(server_errors) {
     scripted_case("errors.mjs", args, senv, nenv);
 }
 
+/* Request fields (tests/server/fields.mjs): tool calls enforced on the
+   scripted model, output formats, n, logit_bias and penalties on the
+   bundled one (its default mode: speculative rows under every processor). */
+TEST(server_fields) {
+    const char *nenv[] = {"DSPARK_FIELDS_PHASE=scripted", NULL};
+    scripted_case("fields.mjs", THREADS, NULL, nenv);
+    if (!clients_ready()) return;
+    server s;
+    if (start_server(&s, bundled_dir(), THREADS, NULL) != 0) return;
+    const char *env[] = {"DSPARK_MODEL_ID=" DSPARK_DEFAULT_MODEL, "DSPARK_FIELDS_PHASE=bundled", NULL};
+    run_node(&s, "fields.mjs", env);
+    stop_server(&s);
+}
+
 /* The bundled model with its DSpark drafter (cap pinned so drafts are made)
    and then plain decoding: both must give the same greedy answers. */
 TEST(server_bundled) {

@@ -21,7 +21,8 @@
  *   - Tools become [{"type":"function","function":{name, description?,
  *     parameters}}] (parameters default {"type":"object","properties":{}});
  *     an empty list is NULL. tool_choice none drops the tools; required /
- *     named need tools, and a named tool must be among them.
+ *     named need tools, and a named tool must be among them; both are
+ *     enforced by constrained decoding (server/constrain.h).
  *   - reasoning_effort is lowercased; minimal -> low, xhigh / max -> high;
  *     "none" (OpenAI dialects) means thinking off (enable_thinking false)
  *     unless enable_thinking was given. Other values: 400 on chat /
@@ -38,13 +39,21 @@
  *   read too, top-level ones win), enable_thinking, reasoning_effort,
  *   reasoning_budget (>= 0; 0 = off for this request), reasoning_budget_message,
  *   max_tokens or max_completion_tokens (the latter wins), temperature,
- *   top_p, top_k, min_p, seed, stop, stream, stream_options.include_usage,
- *   n (only 1), model. presence_penalty, frequency_penalty, logit_bias,
- *   user, ... are accepted and ignored; a response_format other than text
- *   (and Responses' text.format) is refused with a 400 that says it is not
- *   supported yet.
+ *   top_p, top_k, min_p, seed (any integer; negative ones too), stop, stream,
+ *   stream_options.include_usage, n (1..API_MAX_N choices), model (echoed,
+ *   not checked: the server serves one model, as llama.cpp's server does),
+ *   and the fields of api_fields.c: presence_penalty and frequency_penalty
+ *   [-2, 2], repetition_penalty (vLLM; window: the whole context) or
+ *   repeat_penalty (llama.cpp; window repeat_last_n, default 64, -1 the whole
+ *   context, 0 off), both (0, 100] and refused together when they differ,
+ *   logit_bias {"id": bias in [-100, 100]} (at most API_MAX_BIAS; ids
+ *   checked against the vocabulary by the server), ignore_eos (bool),
+ *   response_format {type: text | json_object (llama.cpp's optional
+ *   "schema" beside it) | json_schema, json_schema: {name, schema, strict}}.
+ *   user, ... are ignored.
  * Completions: prompt (a string, or a list whose first element is a
- *   string) and the same sampling / stop / stream / n / model fields.
+ *   string) and the same sampling / stop / stream / n / model fields,
+ *   penalties, logit_bias, ignore_eos and response_format.
  * Responses (stateless): input (a string = one user message, or items:
  *   message, function_call, function_call_output; reasoning and unknown
  *   item types are skipped), instructions and the leading system /
@@ -53,7 +62,9 @@
  *   (joining a directly preceding assistant message), tools (flat or nested
  *   function tools; web_search, namespace, custom, ... skipped), tool_choice,
  *   reasoning.effort, reasoning_budget(_message), max_output_tokens,
- *   sampling fields, stream, model. previous_response_id / conversation are
+ *   sampling fields, stream, model, text.format {type: text | json_object |
+ *   json_schema, name, schema, strict}, and (as extensions) the penalties,
+ *   logit_bias and ignore_eos of chat. previous_response_id / conversation are
  *   refused (the server keeps no state).
  * Anthropic messages / count_tokens: system (string or text blocks joined
  *   "\n"; a Claude Code "x-anthropic-billing-header:" block is dropped: it
@@ -71,8 +82,9 @@
  *   type other than "custom" skipped), tool_choice {type auto|any|tool|none,
  *   name}, thinking {type enabled (budget_tokens) | disabled | adaptive},
  *   output_config.effort (skipped when thinking is disabled), max_tokens
- *   (required for messages), stop_sequences, temperature, top_p, top_k,
- *   stream, model.
+ *   (required for messages), stop_sequences, temperature ([0, 1], as
+ *   Anthropic: above 1 is a 400 invalid_request_error), top_p, top_k,
+ *   stream, model. No penalties or logit_bias (Anthropic has none).
  *
  * dspark's own extension, every dialect but count_tokens: a top-level
  *   "x_dspark" object. Its one field, "speculative" (bool): false decodes
@@ -86,9 +98,12 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
-#define API_MAX_STOP 16 /* stop strings per request */
+#define API_MAX_STOP 16   /* stop strings per request */
+#define API_MAX_BIAS 1024 /* logit_bias entries */
+#define API_MAX_N 16      /* n: choices per request */
 
 typedef enum { API_CHAT, API_COMPLETIONS, API_RESPONSES, API_MESSAGES, API_COUNT_TOKENS } api_kind;
+enum { API_JSON_NONE, API_JSON_OBJECT, API_JSON_SCHEMA };
 enum { TOOL_CHOICE_AUTO, TOOL_CHOICE_NONE, TOOL_CHOICE_REQUIRED, TOOL_CHOICE_NAMED };
 
 typedef struct {
@@ -105,7 +120,8 @@ typedef struct {
     long max_tokens;      /* -1 when not given (max_tokens / max_completion_tokens / max_output_tokens) */
     double temperature, top_p, min_p; /* -1 when not given */
     long top_k;           /* -1 when not given */
-    long long seed;       /* -1 when not given */
+    long long seed;       /* valid when has_seed */
+    int has_seed;
     char **stop;          /* stop / stop_sequences (non-empty strings) */
     int n_stop;
     int stream, include_usage; /* include_usage: stream_options.include_usage */
@@ -117,7 +133,17 @@ typedef struct {
     char reasoning_effort[8]; /* "" or low|medium|high */
     int tool_choice;      /* TOOL_CHOICE_* */
     char *tool_choice_name; /* TOOL_CHOICE_NAMED: the function */
-    int n;                /* choices; always 1 (n > 1 is refused) */
+    int n;                /* choices (chat, completions: 1..API_MAX_N; else 1) */
+    double presence, frequency; /* OpenAI penalties over the generated tokens; 0 when not given */
+    double repetition;    /* repetition_penalty / repeat_penalty; 1 when not given */
+    int rep_window;       /* its window: repeat_last_n, else -1 (whole context) for repetition_penalty
+                             and 64 for repeat_penalty */
+    int n_bias;           /* logit_bias: bias[i] added to the logit of bias_id[i] (owned arrays) */
+    int *bias_id;
+    float *bias;
+    int ignore_eos;       /* generation goes on past the end-of-sequence tokens */
+    int json_mode;        /* API_JSON_*: response_format / text.format */
+    cJSON *json_schema;   /* owned; API_JSON_SCHEMA's schema */
     int logprobs;         /* -1: none; else log-probabilities with this many alternatives per token
                              (chat: logprobs true + top_logprobs 0..20; completions: logprobs 0..5) */
     int speculative;      /* x_dspark.speculative: -1 not said (the server's mode), 0 plain decoding

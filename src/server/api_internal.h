@@ -60,6 +60,12 @@ int api_effort(const char *s, char out[8]);
  * none is set). */
 void api_finish_vars(api_request *r);
 
+/* presence_penalty, frequency_penalty, repetition_penalty / repeat_penalty
+ * with repeat_last_n, logit_bias and ignore_eos (api_fields.c). */
+int api_penalties(const cJSON *body, api_request *r, char *err, size_t errlen);
+/* response_format (chat, completions) or text.format (Responses). */
+int api_response_format(const cJSON *body, api_request *r, char *err, size_t errlen);
+
 int api_parse_messages(const cJSON *body, api_request *r, char *err, size_t errlen);
 
 #endif

@@ -361,6 +361,8 @@ int api_parse_messages(const cJSON *b, api_request *r, char *err, size_t errlen)
         api_stop(api_get(b, "stop_sequences"), "stop_sequences", r, err, errlen) || api_common(b, r, err, errlen))
         return -1;
     r->max_tokens = (long)v;
+    /* Anthropic's range (api_common takes OpenAI's [0, 2]) */
+    if (r->temperature > 1) return BAD("temperature: range: 0..1 (got %g)", r->temperature);
     api_finish_vars(r);
     return 0;
 }

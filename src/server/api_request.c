@@ -368,7 +368,8 @@ static int openai_sampling(const cJSON *b, api_request *r, char *err, size_t err
         api_opt_int(b, "seed", "seed", -9223372036854775808.0, 9223372036854774784.0, &r->seed, err, errlen) ||
         api_stop(api_get(b, "stop"), "stop", r, err, errlen))
         return -1;
-    /* asked-for features dspark does not have yet are refused, not ignored */
+    r->has_seed = api_get(b, "seed") != NULL;
+    /* logprobs: chat (logprobs + top_logprobs) and completions (logprobs 0..5) */
     if (r->kind == API_CHAT) {
         int on = 0;
         long long top = 0;
@@ -381,17 +382,11 @@ static int openai_sampling(const cJSON *b, api_request *r, char *err, size_t err
         if (api_opt_int(b, "logprobs", "logprobs", 0, 5, &top, err, errlen)) return -1;
         r->logprobs = (int)top;
     }
-    const cJSON *rf = api_get(b, "response_format");
-    if (rf) {
-        const char *t = cJSON_IsObject(rf) ? api_str(api_get(rf, "type")) ? api_get(rf, "type")->valuestring : NULL : NULL;
-        if (!t) return BAD("'response_format' must be an object with a string 'type'");
-        if (strcmp(t, "text"))
-            return BAD("'response_format' %s is not supported yet: dspark has no constrained (JSON) decoding; ask for "
-                       "JSON in the prompt instead", t);
-    }
     long long n = 1;
-    if (api_opt_int(b, "n", "n", 1, 1e9, &n, err, errlen)) return -1;
-    if (n > 1) return BAD("'n' > 1 is not supported: dspark returns one choice per request; send %lld requests", n);
+    if (api_opt_int(b, "n", "n", 1, API_MAX_N, &n, err, errlen) || api_response_format(b, r, err, errlen) ||
+        api_penalties(b, r, err, errlen))
+        return -1;
+    r->n = (int)n;
     const cJSON *so = api_get(b, "stream_options");
     if (so && !cJSON_IsObject(so)) return BAD("'stream_options' must be an object");
     return api_opt_bool(so, "include_usage", "stream_options.include_usage", &r->include_usage, err, errlen);
@@ -626,14 +621,7 @@ static int parse_responses(const cJSON *b, api_request *r, char *err, size_t err
                    "in input");
     if (api_get(b, "conversation"))
         return BAD("conversation is not supported: this server is stateless; send the whole conversation in input");
-    const cJSON *fmt = api_get(api_get(b, "text"), "format");
-    if (fmt) {
-        const cJSON *t = api_get(fmt, "type");
-        if (!api_str(t)) return BAD("'text.format' must be an object with a string 'type'");
-        if (strcmp(t->valuestring, "text"))
-            return BAD("'text.format' %s is not supported yet: dspark has no constrained (JSON) decoding; ask for "
-                       "JSON in the instructions instead", t->valuestring);
-    }
+    if (api_response_format(b, r, err, errlen) || api_penalties(b, r, err, errlen)) return -1;
     const cJSON *in = api_get(b, "input");
     if (!in) return BAD("'input' is required");
     const cJSON *ins = api_get(b, "instructions");
@@ -667,6 +655,7 @@ static int parse_responses(const cJSON *b, api_request *r, char *err, size_t err
         api_opt_num(b, "min_p", "min_p", 0, 1, 0, &r->min_p, err, errlen) ||
         api_opt_int(b, "seed", "seed", -9223372036854775808.0, 9223372036854774784.0, &r->seed, err, errlen))
         return -1;
+    r->has_seed = api_get(b, "seed") != NULL;
     api_finish_vars(r);
     return 0;
 }
@@ -695,6 +684,8 @@ int api_parse(api_kind kind, const cJSON *body, api_request *out, char *err, siz
     out->temperature = out->top_p = out->min_p = -1;
     out->top_k = -1;
     out->seed = -1;
+    out->repetition = 1;
+    out->rep_window = -1;
     out->thinking = -1;
     out->thinking_budget = -1;
     out->logprobs = -1;
@@ -736,5 +727,8 @@ void api_request_free(api_request *r) {
     free(r->stop);
     free(r->thinking_budget_message);
     free(r->tool_choice_name);
+    free(r->bias_id);
+    free(r->bias);
+    cJSON_Delete(r->json_schema);
     memset(r, 0, sizeof *r);
 }

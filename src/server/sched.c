@@ -24,6 +24,7 @@ struct sched {
     const tokenizer *tok;
     int stop_ids[32], n_stop;
     sched_info info;
+    gtok_trie *trie; /* the vocabulary trie, built for the first constrained job */
     pthread_t th;
 
     pthread_mutex_t qmu; /* queue, stopping, running */
@@ -108,6 +109,9 @@ void sched_job_release(sched_job *j) {
     free(j->ids);
     free(j->budget_text);
     free(j->lp);
+    free(j->proc.bias_id);
+    free(j->proc.bias);
+    grammar_free((grammar *)j->proc.g);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->stops);
     sb_free(&j->text);
@@ -314,7 +318,12 @@ static int continue_after_budget(sched *en, sched_job *j, gen_ctx *g, spec_opts 
     memcpy(ids, j->ids, sizeof(int) * (size_t)j->n_ids);
     memcpy(ids + j->n_ids, out_ids, sizeof(int) * (size_t)st->n_gen);
     memcpy(ids + j->n_ids + st->n_gen, close, sizeof(int) * (size_t)nc);
-    for (int i = 0; i < nc; i++) on_emit(g, close[i]);
+    for (int i = 0; i < nc; i++) {
+        on_emit(g, close[i]);
+        /* the closing text as the model's own: a grammar waiting for the
+           block's end starts after it (a text it refuses is not taken) */
+        if (so->proc) so->proc->accept(so->proc->self, close[i]);
+    }
     free(close);
     g->think_state = 2;
     /* generation goes on unless a cancel or a cut came meanwhile (their flags
@@ -416,6 +425,15 @@ static void run_job(sched *en, sched_job *j) {
                     .on_prefill = on_prefill, .on_round = on_round,
                     .hook_ctx = &g};
     if (!j->plain) cli_spec_apply(en->sp, &so);
+    so.ignore_eos = j->ignore_eos;
+    lproc *lpr = NULL;
+    logit_proc lpi;
+    if (lproc_cfg_active(&j->proc)) {
+        if (j->proc.g && !en->trie) en->trie = gtok_trie_new(en->tok, en->stop_ids, en->n_stop);
+        lpr = lproc_new(&j->proc, en->trie, model_cfg(seq_model(en->s))->vocab_size, j->ids, j->n_ids);
+        lpi = lproc_iface(lpr);
+        so.proc = &lpi;
+    }
     spec_stats st = {0};
     int *out_ids = xmalloc(sizeof(int) * (size_t)(j->max_new > 0 ? j->max_new : 1));
     g.think_state = j->think_prefilled ? 1 : 0;
@@ -424,6 +442,7 @@ static void run_job(sched *en, sched_job *j) {
     if (rc == 0 && g.budget_hit && !stop_matched(&g.sm) && !j->cancelled)
         rc = continue_after_budget(en, j, &g, &so, out_ids, &st, err, sizeof err);
     free(out_ids);
+    lproc_free(lpr);
     size_t k = tok_stream_flush(&g.ts, g.piece, g.piece_cap);
     if (!stop_matched(&g.sm)) {
         if (!stop_push(&g.sm, g.piece, k, &g.out)) stop_flush(&g.sm, &g.out);
@@ -577,6 +596,7 @@ void sched_stop(sched *en) {
 void sched_free(sched *en) {
     if (!en) return;
     for (int i = 0; i < EVENT_RING; i++) free(en->ring[i]);
+    gtok_trie_free(en->trie);
     pthread_mutex_destroy(&en->qmu);
     pthread_cond_destroy(&en->qcv);
     pthread_mutex_destroy(&en->mmu);

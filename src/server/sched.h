@@ -27,6 +27,7 @@
 #include "engine/sampler.h"
 #include "spec/spec.h"
 #include "base/strbuf.h"
+#include "server/logitproc.h"
 #include "text/tokenizer.h"
 
 /* How a job ended. FINISH_SHUTDOWN: the server cut it at shutdown (the drain
@@ -69,6 +70,10 @@ typedef struct sched_job {
     int logprobs;      /* -1: none; else alternatives per token (0..SCHED_MAX_TOP_LOGPROBS) */
     int plain;         /* decode without the drafter (x_dspark.speculative false): the mode reads
                           "baseline" in this job's events and telemetry */
+    int ignore_eos;    /* generation goes on past the end-of-sequence ids (not shown) */
+    /* penalties, logit bias and grammar (server/logitproc.h); proc.bias_id, proc.bias and
+       proc.g are owned by the job. With any of them every row comes back to the host. */
+    lproc_cfg proc;
 
     /* shared: guarded by mu */
     pthread_mutex_t mu;

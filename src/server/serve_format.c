@@ -38,6 +38,16 @@ void fmt_init(fmt_state *f, api_kind kind, const api_request *req, const server 
                                                                                                         : "msg_");
 }
 
+void fmt_next_choice(fmt_state *f, const sched_job *job) {
+    fmt_state old = *f;
+    fmt_free(f);
+    fmt_init(f, old.kind, old.req, old.srv, job, old.n_prompt);
+    memcpy(f->id, old.id, sizeof f->id);
+    f->created = old.created;
+    f->index = old.index + 1;
+    f->gen_before = old.gen_before + old.job->st.n_gen;
+}
+
 void fmt_free(fmt_state *f) {
     sb_free(&f->answer);
     sb_free(&f->reason);
@@ -199,10 +209,10 @@ static const char *anthropic_stop(const fmt_state *f, const tc_result *c) {
 
 static cJSON *openai_usage(const fmt_state *f) {
     cJSON *u = cJSON_CreateObject();
-    int out = f->job->st.n_gen;
+    long out = f->gen_before + f->job->st.n_gen;
     cJSON_AddNumberToObject(u, "prompt_tokens", f->n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", out);
-    cJSON_AddNumberToObject(u, "total_tokens", f->n_prompt + out);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(f->n_prompt + out));
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", cached_tokens(f));
     return u;
@@ -264,7 +274,7 @@ static cJSON *chunk(const fmt_state *f, cJSON **choice) {
     cJSON *cs = cJSON_AddArrayToObject(o, "choices");
     if (choice) {
         *choice = cJSON_CreateObject();
-        cJSON_AddNumberToObject(*choice, "index", 0);
+        cJSON_AddNumberToObject(*choice, "index", f->index);
         cJSON_AddItemToArray(cs, *choice);
     }
     return o;
@@ -686,11 +696,13 @@ void fmt_stream_end(fmt_state *f, const tc_result *calls, strbuf *out) {
     switch (f->kind) {
     case API_CHAT:
         chat_end(f, calls, out);
+        if (f->more) break;
         usage_chunk(f, out);
         sb_puts(out, "data: [DONE]\n\n");
         break;
     case API_COMPLETIONS:
         completion_text(f, "", 0, openai_finish(f, NULL), out);
+        if (f->more) break;
         usage_chunk(f, out);
         sb_puts(out, "data: [DONE]\n\n");
         break;
@@ -767,7 +779,7 @@ char *fmt_body(fmt_state *f, const char *reason, const char *text, const tc_resu
         cJSON_AddNumberToObject(o, "created", (double)f->created);
         cJSON_AddStringToObject(o, "model", model_name(f));
         cJSON *cs = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "index", 0);
+        cJSON_AddNumberToObject(c, "index", f->index);
         if (f->kind == API_CHAT) {
             cJSON *m = cJSON_AddObjectToObject(c, "message");
             cJSON_AddStringToObject(m, "role", "assistant");

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "base/json.h"
+#include "server/constrain.h"
 #include "server/serve_internal.h"
 #include "base/util.h"
 
@@ -102,7 +103,9 @@ static void outproc_whole(outproc *p, const char *s, size_t n, int prefilled, st
 typedef struct {
     server *srv;
     api_request req;
-    sched_job *job;
+    sched_job *job;                /* the choice being answered: jobs[cur] */
+    sched_job *jobs[API_MAX_N];    /* one a choice (n > 1), queued together, answered in order */
+    int n_jobs, cur;
     int n_prompt, prefilled, fd;
     outproc op;
     fmt_state fmt;
@@ -111,9 +114,9 @@ typedef struct {
 } gen_ctx;
 
 static void gen_free(gen_ctx *g) {
-    if (g->job) {
-        sched_job_cancel(g->job);
-        sched_job_release(g->job);
+    for (int i = 0; i < g->n_jobs; i++) {
+        sched_job_cancel(g->jobs[i]);
+        sched_job_release(g->jobs[i]);
     }
     outproc_free(&g->op);
     fmt_free(&g->fmt);
@@ -201,7 +204,7 @@ static sched_job *make_job(server *srv, const api_request *q, int *ids, int n, i
     if (q->top_p >= 0) sp.top_p = (float)q->top_p;
     if (q->min_p >= 0) sp.min_p = (float)q->min_p;
     if (q->top_k >= 0) sp.top_k = (int)q->top_k;
-    if (q->seed >= 0) sp.seed = (uint64_t)q->seed;
+    if (q->has_seed) sp.seed = (uint64_t)q->seed;
     else if (!srv->has_seed) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -216,6 +219,7 @@ static sched_job *make_job(server *srv, const api_request *q, int *ids, int n, i
     j->req_id = __atomic_add_fetch(&srv->next_req, 1, __ATOMIC_RELAXED);
     j->logprobs = q->kind == API_CHAT || q->kind == API_COMPLETIONS ? q->logprobs : -1;
     j->plain = q->speculative == 0;
+    j->ignore_eos = q->ignore_eos;
     if (q->thinking_budget > 0 && srv->think_open && q->kind != API_COMPLETIONS) {
         j->think_budget = q->thinking_budget > INT32_MAX ? INT32_MAX : (int)q->thinking_budget;
         j->think_prefilled = prefilled;
@@ -228,6 +232,67 @@ static sched_job *make_job(server *srv, const api_request *q, int *ids, int n, i
         j->budget_text = sb_take(&b);
     }
     return j;
+}
+
+/* the id of a marker that is one token, else -1 */
+static int single_token(const server *srv, const char *text) {
+    int *ids = NULL;
+    char err[256];
+    int n = text ? tok_encode(srv->tok, text, strlen(text), 0, &ids, err, sizeof err) : 0;
+    int id = n == 1 ? ids[0] : -1;
+    free(ids);
+    return id;
+}
+
+/* The job's penalties, logit bias and grammar (sched_job.proc) from the
+   request. Returns 0, or -1 after answering 400. */
+static int job_proc(server *srv, const http_req *r, const api_request *q, int prefilled, sched_job *j) {
+    int dialect = dialect_of(q->kind);
+    lproc_cfg *c = &j->proc;
+    c->presence = (float)q->presence;
+    c->frequency = (float)q->frequency;
+    c->repetition = (float)q->repetition;
+    c->rep_window = q->rep_window;
+    c->think_open = c->think_close = -1;
+    int V = tok_vocab_size(srv->tok);
+    for (int i = 0; i < q->n_bias; i++)
+        if (q->bias_id[i] >= V) {
+            serve_error(r, dialect, 400, "invalid_logit_bias",
+                        "'logit_bias': token id %d is outside the vocabulary (ids 0..%d)", q->bias_id[i], V - 1);
+            return -1;
+        }
+    if (q->n_bias) {
+        c->n_bias = q->n_bias;
+        c->bias_id = xmalloc(sizeof(int) * (size_t)q->n_bias);
+        c->bias = xmalloc(sizeof(float) * (size_t)q->n_bias);
+        memcpy(c->bias_id, q->bias_id, sizeof(int) * (size_t)q->n_bias);
+        memcpy(c->bias, q->bias, sizeof(float) * (size_t)q->n_bias);
+    }
+    if (!constrain_wanted(q)) return 0;
+    char err[1024];
+    grammar *g = constrain_grammar(q, srv->tcf, err, sizeof err);
+    if (!g) {
+        serve_error(r, dialect, 400, NULL, "%s", err);
+        return -1;
+    }
+    c->g = g;
+    /* reasoning stays free: the grammar starts after the block */
+    if (srv->think_open && q->kind != API_COMPLETIONS) {
+        int off = q->thinking == 0 || (srv->no_thinking && q->thinking != 1);
+        if (prefilled || !off) {
+            c->think_open = single_token(srv, srv->think_open);
+            c->think_close = single_token(srv, srv->think_close);
+            if (c->think_open < 0 || c->think_close < 0) {
+                serve_error(r, dialect, 400, NULL,
+                            "constrained output after a reasoning block needs the markers %s / %s to be single "
+                            "tokens, and this tokenizer splits them: turn thinking off for this request",
+                            srv->think_open, srv->think_close);
+                return -1;
+            }
+            c->think_start = prefilled ? 2 : 1;
+        }
+    }
+    return 0;
 }
 
 /* Waits for the job to finish, or (when any_text) for new text, for at most
@@ -268,8 +333,11 @@ static int take_text(sched_job *j, strbuf *out, fmt_state *f) {
     return done;
 }
 
-static void reply_whole(gen_ctx *g, const http_req *r) {
+/* One choice's whole text: its body (fmt_body), or NULL after answering
+   an error. */
+static char *whole_choice(gen_ctx *g, const http_req *r) {
     strbuf text = {0}, reason = {0}, vis = {0};
+    char *body = NULL;
     for (;;) {
         if (wait_job(g->job, r->fd, 3600, 0) < 0) {
             sched_job_cancel(g->job);
@@ -286,14 +354,48 @@ static void reply_whole(gen_ctx *g, const http_req *r) {
     }
     tc_result calls;
     outproc_whole(&g->op, sb_str(&text), text.n, g->prefilled, &reason, &vis, &calls);
-    char *body = fmt_body(&g->fmt, sb_str(&reason), sb_str(&vis), &calls);
-    http_reply_json(r, 200, body);
-    free(body);
+    body = fmt_body(&g->fmt, sb_str(&reason), sb_str(&vis), &calls);
     tc_result_free(&calls);
 out:
     sb_free(&text);
     sb_free(&reason);
     sb_free(&vis);
+    return body;
+}
+
+/* moves g to its next choice (n > 1) */
+static void next_choice(gen_ctx *g) {
+    g->job = g->jobs[++g->cur];
+    outproc_free(&g->op);
+    outproc_init(&g->op, g->srv, &g->req, g->prefilled);
+    fmt_next_choice(&g->fmt, g->job);
+}
+
+static void reply_whole(gen_ctx *g, const http_req *r) {
+    char *body = whole_choice(g, r);
+    if (!body) return;
+    if (g->n_jobs > 1) { /* the later choices join the first body's choices; usage counts them all */
+        cJSON *o = cJSON_Parse(body);
+        free(body);
+        cJSON *cs = cJSON_GetObjectItem(o, "choices");
+        while (g->cur + 1 < g->n_jobs) {
+            next_choice(g);
+            char *b = whole_choice(g, r);
+            if (!b) {
+                cJSON_Delete(o);
+                return;
+            }
+            cJSON *ob = cJSON_Parse(b);
+            free(b);
+            cJSON_AddItemToArray(cs, cJSON_DetachItemFromArray(cJSON_GetObjectItem(ob, "choices"), 0));
+            cJSON_ReplaceItemInObject(o, "usage", cJSON_DetachItemFromObject(ob, "usage"));
+            cJSON_Delete(ob);
+        }
+        body = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+    }
+    http_reply_json(r, 200, body);
+    free(body);
 }
 
 static int stream_fill(void *ctx, strbuf *out) {
@@ -330,9 +432,16 @@ static int stream_fill(void *ctx, strbuf *out) {
         sb_clear(&reason);
         sb_clear(&vis);
         if (done) {
+            int more = !failed && g->cur + 1 < g->n_jobs;
+            g->fmt.more = more;
             if (failed) fmt_stream_error(&g->fmt, out);
             else fmt_stream_end(&g->fmt, &calls, out);
             tc_result_free(&calls);
+            if (more) { /* the next choice (queued behind this one) */
+                next_choice(g);
+                fmt_stream_begin(&g->fmt, out);
+                break;
+            }
             g->phase = 2;
             break;
         }
@@ -393,14 +502,34 @@ void serve_generate(server *srv, const http_req *r, api_kind kind) {
         return;
     }
     g->n_prompt = n;
-    g->job = make_job(srv, &g->req, ids, n, g->prefilled);
+    /* n > 1: one job a choice, each its own sample (a given seed: seed + i,
+       so the choices are reproducible and differ), the same prompt; they
+       run one after another, the later ones on the first one's cache */
+    for (int i = 0; i < g->req.n; i++) {
+        int *own = ids;
+        if (i < g->req.n - 1) {
+            own = xmalloc(sizeof(int) * (size_t)n);
+            memcpy(own, ids, sizeof(int) * (size_t)n);
+        }
+        sched_job *j = make_job(srv, &g->req, own, n, g->prefilled);
+        if (i && g->req.has_seed) j->sp.seed += (uint64_t)i;
+        else if (i) j->sp.seed ^= (uint64_t)i * 0x9e3779b97f4a7c15ULL;
+        g->jobs[g->n_jobs++] = j;
+        if (job_proc(srv, r, &g->req, g->prefilled, j) != 0) {
+            if (i < g->req.n - 1) free(ids);
+            gen_free(g);
+            return;
+        }
+    }
+    g->job = g->jobs[0];
     outproc_init(&g->op, srv, &g->req, g->prefilled);
     fmt_init(&g->fmt, kind, &g->req, srv, g->job, n);
-    if (sched_submit(srv->en, g->job) < 0) {
-        serve_error(r, dialect, 503, NULL, "the server is shutting down");
-        gen_free(g);
-        return;
-    }
+    for (int i = 0; i < g->n_jobs; i++)
+        if (sched_submit(srv->en, g->jobs[i]) < 0) {
+            serve_error(r, dialect, 503, NULL, "the server is shutting down");
+            gen_free(g);
+            return;
+        }
     if (!g->req.stream) {
         reply_whole(g, r);
         gen_free(g);

@@ -95,10 +95,18 @@ typedef struct {
     sched_logprob *lp;
     int n_lp, cap_lp;
     size_t text_offset; /* completions: bytes of text the reported tokens cover */
+    /* n > 1 (chat, completions): this choice's index; more: choices follow
+       (its stream end is the choice's finish only); gen_before: tokens the
+       earlier choices generated (the last usage counts them all) */
+    int index, more;
+    long gen_before;
 } fmt_state;
 
 void fmt_init(fmt_state *f, api_kind kind, const api_request *req, const server *srv, const sched_job *job,
               int n_prompt);
+/* The next choice of the same reply (n > 1): f restarted for job with the
+ * same id and creation time, index + 1 and the earlier choices' tokens. */
+void fmt_next_choice(fmt_state *f, const sched_job *job);
 void fmt_free(fmt_state *f);
 /* Log-probabilities of tokens generated since the last call: they go with
  * the next chunk (or the whole body). */

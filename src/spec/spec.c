@@ -1,6 +1,7 @@
 /* spec: see spec.h. */
 #include "spec/spec.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,96 @@ int spec_accept(sampler *smp, const float *logits, int vocab, const int *draft, 
     }
     *y = sampler_sample(smp, logits + (size_t)k * vocab);
     return k;
+}
+
+/* ---- a logit processor's rows (spec.h logit_proc) ---- */
+
+/* D (spec.h) of the processed row w into p[vocab]; w comes back masked.
+   Returns p's mass (about 1), or -1 when no id is allowed. */
+static double proc_dist(sampler *smp, const logit_proc *lp, float *w, int V, float *p) {
+    sampler_probs(smp, w, p);
+    if (lp->mask(lp->self, w) <= 0) return -1;
+    double mass = 0;
+    for (int i = 0; i < V; i++) {
+        if (w[i] == -INFINITY) p[i] = 0.0f;
+        else mass += p[i];
+    }
+    if (mass > 0) return mass;
+    /* the filters left the allowed ids no mass: the masked row's filters */
+    sampler_probs(smp, w, p);
+    mass = 0;
+    for (int i = 0; i < V; i++) mass += p[i];
+    return mass > 0 ? mass : -1;
+}
+
+/* A draw from D for the raw row, taken into the processor's context: the
+   sampler's pick of the processed row when the processor takes it, else a
+   draw from the whole of D (spec.h: the two steps together draw from D).
+   Returns the id, or -1 on an error. */
+static int proc_choose(sampler *smp, const logit_proc *lp, const float *raw, int V, float *w, float *p) {
+    lp->apply(lp->self, raw, w);
+    const int greedy = sampler_is_greedy(smp);
+    int x = greedy ? op_argmax(w, V) : sampler_sample(smp, w);
+    int r = lp->accept(lp->self, x);
+    if (r != 0) return r > 0 ? x : -1;
+    if (greedy) {
+        /* the first argmax over the allowed ids: when the unmasked first
+           argmax is allowed it is that one, so the check above agrees */
+        if (lp->mask(lp->self, w) <= 0) return -1;
+        x = op_argmax(w, V);
+    } else {
+        double mass = proc_dist(smp, lp, w, V, p);
+        if (mass < 0) return -1;
+        x = sampler_draw(smp, p, V, mass);
+    }
+    return lp->accept(lp->self, x) == 1 ? x : -1;
+}
+
+/* A verify round under a processor, row by row (spec.h): logits[nd+1][V]
+   raw, drafts d[nd], q[nd][V] the drafts' distributions (NULL: one-hot).
+   Each accepted draft and y are taken into the processor's context.
+   Returns the accepted count (y in *y), or -1 on an error. */
+static int proc_round(sampler *smp, const logit_proc *lp, const float *logits, int V, const int *d, const float *q,
+                      int nd, float *w, float *p, float *r, int *y) {
+    const int greedy = sampler_is_greedy(smp);
+    for (int j = 0; j <= nd; j++) {
+        const float *row = logits + (size_t)j * V;
+        if (j < nd && q && !greedy) { /* min(1, D(d) / q(d)), else y ~ max(0, D - q) */
+            lp->apply(lp->self, row, w);
+            if (proc_dist(smp, lp, w, V, p) < 0) return -1;
+            const float *qj = q + (size_t)j * V;
+            double qd = qj[d[j]] < 1e-8f ? 1e-8 : qj[d[j]];
+            if (sampler_uniform(smp) < (double)p[d[j]] / qd) {
+                if (lp->accept(lp->self, d[j]) != 1) return -1;
+                continue;
+            }
+            double mass = 0;
+            for (int i = 0; i < V; i++) {
+                float v = p[i] - qj[i];
+                r[i] = v > 0.0f ? v : 0.0f;
+                mass += r[i];
+            }
+            if (mass <= 1e-8) {
+                memcpy(r, p, sizeof(float) * (size_t)V);
+                mass = 0;
+                for (int i = 0; i < V; i++) mass += r[i];
+            }
+            *y = sampler_draw(smp, r, V, mass);
+            return lp->accept(lp->self, *y) == 1 ? j : -1;
+        }
+        /* greedy, or a one-hot draft: the position's own draw, compared */
+        int x = proc_choose(smp, lp, row, V, w, p);
+        if (x < 0) return -1;
+        if (j < nd && x == d[j]) continue;
+        *y = x;
+        return j;
+    }
+    return -1; /* not reached: row nd always ends the round */
+}
+
+static int proc_fail(const logit_proc *lp, char *err, size_t errlen) {
+    const char *e = lp->error ? lp->error(lp->self) : NULL;
+    return ds_err(err, errlen, "constrained decoding: %s", e && *e ? e : "no token is allowed here");
 }
 
 typedef struct {
@@ -213,17 +304,21 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     if (K > SPEC_MAX_DRAFT) K = SPEC_MAX_DRAFT;
     float *logits = xmalloc(sizeof(float) * (size_t)(K + 1) * (size_t)V);
     float *p = xmalloc(sizeof(float) * (size_t)V), *r = xmalloc(sizeof(float) * (size_t)V);
+    float *w = o->proc ? xmalloc(sizeof(float) * (size_t)V) : NULL; /* a processed row */
     int rows[SPEC_MAX_DRAFT + 1], tok[SPEC_MAX_DRAFT + 1], am[SPEC_MAX_DRAFT + 1];
     /* nobody reading logits rows: a greedy verify asks for the rows' argmax
        only, a sampled one with one-hot drafts for sampler_rows's answers
        (a GPU then samples on the device and reads back ids, not
        vocab-wide rows); the last logits row, when asked for, is recomputed
        at the end */
-    const int greedy = sampler_is_greedy(smp), on_rows = !o->emit_logits && model_samples_rows(seq_model(s));
+    /* a logit processor reads every row on the host (spec.h) */
+    const logit_proc *lp = o->proc;
+    const int greedy = sampler_is_greedy(smp),
+              on_rows = !o->emit_logits && !lp && model_samples_rows(seq_model(s));
     /* sampled drafts drawn on the target's GPU, their distributions left
        there for the verify */
     const int res_q = !greedy && on_rows && d && !d->deterministic && d->propose_resident;
-    const int ids_only = greedy ? !o->emit_logits : on_rows && (!d || d->deterministic || res_q);
+    const int ids_only = greedy ? !o->emit_logits && !lp : on_rows && (!d || d->deterministic || res_q);
     model_draft_q dq = {0};
     /* the drafts' distributions on the host (a drafter that samples there) */
     float *q = (d && !d->deterministic && K > 0 && !res_q) ? xmalloc(sizeof(float) * (size_t)K * (size_t)V) : NULL;
@@ -245,7 +340,17 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
     }
     if (d && !nt) d->reset(d->self, prompt, n_prompt);
     if (o->max_new <= 0 || (o->cancel && *o->cancel)) goto finish;
-    int anchor = sampler_sample(smp, logits);
+    int anchor;
+    if (lp) {
+        lp->save(lp->self);
+        anchor = proc_choose(smp, lp, logits, V, w, p);
+        if (anchor < 0) {
+            rc = proc_fail(lp, err, errlen);
+            goto finish;
+        }
+    } else {
+        anchor = sampler_sample(smp, logits);
+    }
     int stop = push(&g, anchor, logits);
     if (d) d->commit(d->self, &anchor, 1);
     /* a drafter on the target's GPU reads the verifies' taps there */
@@ -310,7 +415,18 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
                 rc = -1;
                 break;
             }
-            a = spec_accept(smp, logits, V, rows + 1, d && !d->deterministic ? q : NULL, nd, p, r, &y);
+            const float *qh = d && !d->deterministic ? q : NULL;
+            if (lp) {
+                lp->save(lp->self);
+                a = proc_round(smp, lp, logits, V, rows + 1, qh, nd, w, p, r, &y);
+                if (a < 0) {
+                    rc = proc_fail(lp, err, errlen);
+                    seq_truncate(s, L);
+                    break;
+                }
+            } else {
+                a = spec_accept(smp, logits, V, rows + 1, qh, nd, p, r, &y);
+            }
         }
         if (k > 0 && o->observe) o->observe(o->ctl, nd, a);
         st->n_rounds++;
@@ -328,6 +444,10 @@ int spec_generate(seq *s, sampler *smp, drafter *d, const int *prompt, int n_pro
             ne++;
         }
         st->n_round_tok += ne;
+        if (lp && ne < a + 1) { /* a stop or cancel inside the round: the context holds what was emitted */
+            lp->restore(lp->self);
+            for (int i = 0; i < ne; i++) lp->accept(lp->self, tok[i]);
+        }
         if (o->on_round) o->on_round(o->hook_ctx, nd, a, ne, ds_now() - tr);
         /* keep the anchor and the emitted ids but the last (the next anchor) */
         seq_truncate(s, L + (ne ? ne : 1));
@@ -365,6 +485,7 @@ done:
     free(taps);
     free(logits);
     free(q);
+    free(w);
     free(p);
     free(r);
     return rc;

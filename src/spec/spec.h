@@ -74,6 +74,44 @@ typedef struct {
     int (*propose_resident)(void *self, int k, int *draft, const double *u, int *used, model_draft_q *q);
 } drafter;
 
+/* A logit processor: what a request asks of the target's distribution
+ * beyond the sampler's filters (penalties, a logit bias, a grammar). The
+ * loop then reads every verify row back to the host (never the chained or
+ * device-sampled paths), so both backends give the same answers, and it
+ * judges a round row by row: row j is processed in the context of the
+ * drafts accepted before it, so the processed distribution of every
+ * position is the one plain decoding computes there.
+ *
+ * The distribution a position draws from, D, is defined as follows (w the
+ * processed logits, p = the sampler's filtered distribution of w, A the
+ * ids `accept` takes now): greedy, the first argmax of w over A; sampled, p
+ * restricted to A and renormalised, or, when p gives A no mass, the
+ * sampler's distribution of w with the ids outside A at -inf. The loop
+ * draws from D by checking the sampler's pick of w first (accept) and
+ * computing A (mask) only when it is refused: for sampling, a draw x ~ p
+ * kept when x is in A and otherwise replaced by a draw from D is
+ * distributed as D (P(x) = p(x) + (1 - p(A)) p(x) / p(A) = p(x) / p(A)).
+ * Drafts are accepted against D: greedy and one-hot drafts by comparing
+ * them with the position's draw from D (which is how plain decoding draws:
+ * a sampled round then consumes the plain loop's uniforms and gives its
+ * tokens exactly), drafts with a distribution q by min(1, D(d) / q(d)). */
+typedef struct {
+    void *self;
+    /* the processed logits w[vocab] of a raw row in the current context */
+    void (*apply)(void *self, const float *raw, float *w);
+    /* takes id into the context when allowed: 1 taken, 0 refused (context
+       unchanged), -1 an error (see error) */
+    int (*accept)(void *self, int id);
+    /* sets w[i] = -INFINITY for every id accept would refuse now; returns
+       how many stay (0: nothing can follow, -1: an error) */
+    int (*mask)(void *self, float *w);
+    /* remembers the context / returns to the one remembered (a round's
+       start: the emitted tokens are then taken again) */
+    void (*save)(void *self);
+    void (*restore)(void *self);
+    const char *(*error)(void *self);
+} logit_proc;
+
 typedef struct {
     int max_new;                  /* tokens to generate at most */
     int max_draft;                /* k: drafts per round (0..SPEC_MAX_DRAFT) */
@@ -103,6 +141,9 @@ typedef struct {
     void (*on_prefill)(void *ctx, int done, int total);
     void (*on_round)(void *ctx, int drafted, int accepted, int emitted, double seconds);
     void *hook_ctx;
+    /* may be NULL; its context must already hold the prompt (spec_generate
+       takes the tokens it emits into it) */
+    const logit_proc *proc;
 } spec_opts;
 
 typedef struct {
