@@ -225,6 +225,9 @@ if (PHASE === "whole") {
             assert.equal(ref[i + 1].text, ref[i].text, `${CASES[i].d}: stream differs from the whole reply`);
         // telemetry: the same counts in /health and /metrics; each streamed
         // request repeats its whole reply's prompt, so it reuses cached positions
+        // a client has its answer a moment before the scheduler marks the job
+        // done, so wait for the engine to be idle before reading its gauges
+        await until((h) => h.requests_running === 0 && h.requests_waiting === 0, "the engine is idle");
         const h0 = (await health()).json, m0 = (await request("GET", "/metrics")).text;
         const metric = (n) => Number(m0.match(new RegExp(`^dspark_${n} (\\S+)$`, "m"))?.[1]);
         const pc = h0.prefix_cache;
