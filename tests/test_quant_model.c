@@ -170,6 +170,25 @@ TEST(quant_model_golden) {
             QTOL);
 }
 
+/* The prefill family (quant.h: the same 16-bit activations, another f32
+   order) on every row, at the machine's level and on two threads, then at
+   level 0: the same bound. */
+TEST(quant_model_golden_prefill) {
+    cpu_test_group_rows(1);
+    g_worst = 0;
+    g_best = 1e30;
+    check_all(NULL);
+    fprintf(stderr, "  prefill family: max|diff|/max|ref| per fixture %.2e to %.2e (bound %g)\n", g_best, g_worst,
+            QTOL);
+    tpool *tp = tp_create(2);
+    check_all(tp);
+    tp_free(tp);
+    int prev = ops_use_simd(0);
+    check_all(NULL);
+    ops_use_simd(prev);
+    cpu_test_group_rows(0);
+}
+
 TEST(quant_model_golden_threaded_scalar) {
     tpool *tp = tp_create(2);
     check_all(tp);
