@@ -287,7 +287,7 @@ static void op_matmul_quant(tpool *tp, float *y, const float *x, int M, const te
 }
 
 void op_matmul_pre(tpool *tp, float *y, const float *x, int M, const tensor *W, const float *bias) {
-    if (dtype_is_quant(W->dtype)) {
+    if (dtype_is_quant(W->dtype) && quant_pre_fast()) {
         op_matmul_quant(tp, y, x, M, W, bias, 1);
         return;
     }

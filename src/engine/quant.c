@@ -612,6 +612,14 @@ void quant_pre_row_scalar(quant_prow r, const float *x, int K, int off) {
     }
 }
 
+int quant_pre_fast(void) {
+#ifdef DS_HAVE_AVX2_PATH
+    return ops_level() == 2 && avx512_quant_ok();
+#else
+    return 0;
+#endif
+}
+
 size_t quant_pre_row_bytes(int K) { return quant_pre_stride(K); }
 size_t quant_pre_bytes(int M, int K) { return (size_t)(M > 0 ? M : 0) * quant_pre_stride(K) + 64; }
 

@@ -124,6 +124,11 @@ void quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const te
  * lane, so a span of 256 costs eight integer dots and one convert, product
  * and FMA per (m, n) where the kernels above convert every 64 elements
  * (quant_avx512.c). */
+/* The family is worth running where the level-2 kernel runs (AVX-512 VNNI
+ * at ops_level 2); elsewhere op_matmul_pre sends prefill rows to the
+ * kernels above (batch-invariant, so the group rule holds trivially), and
+ * the scalar family (level 0 and 1) serves as the reference. */
+int quant_pre_fast(void);
 size_t quant_pre_row_bytes(int K);
 size_t quant_pre_bytes(int M, int K);
 /* x[M][K] quantized by the prefill rule into act (rows on their own, so
