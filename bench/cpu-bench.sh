@@ -16,7 +16,8 @@
 #                   streaming from a file mapping is much slower and noisier.
 #   BASE=BIN        another dspark binary (an earlier revision's build) run
 #                   beside this tree's, rep by rep alternated, with the
-#                   ratio of this tree's rates to its rates.
+#                   ratio of this tree's rates to its rates (bf16 and QUANTS).
+#   LOADS=" "       (a blank) skips the bf16 rows: QUANTS alone.
 #   QUANTS="Q8_0 Q4_0 Q4_K_M"  also quantized builds: `dspark quantize` writes
 #                   each GGUF once (with the tokenizer, so llama.cpp loads it),
 #                   and dspark and llama-bench run the same file (weights read
@@ -113,14 +114,22 @@ done
 for q in $QUANTS; do
   QG="$OUT/qwen3-$SHAPE-$q.gguf"
   for t in $THREADS; do
-    pp=(); tg=()
+    pp=(); tg=(); bpp=(); btg=()
     for r in $(seq "$REPS"); do
-      p=$(./dspark run --model "$QG" --prompt-ids "$PP_IDS" -n 1 -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field prefill)
-      g=$(./dspark run --model "$QG" --prompt-ids 151643 -n 129 --ignore-eos -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field decode)
-      pp+=("$p"); tg+=("$g")
+      for bin in ./dspark ${BASE:-}; do
+        p=$("$bin" run --model "$QG" --prompt-ids "$PP_IDS" -n 1 -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field prefill)
+        g=$("$bin" run --model "$QG" --prompt-ids 151643 -n 129 --ignore-eos -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field decode)
+        if [ "$bin" = ./dspark ]; then pp+=("$p"); tg+=("$g"); else bpp+=("$p"); btg+=("$g"); fi
+      done
     done
     dpp=$(printf '%s\n' "${pp[@]}" | mean); dtg=$(printf '%s\n' "${tg[@]}" | mean)
     printf "| dspark | %s | %s | %s | %s |\n" "$q" "$t" "$dpp" "$dtg"
+    if [ -n "${BASE:-}" ]; then
+      bp=$(printf '%s\n' "${bpp[@]}" | mean); bt=$(printf '%s\n' "${btg[@]}" | mean)
+      printf "| dspark BASE | %s | %s | %s | %s |\n" "$q" "$t" "$bp" "$bt"
+      printf "| ratio to BASE | %s | %s | %s | %s |\n" "$q" "$t" \
+        "$(awk -v a="$dpp" -v b="$bp" 'BEGIN{printf "%.3f", a/b}')" "$(awk -v a="$dtg" -v b="$bt" 'BEGIN{printf "%.3f", a/b}')"
+    fi
     if [ $have_llama = 1 ]; then
       js=$("$LLAMA_BENCH" -m "$QG" -t "$t" -p 512 -n 128 -r "$REPS" --load-mode none -o json 2>/dev/null)
       lpp=$(echo "$js" | "$PY" -c 'import json,sys; print("%.2f" % [r["avg_ts"] for r in json.load(sys.stdin) if r["n_prompt"]>0][0])')

@@ -11,6 +11,11 @@
  * them (the result must agree to rounding); returns the previous setting */
 int ops_use_simd(int on);
 
+/* cpu_backend.c: the rows of a prefill group (g <= 0: BACKEND_GROUP_ROWS
+ * again); g = 1 sends every row of a quantized model through the prefill
+ * family, which the short golden fixtures could not otherwise reach */
+void cpu_test_group_rows(int g);
+
 /* drafter.c: after propose, the logits rows the drafts came from and the
  * confidences. base: the LM-head rows ([rows][vocab]: DSpark rows 0..k-1,
  * DFlash the mask rows 1..k); markov: DSpark's biased rows (NULL

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/ops.h"
 #include "engine/ops_internal.h"
 #include "engine/quant.h"
 #include "engine/quant_internal.h"
@@ -540,6 +541,124 @@ TEST(quant_ops_integration) {
     free(ya);
     free(yb);
     free(w);
+}
+
+/* ------------------------------------------------- the prefill family */
+
+/* quant_pre_fill then quant_pre_matmul over [n0, n1) at the current level */
+static void pre_rows(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias, int64_t n0,
+                     int64_t n1) {
+    void *act = xaligned(quant_pre_bytes(M, K)), *work = xaligned(quant_pre_work_bytes(K));
+    quant_pre_fill(act, x, M, K, W);
+    quant_pre_matmul(y, ldy, act, M, K, W, bias, n0, n1, work);
+    free(act);
+    free(work);
+}
+
+/* Every format, every level: the prefill family against the double dots
+ * (check_vs_ref's bounds: its x is the same 16-bit quantization, its f32
+ * steps about K/16 + 20 roundings of partial sums bounded by sum|xq w|),
+ * and every level's bits equal level 0's (quant.h: one f32 order) */
+TEST(quant_pre_vs_reference) {
+    const int N = 19, M = 5, KX = 512 + 128;
+    float *x = xmalloc((size_t)M * KX * sizeof(float)), *w = xmalloc((size_t)N * KX * sizeof(float));
+    float *y = xmalloc((size_t)M * N * sizeof(float)), *y0 = xmalloc((size_t)M * N * sizeof(float)), bias[19];
+    double *xd = xmalloc((size_t)KX * sizeof(double)), *db = xmalloc((size_t)KX * sizeof(double));
+    for (int j = 0; j < M * KX; j++) x[j] = frand();
+    for (int j = 0; j < N; j++) bias[j] = frand();
+    int prev = ops_level();
+    for (int f = 0; f < N_FMTS; f++) {
+        const int K = k_for(&all_fmts[f], 512);
+        rtensor r;
+        rand_tensor(&r, all_fmts[f].dt, all_fmts[f].bits, all_fmts[f].group, N, K);
+        for (int n = 0; n < N; n++) quant_row_f32(&r.t, n, w + (size_t)n * K);
+        const float *b = f % 2 ? bias : NULL;
+        for (int lvl = 0; lvl <= ops_max_level(); lvl++) {
+            ops_set_level(lvl);
+            pre_rows(y, N, x, M, K, &r.t, b, 0, N);
+            if (lvl == 0) memcpy(y0, y, (size_t)M * N * sizeof(float));
+            CHECK_MSG(memcmp(y, y0, (size_t)M * N * sizeof(float)) == 0, "%s/%d level %d: bits differ from level 0",
+                      dtype_name(r.t.dtype), r.t.q.bits, lvl);
+        }
+        int bad = 0;
+        for (int m = 0; m < M; m++) {
+            xq_ref(x + (size_t)m * K, K, xd, db);
+            for (int n = 0; n < N; n++) {
+                const float *wr = w + (size_t)n * K;
+                double dq = 0, dx = 0, a = 0, qb = 0;
+                for (int k = 0; k < K; k++) {
+                    dq += xd[k] * wr[k];
+                    dx += (double)x[(size_t)m * K + k] * wr[k];
+                    a += fabs(xd[k] * wr[k]);
+                    qb += fabs((double)wr[k]) * db[k] * 0.5;
+                }
+                const double bb = b ? b[n] : 0.0, got = y0[(size_t)m * N + n], tq = 1e-5 * (a + fabs(bb)) + 1e-30;
+                if ((fabs(got - (dq + bb)) > tq || fabs(got - (dx + bb)) > qb + tq) && bad++ < 3)
+                    test_fail(__FILE__, __LINE__, "%s/%d m %d n %d: %.9g, quantized-x ref %.9g (tol %.3g), f32-x ref %.9g (tol %.3g)",
+                              dtype_name(r.t.dtype), r.t.q.bits, m, n, got, dq + bb, tq, dx + bb, qb + tq);
+            }
+        }
+        free_rtensor(&r);
+    }
+    ops_set_level(prev);
+    free(x);
+    free(w);
+    free(y);
+    free(y0);
+    free(xd);
+    free(db);
+}
+
+/* Within the family a row's bits depend on nothing but the row: row m of
+ * an M-row call equals the 1-row call on x[m] for M = 2..17, 130 and 300
+ * (whole and partial tiles, several blocks of x rows), any split of
+ * [0, N) gives the same bits, the level-2 quantizer fills the same bytes
+ * as the scalar one, and op_matmul_pre on one or two threads equals it */
+TEST(quant_pre_batch_invariance) {
+    const int N = 37, MX = 300, KX = 512 + 128;
+    tpool *tp = tp_create(2);
+    float *x = xmalloc((size_t)MX * KX * sizeof(float)), *ya = xmalloc((size_t)MX * N * sizeof(float));
+    float *y1 = xmalloc((size_t)MX * N * sizeof(float)), bias[37];
+    for (int j = 0; j < MX * KX; j++) x[j] = frand();
+    for (int j = 0; j < N; j++) bias[j] = frand();
+    for (int f = 0; f < N_FMTS; f++) {
+        const int K = k_for(&all_fmts[f], 512);
+        rtensor r;
+        rand_tensor(&r, all_fmts[f].dt, all_fmts[f].bits, all_fmts[f].group, N, K);
+        for (int m = 0; m < MX; m++) pre_rows(y1 + (size_t)m * N, N, x + (size_t)m * K, 1, K, &r.t, bias, 0, N);
+        const int Ms[] = {2, 3, 4, 5, 7, 16, 17, 130, 300};
+        for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++) {
+            pre_rows(ya, N, x, Ms[i], K, &r.t, bias, 0, N);
+            CHECK_MSG(memcmp(ya, y1, (size_t)Ms[i] * N * sizeof(float)) == 0, "%s/%d: M=%d differs from M=1",
+                      dtype_name(r.t.dtype), r.t.q.bits, Ms[i]);
+        }
+        const int cut[5] = {0, 1, 6, 23, N};
+        memset(ya, 0, (size_t)7 * N * sizeof(float));
+        for (int c = 0; c < 4; c++) pre_rows(ya, N, x, 7, K, &r.t, bias, cut[c], cut[c + 1]);
+        CHECK_MSG(memcmp(ya, y1, (size_t)7 * N * sizeof(float)) == 0, "%s/%d: split [n0, n1) differs",
+                  dtype_name(r.t.dtype), r.t.q.bits);
+        /* the fill: every level's bytes equal the scalar rule's */
+        const size_t ab = quant_pre_bytes(3, K);
+        uint8_t *a0 = xaligned(ab), *a1 = xaligned(ab);
+        memset(a0, 0, ab);
+        memset(a1, 0, ab);
+        for (int m = 0; m < 3; m++) quant_pre_row_scalar(quant_prow_at(a0, K, m), x + (size_t)m * K, K, quant_offset(&r.t));
+        quant_pre_fill(a1, x, 3, K, &r.t);
+        CHECK_MSG(memcmp(a0, a1, ab) == 0, "%s/%d: the activation fill differs from the scalar rule",
+                  dtype_name(r.t.dtype), r.t.q.bits);
+        free(a0);
+        free(a1);
+        for (int t = 0; t < 2 && quant_pre_fast(); t++) {
+            op_matmul_pre(t ? tp : NULL, ya, x, 130, &r.t, bias);
+            CHECK_MSG(memcmp(ya, y1, (size_t)130 * N * sizeof(float)) == 0, "%s/%d: op_matmul_pre, %d threads",
+                      dtype_name(r.t.dtype), r.t.q.bits, t + 1);
+        }
+        free_rtensor(&r);
+    }
+    tp_free(tp);
+    free(x);
+    free(ya);
+    free(y1);
 }
 
 static void check_err(const tensor *t, const char *want) {

@@ -22,7 +22,7 @@
    activations to 16 bits (quant.h: blocks of 32, d = amax / 32639), which
    on these small random models moves the logits by at most about 3e-4 of
    the largest one (decode, verify and prefill rows alike: the rule is the
-   same at every width). The bound is the issue's 1e-2 tightened to 1e-3,
+   same at every width, and the prefill family differs in f32 order only). The bound is the issue's 1e-2 tightened to 1e-3,
    a few times the measured worst; the int8 rule measured 0.028 to 0.067
    and fails it, and a wrong format or unit (a weight off by a sub-block's
    scale) is O(1). tests/test_quant.c holds each kernel to the quantized-x
@@ -168,6 +168,26 @@ TEST(quant_model_golden) {
     check_all(NULL);
     fprintf(stderr, "  quantized fixtures: max|diff|/max|ref| per fixture %.2e to %.2e (bound %g)\n", g_best, g_worst,
             QTOL);
+}
+
+/* The prefill family (quant.h: the same 16-bit activations, another f32
+   order) on every row, at the machine's level and on two threads: the same
+   bound. Then level 0, where prefill rows take the exact kernels (ops.h's
+   op_matmul_pre; the scalar family is held to the others in test_quant.c). */
+TEST(quant_model_golden_prefill) {
+    cpu_test_group_rows(1);
+    g_worst = 0;
+    g_best = 1e30;
+    check_all(NULL);
+    fprintf(stderr, "  prefill family: max|diff|/max|ref| per fixture %.2e to %.2e (bound %g)\n", g_best, g_worst,
+            QTOL);
+    tpool *tp = tp_create(2);
+    check_all(tp);
+    tp_free(tp);
+    int prev = ops_use_simd(0);
+    check_all(NULL);
+    ops_use_simd(prev);
+    cpu_test_group_rows(0);
 }
 
 TEST(quant_model_golden_threaded_scalar) {

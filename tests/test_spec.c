@@ -249,6 +249,40 @@ TEST(spec_lossless_greedy_llama3) { lossless_model("llama3-bf16"); }
 TEST(spec_lossless_greedy_q4_0) { lossless_model("quant_models/qwen3-q4_0"); }
 TEST(spec_lossless_greedy_mlx4) { lossless_model("quant_models/qwen3-mlx-4bit-g64"); }
 
+/* prompts long enough for whole prefill groups (the CPU's prefill family on
+   quantized layers: rows [0, 128 * (n / 128)) of the prefill), with
+   repetition so the lookup drafter gets accepted: speculative output still
+   equals plain decoding */
+static void lossless_long(const char *name) {
+    tmodel t;
+    if (open_model(&t, name) != 0) return;
+    int prompt[300], base[64], got[64], mismatches = 0;
+    long acc_all = 0;
+    uint32_t sd = 777u;
+    for (int j = 0; j < 300; j++) prompt[j] = j >= 40 && j % 50 < 20 ? prompt[j - 40] : (int)(lcg(&sd) % (uint32_t)t.vocab);
+    lookup *lk = lookup_create(3, 1);
+    const int lens[3] = {128, 256, 300};
+    for (int li = 0; li < 3; li++) {
+        gen_cfg g = {.n_ctx = 512, .max_new = 48, .ignore_eos = 1};
+        const int nb = run_baseline(&t, &g, prompt, lens[li], base);
+        if (nb < 0) break;
+        for (int k = 1; k <= 16; k *= 4) {
+            long acc = 0;
+            drafter d = lookup_drafter(lk);
+            const int ng = run_spec(&t, &g, &d, k, prompt, lens[li], got, &acc);
+            acc_all += acc;
+            if ((ng != nb || memcmp(got, base, sizeof(int) * (size_t)nb)) && mismatches++ < 3)
+                test_fail(__FILE__, __LINE__, "%s prompt of %d k %d: %d vs %d tokens", name, lens[li], k, ng, nb);
+        }
+    }
+    CHECK_EQ_INT(mismatches, 0);
+    CHECK_MSG(acc_all > 0, "%s: lookup accepted nothing", name);
+    lookup_free(lk);
+    close_model(&t);
+}
+TEST(spec_lossless_greedy_long_q4_0) { lossless_long("quant_models/qwen3-q4_0"); }
+TEST(spec_lossless_greedy_long_q4_k_m) { lossless_long("quant_models/qwen3-256-q4_k_m"); }
+
 /* cancels generation after its n-th round (spec_opts.on_round) */
 typedef struct {
     volatile sig_atomic_t flag;

@@ -55,20 +55,29 @@ static void scratch_free(scratch *s) {
     free(s->pos);
 }
 
+/* y = x W^T (+ b) over M rows, the first Mpre of them (rows of prefill
+   groups) through the prefill family (op_matmul_pre), the others exact */
+static void mm(tpool *tp, float *y, const float *x, int M, int Mpre, const tensor *W, const float *b) {
+    if (Mpre > 0) op_matmul_pre(tp, y, x, Mpre, W, b);
+    if (M > Mpre)
+        op_matmul(tp, y + (size_t)Mpre * (size_t)W->shape[0], x + (size_t)Mpre * (size_t)W->shape[1], M - Mpre, W, b);
+}
+
 /* Layer l of a network over M rows in s->x at positions s->pos: their K/V
    are stored at the cache's end (kv_len; the caller commits them or not),
    and row i attends to the n_past cached positions and, under ATTN_CAUSAL,
-   the batch's rows 0..i, under ATTN_BLOCK all M rows. */
+   the batch's rows 0..i, under ATTN_BLOCK all M rows. Rows [0, Mpre) take
+   the prefill family in their matmuls (0 for a drafter's passes). */
 static void cpu_layer(tpool *tp, scratch *s, const wlayer *L, const model_config *c, const float *inv_freq,
-                      kv_cache *kv, int l, int M, int n_past) {
+                      kv_cache *kv, int l, int M, int Mpre, int n_past) {
     const int H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
     const int nh = c->n_heads, nkv = c->n_kv_heads;
     const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     /* attention block */
     op_rmsnorm(s->xb, s->x, L->attn_norm, M, H, eps);
-    op_matmul(tp, s->q, s->xb, M, L->wq, L->bq);
-    op_matmul(tp, s->k, s->xb, M, L->wk, L->bk);
-    op_matmul(tp, s->v, s->xb, M, L->wv, L->bv);
+    mm(tp, s->q, s->xb, M, Mpre, L->wq, L->bq);
+    mm(tp, s->k, s->xb, M, Mpre, L->wk, L->bk);
+    mm(tp, s->v, s->xb, M, Mpre, L->wv, L->bv);
     if (L->q_norm) {
         op_rmsnorm(s->q, s->q, L->q_norm, M * nh, hd, eps);
         op_rmsnorm(s->k, s->k, L->k_norm, M * nkv, hd, eps);
@@ -78,14 +87,14 @@ static void cpu_layer(tpool *tp, scratch *s, const wlayer *L, const model_config
     kv_store(kv, l, s->k, s->v, M);
     kv_view w = kv_layer(kv, l);
     op_attention_kv(tp, s->att, s->q, M, nh, nkv, hd, &w, n_past, scale, L->attn == ATTN_BLOCK);
-    op_matmul(tp, s->xb, s->att, M, L->wo, L->bo);
+    mm(tp, s->xb, s->att, M, Mpre, L->wo, L->bo);
     op_add(s->x, s->xb, M * H);
     /* MLP block (MLP_SWIGLU, the one kind) */
     op_rmsnorm(s->xb, s->x, L->mlp_norm, M, H, eps);
-    op_matmul(tp, s->gate, s->xb, M, L->wg, NULL);
-    op_matmul(tp, s->up, s->xb, M, L->wu, NULL);
+    mm(tp, s->gate, s->xb, M, Mpre, L->wg, NULL);
+    mm(tp, s->up, s->xb, M, Mpre, L->wu, NULL);
     op_swiglu(s->gate, s->gate, s->up, M * I);
-    op_matmul(tp, s->xb, s->gate, M, L->wd, NULL);
+    mm(tp, s->xb, s->gate, M, Mpre, L->wd, NULL);
     op_add(s->x, s->xb, M * H);
 }
 
@@ -101,7 +110,13 @@ static int check_layers(const model_config *c, const wlayer *layers, char *err, 
 
 typedef struct {
     model_desc d;
+    int quant; /* a layer matmul is quantized: the prefill family runs */
 } cpu_model;
+
+/* rows of a prefill group (BACKEND_GROUP_ROWS; tests set 1 so that every
+   row of the short golden fixtures takes the family) */
+static int g_group_rows = BACKEND_GROUP_ROWS;
+void cpu_test_group_rows(int g) { g_group_rows = g > 0 ? g : BACKEND_GROUP_ROWS; }
 
 typedef struct {
     const cpu_model *m;
@@ -143,6 +158,11 @@ static int cpu_model_create(void **out, const model_desc *d, int device, char *e
     cpu_layout(d);
     cpu_model *m = xcalloc(1, sizeof *m);
     m->d = *d;
+    for (int l = 0; l < d->cfg->n_layers; l++) {
+        const wlayer *L = &d->layers[l];
+        const tensor *lw[] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
+        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) m->quant |= dtype_is_quant(lw[i]->dtype);
+    }
     *out = m;
     return 0;
 }
@@ -150,8 +170,10 @@ static int cpu_model_create(void **out, const model_desc *d, int device, char *e
 static void cpu_model_free(void *bm) { free(bm); }
 
 static void cpu_model_caps(const void *bm, backend_caps *caps) {
-    (void)bm;
-    *caps = (backend_caps){.kv_low_bits = 1};
+    const cpu_model *m = bm;
+    /* quantized layers: whole groups of rows take the int8 prefill family
+       (quant.h); float weights have none */
+    *caps = (backend_caps){.kv_low_bits = 1, .group_rows = m->quant ? BACKEND_GROUP_ROWS : 0};
 }
 
 static int cpu_samples_rows(const void *bm) {
@@ -210,8 +232,10 @@ static void tap_copy(const model_batch *b, const float *x, int layer, int row0, 
     }
 }
 
-/* One chunk of at most max_batch rows: rows [row0, row0+M) of the batch. */
-static void forward_chunk(cpu_ctx *x, const model_batch *b, int row0, int M, int *next_logit) {
+/* One chunk of at most max_batch rows: rows [row0, row0+M) of the batch,
+   those before row pre_end (the end of its whole prefill groups) through
+   the prefill family. */
+static void forward_chunk(cpu_ctx *x, const model_batch *b, int row0, int M, int pre_end, int *next_logit) {
     const model_desc *d = &x->m->d;
     const model_config *c = d->cfg;
     const int H = c->hidden_size;
@@ -221,8 +245,9 @@ static void forward_chunk(cpu_ctx *x, const model_batch *b, int row0, int M, int
     for (int i = 0; i < M; i++) s->pos[i] = b->pos ? b->pos[row0 + i] : n_past + i;
     op_embed(s->x, d->embed, b->tokens + row0, M);
     tap_copy(b, s->x, -1, row0, M, H);
+    const int Mpre = pre_end <= row0 ? 0 : pre_end - row0 < M ? pre_end - row0 : M;
     for (int l = 0; l < c->n_layers; l++) {
-        cpu_layer(x->tp, s, &d->layers[l], c, d->inv_freq, x->kv, l, M, n_past);
+        cpu_layer(x->tp, s, &d->layers[l], c, d->inv_freq, x->kv, l, M, Mpre, n_past);
         tap_copy(b, s->x, l, row0, M, H);
     }
     kv_commit(x->kv, M);
@@ -258,9 +283,11 @@ static int cpu_forward(void *bc, const model_batch *b, char *err, size_t errlen)
         bb.logits = x->logit_scratch;
     }
     int next_logit = 0;
+    /* whole groups counted from the forward's first row (backend.h) */
+    const int pre_end = x->m->quant ? b->n / g_group_rows * g_group_rows : 0;
     for (int row0 = 0; row0 < b->n; row0 += x->max_batch) {
         int M = b->n - row0 < x->max_batch ? b->n - row0 : x->max_batch;
-        forward_chunk(x, &bb, row0, M, &next_logit);
+        forward_chunk(x, &bb, row0, M, pre_end, &next_logit);
     }
     for (int i = 0; b->argmax && i < b->n_logits; i++)
         b->argmax[i] = op_argmax(bb.logits + (size_t)i * c->vocab_size, c->vocab_size);
@@ -395,7 +422,7 @@ static void block_forward(cpu_dstate *s, int anchor) {
         x->pos[i] = spos + i;
     }
     op_embed(x->x, d->embed, tok, B);
-    for (int l = 0; l < b->n_layers; l++) cpu_layer(s->tp, x, &d->layers[l], b, d->inv_freq, s->kv, l, B, spos);
+    for (int l = 0; l < b->n_layers; l++) cpu_layer(s->tp, x, &d->layers[l], b, d->inv_freq, s->kv, l, B, 0, spos);
     op_rmsnorm(x->xb, x->x, d->final_norm, B, b->hidden_size, b->rms_norm_eps);
 }
 

@@ -207,11 +207,12 @@ typedef struct {
     const tensor *W;
     const float *bias;
     int unit, n_chunks;
+    char *work; /* the prefill family's per-thread work memory (NULL: the exact path) */
+    size_t work_bytes;
     atomic_int next;
 } qmm_ctx;
 
 static void qmm_worker(void *p, int ith, int nth) {
-    (void)ith;
     (void)nth;
     qmm_ctx *c = p;
     for (;;) {
@@ -219,7 +220,10 @@ static void qmm_worker(void *p, int ith, int nth) {
         if (ci >= c->n_chunks) break;
         int n0 = ci * c->unit;
         int n1 = n0 + c->unit < c->N ? n0 + c->unit : c->N;
-        quant_matmul_act(c->y, c->N, c->act, c->M, c->K, c->W, c->bias, n0, n1);
+        if (c->work)
+            quant_pre_matmul(c->y, c->N, c->act, c->M, c->K, c->W, c->bias, n0, n1, c->work + (size_t)ith * c->work_bytes);
+        else
+            quant_matmul_act(c->y, c->N, c->act, c->M, c->K, c->W, c->bias, n0, n1);
     }
 }
 
@@ -230,6 +234,7 @@ typedef struct {
     const float *x;
     int M, K;
     const tensor *W;
+    int pre; /* the prefill family's activations */
     atomic_int next;
 } qfill_ctx;
 
@@ -237,28 +242,37 @@ static void qfill_worker(void *p, int ith, int nth) {
     (void)ith;
     (void)nth;
     qfill_ctx *c = p;
-    const size_t rs = quant_act_row_bytes(c->K);
+    const size_t rs = c->pre ? quant_pre_row_bytes(c->K) : quant_act_row_bytes(c->K);
     for (;;) {
         const int m0 = 8 * atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
         if (m0 >= c->M) break;
         const int n = c->M - m0 < 8 ? c->M - m0 : 8;
-        quant_act_fill((char *)c->act + (size_t)m0 * rs, c->x + (size_t)m0 * c->K, n, c->K, c->W);
+        if (c->pre)
+            quant_pre_fill((char *)c->act + (size_t)m0 * rs, c->x + (size_t)m0 * c->K, n, c->K, c->W);
+        else
+            quant_act_fill((char *)c->act + (size_t)m0 * rs, c->x + (size_t)m0 * c->K, n, c->K, c->W);
     }
 }
 
-static void op_matmul_quant(tpool *tp, float *y, const float *x, int M, const tensor *W, const float *bias) {
+static void op_matmul_quant(tpool *tp, float *y, const float *x, int M, const tensor *W, const float *bias, int pre) {
     int N = (int)W->shape[0], K = (int)W->shape[1];
     if (M <= 0 || N <= 0) return;
     int nth = tp_size(tp);
-    void *act = ops_scratch(quant_act_bytes(M, K));
+    /* the activations, then (prefill family) each thread's work memory */
+    const size_t ab = ((pre ? quant_pre_bytes(M, K) : quant_act_bytes(M, K)) + 63) & ~(size_t)63;
+    const size_t wb = pre ? (quant_pre_work_bytes(K) + 63) & ~(size_t)63 : 0;
+    char *act = ops_scratch(ab + (size_t)(nth > 0 ? nth : 1) * wb);
     if (M >= 16 && nth > 1) {
-        qfill_ctx f = {.act = act, .x = x, .M = M, .K = K, .W = W};
+        qfill_ctx f = {.act = act, .x = x, .M = M, .K = K, .W = W, .pre = pre};
         atomic_init(&f.next, 0);
         tp_run(tp, qfill_worker, &f);
+    } else if (pre) {
+        quant_pre_fill(act, x, M, K, W);
     } else {
         quant_act_fill(act, x, M, K, W);
     }
-    qmm_ctx c = {.y = y, .act = act, .M = M, .K = K, .N = N, .W = W, .bias = bias};
+    qmm_ctx c = {.y = y, .act = act, .M = M, .K = K, .N = N, .W = W, .bias = bias,
+                 .work = pre ? act + ab : NULL, .work_bytes = wb};
     if (M <= 16) {
         int unit = (N + nth * 4 - 1) / (nth * 4);
         unit = (unit + 15) & ~15;
@@ -272,9 +286,17 @@ static void op_matmul_quant(tpool *tp, float *y, const float *x, int M, const te
     tp_run(tp, qmm_worker, &c);
 }
 
+void op_matmul_pre(tpool *tp, float *y, const float *x, int M, const tensor *W, const float *bias) {
+    if (dtype_is_quant(W->dtype) && quant_pre_fast()) {
+        op_matmul_quant(tp, y, x, M, W, bias, 1);
+        return;
+    }
+    op_matmul(tp, y, x, M, W, bias);
+}
+
 void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, const float *bias) {
     if (dtype_is_quant(W->dtype)) {
-        op_matmul_quant(tp, y, x, M, W, bias);
+        op_matmul_quant(tp, y, x, M, W, bias, 0);
         return;
     }
     if (W->dtype != DT_F32 && W->dtype != DT_F16 && W->dtype != DT_BF16) {

@@ -17,6 +17,11 @@ int ops_simd_active(void);
 /* y[M][N] = x[M][K] . W^T (+ bias[N]), W is [N][K] (a HF Linear weight)
  * in F32, F16 or BF16. bias may be NULL. x and y must not alias. */
 void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, const float *bias);
+/* op_matmul through the prefill family where W has one (quantized W on a
+ * machine where quant_pre_fast(): quant.h's unit-per-lane kernel, each row
+ * on its own); other W as op_matmul. Only for rows of a backend's prefill
+ * groups (backend.h). */
+void op_matmul_pre(tpool *tp, float *y, const float *x, int M, const tensor *W, const float *bias);
 
 /* y[m][:] = x[m][:] / sqrt(mean(x[m]^2) + eps) * w[:], rows of width D.
  * y may equal x. */

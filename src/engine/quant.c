@@ -589,3 +589,112 @@ void quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const te
     quant_act_fill(act, x, M, K, W);
     quant_matmul_act(y, ldy, act, M, K, W, bias, n0, n1);
 }
+
+/* ------------------------------------------------- the prefill family */
+
+void quant_pre_row_scalar(quant_prow r, const float *x, int K, int off) {
+    const int kp = quant_kp(K);
+    memset(r.q, 0, (size_t)kp * sizeof *r.q);
+    for (int b = 0; b < kp / 32; b++) {
+        int16_t q[32] = {0};
+        const float d = b < K / 32 ? quant_x_block(x + 32 * b, q) : 0.0f;
+        for (int h = 0; h < 2; h++) {
+            const int u = 2 * b + h;
+            int32_t s = 0;
+            for (int j = 0; j < 16; j++) {
+                r.q[quant_pre_pos(16 * u + j)] = q[16 * h + j];
+                s += q[16 * h + j];
+            }
+            r.cor[u] = -off * s;
+            r.dx[u] = d;
+            r.dsx[u] = d * (float)s;
+        }
+    }
+}
+
+int quant_pre_fast(void) {
+#ifdef DS_HAVE_AVX2_PATH
+    return ops_level() == 2 && avx512_quant_ok();
+#else
+    return 0;
+#endif
+}
+
+size_t quant_pre_row_bytes(int K) { return quant_pre_stride(K); }
+size_t quant_pre_bytes(int M, int K) { return (size_t)(M > 0 ? M : 0) * quant_pre_stride(K) + 64; }
+
+void quant_pre_fill(void *act, const float *x, int M, int K, const tensor *W) {
+    const int off = quant_offset(W);
+#ifdef DS_HAVE_AVX2_PATH
+    const int l2 = ops_level() == 2 && avx512_quant_ok();
+#endif
+    for (int m = 0; m < M; m++) {
+        const quant_prow r = quant_prow_at(act, K, m);
+#ifdef DS_HAVE_AVX2_PATH
+        if (l2) {
+            avx512_pre_row(r, x + (size_t)m * K, K, off);
+            continue;
+        }
+#endif
+        quant_pre_row_scalar(r, x + (size_t)m * K, K, off);
+    }
+}
+
+/* the fixed 16-lane reduction of quant.h (the AVX-512 hsum16's pairs) */
+static float pre_hsum(const float *a) {
+    float h[8], t[4];
+    for (int i = 0; i < 8; i++) h[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++) t[i] = h[i] + h[i + 4];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+void quant_pre_matmul_scalar(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
+                             int64_t n0, int64_t n1) {
+    const int off = quant_offset(W), nsp = quant_kp(K) / QSPAN, hasmin = quant_has_min(W);
+    uint8_t u[QSPAN];
+    float a[16], c[16];
+    for (int64_t n = n0; n < n1; n++) {
+        float acc[8][16];
+        for (int m0 = 0; m0 < M; m0 += 8) {
+            const int mt = M - m0 < 8 ? M - m0 : 8;
+            for (int i = 0; i < mt; i++)
+                for (int s = 0; s < 16; s++) acc[i][s] = 0.0f;
+            for (int sp = 0; sp < nsp; sp++) {
+                quant_unpack_span(W, n, sp, u, a, c);
+                for (int i = 0; i < mt; i++) {
+                    const quant_prow r = quant_prow_at(act, K, m0 + i);
+                    for (int s = 0; s < 16; s++) {
+                        const int e = sp * QSPAN + 16 * s, un = e / 16;
+                        int32_t is = 0;
+                        for (int j = 0; j < 16; j++) is += ((int32_t)u[16 * s + j] - off) * r.q[quant_pre_pos(e + j)];
+                        const float p = (float)is * a[s];
+                        acc[i][s] = fmaf(p, r.dx[un], acc[i][s]);
+                        if (hasmin) acc[i][s] = fmaf(c[s], r.dsx[un], acc[i][s]);
+                    }
+                }
+            }
+            for (int i = 0; i < mt; i++) {
+                const float v = pre_hsum(acc[i]);
+                y[(size_t)(m0 + i) * ldy + n] = bias ? v + bias[n] : v;
+            }
+        }
+    }
+}
+
+/* the level-2 kernel's panel of unpacked W rows (quant_avx512.c: PNR
+   rows, per span 256 int16 elements and 16 scales and 16 mins) */
+#define QPRE_NR 4
+size_t quant_pre_work_bytes(int K) { return (size_t)QPRE_NR * ((size_t)quant_kp(K) * 5 / 2) + 64; }
+
+void quant_pre_matmul(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
+                      int64_t n0, int64_t n1, void *work) {
+    if (M <= 0 || n1 <= n0) return;
+#ifdef DS_HAVE_AVX2_PATH
+    if (ops_level() == 2 && avx512_quant_ok()) {
+        avx512_pre_matmul(y, ldy, act, M, K, W, bias, n0, n1, work);
+        return;
+    }
+#endif
+    (void)work;
+    quant_pre_matmul_scalar(y, ldy, act, M, K, W, bias, n0, n1);
+}

@@ -104,4 +104,42 @@ void quant_matmul_act(float *y, int ldy, const void *act, int M, int K, const te
 void quant_matmul_rows(float *y, int ldy, const float *x, int M, int K, const tensor *W, const float *bias,
                        int64_t n0, int64_t n1);
 
+/* The prefill family (rows of whole prefill groups only: backend.h,
+ * cpu_backend.c). The same activations as above (each row quantized on
+ * its own to 16-bit integers in blocks of 32) and the same exact integer
+ * sum per unit, i = sum over the unit of (u - off) * q (int32); only the
+ * float combination differs, fixed for every level: per (m, n), 16 f32
+ * accumulators acc[s], s the unit's index within its span of 256
+ * elements, start at 0, and per unit in span order
+ *   acc[s] = fma(fl(fl((float)i) * a_s), dx, acc[s])
+ *   acc[s] = fma(c_s, dx * xsum, acc[s])      (formats with a min term)
+ * ((float)i rounds to nearest even past 2^24, dx * xsum is the f32
+ * product), then y = (((acc0 + acc8) + (acc4 + acc12)) + ((acc2 + acc10) +
+ * (acc6 + acc14))) + (((acc1 + acc9) + (acc5 + acc13)) + ((acc3 + acc11) +
+ * (acc7 + acc15))), + bias. Every level computes exactly this, so the
+ * family gives the same bits at every level, for every M, [n0, n1) and
+ * thread: y[m][n] depends only on x[m] and row n, and differs from the
+ * kernels above by f32 rounding alone (the same bound against the double
+ * dot). Its gain is the kernel's shape, not its precision: one unit per
+ * lane, so a span of 256 costs eight integer dots and one convert, product
+ * and FMA per (m, n) where the kernels above convert every 64 elements
+ * (quant_avx512.c). */
+/* The family is worth running where the level-2 kernel runs (AVX-512 VNNI
+ * at ops_level 2); elsewhere op_matmul_pre sends prefill rows to the
+ * kernels above (batch-invariant, so the group rule holds trivially), and
+ * the scalar family (level 0 and 1) serves as the reference. */
+int quant_pre_fast(void);
+size_t quant_pre_row_bytes(int K);
+size_t quant_pre_bytes(int M, int K);
+/* x[M][K] quantized by the prefill rule into act (rows on their own, so
+   threads may fill disjoint row ranges at act + m0 * quant_pre_row_bytes) */
+void quant_pre_fill(void *act, const float *x, int M, int K, const tensor *W);
+/* bytes of the per-thread work memory quant_pre_matmul takes */
+size_t quant_pre_work_bytes(int K);
+/* y[m * ldy + n] for n in [n0, n1), m in [0, M) by the prefill family, from
+ * quant_pre_fill'ed act; work: quant_pre_work_bytes(K) bytes of this
+ * thread's (64-byte aligned). Reentrant on disjoint [n0, n1). */
+void quant_pre_matmul(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
+                      int64_t n0, int64_t n1, void *work);
+
 #endif

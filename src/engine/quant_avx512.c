@@ -426,43 +426,53 @@ TILES(t_mlx, F_MLX)
  * of W rows passes over them */
 #define XBLK 64
 
-void avx512_quant_matmul(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
-                         int64_t n0, int64_t n1, int generic) {
-    wctx w = {.W = W, .K = K, .nsp = quant_kp(K) / QSPAN, .off = quant_offset(W), .hasmin = quant_has_min(W),
-              .rb = quant_row_bytes(W->dtype, W->q.bits, K)};
-    w.span_bytes = W->dtype == DT_MLX ? (size_t)QSPAN * (size_t)W->q.bits / 8
-                                      : (size_t)QSPAN / (size_t)quant_block_elems(W->dtype) * quant_block_bytes(W->dtype);
-    w.pf = GPF * GNR * w.rb;
-    tile_fn tf = t_gen;
+/* w's fields for W; returns the format whose unpacking the kernels use
+ * (F_GEN for the others, or for all where generic != 0) */
+static int wctx_init(wctx *w, const tensor *W, int K, int generic) {
+    *w = (wctx){.W = W, .K = K, .nsp = quant_kp(K) / QSPAN, .off = quant_offset(W), .hasmin = quant_has_min(W),
+                .rb = quant_row_bytes(W->dtype, W->q.bits, K)};
+    w->span_bytes = W->dtype == DT_MLX ? (size_t)QSPAN * (size_t)W->q.bits / 8
+                                       : (size_t)QSPAN / (size_t)quant_block_elems(W->dtype) * quant_block_bytes(W->dtype);
+    w->pf = GPF * GNR * w->rb;
+    int fmt = F_GEN;
     if (!generic) {
         switch (W->dtype) {
-        case DT_Q8_0: tf = t_q8_0; break;
-        case DT_Q4_0: tf = t_q4_0; break;
-        case DT_Q5_0: tf = t_q5_0; break;
-        case DT_Q4_K: tf = t_q4_k; break;
-        case DT_Q5_K: tf = t_q5_k; break;
-        case DT_Q6_K: tf = t_q6_k; break;
-        case DT_MLX: tf = t_mlx; break;
+        case DT_Q8_0: fmt = F_Q8_0; break;
+        case DT_Q4_0: fmt = F_Q4_0; break;
+        case DT_Q5_0: fmt = F_Q5_0; break;
+        case DT_Q4_K: fmt = F_Q4_K; break;
+        case DT_Q5_K: fmt = F_Q5_K; break;
+        case DT_Q6_K: fmt = F_Q6_K; break;
+        case DT_MLX: fmt = F_MLX; break;
         default: break;
         }
     }
-    if (tf == t_mlx) {
+    if (fmt == F_MLX) {
         const int bits = W->q.bits, g = W->q.group;
-        w.bits = bits;
-        w.group = g;
+        w->bits = bits;
+        w->group = g;
         uint8_t pi[64], sc[64];
         for (int q = 0; q < 8; q++)
             for (int e = 0; e < 8; e++) {
                 pi[8 * q + e] = (uint8_t)(q * bits + e); /* qword q: the bytes of elements 8q.. */
                 sc[8 * q + e] = (uint8_t)(e * bits);     /* element 8q + e at bit e * bits of it */
             }
-        w.pidx = _mm512_loadu_si512((const void *)pi);
-        w.sctrl = _mm512_loadu_si512((const void *)sc);
-        w.emask = _mm512_set1_epi8((char)((1 << bits) - 1));
+        w->pidx = _mm512_loadu_si512((const void *)pi);
+        w->sctrl = _mm512_loadu_si512((const void *)sc);
+        w->emask = _mm512_set1_epi8((char)((1 << bits) - 1));
         int gi[16];
         for (int s = 0; s < 16; s++) gi[s] = s * 16 / g;
-        w.gidx = _mm512_loadu_si512((const void *)gi);
+        w->gidx = _mm512_loadu_si512((const void *)gi);
     }
+    return fmt;
+}
+
+void avx512_quant_matmul(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
+                         int64_t n0, int64_t n1, int generic) {
+    wctx w;
+    static const tile_fn tfs[] = {[F_GEN] = t_gen, [F_Q8_0] = t_q8_0, [F_Q4_0] = t_q4_0, [F_Q5_0] = t_q5_0,
+                                  [F_Q4_K] = t_q4_k, [F_Q5_K] = t_q5_k, [F_Q6_K] = t_q6_k, [F_MLX] = t_mlx};
+    const tile_fn tf = tfs[wctx_init(&w, W, K, generic)];
     const uint8_t *base = (const uint8_t *)W->data;
     float out[GNR * GMT];
     uint8_t ubuf[GNR][QSPAN] __attribute__((aligned(64)));
@@ -482,6 +492,208 @@ void avx512_quant_matmul(float *y, int ldy, const void *act, int M, int K, const
                 for (int r = 0; r < GNR && n + r < n1; r++)
                     for (int i = 0; i < mt; i++)
                         y[(size_t)(m0 + i) * ldy + n + r] = bias ? out[r * GMT + i] + bias[n + r] : out[r * GMT + i];
+                m0 += mt;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------- the prefill family
+ *
+ * quant.h's prefill rule. Activations: quant_prow, each span's 64-byte
+ * step t holding two 16-bit elements of every unit (lane s = unit s).
+ * Weights: a panel of PNR W rows unpacked once per block of x rows into
+ * the same order (u widened to int16, a and c per unit), so one vpdpwssd
+ * adds two products of unit s to lane s, and after a span's eight steps
+ * lane s holds the unit's exact integer sum (started at the x row's cor,
+ * -off * sum q). Then per lane, as the scalar rule:
+ *   acc = fma(float(sum) * a_s, dx_s, acc)   [+ fma(c_s, dsx_s, acc)]
+ * and y = hsum16(acc) + bias, the pairs of quant.h. A tile shares only the
+ * loads of weights and activations among its rows and columns. Per (m, n)
+ * and span: eight dots, a convert, a product and an FMA (the kernel above:
+ * eight dots and four of each). */
+
+#define PNR 4 /* W rows per panel (quant.c's QPRE_NR) */
+#define PMR 3 /* x rows per tile: PMR x PNR integer and float accumulators */
+
+/* A span as 16 units x 8 dwords (two 16-bit elements each), h[k] holding
+ * units 2k and 2k + 1, into its eight steps: st[t] lane s = dword t of unit
+ * s (h[s / 2] dword 8 (s % 2) + t). Two-input dword permutes give, per
+ * four units, steps 0-3 (or 4-7) in the four 128-bit lanes; a 4 x 4
+ * transpose of 128-bit lanes finishes it. */
+AI void steps8(const __m512i h[8], __m512i st[8]) {
+    /* lane L: step t = L / 4 (+ 4), unit 4i + L % 4 = h[2i + (L%4)/2] dword ((L%4)%2) * 8 + t */
+    const __m512i ilo = _mm512_set_epi32(27, 19, 11, 3, 26, 18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0);
+    const __m512i ihi = _mm512_set_epi32(31, 23, 15, 7, 30, 22, 14, 6, 29, 21, 13, 5, 28, 20, 12, 4);
+    __m512i ql[4], qh[4];
+    for (int i = 0; i < 4; i++) {
+        ql[i] = _mm512_permutex2var_epi32(h[2 * i], ilo, h[2 * i + 1]);
+        qh[i] = _mm512_permutex2var_epi32(h[2 * i], ihi, h[2 * i + 1]);
+    }
+    for (int g = 0; g < 2; g++) {
+        const __m512i *q = g ? qh : ql;
+        const __m512i t0 = _mm512_shuffle_i64x2(q[0], q[1], 0x44), t1 = _mm512_shuffle_i64x2(q[0], q[1], 0xEE);
+        const __m512i t2 = _mm512_shuffle_i64x2(q[2], q[3], 0x44), t3 = _mm512_shuffle_i64x2(q[2], q[3], 0xEE);
+        st[4 * g + 0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
+        st[4 * g + 1] = _mm512_shuffle_i64x2(t0, t2, 0xDD);
+        st[4 * g + 2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
+        st[4 * g + 3] = _mm512_shuffle_i64x2(t1, t3, 0xDD);
+    }
+}
+
+/* x row r by quant_pre_row_scalar's rule: avx512_quant_x's q and d (bit
+ * for bit quant_x_block's), a span at a time, put into steps; the unit
+ * sums by vpdpwssd against ones (exact) */
+void avx512_pre_row(quant_prow r, const float *x, int K, int off) {
+    const int nsp = quant_kp(K) / QSPAN;
+    int16_t q[QSPAN] __attribute__((aligned(64)));
+    float d[8];
+    const __m512i one = _mm512_set1_epi16(1), offv = _mm512_set1_epi32(-off);
+    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    for (int sp = 0; sp < nsp; sp++) {
+        const int left = K - sp * QSPAN, n = left < QSPAN ? left : QSPAN;
+        memset(q + n, 0, (size_t)(QSPAN - n) * sizeof *q);
+        for (int b = n / 32; b < 8; b++) d[b] = 0.0f;
+        avx512_quant_x(x + (size_t)sp * QSPAN, n, q, d);
+        __m512i h[8], st[8];
+        for (int k = 0; k < 8; k++) h[k] = _mm512_load_si512((const void *)(q + 32 * k));
+        steps8(h, st);
+        __m512i xs = _mm512_setzero_si512();
+        for (int t = 0; t < 8; t++) {
+            _mm512_storeu_si512((void *)(r.q + (size_t)sp * QSPAN + 32 * t), st[t]);
+            xs = _mm512_dpwssd_epi32(xs, st[t], one);
+        }
+        const __m512 dx = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(d)));
+        _mm512_storeu_si512((void *)(r.cor + 16 * sp), _mm512_mullo_epi32(xs, offv));
+        _mm512_storeu_ps(r.dx + 16 * sp, dx);
+        _mm512_storeu_ps(r.dsx + 16 * sp, _mm512_mul_ps(dx, _mm512_cvtepi32_ps(xs)));
+    }
+}
+
+/* the panel: per row r and span sp, 8 steps of 32 int16 at
+ * pq + (r * nsp + sp) * 256, and a, c at pa / pc + (r * nsp + sp) * 16 */
+AI void panel_fmt(const wctx *w, int fmt, wrow *rows, int16_t *pq, float *pa, float *pc) {
+    const int K = w->K, nsp = w->nsp;
+    for (int r = 0; r < PNR; r++)
+        for (int sp = 0; sp < nsp; sp++) {
+            const int left = K - sp * QSPAN, nb32 = left >= QSPAN ? 8 : left / 32, nch = (nb32 + 1) / 2;
+            __m512 a, c = _mm512_setzero_ps();
+            span_head(w, fmt, &rows[r], sp, nb32, &a, &c);
+            const size_t o = (size_t)r * (size_t)nsp + (size_t)sp;
+            _mm512_store_ps(pa + 16 * o, a);
+            _mm512_store_ps(pc + 16 * o, c);
+            __m512i h[8], st[8];
+            for (int j = 0; j < 4; j++) {
+                const __m512i u = j < nch ? chunk(w, fmt, &rows[r], sp, j, nb32) : _mm512_setzero_si512();
+                h[2 * j] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(u));
+                h[2 * j + 1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(u, 1));
+            }
+            steps8(h, st);
+            for (int t = 0; t < 8; t++) _mm512_store_si512((void *)(pq + QSPAN * o + 32 * t), st[t]);
+        }
+}
+
+typedef void (*panel_fn)(const wctx *w, wrow *rows, int16_t *pq, float *pa, float *pc);
+#define PANEL(f, F) \
+    static void f(const wctx *w, wrow *rows, int16_t *pq, float *pa, float *pc) { panel_fmt(w, F, rows, pq, pa, pc); }
+PANEL(p_gen, F_GEN)
+PANEL(p_q8_0, F_Q8_0)
+PANEL(p_q4_0, F_Q4_0)
+PANEL(p_q5_0, F_Q5_0)
+PANEL(p_q4_k, F_Q4_K)
+PANEL(p_q5_k, F_Q5_K)
+PANEL(p_q6_k, F_Q6_K)
+PANEL(p_mlx, F_MLX)
+
+/* out[r * PMR + i] = y of x row m0 + i and panel row r (no bias) */
+AI void pre_tile(const int16_t *pq, const float *pa, const float *pc, int nsp, const void *act, int K, int m0,
+                 int mt, int hasmin, float *out) {
+    __m512 fa[PMR][PNR];
+    quant_prow xr[PMR];
+    UNR for (int i = 0; i < mt; i++) {
+        xr[i] = quant_prow_at(act, K, m0 + i);
+        UNR for (int r = 0; r < PNR; r++) fa[i][r] = _mm512_setzero_ps();
+    }
+    for (int sp = 0; sp < nsp; sp++) {
+        __m512i ia[PMR][PNR];
+        UNR for (int i = 0; i < mt; i++) {
+            const __m512i cv = _mm512_loadu_si512((const void *)(xr[i].cor + 16 * sp));
+            UNR for (int r = 0; r < PNR; r++) ia[i][r] = cv;
+        }
+        UNR for (int t = 0; t < 8; t++) {
+            __m512i wv[PNR];
+            UNR for (int r = 0; r < PNR; r++)
+                wv[r] = _mm512_load_si512((const void *)(pq + QSPAN * ((size_t)r * nsp + sp) + 32 * t));
+            UNR for (int i = 0; i < mt; i++) {
+                const __m512i xv = _mm512_loadu_si512((const void *)(xr[i].q + (size_t)sp * QSPAN + 32 * t));
+                UNR for (int r = 0; r < PNR; r++) ia[i][r] = _mm512_dpwssd_epi32(ia[i][r], wv[r], xv);
+            }
+        }
+        UNR for (int i = 0; i < mt; i++) {
+            const __m512 dxv = _mm512_loadu_ps(xr[i].dx + 16 * sp);
+            UNR for (int r = 0; r < PNR; r++) {
+                const size_t o = 16 * ((size_t)r * nsp + sp);
+                const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(ia[i][r]), _mm512_load_ps(pa + o));
+                fa[i][r] = _mm512_fmadd_ps(p, dxv, fa[i][r]);
+            }
+            if (hasmin) {
+                const __m512 dsv = _mm512_loadu_ps(xr[i].dsx + 16 * sp);
+                UNR for (int r = 0; r < PNR; r++)
+                    fa[i][r] = _mm512_fmadd_ps(_mm512_load_ps(pc + 16 * ((size_t)r * nsp + sp)), dsv, fa[i][r]);
+            }
+        }
+    }
+    UNR for (int r = 0; r < PNR; r++) UNR for (int i = 0; i < mt; i++) out[r * PMR + i] = hsum16(fa[i][r]);
+}
+
+typedef void (*pre_tile_fn)(const int16_t *pq, const float *pa, const float *pc, int nsp, const void *act, int K,
+                            int m0, float *out);
+#define PTILE(f, MT, HM)                                                                                      \
+    static void f(const int16_t *pq, const float *pa, const float *pc, int nsp, const void *act, int K, int m0, \
+                  float *out) {                                                                               \
+        pre_tile(pq, pa, pc, nsp, act, K, m0, MT, HM, out);                                                   \
+    }
+PTILE(pt3, PMR, 0)
+PTILE(pt2, 2, 0)
+PTILE(pt1, 1, 0)
+PTILE(pt3m, PMR, 1)
+PTILE(pt2m, 2, 1)
+PTILE(pt1m, 1, 1)
+
+void avx512_pre_matmul(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
+                       int64_t n0, int64_t n1, void *work) {
+    wctx w;
+    static const panel_fn pfs[] = {[F_GEN] = p_gen, [F_Q8_0] = p_q8_0, [F_Q4_0] = p_q4_0, [F_Q5_0] = p_q5_0,
+                                   [F_Q4_K] = p_q4_k, [F_Q5_K] = p_q5_k, [F_Q6_K] = p_q6_k, [F_MLX] = p_mlx};
+    const panel_fn pf = pfs[wctx_init(&w, W, K, 0)];
+    const int nsp = w.nsp;
+    const pre_tile_fn tf[2][PMR] = {{pt1, pt2, pt3}, {pt1m, pt2m, pt3m}};
+    int16_t *pq = (int16_t *)work;
+    float *pa = (float *)(pq + (size_t)PNR * nsp * QSPAN), *pc = pa + (size_t)PNR * nsp * 16;
+    /* x rows per block: their activations (quant_pre_stride bytes each)
+     * stay in L2 while a chunk of W rows passes over them */
+    int xblk = (int)((size_t)(768 << 10) / quant_pre_stride(K));
+    xblk = xblk < PMR ? PMR : xblk > 192 ? 192 : xblk;
+    const uint8_t *base = (const uint8_t *)W->data;
+    uint8_t ubuf[PNR][QSPAN] __attribute__((aligned(64)));
+    float out[PNR * PMR];
+    for (int xb = 0; xb < M; xb += xblk) {
+        const int xe = xb + xblk < M ? xb + xblk : M;
+        for (int64_t n = n0; n < n1; n += PNR) {
+            /* past [n0, n1) the panel repeats its last row; those results are dropped */
+            wrow rows[PNR];
+            for (int r = 0; r < PNR; r++) {
+                rows[r].n = n + r < n1 ? n + r : n1 - 1;
+                rows[r].row = base + (size_t)rows[r].n * w.rb;
+                rows[r].u = ubuf[r];
+            }
+            pf(&w, rows, pq, pa, pc);
+            for (int m0 = xb; m0 < xe;) {
+                const int mt = xe - m0 < PMR ? xe - m0 : PMR;
+                tf[w.hasmin][mt - 1](pq, pa, pc, nsp, act, K, m0, out);
+                for (int r = 0; r < PNR && n + r < n1; r++)
+                    for (int i = 0; i < mt; i++)
+                        y[(size_t)(m0 + i) * ldy + n + r] = bias ? out[r * PMR + i] + bias[n + r] : out[r * PMR + i];
                 m0 += mt;
             }
         }

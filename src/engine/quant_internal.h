@@ -135,4 +135,59 @@ void avx512_quant_matmul(float *y, int ldy, const void *act, int M, int K, const
                          int64_t n0, int64_t n1, int generic);
 #endif
 
+/* ------------------------------------------------ the prefill family
+ *
+ * Activations of quant_pre_fill, per x row m (row stride
+ * quant_pre_stride(K) bytes; Kp = quant_kp(K), padding zero):
+ *   q    int16[Kp]     the row quantized as quant_act_fill does (quant.h's
+ *                      16-bit rule, blocks of 32), each span of 256 stored
+ *                      unit-major in eight steps of 32 values: element
+ *                      16s + 2t + b of the span (unit s < 16, step t < 8,
+ *                      b < 2) at index 32t + 2s + b, so 32-bit lane s of a
+ *                      step holds two elements of unit s (quant_pre_pos)
+ *   cor  int32[Kp/16]  -off * (sum of the unit's q), off the weight
+ *                      format's offset (quant_offset)
+ *   dx   f32  [Kp/16]  the d of the unit's block
+ *   dsx  f32  [Kp/16]  d * (float)(sum of the unit's q)
+ * Bounds: a unit's sum of u * q is at most 16 * 255 * 32639 < 2^27 in
+ * magnitude and cor's 16 * 128 * 32639 < 2^26, so every partial sum of
+ * a lane stays inside int32. */
+typedef struct {
+    int16_t *q;
+    int32_t *cor;
+    float *dx, *dsx;
+} quant_prow;
+
+static inline size_t quant_pre_stride(int K) {
+    const size_t kp = (size_t)quant_kp(K);
+    return 2 * kp + 3 * (kp / 16) * 4;
+}
+static inline quant_prow quant_prow_at(const void *act, int K, int m) {
+    const size_t kp = (size_t)quant_kp(K);
+    uint8_t *p = (uint8_t *)act + (size_t)m * quant_pre_stride(K);
+    quant_prow r = {.q = (int16_t *)p,
+                    .cor = (int32_t *)(p + 2 * kp),
+                    .dx = (float *)(p + 2 * kp + kp / 4),
+                    .dsx = (float *)(p + 2 * kp + kp / 2)};
+    return r;
+}
+/* the index of element e (0-based in the row) in a quant_prow's q */
+static inline int quant_pre_pos(int e) {
+    return (e & ~255) | ((e >> 1) & 7) << 5 | ((e >> 4) & 15) << 1 | (e & 1);
+}
+
+/* Row m's q, cor, dx and dsx from x[K] (scalar; K % 32 == 0) */
+void quant_pre_row_scalar(quant_prow r, const float *x, int K, int off);
+/* The prefill kernel at level 0, whatever ops_level says. */
+void quant_pre_matmul_scalar(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
+                             int64_t n0, int64_t n1);
+#ifdef DS_HAVE_AVX2_PATH
+/* quant_pre_row_scalar at level 2 (bit-equal) */
+void avx512_pre_row(quant_prow r, const float *x, int K, int off);
+/* quant_pre_matmul at level 2 (needs avx512_quant_ok()); work: the
+ * caller's quant_pre_work_bytes(K) bytes, 64-byte aligned */
+void avx512_pre_matmul(float *y, int ldy, const void *act, int M, int K, const tensor *W, const float *bias,
+                       int64_t n0, int64_t n1, void *work);
+#endif
+
 #endif

@@ -33,6 +33,13 @@ void avx512_quant_matmul(float *, int, const void *, int, int, const tensor *, c
 }
 void avx2_quant_x(const float *, int, int16_t *, float *) { emu::fail("avx2_quant_x called"); }
 void avx512_quant_x(const float *, int, int16_t *, float *) { emu::fail("avx512_quant_x called"); }
+/* the prefill family's level-2 entry points (quant_internal.h; the row
+   view passed by value is four pointers) */
+struct pre_row_view { void *q, *cor, *dx, *dsx; };
+void avx512_pre_row(pre_row_view, const float *, int, int) { emu::fail("avx512_pre_row called"); }
+void avx512_pre_matmul(float *, int, const void *, int, int, const tensor *, const float *, int64_t, int64_t, void *) {
+    emu::fail("avx512_pre_matmul called");
+}
 }
 
 #include "check.h"
