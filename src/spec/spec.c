@@ -30,6 +30,24 @@ static int take_rows(sampler *smp, const int *out, int k, int *y) {
     return a;
 }
 
+/* A rejected sampled draft's replacement: y ~ normalize(max(0, p - q)),
+   or p itself when that leaves no mass (p == q up to rounding). r is
+   scratch of vocab floats. */
+static int residual_draw(sampler *smp, const float *p, const float *q, float *r, int vocab) {
+    double mass = 0;
+    for (int i = 0; i < vocab; i++) {
+        float v = p[i] - q[i];
+        r[i] = v > 0.0f ? v : 0.0f;
+        mass += r[i];
+    }
+    if (mass <= 1e-8) {
+        memcpy(r, p, sizeof(float) * (size_t)vocab);
+        mass = 0;
+        for (int i = 0; i < vocab; i++) mass += r[i];
+    }
+    return sampler_draw(smp, r, vocab, mass);
+}
+
 int spec_accept(sampler *smp, const float *logits, int vocab, const int *draft, const float *q, int k, float *p,
                 float *r, int *y) {
     if (sampler_is_greedy(smp)) {
@@ -54,19 +72,7 @@ int spec_accept(sampler *smp, const float *logits, int vocab, const int *draft, 
         if (qd < 1e-8) qd = 1e-8;
         double u = sampler_uniform(smp);
         if (u < (double)p[d] / qd) continue; /* accepted: u < min(1, p/q) */
-        /* rejected: y ~ normalize(max(0, p - q)) */
-        double mass = 0;
-        for (int i = 0; i < vocab; i++) {
-            float v = p[i] - qj[i];
-            r[i] = v > 0.0f ? v : 0.0f;
-            mass += r[i];
-        }
-        if (mass <= 1e-8) {
-            memcpy(r, p, sizeof(float) * (size_t)vocab);
-            mass = 0;
-            for (int i = 0; i < vocab; i++) mass += r[i];
-        }
-        *y = sampler_draw(smp, r, vocab, mass);
+        *y = residual_draw(smp, p, qj, r, vocab);
         return j;
     }
     *y = sampler_sample(smp, logits + (size_t)k * vocab);
@@ -134,18 +140,7 @@ static int proc_round(sampler *smp, const logit_proc *lp, const float *logits, i
                 if (lp->accept(lp->self, d[j]) != 1) return -1;
                 continue;
             }
-            double mass = 0;
-            for (int i = 0; i < V; i++) {
-                float v = p[i] - qj[i];
-                r[i] = v > 0.0f ? v : 0.0f;
-                mass += r[i];
-            }
-            if (mass <= 1e-8) {
-                memcpy(r, p, sizeof(float) * (size_t)V);
-                mass = 0;
-                for (int i = 0; i < V; i++) mass += r[i];
-            }
-            *y = sampler_draw(smp, r, V, mass);
+            *y = residual_draw(smp, p, qj, r, V);
             return lp->accept(lp->self, *y) == 1 ? j : -1;
         }
         /* greedy, or a one-hot draft: the position's own draw, compared */
