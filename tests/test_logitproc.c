@@ -112,16 +112,27 @@ static int ref_allowed(const bundled *b, const gm_state *st, int id) {
     return ok;
 }
 
+/* a sequence on the bundled model and a sampler for one generation */
+static int open_seq(const bundled *b, const sampler_params *spp, seq **s, sampler **smp) {
+    char err[512];
+    if (seq_create(s, b->m, N_CTX, 64, b->tp, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return -1;
+    }
+    if (sampler_create(smp, spp, b->V, err, sizeof err) != 0) {
+        seq_free(*s);
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
 static int ref_generate(const bundled *b, const lproc_cfg *c, const sampler_params *spp, const int *prompt, int n,
                         int *out) {
     char err[512];
     seq *s;
     sampler *smp;
-    if (seq_create(&s, b->m, N_CTX, 64, b->tp, err, sizeof err) != 0 ||
-        sampler_create(&smp, spp, b->V, err, sizeof err) != 0) {
-        test_fail(__FILE__, __LINE__, "%s", err);
-        return -1;
-    }
+    if (open_seq(b, spp, &s, &smp) != 0) return -1;
     int V = b->V, *hist = xmalloc(sizeof(int) * (size_t)(n + MAX_NEW)), ng = 0;
     memcpy(hist, prompt, sizeof(int) * (size_t)n);
     float *raw = xmalloc(sizeof(float) * (size_t)V), *w = xmalloc(sizeof(float) * (size_t)V),
@@ -189,11 +200,7 @@ static int run(const bundled *b, const lproc_cfg *c, const sampler_params *spp, 
     char err[512];
     seq *s;
     sampler *smp;
-    if (seq_create(&s, b->m, N_CTX, 64, b->tp, err, sizeof err) != 0 ||
-        sampler_create(&smp, spp, b->V, err, sizeof err) != 0) {
-        test_fail(__FILE__, __LINE__, "%s", err);
-        return -1;
-    }
+    if (open_seq(b, spp, &s, &smp) != 0) return -1;
     lookup *lk = NULL;
     dstate *ds = NULL;
     drafter d, *dp = NULL;
