@@ -79,12 +79,13 @@ TEST(json_schema_objects) {
     /* keys needing escapes */
     expect("{\"properties\":{\"q\\\"k\":{\"const\":1}},\"required\":[\"q\\\"k\"]}", YES("{\"q\\\"k\":1}"),
            YES("{\"qk\":1}"));
-    /* bounded whitespace */
-    char ws[200];
-    snprintf(ws, sizeof ws, "{%*s}", JSON_SCHEMA_WS_MAX, "");
-    char ws2[200];
-    snprintf(ws2, sizeof ws2, "{%*s}", JSON_SCHEMA_WS_MAX + 1, "");
-    expect("{\"type\":\"object\"}", YES(ws), YES(ws2));
+    /* whitespace: nothing, one blank, or a line break and bounded indentation */
+    char ind[200], ind2[200];
+    snprintf(ind, sizeof ind, "{\n%*s}", JSON_SCHEMA_INDENT_MAX, "");
+    snprintf(ind2, sizeof ind2, "{\n%*s}", JSON_SCHEMA_INDENT_MAX + 1, "");
+    expect("{\"type\":\"object\"}",
+           YES("{ }", "{\t}", "{\n}", "{\r\n  }", ind, "{\n  \"a\": 1,\n  \"b\": [\n    1\n  ]\n}", "{\"a\" :\t1 }"),
+           YES("{  }", "{\t\t}", "{ \n}", "{\n\n}", ind2, "{\"a\":  1}"));
 }
 
 TEST(json_schema_arrays) {

@@ -87,7 +87,7 @@ char *constrain_gbnf(const api_request *q, tc_format tcf, char *err, size_t errl
     }
     strbuf o = {0};
     char ws[64];
-    snprintf(ws, sizeof ws, "[ \\t\\n]{0,%d}", JSON_SCHEMA_WS_MAX);
+    snprintf(ws, sizeof ws, "([ \\t] | \"\\n\" [ \\t]{0,%d})?", JSON_SCHEMA_INDENT_MAX); /* as json_schema.h's */
     if (!tools) {
         sb_printf(&o, "root ::= %s j-root\n", ws);
         const char *what = q->kind == API_RESPONSES ? "text.format.schema" : "response_format schema";

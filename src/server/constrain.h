@@ -13,8 +13,9 @@
  *     formats are refused with the reason (their markers are special
  *     tokens the grammar cannot produce, or their layout is not written
  *     here).
- * Up to JSON_SCHEMA_WS_MAX bytes of whitespace may come first (after a
- * reasoning block, models put a blank line before the answer). */
+ * One blank, or a line break and up to JSON_SCHEMA_INDENT_MAX blanks, may
+ * come first (after a reasoning block, models put a line break before the
+ * answer). */
 #ifndef DS_CONSTRAIN_H
 #define DS_CONSTRAIN_H
 

@@ -927,7 +927,7 @@ char *json_schema_to_gbnf(const cJSON *schema, char *err, size_t errlen) {
         sb_printf(&all, "root ::= %s\n", sb_str(&root));
         sb_append(&all, sb_str(&c.rules), c.rules.n);
         sb_puts(&all, COMMON);
-        sb_printf(&all, "ws ::= [ \\t\\n\\r]{0,%d}\n", JSON_SCHEMA_WS_MAX);
+        sb_printf(&all, "ws ::= ([ \\t] | \"\\r\"? \"\\n\" [ \\t]{0,%d})?\n", JSON_SCHEMA_INDENT_MAX);
         text = sb_take(&all);
     }
     sb_free(&root);

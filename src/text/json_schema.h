@@ -11,9 +11,12 @@
  *     then only widens what the schema allows, never what is produced);
  *     an object schema without `properties` takes any keys, with values of
  *     additionalProperties (a schema, or any value);
- *   - whitespace: at most JSON_SCHEMA_WS_MAX bytes of [ \t\n\r] after `{`,
- *     `[`, `:` and `,` and after each value inside a container; none before
- *     or after the root value;
+ *   - whitespace after `{`, `[`, `:` and `,` and after each value inside
+ *     a container: nothing, one space or tab, or a line break ("\n" or
+ *     "\r\n") and at most JSON_SCHEMA_INDENT_MAX spaces or tabs of
+ *     indentation (compact, spaced and indented layouts; a model held to
+ *     the grammar cannot fill a point with runs of blanks, which a looser
+ *     bound let a small model do); none before or after the root value;
  *   - numbers: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)? (any number
  *     of digits), integers without fraction or exponent;
  *   - enum and const values are matched as cJSON serializes them (scalars
@@ -54,7 +57,7 @@
 
 #include "text/grammar.h"
 
-#define JSON_SCHEMA_WS_MAX 32
+#define JSON_SCHEMA_INDENT_MAX 20
 #define JSON_SCHEMA_MAX_DEPTH 128
 
 /* The grammar's text (GBNF, malloc'd; start rule "root"), or NULL with err
