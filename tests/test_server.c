@@ -99,20 +99,26 @@ static const char *server_dir(void) {
     return buf;
 }
 
-/* node on PATH and both SDKs installed; otherwise a failure that says how
-   to get them (make test installs them through the test-clients step) */
-static int clients_ready(void) {
+/* 1 when an executable `name` is in a directory of PATH */
+static int on_path(const char *name) {
     const char *path = getenv("PATH");
-    int node = 0;
+    int found = 0;
     if (path) {
         char *p = xstrdup(path), *save = NULL;
-        for (char *d = strtok_r(p, ":", &save); d && !node; d = strtok_r(NULL, ":", &save)) {
+        for (char *d = strtok_r(p, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
             char f[1200];
-            snprintf(f, sizeof f, "%s/node", *d ? d : ".");
-            node = access(f, X_OK) == 0;
+            snprintf(f, sizeof f, "%s/%s", *d ? d : ".", name);
+            found = access(f, X_OK) == 0;
         }
         free(p);
     }
+    return found;
+}
+
+/* node on PATH and both SDKs installed; otherwise a failure that says how
+   to get them (make test installs them through the test-clients step) */
+static int clients_ready(void) {
+    int node = on_path("node");
     CHECK_MSG(node, "node not found on PATH: install Node.js 20 (the server tests run the official SDK clients)");
     const char *pk[2] = {"openai", "@anthropic-ai/sdk"};
     int ok = node;
@@ -561,17 +567,7 @@ static int chromium_ready(void) {
         CHECK_MSG(access(c, X_OK) == 0, "DSPARK_CHROMIUM=%s is not an executable", c);
         return access(c, X_OK) == 0;
     }
-    const char *path = getenv("PATH");
-    int found = 0;
-    if (path) {
-        char *p = xstrdup(path), *save = NULL;
-        for (char *d = strtok_r(p, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
-            char f[1200];
-            snprintf(f, sizeof f, "%s/chromium", *d ? d : ".");
-            found = access(f, X_OK) == 0;
-        }
-        free(p);
-    }
+    int found = on_path("chromium");
     CHECK_MSG(found, "chromium not found on PATH: the web interface test drives headless Chromium "
                      "(apt-get install chromium; scripts/install-deps installs it)");
     return found;
