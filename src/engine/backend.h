@@ -86,6 +86,10 @@ typedef struct backend {
     size_t (*ctx_release)(void *bc);
     /* model_forward on this backend (b already validated by model.c) */
     int (*forward)(void *bc, const struct model_batch_s *b, char *err, size_t errlen);
+    /* model_forward_multi on this backend (2 or more distinct contexts of
+       one model, each batch validated): the results of forward on each in
+       turn, bit for bit. NULL: model.c runs them in turn. */
+    int (*forward_multi)(void *const *bcs, const struct model_batch_s *bs, int n, char *err, size_t errlen);
     /* mctx_resident_taps (model.h); NULL when caps.resident_taps is 0 */
     const float *(*resident_taps)(void *bc, int n, int *rows);
     /* chained greedy decoding (model.h); NULL when caps.chain is 0 */

@@ -288,7 +288,7 @@ const float *mctx_resident_taps(model_ctx *x, int n, int *rows) {
     return x->m->caps.resident_taps ? x->m->be->resident_taps(x->bc, n, rows) : NULL;
 }
 
-int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) {
+static int batch_check(model_ctx *x, const model_batch *b, char *err, size_t errlen) {
     const model_config *c = &x->m->cfg;
     if (b->n <= 0) return ds_err(err, errlen, "forward: empty batch");
     if (b->n_logits < 0 || b->n_logits > b->n)
@@ -322,5 +322,32 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
     if (b->n_taps && b->taps_resident && b->n_taps > x->m->caps.resident_taps)
         return ds_err(err, errlen, "forward: the %s backend keeps at most %d layers' taps in its memory",
                       x->m->be->name, x->m->caps.resident_taps);
+    return 0;
+}
+
+int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) {
+    if (batch_check(x, b, err, errlen) != 0) return -1;
     return x->m->be->forward(x->bc, b, err, errlen);
+}
+
+int model_forward_multi(model_ctx *const *cs, const model_batch *bs, int n, char *err, size_t errlen) {
+    if (n <= 0) return ds_err(err, errlen, "forward: no sequences");
+    for (int i = 0; i < n; i++) {
+        if (cs[i]->m != cs[0]->m) return ds_err(err, errlen, "forward: sequence %d belongs to another model", i);
+        for (int j = 0; j < i; j++)
+            if (cs[j] == cs[i]) return ds_err(err, errlen, "forward: sequences %d and %d are one context", j, i);
+        char e[400];
+        if (batch_check(cs[i], &bs[i], e, sizeof e) != 0) return ds_err(err, errlen, "sequence %d: %s", i, e);
+    }
+    const backend *be = cs[0]->m->be;
+    if (n == 1 || !be->forward_multi) {
+        /* the definition: each sequence's forward in turn */
+        for (int i = 0; i < n; i++)
+            if (be->forward(cs[i]->bc, &bs[i], err, errlen) != 0) return -1;
+        return 0;
+    }
+    void *bcs[MODEL_MULTI_MAX];
+    if (n > MODEL_MULTI_MAX) return ds_err(err, errlen, "forward: %d sequences, at most %d", n, MODEL_MULTI_MAX);
+    for (int i = 0; i < n; i++) bcs[i] = cs[i]->bc;
+    return be->forward_multi(bcs, bs, n, err, errlen);
 }

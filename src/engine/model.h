@@ -165,6 +165,18 @@ void mctx_chain_end(model_ctx *c);
 
 int model_forward(model_ctx *c, const model_batch *b, char *err, size_t errlen);
 
+/* Most sequences one model_forward_multi takes. */
+#define MODEL_MULTI_MAX 64
+/* The forwards of several sequences of one model at once: bs[i] on cs[i]
+ * (n distinct contexts). Its results (logits, ids, taps, the caches) are
+ * bit-equal to model_forward(cs[i], &bs[i]) for i = 0 .. n-1 in turn, since
+ * a row's bits never depend on the batch it is in; a backend with a
+ * batched form (backend.forward_multi) runs all rows' matmuls as one
+ * batch, which is what makes serving several requests cheaper than one
+ * after another. Every batch is checked first: nothing runs when one is
+ * bad (the error names the sequence). */
+int model_forward_multi(model_ctx *const *cs, const model_batch *bs, int n, char *err, size_t errlen);
+
 /* On a backend with resident taps: the buffer in its memory where a
  * forward of up to n rows with taps_resident leaves its taps,
  * [n_taps][*rows][hidden] (its first n rows), valid until the next such
