@@ -15,6 +15,7 @@
  * Scratch is allocated with each context and drafter state, so the token
  * loop does not allocate. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,17 +64,15 @@ static void mm(tpool *tp, float *y, const float *x, int M, int Mpre, const tenso
         op_matmul(tp, y + (size_t)Mpre * (size_t)W->shape[0], x + (size_t)Mpre * (size_t)W->shape[1], M - Mpre, W, b);
 }
 
-/* Layer l of a network over M rows in s->x at positions s->pos: their K/V
-   are stored at the cache's end (kv_len; the caller commits them or not),
-   and row i attends to the n_past cached positions and, under ATTN_CAUSAL,
-   the batch's rows 0..i, under ATTN_BLOCK all M rows. Rows [0, Mpre) take
-   the prefill family in their matmuls (0 for a drafter's passes). */
-static void cpu_layer(tpool *tp, scratch *s, const wlayer *L, const model_config *c, const float *inv_freq,
-                      kv_cache *kv, int l, int M, int Mpre, int n_past) {
-    const int H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
-    const int nh = c->n_heads, nkv = c->n_kv_heads;
-    const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
-    /* attention block */
+/* A layer in three parts, so that the multi form (cpu_forward_multi) runs
+   the matmuls over every sequence's rows and the attention per sequence.
+   layer_qkv: the attention norm, q/k/v, the q/k norms and RoPE of the M
+   rows in s->x at positions s->pos; rows [0, Mpre) take the prefill family
+   in their matmuls. */
+static void layer_qkv(tpool *tp, scratch *s, const wlayer *L, const model_config *c, const float *inv_freq, int M,
+                      int Mpre) {
+    const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const float eps = c->rms_norm_eps;
     op_rmsnorm(s->xb, s->x, L->attn_norm, M, H, eps);
     mm(tp, s->q, s->xb, M, Mpre, L->wq, L->bq);
     mm(tp, s->k, s->xb, M, Mpre, L->wk, L->bk);
@@ -84,18 +83,44 @@ static void cpu_layer(tpool *tp, scratch *s, const wlayer *L, const model_config
     }
     op_rope(s->q, M, nh, hd, s->pos, inv_freq);
     op_rope(s->k, M, nkv, hd, s->pos, inv_freq);
-    kv_store(kv, l, s->k, s->v, M);
+}
+
+/* layer_attn: rows [off, off+M) of one sequence: their K/V stored at the
+   end of its cache kv (kv_len; the caller commits them or not), and row i
+   attending to the n_past cached positions and, under ATTN_CAUSAL, rows
+   0..i, under ATTN_BLOCK all M rows */
+static void layer_attn(tpool *tp, scratch *s, const wlayer *L, const model_config *c, kv_cache *kv, int l, int off,
+                       int M, int n_past) {
+    const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const size_t QD = (size_t)nh * (size_t)hd, KD = (size_t)nkv * (size_t)hd;
+    kv_store(kv, l, s->k + (size_t)off * KD, s->v + (size_t)off * KD, M);
     kv_view w = kv_layer(kv, l);
-    op_attention_kv(tp, s->att, s->q, M, nh, nkv, hd, &w, n_past, scale, L->attn == ATTN_BLOCK);
+    op_attention_kv(tp, s->att + (size_t)off * QD, s->q + (size_t)off * QD, M, nh, nkv, hd, &w, n_past,
+                    1.0f / sqrtf((float)hd), L->attn == ATTN_BLOCK);
+}
+
+/* layer_out: the o projection, the residual, the MLP (MLP_SWIGLU, the one
+   kind) and its residual over the M rows */
+static void layer_out(tpool *tp, scratch *s, const wlayer *L, const model_config *c, int M, int Mpre) {
+    const int H = c->hidden_size, I = c->intermediate_size;
     mm(tp, s->xb, s->att, M, Mpre, L->wo, L->bo);
     op_add(s->x, s->xb, M * H);
-    /* MLP block (MLP_SWIGLU, the one kind) */
-    op_rmsnorm(s->xb, s->x, L->mlp_norm, M, H, eps);
+    op_rmsnorm(s->xb, s->x, L->mlp_norm, M, H, c->rms_norm_eps);
     mm(tp, s->gate, s->xb, M, Mpre, L->wg, NULL);
     mm(tp, s->up, s->xb, M, Mpre, L->wu, NULL);
     op_swiglu(s->gate, s->gate, s->up, M * I);
     mm(tp, s->xb, s->gate, M, Mpre, L->wd, NULL);
     op_add(s->x, s->xb, M * H);
+}
+
+/* Layer l of a network over M rows of one sequence in s->x at positions
+   s->pos (layer_qkv, layer_attn, layer_out). Rows [0, Mpre) take the
+   prefill family in their matmuls (0 for a drafter's passes). */
+static void cpu_layer(tpool *tp, scratch *s, const wlayer *L, const model_config *c, const float *inv_freq,
+                      kv_cache *kv, int l, int M, int Mpre, int n_past) {
+    layer_qkv(tp, s, L, c, inv_freq, M, Mpre);
+    layer_attn(tp, s, L, c, kv, l, 0, M, n_past);
+    layer_out(tp, s, L, c, M, Mpre);
 }
 
 /* Layers and kinds this backend runs. */
@@ -108,9 +133,23 @@ static int check_layers(const model_config *c, const wlayer *layers, char *err, 
 
 /* ---- targets ------------------------------------------------------------- */
 
+/* The multi form's scratch (cpu_forward_multi): one a model, since the
+   rows of several contexts go through it together. Grown when a multi
+   forward first needs more rows (then kept), and taken under mu, so
+   multi forwards of one model run one at a time (each context's single
+   forwards never touch it). */
+typedef struct {
+    pthread_mutex_t mu;
+    scratch s;     /* rows rows */
+    int rows;
+    float **dst;   /* [rows] where each selected row's logits go */
+    float *logits; /* [MULTI_HEAD_ROWS][vocab]: the LM head's rows before they go to dst */
+} cpu_multi;
+
 typedef struct {
     model_desc d;
     int quant; /* a layer matmul is quantized: the prefill family runs */
+    cpu_multi *multi;
 } cpu_model;
 
 /* rows of a prefill group (BACKEND_GROUP_ROWS; tests set 1 so that every
@@ -158,6 +197,8 @@ static int cpu_model_create(void **out, const model_desc *d, int device, char *e
     cpu_layout(d);
     cpu_model *m = xcalloc(1, sizeof *m);
     m->d = *d;
+    m->multi = xcalloc(1, sizeof *m->multi);
+    pthread_mutex_init(&m->multi->mu, NULL);
     for (int l = 0; l < d->cfg->n_layers; l++) {
         const wlayer *L = &d->layers[l];
         const tensor *lw[] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
@@ -167,7 +208,16 @@ static int cpu_model_create(void **out, const model_desc *d, int device, char *e
     return 0;
 }
 
-static void cpu_model_free(void *bm) { free(bm); }
+static void cpu_model_free(void *bm) {
+    cpu_model *m = bm;
+    if (!m) return;
+    pthread_mutex_destroy(&m->multi->mu);
+    if (m->multi->rows) scratch_free(&m->multi->s);
+    free(m->multi->dst);
+    free(m->multi->logits);
+    free(m->multi);
+    free(m);
+}
 
 static void cpu_model_caps(const void *bm, backend_caps *caps) {
     const cpu_model *m = bm;
@@ -267,21 +317,31 @@ static void forward_chunk(cpu_ctx *x, const model_batch *b, int row0, int M, int
     }
 }
 
+/* the logits rows of a forward that asks for argmax or samples only: the
+   context's scratch, grown to n rows when first needed */
+static float *ctx_logits(cpu_ctx *x, int n) {
+    size_t need = (size_t)n * (size_t)x->m->d.cfg->vocab_size;
+    if (x->n_logit_scratch < need) {
+        free(x->logit_scratch);
+        x->logit_scratch = xmalloc(sizeof(float) * need);
+        x->n_logit_scratch = need;
+    }
+    return x->logit_scratch;
+}
+
+/* the answers of a forward's logits rows lg: argmax ids or samples */
+static void answers(const cpu_model *m, const model_batch *b, const float *lg) {
+    const int V = m->d.cfg->vocab_size;
+    for (int i = 0; b->argmax && i < b->n_logits; i++) b->argmax[i] = op_argmax(lg + (size_t)i * V, V);
+    if (b->smp) sampler_rows(b->smp, lg, b->n_logits, b->draft, b->u, b->sampled, 0);
+}
+
 static int cpu_forward(void *bc, const model_batch *b, char *err, size_t errlen) {
     (void)err;
     (void)errlen;
     cpu_ctx *x = bc;
-    const model_config *c = x->m->d.cfg;
     model_batch bb = *b;
-    if (b->n_logits && !b->logits) { /* argmax or samples only: the rows go to scratch */
-        size_t need = (size_t)b->n_logits * (size_t)c->vocab_size;
-        if (x->n_logit_scratch < need) {
-            free(x->logit_scratch);
-            x->logit_scratch = xmalloc(sizeof(float) * need);
-            x->n_logit_scratch = need;
-        }
-        bb.logits = x->logit_scratch;
-    }
+    if (b->n_logits && !b->logits) bb.logits = ctx_logits(x, b->n_logits); /* argmax or samples only */
     int next_logit = 0;
     /* whole groups counted from the forward's first row (backend.h) */
     const int pre_end = x->m->quant ? b->n / g_group_rows * g_group_rows : 0;
@@ -289,9 +349,147 @@ static int cpu_forward(void *bc, const model_batch *b, char *err, size_t errlen)
         int M = b->n - row0 < x->max_batch ? b->n - row0 : x->max_batch;
         forward_chunk(x, &bb, row0, M, pre_end, &next_logit);
     }
-    for (int i = 0; b->argmax && i < b->n_logits; i++)
-        b->argmax[i] = op_argmax(bb.logits + (size_t)i * c->vocab_size, c->vocab_size);
-    if (b->smp) sampler_rows(b->smp, bb.logits, b->n_logits, b->draft, b->u, b->sampled, 0);
+    answers(x->m, b, bb.logits);
+    return 0;
+}
+
+/* ---- several sequences at once ------------------------------------------- */
+
+/* The multi form runs in steps of at most max(MULTI_ROWS, the widest
+   max_batch of its contexts) rows: each step takes rows from every
+   sequence with rows left (the sequences with the fewest first, so that
+   decode and verify rows share the first step), runs every matmul over
+   all of the step's rows at once and the KV stores and attention per
+   sequence. A sequence's rows in one step are all of the prefill family
+   (before its own pre_end, whole groups counted from its batch's first
+   row) or all exact: the step's prefill rows are laid first, so mm()
+   sends them through op_matmul_pre as one block. Each row's arithmetic is
+   that of the single forward (every kernel's row depends only on itself,
+   attention on its sequence's cache), so the results are cpu_forward's
+   on each sequence in turn, bit for bit. The LM head runs over the step's
+   selected rows MULTI_HEAD_ROWS at a time into the multi scratch, copied
+   to each sequence's logits rows (its buffer, or its context's scratch
+   for argmax and samples). */
+#define MULTI_ROWS 256
+#define MULTI_HEAD_ROWS 32
+
+/* a sequence's rows [row0, row0 + M) at rows [off, off + M) of a step */
+typedef struct {
+    cpu_ctx *x;
+    const model_batch *b;
+    float *lg; /* its logits rows */
+    int *next_logit;
+    int row0, M, off, n_past;
+} mseg;
+
+static void multi_step(cpu_multi *mu, tpool *tp, const cpu_model *m, mseg *sg, int ns, int M, int Mpre) {
+    const model_desc *d = &m->d;
+    const model_config *c = d->cfg;
+    const int H = c->hidden_size, V = c->vocab_size;
+    scratch *s = &mu->s;
+    for (int k = 0; k < ns; k++) {
+        const mseg *g = &sg[k];
+        for (int i = 0; i < g->M; i++) s->pos[g->off + i] = g->b->pos ? g->b->pos[g->row0 + i] : g->n_past + i;
+        op_embed(s->x + (size_t)g->off * H, d->embed, g->b->tokens + g->row0, g->M);
+        tap_copy(g->b, s->x + (size_t)g->off * H, -1, g->row0, g->M, H);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const wlayer *L = &d->layers[l];
+        layer_qkv(tp, s, L, c, d->inv_freq, M, Mpre);
+        for (int k = 0; k < ns; k++) layer_attn(tp, s, L, c, sg[k].x->kv, l, sg[k].off, sg[k].M, sg[k].n_past);
+        layer_out(tp, s, L, c, M, Mpre);
+        for (int k = 0; k < ns; k++) tap_copy(sg[k].b, s->x + (size_t)sg[k].off * H, l, sg[k].row0, sg[k].M, H);
+    }
+    /* the selected rows of every sequence, gathered, then the LM head */
+    int n_sel = 0;
+    for (int k = 0; k < ns; k++) {
+        const mseg *g = &sg[k];
+        kv_commit(g->x->kv, g->M);
+        const model_batch *b = g->b;
+        while (*g->next_logit < b->n_logits) {
+            int i = *g->next_logit, r = b->logit_rows ? b->logit_rows[i] : b->n - b->n_logits + i;
+            if (r >= g->row0 + g->M) break;
+            memcpy(s->xb + (size_t)n_sel * H, s->x + (size_t)(g->off + r - g->row0) * H, sizeof(float) * (size_t)H);
+            mu->dst[n_sel++] = g->lg + (size_t)i * V;
+            (*g->next_logit)++;
+        }
+    }
+    if (!n_sel) return;
+    op_rmsnorm(s->xb, s->xb, d->final_norm, n_sel, H, c->rms_norm_eps);
+    for (int r0 = 0; r0 < n_sel; r0 += MULTI_HEAD_ROWS) {
+        int n = n_sel - r0 < MULTI_HEAD_ROWS ? n_sel - r0 : MULTI_HEAD_ROWS;
+        op_matmul(tp, mu->logits, s->xb + (size_t)r0 * H, n, d->lm_head, NULL);
+        for (int i = 0; i < n; i++) memcpy(mu->dst[r0 + i], mu->logits + (size_t)i * V, sizeof(float) * (size_t)V);
+    }
+}
+
+static int cpu_forward_multi(void *const *bcs, const model_batch *bs, int n, char *err, size_t errlen) {
+    if (n <= 0 || n > MODEL_MULTI_MAX)
+        return ds_err(err, errlen, "forward: %d sequences, 1..%d in one multi forward", n, MODEL_MULTI_MAX);
+    cpu_ctx *x0 = bcs[0];
+    const cpu_model *m = x0->m;
+    const model_config *c = m->d.cfg;
+    int R = MULTI_ROWS;
+    for (int i = 0; i < n; i++) {
+        const cpu_ctx *x = bcs[i];
+        if (x->m != m) return ds_err(err, errlen, "forward: sequence %d belongs to another model", i);
+        if (x->max_batch > R) R = x->max_batch;
+    }
+    float *lg[MODEL_MULTI_MAX];
+    int done[MODEL_MULTI_MAX], pre_end[MODEL_MULTI_MAX], next_logit[MODEL_MULTI_MAX];
+    for (int i = 0; i < n; i++) {
+        const model_batch *b = &bs[i];
+        lg[i] = b->logits ? b->logits : b->n_logits ? ctx_logits(bcs[i], b->n_logits) : NULL;
+        done[i] = next_logit[i] = 0;
+        pre_end[i] = m->quant ? b->n / g_group_rows * g_group_rows : 0;
+    }
+    cpu_multi *mu = m->multi;
+    pthread_mutex_lock(&mu->mu);
+    if (mu->rows < R) {
+        if (mu->rows) scratch_free(&mu->s);
+        scratch_init(&mu->s, c, (size_t)R);
+        free(mu->dst);
+        mu->dst = xmalloc(sizeof *mu->dst * (size_t)R);
+        mu->rows = R;
+    }
+    if (!mu->logits) mu->logits = xaligned(sizeof(float) * MULTI_HEAD_ROWS * (size_t)c->vocab_size);
+    for (;;) {
+        /* the sequences with rows left, fewest first (insertion sort: n <= 64) */
+        int ord[MODEL_MULTI_MAX], no = 0;
+        for (int i = 0; i < n; i++) {
+            int left = bs[i].n - done[i], j = no++;
+            if (!left) {
+                no--;
+                continue;
+            }
+            while (j > 0 && bs[ord[j - 1]].n - done[ord[j - 1]] > left) ord[j] = ord[j - 1], j--;
+            ord[j] = i;
+        }
+        if (!no) break;
+        mseg sg[MODEL_MULTI_MAX];
+        int ns = 0, budget = R, Mpre = 0;
+        for (int k = 0; k < no && budget > 0; k++) {
+            int i = ord[k], t = bs[i].n - done[i];
+            if (t > budget) t = budget;
+            const int pre = done[i] < pre_end[i];
+            if (pre && t > pre_end[i] - done[i]) t = pre_end[i] - done[i];
+            cpu_ctx *x = bcs[i];
+            sg[ns++] = (mseg){x, &bs[i], lg[i], &next_logit[i], done[i], t, pre, kv_len(x->kv)};
+            done[i] += t;
+            budget -= t;
+            if (pre) Mpre += t;
+        }
+        /* offsets: the prefill-family segments (off holds 1 for them so far) first */
+        int at_pre = 0, at_exact = Mpre;
+        for (int k = 0; k < ns; k++) {
+            int *at = sg[k].off ? &at_pre : &at_exact;
+            sg[k].off = *at;
+            *at += sg[k].M;
+        }
+        multi_step(mu, x0->tp, m, sg, ns, at_exact, Mpre);
+    }
+    pthread_mutex_unlock(&mu->mu);
+    for (int i = 0; i < n; i++) answers(m, &bs[i], lg[i]);
     return 0;
 }
 
@@ -525,6 +723,7 @@ const backend backend_cpu = {
     .ctx_release = cpu_ctx_release,
     .ctx_bytes = cpu_ctx_bytes,
     .forward = cpu_forward,
+    .forward_multi = cpu_forward_multi,
     .dmodel_create = cpu_dmodel_create,
     .dmodel_free = cpu_dmodel_free,
     .dstate_create = cpu_dstate_create,
