@@ -221,3 +221,55 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M
     if (!(omit & CU_OMIT_DOWN)) mm(st, r, MM_ADD, r->x, r->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL, NULL});
     mark(how, CU_LOP_DOWN);
 }
+
+/* a layer matmul over the rows of cu_layer_multi: the first Mpre rows
+   (whole cuBLAS groups) with r's groups, the rest with none; ys and xs the
+   floats a row of y and of in */
+static void mm_two(cu_go st, const cu_layer_rows *r, int M, int Mpre, int epi, float *y, size_t ys, const float *in,
+                   size_t xs, const dmat *W, const dmat *W2, const float *bias, const float *gn) {
+    if (Mpre) mm(st, r, epi, y, in, Mpre, W, W2, bias, gn);
+    if (M > Mpre) {
+        cu_layer_rows ex = *r;
+        ex.gemm = NULL; /* (decode and verify rows' kernels) */
+        mm(st, &ex, epi, y + (size_t)Mpre * ys, in + (size_t)Mpre * xs, M - Mpre, W, W2, bias, gn);
+    }
+}
+
+void cu_layer_multi(cu_go st, const cu_layer_rows *r, const dlayer *L, const cu_layer_seq *sq, int ns, int M,
+                    int Mpre) {
+    const model_config *c = r->cfg;
+    const int H = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const size_t QD = (size_t)nh * hd, QKV = (size_t)L->wqkv.N, I = (size_t)L->wg.N;
+    const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+    /* the projection over all rows, then each sequence's tail (q/k norms,
+       RoPE, its cache's store at its own length) */
+    mm_two(st, r, M, Mpre, MM_STORE, r->qkv, QKV, r->x, (size_t)H, &L->wqkv, NULL, L->bqkv, L->attn_norm);
+    for (int i = 0; i < ns; i++) {
+        const cu_layer_seq *s = &sq[i];
+        cu_qkv_args a = cu_qkv_fused_args(r->q + (size_t)s->off * QD, r->qkv + (size_t)s->off * QKV, s->kv, L->q_norm,
+                                          L->k_norm, r->pos + s->off, r->inv_freq, nh, nkv, hd, s->cap, s->d_len, eps);
+        cu_qkv_post_run(st, &a, s->M);
+    }
+    /* attention per sequence: its groups' rows by the prefill kernel, as
+       cu_layer does */
+    for (int i = 0; i < ns; i++) {
+        const cu_layer_seq *s = &sq[i];
+        float *out = r->att + (size_t)s->off * QD;
+        const float *q = r->q + (size_t)s->off * QD;
+        const int Mt = s->pre && r->gemm && cu_attn_tiled_ok(nh, nkv, hd) ? cu_gemm_takes(r->gemm, &L->wqkv, s->M) : 0;
+        if (Mt) cu_attention_tiled(st, out, q, s->kv, s->part, s->wg_img, Mt, nh, nkv, hd, s->cap, s->d_len, scale);
+        if (Mt < s->M)
+            cu_attention(st, out + (size_t)Mt * QD, q + (size_t)Mt * QD, s->kv, s->part, s->M - Mt, nh, nkv, hd, s->cap,
+                         s->d_len, scale, 1, Mt, s->spread, NULL);
+    }
+    mm_two(cu_serial(st), r, M, Mpre, MM_ADD, r->x, (size_t)H, r->att, QD, &L->wo, NULL, L->bo, NULL);
+    if (L->gu_apart) {
+        float *up = r->gate + (size_t)M * I; /* (as cu_layer: gate, then up after the M rows) */
+        mm_two(st, r, M, Mpre, MM_STORE, r->gate, I, r->x, (size_t)H, &L->wg, NULL, NULL, L->mlp_norm);
+        mm_two(st, r, M, Mpre, MM_STORE, up, I, r->x, (size_t)H, &L->wu, NULL, NULL, L->mlp_norm);
+        cu_swiglu_apart(st, r->gate, up, (size_t)M * I);
+    } else {
+        mm_two(st, r, M, Mpre, MM_SWIGLU, r->gate, I, r->x, (size_t)H, &L->wg, &L->wu, NULL, L->mlp_norm);
+    }
+    mm_two(st, r, M, Mpre, MM_ADD, r->x, (size_t)H, r->gate, I, &L->wd, NULL, NULL, NULL);
+}
