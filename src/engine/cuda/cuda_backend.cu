@@ -900,8 +900,8 @@ static int multi_scratch(cuda_model *m, int R, char *err, size_t errlen) {
     return 0;
 }
 
-/* the selected rows of a step's segments sg[ns], gathered to the front of
-   mx->x: their LM head in pieces of mx->max_batch rows and each piece's
+/* the selected rows of a step's segments sg[ns] (in the order of their
+   rows), gathered to the front of mx->x: their LM head in pieces of mx->max_batch rows and each piece's
    answers copied out */
 static int multi_head(cuda_ctx *mx, mseg *sg, int ns, char *err, size_t errlen) {
     cuda_model *m = mx->m;
@@ -1087,18 +1087,23 @@ extern "C" int cuda_forward_multi(cuda_ctx *const *xs, const void *bv, int n, ch
                 t = t / G * G;
                 if (!t) continue;
             }
-            sg[ns++] = mseg{xs[i], &bs[i], &next_logit[i], done[i], t, pre, pre};
+            sg[ns++] = mseg{xs[i], &bs[i], &next_logit[i], done[i], t, 0, pre};
             done[i] += t;
             budget -= t;
             if (pre) Mpre += t;
         }
-        int at_pre = 0, at_exact = Mpre;
-        for (int k = 0; k < ns; k++) {
-            int *at = sg[k].pre ? &at_pre : &at_exact;
-            sg[k].off = *at;
-            *at += sg[k].M;
-        }
-        rc = multi_step(mx, sg, ns, at_exact, Mpre, err, errlen);
+        /* the group rows' segments first, in the order of their rows (the
+           head's gather moves rows forward in that order) */
+        mseg lay[MODEL_MULTI_MAX];
+        int nl = 0, at = 0;
+        for (int pass = 1; pass >= 0; pass--)
+            for (int k = 0; k < ns; k++)
+                if (sg[k].pre == pass) {
+                    lay[nl] = sg[k];
+                    lay[nl++].off = at;
+                    at += sg[k].M;
+                }
+        rc = multi_step(mx, lay, nl, at, Mpre, err, errlen);
     }
     pthread_mutex_unlock(&m->multi_mu);
     if (rc != 0)
