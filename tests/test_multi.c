@@ -53,7 +53,8 @@ static void case_make(mcase *c, int k, uint32_t *s, int V, int n_layers, int H, 
         if (rnd(s) & 1) c->lga = xmalloc(sizeof(float) * (size_t)V), c->lgb = xmalloc(sizeof(float) * (size_t)V);
     } else if (k == 1 || k == 5) {
         b.n_logits = k == 1 ? n : 1;
-        c->lga = xmalloc(sizeof(float) * (size_t)b.n_logits * V), c->lgb = xmalloc(sizeof(float) * (size_t)b.n_logits * V);
+        c->lga = xmalloc(sizeof(float) * (size_t)b.n_logits * V);
+        c->lgb = xmalloc(sizeof(float) * (size_t)b.n_logits * V);
         c->ida = xmalloc(sizeof(int) * (size_t)b.n_logits), c->idb = xmalloc(sizeof(int) * (size_t)b.n_logits);
     } else if (k == 2 || k == 3) {
         /* the last row, or (odd sizes) an ascending subset of rows */
@@ -65,7 +66,8 @@ static void case_make(mcase *c, int k, uint32_t *s, int V, int n_layers, int H, 
         b.n_logits = got;
         b.logit_rows = k == 2 ? NULL : c->rows;
         if (k == 2) b.n_logits = 1;
-        c->lga = xmalloc(sizeof(float) * (size_t)b.n_logits * V), c->lgb = xmalloc(sizeof(float) * (size_t)b.n_logits * V);
+        c->lga = xmalloc(sizeof(float) * (size_t)b.n_logits * V);
+        c->lgb = xmalloc(sizeof(float) * (size_t)b.n_logits * V);
     } else { /* sampled: a verify's rows with drafts and uniforms */
         b.n_logits = n;
         c->draft = xmalloc(sizeof(int) * (size_t)n);
@@ -170,8 +172,8 @@ static void mix(const char *what, model *m, uint32_t seed, int rounds, tpool *tp
         CHECK(model_forward(a[i], &d, err, sizeof err) == 0);
         d.logits = lb;
         CHECK(model_forward(b[i], &d, err, sizeof err) == 0);
-        CHECK_MSG(!memcmp(la, lb, sizeof(float) * (size_t)V), "%s: sequence %d's cache differs after the multi forwards",
-                  what, i);
+        CHECK_MSG(!memcmp(la, lb, sizeof(float) * (size_t)V),
+                  "%s: sequence %d's cache differs after the multi forwards", what, i);
         mctx_free(a[i]);
         mctx_free(b[i]);
     }
@@ -322,7 +324,8 @@ TEST(multi_errors) {
     for (int i = 0; i < 3; i++) CHECK_EQ_INT(mctx_len(c[i]), 5 + 5 * i);
     /* and the caches untouched: the good batches now give the reference's bits */
     float *oa = xmalloc(sizeof(float) * 3 * (size_t)V), *orf = xmalloc(sizeof(float) * 3 * (size_t)V);
-    for (int i = 0; i < 3; i++) bs[i] = (model_batch){.n = 3, .tokens = good, .n_logits = 1, .logits = oa + (size_t)i * V};
+    for (int i = 0; i < 3; i++)
+        bs[i] = (model_batch){.n = 3, .tokens = good, .n_logits = 1, .logits = oa + (size_t)i * V};
     CHECK(model_forward_multi(c, bs, 3, err, sizeof err) == 0);
     for (int i = 0; i < 3; i++) {
         model_batch rb = {.n = 3, .tokens = good, .n_logits = 1, .logits = orf + (size_t)i * V};

@@ -382,6 +382,41 @@ typedef struct {
     int row0, M, off, n_past;
 } mseg;
 
+/* the segments of a step whose attention runs one sequence a thread
+   (MULTI_ATT_ROWS rows or fewer: a decode row or a verify, whose kernel
+   alone would split a few heads over the pool) */
+#define MULTI_ATT_ROWS 16
+typedef struct {
+    scratch *s;
+    const wlayer *L;
+    const model_config *c;
+    const mseg *sg;
+    int ns, l;
+} att_job;
+
+static void att_worker(void *p, int ith, int nth) {
+    const att_job *j = p;
+    for (int k = ith; k < j->ns; k += nth) { /* (each sequence's own cache and rows) */
+        const mseg *g = &j->sg[k];
+        if (g->M <= MULTI_ATT_ROWS) layer_attn(NULL, j->s, j->L, j->c, g->x->kv, j->l, g->off, g->M, g->n_past);
+    }
+}
+
+/* every segment's KV store and attention in layer l: the short ones one
+   sequence a thread, the others each over the pool (a row's bits are the
+   same either way: its attention is one fixed-order chain) */
+static void multi_attn(tpool *tp, scratch *s, const wlayer *L, const model_config *c, const mseg *sg, int ns, int l) {
+    int n_short = 0;
+    for (int k = 0; k < ns; k++) n_short += sg[k].M <= MULTI_ATT_ROWS;
+    if (n_short > 1) {
+        att_job j = {s, L, c, sg, ns, l};
+        tp_run(tp, att_worker, &j);
+    }
+    for (int k = 0; k < ns; k++)
+        if (n_short <= 1 || sg[k].M > MULTI_ATT_ROWS)
+            layer_attn(tp, s, L, c, sg[k].x->kv, l, sg[k].off, sg[k].M, sg[k].n_past);
+}
+
 static void multi_step(cpu_multi *mu, tpool *tp, const cpu_model *m, mseg *sg, int ns, int M, int Mpre) {
     const model_desc *d = &m->d;
     const model_config *c = d->cfg;
@@ -396,7 +431,7 @@ static void multi_step(cpu_multi *mu, tpool *tp, const cpu_model *m, mseg *sg, i
     for (int l = 0; l < c->n_layers; l++) {
         const wlayer *L = &d->layers[l];
         layer_qkv(tp, s, L, c, d->inv_freq, M, Mpre);
-        for (int k = 0; k < ns; k++) layer_attn(tp, s, L, c, sg[k].x->kv, l, sg[k].off, sg[k].M, sg[k].n_past);
+        multi_attn(tp, s, L, c, sg, ns, l);
         layer_out(tp, s, L, c, M, Mpre);
         for (int k = 0; k < ns; k++) tap_copy(sg[k].b, s->x + (size_t)sg[k].off * H, l, sg[k].row0, sg[k].M, H);
     }

@@ -60,7 +60,8 @@ static void compare(const char *what, model *m) {
     }
     static const int sel[3] = {0, 64, 129}; /* the narrow chunk's logits rows */
     int taps[2] = {-1, c->n_layers / 2};
-    float *lga[NS], *lgb[NS], *tpa = xmalloc(sizeof(float) * 2 * 6 * (size_t)H), *tpb = xmalloc(sizeof(float) * 2 * 6 * (size_t)H);
+    float *lga[NS], *lgb[NS];
+    float *tpa = xmalloc(sizeof(float) * 2 * 6 * (size_t)H), *tpb = xmalloc(sizeof(float) * 2 * 6 * (size_t)H);
     int ida[NS][8], idb[NS][8];
     model_batch ba[NS], bb[NS];
     for (int i = 0; i < NS; i++) {
