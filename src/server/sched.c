@@ -176,7 +176,9 @@ typedef struct {
     size_t piece_cap;
     stop_matcher sm;
     strbuf out;
-    int round, prefill_reported, prefill_done;
+    const spec_stats *st; /* the counts of its run under way */
+    int round, prefill_reported;
+    int prefill_done; /* prompt positions the run reported done (-1: none yet) */
     /* reasoning budget: 0 before an opener, 1 inside, 2 after the closer */
     int think_state, think_tokens, budget_hit;
     strbuf tail; /* recent text, to find the markers */
@@ -276,10 +278,13 @@ static void prefill_event(gen_ctx *g, int done, int total, int final) {
 }
 
 /* Prefill progress. The positions done since the last report were computed
-   in this step (the first report counts from the prefix the slot held). */
+   in this step; before the first, the run had kept the prefix it reused
+   (the prompt less its computed positions, n_prefilled, set as the run's
+   prefill starts). */
 static void on_prefill(void *ctx, int done, int total) {
     gen_ctx *g = ctx;
-    if (done > g->prefill_done) g->en->step_rows += done - g->prefill_done;
+    int from = g->prefill_done >= 0 ? g->prefill_done : total - g->st->n_prefilled;
+    if (done > from) g->en->step_rows += done - from;
     g->prefill_done = done;
     prefill_event(g, done, total, 0);
 }
@@ -393,7 +398,7 @@ static int continue_after_budget(sched *en, active *a) {
     j->halt = j->cancelled || j->cut;
     pthread_mutex_unlock(&j->mu);
     a->so.max_new = left;
-    g->prefill_done = n - 1 < seq_len(g->s) ? n - 1 : seq_len(g->s);
+    g->prefill_done = -1;
     sched_slot *sl = &en->slots[a->slot];
     memset(&a->part, 0, sizeof a->part);
     if (spec_run_create(&a->run, g->s, sl->smp, job_drafter(g), a->ids2, n, &a->so, NULL, &a->part, a->err,
@@ -407,9 +412,8 @@ static int continue_after_budget(sched *en, active *a) {
    when that prefix is at least half the prompt; else the least recently
    used free slot (an empty one first). A new conversation shares only the
    template's first few tokens with any cached one, and must not evict it
-   for them. *keep: the positions of the chosen slot the prompt shares
-   (at most n - 1: the last row is always computed). */
-static int pick_slot(sched *en, const int *ids, int n, int *keep) {
+   for them. */
+static int pick_slot(sched *en, const int *ids, int n) {
     int best = -1, best_len = 0, lru = -1;
     for (int i = 0; i < en->n_slots; i++) {
         if (en->slot_busy[i]) continue;
@@ -423,12 +427,7 @@ static int pick_slot(sched *en, const int *ids, int n, int *keep) {
         }
         if (lru < 0 || en->slot_used[i] < en->slot_used[lru]) lru = i;
     }
-    int pick = best >= 0 && 2 * best_len >= n ? best : lru;
-    const int *have = seq_tokens(en->slots[pick].s);
-    int len = seq_len(en->slots[pick].s), k = 0;
-    while (k < len && k < n - 1 && have[k] == ids[k]) k++;
-    *keep = k;
-    return pick;
+    return best >= 0 && 2 * best_len >= n ? best : lru;
 }
 
 int sched_guard(const sched_slot *slots, int n, const int *busy, const double *used, char *log, size_t logn) {
@@ -545,8 +544,7 @@ static void end_job(sched *en, active *a, int rc) {
 static active *start_job(sched *en, sched_job *j) {
     active *a = xcalloc(1, sizeof *a);
     a->j = j;
-    int keep;
-    a->slot = pick_slot(en, j->ids, j->n_ids, &keep);
+    a->slot = pick_slot(en, j->ids, j->n_ids);
     en->slot_busy[a->slot] = 1;
     guard(en);
     en->slot_used[a->slot] = ds_now();
@@ -555,9 +553,9 @@ static active *start_job(sched *en, sched_job *j) {
     j->t_start = ds_now();
     pthread_mutex_unlock(&j->mu);
     gen_ctx *g = &a->g;
-    *g = (gen_ctx){.en = en, .j = j, .s = sl->s, .sp = sl->sp, .piece_cap = tok_stream_cap(en->tok) + 1};
+    *g = (gen_ctx){.en = en, .j = j, .s = sl->s, .sp = sl->sp, .st = &a->part, .prefill_done = -1,
+                   .piece_cap = tok_stream_cap(en->tok) + 1};
     g->piece = xmalloc(g->piece_cap);
-    g->prefill_done = seq_len(sl->s) < keep ? seq_len(sl->s) : keep;
     g->think_state = j->think_prefilled ? 1 : 0;
     stop_init(&g->sm, (const char *const *)j->stops, j->n_stops);
     a->out_ids = xmalloc(sizeof(int) * (size_t)(j->max_new > 0 ? j->max_new : 1));
