@@ -643,6 +643,7 @@ static void step(sched *en, active **act, int na) {
     m->last_step_rows = rows;
     m->last_step_jobs = n;
     m->rows_hist[b]++;
+    m->step_seconds += dt;
     uint64_t k = m->steps;
     pthread_mutex_unlock(&en->mmu);
     char ev[192];

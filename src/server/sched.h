@@ -198,6 +198,7 @@ typedef struct {
     uint64_t step_rows;      /* rows the steps carried */
     uint64_t step_jobs;      /* jobs the steps carried (the batch widths added up) */
     int last_step_rows, last_step_jobs;
+    double step_seconds;     /* wall time inside the steps (the engine busy) */
     uint64_t rows_hist[SCHED_ROWS_BUCKETS + 1];
     uint64_t slots_shed;    /* cache slots the memory guard emptied */
     char last_shed[192];    /* the guard's last log line ("" before any) */

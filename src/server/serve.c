@@ -215,6 +215,9 @@ static void route_health(server *srv, const http_req *r) {
     cJSON_AddNumberToObject(bt, "last_step_rows", m.last_step_rows);
     cJSON_AddNumberToObject(bt, "avg_step_jobs", m.steps ? (double)m.step_jobs / (double)m.steps : 0.0);
     cJSON_AddNumberToObject(bt, "avg_step_rows", m.steps ? (double)m.step_rows / (double)m.steps : 0.0);
+    cJSON_AddNumberToObject(bt, "step_seconds", m.step_seconds);
+    cJSON_AddNumberToObject(bt, "tokens_per_second",
+                            m.step_seconds > 0 ? (double)m.completion_tokens / m.step_seconds : 0.0);
     cJSON_AddNumberToObject(o, "http_requests_in_flight", http_in_flight(srv->hs));
     cJSON *pc = cJSON_AddObjectToObject(o, "prefix_cache");
     cJSON_AddNumberToObject(pc, "lookups", (double)m.prompts);
@@ -337,10 +340,18 @@ static void route_metrics(server *srv, const http_req *r) {
     METRIC("tokens_per_round", "gauge", "Tokens committed per round over all requests.", " %.4f",
            m.rounds ? (double)m.round_tokens / (double)m.rounds : 0.0);
     METRIC("draft_cap", "gauge", "The draft cap of the last round.", " %d", m.last_cap);
-    METRIC("prefill_tokens_per_second", "gauge", "Prefill rate over all requests.", " %.2f",
+    METRIC("prefill_tokens_per_second", "gauge",
+           "Prefill rate per request (computed prompt tokens over the requests' prefill times added up).", " %.2f",
            m.prefill_seconds > 0 ? (double)m.prefill_tokens / m.prefill_seconds : 0.0);
-    METRIC("decode_tokens_per_second", "gauge", "Decode rate over all requests.", " %.2f",
+    METRIC("decode_tokens_per_second", "gauge",
+           "Decode rate per request (generated tokens over the requests' decode times added up; concurrent "
+           "requests' times overlap).", " %.2f",
            m.decode_seconds > 0 ? (double)(m.completion_tokens) / m.decode_seconds : 0.0);
+    METRIC("step_seconds_total", "counter", "Wall time inside engine steps (the engine busy).", " %.3f",
+           m.step_seconds);
+    METRIC("batch_tokens_per_second", "gauge",
+           "Generated tokens over the wall time of the steps: the batch's aggregate rate, prefill included.",
+           " %.2f", m.step_seconds > 0 ? (double)m.completion_tokens / m.step_seconds : 0.0);
     METRIC("queue_depth", "gauge", "Requests waiting for the engine.", " %d", m.queue_depth);
     METRIC("busy", "gauge", "1 while a request is being generated.", " %d", m.busy > 0);
     METRIC("requests_running", "gauge", "Requests being generated (the running batch).", " %d", m.busy);
