@@ -30,7 +30,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # start_server LOGLINE CMD...: runs CMD in the background, waits for LOGLINE in its log
 start_server() {
     line=$1; shift
-    "$@" >"$TMP/log" 2>&1 &
+    : >"$TMP/log"
+    "$@" >>"$TMP/log" 2>&1 &
     PID=$!
     i=0
     until grep -q "$line" "$TMP/log"; do
