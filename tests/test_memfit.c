@@ -182,13 +182,17 @@ TEST(memfit_guard_sheds_idle_slot) {
     /* no pressure: nothing shed */
     memfit_sys ok = {.mem_total = 16 * GiB, .mem_avail = 8 * GiB, .psi_some10 = -1, .psi_full10 = -1};
     memfit_test_sys(&ok);
-    CHECK_EQ_INT(sched_guard(slots, 3, -1, used, line, sizeof line), 0);
+    CHECK_EQ_INT(sched_guard(slots, 3, NULL, used, line, sizeof line), 0);
     CHECK(seq_len(s[0]) == 30 && seq_len(s[1]) == 31);
     /* pressure that shedding does not relieve (the fake stays low): every
-       idle slot holding positions is shed, never the busy one (slot 1) */
+       idle slot holding positions is shed, never a busy one */
     memfit_sys low = {.mem_total = 16 * GiB, .mem_avail = 100 * MiB, .psi_some10 = -1, .psi_full10 = -1};
     memfit_test_sys(&low);
-    CHECK_EQ_INT(sched_guard(slots, 3, 0, used, line, sizeof line), 1);
+    /* both slots that hold positions busy (jobs running in them): nothing to shed */
+    const int busy01[3] = {1, 1, 0}, busy0[3] = {1, 0, 0};
+    CHECK_EQ_INT(sched_guard(slots, 3, busy01, used, line, sizeof line), 0);
+    CHECK(seq_len(s[0]) == 30 && seq_len(s[1]) == 31);
+    CHECK_EQ_INT(sched_guard(slots, 3, busy0, used, line, sizeof line), 1);
     CHECK_EQ_INT(seq_len(s[0]), 30);
     CHECK_EQ_INT(seq_len(s[1]), 0);
     CHECK_MSG(strstr(line, "memory guard: MemAvailable 100 MiB") && strstr(line, "shed idle cache slot 2 (31 positions"),

@@ -17,6 +17,10 @@
  *                     answers of every dialect finish whole; past a short
  *                     --drain-timeout, or on a second signal, each ends with
  *                     its dialect's error; new requests get 503; exit 0
+ *   server_conc       concurrent requests (conc.mjs): each equal to its
+ *                     answer alone, a long prefill between the others'
+ *                     rounds, the batch in /health and /metrics, a drain
+ *                     with a full batch; tool calls on the scripted model
  *   server_web        the web interface (GET /) in headless Chromium:
  *                     reasoning, tool calls, Markdown (web_tools.mjs, the
  *                     scripted model); chat, stop, reload, race (web.mjs),
@@ -440,7 +444,7 @@ TEST(server_bundled) {
     server s;
     const char *spec_args[] = {"-t", "2", "--mode", "dspark", "--max-draft", "7", NULL};
     if (start_server(&s, bundled_dir(), spec_args, senv) != 0) return;
-    CHECK_MSG(log_has(&s, "dspark serve: warmed up 2 cache slots in "), "no warm-up line in the server log");
+    CHECK_MSG(log_has(&s, "dspark serve: warmed up 4 cache slots in "), "no warm-up line in the server log");
     const char *env1[] = {"DSPARK_MODEL_ID=" DSPARK_DEFAULT_MODEL, "DSPARK_EXPECT_MODE=dspark", e_spec, NULL};
     int rc = run_node(&s, "bundled.mjs", env1);
     stop_server(&s);
@@ -520,6 +524,40 @@ TEST(server_drain) {
         CHECK_MSG(log_has(&s, phases[i].drain ? "drain timeout: cutting" : i == 0 ? "drained, exiting" : "second signal"),
                   "phase %s: the server log lacks its shutdown line", phases[i].phase);
     }
+}
+
+/* Concurrent requests (tests/server/conc.mjs): on the bundled model with
+   DSpark drafts and --max-batch 4, mixed requests sent together each equal
+   their answer alone, a long prompt's prefill goes between the others'
+   rounds, /health and /metrics show the batch, and SIGTERM (sent by the
+   script) with a full batch drains every answer whole; then the same for
+   tool calls on the scripted model. --max-batch above --cache-slots is
+   refused. */
+TEST(server_conc) {
+    char *err = NULL;
+    CHECK(test_run_cli("serve --max-batch 6 --cache-slots 4", NULL, &err) != 0);
+    CHECK_MSG(err && strstr(err, "--max-batch 6 needs 6 cache slots"), "%s", err ? err : "");
+    free(err);
+    err = NULL;
+    CHECK(test_run_cli("serve --max-batch 0", NULL, &err) != 0);
+    CHECK_MSG(err && strstr(err, "--max-batch expects an integer in [1, 16]"), "%s", err ? err : "");
+    free(err);
+    if (!clients_ready()) return;
+    const char *args[] = {"-t", "2", "--mode", "dspark", "--max-draft", "7", "--max-batch", "4", "--no-warmup", NULL};
+    server s;
+    if (start_server(&s, bundled_dir(), args, NULL) != 0) return;
+    char e_pid[64];
+    snprintf(e_pid, sizeof e_pid, "DSPARK_SERVER_PID=%d", (int)s.pid);
+    const char *env[] = {"DSPARK_MODEL_ID=" DSPARK_DEFAULT_MODEL, e_pid, "DSPARK_CONC_PHASE=bundled", NULL};
+    if (run_node(&s, "conc.mjs", env) != 0) { /* the script may have failed before its signal */
+        stop_server(&s);
+        return;
+    }
+    expect_exit(&s, STOP_WAIT_S);
+    CHECK_MSG(log_has(&s, "drained, exiting"), "the server log lacks its drain line");
+    const char *nenv[] = {"DSPARK_CONC_PHASE=scripted", NULL};
+    const char *sargs[] = {"-t", "2", "--max-batch", "4", NULL};
+    scripted_case("conc.mjs", sargs, NULL, nenv);
 }
 
 /* --model as a Hugging Face id (a cache laid out here): the server names

@@ -53,6 +53,7 @@ typedef struct {
     const char *host, *url, *api_key, *reasoning_effort;
     int port, print_env;
     int cache_slots; /* serve: --cache-slots N (0 = default) */
+    int max_batch;   /* serve: --max-batch N, jobs generated together (0 = default) */
     double drain_timeout; /* serve: --drain-timeout SECONDS (< 0: not given, the default) */
     int kv_bits;     /* --kv-bits 32|16|8 (0 = 32): the KV cache's storage */
     int n_rest;   /* claude: the arguments after "--" */

@@ -40,7 +40,8 @@
  *   reasoning_budget (>= 0; 0 = off for this request), reasoning_budget_message,
  *   max_tokens or max_completion_tokens (the latter wins), temperature,
  *   top_p, top_k, min_p, seed (any integer; negative ones too), stop, stream,
- *   stream_options.include_usage, n (1..API_MAX_N choices), model (echoed,
+ *   stream_options.include_usage, n (1..API_MAX_N choices; the server also
+ *   refuses n above its --max-batch, the choices running side by side), model (echoed,
  *   not checked: the server serves one model, as llama.cpp's server does),
  *   and the fields of api_fields.c: presence_penalty and frequency_penalty
  *   [-2, 2], repetition_penalty (vLLM; window: the whole context) or

@@ -14,25 +14,27 @@
 
 #define EVENT_RING 512
 
+typedef struct active active;
+
 struct sched {
-    cli_spec *sp; /* the slot of the running job */
-    seq *s;
     sched_slot slots[SCHED_MAX_SLOTS];
     double slot_used[SCHED_MAX_SLOTS];
-    int n_slots;
-    sampler *smp;
+    int slot_busy[SCHED_MAX_SLOTS]; /* a running job holds it (scheduler thread only) */
+    int n_slots, max_batch;
     const tokenizer *tok;
     int stop_ids[32], n_stop;
     sched_info info;
     gtok_trie *trie; /* the vocabulary trie, built for the first constrained job */
     pthread_t th;
+    int step_rows;   /* rows the runs report during the step under way (scheduler thread) */
 
-    pthread_mutex_t qmu; /* queue, stopping, running */
+    pthread_mutex_t qmu; /* queue, stopping, the running jobs */
     pthread_cond_t qcv;
     sched_job **q;
     int qn, qcap, stopping;
-    sched_job *running;
-    char cut_why[256]; /* sched_cut's reason, the error of the job it halts */
+    sched_job *running[SCHED_MAX_SLOTS]; /* admitted and not yet finished */
+    int n_running;
+    char cut_why[256]; /* sched_cut's reason, the error of the jobs it halts */
 
     pthread_mutex_t mmu; /* metrics */
     sched_metrics m;
@@ -43,6 +45,8 @@ struct sched {
     uint64_t n_events;
     int events_closed;
 };
+
+const int SCHED_ROWS_BOUNDS[SCHED_ROWS_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
 
 static void abs_deadline(struct timespec *ts, double seconds) {
     clock_gettime(CLOCK_REALTIME, ts);
@@ -152,7 +156,8 @@ int sched_submit(sched *en, sched_job *j) {
         en->q = xrealloc(en->q, sizeof *en->q * (size_t)en->qcap);
     }
     en->q[en->qn++] = j;
-    int ahead = en->qn - 1 + (en->running != NULL);
+    /* the jobs before it: the queue, and the running ones when the batch is full */
+    int ahead = en->qn - 1 + (en->n_running >= en->max_batch ? en->n_running : 0);
     pthread_cond_signal(&en->qcv);
     pthread_mutex_unlock(&en->qmu);
     return ahead;
@@ -160,20 +165,24 @@ int sched_submit(sched *en, sched_job *j) {
 
 /* ---- generation ---- */
 
+/* A job's generation state on the scheduler thread (the hooks' context). */
 typedef struct {
     sched *en;
     sched_job *j;
+    seq *s;          /* its slot's sequence */
+    cli_spec *sp;    /* its slot's drafter and cap controller */
     tok_stream ts;
     char *piece;
     size_t piece_cap;
     stop_matcher sm;
     strbuf out;
+    const spec_stats *st; /* the counts of its run under way */
     int round, prefill_reported;
+    int prefill_done; /* prompt positions the run reported done (-1: none yet) */
     /* reasoning budget: 0 before an opener, 1 inside, 2 after the closer */
     int think_state, think_tokens, budget_hit;
     strbuf tail; /* recent text, to find the markers */
 } gen_ctx;
-
 /* Follows the reasoning block through the text and halts generation when
    the budget is spent inside it. */
 static void track_think(gen_ctx *g, const char *s, size_t n) {
@@ -215,7 +224,7 @@ static void on_emit_logits(void *ctx, int id, const float *row) {
     sched_job *j = g->j;
     if (j->logprobs < 0 || tok_is_special(g->en->tok, id)) return;
     int V = tok_vocab_size(g->en->tok), n = j->logprobs;
-    const model_config *mc = model_cfg(seq_model(g->en->s));
+    const model_config *mc = model_cfg(seq_model(g->s));
     if (mc->vocab_size < V) V = mc->vocab_size;
     float mx = row[0];
     for (int i = 1; i < V; i++) mx = row[i] > mx ? row[i] : mx;
@@ -256,7 +265,7 @@ static void on_emit(void *ctx, int id) {
 }
 
 /* the job's drafter: none for a plain job */
-static drafter *job_drafter(sched *en, const sched_job *j) { return j->plain ? NULL : cli_spec_drafter(en->sp); }
+static drafter *job_drafter(const gen_ctx *g) { return g->j->plain ? NULL : cli_spec_drafter(g->sp); }
 
 /* the mode a job decodes in */
 static const char *job_mode(const sched *en, const sched_job *j) { return j->plain ? "baseline" : en->info.mode; }
@@ -268,26 +277,39 @@ static void prefill_event(gen_ctx *g, int done, int total, int final) {
     publish(g->en, ev);
 }
 
-static void on_prefill(void *ctx, int done, int total) { prefill_event(ctx, done, total, 0); }
+/* Prefill progress. The positions done since the last report were computed
+   in this step; before the first, the run had kept the prefix it reused
+   (the prompt less its computed positions, n_prefilled, set as the run's
+   prefill starts). */
+static void on_prefill(void *ctx, int done, int total) {
+    gen_ctx *g = ctx;
+    int from = g->prefill_done >= 0 ? g->prefill_done : total - g->st->n_prefilled;
+    if (done > from) g->en->step_rows += done - from;
+    g->prefill_done = done;
+    prefill_event(g, done, total, 0);
+}
 
-static int current_cap(const sched *en, const sched_job *j) {
-    const cli_spec *sp = en->sp;
-    if (!sp || sp->mode == CLI_MODE_BASELINE || (j && j->plain)) return 0;
+static int current_cap(const gen_ctx *g) {
+    const cli_spec *sp = g->sp;
+    if (!sp || sp->mode == CLI_MODE_BASELINE || g->j->plain) return 0;
     return sp->adaptive ? sp->ctl.cap : sp->max_draft;
 }
 
+/* A verify (or plain step) of this job: its anchor and drafts were rows of
+   the step's forward. */
 static void on_round(void *ctx, int drafted, int accepted, int emitted, double seconds) {
     gen_ctx *g = ctx;
     sched *en = g->en;
+    en->step_rows += drafted + 1;
     if (!g->prefill_reported) {
         g->prefill_reported = 1;
         prefill_event(g, g->j->n_ids, g->j->n_ids, 1);
     }
-    int cap = current_cap(en, g->j);
+    int cap = current_cap(g);
     g->j->cap = cap;
-    const char *src = !en->sp || en->sp->mode == CLI_MODE_BASELINE || drafted == 0 ? "plain"
-                      : en->sp->mode == CLI_MODE_LOOKUP                           ? "lookup"
-                                                                                  : "drafter";
+    const char *src = !g->sp || g->sp->mode == CLI_MODE_BASELINE || drafted == 0 ? "plain"
+                      : g->sp->mode == CLI_MODE_LOOKUP                          ? "lookup"
+                                                                                : "drafter";
     char ev[384];
     snprintf(ev, sizeof ev,
              "{\"req\":%llu,\"mode\":\"%s\",\"i\":%d,\"drafted\":%d,\"accepted\":%d,\"committed\":%d,\"cap\":%d,"
@@ -297,67 +319,104 @@ static void on_round(void *ctx, int drafted, int accepted, int emitted, double s
     publish(en, ev);
 }
 
+/* A running job: its slot, its run (spec_run) and what the run reads. */
+struct active {
+    sched_job *j;
+    int slot;
+    gen_ctx g;
+    spec_opts so;
+    lproc *lpr;
+    logit_proc lpi;
+    int *out_ids;   /* the first run's ids */
+    int *ids2;      /* the prompt of the run after a reasoning budget closed its block */
+    int parts;      /* runs so far */
+    spec_run *run;  /* NULL once the job has no run left */
+    spec_stats part; /* the run under way */
+    spec_stats st;   /* the job's counts: its runs' added up */
+    int failed;      /* a step failed under it (err) */
+    char err[512];
+};
+
+/* The run's counts added to the job's: the first run's as they are; a
+   later one's tokens (and forced) and rounds add up, its prefill is not
+   the prompt's */
+static void add_stats(spec_stats *t, const spec_stats *s, int first, int forced) {
+    if (first) {
+        *t = *s;
+        return;
+    }
+    t->n_gen += forced + s->n_gen;
+    t->stopped_by_eos = s->stopped_by_eos;
+    t->cancelled = s->cancelled;
+    t->n_rounds += s->n_rounds;
+    t->n_round_tok += s->n_round_tok;
+    t->n_drafted += s->n_drafted;
+    t->n_accepted += s->n_accepted;
+    for (int a = 0; a <= SPEC_MAX_DRAFT; a++) t->accept_hist[a] += s->accept_hist[a];
+    t->t_prefill += s->t_prefill;
+    t->t_decode += s->t_decode;
+    t->t_draft += s->t_draft;
+}
+
 /* The budget ran out inside the reasoning block: feed the closing text as
-   if the model had written it (one forward over the prompt, the answer so
-   far and the closing tokens, reusing the cached prefix) and generate the
-   rest of the token budget from there. The counts of both parts add up;
-   the forced tokens count as generated. */
-static int continue_after_budget(sched *en, sched_job *j, gen_ctx *g, spec_opts *so, const int *out_ids,
-                                 spec_stats *st, char *err, size_t errlen) {
+   if the model had written it and start the job's next run over the prompt,
+   the answer so far and the closing tokens (reusing the cached prefix),
+   for the rest of the token budget. The counts of both parts add up; the
+   forced tokens count as generated. Returns 1 when a run started, 0 when
+   there is no room to close the block (the job ends as the budget found
+   it), -1 on an error (a->err). */
+static int continue_after_budget(sched *en, active *a) {
+    sched_job *j = a->j;
+    gen_ctx *g = &a->g;
+    spec_stats *st = &a->st;
     int *close = NULL;
-    int nc = tok_encode(en->tok, j->budget_text, strlen(j->budget_text), 0, &close, err, errlen);
+    int nc = tok_encode(en->tok, j->budget_text, strlen(j->budget_text), 0, &close, a->err, sizeof a->err);
     if (nc < 0) return -1;
     int left = j->max_new - st->n_gen - nc;
-    if (left <= 0 || j->n_ids + st->n_gen + nc >= seq_capacity(en->s)) {
-        free(close); /* no room to close the block: end as the budget found it */
+    if (left <= 0 || j->n_ids + st->n_gen + nc >= seq_capacity(g->s)) {
+        free(close);
         return 0;
     }
     j->budget_forced = 1;
     int n = j->n_ids + st->n_gen + nc;
-    int *ids = xmalloc(sizeof(int) * (size_t)n);
-    memcpy(ids, j->ids, sizeof(int) * (size_t)j->n_ids);
-    memcpy(ids + j->n_ids, out_ids, sizeof(int) * (size_t)st->n_gen);
-    memcpy(ids + j->n_ids + st->n_gen, close, sizeof(int) * (size_t)nc);
+    a->ids2 = xmalloc(sizeof(int) * (size_t)n);
+    memcpy(a->ids2, j->ids, sizeof(int) * (size_t)j->n_ids);
+    memcpy(a->ids2 + j->n_ids, a->out_ids, sizeof(int) * (size_t)st->n_gen);
+    memcpy(a->ids2 + j->n_ids + st->n_gen, close, sizeof(int) * (size_t)nc);
     for (int i = 0; i < nc; i++) {
         on_emit(g, close[i]);
         /* the closing text as the model's own: a grammar waiting for the
            block's end starts after it (a text it refuses is not taken) */
-        if (so->proc) so->proc->accept(so->proc->self, close[i]);
+        if (a->so.proc) a->so.proc->accept(a->so.proc->self, close[i]);
     }
     free(close);
+    st->n_gen += nc;
     g->think_state = 2;
     /* generation goes on unless a cancel or a cut came meanwhile (their flags
        are set under mu before halt, so none is lost here) */
     pthread_mutex_lock(&j->mu);
     j->halt = j->cancelled || j->cut;
     pthread_mutex_unlock(&j->mu);
-    spec_opts o2 = *so;
-    o2.max_new = left;
-    spec_stats s2;
-    int rc = spec_generate(en->s, en->smp, job_drafter(en, j), ids, n, &o2, NULL, NULL, &s2, err, errlen);
-    free(ids);
-    if (rc != 0) return rc;
-    st->n_gen += nc + s2.n_gen;
-    st->stopped_by_eos = s2.stopped_by_eos;
-    st->cancelled = s2.cancelled;
-    st->n_rounds += s2.n_rounds;
-    st->n_round_tok += s2.n_round_tok;
-    st->n_drafted += s2.n_drafted;
-    st->n_accepted += s2.n_accepted;
-    for (int a = 0; a <= SPEC_MAX_DRAFT; a++) st->accept_hist[a] += s2.accept_hist[a];
-    st->t_prefill += s2.t_prefill;
-    st->t_decode += s2.t_decode;
-    st->t_draft += s2.t_draft;
-    return 0;
+    a->so.max_new = left;
+    g->prefill_done = -1;
+    sched_slot *sl = &en->slots[a->slot];
+    memset(&a->part, 0, sizeof a->part);
+    if (spec_run_create(&a->run, g->s, sl->smp, job_drafter(g), a->ids2, n, &a->so, NULL, &a->part, a->err,
+                        sizeof a->err) != 0)
+        return -1;
+    a->parts++;
+    return 1;
 }
 
-/* The slot whose cached ids share the longest prefix with the prompt, when
-   that prefix is at least half the prompt; else the least recently used
-   slot (an empty one first). A new conversation shares only the template's
-   first few tokens with any cached one, and must not evict it for them. */
+/* The free slot whose cached ids share the longest prefix with the prompt,
+   when that prefix is at least half the prompt; else the least recently
+   used free slot (an empty one first). A new conversation shares only the
+   template's first few tokens with any cached one, and must not evict it
+   for them. */
 static int pick_slot(sched *en, const int *ids, int n) {
-    int best = -1, best_len = 0, lru = 0;
+    int best = -1, best_len = 0, lru = -1;
     for (int i = 0; i < en->n_slots; i++) {
+        if (en->slot_busy[i]) continue;
         seq *s = en->slots[i].s;
         const int *have = seq_tokens(s);
         int len = seq_len(s), k = 0;
@@ -366,12 +425,12 @@ static int pick_slot(sched *en, const int *ids, int n) {
             best = i;
             best_len = k;
         }
-        if (en->slot_used[i] < en->slot_used[lru]) lru = i;
+        if (lru < 0 || en->slot_used[i] < en->slot_used[lru]) lru = i;
     }
     return best >= 0 && 2 * best_len >= n ? best : lru;
 }
 
-int sched_guard(const sched_slot *slots, int n, int busy, const double *used, char *log, size_t logn) {
+int sched_guard(const sched_slot *slots, int n, const int *busy, const double *used, char *log, size_t logn) {
     memfit_sys sys;
     char err[256], why[128];
     int shed = 0, done[SCHED_MAX_SLOTS] = {0};
@@ -379,7 +438,8 @@ int sched_guard(const sched_slot *slots, int n, int busy, const double *used, ch
         if (memfit_read_sys(&sys, err, sizeof err) != 0 || !memfit_pressure(&sys, why, sizeof why)) break;
         int pick = -1;
         for (int i = 0; i < n && i < SCHED_MAX_SLOTS; i++)
-            if (i != busy && !done[i] && seq_len(slots[i].s) > 0 && (pick < 0 || used[i] < used[pick])) pick = i;
+            if (!(busy && busy[i]) && !done[i] && seq_len(slots[i].s) > 0 && (pick < 0 || used[i] < used[pick]))
+                pick = i;
         if (pick < 0) break; /* nothing idle left to give back */
         done[pick] = 1;
         int held = seq_len(slots[pick].s);
@@ -392,10 +452,11 @@ int sched_guard(const sched_slot *slots, int n, int busy, const double *used, ch
     return shed;
 }
 
-/* the guard from the scheduler thread, its count and line to the metrics */
-static void guard(sched *en, int busy) {
+/* the guard from the scheduler thread (the slots of running jobs kept),
+   its count and line to the metrics */
+static void guard(sched *en) {
     char line[192];
-    int k = sched_guard(en->slots, en->n_slots, busy, en->slot_used, line, sizeof line);
+    int k = sched_guard(en->slots, en->n_slots, en->slot_busy, en->slot_used, line, sizeof line);
     if (!k) return;
     pthread_mutex_lock(&en->mmu);
     en->m.slots_shed += (uint64_t)k;
@@ -403,53 +464,20 @@ static void guard(sched *en, int busy) {
     pthread_mutex_unlock(&en->mmu);
 }
 
-static void run_job(sched *en, sched_job *j) {
-    char err[512];
-    int slot = pick_slot(en, j->ids, j->n_ids);
-    guard(en, slot);
-    en->slot_used[slot] = ds_now();
-    en->s = en->slots[slot].s;
-    en->sp = en->slots[slot].sp;
-    pthread_mutex_lock(&j->mu);
-    j->t_start = ds_now();
-    pthread_mutex_unlock(&j->mu);
-    if (sampler_reset(en->smp, &j->sp, err, sizeof err) != 0) {
-        finish_job(j, FINISH_ERROR, err);
-        return;
+/* The job is over (its last run finished, or none could start; rc != 0:
+   a->err): the rest of its text, its end, its counts to the metrics; its
+   slot is free again. */
+static void end_job(sched *en, active *a, int rc) {
+    sched_job *j = a->j;
+    gen_ctx *g = &a->g;
+    spec_stats st = a->st;
+    size_t k = tok_stream_flush(&g->ts, g->piece, g->piece_cap);
+    if (!stop_matched(&g->sm)) {
+        if (!stop_push(&g->sm, g->piece, k, &g->out)) stop_flush(&g->sm, &g->out);
+        if (stop_matched(&g->sm)) snprintf(j->stop_hit, sizeof j->stop_hit, "%s", stop_which(&g->sm));
     }
-    gen_ctx g = {.en = en, .j = j, .piece_cap = tok_stream_cap(en->tok) + 1};
-    g.piece = xmalloc(g.piece_cap);
-    stop_init(&g.sm, (const char *const *)j->stops, j->n_stops);
-    spec_opts so = {.max_new = j->max_new, .stop = en->stop_ids, .n_stop = en->n_stop, .cancel = &j->halt,
-                    .emit = on_emit, .emit_logits = j->logprobs >= 0 ? on_emit_logits : NULL, .emit_ctx = &g,
-                    .on_prefill = on_prefill, .on_round = on_round,
-                    .hook_ctx = &g};
-    if (!j->plain) cli_spec_apply(en->sp, &so);
-    so.ignore_eos = j->ignore_eos;
-    lproc *lpr = NULL;
-    logit_proc lpi;
-    if (lproc_cfg_active(&j->proc)) {
-        if (j->proc.g && !en->trie) en->trie = gtok_trie_new(en->tok, en->stop_ids, en->n_stop);
-        lpr = lproc_new(&j->proc, en->trie, model_cfg(seq_model(en->s))->vocab_size, j->ids, j->n_ids);
-        lpi = lproc_iface(lpr);
-        so.proc = &lpi;
-    }
-    spec_stats st = {0};
-    int *out_ids = xmalloc(sizeof(int) * (size_t)(j->max_new > 0 ? j->max_new : 1));
-    g.think_state = j->think_prefilled ? 1 : 0;
-    int rc = j->halt ? 0 : spec_generate(en->s, en->smp, job_drafter(en, j), j->ids, j->n_ids, &so, out_ids,
-                                         NULL, &st, err, sizeof err);
-    if (rc == 0 && g.budget_hit && !stop_matched(&g.sm) && !j->cancelled)
-        rc = continue_after_budget(en, j, &g, &so, out_ids, &st, err, sizeof err);
-    free(out_ids);
-    lproc_free(lpr);
-    size_t k = tok_stream_flush(&g.ts, g.piece, g.piece_cap);
-    if (!stop_matched(&g.sm)) {
-        if (!stop_push(&g.sm, g.piece, k, &g.out)) stop_flush(&g.sm, &g.out);
-        if (stop_matched(&g.sm)) snprintf(j->stop_hit, sizeof j->stop_hit, "%s", stop_which(&g.sm));
-    }
-    deliver(&g, 1);
-    if (!g.prefill_reported && rc == 0) prefill_event(&g, j->n_ids, j->n_ids, 1);
+    deliver(g, 1);
+    if (!g->prefill_reported && rc == 0) prefill_event(g, j->n_ids, j->n_ids, 1);
     int cancelled, cut;
     pthread_mutex_lock(&j->mu);
     j->st = st;
@@ -459,7 +487,7 @@ static void run_job(sched *en, sched_job *j) {
     /* A cut job that still reached its token budget is whole (LENGTH); one
        halted short of it is not, whatever else ended the loop. */
     int finish = rc != 0                            ? FINISH_ERROR
-                 : stop_matched(&g.sm)              ? FINISH_STOP
+                 : stop_matched(&g->sm)             ? FINISH_STOP
                  : st.stopped_by_eos                ? FINISH_EOS
                  : cut && st.n_gen < j->max_new     ? FINISH_SHUTDOWN
                  : cancelled                        ? FINISH_CANCEL
@@ -467,6 +495,12 @@ static void run_job(sched *en, sched_job *j) {
     char why[sizeof en->cut_why];
     pthread_mutex_lock(&en->qmu);
     snprintf(why, sizeof why, "%s", en->cut_why);
+    for (int i = 0; i < en->n_running; i++)
+        if (en->running[i] == j) {
+            memmove(en->running + i, en->running + i + 1, sizeof *en->running * (size_t)(en->n_running - i - 1));
+            en->n_running--;
+            break;
+        }
     pthread_mutex_unlock(&en->qmu);
     pthread_mutex_lock(&en->mmu);
     sched_metrics *m = &en->m;
@@ -487,59 +521,195 @@ static void run_job(sched *en, sched_job *j) {
         m->accepted += (uint64_t)st.n_accepted;
         m->prefill_seconds += st.t_prefill;
         m->decode_seconds += st.t_decode;
-        m->last_cap = current_cap(en, j);
+        m->last_cap = current_cap(g);
     }
     pthread_mutex_unlock(&en->mmu);
-    finish_job(j, finish, rc != 0 ? err : finish == FINISH_SHUTDOWN ? why : NULL);
-    stop_free(&g.sm);
-    sb_free(&g.out);
-    sb_free(&g.tail);
-    free(g.piece);
+    finish_job(j, finish, rc != 0 ? a->err : finish == FINISH_SHUTDOWN ? why : NULL);
+    en->slot_busy[a->slot] = 0;
+    en->slot_used[a->slot] = ds_now();
+    lproc_free(a->lpr);
+    free(a->out_ids);
+    free(a->ids2);
+    stop_free(&g->sm);
+    sb_free(&g->out);
+    sb_free(&g->tail);
+    free(g->piece);
+    sched_job_release(j);
+    free(a);
+}
+
+/* Admits a job: its slot (see pick_slot), its sampler seeded for it, its
+   run created (no forward yet). Returns the running job, or NULL when it
+   ended at once (halted before it started, or an error). */
+static active *start_job(sched *en, sched_job *j) {
+    active *a = xcalloc(1, sizeof *a);
+    a->j = j;
+    a->slot = pick_slot(en, j->ids, j->n_ids);
+    en->slot_busy[a->slot] = 1;
+    guard(en);
+    en->slot_used[a->slot] = ds_now();
+    sched_slot *sl = &en->slots[a->slot];
+    pthread_mutex_lock(&j->mu);
+    j->t_start = ds_now();
+    pthread_mutex_unlock(&j->mu);
+    gen_ctx *g = &a->g;
+    *g = (gen_ctx){.en = en, .j = j, .s = sl->s, .sp = sl->sp, .st = &a->part, .prefill_done = -1,
+                   .piece_cap = tok_stream_cap(en->tok) + 1};
+    g->piece = xmalloc(g->piece_cap);
+    g->think_state = j->think_prefilled ? 1 : 0;
+    stop_init(&g->sm, (const char *const *)j->stops, j->n_stops);
+    a->out_ids = xmalloc(sizeof(int) * (size_t)(j->max_new > 0 ? j->max_new : 1));
+    if (sampler_reset(sl->smp, &j->sp, a->err, sizeof a->err) != 0) {
+        end_job(en, a, -1);
+        return NULL;
+    }
+    a->so = (spec_opts){.max_new = j->max_new, .stop = en->stop_ids, .n_stop = en->n_stop, .cancel = &j->halt,
+                        .emit = on_emit, .emit_logits = j->logprobs >= 0 ? on_emit_logits : NULL, .emit_ctx = g,
+                        .on_prefill = on_prefill, .on_round = on_round, .hook_ctx = g};
+    if (!j->plain) cli_spec_apply(sl->sp, &a->so);
+    a->so.ignore_eos = j->ignore_eos;
+    if (lproc_cfg_active(&j->proc)) {
+        if (j->proc.g && !en->trie) en->trie = gtok_trie_new(en->tok, en->stop_ids, en->n_stop);
+        a->lpr = lproc_new(&j->proc, en->trie, model_cfg(seq_model(sl->s))->vocab_size, j->ids, j->n_ids);
+        a->lpi = lproc_iface(a->lpr);
+        a->so.proc = &a->lpi;
+    }
+    if (j->halt) { /* cancelled or cut while queued */
+        end_job(en, a, 0);
+        return NULL;
+    }
+    if (spec_run_create(&a->run, sl->s, sl->smp, job_drafter(g), j->ids, j->n_ids, &a->so, a->out_ids, &a->part,
+                        a->err, sizeof a->err) != 0) {
+        end_job(en, a, -1);
+        return NULL;
+    }
+    a->parts = 1;
+    return a;
+}
+
+/* The job's run is done (or a step failed under it): the run's end, and
+   either the job's next run (a reasoning budget closed its block) or the
+   job's end. Returns 1 when the job ended. */
+static int run_over(sched *en, active *a) {
+    int rc;
+    if (a->failed) {
+        /* the step's failure left the slot's cache in no known state */
+        spec_run_free(a->run);
+        a->run = NULL;
+        seq_reset(a->g.s);
+        rc = -1;
+    } else {
+        rc = spec_run_finish(a->run, NULL, a->err, sizeof a->err);
+        spec_run_free(a->run);
+        a->run = NULL;
+        add_stats(&a->st, &a->part, a->parts == 1, 0);
+    }
+    sched_job *j = a->j;
+    if (rc == 0 && a->parts == 1 && a->g.budget_hit && !stop_matched(&a->g.sm) && !j->cancelled) {
+        int c = continue_after_budget(en, a);
+        if (c > 0) return 0;
+        if (c < 0) rc = -1;
+    }
+    end_job(en, a, rc);
+    return 1;
+}
+
+/* One step of every running job: each does its next unit of work (a
+   prefill chunk, a round, a plain step) and the target's forwards of all
+   of them go in one model_forward_multi (spec_step). */
+static void step(sched *en, active **act, int na) {
+    spec_run *runs[SCHED_MAX_SLOTS];
+    int n = 0;
+    for (int i = 0; i < na; i++)
+        if (!spec_run_done(act[i]->run)) runs[n++] = act[i]->run;
+    if (!n) return;
+    en->step_rows = 0;
+    char err[512];
+    double t0 = ds_now();
+    int rc = spec_step(runs, n, err, sizeof err);
+    double dt = ds_now() - t0;
+    if (rc != 0)
+        for (int i = 0; i < na; i++) {
+            act[i]->failed = 1;
+            snprintf(act[i]->err, sizeof act[i]->err, "%s", err);
+        }
+    int rows = en->step_rows, b = 0;
+    while (b < SCHED_ROWS_BUCKETS && rows > SCHED_ROWS_BOUNDS[b]) b++;
+    pthread_mutex_lock(&en->mmu);
+    sched_metrics *m = &en->m;
+    m->steps++;
+    m->step_rows += (uint64_t)rows;
+    m->step_jobs += (uint64_t)n;
+    m->last_step_rows = rows;
+    m->last_step_jobs = n;
+    m->rows_hist[b]++;
+    m->step_seconds += dt;
+    uint64_t k = m->steps;
+    pthread_mutex_unlock(&en->mmu);
+    char ev[192];
+    snprintf(ev, sizeof ev, "{\"type\":\"step\",\"step\":%llu,\"jobs\":%d,\"rows\":%d,\"ms\":%.3f,\"t\":%.3f}",
+             (unsigned long long)k, n, rows, dt * 1e3, ds_now());
+    publish(en, ev);
 }
 
 static void *sched_main(void *arg) {
     sched *en = arg;
+    active *act[SCHED_MAX_SLOTS];
+    int na = 0;
     for (;;) {
+        sched_job *adm[SCHED_MAX_SLOTS];
+        int nadm = 0;
         pthread_mutex_lock(&en->qmu);
-        while (!en->qn && !en->stopping) {
+        while (!na && !en->qn && !en->stopping) {
             struct timespec ts;
             abs_deadline(&ts, SCHED_GUARD_S);
             if (pthread_cond_timedwait(&en->qcv, &en->qmu, &ts) == ETIMEDOUT && !en->qn && !en->stopping) {
                 pthread_mutex_unlock(&en->qmu); /* idle: no slot is serving */
-                guard(en, -1);
+                guard(en);
                 pthread_mutex_lock(&en->qmu);
             }
         }
-        if (en->stopping) {
+        if (en->stopping && !na) {
             pthread_mutex_unlock(&en->qmu);
             break;
         }
-        sched_job *j = en->q[0];
-        memmove(en->q, en->q + 1, sizeof *en->q * (size_t)(en->qn - 1));
-        en->qn--;
-        en->running = j;
+        /* admission between steps, in arrival order, while the batch has room */
+        while (en->qn && na + nadm < en->max_batch) {
+            adm[nadm++] = en->q[0];
+            en->running[en->n_running++] = en->q[0];
+            memmove(en->q, en->q + 1, sizeof *en->q * (size_t)(en->qn - 1));
+            en->qn--;
+        }
         pthread_mutex_unlock(&en->qmu);
-        run_job(en, j);
-        pthread_mutex_lock(&en->qmu);
-        en->running = NULL;
-        pthread_mutex_unlock(&en->qmu);
-        sched_job_release(j);
+        for (int i = 0; i < nadm; i++) {
+            active *a = start_job(en, adm[i]);
+            if (a) act[na++] = a;
+        }
+        if (!na) continue;
+        step(en, act, na);
+        for (int i = 0; i < na;) {
+            if ((act[i]->failed || spec_run_done(act[i]->run)) && run_over(en, act[i])) {
+                memmove(act + i, act + i + 1, sizeof *act * (size_t)(na - i - 1));
+                na--;
+            } else i++;
+        }
     }
     return NULL;
 }
 
-sched *sched_start(const sched_slot *slots, int n_slots, sampler *smp, const tokenizer *tok, const int *stop_ids,
-                     int n_stop, const sched_info *info) {
+sched *sched_start(const sched_slot *slots, int n_slots, const tokenizer *tok, const int *stop_ids, int n_stop,
+                   const sched_info *info) {
     sched *en = xcalloc(1, sizeof *en);
     en->n_slots = n_slots < 1 ? 1 : n_slots > SCHED_MAX_SLOTS ? SCHED_MAX_SLOTS : n_slots;
     memcpy(en->slots, slots, sizeof(sched_slot) * (size_t)en->n_slots);
-    en->sp = slots[0].sp;
-    en->s = slots[0].s;
-    en->smp = smp;
     en->tok = tok;
     en->n_stop = n_stop < 32 ? n_stop : 32;
     memcpy(en->stop_ids, stop_ids, sizeof(int) * (size_t)en->n_stop);
     en->info = *info;
+    /* every running job holds a slot of its own */
+    en->max_batch = info->max_batch < 1 ? 1 : info->max_batch > en->n_slots ? en->n_slots : info->max_batch;
+    en->info.max_batch = en->max_batch;
+    en->info.slots = en->n_slots;
     pthread_mutex_init(&en->qmu, NULL);
     pthread_cond_init(&en->qcv, NULL);
     pthread_mutex_init(&en->mmu, NULL);
@@ -557,8 +727,8 @@ void sched_cut(sched *en, const char *why) {
     }
     en->stopping = 1;
     snprintf(en->cut_why, sizeof en->cut_why, "%s", why);
-    if (en->running) {
-        sched_job *j = en->running;
+    for (int i = 0; i < en->n_running; i++) {
+        sched_job *j = en->running[i];
         pthread_mutex_lock(&j->mu);
         if (!j->done) j->cut = 1;
         j->halt = 1;
@@ -613,6 +783,6 @@ void sched_get_metrics(sched *en, sched_metrics *m) {
     pthread_mutex_unlock(&en->mmu);
     pthread_mutex_lock(&en->qmu);
     m->queue_depth = en->qn;
-    m->busy = en->running != NULL;
+    m->busy = en->n_running;
     pthread_mutex_unlock(&en->qmu);
 }

@@ -1,8 +1,20 @@
-/* sched: the server's generation thread (its scheduler). One thread owns the model, its
- * KV cache (one sequence, so consecutive turns of a conversation reuse
- * their common prefix) and the drafter; HTTP threads hand it jobs (token
- * ids and sampling settings, never raw JSON) through a FIFO queue and read
- * the generated text back from the job as it grows.
+/* sched: the server's generation thread (its scheduler). One thread owns the
+ * model, its cache slots (sequences whose KV caches keep conversations, so
+ * consecutive turns reuse their common prefix, each with its own drafter
+ * state and sampler) and runs up to max_batch jobs at once; HTTP threads hand
+ * it jobs (token ids and sampling settings, never raw JSON) through a FIFO
+ * queue and read the generated text back from the job as it grows.
+ *
+ * Continuous batching: each running job holds a slot of its own and a
+ * stepwise speculative run (spec/spec.h spec_run). The thread loops: admit
+ * queued jobs while fewer than max_batch run (arrival order), then one
+ * spec_step over every running job, in which each does its next unit of
+ * work (a prefill chunk, a draft + verify round, or a plain step) and the
+ * target's forwards of all of them go in one model_forward_multi; jobs whose
+ * run is done end and free their slot. So a new prompt's prefill goes in
+ * chunks between the others' rounds, and a job's output is what it gives
+ * alone (a row's bits never depend on the batch it is in; each job has its
+ * own sampler, seeded per request).
  *
  * A job is shared by the HTTP thread that made it and the scheduler: both
  * hold a reference (sched_job_release drops one). The scheduler decodes the
@@ -10,12 +22,14 @@
  * strings (the text stops before the earliest match and generation ends at
  * the token that completed it) and appends the text to job->text under
  * job->mu, broadcasting job->cv; job->done is set last. A client that goes
- * away calls sched_job_cancel: generation stops at the next token. At
- * shutdown, past the drain, sched_cut ends the queued jobs and halts the
- * running one, all with FINISH_SHUTDOWN.
+ * away calls sched_job_cancel: generation stops at the next token. A job's
+ * error (its run's) ends that job alone. At shutdown, past the drain,
+ * sched_cut ends the queued jobs and halts every running one, all with
+ * FINISH_SHUTDOWN.
  *
- * Rounds and prefill progress are published to an event ring (sched_events_*)
- * that /events subscribers read without ever blocking generation. */
+ * Rounds, prefill progress and steps are published to an event ring
+ * (sched_events_*) that /events subscribers read without ever blocking
+ * generation. */
 #ifndef DS_SCHED_H
 #define DS_SCHED_H
 
@@ -26,6 +40,7 @@
 #include "cli/cli.h"
 #include "engine/sampler.h"
 #include "spec/spec.h"
+#include "spec/spec_run.h"
 #include "base/strbuf.h"
 #include "server/logitproc.h"
 #include "text/tokenizer.h"
@@ -103,30 +118,36 @@ typedef struct {
     int cap;              /* the configured draft cap (the ceiling when adaptive) */
     int adaptive;
     int slots;            /* cache slots */
+    int max_batch;        /* jobs generated at once (1..slots; sched_start bounds it) */
 } sched_info;
 
-/* A cache slot: one sequence (KV cache) with its decoding state. The
- * engine keeps several conversations this way: each job runs in the slot
- * whose cached ids share the longest prefix with its prompt when that is at
- * least half the prompt, else in the least recently used slot, so a side
- * request (a title, another chat) does not evict the main conversation. */
+/* A cache slot: one sequence (KV cache) with its decoding state: drafter
+ * state and cap controller (sp) and the sampler the drafter draws with
+ * (smp, re-seeded for each job). The engine keeps several conversations
+ * this way: a job runs in the free slot (none held by a running job) whose
+ * cached ids share the longest prefix with its prompt when that is at
+ * least half the prompt, else in the least recently used free slot, so a
+ * side request (a title, another chat) does not evict the main
+ * conversation. The slots are distinct sequences of one model. */
 typedef struct {
     seq *s;
     cli_spec *sp;
+    sampler *smp;
 } sched_slot;
 #define SCHED_MAX_SLOTS 16
 
-/* Takes ownership of nothing: the slots' sequences and specs, smp (the
- * sampler the drafters hold; it is re-parameterised per job), tok and
- * info's strings stay the caller's and must outlive the scheduler. Starts the
- * thread. */
-sched *sched_start(const sched_slot *slots, int n_slots, sampler *smp, const tokenizer *tok, const int *stop_ids,
-                     int n_stop, const sched_info *info);
+/* Takes ownership of nothing: the slots' sequences, specs and samplers, tok
+ * and info's strings stay the caller's and must outlive the scheduler.
+ * info->max_batch is bounded to 1..n_slots (sched_get_info tells the value
+ * in use). Starts the thread. */
+sched *sched_start(const sched_slot *slots, int n_slots, const tokenizer *tok, const int *stop_ids, int n_stop,
+                   const sched_info *info);
 /* Shutdown past the drain: refuses new jobs (sched_submit returns -1),
  * finishes every queued job with FINISH_SHUTDOWN and error `why`, and halts
- * the running one at its next token; it too ends FINISH_SHUTDOWN (error
- * `why`) unless it had already ended by eos, a stop string or its token
- * budget. Returns at once: the thread exits after the running job. */
+ * the running ones at their next token; each of them too ends
+ * FINISH_SHUTDOWN (error `why`) unless it had already ended by eos, a stop
+ * string or its token budget. Returns at once: the thread exits after the
+ * running jobs. */
 void sched_cut(sched *en, const char *why);
 /* sched_cut (when not done yet), then joins the thread and ends /events
  * readers; sched_free then releases it. */
@@ -138,7 +159,7 @@ const sched_info *sched_get_info(const sched *en);
  * fields (ids, stops are taken over and freed with the job). */
 sched_job *sched_job_new(void);
 /* Queues the job; the scheduler takes its own reference. Returns the number of
- * jobs ahead of it, or -1 when the scheduler is stopping (the job is then
+ * jobs ahead of it (queued, and running when the batch is full), or -1 when the scheduler is stopping (the job is then
  * finished with FINISH_ERROR). */
 int sched_submit(sched *en, sched_job *j);
 void sched_job_cancel(sched_job *j);
@@ -146,14 +167,21 @@ void sched_job_release(sched_job *j);
 
 /* The memory guard (engine/memfit.h memfit_pressure): while the machine
  * is under memory pressure, empties idle cache slots, least recently used
- * first (seq_release: their KV pages go back to the system), never slot
- * `busy` (the one serving or about to serve a request; -1: none), and
- * stops once the pressure is gone. used[n] are the slots' last-use times.
- * Each shed slot is logged to stderr and its line left in log. Returns
- * the slots shed. The scheduler runs it before each job and every
- * SCHED_GUARD_S seconds while idle. */
+ * first (seq_release: their KV pages go back to the system), never a slot
+ * with busy[i] set (serving or about to serve a request; busy NULL: none
+ * is), and stops once the pressure is gone. used[n] are the slots'
+ * last-use times. Each shed slot is logged to stderr and its line left in
+ * log. Returns the slots shed. The scheduler runs it as it admits each job
+ * and every SCHED_GUARD_S seconds while idle. */
 #define SCHED_GUARD_S 2.0
-int sched_guard(const sched_slot *slots, int n, int busy, const double *used, char *log, size_t logn);
+int sched_guard(const sched_slot *slots, int n, const int *busy, const double *used, char *log, size_t logn);
+
+/* Steps by the rows their forwards carried (the runs' prefill chunks and
+ * verify rows, as their progress hooks report them): bucket i counts steps
+ * of at most SCHED_ROWS_BOUNDS[i] rows (and more than the bound before),
+ * the last bucket the steps past every bound. */
+#define SCHED_ROWS_BUCKETS 13
+extern const int SCHED_ROWS_BOUNDS[SCHED_ROWS_BUCKETS];
 
 /* Counters for /metrics and /health. requests counts every finished job,
  * the ones cut while queued included. */
@@ -165,7 +193,13 @@ typedef struct {
     uint64_t prefill_tokens; /* computed (not reused) prompt rows */
     uint64_t prompts;        /* jobs whose prompt was processed (the prefix cache's lookups) */
     uint64_t slot_hits;      /* of those, the ones that reused at least one cached position */
-    int queue_depth, busy, last_cap; /* queue_depth: jobs waiting; busy: jobs generating (0 or 1) */
+    int queue_depth, busy, last_cap; /* queue_depth: jobs waiting; busy: jobs running (0..max_batch) */
+    uint64_t steps;          /* spec_step calls */
+    uint64_t step_rows;      /* rows the steps carried */
+    uint64_t step_jobs;      /* jobs the steps carried (the batch widths added up) */
+    int last_step_rows, last_step_jobs;
+    double step_seconds;     /* wall time inside the steps (the engine busy) */
+    uint64_t rows_hist[SCHED_ROWS_BUCKETS + 1];
     uint64_t slots_shed;    /* cache slots the memory guard emptied */
     char last_shed[192];    /* the guard's last log line ("" before any) */
 } sched_metrics;

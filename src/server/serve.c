@@ -42,9 +42,12 @@ const char SERVE_HELP[] =
     "      --kv-bits 32|16|8    KV cache storage: 32 f32 (exact, default), 16 f16, 8 int8 with\n"
     "                           per-position scales (about 2x / 4x the window in the same memory)\n"
     "      --cache-slots N      conversations kept in KV caches, each with its own cache of\n"
-    "                           the context window (default 2, at most 16); a request runs in\n"
-    "                           the slot sharing the longest prefix with it (at least half of\n"
-    "                           the prompt), else in the least recently used one\n"
+    "                           the context window (at most 16; default: --max-batch, at least 2);\n"
+    "                           a request runs in the free slot sharing the longest prefix with it\n"
+    "                           (at least half of the prompt), else in the least recently used one\n"
+    "      --max-batch N        requests generated at once, each in a cache slot of its own, their\n"
+    "                           rows in one forward per step (at most --cache-slots; default 4\n"
+    "                           when 4 slots of the window fit in memory, else fewer, at least 2)\n"
     "      --mode M             auto, dspark, dflash, lookup or baseline (default auto:\n"
     "                           the model's drafter when one is installed and pays on\n"
     "                           this machine, else lookup)\n"
@@ -76,6 +79,38 @@ static double warm_up(seq **seqs, int n, char *err, size_t errlen) {
         t += ti;
     }
     return t;
+}
+
+/* Cache slots and the batch. Every running request holds a slot of its own,
+   so --max-batch is at most the slots. --cache-slots alone: a batch of up
+   to SERVE_DEFAULT_BATCH of them; --max-batch alone: that many slots (at
+   least two). Neither: SERVE_DEFAULT_BATCH slots and batch when the window
+   (--context-window, else the model's) fits in memory beside that many,
+   else fewer, down to two (cli_window then cuts the window if even two do
+   not fit). Returns the slots; *max_batch the batch. */
+#define SERVE_DEFAULT_BATCH 4
+static int serve_slots(const cli_engine *ce, const opts *o, int *max_batch) {
+    int mb = o->max_batch;
+    if (o->cache_slots) {
+        if (mb > o->cache_slots)
+            cli_die("--max-batch %d needs %d cache slots (each running request holds one): raise --cache-slots "
+                    "(now %d) or lower --max-batch",
+                    mb, mb, o->cache_slots);
+        *max_batch = mb ? mb : o->cache_slots < SERVE_DEFAULT_BATCH ? o->cache_slots : SERVE_DEFAULT_BATCH;
+        return o->cache_slots;
+    }
+    if (mb) {
+        *max_batch = mb;
+        return mb > 2 ? mb : 2;
+    }
+    int n = SERVE_DEFAULT_BATCH;
+    for (; n > 2; n--) {
+        memfit_report r;
+        char err[256];
+        if (memfit_model(ce->m, n, 512, o->ctx, NULL, &r, err, sizeof err) != 0 || r.out.fits) break;
+    }
+    *max_batch = n;
+    return n;
 }
 
 /* ---- errors ---- */
@@ -166,10 +201,23 @@ static void route_health(server *srv, const http_req *r) {
     cJSON_AddBoolToObject(o, "chat_template", srv->tpl != NULL);
     cJSON_AddStringToObject(o, "thinking_default", srv->no_thinking ? "off" : "on");
     if (srv->reasoning_effort) cJSON_AddStringToObject(o, "reasoning_effort", srv->reasoning_effort);
-    cJSON_AddBoolToObject(o, "busy", m.busy);
+    cJSON_AddBoolToObject(o, "busy", m.busy > 0);
     cJSON_AddNumberToObject(o, "queue_depth", m.queue_depth);
     cJSON_AddNumberToObject(o, "requests_running", m.busy);
     cJSON_AddNumberToObject(o, "requests_waiting", m.queue_depth);
+    cJSON_AddNumberToObject(o, "max_batch", in->max_batch);
+    cJSON *bt = cJSON_AddObjectToObject(o, "batch");
+    cJSON_AddNumberToObject(bt, "max_batch", in->max_batch);
+    cJSON_AddNumberToObject(bt, "running", m.busy);
+    cJSON_AddNumberToObject(bt, "queued", m.queue_depth);
+    cJSON_AddNumberToObject(bt, "steps", (double)m.steps);
+    cJSON_AddNumberToObject(bt, "last_step_jobs", m.last_step_jobs);
+    cJSON_AddNumberToObject(bt, "last_step_rows", m.last_step_rows);
+    cJSON_AddNumberToObject(bt, "avg_step_jobs", m.steps ? (double)m.step_jobs / (double)m.steps : 0.0);
+    cJSON_AddNumberToObject(bt, "avg_step_rows", m.steps ? (double)m.step_rows / (double)m.steps : 0.0);
+    cJSON_AddNumberToObject(bt, "step_seconds", m.step_seconds);
+    cJSON_AddNumberToObject(bt, "tokens_per_second",
+                            m.step_seconds > 0 ? (double)m.completion_tokens / m.step_seconds : 0.0);
     cJSON_AddNumberToObject(o, "http_requests_in_flight", http_in_flight(srv->hs));
     cJSON *pc = cJSON_AddObjectToObject(o, "prefix_cache");
     cJSON_AddNumberToObject(pc, "lookups", (double)m.prompts);
@@ -292,14 +340,40 @@ static void route_metrics(server *srv, const http_req *r) {
     METRIC("tokens_per_round", "gauge", "Tokens committed per round over all requests.", " %.4f",
            m.rounds ? (double)m.round_tokens / (double)m.rounds : 0.0);
     METRIC("draft_cap", "gauge", "The draft cap of the last round.", " %d", m.last_cap);
-    METRIC("prefill_tokens_per_second", "gauge", "Prefill rate over all requests.", " %.2f",
+    METRIC("prefill_tokens_per_second", "gauge",
+           "Prefill rate per request (computed prompt tokens over the requests' prefill times added up).", " %.2f",
            m.prefill_seconds > 0 ? (double)m.prefill_tokens / m.prefill_seconds : 0.0);
-    METRIC("decode_tokens_per_second", "gauge", "Decode rate over all requests.", " %.2f",
+    METRIC("decode_tokens_per_second", "gauge",
+           "Decode rate per request (generated tokens over the requests' decode times added up; concurrent "
+           "requests' times overlap).", " %.2f",
            m.decode_seconds > 0 ? (double)(m.completion_tokens) / m.decode_seconds : 0.0);
+    METRIC("step_seconds_total", "counter", "Wall time inside engine steps (the engine busy).", " %.3f",
+           m.step_seconds);
+    METRIC("batch_tokens_per_second", "gauge",
+           "Generated tokens over the wall time of the steps: the batch's aggregate rate, prefill included.",
+           " %.2f", m.step_seconds > 0 ? (double)m.completion_tokens / m.step_seconds : 0.0);
     METRIC("queue_depth", "gauge", "Requests waiting for the engine.", " %d", m.queue_depth);
-    METRIC("busy", "gauge", "1 while a request is being generated.", " %d", m.busy);
-    METRIC("requests_running", "gauge", "Requests being generated.", " %d", m.busy);
+    METRIC("busy", "gauge", "1 while a request is being generated.", " %d", m.busy > 0);
+    METRIC("requests_running", "gauge", "Requests being generated (the running batch).", " %d", m.busy);
     METRIC("requests_waiting", "gauge", "Requests queued for the engine.", " %d", m.queue_depth);
+    METRIC("max_batch", "gauge", "Most requests generated at once (--max-batch).", " %d", in->max_batch);
+    METRIC("steps_total", "counter", "Engine steps (one forward carries every running request's rows).", " %llu",
+           (unsigned long long)m.steps);
+    METRIC("step_jobs_total", "counter", "Requests the steps carried (steps_total times the mean batch width).",
+           " %llu", (unsigned long long)m.step_jobs);
+    METRIC("batch_width", "gauge", "Requests the last step carried.", " %d", m.last_step_jobs);
+    METRIC("step_rows_last", "gauge", "Rows (prefill chunks and verify rows) the last step carried.", " %d",
+           m.last_step_rows);
+    sb_printf(&b, "# HELP dspark_step_rows Rows per engine step (prefill chunks and verify rows).\n"
+                  "# TYPE dspark_step_rows histogram\n");
+    uint64_t cum = 0;
+    for (int i = 0; i < SCHED_ROWS_BUCKETS; i++) {
+        cum += m.rows_hist[i];
+        sb_printf(&b, "dspark_step_rows_bucket{le=\"%d\"} %llu\n", SCHED_ROWS_BOUNDS[i], (unsigned long long)cum);
+    }
+    cum += m.rows_hist[SCHED_ROWS_BUCKETS];
+    sb_printf(&b, "dspark_step_rows_bucket{le=\"+Inf\"} %llu\ndspark_step_rows_sum %llu\ndspark_step_rows_count %llu\n",
+              (unsigned long long)cum, (unsigned long long)m.step_rows, (unsigned long long)m.steps);
     METRIC("http_requests_in_flight", "gauge", "HTTP requests being handled or answered (this scrape included).",
            " %d", http_in_flight(srv->hs));
     METRIC("draining", "gauge", "1 once a stop signal came: requests in flight finish, new ones get 503.", " %d",
@@ -323,10 +397,12 @@ static void stats_json(server *srv, strbuf *out) {
     sched_get_metrics(srv->en, &m);
     sb_printf(out,
               "{\"requests\":%llu,\"rounds\":%llu,\"completion_tokens\":%llu,\"tokens_per_round\":%.4f,"
-              "\"draft_acceptance\":%.4f,\"cap\":%d,\"busy\":%d,\"queue_depth\":%d}",
+              "\"draft_acceptance\":%.4f,\"cap\":%d,\"busy\":%d,\"queue_depth\":%d,\"running\":%d,"
+              "\"max_batch\":%d}",
               (unsigned long long)m.requests, (unsigned long long)m.rounds, (unsigned long long)m.completion_tokens,
               m.rounds ? (double)m.round_tokens / (double)m.rounds : 0.0,
-              m.drafted ? (double)m.accepted / (double)m.drafted : 0.0, m.last_cap, m.busy, m.queue_depth);
+              m.drafted ? (double)m.accepted / (double)m.drafted : 0.0, m.last_cap, m.busy > 0, m.queue_depth, m.busy,
+              sched_get_info(srv->en)->max_batch);
 }
 
 static int events_fill(void *ctx, strbuf *out) {
@@ -640,7 +716,8 @@ int cmd_serve(const opts *o) {
     cli_engine ce;
     cli_engine_open(&ce, o);
     const model_config *mc = model_cfg(ce.m);
-    int n_slots = o->cache_slots ? o->cache_slots : 2;
+    int max_batch;
+    int n_slots = serve_slots(&ce, o, &max_batch);
     seq *seqs[SCHED_MAX_SLOTS] = {0};
     cli_spec sps[SCHED_MAX_SLOTS];
     sched_slot slots[SCHED_MAX_SLOTS];
@@ -659,10 +736,13 @@ int cmd_serve(const opts *o) {
     srv.sdef = (sampler_params){.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p, .min_p = o->min_p,
                                 .seed = o->seed};
     srv.has_seed = o->seed != 0;
-    sampler *smp = cli_sampler(o, mc->vocab_size);
-    cli_spec_open(&sps[0], o, o->mode ? o->mode : "auto", &ce, s, smp);
-    for (int i = 1; i < n_slots; i++) cli_spec_clone(&sps[i], &sps[0], o, &ce, seqs[i], smp);
-    for (int i = 0; i < n_slots; i++) slots[i] = (sched_slot){.s = seqs[i], .sp = &sps[i]};
+    /* a sampler per slot: the jobs running together each draw from their own
+       (a drafter holds its slot's) */
+    sampler *smps[SCHED_MAX_SLOTS];
+    for (int i = 0; i < n_slots; i++) smps[i] = cli_sampler(o, mc->vocab_size);
+    cli_spec_open(&sps[0], o, o->mode ? o->mode : "auto", &ce, s, smps[0]);
+    for (int i = 1; i < n_slots; i++) cli_spec_clone(&sps[i], &sps[0], o, &ce, seqs[i], smps[i]);
+    for (int i = 0; i < n_slots; i++) slots[i] = (sched_slot){.s = seqs[i], .sp = &sps[i], .smp = smps[i]};
     cli_spec sp = sps[0]; /* for the banner below (a copy; sps[0] is the one in use) */
     int stop_ids[32];
     int n_stop = cli_stop_ids(ce.m, tok, stop_ids);
@@ -682,7 +762,7 @@ int cmd_serve(const opts *o) {
                         .drafter = sp.mode == CLI_MODE_DSPARK || sp.mode == CLI_MODE_DFLASH ? sp.drafter_dir : "",
                         .context_window = srv.ctx_window,
                         .cap = sp.mode == CLI_MODE_BASELINE ? 0 : sp.max_draft, .adaptive = sp.adaptive,
-                        .slots = n_slots};
+                        .slots = n_slots, .max_batch = max_batch};
     srv.mode = info.mode;
     if (!o->no_warmup) {
         double tw = warm_up(seqs, n_slots, err, sizeof err);
@@ -690,7 +770,7 @@ int cmd_serve(const opts *o) {
         fprintf(stderr, "dspark serve: warmed up %d cache slot%s in %.0f ms\n", n_slots, n_slots == 1 ? "" : "s",
                 tw * 1e3);
     }
-    srv.en = sched_start(slots, n_slots, smp, tok, stop_ids, n_stop, &info);
+    srv.en = sched_start(slots, n_slots, tok, stop_ids, n_stop, &info);
 
     const char *host = o->host ? o->host : "127.0.0.1";
     int port = o->port ? o->port : 8080;
@@ -700,12 +780,14 @@ int cmd_serve(const opts *o) {
     srv.hs = hs;
     const char *uhost = strchr(host, ':') ? "[::1]" : host;
     fprintf(stderr,
-            "dspark serve: model %s, mode %s%s%s, context window %d x %d cache slots, tool calls: %s, thinking: %s\n"
+            "dspark serve: model %s, mode %s%s%s, context window %d x %d cache slots, up to %d requests at once, "
+            "tool calls: %s, thinking: %s\n"
             "  OpenAI base URL:   http://%s:%d/v1\n"
             "  Claude Code:       dspark claude --url http://%s:%d%s\n"
             "  try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json' -d "
             "'{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n",
             model_id, info.mode, *info.drafter ? ", drafter " : "", info.drafter, srv.ctx_window, n_slots,
+            sched_get_info(srv.en)->max_batch,
             tc_format_name(srv.tcf), srv.think_open ? (srv.no_thinking ? "off by default" : "on") : "none",
             uhost, port, uhost, port, o->api_key ? " --api-key KEY" : "", uhost, port);
     fprintf(stderr, "dspark serve: listening on http://%s:%d\n", uhost, port);
@@ -716,7 +798,7 @@ int cmd_serve(const opts *o) {
     http_stop(hs);
     sched_free(srv.en);
     for (int i = n_slots - 1; i >= 0; i--) cli_spec_close(&sps[i]); /* clones before the original */
-    sampler_free(smp);
+    for (int i = 0; i < n_slots; i++) sampler_free(smps[i]);
     for (int i = 0; i < n_slots; i++) seq_free(seqs[i]);
     cli_engine_close(&ce);
     chat_template_free(srv.tpl);

@@ -104,7 +104,7 @@ typedef struct {
     server *srv;
     api_request req;
     sched_job *job;                /* the choice being answered: jobs[cur] */
-    sched_job *jobs[API_MAX_N];    /* one a choice (n > 1), queued together, answered in order */
+    sched_job *jobs[API_MAX_N];    /* one a choice (n > 1), queued together, run side by side, answered in order */
     int n_jobs, cur;
     int n_prompt, prefilled, fd;
     outproc op;
@@ -501,10 +501,21 @@ void serve_generate(server *srv, const http_req *r, api_kind kind) {
         free(g);
         return;
     }
+    int mb = sched_get_info(srv->en)->max_batch;
+    if (g->req.n > mb) {
+        serve_error(r, dialect, 400, "invalid_n",
+                    "'n' is %d: this server generates at most %d choices at once (--max-batch %d)", g->req.n, mb,
+                    mb);
+        free(ids);
+        api_request_free(&g->req);
+        free(g);
+        return;
+    }
     g->n_prompt = n;
     /* n > 1: one job a choice, each its own sample (a given seed: seed + i,
        so the choices are reproducible and differ), the same prompt; they
-       run one after another, the later ones on the first one's cache */
+       are queued together and run side by side (n <= --max-batch), each in
+       its own cache slot, and are answered in order */
     for (int i = 0; i < g->req.n; i++) {
         int *own = ids;
         if (i < g->req.n - 1) {

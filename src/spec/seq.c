@@ -143,6 +143,77 @@ int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double 
     return append(s, &b, err, errlen);
 }
 
+/* a job's rows that cannot go, whatever the others do: the checks of
+   append, before anything runs */
+static int job_check(seq_job *j) {
+    const model_batch *b = &j->b;
+    if (b->n <= 0 || b->n_logits < 0 || b->n_logits > b->n || !b->tokens)
+        return ds_err(j->err, sizeof j->err, "seq_append: bad row counts");
+    if (j->s->n + b->n > mctx_capacity(j->s->ctx))
+        return ds_err(j->err, sizeof j->err, "context window full (%d tokens)", mctx_capacity(j->s->ctx));
+    return 0;
+}
+
+/* a job's append done: its ids join the sequence */
+static void job_done(seq_job *j) {
+    memcpy(j->s->toks + j->s->n, j->b.tokens, sizeof(int) * (size_t)j->b.n);
+    j->s->n += j->b.n;
+    j->rc = 0;
+}
+
+int seq_append_multi(seq_job *jobs, int n, char *err, size_t errlen) {
+    if (n < 1 || n > MODEL_MULTI_MAX)
+        return ds_err(err, errlen, "seq_append_multi: %d sequences (1..%d)", n, MODEL_MULTI_MAX);
+    for (int i = 0; i < n; i++) {
+        if (!jobs[i].s) return ds_err(err, errlen, "seq_append_multi: sequence %d is NULL", i);
+        if (seq_model(jobs[i].s) != seq_model(jobs[0].s))
+            return ds_err(err, errlen, "seq_append_multi: sequence %d belongs to another model", i);
+        for (int k = 0; k < i; k++)
+            if (jobs[k].s == jobs[i].s)
+                return ds_err(err, errlen, "seq_append_multi: jobs %d and %d are one sequence", k, i);
+    }
+    model_ctx *cs[MODEL_MULTI_MAX];
+    model_batch bs[MODEL_MULTI_MAX];
+    int idx[MODEL_MULTI_MAX], m = 0;
+    for (int i = 0; i < n; i++) {
+        jobs[i].err[0] = 0;
+        jobs[i].rc = job_check(&jobs[i]);
+        if (jobs[i].rc) continue;
+        cs[m] = jobs[i].s->ctx;
+        bs[m] = jobs[i].b;
+        idx[m++] = i;
+    }
+    if (m == 0) return 0;
+    if (m == 1) { /* (a failure is this job's own) */
+        seq_job *j = &jobs[idx[0]];
+        if (model_forward(cs[0], &bs[0], j->err, sizeof j->err) != 0) {
+            mctx_truncate(cs[0], j->s->n);
+            j->rc = -1;
+        } else {
+            job_done(j);
+        }
+        return 0;
+    }
+    char e[400];
+    if (model_forward_multi(cs, bs, m, e, sizeof e) == 0) {
+        for (int t = 0; t < m; t++) job_done(&jobs[idx[t]]);
+        return 0;
+    }
+    /* nothing ran (a batch was refused) or the forward broke part-way: put
+       every cache back to its sequence and run each job alone */
+    for (int t = 0; t < m; t++) mctx_truncate(cs[t], jobs[idx[t]].s->n);
+    for (int t = 0; t < m; t++) {
+        seq_job *j = &jobs[idx[t]];
+        if (model_forward(cs[t], &bs[t], j->err, sizeof j->err) != 0) {
+            mctx_truncate(cs[t], j->s->n);
+            j->rc = -1;
+        } else {
+            job_done(j);
+        }
+    }
+    return 0;
+}
+
 void seq_keep_taps_resident(seq *s, int on) { s->taps_resident = on; }
 const float *seq_resident_taps(seq *s, int n, int *rows) { return mctx_resident_taps(s->ctx, n, rows); }
 

@@ -69,6 +69,27 @@ int seq_append_argmax(seq *s, const int *ids, int n, int *argmax, int n_taps, co
 int seq_append_sample(seq *s, const int *ids, int n, sampler *smp, const double *u, const model_draft_q *q, int *out,
                       int n_taps, const int *tap_layers, float *taps, char *err, size_t errlen);
 
+/* One sequence's part of seq_append_multi: the rows to append as
+ * model_forward takes them (tokens, positions NULL, logits / argmax /
+ * sampled answers, taps; taps_resident as given: seq_keep_taps_resident
+ * is for the one-sequence appends), and its result. */
+typedef struct {
+    seq *s;
+    model_batch b;
+    int rc;        /* out: 0, or -1 with err (the sequence then unchanged) */
+    char err[400];
+} seq_job;
+
+/* The appends of several sequences of one model in one forward
+ * (model_forward_multi): each job's results are those of its append
+ * alone. A job whose rows cannot go (the window is full, bad row counts)
+ * fails alone; when the forward itself fails, every job runs again alone
+ * (model_forward, its rows' bits the same), so a failure lands on the
+ * sequence it belongs to. Returns 0 (each job's rc says how it went), or
+ * -1 with err filled when the call is wrong (n outside
+ * 1..MODEL_MULTI_MAX, a NULL or repeated sequence, two models). */
+int seq_append_multi(seq_job *jobs, int n, char *err, size_t errlen);
+
 /* While on, tapped appends leave their taps in the backend's memory
  * (seq_resident_taps) and do not write the taps buffer (model_batch
  * taps_resident: a backend with resident taps). */
