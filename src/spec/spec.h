@@ -159,7 +159,8 @@ typedef struct {
 } spec_stats;
 
 /* Prefills prompt into s (prefix reuse as seq_prefill), then generates with
- * drafter d (NULL: no drafts, one row per round). Ids (a stop id included)
+ * drafter d (NULL: no drafts, one row per round): one run of the stepwise
+ * loop (spec_run.h), stepped alone to its end. Ids (a stop id included)
  * go to out_ids[max_new] when given; the logits row the last id was drawn
  * from to last_logits[vocab] when given. Afterwards s holds the prompt and
  * every emitted id except the last (as the baseline loop leaves it).
