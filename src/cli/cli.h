@@ -135,6 +135,13 @@ void cli_spec_close(cli_spec *sp);
  * sharing src's drafter weights (src must outlive dst). */
 void cli_spec_clone(cli_spec *dst, const cli_spec *src, const opts *o, const cli_engine *e, seq *s, sampler *smp);
 drafter *cli_spec_drafter(cli_spec *sp); /* NULL for baseline (sp may be NULL) */
+/* Positions [0, n) of src's drafter state into dst's (two clones of one
+ * spec; seq_copy_prefix's companion): a feature drafter's context cache
+ * (dstate_copy_prefix); nothing for lookup and baseline, which rebuild
+ * from the ids. Returns the positions dst's drafter then holds of the
+ * prefix (n, or fewer when src's state holds fewer), or -1 with err
+ * filled. */
+int cli_spec_copy_prefix(cli_spec *dst, const cli_spec *src, int n, char *err, size_t errlen);
 /* Sets so's cap (and the adaptive controller) from sp. */
 void cli_spec_apply(cli_spec *sp, spec_opts *so);
 /* ", mode M, cap C (source), tokens/round T, accepted drafts per round a:n ..." */

@@ -309,6 +309,12 @@ void cli_spec_clone(cli_spec *dst, const cli_spec *src, const opts *o, const cli
 
 drafter *cli_spec_drafter(cli_spec *sp) { return sp && sp->mode != CLI_MODE_BASELINE ? &sp->d : NULL; }
 
+int cli_spec_copy_prefix(cli_spec *dst, const cli_spec *src, int n, char *err, size_t errlen) {
+    if (!dst->ds || !src->ds) return n;
+    const int have = dstate_ctx_len(src->ds), m = n < have ? n : have;
+    return dstate_copy_prefix(dst->ds, src->ds, m, err, errlen) != 0 ? -1 : m;
+}
+
 /* The cap of the coming round: hy_cap (a whole block, or the pinned cap)
    when lookup has a copy run to draft (free, parked or not), else the
    adaptive controller's or the fixed cap; lookup's rounds say nothing

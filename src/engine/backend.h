@@ -84,6 +84,10 @@ typedef struct backend {
     size_t (*ctx_bytes)(const void *bm, int n_ctx, int max_batch);
     int (*mem_avail)(const void *bm, size_t *free_b, size_t *total_b);
     size_t (*ctx_release)(void *bc);
+    /* makes context dst hold src's positions [0, n) (two contexts of one
+       model; n at most src's length and dst's capacity) with src's stored
+       bits; NULL where the backend has no copy */
+    int (*ctx_copy)(void *dst, const void *src, int n, char *err, size_t errlen);
     /* model_forward on this backend (b already validated by model.c) */
     int (*forward)(void *bc, const struct model_batch_s *b, char *err, size_t errlen);
     /* model_forward_multi on this backend (2 or more distinct contexts of
@@ -107,6 +111,9 @@ typedef struct backend {
     int (*dstate_len)(const void *bs); /* positions with context K/V */
     int (*dstate_capacity)(const void *bs);
     void (*dstate_truncate)(void *bs, int len);
+    /* as ctx_copy for two drafter states of one drafter (context positions
+       [0, n)); NULL where the backend has no copy */
+    int (*dstate_copy)(void *dst, const void *src, int n, char *err, size_t errlen);
     /* context rows pos0 .. pos0+n-1 (the cache cut to pos0 first): row i's
        features taps[t][row0 + i][H] for each tap t of taps[n_taps][rows][H],
        in host memory, or (ingest_resident, NULL unless

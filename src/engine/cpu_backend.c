@@ -273,6 +273,15 @@ static size_t cpu_ctx_bytes(const void *bm, int n_ctx, int max_batch) {
                (size_t)n_ctx + scr + sizeof(float) * (size_t)MODEL_SAMPLE_ROWS * (size_t)c->vocab_size;
 }
 static size_t cpu_ctx_release(void *bc) { return kv_release(((cpu_ctx *)bc)->kv); }
+static int kv_copy_err(kv_cache *dst, const kv_cache *src, int n, const char *what, char *err, size_t errlen) {
+    if (kv_copy_prefix(dst, src, n) != 0)
+        return ds_err(err, errlen, "%s copy: %d positions do not fit (source holds %d, destination takes %d)", what, n,
+                      kv_len(src), kv_capacity(dst));
+    return 0;
+}
+static int cpu_ctx_copy(void *dst, const void *src, int n, char *err, size_t errlen) {
+    return kv_copy_err(((cpu_ctx *)dst)->kv, ((const cpu_ctx *)src)->kv, n, "cache", err, errlen);
+}
 
 static void tap_copy(const model_batch *b, const float *x, int layer, int row0, int M, int H) {
     for (int t = 0; t < b->n_taps; t++) {
@@ -601,6 +610,9 @@ static void cpu_dstate_free(void *bs) {
 static int cpu_dstate_len(const void *bs) { return kv_len(((const cpu_dstate *)bs)->kv); }
 static int cpu_dstate_capacity(const void *bs) { return kv_capacity(((const cpu_dstate *)bs)->kv); }
 static void cpu_dstate_truncate(void *bs, int len) { kv_truncate(((cpu_dstate *)bs)->kv, len); }
+static int cpu_dstate_copy(void *dst, const void *src, int n, char *err, size_t errlen) {
+    return kv_copy_err(((cpu_dstate *)dst)->kv, ((const cpu_dstate *)src)->kv, n, "drafter cache", err, errlen);
+}
 
 /* Context K/V for m rows at positions pos0..: C = RMSNorm(fc . F,
    hidden_norm); per layer RoPE(k_norm(k_proj C)) and v_proj C. */
@@ -756,6 +768,7 @@ const backend backend_cpu = {
     .ctx_capacity = cpu_ctx_capacity,
     .ctx_truncate = cpu_ctx_truncate,
     .ctx_release = cpu_ctx_release,
+    .ctx_copy = cpu_ctx_copy,
     .ctx_bytes = cpu_ctx_bytes,
     .forward = cpu_forward,
     .forward_multi = cpu_forward_multi,
@@ -766,6 +779,7 @@ const backend backend_cpu = {
     .dstate_len = cpu_dstate_len,
     .dstate_capacity = cpu_dstate_capacity,
     .dstate_truncate = cpu_dstate_truncate,
+    .dstate_copy = cpu_dstate_copy,
     .dstate_ingest = cpu_dstate_ingest,
     .dstate_propose = cpu_dstate_propose,
     .dstate_row = cpu_dstate_row,

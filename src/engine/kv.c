@@ -90,6 +90,29 @@ static float *scales(kv_cache *kv, int layer, int which) {
     return kv->scales + ((size_t)layer * 2 + (size_t)which) * (size_t)kv->n_kv * (size_t)kv->cap;
 }
 
+int kv_copy_prefix(kv_cache *dst, const kv_cache *src, int n) {
+    if (dst == src || dst->n_layers != src->n_layers || dst->n_kv != src->n_kv || dst->hd != src->hd ||
+        dst->bits != src->bits || n < 0 || n > src->len || n > dst->cap)
+        return -1;
+    const size_t row = (size_t)src->hd * src->esize;
+    for (int l = 0; l < src->n_layers; l++)
+        for (int w = 0; w < 2; w++) {
+            unsigned char *d = elems(dst, l, w);
+            const unsigned char *s = elems((kv_cache *)src, l, w);
+            for (int h = 0; h < src->n_kv; h++) /* head h's rows: [cap][hd] each */
+                memcpy(d + (size_t)h * (size_t)dst->cap * row, s + (size_t)h * (size_t)src->cap * row, (size_t)n * row);
+            if (src->bits == 8) {
+                float *ds = scales(dst, l, w);
+                const float *ss = scales((kv_cache *)src, l, w);
+                for (int h = 0; h < src->n_kv; h++)
+                    memcpy(ds + (size_t)h * (size_t)dst->cap, ss + (size_t)h * (size_t)src->cap, sizeof(float) * (size_t)n);
+            }
+        }
+    dst->len = n;
+    if (dst->hi < n) dst->hi = n;
+    return 0;
+}
+
 kv_view kv_layer(kv_cache *kv, int layer) {
     kv_view w = {.bits = kv->bits, .k = elems(kv, layer, 0), .v = elems(kv, layer, 1), .stride = kv->cap};
     if (kv->bits == 8) w.ks = scales(kv, layer, 0), w.vs = scales(kv, layer, 1);

@@ -56,6 +56,11 @@ float *kv_v(kv_cache *kv, int layer);
  * every layer has been written. */
 void kv_store(kv_cache *kv, int layer, const float *k, const float *v, int M);
 void kv_commit(kv_cache *kv, int M);
+/* Makes dst hold src's positions [0, n): the same geometry and storage,
+ * n at most src's length and dst's capacity; the stored bits are copied,
+ * so dst then reads exactly as src did there. 0, or -1 when the two do not
+ * match (nothing changed). */
+int kv_copy_prefix(kv_cache *dst, const kv_cache *src, int n);
 /* Bytes one position costs across all layers (K and V) at a storage. */
 size_t kv_bytes_per_pos(int n_layers, int n_kv_heads, int head_dim, int bits);
 

@@ -266,6 +266,15 @@ size_t mctx_release(model_ctx *x) {
     return 0;
 }
 
+int mctx_copy_prefix(model_ctx *dst, const model_ctx *src, int n, char *err, size_t errlen) {
+    if (dst == src || dst->m != src->m) return ds_err(err, errlen, "cache copy: two contexts of one model are needed");
+    if (n < 0 || n > mctx_len(src) || n > mctx_capacity(dst))
+        return ds_err(err, errlen, "cache copy: %d positions (the source holds %d, the destination takes %d)", n,
+                      mctx_len(src), mctx_capacity(dst));
+    if (!dst->m->be->ctx_copy) return ds_err(err, errlen, "the %s backend does not copy caches", dst->m->be->name);
+    return dst->m->be->ctx_copy(dst->bc, src->bc, n, err, errlen);
+}
+
 /* ---- forward ------------------------------------------------------------ */
 
 int mctx_chain_ok(const model_ctx *x) { return x->m->caps.chain && x->m->be->chain_ok(x->bc); }

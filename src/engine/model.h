@@ -109,6 +109,12 @@ void mctx_truncate(model_ctx *c, int len); /* roll back to len positions */
  * returns the bytes released (0 where the backend cannot: the GPU's
  * cache is not host memory). */
 size_t mctx_release(model_ctx *c);
+/* Makes dst hold src's positions [0, n) exactly as src holds them (two
+ * contexts of one model, n at most src's length and dst's window), so a
+ * prompt that shares a prefix with another sequence's need not compute it
+ * again. 0, or -1 with err filled (dst unchanged): a backend without the
+ * copy says so. */
+int mctx_copy_prefix(model_ctx *dst, const model_ctx *src, int n, char *err, size_t errlen);
 
 /* Drafts' own distributions in the backend's memory, as its sampler left
  * them when it drew the drafts there (a GPU DSpark's sampled rows,

@@ -538,6 +538,46 @@ static void end_job(sched *en, active *a, int rc) {
     free(a);
 }
 
+/* ids[0 .. k) that slot i holds */
+static int slot_match(sched *en, int i, const int *ids, int n) {
+    const seq *s = en->slots[i].s;
+    const int *have = seq_tokens(s);
+    int len = seq_len(s), k = 0;
+    while (k < len && k < n && have[k] == ids[k]) k++;
+    return k;
+}
+
+/* Prefix sharing between slots: when another slot (running a job or not)
+   holds a longer prefix of the prompt than slot a does, slot a takes a
+   copy of that prefix's cache (seq_copy_prefix) and of its drafter's
+   context (cli_spec_copy_prefix) before its run starts, so concurrent
+   requests with one long system prompt compute it once. Copies are taken
+   between steps on this thread: the source's cached prefix is not being
+   written (a running job only appends past its prompt). The prompt's last
+   row is always computed (its logits are needed), and a copy shorter than
+   SHARE_MIN positions is not worth its bytes. A backend without the copy
+   (the GPU's caches) keeps the slot as it is. */
+#define SHARE_MIN 32
+static void share_prefix(sched *en, int a, const int *ids, int n) {
+    const int own = slot_match(en, a, ids, n);
+    int src = -1, len = own;
+    for (int i = 0; i < en->n_slots; i++) {
+        if (i == a) continue;
+        const int k = slot_match(en, i, ids, n);
+        if (k > len) src = i, len = k;
+    }
+    if (len > n - 1) len = n - 1;
+    if (src < 0 || len < own + SHARE_MIN) return;
+    char err[256];
+    sched_slot *d = &en->slots[a], *s = &en->slots[src];
+    if (seq_copy_prefix(d->s, s->s, len, err, sizeof err) != 0) return; /* (no copy on this backend: slot a as it was) */
+    if (d->sp && s->sp && cli_spec_copy_prefix(d->sp, s->sp, len, err, sizeof err) < 0) seq_truncate(d->s, own);
+    pthread_mutex_lock(&en->mmu);
+    en->m.prefix_copies++;
+    en->m.prefix_copied_tokens += (uint64_t)(len - own);
+    pthread_mutex_unlock(&en->mmu);
+}
+
 /* Admits a job: its slot (see pick_slot), its sampler seeded for it, its
    run created (no forward yet). Returns the running job, or NULL when it
    ended at once (halted before it started, or an error). */
@@ -546,6 +586,7 @@ static active *start_job(sched *en, sched_job *j) {
     a->j = j;
     a->slot = pick_slot(en, j->ids, j->n_ids);
     en->slot_busy[a->slot] = 1;
+    share_prefix(en, a->slot, j->ids, j->n_ids);
     guard(en);
     en->slot_used[a->slot] = ds_now();
     sched_slot *sl = &en->slots[a->slot];

@@ -201,6 +201,8 @@ typedef struct {
     double step_seconds;     /* wall time inside the steps (the engine busy) */
     uint64_t rows_hist[SCHED_ROWS_BUCKETS + 1];
     uint64_t slots_shed;    /* cache slots the memory guard emptied */
+    uint64_t prefix_copies;  /* prompts given another slot's cached prefix (share_prefix) */
+    uint64_t prefix_copied_tokens; /* the positions those copies brought */
     char last_shed[192];    /* the guard's last log line ("" before any) */
 } sched_metrics;
 void sched_get_metrics(sched *en, sched_metrics *m);

@@ -225,6 +225,8 @@ static void route_health(server *srv, const http_req *r) {
     cJSON_AddNumberToObject(pc, "hit_rate", prefix_hit_rate(&m));
     cJSON_AddNumberToObject(pc, "prompt_tokens", (double)m.prompt_tokens);
     cJSON_AddNumberToObject(pc, "cached_tokens", (double)m.cached_tokens);
+    cJSON_AddNumberToObject(pc, "copies", (double)m.prefix_copies);
+    cJSON_AddNumberToObject(pc, "copied_tokens", (double)m.prefix_copied_tokens);
     cJSON_AddNumberToObject(o, "uptime_seconds", ds_now() - srv->t_start);
     cJSON *mem = cJSON_AddObjectToObject(o, "memory");
     cJSON_AddNumberToObject(mem, "rss_bytes", (double)rss_bytes());
@@ -331,6 +333,10 @@ static void route_metrics(server *srv, const http_req *r) {
            (unsigned long long)m.slot_hits);
     METRIC("prefix_cache_hit_ratio", "gauge", "prefix_cache_hits_total / prefix_cache_lookups_total.", " %.4f",
            prefix_hit_rate(&m));
+    METRIC("prefix_cache_copies_total", "counter", "Prompts given another cache slot's longer prefix (copied).",
+           " %llu", (unsigned long long)m.prefix_copies);
+    METRIC("prefix_cache_copied_tokens_total", "counter", "Positions those copies brought.", " %llu",
+           (unsigned long long)m.prefix_copied_tokens);
     METRIC("completion_tokens_total", "counter", "Generated tokens.", " %llu",
            (unsigned long long)m.completion_tokens);
     METRIC("rounds_total", "counter", "Verify rounds (target forwards while decoding).", " %llu",

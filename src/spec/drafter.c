@@ -103,6 +103,18 @@ static int d_reset(void *self, const int *ids, int n) {
     return keep;
 }
 
+int dstate_copy_prefix(dstate *dst, const dstate *src, int n, char *err, size_t errlen) {
+    if (dst == src || dst->dm != src->dm) return ds_err(err, errlen, "drafter copy: two states of one drafter are needed");
+    if (n < 0 || n > ctx_len(src) || n > src->n_ids)
+        return ds_err(err, errlen, "drafter copy: %d positions, the source holds %d", n, ctx_len(src));
+    if (!dst->be->dstate_copy) return ds_err(err, errlen, "the %s backend does not copy drafter caches", dst->be->name);
+    if (dst->be->dstate_copy(dst->bs, src->bs, n, err, errlen) != 0) return -1;
+    dst->n_ids = 0;
+    ids_push(dst, src->ids, n);
+    dst->broken = 0;
+    return 0;
+}
+
 static void d_commit(void *self, const int *ids, int n) { ids_push(self, ids, n); }
 
 /* 1 when context rows pos0.. (n of them) can be taken: the context must stay

@@ -84,6 +84,11 @@ void dstate_free(dstate *ds);
 /* DSpark: stop the block at the first position whose confidence is below
  * c (0 = always the full cap). */
 void dstate_set_confidence_threshold(dstate *ds, float c);
+/* Makes dst hold src's first n context positions and ids (two states of
+ * one drafter; n at most src's context), as mctx_copy_prefix does for
+ * the target, so a prompt's shared prefix needs no features again. 0, or
+ * -1 with err filled (dst unchanged). */
+int dstate_copy_prefix(dstate *dst, const dstate *src, int n, char *err, size_t errlen);
 /* The spec-loop interface over ds. */
 drafter dstate_drafter(dstate *ds);
 /* Positions whose context features are cached. */

@@ -247,6 +247,16 @@ void seq_chain_end(seq *s) {
     s->in_chain = 0;
 }
 
+int seq_copy_prefix(seq *dst, const seq *src, int n, char *err, size_t errlen) {
+    if (n < 0 || n > src->n) return ds_err(err, errlen, "sequence copy: %d ids, the source holds %d", n, src->n);
+    if (src->in_chain) return ds_err(err, errlen, "sequence copy: the source has a chained step in flight");
+    seq_chain_end(dst);
+    if (mctx_copy_prefix(dst->ctx, src->ctx, n, err, errlen) != 0) return -1;
+    memcpy(dst->toks, src->toks, sizeof(int) * (size_t)n);
+    dst->n = n;
+    return 0;
+}
+
 void seq_truncate(seq *s, int len) {
     seq_chain_end(s);
     if (len < 0) len = 0;

@@ -108,6 +108,12 @@ int seq_chain_start(seq *s, int id, char *err, size_t errlen);
 int seq_chain_next(seq *s, int more, int *next, char *err, size_t errlen);
 void seq_chain_end(seq *s);
 
+/* Makes dst hold src's first n ids and their cache (two sequences of one
+ * model, n <= seq_len(src)) as src holds them (mctx_copy_prefix): a
+ * prompt that starts with another sequence's cached ids then prefills only
+ * the rest. 0, or -1 with err filled (dst unchanged). */
+int seq_copy_prefix(seq *dst, const seq *src, int n, char *err, size_t errlen);
+
 /* Rolls back to the first len ids (len <= seq_len). */
 void seq_truncate(seq *s, int len);
 
