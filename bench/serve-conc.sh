@@ -12,15 +12,18 @@
 # per concurrency (the machine is shared and noisy) and each cell is the
 # median of TRIALS (default 3) runs.
 # With LLAMA_SERVER (a llama.cpp llama-server binary), also llama-server
-# -np C -cb on a Q8_0 GGUF of the same weights (`dspark quantize`), beside
-# dspark serving that same GGUF.
+# -np C -cb on a Q8_0 GGUF of the same weights (`dspark quantize`; GGUF=FILE
+# takes that GGUF instead), beside dspark serving that same GGUF.
+# Other settings: MAXB (default "8 1": the --max-batch values compared),
+# DSPARK (a dspark binary: no `make`), DSPARK_ARGS (more serve flags, e.g.
+# "--device cuda"), LLAMA_ARGS (more llama-server flags, e.g. "-ngl 99 -fa on").
 #   bench/serve-conc.sh [N] [REQS]
 set -e
 cd "$(dirname "$0")/.."
-make -s dspark
+[ -n "${DSPARK:-}" ] || { make -s dspark; DSPARK=./dspark; }
 N=${1:-64} REQS=${2:-3}
 CONC=${CONC:-"1 2 4 8"} MODES=${MODES:-"dspark baseline"} TRIALS=${TRIALS:-3} THREADS=${THREADS:-2}
-MODEL=${MODEL:-models/dspark-coder-6m}
+MODEL=${MODEL:-models/dspark-coder-6m} MAXB=${MAXB:-"8 1"}
 TMP=$(mktemp -d)
 PID=
 trap '[ -n "$PID" ] && kill $PID 2>/dev/null; rm -rf "$TMP"' EXIT
@@ -82,10 +85,11 @@ echo "model $MODEL, $N tokens a request, $REQS requests a stream, median of $TRI
 printf "%-34s %4s %14s %16s %12s\n" "server" "C" "aggregate t/s" "per-request t/s" "TTFT ms"
 for mode in $MODES; do
     for c in $CONC; do
-        for mb in 8 1; do
+        for mb in $MAXB; do
             port=$(free_port)
-            start_server "listening on" ./dspark serve --model "$MODEL" --mode "$mode" --max-batch $mb \
-                --cache-slots 8 -t "$THREADS" --port "$port"
+            # shellcheck disable=SC2086
+            start_server "listening on" "$DSPARK" serve --model "$MODEL" --mode "$mode" --max-batch $mb \
+                --cache-slots 16 -t "$THREADS" --port "$port" ${DSPARK_ARGS:-}
             load "$port" "$c" "dspark $mode --max-batch $mb"
             stop_server
         done
@@ -93,18 +97,23 @@ for mode in $MODES; do
 done
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
-    GGUF="$TMP/model-q8_0.gguf"
-    ./dspark quantize --model "$MODEL" --out "$GGUF" --type Q8_0 >"$TMP/quantize.log" 2>&1 || { cat "$TMP/quantize.log"; exit 1; }
+    if [ -z "${GGUF:-}" ]; then
+        GGUF="$TMP/model-q8_0.gguf"
+        "$DSPARK" quantize --model "$MODEL" --out "$GGUF" --type Q8_0 >"$TMP/quantize.log" 2>&1 || { cat "$TMP/quantize.log"; exit 1; }
+    fi
+    mb=$(echo $MAXB | cut -d' ' -f1)
     for c in $CONC; do
         port=$(free_port)
-        start_server "listening on" ./dspark serve --model "$GGUF" --mode baseline --max-batch 8 --cache-slots 8 \
-            -t "$THREADS" --port "$port"
-        load "$port" "$c" "dspark Q8_0 baseline --max-batch 8"
+        # shellcheck disable=SC2086
+        start_server "listening on" "$DSPARK" serve --model "$GGUF" --mode baseline --max-batch $mb --cache-slots 16 \
+            -t "$THREADS" --port "$port" ${DSPARK_ARGS:-}
+        load "$port" "$c" "dspark $(basename "$GGUF") baseline --max-batch $mb"
         stop_server
         port=$(free_port)
+        # shellcheck disable=SC2086
         start_server "server is listening" "$LLAMA_SERVER" -m "$GGUF" -np "$c" -cb -t "$THREADS" -c $((2048 * c)) \
-            --port "$port"
-        load "$port" "$c" "llama-server Q8_0 -np $c"
+            --port "$port" ${LLAMA_ARGS:-}
+        load "$port" "$c" "llama-server $(basename "$GGUF") -np $c"
         stop_server
     done
 else

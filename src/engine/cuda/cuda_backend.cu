@@ -507,6 +507,35 @@ extern "C" void cuda_ctx_truncate(cuda_ctx *x, int len) {
     if (len < x->len) x->len = len < 0 ? 0 : len;
 }
 
+/* The cache is [layer][2][nkv][cap][hd] (scales [layer][2][nkv][cap]): one
+   strided copy of each block's first n rows carries a prefix between two
+   contexts of any capacities. Both streams are drained first, so nothing
+   in flight reads or writes either cache while it moves. */
+extern "C" int cuda_ctx_copy(cuda_ctx *dst, cuda_ctx *src, int n, char *err, size_t errlen) {
+    chain_drain(src);
+    chain_drain(dst);
+    if (dst == src || dst->m != src->m || n < 0 || n > src->len || n > dst->cap)
+        return ds_err(err, errlen, "cache copy: %d positions do not fit (source holds %d, destination takes %d)", n,
+                      src->len, dst->cap);
+    const model_config *c = &src->m->cfg;
+    const size_t blocks = (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads;
+    const size_t row = (size_t)c->head_dim * (size_t)(src->m->kv_bits / 8);
+    CK(cudaSetDevice(src->m->gpu));
+    CK(cudaStreamSynchronize(src->st));
+    CK(cudaStreamSynchronize(dst->st));
+    if (n > 0) {
+        CK(cudaMemcpy2DAsync(dst->kv, (size_t)dst->cap * row, src->kv, (size_t)src->cap * row, (size_t)n * row, blocks,
+                             cudaMemcpyDeviceToDevice, dst->st));
+        if (src->kv_sc)
+            CK(cudaMemcpy2DAsync(dst->kv_sc, (size_t)dst->cap * sizeof(float), src->kv_sc,
+                                 (size_t)src->cap * sizeof(float), (size_t)n * sizeof(float), blocks,
+                                 cudaMemcpyDeviceToDevice, dst->st));
+        CK(cudaStreamSynchronize(dst->st));
+    }
+    dst->len = n;
+    return 0;
+}
+
 static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen) {
     if (x->pinned_floats >= floats) return 0;
     if (x->h_pinned) cudaFreeHost(x->h_pinned);

@@ -86,6 +86,8 @@ void cuda_ctx_free(cuda_ctx *c);
 int cuda_ctx_len(const cuda_ctx *c);
 int cuda_ctx_capacity(const cuda_ctx *c);
 void cuda_ctx_truncate(cuda_ctx *c, int len);
+/* backend.ctx_copy */
+int cuda_ctx_copy(cuda_ctx *dst, cuda_ctx *src, int n, char *err, size_t errlen);
 
 /* mctx_resident_taps (model.h) on the device: up to GRAPH_ROWS rows in the
  * verify graphs' buffer, more in one allocated (or grown) here; NULL when

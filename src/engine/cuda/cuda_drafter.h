@@ -57,6 +57,8 @@ void cuda_dstate_free(cuda_dstate *s);
 int cuda_dstate_len(const cuda_dstate *s);      /* positions with context K/V */
 int cuda_dstate_capacity(const cuda_dstate *s);
 void cuda_dstate_truncate(cuda_dstate *s, int len);
+/* backend.dstate_copy */
+int cuda_dstate_copy(cuda_dstate *dst, cuda_dstate *src, int n, char *err, size_t errlen);
 
 /* Context rows at positions pos0 .. pos0+n-1 (the cache is cut to pos0
    first; pos0 <= len and pos0 + n <= capacity): row i's features are

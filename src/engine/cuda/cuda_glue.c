@@ -43,6 +43,9 @@ static void g_ctx_free(void *bc) { cuda_ctx_free(bc); }
 static int g_ctx_len(const void *bc) { return cuda_ctx_len(bc); }
 static int g_ctx_capacity(const void *bc) { return cuda_ctx_capacity(bc); }
 static void g_ctx_truncate(void *bc, int len) { cuda_ctx_truncate(bc, len); }
+static int g_ctx_copy(void *dst, const void *src, int n, char *err, size_t errlen) {
+    return cuda_ctx_copy(dst, (cuda_ctx *)src, n, err, errlen); /* (drains src's stream: not const there) */
+}
 static size_t g_ctx_bytes(const void *bm, int n_ctx, int max_batch) { return cuda_ctx_bytes(bm, n_ctx, max_batch); }
 static int g_mem_avail(const void *bm, size_t *free_b, size_t *total_b) { return cuda_mem_info(bm, free_b, total_b); }
 static int g_forward(void *bc, const model_batch *b, char *err, size_t errlen) { return cuda_forward(bc, b, err, errlen); }
@@ -72,6 +75,9 @@ static void g_dstate_free(void *bs) { cuda_dstate_free(bs); }
 static int g_dstate_len(const void *bs) { return cuda_dstate_len(bs); }
 static int g_dstate_capacity(const void *bs) { return cuda_dstate_capacity(bs); }
 static void g_dstate_truncate(void *bs, int len) { cuda_dstate_truncate(bs, len); }
+static int g_dstate_copy(void *dst, const void *src, int n, char *err, size_t errlen) {
+    return cuda_dstate_copy(dst, (cuda_dstate *)src, n, err, errlen);
+}
 static int g_dstate_ingest(void *bs, int pos0, int n, const float *taps, int rows, int row0, char *err,
                            size_t errlen) {
     return cuda_dstate_ingest(bs, pos0, n, taps, rows, row0, err, errlen);
@@ -117,6 +123,7 @@ static backend g_table = {
     .ctx_len = g_ctx_len,
     .ctx_capacity = g_ctx_capacity,
     .ctx_truncate = g_ctx_truncate,
+    .ctx_copy = g_ctx_copy,
     .forward = g_forward,
     .forward_multi = g_forward_multi,
     .resident_taps = g_resident_taps,
@@ -131,6 +138,7 @@ static backend g_table = {
     .dstate_len = g_dstate_len,
     .dstate_capacity = g_dstate_capacity,
     .dstate_truncate = g_dstate_truncate,
+    .dstate_copy = g_dstate_copy,
     .dstate_ingest = g_dstate_ingest,
     .dstate_ingest_resident = g_dstate_ingest_resident,
     .dstate_propose = g_dstate_propose,
