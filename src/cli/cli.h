@@ -142,6 +142,10 @@ drafter *cli_spec_drafter(cli_spec *sp); /* NULL for baseline (sp may be NULL) *
  * prefix (n, or fewer when src's state holds fewer), or -1 with err
  * filled. */
 int cli_spec_copy_prefix(cli_spec *dst, const cli_spec *src, int n, char *err, size_t errlen);
+/* The positions of context the drafter state holds (a speculative run
+ * reuses a cached prefix only as far as these reach), or -1 where there is
+ * no such state (baseline, lookup: nothing limits the reuse). */
+int cli_spec_ctx_len(const cli_spec *sp);
 /* Sets so's cap (and the adaptive controller) from sp. */
 void cli_spec_apply(cli_spec *sp, spec_opts *so);
 /* ", mode M, cap C (source), tokens/round T, accepted drafts per round a:n ..." */

@@ -309,6 +309,8 @@ void cli_spec_clone(cli_spec *dst, const cli_spec *src, const opts *o, const cli
 
 drafter *cli_spec_drafter(cli_spec *sp) { return sp && sp->mode != CLI_MODE_BASELINE ? &sp->d : NULL; }
 
+int cli_spec_ctx_len(const cli_spec *sp) { return sp && sp->ds ? dstate_ctx_len(sp->ds) : -1; }
+
 int cli_spec_copy_prefix(cli_spec *dst, const cli_spec *src, int n, char *err, size_t errlen) {
     if (!dst->ds || !src->ds) return n;
     const int have = dstate_ctx_len(src->ds), m = n < have ? n : have;

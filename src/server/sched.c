@@ -547,31 +547,43 @@ static int slot_match(sched *en, int i, const int *ids, int n) {
     return k;
 }
 
+/* The prefix of ids a run of job j in slot i would reuse: what the slot's
+   cache holds, and for a speculative job no further than its drafter state
+   holds context (spec_run's prefill keeps no more) */
+static int slot_usable(sched *en, int i, const sched_job *j) {
+    int k = slot_match(en, i, j->ids, j->n_ids);
+    const int d = j->plain ? -1 : cli_spec_ctx_len(en->slots[i].sp);
+    return d >= 0 && d < k ? d : k;
+}
+
 /* Prefix sharing between slots: when another slot (running a job or not)
-   holds a longer prefix of the prompt than slot a does, slot a takes a
-   copy of that prefix's cache (seq_copy_prefix) and of its drafter's
-   context (cli_spec_copy_prefix) before its run starts, so concurrent
-   requests with one long system prompt compute it once. Copies are taken
-   between steps on this thread: the source's cached prefix is not being
-   written (a running job only appends past its prompt). The prompt's last
-   row is always computed (its logits are needed), and a copy shorter than
-   SHARE_MIN positions is not worth its bytes. A backend without the copy
-   (the GPU's caches) keeps the slot as it is. */
+   holds a longer usable prefix of the prompt than slot a does, slot a
+   takes a copy of that prefix's cache (seq_copy_prefix) and of its
+   drafter's context (cli_spec_copy_prefix) before its run starts, so
+   concurrent requests with one long system prompt compute it once. Copies
+   are taken between steps on this thread: the source's cached prefix is
+   not being written (a running job only appends past its prompt). The
+   prompt's last row is always computed (its logits are needed), and a copy
+   shorter than SHARE_MIN positions is not worth its bytes. A backend
+   without the copy keeps the slot as it is. */
 #define SHARE_MIN 32
-static void share_prefix(sched *en, int a, const int *ids, int n) {
-    const int own = slot_match(en, a, ids, n);
+static void share_prefix(sched *en, int a, const sched_job *j) {
+    const int own = slot_usable(en, a, j);
     int src = -1, len = own;
     for (int i = 0; i < en->n_slots; i++) {
         if (i == a) continue;
-        const int k = slot_match(en, i, ids, n);
+        const int k = slot_usable(en, i, j);
         if (k > len) src = i, len = k;
     }
-    if (len > n - 1) len = n - 1;
+    if (len > j->n_ids - 1) len = j->n_ids - 1;
     if (src < 0 || len < own + SHARE_MIN) return;
     char err[256];
     sched_slot *d = &en->slots[a], *s = &en->slots[src];
     if (seq_copy_prefix(d->s, s->s, len, err, sizeof err) != 0) return; /* (no copy on this backend: slot a as it was) */
-    if (d->sp && s->sp && cli_spec_copy_prefix(d->sp, s->sp, len, err, sizeof err) < 0) seq_truncate(d->s, own);
+    if (d->sp && s->sp && cli_spec_copy_prefix(d->sp, s->sp, len, err, sizeof err) < 0) {
+        seq_truncate(d->s, own); /* (the drafter's copy failed: only what the slot had stays) */
+        return;
+    }
     pthread_mutex_lock(&en->mmu);
     en->m.prefix_copies++;
     en->m.prefix_copied_tokens += (uint64_t)(len - own);
@@ -586,7 +598,7 @@ static active *start_job(sched *en, sched_job *j) {
     a->j = j;
     a->slot = pick_slot(en, j->ids, j->n_ids);
     en->slot_busy[a->slot] = 1;
-    share_prefix(en, a->slot, j->ids, j->n_ids);
+    share_prefix(en, a->slot, j);
     guard(en);
     en->slot_used[a->slot] = ds_now();
     sched_slot *sl = &en->slots[a->slot];

@@ -8,7 +8,9 @@
 //       sent together each answer what they answer alone; a long prompt's
 //       prefill goes in chunks between the others' rounds; n above the batch
 //       is refused and n within it equals the single requests of its seeds;
-//       /health and /metrics show the batch; last, SIGTERM (to
+//       a request arriving while another with the same long system prompt
+//       runs takes that prefix by copy (cached_tokens, the copy counters)
+//       and answers as alone; /health and /metrics show the batch; last, SIGTERM (to
 //       $DSPARK_SERVER_PID) with a full batch and a queue: every answer
 //       finishes whole, equal to its answer alone.
 //   DSPARK_CONC_PHASE=scripted  the scripted model (tests/scripted.c):
@@ -204,6 +206,31 @@ if (PHASE === "bundled") {
                 const one = outcome(await postJSON("/v1/chat/completions", { ...body, seed: 21 + i }));
                 assert.equal(r.json.choices[i].message.content, one.text, `choice ${i}`);
             }
+        }, 60000);
+
+    test("a request arriving while another runs takes their shared prompt prefix by copy, and answers as alone",
+        async () => {
+            await idle();
+            let sys = "You are a careful coding agent. Tools: read_file(path), write_file(path, text), run(cmd).\n";
+            for (let i = 0; (await postJSON("/tokenize", { content: sys })).json.tokens.length < 400; i++)
+                sys += `Rule ${i}: keep functions short, name things plainly, test edge case ${i}.\n`;
+            const ask = (q, n, extra = {}) => ({ path: "/v1/chat/completions", body: { model, max_tokens: n,
+                temperature: 0, messages: [{ role: "system", content: sys }, { role: "user", content: q }], ...extra } });
+            const m0 = await metrics();
+            const copies0 = m0.get("prefix_cache_copies_total"), tok0 = m0.get("prefix_cache_copied_tokens_total");
+            const s0 = (await health()).batch.steps;
+            const a = send(ask("Write a CSV parser.", 1500, { ignore_eos: true }));
+            await until((h) => h.requests_running === 1 && h.batch.steps >= s0 + 3, "the first answer decoding");
+            const b = ask("Write a JSON printer.", 24);
+            const rb = await postJSON(b.path, b.body);
+            const got = outcome(rb), cached = rb.json.usage.prompt_tokens_details.cached_tokens;
+            await a;
+            const m1 = await metrics();
+            assert.equal(m1.get("prefix_cache_copies_total"), copies0 + 1, "one copy between the slots");
+            const copied = m1.get("prefix_cache_copied_tokens_total") - tok0;
+            assert.ok(cached >= 400 && cached < rb.json.usage.prompt_tokens, `cached_tokens ${cached}`);
+            assert.ok(copied >= cached - 32 && copied <= cached, `${copied} positions copied, ${cached} cached`);
+            same(got, outcome(await postJSON(b.path, b.body)), "the request given a copied prefix");
         }, 60000);
 
     test("/health and /metrics show the batch", async () => {

@@ -1,4 +1,4 @@
-// Concurrency and memory: `dspark serve` on the bundled model under 8
+// Concurrency and memory: `dspark serve` on the bundled model under 32
 // requests in flight, mixed stream / non-stream and chat / completions;
 // every answer must equal the one the same request gets alone (greedy).
 //   DSPARK_LOAD_PHASE=warm  computes each prompt's expected answers one at a
@@ -12,7 +12,7 @@ import { assert, openai, run, test, request, checkXDspark, MODEL_ID } from "./co
 const PHASE = process.env.DSPARK_LOAD_PHASE || "warm";
 const FILE = process.env.DSPARK_LOAD_FILE || "";
 const N = Number(process.env.DSPARK_LOAD_N || 200);
-const INFLIGHT = 8;
+const INFLIGHT = 32;
 const MAX = 24;
 const client = openai({ timeout: 240000 });
 const model = MODEL_ID || "dspark-coder-6m";
