@@ -111,7 +111,7 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
         stop_server
         port=$(free_port)
         # shellcheck disable=SC2086
-        start_server "server is listening" "$LLAMA_SERVER" -m "$GGUF" -np "$c" -cb -t "$THREADS" -c $((2048 * c)) \
+        start_server "listening on" "$LLAMA_SERVER" -m "$GGUF" -np "$c" -cb -t "$THREADS" -c $((2048 * c)) \
             --port "$port" ${LLAMA_ARGS:-}
         load "$port" "$c" "llama-server $(basename "$GGUF") -np $c"
         stop_server

@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,12 +30,6 @@ struct cuda_model {
     int tiles_done; /* the tile-major copies decided (model_tiles) */
     cu_tuning tune; /* its launch choices (cuda_tuning.h): cu_tuning_hooked's when created */
     int kv_bits;    /* its contexts' KV storage (model_desc.kv_bits: 32, 16 or 8; cu_kv) */
-    /* the multi form's scratch (cuda_forward_multi): a context of one
-       position whose activations, logits rows and cuBLAS groups serve the
-       rows of several sequences; made by the first multi forward, made
-       again wider when one needs more rows; taken under multi_mu */
-    cuda_ctx *multi;
-    pthread_mutex_t multi_mu;
 };
 
 /* a captured forward and what its capture fixed (graph_for) */
@@ -64,7 +57,6 @@ struct cuda_ctx {
     cu_sample_args *h_samp, *d_samp; /* the device sampler's arguments: pinned host, device */
     float *escr;                     /* the device sampler's scratch rows */
     int *h_in;                       /* pinned: [rows] ids, [rows] positions, [1] length */
-    int *h_who;                      /* the multi scratch's (model.multi): [rows] pairs (segment, logits row) */
     float *h_pinned;                 /* pinned host staging for logits */
     size_t pinned_floats;
     cudaStream_t st;
@@ -199,7 +191,6 @@ extern "C" int cuda_model_create(cuda_model **out, const model_desc *w, int gpu,
         return ds_err(err, errlen, "CUDA backend: head_dim %d is not supported (a multiple of 4, at most %d)",
                       w->cfg->head_dim, ATT_MAX_HD);
     cuda_model *m = (cuda_model *)xcalloc(1, sizeof *m);
-    pthread_mutex_init(&m->multi_mu, NULL);
     m->cfg = *w->cfg;
     m->gpu = gpu;
     m->kv_bits = w->kv_bits ? w->kv_bits : 32;
@@ -248,8 +239,6 @@ const cu_tuning *cu_model_tune(const cuda_model *m) { return &m->tune; }
 
 extern "C" void cuda_model_free(cuda_model *m) {
     if (!m) return;
-    cuda_ctx_free(m->multi);
-    pthread_mutex_destroy(&m->multi_mu);
     cu_pool_free(&m->pool);
     free(m->layers);
     free(m);
@@ -483,7 +472,6 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
     if (x->st) cudaStreamDestroy(x->st);
     if (x->h_pinned) cudaFreeHost(x->h_pinned);
     if (x->h_in) cudaFreeHost(x->h_in);
-    free(x->h_who);
     if (x->ev)
         for (int i = 0; i < TRACE_EVENTS; i++) cudaEventDestroy(x->ev[i]);
     free(x->ev);
@@ -887,257 +875,6 @@ extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errle
         }
     }
     return 0;
-}
-
-/* ---- several sequences at once ------------------------------------------ */
-
-/* cuda_forward_multi runs in steps of at most the multi scratch's rows
-   (MULTI_ROWS, or the widest rows of its contexts, rounded up to whole
-   cuBLAS groups): each step takes rows from every sequence with rows left
-   (the fewest first, so that decode and verify rows share the first
-   step). A sequence's rows in a step are either whole cuBLAS groups of its
-   batch (where its own context runs groups: the rows before n / G * G) or
-   rows of the decode kernels; the steps' group rows are laid first, so
-   the layer matmuls run all rows of a step in one launch (two where both
-   kinds meet). The q/k tails, KV stores and attention run per sequence,
-   in its cache, with its partials' scratch (cu_layer_multi). The LM head
-   runs over the step's selected rows in pieces of the scratch's logits
-   rows, then the argmax of a piece in one launch, or each sequence's
-   device sampler over its rows (its context's arguments and scratch).
-   Every row takes the arithmetic of cuda_forward on its sequence alone,
-   so the results are the same bits. Without graphs, chained steps (a
-   context's chain is drained first), resident taps or drafts'
-   distributions on the device (refused with an error). */
-#define MULTI_ROWS 256
-
-/* a sequence's rows [row0, row0 + M) at rows [off, off + M) of a step */
-struct mseg {
-    cuda_ctx *x;
-    const model_batch *b;
-    int *next_logit;
-    int row0, M, off, pre;
-};
-
-/* the multi scratch for steps of R rows (R a multiple of the groups) */
-static int multi_scratch(cuda_model *m, int R, char *err, size_t errlen) {
-    if (m->multi && m->multi->rows >= R) return 0;
-    cuda_ctx_free(m->multi);
-    m->multi = NULL;
-    const int G = m->tune.gemm_rows, B = G > 128 ? G : 128; /* logits rows: enough for a group's context */
-    if (ctx_create(&m->multi, m, 1, B, R, err, errlen) != 0) return -1;
-    m->multi->h_who = (int *)xmalloc(sizeof(int) * 2 * (size_t)R);
-    return 0;
-}
-
-/* the selected rows of a step's segments sg[ns] (in the order of their
-   rows), gathered to the front of mx->x: their LM head in pieces of mx->max_batch rows and each piece's
-   answers copied out */
-static int multi_head(cuda_ctx *mx, mseg *sg, int ns, char *err, size_t errlen) {
-    cuda_model *m = mx->m;
-    const int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    cu_go st = ctx_go(mx);
-    /* (seg, logits row index) of each selected row, in order */
-    int n_sel = 0;
-    for (int k = 0; k < ns; k++) {
-        const mseg *g = &sg[k];
-        const model_batch *b = g->b;
-        for (int i = *g->next_logit; i < b->n_logits; i++) {
-            int r = b->logit_rows ? b->logit_rows[i] : b->n - b->n_logits + i;
-            if (r >= g->row0 + g->M) break;
-            int src = g->off + r - g->row0; /* >= n_sel: the copies move rows forward only */
-            if (src != n_sel)
-                CK(cudaMemcpyAsync(mx->x + (size_t)n_sel * H, mx->x + (size_t)src * H, sizeof(float) * H,
-                                   cudaMemcpyDeviceToDevice, mx->st));
-            mx->h_who[2 * n_sel] = k;
-            mx->h_who[2 * n_sel + 1] = i;
-            n_sel++;
-        }
-    }
-    const int P = mx->max_batch;
-    for (int p0 = 0; p0 < n_sel; p0 += P) {
-        const int n = n_sel - p0 < P ? n_sel - p0 : P;
-        const int *who = mx->h_who + 2 * p0; /* pairs (segment, logits row) */
-        lm_head(mx, st, mx->x + (size_t)p0 * H, n);
-        int ids = 0, lg = 0;
-        for (int j = 0; j < n; j++) {
-            const model_batch *b = sg[who[2 * j]].b;
-            ids |= b->argmax != NULL;
-            lg |= b->logits != NULL;
-        }
-        if (ids) cu_argmax(st, mx->d_ids, mx->logits, n, V, &mx->am);
-        /* each sampled sequence's run of rows in the piece, at most its
-           sampler scratch's rows */
-        for (int j = 0; j < n;) {
-            const mseg *g = &sg[who[2 * j]];
-            int e = j + 1;
-            const int cap = g->x->max_batch < MODEL_SAMPLE_ROWS ? g->x->max_batch : MODEL_SAMPLE_ROWS;
-            while (e < n && who[2 * e] == who[2 * j] && e - j < cap) e++;
-            if (g->b->smp) {
-                cuda_ctx *x = g->x;
-                const model_batch *b = g->b;
-                cu_sample_args_set(x->h_samp, sampler_get_params(b->smp), b->draft, b->u, b->n_logits);
-                x->h_samp->row0 = who[2 * j + 1];
-                CK(cudaMemcpyAsync(x->d_samp, x->h_samp, sizeof(cu_sample_args), cudaMemcpyHostToDevice, mx->st));
-                cu_sample_rows(st, mx->d_ids + j, mx->logits + (size_t)j * V, x->escr, e - j, V, x->d_samp, NULL, 0);
-                ids = 1;
-                /* (h_samp is read by the copy before the next run's
-                   arguments: the piece synchronises before its next use) */
-                CK(cudaStreamSynchronize(mx->st));
-            }
-            j = e;
-        }
-        if (ids) CK(cudaMemcpyAsync(mx->h_ids, mx->d_ids, sizeof(int) * n, cudaMemcpyDeviceToHost, mx->st));
-        if (lg)
-            CK(cudaMemcpyAsync(mx->h_pinned, mx->logits, sizeof(float) * (size_t)n * V, cudaMemcpyDeviceToHost,
-                               mx->st));
-        CK_LAUNCH();
-        CK(cudaStreamSynchronize(mx->st));
-        for (int j = 0; j < n; j++) {
-            const model_batch *b = sg[who[2 * j]].b;
-            const int i = who[2 * j + 1];
-            if (b->logits) memcpy(b->logits + (size_t)i * V, mx->h_pinned + (size_t)j * V, sizeof(float) * V);
-            if (b->argmax) b->argmax[i] = mx->h_ids[j];
-            if (b->smp) b->sampled[i] = mx->h_ids[j];
-        }
-    }
-    for (int k = 0; k < ns; k++) { /* the rows' logits indices consumed */
-        const mseg *g = &sg[k];
-        const model_batch *b = g->b;
-        while (*g->next_logit < b->n_logits) {
-            int i = *g->next_logit, r = b->logit_rows ? b->logit_rows[i] : b->n - b->n_logits + i;
-            if (r >= g->row0 + g->M) break;
-            (*g->next_logit)++;
-        }
-    }
-    (void)err;
-    (void)errlen;
-    return 0;
-}
-
-/* one step: the segments' inputs, the layers, the taps, the head */
-static int multi_step(cuda_ctx *mx, mseg *sg, int ns, int M, int Mpre, char *err, size_t errlen) {
-    cuda_model *m = mx->m;
-    const model_config *c = &m->cfg;
-    const int H = c->hidden_size, R = mx->rows;
-    cu_go st = ctx_go(mx);
-    cu_layer_seq sq[MODEL_MULTI_MAX];
-    for (int k = 0; k < ns; k++) {
-        const mseg *g = &sg[k];
-        cuda_ctx *x = g->x;
-        for (int i = 0; i < g->M; i++) {
-            mx->h_in[g->off + i] = g->b->tokens[g->row0 + i];
-            mx->h_in[R + g->off + i] = g->b->pos ? g->b->pos[g->row0 + i] : x->len + i;
-        }
-        x->h_in[2 * x->rows] = x->len;
-        CK(cudaMemcpyAsync(x->d_len, x->h_in + 2 * x->rows, sizeof(int), cudaMemcpyHostToDevice, mx->st));
-        sq[k] = cu_layer_seq{cu_kv{}, x->d_len, x->cap, x->part, x->wg_img, g->off, g->M, g->pre,
-                             cu_attn_spread_for(&m->tune, x->len)};
-    }
-    CK(cudaMemcpyAsync(mx->tok, mx->h_in, sizeof(int) * M, cudaMemcpyHostToDevice, mx->st));
-    CK(cudaMemcpyAsync(mx->pos, mx->h_in + R, sizeof(int) * M, cudaMemcpyHostToDevice, mx->st));
-    cu_embed(st, mx->x, &m->embed, mx->tok, M);
-    const cu_layer_rows rows = layer_rows(mx);
-    for (int l = -1; l < c->n_layers; l++) {
-        if (l >= 0) {
-            for (int k = 0; k < ns; k++) sq[k].kv = ctx_kv(sg[k].x, l);
-            cu_layer_multi(st, &rows, &m->layers[l], sq, ns, M, Mpre);
-        }
-        for (int k = 0; k < ns; k++) {
-            const model_batch *b = sg[k].b;
-            for (int t = 0; t < b->n_taps; t++)
-                if (b->tap_layers[t] == l)
-                    CK(cudaMemcpyAsync(b->taps + ((size_t)t * b->n + sg[k].row0) * H, mx->x + (size_t)sg[k].off * H,
-                                       sizeof(float) * (size_t)sg[k].M * H, cudaMemcpyDeviceToHost, mx->st));
-        }
-    }
-    CK_LAUNCH();
-    /* (the x rows the taps copy are done before the head moves them) */
-    if (multi_head(mx, sg, ns, err, errlen) != 0) return -1;
-    CK(cudaStreamSynchronize(mx->st));
-    if (cu_gemm_check(mx->gemm, err, errlen)) return -1;
-    for (int k = 0; k < ns; k++) sg[k].x->len += sg[k].M;
-    return 0;
-}
-
-extern "C" int cuda_forward_multi(cuda_ctx *const *xs, const void *bv, int n, char *err, size_t errlen) {
-    const model_batch *bs = (const model_batch *)bv;
-    if (n <= 0 || n > MODEL_MULTI_MAX)
-        return ds_err(err, errlen, "forward: %d sequences, 1..%d in one multi forward", n, MODEL_MULTI_MAX);
-    cuda_model *m = xs[0]->m;
-    const int G = m->tune.gemm_rows;
-    int R = MULTI_ROWS;
-    for (int i = 0; i < n; i++) {
-        const cuda_ctx *x = xs[i];
-        const model_batch *b = &bs[i];
-        if (x->m != m) return ds_err(err, errlen, "forward: sequence %d belongs to another model", i);
-        if (b->taps_resident)
-            return ds_err(err, errlen, "sequence %d: forward: taps left on the device (taps_resident) are not "
-                          "supported by the multi forward; run that sequence with model_forward", i);
-        if (b->draft_q)
-            return ds_err(err, errlen, "sequence %d: forward: drafts' distributions on the device (draft_q) are not "
-                          "supported by the multi forward; run that sequence with model_forward", i);
-        if (cuda_ctx_len(x) + b->n > x->cap)
-            return ds_err(err, errlen, "sequence %d: context window full: %d cached + %d new positions exceed the "
-                          "%d-position window", i, cuda_ctx_len(x), b->n, x->cap);
-        if (x->rows > R) R = x->rows;
-    }
-    if (G > 0) R = (R + G - 1) / G * G;
-    CK(cudaSetDevice(m->gpu));
-    for (int i = 0; i < n; i++) chain_drain(xs[i]);
-    if (model_tiles(m, err, errlen) != 0) return -1;
-    int done[MODEL_MULTI_MAX], pre_end[MODEL_MULTI_MAX], next_logit[MODEL_MULTI_MAX], len0[MODEL_MULTI_MAX];
-    for (int i = 0; i < n; i++) {
-        done[i] = next_logit[i] = 0;
-        len0[i] = xs[i]->len;
-        /* the rows cuda_forward sends through its context's cuBLAS groups */
-        pre_end[i] = xs[i]->gemm ? bs[i].n / G * G : 0;
-    }
-    pthread_mutex_lock(&m->multi_mu);
-    int rc = multi_scratch(m, R, err, errlen);
-    cuda_ctx *mx = m->multi;
-    while (rc == 0) {
-        int ord[MODEL_MULTI_MAX], no = 0;
-        for (int i = 0; i < n; i++) { /* the sequences with rows left, fewest first */
-            int left = bs[i].n - done[i], j = no;
-            if (!left) continue;
-            no++;
-            while (j > 0 && bs[ord[j - 1]].n - done[ord[j - 1]] > left) ord[j] = ord[j - 1], j--;
-            ord[j] = i;
-        }
-        if (!no) break;
-        mseg sg[MODEL_MULTI_MAX];
-        int ns = 0, budget = mx->rows, Mpre = 0;
-        for (int k = 0; k < no && budget > 0; k++) {
-            int i = ord[k], t = bs[i].n - done[i];
-            if (t > budget) t = budget;
-            const int pre = done[i] < pre_end[i];
-            if (pre) { /* whole groups only */
-                if (t > pre_end[i] - done[i]) t = pre_end[i] - done[i];
-                t = t / G * G;
-                if (!t) continue;
-            }
-            sg[ns++] = mseg{xs[i], &bs[i], &next_logit[i], done[i], t, 0, pre};
-            done[i] += t;
-            budget -= t;
-            if (pre) Mpre += t;
-        }
-        /* the group rows' segments first, in the order of their rows (the
-           head's gather moves rows forward in that order) */
-        mseg lay[MODEL_MULTI_MAX];
-        int nl = 0, at = 0;
-        for (int pass = 1; pass >= 0; pass--)
-            for (int k = 0; k < ns; k++)
-                if (sg[k].pre == pass) {
-                    lay[nl] = sg[k];
-                    lay[nl++].off = at;
-                    at += sg[k].M;
-                }
-        rc = multi_step(mx, lay, nl, at, Mpre, err, errlen);
-    }
-    pthread_mutex_unlock(&m->multi_mu);
-    if (rc != 0)
-        for (int i = 0; i < n; i++) xs[i]->len = len0[i]; /* nothing of a failed forward stays cached */
-    return rc;
 }
 
 /* ---- chained decoding ---------------------------------------------------- */

@@ -95,12 +95,6 @@ int cuda_ctx_copy(cuda_ctx *dst, cuda_ctx *src, int n, char *err, size_t errlen)
 const float *cuda_ctx_taps(cuda_ctx *c, int n, int *rows);
 /* model_forward on the device (b is a model_batch, already validated). */
 int cuda_forward(cuda_ctx *c, const void *b, char *err, size_t errlen);
-/* model_forward_multi on the device (bs: n model_batch, already
- * validated, on n distinct contexts of one model): every matmul over all
- * the sequences' rows, the KV stores and attention per sequence; the same
- * bits as cuda_forward on each in turn. taps_resident and draft_q are
- * refused (an error naming the sequence; nothing runs). */
-int cuda_forward_multi(cuda_ctx *const *cs, const void *bs, int n, char *err, size_t errlen);
 
 /* Chained greedy decoding, one row a step (plain decoding): each step's
  * input is the previous step's argmax, read on the device, so the next step

@@ -49,9 +49,6 @@ static int g_ctx_copy(void *dst, const void *src, int n, char *err, size_t errle
 static size_t g_ctx_bytes(const void *bm, int n_ctx, int max_batch) { return cuda_ctx_bytes(bm, n_ctx, max_batch); }
 static int g_mem_avail(const void *bm, size_t *free_b, size_t *total_b) { return cuda_mem_info(bm, free_b, total_b); }
 static int g_forward(void *bc, const model_batch *b, char *err, size_t errlen) { return cuda_forward(bc, b, err, errlen); }
-static int g_forward_multi(void *const *bcs, const model_batch *bs, int n, char *err, size_t errlen) {
-    return cuda_forward_multi((cuda_ctx *const *)bcs, bs, n, err, errlen);
-}
 static const float *g_resident_taps(void *bc, int n, int *rows) { return cuda_ctx_taps(bc, n, rows); }
 static int g_chain_ok(const void *bc) { return cuda_chain_ok(bc); }
 static int g_chain_start(void *bc, int id, char *err, size_t errlen) { return cuda_chain_start(bc, id, err, errlen); }
@@ -125,7 +122,6 @@ static backend g_table = {
     .ctx_truncate = g_ctx_truncate,
     .ctx_copy = g_ctx_copy,
     .forward = g_forward,
-    .forward_multi = g_forward_multi,
     .resident_taps = g_resident_taps,
     .chain_ok = g_chain_ok,
     .chain_start = g_chain_start,

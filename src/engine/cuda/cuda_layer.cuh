@@ -90,34 +90,6 @@ struct cu_layer_how {
 void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M,
               const cu_layer_how *how);
 
-/* One sequence's rows in a layer over the rows of several (cu_layer_multi):
-   rows [off, off + M) of the scratch, its cache kv (capacity cap, length
-   before the rows *d_len on the device), its split attention's partials
-   part and warpgroup image wg_img (NULL: none), its decode attention's
-   launch shape spread; pre: the rows are whole cuBLAS groups of the
-   sequence's batch (the prefill family), else rows of the kernels of
-   decode and verify rows. */
-struct cu_layer_seq {
-    cu_kv kv;
-    const int *d_len;
-    int cap;
-    float *part, *wg_img;
-    int off, M, pre, spread;
-};
-
-/* Enqueues layer L (ATTN_CAUSAL) over M rows of several sequences in r:
-   the rows [0, Mpre) are the sequences' cuBLAS groups (r->gemm takes them:
-   each sequence's such rows whole groups laid one after another), the
-   others take the tensor-core kernels (no groups). Every matmul runs over
-   all M rows (two launches where both kinds are present); the q/k norms,
-   RoPE and KV store, and the attention run per sequence (sq[ns]) with the
-   rows' positions r->pos. The same bits for each row as cu_layer on its
-   sequence alone: the norms are folded or apart and the inputs of o and
-   down taken plain rather than pre-cut, each the same bits as the other
-   form. */
-void cu_layer_multi(cu_go st, const cu_layer_rows *r, const dlayer *L, const cu_layer_seq *sq, int ns, int M,
-                    int Mpre);
-
 /* The RMSNorm (weights gn) of M rows `in` ahead of a matmul of W run by
    its own kernel where cu_norm_split says so for site (and the matmul
    can take its input pre-cut): the rows' pre-cut products and scales in
