@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
                     double t0 = ds_now();
                     for (int l = 0; l < L; l++) {
                         kv_view w = kv_layer(kv, l);
-                        op_attention_kv(tp, o, q, M, nh, nkv, hd, &w, T - M, 1.0f / sqrtf((float)hd), 0);
+                        op_attention_kv(tp, o, q, M, nh, nkv, hd, &w, T - M, 1.0f / sqrtf((float)hd), 0, 0);
                     }
                     double dt = (ds_now() - t0) / L;
                     if (dt < best) best = dt;

@@ -60,6 +60,26 @@ static const char *QWEN3_TF5 =
     "\"rope_parameters\":{\"rope_theta\":1000000,\"rope_type\":\"default\"},\"tie_word_embeddings\":false,"
     "\"transformers_version\":\"5.0.0\",\"use_sliding_window\":false,\"vocab_size\":151936}";
 
+/* mistralai/Mistral-7B-v0.1: a sliding window over every layer */
+static const char *MISTRAL_V01 =
+    "{\"architectures\":[\"MistralForCausalLM\"],\"bos_token_id\":1,\"eos_token_id\":2,\"hidden_act\":\"silu\","
+    "\"hidden_size\":4096,\"initializer_range\":0.02,\"intermediate_size\":14336,"
+    "\"max_position_embeddings\":32768,\"model_type\":\"mistral\",\"num_attention_heads\":32,"
+    "\"num_hidden_layers\":32,\"num_key_value_heads\":8,\"rms_norm_eps\":1e-05,\"rope_theta\":10000.0,"
+    "\"sliding_window\":4096,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\","
+    "\"transformers_version\":\"4.34.0.dev0\",\"use_cache\":true,\"vocab_size\":32000}";
+
+/* mistralai/Mistral-Nemo-Instruct-2407: an explicit head_dim (128, not
+   5120 / 32), no window */
+static const char *MISTRAL_NEMO =
+    "{\"architectures\":[\"MistralForCausalLM\"],\"attention_dropout\":0.0,\"bos_token_id\":1,\"eos_token_id\":2,"
+    "\"head_dim\":128,\"hidden_act\":\"silu\",\"hidden_size\":5120,\"initializer_range\":0.02,"
+    "\"intermediate_size\":14336,\"max_position_embeddings\":1024000,\"model_type\":\"mistral\","
+    "\"num_attention_heads\":32,\"num_hidden_layers\":40,\"num_key_value_heads\":8,\"rms_norm_eps\":1e-05,"
+    "\"rope_theta\":1000000.0,\"sliding_window\":null,\"tie_word_embeddings\":false,"
+    "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.43.0.dev0\",\"use_cache\":true,"
+    "\"vocab_size\":131072}";
+
 static int parse(model_config *c, const char *text, char *err, size_t n) {
     return config_parse(c, text, strlen(text), "config.json", err, n);
 }
@@ -498,12 +518,51 @@ static void expect_edit_fail(int line, const char *base, const char *from, const
 }
 #define EDIT_FAIL(base, from, to, needle) expect_edit_fail(__LINE__, base, from, to, needle)
 
+TEST(config_mistral) {
+    model_config c;
+    char err[512];
+    CHECK_MSG(parse(&c, MISTRAL_V01, err, sizeof err) == 0, "%s", err);
+    CHECK(c.arch == ARCH_MISTRAL && !strcmp(config_arch_name(c.arch), "mistral"));
+    CHECK_EQ_INT(c.head_dim, 128);
+    CHECK_EQ_INT(c.max_position_embeddings, 32768);
+    CHECK_EQ_INT(c.sliding_window, 4096);
+    int all = 1;
+    for (int l = 0; l < c.n_layers; l++) all &= c.sliding[l] == 1;
+    CHECK(all && !c.qk_norm && !c.attention_bias && !c.tie_word_embeddings);
+    CHECK_EQ_INT(c.bos_token_id, 1);
+    CHECK(c.n_eos == 1 && c.eos_token_ids[0] == 2);
+    CHECK_MSG(parse(&c, MISTRAL_NEMO, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ_INT(c.head_dim, 128);
+    CHECK_EQ_INT(c.hidden_size, 5120);
+    CHECK_EQ_INT(c.sliding_window, 0);
+    CHECK_EQ_INT(c.sliding[0], 0);
+    /* layer_types name each layer's kind (here the first slides, the second does not) */
+    char *two = edit(MISTRAL_V01, "\"num_hidden_layers\":32,", "\"num_hidden_layers\":2,"
+                     "\"layer_types\":[\"sliding_attention\",\"full_attention\"],");
+    CHECK_MSG(parse(&c, two, err, sizeof err) == 0, "%s", err);
+    CHECK(c.sliding_window == 4096 && c.sliding[0] == 1 && c.sliding[1] == 0);
+    free(two);
+    /* no max_position_embeddings: MistralConfig's 4096 * 32 */
+    char *nomax = edit(MISTRAL_V01, "\"max_position_embeddings\":32768,", "");
+    CHECK_MSG(parse(&c, nomax, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ_INT(c.max_position_embeddings, 131072);
+    free(nomax);
+    /* qwen2's sliding_window is inert without use_sliding_window */
+    CHECK_MSG(parse(&c, QWEN2, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ_INT(c.sliding_window, 0);
+}
+
 TEST(config_refusals) {
-    EDIT_FAIL(QWEN3_4B, "\"model_type\":\"qwen3\"", "\"model_type\":\"mistral\"",
-              "config.json: unsupported model_type \"mistral\" (supported: qwen3, qwen2, llama)");
+    EDIT_FAIL(QWEN3_4B, "\"model_type\":\"qwen3\"", "\"model_type\":\"gemma3_text\"",
+              "config.json: unsupported model_type \"gemma3_text\" (supported: qwen3, qwen2, llama, mistral)");
     EDIT_FAIL(QWEN3_4B, "\"model_type\":\"qwen3\",", "", "\"model_type\"");
     EDIT_FAIL(QWEN3_4B, "\"model_type\":\"qwen3\"", "\"model_type\":3", "\"model_type\"");
-    EDIT_FAIL(QWEN3_4B, "\"Qwen3ForCausalLM\"", "\"MistralForCausalLM\"", "MistralForCausalLM");
+    EDIT_FAIL(QWEN3_4B, "\"Qwen3ForCausalLM\"", "\"MistralForCausalLM\"", "does not match model_type");
+    EDIT_FAIL(QWEN3_4B, "\"Qwen3ForCausalLM\"", "\"Gemma3ForCausalLM\"", "Gemma3ForCausalLM");
+    EDIT_FAIL(MISTRAL_V01, "\"sliding_window\":4096", "\"sliding_window\":0", "\"sliding_window\"");
+    EDIT_FAIL(MISTRAL_V01, "\"sliding_window\":4096", "\"sliding_window\":\"4096\"", "\"sliding_window\"");
+    EDIT_FAIL(MISTRAL_NEMO, "\"num_hidden_layers\":40,", "\"num_hidden_layers\":1,\"layer_types\":[\"sliding_attention\"],",
+              "\"sliding_window\" is not set");
     EDIT_FAIL(QWEN3_4B, "\"Qwen3ForCausalLM\"", "\"LlamaForCausalLM\"", "does not match model_type");
     EDIT_FAIL(QWEN3_4B, "[\"Qwen3ForCausalLM\"]", "\"Qwen3ForCausalLM\"", "architectures");
     /* wrong types and ranges name the key */

@@ -102,7 +102,7 @@ TEST(kvbits_store_and_attention) {
         for (int simd = 0; simd < 2; simd++) {
             int prev = ops_use_simd(simd);
             for (int full = 0; full < 2; full++) {
-                op_attention_kv(tp, o1, q, M, NH, NKV, HD, &wa, NP, 0.125f, full);
+                op_attention_kv(tp, o1, q, M, NH, NKV, HD, &wa, NP, 0.125f, full, 0);
                 if (full) op_attention_block(tp, o2, q, M, NH, NKV, HD, kw, vw, CAP, NP, 0.125f);
                 else op_attention(tp, o2, q, M, NH, NKV, HD, kw, vw, CAP, NP, 0.125f);
                 CHECK_MSG(!memcmp(o1, o2, sizeof(float) * M * NH * HD), "bits %d simd %d full %d: not the same bits",
@@ -111,8 +111,8 @@ TEST(kvbits_store_and_attention) {
             ops_use_simd(prev);
         }
         /* a row alone equals the row in its batch */
-        op_attention_kv(tp, o1, q, M, NH, NKV, HD, &wa, NP, 0.125f, 0);
-        op_attention_kv(NULL, o2, q + (size_t)3 * NH * HD, 1, NH, NKV, HD, &wa, NP + 3, 0.125f, 0);
+        op_attention_kv(tp, o1, q, M, NH, NKV, HD, &wa, NP, 0.125f, 0, 0);
+        op_attention_kv(NULL, o2, q + (size_t)3 * NH * HD, 1, NH, NKV, HD, &wa, NP + 3, 0.125f, 0, 0);
         CHECK(!memcmp(o1 + (size_t)3 * NH * HD, o2, sizeof(float) * NH * HD));
         CHECK(kv_release(a) > 0 && kv_len(a) == 0);
         kv_free(a);

@@ -424,16 +424,18 @@ TEST(tensor_rows8_large_threaded) {
 
 /* ----------------------------------------------------------- attention */
 
-static void attn_ref(double *out, const float *q, int M, int nh, int nkv, int hd, const float *k, const float *v,
-                     int stride, int n_past, float scale) {
+/* causal attention in double; window > 0: row m sees only the positions
+   after n_past + m - window (transformers' sliding-window rule) */
+static void attn_ref_w(double *out, const float *q, int M, int nh, int nkv, int hd, const float *k, const float *v,
+                       int stride, int n_past, float scale, int window) {
     int r = nh / nkv;
     double *s = malloc(((size_t)n_past + M) * sizeof(double));
     for (int m = 0; m < M; m++)
         for (int h = 0; h < nh; h++) {
-            int g = h / r, L = n_past + m + 1;
+            int g = h / r, L = n_past + m + 1, lo = window > 0 && L - window > 0 ? L - window : 0;
             const float *qh = q + ((size_t)m * nh + h) * hd;
             double mx = -INFINITY;
-            for (int t = 0; t < L; t++) {
+            for (int t = lo; t < L; t++) {
                 const float *kt = k + ((size_t)g * stride + t) * hd;
                 double d = 0;
                 for (int i = 0; i < hd; i++) d += (double)qh[i] * kt[i];
@@ -441,15 +443,20 @@ static void attn_ref(double *out, const float *q, int M, int nh, int nkv, int hd
                 if (s[t] > mx) mx = s[t];
             }
             double sum = 0;
-            for (int t = 0; t < L; t++) sum += (s[t] = exp(s[t] - mx));
+            for (int t = lo; t < L; t++) sum += (s[t] = exp(s[t] - mx));
             double *o = out + ((size_t)m * nh + h) * hd;
             for (int i = 0; i < hd; i++) o[i] = 0;
-            for (int t = 0; t < L; t++) {
+            for (int t = lo; t < L; t++) {
                 const float *vt = v + ((size_t)g * stride + t) * hd;
                 for (int i = 0; i < hd; i++) o[i] += s[t] / sum * vt[i];
             }
         }
     free(s);
+}
+
+static void attn_ref(double *out, const float *q, int M, int nh, int nkv, int hd, const float *k, const float *v,
+                     int stride, int n_past, float scale) {
+    attn_ref_w(out, q, M, nh, nkv, hd, k, v, stride, n_past, scale, 0);
 }
 
 typedef struct {
@@ -507,6 +514,61 @@ TEST(ops_attention_vs_reference) {
         free(k);
         free(v);
         free(ref);
+    }
+    ops_use_simd(prev);
+    tp_free(tp);
+}
+
+/* A sliding window (op_attention_kv's window): each row within 2e-6 of the
+   double reference over its window, scalar and SIMD, threaded or not; each
+   row alone (decode) the same bits as in its batch, whose first row (and
+   so the blocks the kernel skips) differs; a window that covers every
+   position the same bits as no window. */
+TEST(ops_attention_window) {
+    const struct {
+        int M, nh, nkv, hd, n_past, window;
+    } cases[] = {{1, 4, 2, 64, 200, 16}, {17, 8, 2, 32, 70, 5},  {9, 4, 4, 64, 130, 64},
+                 {5, 4, 1, 64, 0, 3},    {33, 4, 2, 16, 100, 1}, {12, 4, 2, 64, 300, 129}};
+    tpool *tp = tp_create(3);
+    int prev = ops_use_simd(1);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int M = cases[c].M, nh = cases[c].nh, nkv = cases[c].nkv, hd = cases[c].hd, np = cases[c].n_past,
+                  W = cases[c].window, stride = np + M + 3;
+        size_t nq = (size_t)M * nh * hd, nkvs = (size_t)nkv * stride * hd, row = (size_t)nh * hd;
+        float *q = rand_vec(nq, 2.0f), *k = rand_vec(nkvs, 1.0f), *v = rand_vec(nkvs, 1.0f);
+        float *out = malloc(nq * sizeof(float)), *o2 = malloc(nq * sizeof(float));
+        double *ref = malloc(nq * sizeof(double));
+        const float scale = 1.0f / sqrtf((float)hd);
+        attn_ref_w(ref, q, M, nh, nkv, hd, k, v, stride, np, scale, W);
+        kv_view w = {.bits = 32, .k = k, .v = v, .stride = stride};
+        for (int mode = 0; mode < n_modes(); mode++) {
+            ops_use_simd(mode);
+            op_attention_kv(tp, out, q, M, nh, nkv, hd, &w, np, scale, 0, W);
+            int bad = 0;
+            for (size_t i = 0; i < nq; i++)
+                if (!(fabs(out[i] - ref[i]) <= 2e-6) && !bad++)
+                    test_fail(__FILE__, __LINE__, "%s case %zu: out[%zu]=%.9g ref %.9g", mode ? "simd" : "scalar", c,
+                              i, out[i], ref[i]);
+            op_attention_kv(NULL, o2, q, M, nh, nkv, hd, &w, np, scale, 0, W);
+            CHECK_MSG(!memcmp(out, o2, nq * sizeof(float)), "%s case %zu: threaded result differs",
+                      mode ? "simd" : "scalar", c);
+            int same = 1;
+            for (int m = 0; m < M; m++) {
+                op_attention_kv(tp, o2, q + (size_t)m * row, 1, nh, nkv, hd, &w, np + m, scale, 0, W);
+                same &= !memcmp(o2, out + (size_t)m * row, row * sizeof(float));
+            }
+            CHECK_MSG(same, "%s case %zu: rows alone differ from the batch", mode ? "simd" : "scalar", c);
+            if (M > 2) { /* the batch from its second row: another first row, other blocks skipped */
+                op_attention_kv(tp, o2, q + row, M - 1, nh, nkv, hd, &w, np + 1, scale, 0, W);
+                CHECK_MSG(!memcmp(o2, out + row, (nq - row) * sizeof(float)), "%s case %zu: a shorter batch differs",
+                          mode ? "simd" : "scalar", c);
+            }
+            op_attention_kv(tp, out, q, M, nh, nkv, hd, &w, np, scale, 0, np + M);
+            op_attention_kv(tp, o2, q, M, nh, nkv, hd, &w, np, scale, 0, 0);
+            CHECK_MSG(!memcmp(out, o2, nq * sizeof(float)), "%s case %zu: a window over everything differs from none",
+                      mode ? "simd" : "scalar", c);
+        }
+        free(q), free(k), free(v), free(out), free(o2), free(ref);
     }
     ops_use_simd(prev);
     tp_free(tp);

@@ -486,6 +486,13 @@ static int write_gguf_tensor(gguf_writer *w, const out_tensor *o, const model_co
 
 static int quantize_gguf(const char *dir, const char *out, qtype q, uint32_t file_type, const model_config *c,
                          const st_set *st, tpool *tp, FILE *log, char *err, size_t errlen) {
+    if (c->arch == ARCH_MISTRAL)
+        /* llama.cpp writes these as arch llama with a SentencePiece vocabulary
+           (tokenizer.ggml.model "llama"); this writer has the byte-level BPE one */
+        return ds_err(err, errlen,
+                      "%s: a GGUF of a mistral checkpoint is not written yet (its SentencePiece vocabulary); "
+                      "--type mlx4 or mlx8 writes an MLX folder",
+                      dir);
     out_tensor *v = NULL;
     int n = 0, rc = -1;
     int *used = xcalloc((size_t)st_set_count(st), sizeof(int));

@@ -30,6 +30,7 @@ const char *config_arch_name(ds_arch a) {
     case ARCH_QWEN3: return "qwen3";
     case ARCH_QWEN2: return "qwen2";
     case ARCH_LLAMA: return "llama";
+    case ARCH_MISTRAL: return "mistral";
     }
     return "?";
 }
@@ -145,6 +146,7 @@ static const struct {
     {"Qwen3ForCausalLM", ARCH_QWEN3},
     {"Qwen2ForCausalLM", ARCH_QWEN2},
     {"LlamaForCausalLM", ARCH_LLAMA},
+    {"MistralForCausalLM", ARCH_MISTRAL},
     /* drafter checkpoints keep the target's model_type (reference/drafters.md) */
     {"Qwen3DSparkModel", ARCH_QWEN3},
     {"DFlashDraftModel", -1},
@@ -163,12 +165,58 @@ static int check_architectures(const cJSON *root, ds_arch arch, const char *mt, 
         if (found == -2)
             return ds_err(err, errlen,
                           "%s: unsupported architecture \"%.64s\" (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, "
-                          "LlamaForCausalLM)",
+                          "LlamaForCausalLM, MistralForCausalLM)",
                           ctx, e->valuestring);
         if (found >= 0 && found != (int)arch)
             return ds_err(err, errlen, "%s: architecture \"%.64s\" does not match model_type \"%s\"", ctx,
                           e->valuestring, mt);
     }
+    return 0;
+}
+
+/* Which layers slide and over how many positions. Mistral: "sliding_window"
+   (null: none) applies to every layer, unless "layer_types" names each
+   layer's kind; the other families' "sliding_window" keys are inert
+   (Qwen2 slides only under "use_sliding_window", refused above), so
+   there a "sliding_attention" layer type is refused. */
+static int parse_sliding(model_config *c, const cJSON *root, const char *ctx, char *err, size_t errlen) {
+    c->sliding_window = 0;
+    memset(c->sliding, 0, sizeof c->sliding);
+    if (c->n_layers > CONFIG_MAX_LAYERS)
+        return ds_err(err, errlen, "%s: \"num_hidden_layers\" (%d) is above %d", ctx, c->n_layers, CONFIG_MAX_LAYERS);
+    int64_t w = 0;
+    if (c->arch == ARCH_MISTRAL) {
+        const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+        if (sw && !cJSON_IsNull(sw) && json_opt_int(root, "sliding_window", 1, 1 << 26, &w, ctx, err, errlen) < 0)
+            return -1;
+    }
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (!lt || cJSON_IsNull(lt)) {
+        c->sliding_window = (int)w;
+        for (int l = 0; l < c->n_layers; l++) c->sliding[l] = w > 0;
+        return 0;
+    }
+    if (!cJSON_IsArray(lt)) return ds_err(err, errlen, "%s: \"layer_types\" must be a list of strings", ctx);
+    int k = 0, any = 0;
+    for (const cJSON *e = lt->child; e; e = e->next, k++) {
+        if (!cJSON_IsString(e)) return ds_err(err, errlen, "%s: \"layer_types\" must be a list of strings", ctx);
+        int slide = strcmp(e->valuestring, "sliding_attention") == 0;
+        if (!slide && strcmp(e->valuestring, "full_attention") != 0)
+            return ds_err(err, errlen, "%s: \"layer_types\": layer type \"%.64s\" is not supported", ctx,
+                          e->valuestring);
+        if (slide && c->arch != ARCH_MISTRAL)
+            return ds_err(err, errlen, "%s: sliding window attention is not supported for %s (\"layer_types\")", ctx,
+                          c->model_type);
+        if (slide && w <= 0)
+            return ds_err(err, errlen, "%s: \"layer_types\" has a sliding layer but \"sliding_window\" is not set",
+                          ctx);
+        if (k < c->n_layers) c->sliding[k] = (unsigned char)slide;
+        any |= slide;
+    }
+    if (k != c->n_layers)
+        return ds_err(err, errlen, "%s: \"layer_types\" has %d entries but \"num_hidden_layers\" is %d", ctx, k,
+                      c->n_layers);
+    c->sliding_window = any ? (int)w : 0;
     return 0;
 }
 
@@ -180,8 +228,10 @@ static int parse_root(model_config *c, const cJSON *root, const char *ctx, char 
     if (strcmp(mt, "qwen3") == 0) c->arch = ARCH_QWEN3;
     else if (strcmp(mt, "qwen2") == 0) c->arch = ARCH_QWEN2;
     else if (strcmp(mt, "llama") == 0) c->arch = ARCH_LLAMA;
+    else if (strcmp(mt, "mistral") == 0) c->arch = ARCH_MISTRAL;
     else
-        return ds_err(err, errlen, "%s: unsupported model_type \"%.64s\" (supported: qwen3, qwen2, llama)", ctx, mt);
+        return ds_err(err, errlen, "%s: unsupported model_type \"%.64s\" (supported: qwen3, qwen2, llama, mistral)",
+                      ctx, mt);
     snprintf(c->model_type, sizeof c->model_type, "%s", mt);
     if (check_architectures(root, c->arch, mt, ctx, err, errlen) < 0) return -1;
 
@@ -214,9 +264,9 @@ static int parse_root(model_config *c, const cJSON *root, const char *ctx, char 
                       (long long)c->n_heads * c->head_dim);
 
     /* transformers: Qwen2/Qwen3 configs always carry it; LlamaConfig
-     * defaults to 2048 */
-    if (get_int(root, "max_position_embeddings", c->arch != ARCH_LLAMA, 1, 1 << 26, 2048,
-                &c->max_position_embeddings, ctx, err, errlen))
+     * defaults to 2048, MistralConfig to 4096 * 32 */
+    if (get_int(root, "max_position_embeddings", c->arch == ARCH_QWEN2 || c->arch == ARCH_QWEN3, 1, 1 << 26,
+                c->arch == ARCH_MISTRAL ? 4096 * 32 : 2048, &c->max_position_embeddings, ctx, err, errlen))
         return -1;
 
     double eps = 1e-6;
@@ -272,22 +322,7 @@ static int parse_root(model_config *c, const cJSON *root, const char *ctx, char 
     }
     if (mlp_bias) return ds_err(err, errlen, "%s: \"mlp_bias\" is true: MLP biases are not supported", ctx);
     if (swa) return ds_err(err, errlen, "%s: sliding window attention is not supported (\"use_sliding_window\" is true)", ctx);
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (lt && !cJSON_IsNull(lt)) {
-        if (!cJSON_IsArray(lt)) return ds_err(err, errlen, "%s: \"layer_types\" must be a list of strings", ctx);
-        int k = 0;
-        for (const cJSON *e = lt->child; e; e = e->next, k++) {
-            if (!cJSON_IsString(e)) return ds_err(err, errlen, "%s: \"layer_types\" must be a list of strings", ctx);
-            if (strcmp(e->valuestring, "sliding_attention") == 0)
-                return ds_err(err, errlen, "%s: sliding window attention is not supported (\"layer_types\")", ctx);
-            if (strcmp(e->valuestring, "full_attention") != 0)
-                return ds_err(err, errlen, "%s: \"layer_types\": layer type \"%.64s\" is not supported", ctx,
-                              e->valuestring);
-        }
-        if (k != c->n_layers)
-            return ds_err(err, errlen, "%s: \"layer_types\" has %d entries but \"num_hidden_layers\" is %d", ctx, k,
-                          c->n_layers);
-    }
+    if (parse_sliding(c, root, ctx, err, errlen) < 0) return -1;
     const char *act = NULL;
     if (json_opt_str(root, "hidden_act", &act, ctx, err, errlen) < 0) return -1;
     if (act && strcmp(act, "silu") != 0)

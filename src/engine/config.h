@@ -9,9 +9,10 @@
 
 #include "engine/tensor.h"
 
-typedef enum { ARCH_QWEN3 = 0, ARCH_QWEN2, ARCH_LLAMA } ds_arch;
+typedef enum { ARCH_QWEN3 = 0, ARCH_QWEN2, ARCH_LLAMA, ARCH_MISTRAL } ds_arch;
 
 #define CONFIG_MAX_EOS 16
+#define CONFIG_MAX_LAYERS 1024
 
 typedef enum { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3 } rope_kind;
 
@@ -36,6 +37,11 @@ typedef struct {
     int attention_bias;       /* q/k/v biases (qwen2 always; others per config) */
     int o_bias;               /* o_proj bias (llama attention_bias) */
     int qk_norm;              /* per-head RMSNorm of q and k before RoPE (qwen3) */
+    /* sliding-window attention: a row at position p of a layer with
+       sliding[l] sees positions p - sliding_window + 1 .. p (transformers'
+       rule: kv_pos > q_pos - sliding_window); 0 = no layer slides */
+    int sliding_window;
+    unsigned char sliding[CONFIG_MAX_LAYERS];
     ds_dtype torch_dtype;     /* the checkpoint's declared dtype (informational) */
     int bos_token_id;         /* -1 when none */
     int n_eos;

@@ -96,7 +96,7 @@ static void layer_attn(tpool *tp, scratch *s, const wlayer *L, const model_confi
     kv_store(kv, l, s->k + (size_t)off * KD, s->v + (size_t)off * KD, M);
     kv_view w = kv_layer(kv, l);
     op_attention_kv(tp, s->att + (size_t)off * QD, s->q + (size_t)off * QD, M, nh, nkv, hd, &w, n_past,
-                    1.0f / sqrtf((float)hd), L->attn == ATTN_BLOCK);
+                    1.0f / sqrtf((float)hd), L->attn == ATTN_BLOCK, L->window);
 }
 
 /* layer_out: the o projection, the residual, the MLP (MLP_SWIGLU, the one

@@ -8,7 +8,7 @@
  *
  * A layer is: RMSNorm -> q/k/v projections (optional biases; optional
  * per-head q/k RMSNorms before RoPE) -> attention over the KV cache under
- * its mask kind -> o projection -> residual add; RMSNorm -> MLP of its kind
+ * its mask kind (and its sliding window, if any) -> o projection -> residual add; RMSNorm -> MLP of its kind
  * -> residual add. Norm weights and biases are f32 copies owned by the
  * loader; matmul weights stay in their file format. */
 #ifndef DS_DESC_H
@@ -30,6 +30,7 @@ typedef enum {
 /* One decoder layer. */
 typedef struct {
     attn_kind attn;
+    int window; /* ATTN_CAUSAL only: a row at position p sees p - window + 1 .. p; 0 = no window */
     mlp_kind mlp;
     const tensor *wq, *wk, *wv, *wo; /* [nh*hd][H], [nkv*hd][H] x2, [H][nh*hd] */
     const tensor *wg, *wu, *wd;      /* [I][H], [I][H], [H][I] */

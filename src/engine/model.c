@@ -158,6 +158,7 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
     for (int l = 0; ok && l < c->n_layers; l++) {
         snprintf(name, sizeof name, "model.layers.%d.", l);
         ok = wbind_layer(&b, name, c, &pool, &m->layers[l]) == 0;
+        if (ok && c->sliding[l]) m->layers[l].window = c->sliding_window;
     }
     if (ok && wbind_check_leftovers(&b) != 0) ok = 0;
     wbind_done(&b);

@@ -370,22 +370,22 @@ void scalar_attn_task(const attn_args *a, int g, int m0, int qb) {
     float *s = ops_scratch(((size_t)T + 2 * (size_t)hd) * sizeof(float) + 64);
     float *o = s + T, *tmp = o + hd;
     for (int m = m0; m < m1; m++) {
-        int L = a->full ? T : a->n_past + m + 1;
+        int L = a->full ? T : a->n_past + m + 1, lo = ops_attn_lo(a, m);
         for (int hh = 0; hh < r; hh++) {
             int h = g * r + hh;
             const float *q = a->q + ((size_t)m * a->n_heads + h) * hd;
             float mx = -INFINITY;
-            for (int t = 0; t < L; t++) {
+            for (int t = lo; t < L; t++) {
                 s[t] = scalar_dot(q, kv_row(a, 0, g, t, tmp), hd) * a->scale;
                 if (s[t] > mx) mx = s[t];
             }
             float sum = 0.0f;
-            for (int t = 0; t < L; t++) {
+            for (int t = lo; t < L; t++) {
                 s[t] = expf(s[t] - mx);
                 sum += s[t];
             }
             for (int d = 0; d < hd; d++) o[d] = 0.0f;
-            for (int t = 0; t < L; t++) {
+            for (int t = lo; t < L; t++) {
                 const float *vr = kv_row(a, 1, g, t, tmp);
                 float p = s[t];
                 for (int d = 0; d < hd; d++) o[d] += p * vr[d];
@@ -424,12 +424,13 @@ static void at_worker(void *p, int ith, int nth) {
 }
 
 static void attention(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
-                      const kv_view *kv, int n_past, float scale, int full) {
+                      const kv_view *kv, int n_past, float scale, int full, int window) {
     if (M <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return;
     at_ctx c;
     c.a = (attn_args){.out = out, .q = q, .k = kv->k, .v = kv->v, .ks = kv->ks, .vs = kv->vs, .bits = kv->bits,
                       .M = M, .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
-                      .kv_stride = kv->stride, .n_past = n_past, .full = full, .scale = scale};
+                      .kv_stride = kv->stride, .n_past = n_past, .full = full, .scale = scale,
+                      .window = full ? 0 : window};
     c.qb = ops_attn_qb(n_heads / n_kv_heads);
     c.n_kv = n_kv_heads;
     c.n_tasks = ((M + c.qb - 1) / c.qb) * n_kv_heads;
@@ -440,20 +441,20 @@ static void attention(tpool *tp, float *out, const float *q, int M, int n_heads,
 }
 
 void op_attention_kv(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
-                     const kv_view *kv, int n_past, float scale, int full) {
-    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, kv, n_past, scale, full);
+                     const kv_view *kv, int n_past, float scale, int full, int window) {
+    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, kv, n_past, scale, full, window);
 }
 
 void op_attention(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads,
                   int head_dim, const float *k, const float *v, int kv_stride, int n_past, float scale) {
     kv_view w = {.bits = 32, .k = k, .v = v, .stride = kv_stride};
-    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, &w, n_past, scale, 0);
+    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, &w, n_past, scale, 0, 0);
 }
 
 void op_attention_block(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
                         const float *k, const float *v, int kv_stride, int n_past, float scale) {
     kv_view w = {.bits = 32, .k = k, .v = v, .stride = kv_stride};
-    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, &w, n_past, scale, 1);
+    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, &w, n_past, scale, 1, 0);
 }
 
 /* --------------------------------------------------------- elementwise */

@@ -53,9 +53,12 @@ void op_attention_block(tpool *tp, float *out, const float *q, int M, int n_head
 /* op_attention (full 0) or op_attention_block (full 1) over one layer of
  * a cache in any storage (kv.h): f16 and int8 rows are widened exactly to
  * f32 as they are read and the arithmetic is then op_attention's, so the
- * results are those of op_attention over the widened cache. */
+ * results are those of op_attention over the widened cache. window > 0
+ * (full 0): a sliding window, row m (position n_past + m) sees only the
+ * positions from n_past + m - window + 1 on; the positions before a row's
+ * window add exact zeros, so its bits are those it has in any batch. */
 void op_attention_kv(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
-                     const kv_view *kv, int n_past, float scale, int full);
+                     const kv_view *kv, int n_past, float scale, int full, int window);
 
 /* y[i] = silu(gate[i]) * up[i]; y may alias gate. */
 void op_swiglu(float *y, const float *gate, const float *up, int n);

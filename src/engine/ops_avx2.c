@@ -511,7 +511,11 @@ void avx2_attn_task(const attn_args *a, int g, int m0, int qb) {
        positions (a multiple of 4, so the 4- and 1-position steps fall as
        over the whole range) */
     float sums[MR_MAX * 4];
-    for (int tc = 0; tc < T; tc += PV_TB) {
+    /* a sliding window: the blocks before the block's first row's window
+       are skipped (their p would be exact zeros: skipping them changes no
+       bit), so T0 is a multiple of PV_TB whatever rows the block holds */
+    const int T0 = (ops_attn_lo(a, m0) / PV_TB) * PV_TB;
+    for (int tc = T0; tc < T; tc += PV_TB) {
         const int te = tc + PV_TB < T ? tc + PV_TB : T;
         const float *kb = kv_rows(KV, a, 0, g, tc, te - tc);
         for (int t0 = tc; t0 < te;) {
@@ -527,12 +531,15 @@ void avx2_attn_task(const attn_args *a, int g, int m0, int qb) {
         }
     }
 
-    /* softmax over t < L_i = n_past + m + 1; zeros beyond, up to Tp */
+    /* softmax over lo_i <= t < L_i = n_past + m + 1 (lo_i: the row's
+       window, else 0); zeros from T0 to lo_i and beyond L_i, up to Tp. The
+       vectors start at lo_i rounded down to 8 (the lanes before lo_i
+       masked), so each lane sums the same positions whatever T0 is. */
     for (int i = 0; i < nq; i++) {
         float *s = S + (size_t)i * Tp;
-        int L = a->full ? T : a->n_past + m0 + i / r + 1;
+        const int L = a->full ? T : a->n_past + m0 + i / r + 1, lo = ops_attn_lo(a, m0 + i / r), s0 = lo & ~7;
         __m256 mx = _mm256_set1_ps(-INFINITY);
-        int t = 0;
+        int t = lo;
         for (; t + 8 <= L; t += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + t));
         float mxs = -INFINITY;
         {
@@ -542,32 +549,33 @@ void avx2_attn_task(const attn_args *a, int g, int m0, int qb) {
         }
         for (; t < L; t++) mxs = s[t] > mxs ? s[t] : mxs;
         __m256 mv = _mm256_set1_ps(mxs), acc = _mm256_setzero_ps();
-        for (t = 0; t + 8 <= L; t += 8) {
-            __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + t), mv));
-            _mm256_storeu_ps(s + t, e);
+        for (t = T0; t < s0; t++) s[t] = 0.0f;
+        for (t = s0; t < L; t += 8) {
+            const int a0 = lo - t > 0 ? lo - t : 0, a1 = L - t < 8 ? L - t : 8;
+            __m256 e;
+            if (a0 == 0 && a1 == 8) {
+                e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + t), mv));
+            } else {
+                __m256i mask = _mm256_andnot_si256(tail_mask(a0), tail_mask(a1));
+                e = exp256(_mm256_sub_ps(_mm256_maskload_ps(s + t, mask), mv));
+                e = _mm256_and_ps(e, _mm256_castsi256_ps(mask)); /* lanes before lo_i or past L_i: 0 */
+            }
+            _mm256_storeu_ps(s + t, e); /* within Tp */
             acc = _mm256_add_ps(acc, e);
-        }
-        if (t < L) {
-            __m256i mask = tail_mask(L - t);
-            __m256 e = exp256(_mm256_sub_ps(_mm256_maskload_ps(s + t, mask), mv));
-            e = _mm256_and_ps(e, _mm256_castsi256_ps(mask));
-            _mm256_storeu_ps(s + t, e); /* within Tp: the lanes past L become 0 */
-            acc = _mm256_add_ps(acc, e);
-            t += 8;
         }
         for (; t < (int)Tp; t++) s[t] = 0.0f;
         sum[i] = hsum1(acc);
     }
 
     /* O[i] = sum_t p[i][t] v_t, in blocks of PV_TB positions */
-    for (int t0 = 0; t0 < T; t0 += PV_TB) {
+    for (int t0 = T0; t0 < T; t0 += PV_TB) {
         int t1 = t0 + PV_TB < T ? t0 + PV_TB : T;
         const float *vb = kv_rows(KV, a, 1, g, t0, t1 - t0);
         for (int d0 = 0; d0 < hd;) {
             int dn = hd - d0 >= 32 ? 4 : 1;
             for (int i0 = 0, mr; i0 < nq; i0 += mr) {
                 mr = block_rows(nq - i0);
-                pv_block(mr, dn, op + i0, pp + i0, vb, hd, t0, t1, d0, t0 == 0);
+                pv_block(mr, dn, op + i0, pp + i0, vb, hd, t0, t1, d0, t0 == T0);
             }
             d0 += dn * 8;
         }

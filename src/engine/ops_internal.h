@@ -79,6 +79,7 @@ typedef struct {
     int bits;              /* 32, 16 (f16) or 8 (int8 + scale) */
     int M, n_heads, n_kv_heads, head_dim, kv_stride, n_past;
     int full; /* 1: every row sees positions 0 .. n_past+M-1 (no causal mask) */
+    int window; /* > 0 (causal only): row m sees positions from n_past + m - window + 1 on */
     float scale;
 } attn_args;
 
@@ -89,6 +90,11 @@ typedef struct {
 void ops_kv_rows(float *dst, const attn_args *a, int which, int g, int t0, int n);
 
 /* scalar kernels (ops.c) */
+/* the first position query row m sees (its sliding window's start, else 0) */
+static inline int ops_attn_lo(const attn_args *a, int m) {
+    const int lo = a->window > 0 ? a->n_past + m - a->window + 1 : 0;
+    return lo > 0 ? lo : 0;
+}
 void scalar_attn_task(const attn_args *a, int g, int m0, int qb);
 /* op_argmax without SIMD: the first index of the largest value (NaNs never
  * win, but x[0] does when it is NaN) */

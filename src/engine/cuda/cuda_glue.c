@@ -18,6 +18,12 @@ static int g_model_create(void **out, const model_desc *d, int device, char *err
     for (int l = 0; l < d->cfg->n_layers; l++)
         if (d->layers[l].attn != ATTN_CAUSAL || d->layers[l].mlp != MLP_SWIGLU)
             return ds_err(err, errlen, "CUDA backend: layer %d of the target has a kind it does not run", l);
+    for (int l = 0; l < d->cfg->n_layers; l++)
+        if (d->layers[l].window)
+            return ds_err(err, errlen,
+                          "CUDA backend: layer %d of the target attends over a sliding window (%d positions), which "
+                          "the CUDA kernels do not run yet; use --device cpu",
+                          l, d->layers[l].window);
     /* the target's cache in the storages of engine/kv.h (cu_kv: the store
        and the attention kernels follow its row rules); the drafters' caches
        stay f32 */
