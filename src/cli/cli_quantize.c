@@ -816,6 +816,11 @@ int quantize_model(const char *dir, const char *out, const char *type, int group
     if (!out || !*out) return ds_err(err, errlen, "--out PATH is required");
     model_config c;
     if (config_load(&c, dir, err, errlen)) return -1;
+    if (c.moe_experts > 0)
+        /* mlx-lm stacks the experts into 3-d switch_mlp tensors and llama.cpp
+           into ffn_*_exps; neither layout is written here */
+        return ds_err(err, errlen, "%s: quantizing a mixture-of-experts checkpoint (%s) is not supported yet", dir,
+                      c.model_type);
     st_set *st;
     if (st_set_open(&st, dir, err, errlen)) return -1;
     tpool *tp = tp_create(threads);

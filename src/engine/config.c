@@ -31,6 +31,7 @@ const char *config_arch_name(ds_arch a) {
     case ARCH_QWEN2: return "qwen2";
     case ARCH_LLAMA: return "llama";
     case ARCH_MISTRAL: return "mistral";
+    case ARCH_QWEN3_MOE: return "qwen3_moe";
     }
     return "?";
 }
@@ -147,6 +148,7 @@ static const struct {
     {"Qwen2ForCausalLM", ARCH_QWEN2},
     {"LlamaForCausalLM", ARCH_LLAMA},
     {"MistralForCausalLM", ARCH_MISTRAL},
+    {"Qwen3MoeForCausalLM", ARCH_QWEN3_MOE},
     /* drafter checkpoints keep the target's model_type (reference/drafters.md) */
     {"Qwen3DSparkModel", ARCH_QWEN3},
     {"DFlashDraftModel", -1},
@@ -165,7 +167,7 @@ static int check_architectures(const cJSON *root, ds_arch arch, const char *mt, 
         if (found == -2)
             return ds_err(err, errlen,
                           "%s: unsupported architecture \"%.64s\" (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, "
-                          "LlamaForCausalLM, MistralForCausalLM)",
+                          "LlamaForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM)",
                           ctx, e->valuestring);
         if (found >= 0 && found != (int)arch)
             return ds_err(err, errlen, "%s: architecture \"%.64s\" does not match model_type \"%s\"", ctx,
@@ -220,6 +222,40 @@ static int parse_sliding(model_config *c, const cJSON *root, const char *ctx, ch
     return 0;
 }
 
+/* qwen3_moe's experts (transformers' Qwen3MoeConfig): layer l routes when
+   it is not in "mlp_only_layers", num_experts > 0 and (l + 1) is a multiple
+   of "decoder_sparse_step". */
+static int parse_moe(model_config *c, const cJSON *root, const char *ctx, char *err, size_t errlen) {
+    c->moe_experts = 0;
+    memset(c->moe, 0, sizeof c->moe);
+    if (c->arch != ARCH_QWEN3_MOE) return 0;
+    int step = 1;
+    if (get_int(root, "num_experts", 1, 0, 4096, 0, &c->moe_experts, ctx, err, errlen) ||
+        get_int(root, "num_experts_per_tok", 1, 1, c->moe_experts > 0 ? c->moe_experts : 1, 1, &c->moe_top_k, ctx,
+                err, errlen) ||
+        get_int(root, "moe_intermediate_size", 1, 1, 1 << 20, 0, &c->moe_intermediate_size, ctx, err, errlen) ||
+        get_int(root, "decoder_sparse_step", 0, 1, 1024, 1, &step, ctx, err, errlen) ||
+        get_bool(root, "norm_topk_prob", 0, &c->moe_norm_topk, ctx, err, errlen))
+        return -1;
+    if (c->moe_top_k > MOE_MAX_TOP_K)
+        return ds_err(err, errlen, "%s: \"num_experts_per_tok\" (%d) is above %d", ctx, c->moe_top_k, MOE_MAX_TOP_K);
+    if (c->n_layers > CONFIG_MAX_LAYERS)
+        return ds_err(err, errlen, "%s: \"num_hidden_layers\" (%d) is above %d", ctx, c->n_layers, CONFIG_MAX_LAYERS);
+    for (int l = 0; l < c->n_layers; l++) c->moe[l] = c->moe_experts > 0 && (l + 1) % step == 0;
+    const cJSON *ol = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (ol && !cJSON_IsNull(ol)) {
+        if (!cJSON_IsArray(ol)) return ds_err(err, errlen, "%s: \"mlp_only_layers\" must be a list of layer indices", ctx);
+        for (const cJSON *e = ol->child; e; e = e->next) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int)e->valuedouble || e->valueint < 0 ||
+                e->valueint >= c->n_layers)
+                return ds_err(err, errlen, "%s: \"mlp_only_layers\" must be a list of layer indices below %d", ctx,
+                              c->n_layers);
+            c->moe[e->valueint] = 0;
+        }
+    }
+    return 0;
+}
+
 static int parse_root(model_config *c, const cJSON *root, const char *ctx, char *err, size_t errlen) {
     if (!cJSON_IsObject(root)) return ds_err(err, errlen, "%s: not a JSON object", ctx);
 
@@ -229,9 +265,11 @@ static int parse_root(model_config *c, const cJSON *root, const char *ctx, char 
     else if (strcmp(mt, "qwen2") == 0) c->arch = ARCH_QWEN2;
     else if (strcmp(mt, "llama") == 0) c->arch = ARCH_LLAMA;
     else if (strcmp(mt, "mistral") == 0) c->arch = ARCH_MISTRAL;
+    else if (strcmp(mt, "qwen3_moe") == 0) c->arch = ARCH_QWEN3_MOE;
     else
-        return ds_err(err, errlen, "%s: unsupported model_type \"%.64s\" (supported: qwen3, qwen2, llama, mistral)",
-                      ctx, mt);
+        return ds_err(err, errlen,
+                      "%s: unsupported model_type \"%.64s\" (supported: qwen3, qwen2, llama, mistral, qwen3_moe)", ctx,
+                      mt);
     snprintf(c->model_type, sizeof c->model_type, "%s", mt);
     if (check_architectures(root, c->arch, mt, ctx, err, errlen) < 0) return -1;
 
@@ -265,7 +303,8 @@ static int parse_root(model_config *c, const cJSON *root, const char *ctx, char 
 
     /* transformers: Qwen2/Qwen3 configs always carry it; LlamaConfig
      * defaults to 2048, MistralConfig to 4096 * 32 */
-    if (get_int(root, "max_position_embeddings", c->arch == ARCH_QWEN2 || c->arch == ARCH_QWEN3, 1, 1 << 26,
+    if (get_int(root, "max_position_embeddings",
+                c->arch == ARCH_QWEN2 || c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3_MOE, 1, 1 << 26,
                 c->arch == ARCH_MISTRAL ? 4096 * 32 : 2048, &c->max_position_embeddings, ctx, err, errlen))
         return -1;
 
@@ -327,7 +366,8 @@ static int parse_root(model_config *c, const cJSON *root, const char *ctx, char 
     if (json_opt_str(root, "hidden_act", &act, ctx, err, errlen) < 0) return -1;
     if (act && strcmp(act, "silu") != 0)
         return ds_err(err, errlen, "%s: \"hidden_act\" \"%.64s\" is not supported (only silu)", ctx, act);
-    c->qk_norm = c->arch == ARCH_QWEN3;
+    c->qk_norm = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3_MOE;
+    if (parse_moe(c, root, ctx, err, errlen) < 0) return -1;
 
     /* transformers 5 writes "dtype", older versions "torch_dtype" */
     const char *dt = NULL, *dkey = "dtype";

@@ -9,10 +9,11 @@
 
 #include "engine/tensor.h"
 
-typedef enum { ARCH_QWEN3 = 0, ARCH_QWEN2, ARCH_LLAMA, ARCH_MISTRAL } ds_arch;
+typedef enum { ARCH_QWEN3 = 0, ARCH_QWEN2, ARCH_LLAMA, ARCH_MISTRAL, ARCH_QWEN3_MOE } ds_arch;
 
 #define CONFIG_MAX_EOS 16
 #define CONFIG_MAX_LAYERS 1024
+#define MOE_MAX_TOP_K 32
 
 typedef enum { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3 } rope_kind;
 
@@ -42,6 +43,11 @@ typedef struct {
        rule: kv_pos > q_pos - sliding_window); 0 = no layer slides */
     int sliding_window;
     unsigned char sliding[CONFIG_MAX_LAYERS];
+    /* mixture of experts (qwen3_moe): layers with moe[l] route each row to
+       its moe_top_k of moe_experts experts (moe_intermediate_size wide),
+       the rest have the dense MLP (intermediate_size); 0 experts: none */
+    int moe_experts, moe_top_k, moe_intermediate_size, moe_norm_topk;
+    unsigned char moe[CONFIG_MAX_LAYERS];
     ds_dtype torch_dtype;     /* the checkpoint's declared dtype (informational) */
     int bos_token_id;         /* -1 when none */
     int n_eos;

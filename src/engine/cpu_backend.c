@@ -24,6 +24,7 @@
 #include "engine/backend.h"
 #include "engine/kv.h"
 #include "engine/model.h"
+#include "engine/moe.h"
 #include "engine/ops.h"
 #include "engine/safetensors.h"
 
@@ -32,12 +33,29 @@ typedef struct {
     float *x, *xb;    /* [B][H] */
     float *q, *att;   /* [B][nh*hd] */
     float *k, *v;     /* [B][nkv*hd] */
-    float *gate, *up; /* [B][I] */
+    float *gate, *up; /* [B][max(I, the experts' width)] */
     int *pos;         /* [B] */
+    /* MLP_MOE (a model with experts; else NULL): router probabilities
+       [B][E], each row's experts and weights [B][top_k], gathered rows and
+       an expert's outputs [B][H], the sum [B][H], the gathered rows' index */
+    float *rp, *sw, *ex, *ey, *acc;
+    int *sel, *who;
 } scratch;
 
 static void scratch_init(scratch *s, const model_config *c, size_t B) {
     size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    if (c->moe_experts > 0 && (size_t)c->moe_intermediate_size > I) I = (size_t)c->moe_intermediate_size;
+    memset(s, 0, sizeof *s);
+    if (c->moe_experts > 0) {
+        size_t E = (size_t)c->moe_experts, K = (size_t)c->moe_top_k;
+        s->rp = xaligned(sizeof(float) * B * E);
+        s->sw = xaligned(sizeof(float) * B * K);
+        s->ex = xaligned(sizeof(float) * B * H);
+        s->ey = xaligned(sizeof(float) * B * H);
+        s->acc = xaligned(sizeof(float) * B * H);
+        s->sel = xmalloc(sizeof(int) * B * K);
+        s->who = xmalloc(sizeof(int) * B);
+    }
     size_t QD = (size_t)c->n_heads * (size_t)c->head_dim, KD = (size_t)c->n_kv_heads * (size_t)c->head_dim;
     s->x = xaligned(sizeof(float) * B * H);
     s->xb = xaligned(sizeof(float) * B * H);
@@ -51,9 +69,11 @@ static void scratch_init(scratch *s, const model_config *c, size_t B) {
 }
 
 static void scratch_free(scratch *s) {
-    float *b[] = {s->x, s->xb, s->q, s->att, s->k, s->v, s->gate, s->up};
+    float *b[] = {s->x, s->xb, s->q, s->att, s->k, s->v, s->gate, s->up, s->rp, s->sw, s->ex, s->ey, s->acc};
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) free(b[i]);
     free(s->pos);
+    free(s->sel);
+    free(s->who);
 }
 
 /* y = x W^T (+ b) over M rows, the first Mpre of them (rows of prefill
@@ -99,13 +119,56 @@ static void layer_attn(tpool *tp, scratch *s, const wlayer *L, const model_confi
                     1.0f / sqrtf((float)hd), L->attn == ATTN_BLOCK, L->window);
 }
 
-/* layer_out: the o projection, the residual, the MLP (MLP_SWIGLU, the one
-   kind) and its residual over the M rows */
+/* MLP_MOE over the M rows of s->xb into s->xb (desc.h wmoe's rule). Each
+   expert's rows are gathered and run through the exact matmuls (never the
+   prefill family: a row's bits are those it has in any batch), and each
+   row sums its experts in ascending order. */
+static void moe_mlp(tpool *tp, scratch *s, const wmoe *e, int M, int H) {
+    const int E = e->n_experts, K = e->top_k, Im = e->inter;
+    op_matmul(tp, s->rp, s->xb, M, e->router, NULL);
+    for (int i = 0; i < M; i++)
+        moe_route(s->rp + (size_t)i * E, E, K, e->norm_topk, s->sel + (size_t)i * K, s->sw + (size_t)i * K);
+    memset(s->acc, 0, sizeof(float) * (size_t)M * (size_t)H);
+    for (int x = 0; x < E; x++) {
+        int n = 0;
+        for (int i = 0; i < M; i++)
+            for (int k = 0; k < K; k++)
+                if (s->sel[(size_t)i * K + k] == x) {
+                    s->who[n] = i * K + k; /* row and slot */
+                    memcpy(s->ex + (size_t)n * H, s->xb + (size_t)i * H, sizeof(float) * (size_t)H);
+                    n++;
+                }
+        if (!n) continue;
+        op_matmul(tp, s->gate, s->ex, n, e->gate[x], NULL);
+        op_matmul(tp, s->up, s->ex, n, e->up[x], NULL);
+        op_swiglu(s->gate, s->gate, s->up, n * Im);
+        op_matmul(tp, s->ey, s->gate, n, e->down[x], NULL);
+        for (int j = 0; j < n; j++) {
+            const int i = s->who[j] / K;
+            const float wk = s->sw[s->who[j]];
+            float *a = s->acc + (size_t)i * H;
+            const float *y = s->ey + (size_t)j * H;
+            for (int h = 0; h < H; h++) {
+                float t = wk * y[h];
+                a[h] += t;
+            }
+        }
+    }
+    memcpy(s->xb, s->acc, sizeof(float) * (size_t)M * (size_t)H);
+}
+
+/* layer_out: the o projection, the residual, the MLP (MLP_SWIGLU or
+   MLP_MOE) and its residual over the M rows */
 static void layer_out(tpool *tp, scratch *s, const wlayer *L, const model_config *c, int M, int Mpre) {
     const int H = c->hidden_size, I = c->intermediate_size;
     mm(tp, s->xb, s->att, M, Mpre, L->wo, L->bo);
     op_add(s->x, s->xb, M * H);
     op_rmsnorm(s->xb, s->x, L->mlp_norm, M, H, c->rms_norm_eps);
+    if (L->mlp == MLP_MOE) {
+        moe_mlp(tp, s, L->moe, M, H);
+        op_add(s->x, s->xb, M * H);
+        return;
+    }
     mm(tp, s->gate, s->xb, M, Mpre, L->wg, NULL);
     mm(tp, s->up, s->xb, M, Mpre, L->wu, NULL);
     op_swiglu(s->gate, s->gate, s->up, M * I);
@@ -126,7 +189,8 @@ static void cpu_layer(tpool *tp, scratch *s, const wlayer *L, const model_config
 /* Layers and kinds this backend runs. */
 static int check_layers(const model_config *c, const wlayer *layers, char *err, size_t errlen) {
     for (int l = 0; l < c->n_layers; l++)
-        if (layers[l].mlp != MLP_SWIGLU || (layers[l].attn != ATTN_CAUSAL && layers[l].attn != ATTN_BLOCK))
+        if ((layers[l].mlp != MLP_SWIGLU && !(layers[l].mlp == MLP_MOE && layers[l].moe)) ||
+            (layers[l].attn != ATTN_CAUSAL && layers[l].attn != ATTN_BLOCK))
             return ds_err(err, errlen, "CPU backend: layer %d has a kind it does not run", l);
     return 0;
 }
@@ -174,16 +238,31 @@ static int cpu_describe(int device, char *out, size_t n) {
 }
 
 /* the rows8 layout for every matmul weight and a tied LM head */
+/* The matrices of layer l (NULLs skipped by the callers): its seven, then
+   an MoE layer's router and experts. Returns how many it wrote (at most
+   layer_mat_count's). */
+static int layer_mats(const wlayer *L, const tensor **w) {
+    const tensor *lw[] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
+    int n = 0;
+    for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++)
+        if (lw[i]) w[n++] = lw[i];
+    if (L->moe) {
+        w[n++] = L->moe->router;
+        for (int e = 0; e < L->moe->n_experts; e++)
+            w[n++] = L->moe->gate[e], w[n++] = L->moe->up[e], w[n++] = L->moe->down[e];
+    }
+    return n;
+}
+static int layer_mat_count(const wlayer *L) { return 7 + (L->moe ? 1 + 3 * L->moe->n_experts : 0); }
+
 static void cpu_layout(const model_desc *d) {
     if (!d->weights || d->row_major) return;
-    const int per = 7, n = d->cfg->n_layers * per + 1;
-    const tensor **w = xmalloc(sizeof *w * (size_t)n);
-    for (int l = 0; l < d->cfg->n_layers; l++) {
-        const wlayer *L = &d->layers[l];
-        const tensor *lw[] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
-        memcpy(w + (size_t)l * per, lw, sizeof lw);
-    }
-    w[n - 1] = d->lm_head;
+    size_t cap = 1;
+    for (int l = 0; l < d->cfg->n_layers; l++) cap += (size_t)layer_mat_count(&d->layers[l]);
+    const tensor **w = xmalloc(sizeof *w * cap);
+    int n = 0;
+    for (int l = 0; l < d->cfg->n_layers; l++) n += layer_mats(&d->layers[l], w + n);
+    w[n++] = d->lm_head;
     st_set_rows8(d->weights, w, n);
     free(w);
 }
@@ -200,9 +279,10 @@ static int cpu_model_create(void **out, const model_desc *d, int device, char *e
     m->multi = xcalloc(1, sizeof *m->multi);
     pthread_mutex_init(&m->multi->mu, NULL);
     for (int l = 0; l < d->cfg->n_layers; l++) {
-        const wlayer *L = &d->layers[l];
-        const tensor *lw[] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
-        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) m->quant |= dtype_is_quant(lw[i]->dtype);
+        const tensor **lw = xmalloc(sizeof *lw * (size_t)layer_mat_count(&d->layers[l]));
+        const int n = layer_mats(&d->layers[l], lw);
+        for (int i = 0; i < n; i++) m->quant |= dtype_is_quant(lw[i]->dtype);
+        free(lw);
     }
     *out = m;
     return 0;

@@ -25,7 +25,20 @@ typedef enum {
 
 typedef enum {
     MLP_SWIGLU = 0, /* down(silu(gate(x)) * up(x)) */
+    MLP_MOE,        /* a router picks top_k experts per row, each a SwiGLU MLP; their outputs weighted and summed */
 } mlp_kind;
+
+/* MLP_MOE's experts (qwen3_moe). A row's router logits r = router . x go
+   through a softmax (f32); its top_k experts (the largest probabilities,
+   the lower index first among equals) are weighted by their probabilities,
+   renormalized to sum 1 under norm_topk; the output is the sum over those
+   experts, in ascending expert order, of weight * down_e(silu(gate_e(x)) *
+   up_e(x)). */
+typedef struct {
+    int n_experts, top_k, norm_topk, inter; /* inter: each expert's width */
+    const tensor *router;                   /* [E][H] */
+    const tensor **gate, **up, **down;      /* [E] each: [inter][H], [inter][H], [H][inter] */
+} wmoe;
 
 /* One decoder layer. */
 typedef struct {
@@ -33,7 +46,8 @@ typedef struct {
     int window; /* ATTN_CAUSAL only: a row at position p sees p - window + 1 .. p; 0 = no window */
     mlp_kind mlp;
     const tensor *wq, *wk, *wv, *wo; /* [nh*hd][H], [nkv*hd][H] x2, [H][nh*hd] */
-    const tensor *wg, *wu, *wd;      /* [I][H], [I][H], [H][I] */
+    const tensor *wg, *wu, *wd;      /* [I][H], [I][H], [H][I] (MLP_SWIGLU; NULL under MLP_MOE) */
+    const wmoe *moe;                 /* MLP_MOE's experts, else NULL */
     float *attn_norm, *mlp_norm;     /* [H] */
     float *q_norm, *k_norm;          /* [hd] (qk_norm) or NULL */
     float *bq, *bk, *bv, *bo;        /* [nh*hd], [nkv*hd] x2, [H] or NULL */

@@ -26,6 +26,7 @@ struct model {
     const tensor *lm_head; /* [V][H]; the embedding when tied */
     float *final_norm;     /* [H] */
     wlayer *layers;        /* [n_layers] */
+    wmoe *moes;            /* [n_layers]: the experts of MLP_MOE layers (zeros elsewhere) */
     float *inv_freq;       /* [hd/2] */
     float *owned;          /* one block holding every f32 copy above */
     size_t weight_bytes;
@@ -159,6 +160,11 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
         snprintf(name, sizeof name, "model.layers.%d.", l);
         ok = wbind_layer(&b, name, c, &pool, &m->layers[l]) == 0;
         if (ok && c->sliding[l]) m->layers[l].window = c->sliding_window;
+        if (ok && m->layers[l].mlp == MLP_MOE) {
+            if (!m->moes) m->moes = xcalloc((size_t)c->n_layers, sizeof(wmoe));
+            ok = wbind_moe(&b, name, c, &m->moes[l]) == 0;
+            m->layers[l].moe = &m->moes[l];
+        }
     }
     if (ok && wbind_check_leftovers(&b) != 0) ok = 0;
     wbind_done(&b);
@@ -173,7 +179,13 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
     for (int l = 0; l < c->n_layers; l++) {
         const wlayer *L = &m->layers[l];
         const tensor *w[7] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
-        for (int i = 0; i < 7; i++) m->weight_bytes += weight_stream_bytes(w[i]);
+        for (int i = 0; i < 7; i++)
+            if (w[i]) m->weight_bytes += weight_stream_bytes(w[i]);
+        if (L->moe) /* the router and a row's top_k experts (the experts are alike) */
+            m->weight_bytes += weight_stream_bytes(L->moe->router) +
+                               (size_t)L->moe->top_k * (weight_stream_bytes(L->moe->gate[0]) +
+                                                        weight_stream_bytes(L->moe->up[0]) +
+                                                        weight_stream_bytes(L->moe->down[0]));
     }
     m->weight_bytes += weight_stream_bytes(m->lm_head);
     if (mode == ST_LOAD_MMAP)
@@ -191,6 +203,9 @@ void model_free(model *m) {
     if (m->bm) m->be->model_free(m->bm);
     st_set_close(m->st);
     qspec_free(&m->q);
+    if (m->moes)
+        for (int l = 0; l < m->cfg.n_layers; l++) wbind_moe_free(&m->moes[l]);
+    free(m->moes);
     free(m->layers);
     free(m->owned);
     free(m);

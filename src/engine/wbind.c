@@ -190,6 +190,7 @@ int wbind_layer(wbind *b, const char *prefix, const model_config *c, float **poo
     int64_t QD = (int64_t)c->n_heads * hd, KD = (int64_t)c->n_kv_heads * hd;
     char name[256];
     memset(L, 0, sizeof *L);
+    L->mlp = MLP_SWIGLU;
 #define W(field, suffix, d0, d1)                                          \
     do {                                                                  \
         snprintf(name, sizeof name, "%s%s", prefix, suffix);              \
@@ -206,9 +207,15 @@ int wbind_layer(wbind *b, const char *prefix, const model_config *c, float **poo
     W(wk, "self_attn.k_proj.weight", KD, H);
     W(wv, "self_attn.v_proj.weight", KD, H);
     W(wo, "self_attn.o_proj.weight", H, QD);
-    W(wg, "mlp.gate_proj.weight", I, H);
-    W(wu, "mlp.up_proj.weight", I, H);
-    W(wd, "mlp.down_proj.weight", H, I);
+    int l = -1;
+    sscanf(prefix, "model.layers.%d.", &l);
+    if (l >= 0 && l < c->n_layers && c->moe[l]) {
+        L->mlp = MLP_MOE; /* (the experts: wbind_moe) */
+    } else {
+        W(wg, "mlp.gate_proj.weight", I, H);
+        W(wu, "mlp.up_proj.weight", I, H);
+        W(wd, "mlp.down_proj.weight", H, I);
+    }
     F(attn_norm, "input_layernorm.weight", H);
     F(mlp_norm, "post_attention_layernorm.weight", H);
     if (c->qk_norm) {
@@ -224,4 +231,30 @@ int wbind_layer(wbind *b, const char *prefix, const model_config *c, float **poo
 #undef W
 #undef F
     return 0;
+}
+
+int wbind_moe(wbind *b, const char *prefix, const model_config *c, wmoe *moe) {
+    const int64_t H = c->hidden_size, Im = c->moe_intermediate_size;
+    const int E = c->moe_experts;
+    memset(moe, 0, sizeof *moe);
+    moe->n_experts = E, moe->top_k = c->moe_top_k, moe->norm_topk = c->moe_norm_topk, moe->inter = (int)Im;
+    moe->gate = xcalloc((size_t)E * 3, sizeof(tensor *));
+    moe->up = moe->gate + E, moe->down = moe->up + E;
+    char name[256];
+    snprintf(name, sizeof name, "%smlp.gate.weight", prefix);
+    if (!(moe->router = wbind_get(b, name, E, H))) return -1;
+    for (int e = 0; e < E; e++) {
+        snprintf(name, sizeof name, "%smlp.experts.%d.gate_proj.weight", prefix, e);
+        if (!(moe->gate[e] = wbind_get(b, name, Im, H))) return -1;
+        snprintf(name, sizeof name, "%smlp.experts.%d.up_proj.weight", prefix, e);
+        if (!(moe->up[e] = wbind_get(b, name, Im, H))) return -1;
+        snprintf(name, sizeof name, "%smlp.experts.%d.down_proj.weight", prefix, e);
+        if (!(moe->down[e] = wbind_get(b, name, H, Im))) return -1;
+    }
+    return 0;
+}
+
+void wbind_moe_free(wmoe *moe) {
+    free((void *)moe->gate);
+    memset(moe, 0, sizeof *moe);
 }

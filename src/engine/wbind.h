@@ -48,5 +48,11 @@ size_t wbind_layer_floats(const model_config *c);
  * "model.layers.3."), as config c describes it (q/k norms, biases).
  * 0, or -1 with the binder's error filled. */
 int wbind_layer(wbind *b, const char *prefix, const model_config *c, float **pool, wlayer *L);
+/* Binds the experts of MoE layer l (prefix as above: mlp.gate.weight, the
+ * router, and mlp.experts.E.{gate,up,down}_proj.weight, the published
+ * per-expert layout) into *moe, whose pointer arrays it allocates
+ * (wbind_moe_free). 0, or -1 with the binder's error filled. */
+int wbind_moe(wbind *b, const char *prefix, const model_config *c, wmoe *moe);
+void wbind_moe_free(wmoe *moe);
 
 #endif

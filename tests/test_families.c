@@ -1,0 +1,266 @@
+/* Families beyond qwen3 / qwen2 / llama on the CPU, by construction (the
+ * golden forwards against transformers are in test_model.c): tiny random
+ * checkpoints written here, whose weights are a function of each tensor's
+ * name (so two checkpoints share the tensors they both name).
+ *   - moe_route: the router rule against a double-precision reference,
+ *     ties to the lower index, renormalized or not.
+ *   - qwen3_moe with one expert of top 1 is the dense qwen3 of the same
+ *     weights, bit for bit; with 8 experts of top 2 (one layer dense by
+ *     mlp_only_layers) every row's logits are the same bits whether the
+ *     prompt runs as one batch, one token at a time or in chunks of 5.
+ *   - mistral with a window over every position is the llama of the same
+ *     weights, bit for bit; with a 5-position window (shorter than the
+ *     prompt) the rows are batch-invariant the same way and differ from
+ *     the unwindowed model. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/util.h"
+#include "engine/model.h"
+#include "engine/moe.h"
+#include "test.h"
+
+enum { FV = 512, FH = 32, FI = 48, FNH = 4, FNKV = 2, FHD = 16, FL = 2, FT = 24 };
+
+static uint32_t name_hash(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+/* the weight of element j of the tensor named name ("experts.0." left out,
+   so a one-expert checkpoint shares its expert with the dense MLP) */
+static float weight_of(const char *name, size_t j, int norm) {
+    char canon[160];
+    const char *e = strstr(name, "experts.0.");
+    if (e) snprintf(canon, sizeof canon, "%.*s%s", (int)(e - name), name, e + 10);
+    else snprintf(canon, sizeof canon, "%s", name);
+    uint32_t r = name_hash(canon) ^ (uint32_t)(j * 2654435761u);
+    r ^= r >> 15, r *= 2246822519u, r ^= r >> 13, r *= 3266489917u, r ^= r >> 16;
+    float u = (float)(r >> 8) / 16777216.0f - 0.5f;
+    return norm ? 1.0f + 0.4f * u : 0.9f * u;
+}
+
+typedef struct {
+    char name[96];
+    long d0, d1;
+} tdef;
+
+/* config.json text and the tensors of a family checkpoint in dir */
+static int write_ckpt(const char *dir, const char *config, const tdef *t, int nt) {
+    mkdir(dir, 0755);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(config, f);
+    fclose(f);
+    char *hdr = xmalloc(1 << 17);
+    size_t n = (size_t)snprintf(hdr, 1 << 17, "{"), off = 0;
+    for (int i = 0; i < nt; i++) {
+        size_t bytes = (size_t)t[i].d0 * (size_t)(t[i].d1 ? t[i].d1 : 1) * 2;
+        char shape[64];
+        if (t[i].d1) snprintf(shape, sizeof shape, "%ld,%ld", t[i].d0, t[i].d1);
+        else snprintf(shape, sizeof shape, "%ld", t[i].d0);
+        n += (size_t)snprintf(hdr + n, (1 << 17) - n,
+                              "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}", i ? "," : "",
+                              t[i].name, shape, off, off + bytes);
+        off += bytes;
+    }
+    hdr[n++] = '}';
+    while (n % 8) hdr[n++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    if (!f) return free(hdr), -1;
+    uint64_t hl = n;
+    fwrite(&hl, 8, 1, f);
+    fwrite(hdr, 1, n, f);
+    free(hdr);
+    for (int i = 0; i < nt; i++) {
+        size_t cnt = (size_t)t[i].d0 * (size_t)(t[i].d1 ? t[i].d1 : 1);
+        for (size_t j = 0; j < cnt; j++) {
+            uint16_t b = ds_f32_to_bf16(weight_of(t[i].name, j, t[i].d1 == 0));
+            fwrite(&b, 2, 1, f);
+        }
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* the tensors: qk norms (qwen3 kinds), each layer's MLP dense or experts */
+static int make_tensors(tdef *t, int qk_norm, int experts, const int *dense_layer) {
+    int nt = 0;
+#define ADD(a, b, ...)                                                                                             \
+    do {                                                                                                           \
+        snprintf(t[nt].name, sizeof t[nt].name, __VA_ARGS__);                                                      \
+        t[nt].d0 = a, t[nt].d1 = b, nt++;                                                                          \
+    } while (0)
+    ADD(FV, FH, "model.embed_tokens.weight");
+    ADD(FV, FH, "lm_head.weight");
+    ADD(FH, 0, "model.norm.weight");
+    for (int l = 0; l < FL; l++) {
+        ADD(FH, 0, "model.layers.%d.input_layernorm.weight", l);
+        ADD(FH, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        ADD(FNH * FHD, FH, "model.layers.%d.self_attn.q_proj.weight", l);
+        ADD(FNKV * FHD, FH, "model.layers.%d.self_attn.k_proj.weight", l);
+        ADD(FNKV * FHD, FH, "model.layers.%d.self_attn.v_proj.weight", l);
+        ADD(FH, FNH * FHD, "model.layers.%d.self_attn.o_proj.weight", l);
+        if (qk_norm) {
+            ADD(FHD, 0, "model.layers.%d.self_attn.q_norm.weight", l);
+            ADD(FHD, 0, "model.layers.%d.self_attn.k_norm.weight", l);
+        }
+        if (!experts || dense_layer[l]) {
+            ADD(FI, FH, "model.layers.%d.mlp.gate_proj.weight", l);
+            ADD(FI, FH, "model.layers.%d.mlp.up_proj.weight", l);
+            ADD(FH, FI, "model.layers.%d.mlp.down_proj.weight", l);
+            continue;
+        }
+        ADD(experts, FH, "model.layers.%d.mlp.gate.weight", l);
+        for (int e = 0; e < experts; e++) {
+            ADD(FI, FH, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
+            ADD(FI, FH, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+            ADD(FH, FI, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+        }
+    }
+#undef ADD
+    return nt;
+}
+
+static const char *COMMON = "\"vocab_size\":512,\"hidden_size\":32,\"intermediate_size\":48,\"num_hidden_layers\":2,"
+                            "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16,"
+                            "\"max_position_embeddings\":256,\"rms_norm_eps\":1e-06,\"rope_theta\":10000.0,"
+                            "\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\",\"eos_token_id\":2";
+
+/* every row's logits of prompt ids[FT] run in chunks of `chunk` rows */
+static float *logits_of(const char *dir, int chunk) {
+    model *m;
+    char err[512];
+    if (model_load(&m, dir, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s: %s", dir, err);
+        return NULL;
+    }
+    model_ctx *c;
+    if (mctx_create(&c, m, 64, 8, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        model_free(m);
+        return NULL;
+    }
+    float *out = xmalloc(sizeof(float) * FT * FV);
+    int ids[FT], pos[FT];
+    for (int i = 0; i < FT; i++) ids[i] = (i * 37 + 11) % FV, pos[i] = i;
+    for (int i0 = 0; i0 < FT; i0 += chunk) {
+        int n = FT - i0 < chunk ? FT - i0 : chunk;
+        model_batch b = {.n = n, .tokens = ids + i0, .pos = pos + i0, .n_logits = n, .logits = out + (size_t)i0 * FV};
+        if (model_forward(c, &b, err, sizeof err) != 0) {
+            test_fail(__FILE__, __LINE__, "%s", err);
+            break;
+        }
+    }
+    mctx_free(c);
+    model_free(m);
+    return out;
+}
+
+static void check_invariant(const char *dir, const char *what) {
+    float *a = logits_of(dir, FT), *b = logits_of(dir, 1), *c = logits_of(dir, 5);
+    if (a && b && c) {
+        CHECK_MSG(!memcmp(a, b, sizeof(float) * FT * FV), "%s: rows one at a time differ from the whole batch", what);
+        CHECK_MSG(!memcmp(a, c, sizeof(float) * FT * FV), "%s: chunks of 5 differ from the whole batch", what);
+        double mx = 0;
+        for (size_t i = 0; i < (size_t)FT * FV; i++) mx = fabs(a[i]) > mx ? fabs(a[i]) : mx;
+        CHECK_MSG(mx > 0.1 && isfinite(mx), "%s: logits %g", what, mx);
+    }
+    free(a), free(b), free(c);
+}
+
+TEST(families_moe_route) {
+    uint32_t r = 7;
+    for (int trial = 0; trial < 200; trial++) {
+        const int E = 2 + trial % 30, K = 1 + trial % (E < 8 ? E : 8), norm = trial & 1;
+        float p[32], w[8];
+        double ref[32];
+        int sel[8];
+        for (int j = 0; j < E; j++) {
+            r = r * 1664525u + 1013904223u;
+            p[j] = trial % 7 == 0 ? (float)((r >> 28) % 3) : ((float)(r >> 8) / 16777216.0f - 0.5f) * 8.0f;
+        }
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < E; j++) mx = p[j] > mx ? p[j] : mx;
+        for (int j = 0; j < E; j++) sum += ref[j] = exp(p[j] - mx);
+        moe_route(p, E, K, norm, sel, w);
+        double tot = 0;
+        int used[32] = {0};
+        for (int k = 0; k < K; k++) {
+            CHECK(sel[k] >= 0 && sel[k] < E && !used[sel[k]]);
+            used[sel[k]] = 1;
+            tot += ref[sel[k]] / sum;
+            if (k) /* descending, the lower index first among equals */
+                CHECK(ref[sel[k - 1]] > ref[sel[k]] || (ref[sel[k - 1]] == ref[sel[k]] && sel[k - 1] < sel[k]));
+        }
+        for (int j = 0; j < E; j++) /* nothing left out is larger than what was taken */
+            if (!used[j]) CHECK(ref[j] <= ref[sel[K - 1]] && (ref[j] < ref[sel[K - 1]] || j > sel[K - 1]));
+        for (int k = 0; k < K; k++) {
+            double want = ref[sel[k]] / sum / (norm ? tot : 1.0);
+            CHECK_MSG(fabs(w[k] - want) <= 1e-6 * (want > 1e-3 ? want : 1e-3), "trial %d: w[%d] %.9g, want %.9g",
+                      trial, k, w[k], want);
+        }
+    }
+}
+
+TEST(families_moe_forward) {
+    char dense[700], one[700], moe[700], cfg[2048];
+    snprintf(dense, sizeof dense, "%s/fam-dense", test_tmp_dir());
+    snprintf(one, sizeof one, "%s/fam-moe1", test_tmp_dir());
+    snprintf(moe, sizeof moe, "%s/fam-moe8", test_tmp_dir());
+    tdef *t = xmalloc(sizeof(tdef) * 256);
+    const int none[FL] = {0}, second_dense[FL] = {0, 1};
+    snprintf(cfg, sizeof cfg, "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",%s}", COMMON);
+    CHECK(write_ckpt(dense, cfg, t, make_tensors(t, 1, 0, none)) == 0);
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\",%s,\"num_experts\":1,"
+             "\"num_experts_per_tok\":1,\"moe_intermediate_size\":48,\"norm_topk_prob\":true}",
+             COMMON);
+    CHECK(write_ckpt(one, cfg, t, make_tensors(t, 1, 1, none)) == 0);
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\",%s,\"num_experts\":8,"
+             "\"num_experts_per_tok\":2,\"moe_intermediate_size\":48,\"norm_topk_prob\":false,"
+             "\"mlp_only_layers\":[1]}",
+             COMMON);
+    CHECK(write_ckpt(moe, cfg, t, make_tensors(t, 1, 8, second_dense)) == 0);
+    free(t);
+    float *a = logits_of(dense, FT), *b = logits_of(one, FT);
+    if (a && b) CHECK_MSG(!memcmp(a, b, sizeof(float) * FT * FV), "one expert of top 1 differs from the dense MLP");
+    free(a), free(b);
+    check_invariant(moe, "qwen3_moe, 8 experts, top 2");
+}
+
+TEST(families_mistral_window) {
+    char llama[700], wide[700], win[700], cfg[2048];
+    snprintf(llama, sizeof llama, "%s/fam-llama", test_tmp_dir());
+    snprintf(wide, sizeof wide, "%s/fam-mistral-wide", test_tmp_dir());
+    snprintf(win, sizeof win, "%s/fam-mistral-w5", test_tmp_dir());
+    tdef *t = xmalloc(sizeof(tdef) * 64);
+    const int none[FL] = {0};
+    const int nt = make_tensors(t, 0, 0, none);
+    snprintf(cfg, sizeof cfg, "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",%s}", COMMON);
+    CHECK(write_ckpt(llama, cfg, t, nt) == 0);
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\":[\"MistralForCausalLM\"],\"model_type\":\"mistral\",%s,\"sliding_window\":%d}", COMMON,
+             FT);
+    CHECK(write_ckpt(wide, cfg, t, nt) == 0);
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\":[\"MistralForCausalLM\"],\"model_type\":\"mistral\",%s,\"sliding_window\":5}", COMMON);
+    CHECK(write_ckpt(win, cfg, t, nt) == 0);
+    free(t);
+    float *a = logits_of(llama, FT), *b = logits_of(wide, FT), *c = logits_of(win, FT);
+    if (a && b) CHECK_MSG(!memcmp(a, b, sizeof(float) * FT * FV), "a window over every position differs from none");
+    if (a && c) {
+        CHECK_MSG(!memcmp(a, c, sizeof(float) * 5 * FV), "the rows within the first window differ");
+        CHECK_MSG(memcmp(a + 5 * FV, c + 5 * FV, sizeof(float) * (FT - 5) * FV), "the window changes nothing");
+    }
+    free(a), free(b), free(c);
+    check_invariant(win, "mistral, window 5");
+}
