@@ -80,6 +80,19 @@ static const char *MISTRAL_NEMO =
     "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.43.0.dev0\",\"use_cache\":true,"
     "\"vocab_size\":131072}";
 
+/* Qwen/Qwen3-30B-A3B: 128 experts, 8 a token */
+static const char *QWEN3_MOE =
+    "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"bos_token_id\":151643,\"decoder_sparse_step\":1,\"eos_token_id\":151645,\"head_dim\":128,"
+    "\"hidden_act\":\"silu\",\"hidden_size\":2048,\"initializer_range\":0.02,\"intermediate_size\":6144,"
+    "\"max_position_embeddings\":40960,\"max_window_layers\":48,\"mlp_only_layers\":[],"
+    "\"model_type\":\"qwen3_moe\",\"moe_intermediate_size\":768,\"norm_topk_prob\":true,"
+    "\"num_attention_heads\":32,\"num_experts\":128,\"num_experts_per_tok\":8,\"num_hidden_layers\":48,"
+    "\"num_key_value_heads\":4,\"output_router_logits\":false,\"rms_norm_eps\":1e-06,\"rope_scaling\":null,"
+    "\"rope_theta\":1000000.0,\"router_aux_loss_coef\":0.001,\"sliding_window\":null,"
+    "\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.51.0\","
+    "\"use_cache\":true,\"use_sliding_window\":false,\"vocab_size\":151936}";
+
 static int parse(model_config *c, const char *text, char *err, size_t n) {
     return config_parse(c, text, strlen(text), "config.json", err, n);
 }
@@ -552,14 +565,39 @@ TEST(config_mistral) {
     CHECK_EQ_INT(c.sliding_window, 0);
 }
 
+TEST(config_qwen3_moe) {
+    model_config c;
+    char err[512];
+    CHECK_MSG(parse(&c, QWEN3_MOE, err, sizeof err) == 0, "%s", err);
+    CHECK(c.arch == ARCH_QWEN3_MOE && c.qk_norm && !c.attention_bias);
+    CHECK(c.moe_experts == 128 && c.moe_top_k == 8 && c.moe_intermediate_size == 768 && c.moe_norm_topk);
+    int all = 1;
+    for (int l = 0; l < c.n_layers; l++) all &= c.moe[l] == 1;
+    CHECK(all);
+    /* decoder_sparse_step 2: layers 1, 3, ... route; mlp_only_layers keeps layer 3 dense */
+    char *e = edit(QWEN3_MOE, "\"decoder_sparse_step\":1", "\"decoder_sparse_step\":2");
+    char *e2 = edit(e, "\"mlp_only_layers\":[]", "\"mlp_only_layers\":[3]");
+    CHECK_MSG(parse(&c, e2, err, sizeof err) == 0, "%s", err);
+    CHECK(!c.moe[0] && c.moe[1] && !c.moe[2] && !c.moe[3] && c.moe[5]);
+    free(e), free(e2);
+    /* the dense families have none */
+    CHECK_MSG(parse(&c, QWEN3_4B, err, sizeof err) == 0, "%s", err);
+    CHECK(c.moe_experts == 0 && !c.moe[0]);
+}
+
 TEST(config_refusals) {
     EDIT_FAIL(QWEN3_4B, "\"model_type\":\"qwen3\"", "\"model_type\":\"gemma3_text\"",
-              "config.json: unsupported model_type \"gemma3_text\" (supported: qwen3, qwen2, llama, mistral)");
+              "config.json: unsupported model_type \"gemma3_text\" (supported: qwen3, qwen2, llama, mistral, qwen3_moe)");
     EDIT_FAIL(QWEN3_4B, "\"model_type\":\"qwen3\",", "", "\"model_type\"");
     EDIT_FAIL(QWEN3_4B, "\"model_type\":\"qwen3\"", "\"model_type\":3", "\"model_type\"");
     EDIT_FAIL(QWEN3_4B, "\"Qwen3ForCausalLM\"", "\"MistralForCausalLM\"", "does not match model_type");
     EDIT_FAIL(QWEN3_4B, "\"Qwen3ForCausalLM\"", "\"Gemma3ForCausalLM\"", "Gemma3ForCausalLM");
     EDIT_FAIL(MISTRAL_V01, "\"sliding_window\":4096", "\"sliding_window\":0", "\"sliding_window\"");
+    EDIT_FAIL(QWEN3_MOE, "\"num_experts_per_tok\":8", "\"num_experts_per_tok\":129", "\"num_experts_per_tok\"");
+    EDIT_FAIL(QWEN3_MOE, "\"num_experts_per_tok\":8", "\"num_experts_per_tok\":64", "above 32");
+    EDIT_FAIL(QWEN3_MOE, "\"moe_intermediate_size\":768,", "", "\"moe_intermediate_size\"");
+    EDIT_FAIL(QWEN3_MOE, "\"mlp_only_layers\":[]", "\"mlp_only_layers\":[48]", "\"mlp_only_layers\"");
+    EDIT_FAIL(QWEN3_MOE, "\"mlp_only_layers\":[]", "\"mlp_only_layers\":3", "\"mlp_only_layers\"");
     EDIT_FAIL(MISTRAL_V01, "\"sliding_window\":4096", "\"sliding_window\":\"4096\"", "\"sliding_window\"");
     EDIT_FAIL(MISTRAL_NEMO, "\"num_hidden_layers\":40,", "\"num_hidden_layers\":1,\"layer_types\":[\"sliding_attention\"],",
               "\"sliding_window\" is not set");
