@@ -1,14 +1,15 @@
 #!/bin/sh
 # serve-prefix: time to the first token of an agent-style request whose
-# long system prompt (about PREFIX tokens, default 1500) the server has
+# long system prompt (at least PREFIX tokens, default 1200) the server has
 # seen before, against the cold prefill. Per trial (default 5) a fresh
 # `dspark serve` gets, streamed with 8 answer tokens each:
 #   cold   the system prompt + question 1 (nothing cached)
 #   slot   the system prompt + question 2, after the first finished (its
 #          slot holds the prefix: the free slot with the longest prefix)
-#   copy   the system prompt + question 4, sent while an answer to question
-#          3 runs in the slot that holds the prefix: another slot takes a
-#          copy of the prefix (share_prefix) and prefills only the rest
+#   copy   the system prompt + question 4, sent while a 400-token answer to
+#          question 3 runs in the slot that holds the prefix: another slot
+#          takes a copy of the prefix (share_prefix) and prefills only the
+#          rest (the script checks that a copy was made)
 # Reported: the median time to the first token of each, and the cached
 # tokens the server reported (usage.prompt_tokens_details.cached_tokens).
 # MODEL (default the bundled model), THREADS (2), DSPARK (a binary: no make),
@@ -17,7 +18,7 @@
 set -e
 cd "$(dirname "$0")/.."
 [ -n "${DSPARK:-}" ] || { make -s dspark; DSPARK=./dspark; }
-PREFIX=${1:-1500} TRIALS=${2:-5} THREADS=${THREADS:-2}
+PREFIX=${1:-1200} TRIALS=${2:-5} THREADS=${THREADS:-2}
 MODEL=${MODEL:-models/dspark-coder-6m}
 TMP=$(mktemp -d)
 PID=
@@ -48,8 +49,9 @@ system = "You are a coding agent. Tools: read_file(path), write_file(path, text)
 i = 0
 while len(json.loads(post("/tokenize", {"content": system}).read())["tokens"]) < want:
     system += "".join(f"Rule {i + j}: keep each function short, name things plainly, test edge case {i + j}.\n"
-                      for j in range(20))
-    i += 20
+                      for j in range(4))
+    i += 4
+n_sys = len(json.loads(post("/tokenize", {"content": system}).read())["tokens"])
 def ask(q, n):
     return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": q}], "max_tokens": n,
             "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
@@ -67,13 +69,16 @@ def ttft(q, n=8):
 cold = ttft("Write a CSV parser.")
 slot = ttft("Write a JSON printer.")
 bg = threading.Thread(target=lambda: post("/v1/chat/completions",
-                      {**ask("Write a long test suite.", 600), "stream": False, "ignore_eos": True}).read())
+                      {**ask("Write a long test suite.", 400), "stream": False, "ignore_eos": True}).read())
 bg.start()
 while health()["requests_running"] < 1: time.sleep(0.002)
 time.sleep(0.05)
 copy = ttft("Write a YAML reader.")
 bg.join()
-print(json.dumps({"cold": cold, "slot": slot, "copy": copy}))
+m = urllib.request.urlopen(url + "/metrics").read().decode()
+copies = [float(l.split()[-1]) for l in m.splitlines() if l.startswith("dspark_prefix_cache_copies_total")][0]
+assert copies >= 1, "no prefix copy was made: the long answer ended before the copy request"
+print(json.dumps({"cold": cold, "slot": slot, "copy": copy, "n_sys": n_sys}))
 PY
     kill $PID 2>/dev/null; wait $PID 2>/dev/null || true; PID=
     t=$((t + 1))
@@ -81,7 +86,7 @@ done
 python3 - "$TMP/rows" "$MODEL" "$PREFIX" "$TRIALS" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(f"model {sys.argv[2]}, system prompt of about {sys.argv[3]} tokens, median of {sys.argv[4]}")
+print(f"model {sys.argv[2]}, system prompt of {rows[0]['n_sys']} tokens, median of {sys.argv[4]}")
 print(f"{'request':<8} {'first token ms':>15} {'cached tokens':>14}")
 for k in ("cold", "slot", "copy"):
     print(f"{k:<8} {statistics.median(r[k][0] for r in rows):15.1f} {statistics.median(r[k][1] for r in rows):14.0f}")
