@@ -8,6 +8,40 @@
 
 #include "test.h"
 #include "base/util.h"
+#include "engine/model.h"
+#include "engine/threadpool.h"
+#include "spec/drafter.h"
+#include "spec/registry.h"
+#include "text/tokenizer.h"
+
+int test_bundled_open(test_bundled_set *b) {
+    char dir[700], err[512];
+    memset(b, 0, sizeof *b);
+    snprintf(dir, sizeof dir, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
+    if (model_load(&b->m, dir, NULL, err, sizeof err) != 0 || tok_load(&b->tok, dir, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return -1;
+    }
+    b->tp = tp_create(2);
+    const char *kinds[2] = {"dflash", "dspark"};
+    dmodel **dm[2] = {&b->dflash, &b->dspark};
+    for (int k = 0; k < 2; k++) {
+        snprintf(dir, sizeof dir, "%s/../../models/%s-%s", test_data_dir(), DSPARK_DEFAULT_MODEL, kinds[k]);
+        if (dmodel_load(dm[k], dir, b->m, NULL, err, sizeof err) != 0) {
+            test_fail(__FILE__, __LINE__, "%s", err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void test_bundled_close(test_bundled_set *b) {
+    dmodel_free(b->dflash);
+    dmodel_free(b->dspark);
+    tok_free(b->tok);
+    tp_free(b->tp);
+    model_free(b->m);
+}
 
 int test_copy_qwen3_tokenizer(const char *dir) {
     const char *tdir = test_tokenizer_dir();

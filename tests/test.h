@@ -22,6 +22,21 @@ const char *test_tmp_dir(void);
  * for tests of the text paths (tokenizer + template + model). Returns 0, or
  * -1 when the real tokenizer is unavailable. */
 int test_write_tiny_qwen3(const char *dir);
+/* The bundled model with its tokenizer, its two drafters and a 2-thread
+ * pool; 0, or -1 after a test failure naming what did not load (what did
+ * is left for test_bundled_close). */
+struct model;
+struct tokenizer;
+struct dmodel;
+struct tpool;
+typedef struct {
+    struct model *m;
+    struct tokenizer *tok;
+    struct dmodel *dflash, *dspark;
+    struct tpool *tp;
+} test_bundled_set;
+int test_bundled_open(test_bundled_set *b);
+void test_bundled_close(test_bundled_set *b);
 /* Copies the real Qwen3 tokenizer.json and tokenizer_config.json into dir
  * (created). 0, or -1 when they are unavailable. */
 int test_copy_qwen3_tokenizer(const char *dir);

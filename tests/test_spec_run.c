@@ -35,34 +35,19 @@ typedef struct {
 } bundled;
 
 static int open_bundled(bundled *b) {
-    char dir[700], err[512];
+    test_bundled_set t;
+    const int rc = test_bundled_open(&t);
     memset(b, 0, sizeof *b);
-    snprintf(dir, sizeof dir, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
-    if (model_load(&b->m, dir, NULL, err, sizeof err) != 0 || tok_load(&b->tok, dir, err, sizeof err) != 0) {
-        test_fail(__FILE__, __LINE__, "%s", err);
-        return -1;
-    }
-    b->tp = tp_create(2);
+    b->m = t.m, b->tok = t.tok, b->dflash = t.dflash, b->dspark = t.dspark, b->tp = t.tp;
+    if (rc != 0) return -1;
     b->V = model_cfg(b->m)->vocab_size;
     b->eos = model_cfg(b->m)->eos_token_ids[0];
-    const char *kinds[2] = {"dflash", "dspark"};
-    dmodel **dm[2] = {&b->dflash, &b->dspark};
-    for (int k = 0; k < 2; k++) {
-        snprintf(dir, sizeof dir, "%s/../../models/%s-%s", test_data_dir(), DSPARK_DEFAULT_MODEL, kinds[k]);
-        if (dmodel_load(dm[k], dir, b->m, NULL, err, sizeof err) != 0) {
-            test_fail(__FILE__, __LINE__, "%s", err);
-            return -1;
-        }
-    }
     return 0;
 }
 
 static void close_bundled(bundled *b) {
-    dmodel_free(b->dflash);
-    dmodel_free(b->dspark);
-    tok_free(b->tok);
-    tp_free(b->tp);
-    model_free(b->m);
+    test_bundled_set t = {.m = b->m, .tok = b->tok, .dflash = b->dflash, .dspark = b->dspark, .tp = b->tp};
+    test_bundled_close(&t);
 }
 
 static int test_spec_run_vocab; /* the bundled model's, for the processor */
