@@ -8,6 +8,8 @@
  *     weights, bit for bit; with 8 experts of top 2 (one layer dense by
  *     mlp_only_layers) every row's logits are the same bits whether the
  *     prompt runs as one batch, one token at a time or in chunks of 5.
+ *   - a qwen3moe GGUF (stacked BF16 experts, as llama.cpp's converter
+ *     writes them) of those weights gives the same logits bit for bit.
  *   - mistral with a window over every position is the llama of the same
  *     weights, bit for bit; with a 5-position window (shorter than the
  *     prompt) the rows are batch-invariant the same way and differ from
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/gguf_write.h"
 #include "base/util.h"
 #include "engine/model.h"
 #include "engine/moe.h"
@@ -176,6 +179,96 @@ static void check_invariant(const char *dir, const char *what) {
     free(a), free(b), free(c);
 }
 
+/* one tensor's declaration and its BF16 data: HF matrices [rows][cols] are
+   ggml {cols, rows}; stacked experts {cols, rows, E}, expert e the e-th
+   slice, each from its per-expert HF name */
+typedef struct {
+    char gguf[96], hf[96]; /* hf: a printf format with %d for the expert when stacked */
+    int64_t rows, cols;
+    int experts;
+} gdef;
+
+static int write_moe_gguf(const char *path, int E, int K, char *err, size_t errlen) {
+    gdef d[64];
+    int n = 0;
+#define G(g, h, r, c, e)                                                                                               do {                                                                                                                   snprintf(d[n].gguf, sizeof d[n].gguf, "%s", g);                                                                    snprintf(d[n].hf, sizeof d[n].hf, "%s", h);                                                                        d[n].rows = r, d[n].cols = c, d[n].experts = e, n++;                                                           } while (0)
+    G("token_embd.weight", "model.embed_tokens.weight", FV, FH, 0);
+    G("output.weight", "lm_head.weight", FV, FH, 0);
+    G("output_norm.weight", "model.norm.weight", 1, FH, 0);
+    for (int l = 0; l < FL; l++) {
+        char g[96], h[96];
+#define L(gs, hs, r, c, e)                                                                                             do {                                                                                                                   snprintf(g, sizeof g, "blk.%d.%s.weight", l, gs);                                                                  snprintf(h, sizeof h, "model.layers.%d.%s.weight", l, hs);                                                         G(g, h, r, c, e);                                                                                              } while (0)
+        L("attn_norm", "input_layernorm", 1, FH, 0);
+        L("ffn_norm", "post_attention_layernorm", 1, FH, 0);
+        L("attn_q", "self_attn.q_proj", FNH * FHD, FH, 0);
+        L("attn_k", "self_attn.k_proj", FNKV * FHD, FH, 0);
+        L("attn_v", "self_attn.v_proj", FNKV * FHD, FH, 0);
+        L("attn_output", "self_attn.o_proj", FH, FNH * FHD, 0);
+        L("attn_q_norm", "self_attn.q_norm", 1, FHD, 0);
+        L("attn_k_norm", "self_attn.k_norm", 1, FHD, 0);
+        if (l == 1) { /* mlp_only_layers */
+            L("ffn_gate", "mlp.gate_proj", FI, FH, 0);
+            L("ffn_up", "mlp.up_proj", FI, FH, 0);
+            L("ffn_down", "mlp.down_proj", FH, FI, 0);
+            continue;
+        }
+        L("ffn_gate_inp", "mlp.gate", E, FH, 0);
+        L("ffn_gate_exps", "mlp.experts.%d.gate_proj", FI, FH, E);
+        L("ffn_up_exps", "mlp.experts.%d.up_proj", FI, FH, E);
+        L("ffn_down_exps", "mlp.experts.%d.down_proj", FH, FI, E);
+#undef L
+    }
+#undef G
+    gguf_writer *w = gguf_w_new();
+    gguf_w_str(w, "general.architecture", "qwen3moe");
+    gguf_w_u32(w, "qwen3moe.block_count", FL);
+    gguf_w_u32(w, "qwen3moe.context_length", 256);
+    gguf_w_u32(w, "qwen3moe.embedding_length", FH);
+    gguf_w_u32(w, "qwen3moe.feed_forward_length", FI);
+    gguf_w_u32(w, "qwen3moe.attention.head_count", FNH);
+    gguf_w_u32(w, "qwen3moe.attention.head_count_kv", FNKV);
+    gguf_w_u32(w, "qwen3moe.attention.key_length", FHD);
+    gguf_w_u32(w, "qwen3moe.attention.value_length", FHD);
+    gguf_w_f32(w, "qwen3moe.attention.layer_norm_rms_epsilon", 1e-6f);
+    gguf_w_f32(w, "qwen3moe.rope.freq_base", 10000.0f);
+    gguf_w_u32(w, "qwen3moe.expert_count", (uint32_t)E);
+    gguf_w_u32(w, "qwen3moe.expert_used_count", (uint32_t)K);
+    gguf_w_u32(w, "qwen3moe.expert_feed_forward_length", FI);
+    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    int rc = -1;
+    for (int i = 0; i < n; i++) {
+        int64_t ne[3] = {d[i].cols, d[i].rows, d[i].experts};
+        const int nd = d[i].experts ? 3 : d[i].rows == 1 ? 1 : 2;
+        if (gguf_w_add_tensor(w, d[i].gguf, nd == 1 ? GGML_F32 : GGML_BF16, nd, ne, err, errlen) != 0) goto done;
+    }
+    if (gguf_w_begin(w, path, err, errlen) != 0) goto done;
+    for (int i = 0; i < n; i++) {
+        const int E1 = d[i].experts ? d[i].experts : 1;
+        const size_t cnt = (size_t)d[i].rows * (size_t)d[i].cols;
+        for (int e = 0; e < E1; e++) {
+            char hf[128];
+            snprintf(hf, sizeof hf, d[i].hf, e);
+            if (d[i].rows == 1) { /* a norm: F32 (what llama.cpp writes), the BF16 value's */
+                float *v = xmalloc(sizeof(float) * cnt);
+                for (size_t j = 0; j < cnt; j++) v[j] = ds_bf16_to_f32(ds_f32_to_bf16(weight_of(hf, j, 1)));
+                int r = gguf_w_data(w, v, sizeof(float) * cnt, err, errlen);
+                free(v);
+                if (r != 0) goto done;
+                continue;
+            }
+            uint16_t *v = xmalloc(2 * cnt);
+            for (size_t j = 0; j < cnt; j++) v[j] = ds_f32_to_bf16(weight_of(hf, j, 0));
+            int r = gguf_w_data(w, v, 2 * cnt, err, errlen);
+            free(v);
+            if (r != 0) goto done;
+        }
+    }
+    rc = gguf_w_finish(w, err, errlen);
+done:
+    gguf_w_free(w);
+    return rc;
+}
+
 TEST(families_moe_route) {
     uint32_t r = 7;
     for (int trial = 0; trial < 200; trial++) {
@@ -226,7 +319,7 @@ TEST(families_moe_forward) {
     CHECK(write_ckpt(one, cfg, t, make_tensors(t, 1, 1, none)) == 0);
     snprintf(cfg, sizeof cfg,
              "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\",%s,\"num_experts\":8,"
-             "\"num_experts_per_tok\":2,\"moe_intermediate_size\":48,\"norm_topk_prob\":false,"
+             "\"num_experts_per_tok\":2,\"moe_intermediate_size\":48,\"norm_topk_prob\":true,"
              "\"mlp_only_layers\":[1]}",
              COMMON);
     CHECK(write_ckpt(moe, cfg, t, make_tensors(t, 1, 8, second_dense)) == 0);
@@ -235,6 +328,13 @@ TEST(families_moe_forward) {
     if (a && b) CHECK_MSG(!memcmp(a, b, sizeof(float) * FT * FV), "one expert of top 1 differs from the dense MLP");
     free(a), free(b);
     check_invariant(moe, "qwen3_moe, 8 experts, top 2");
+    /* the same weights as a qwen3moe GGUF */
+    char gg[760], err[512];
+    snprintf(gg, sizeof gg, "%s/fam-moe8.gguf", test_tmp_dir());
+    CHECK_MSG(write_moe_gguf(gg, 8, 2, err, sizeof err) == 0, "%s", err);
+    float *x = logits_of(moe, FT), *y = logits_of(gg, FT);
+    if (x && y) CHECK_MSG(!memcmp(x, y, sizeof(float) * FT * FV), "the GGUF's logits differ from the safetensors'");
+    free(x), free(y);
 }
 
 TEST(families_mistral_window) {

@@ -31,8 +31,14 @@ struct gguf_model {
 };
 
 static const struct {
-    const char *arch, *hf_class;
-} ARCHS[] = {{"qwen3", "Qwen3ForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"llama", "LlamaForCausalLM"}};
+    const char *arch, *hf_class, *model_type;
+} ARCHS[] = {{"qwen3", "Qwen3ForCausalLM", "qwen3"},
+             {"qwen2", "Qwen2ForCausalLM", "qwen2"},
+             {"llama", "LlamaForCausalLM", "llama"},
+             {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"}};
+#define N_ARCHS (int)(sizeof ARCHS / sizeof ARCHS[0])
+#define ARCH_I_LLAMA 2
+#define ARCH_I_QWEN3MOE 3
 
 /* blk.N.<gguf> -> model.layers.N.<hf>; bias: whether .bias may follow */
 static const struct {
@@ -44,8 +50,28 @@ static const struct {
     {"attn_q_norm", "self_attn.q_norm", 0},  {"attn_k_norm", "self_attn.k_norm", 0},
     {"attn_norm", "input_layernorm", 0},     {"ffn_norm", "post_attention_layernorm", 0},
     {"ffn_gate", "mlp.gate_proj", 0},        {"ffn_up", "mlp.up_proj", 0},
-    {"ffn_down", "mlp.down_proj", 0},
+    {"ffn_down", "mlp.down_proj", 0},        {"ffn_gate_inp", "mlp.gate", 0},
 };
+
+/* a mixture of experts' stacked tensors (ggml [H or Im, Im or H, E]: each
+   expert's matrix one contiguous slice), split into the published
+   per-expert names */
+static const struct {
+    const char *gguf, *hf;
+} EXPS[] = {{"ffn_gate_exps", "gate_proj"}, {"ffn_up_exps", "up_proj"}, {"ffn_down_exps", "down_proj"}};
+
+/* blk.N.ffn_*_exps.weight: the EXPS entry and N, else -1 */
+static int exps_of(const char *g, int *layer) {
+    int l = -1, k = -1;
+    char what[32];
+    if (sscanf(g, "blk.%d.%31[a-z_].weight%n", &l, what, &k) != 2 || k < 0 || g[k] || l < 0) return -1;
+    for (int i = 0; i < (int)(sizeof EXPS / sizeof EXPS[0]); i++)
+        if (strcmp(what, EXPS[i].gguf) == 0) {
+            *layer = l;
+            return i;
+        }
+    return -1;
+}
 
 static int dtype_of(uint32_t ggml, ds_dtype *dt) {
     switch (ggml) {
@@ -163,11 +189,17 @@ static int unpermute(gguf_model *m, tensor *t, int heads, char *err, size_t errl
     return 0;
 }
 
-static int build_config(gguf_model *m, const char *arch, const char *hf_class, char *err, size_t errlen) {
-    int64_t layers, hidden, ffn, heads, kvh, ctx, kl, vl, rd, vocab;
+static int build_config(gguf_model *m, int ai, char *err, size_t errlen) {
+    const char *arch = ARCHS[ai].arch, *hf_class = ARCHS[ai].hf_class;
+    int64_t layers, hidden, ffn, heads, kvh, ctx, kl, vl, rd, vocab, n_exp = 0, n_used = 0, exp_ffn = -1;
+    if (ai == ARCH_I_QWEN3MOE &&
+        (meta_int(m, arch, "expert_count", 1, 4096, -1, &n_exp, err, errlen) ||
+         meta_int(m, arch, "expert_used_count", 1, n_exp, -1, &n_used, err, errlen) ||
+         meta_int(m, arch, "expert_feed_forward_length", 1, 1 << 20, -1, &exp_ffn, err, errlen)))
+        return -1;
     if (meta_int(m, arch, "block_count", 1, 1024, -1, &layers, err, errlen) ||
         meta_int(m, arch, "embedding_length", 1, 65536, -1, &hidden, err, errlen) ||
-        meta_int(m, arch, "feed_forward_length", 1, 1 << 20, -1, &ffn, err, errlen) ||
+        meta_int(m, arch, "feed_forward_length", 1, 1 << 20, exp_ffn, &ffn, err, errlen) ||
         meta_int(m, arch, "attention.head_count", 1, 4096, -1, &heads, err, errlen) ||
         meta_int(m, arch, "attention.head_count_kv", 1, heads, heads, &kvh, err, errlen) ||
         meta_int(m, arch, "context_length", 1, 1 << 26, 2048, &ctx, err, errlen) ||
@@ -195,7 +227,22 @@ static int build_config(gguf_model *m, const char *arch, const char *hf_class, c
     cJSON *c = cJSON_CreateObject();
     cJSON *a = cJSON_AddArrayToObject(c, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(hf_class));
-    cJSON_AddStringToObject(c, "model_type", arch);
+    cJSON_AddStringToObject(c, "model_type", ARCHS[ai].model_type);
+    if (ai == ARCH_I_QWEN3MOE) {
+        /* llama.cpp's qwen3moe graph renormalizes the chosen experts' weights */
+        cJSON_AddNumberToObject(c, "num_experts", (double)n_exp);
+        cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)n_used);
+        cJSON_AddNumberToObject(c, "moe_intermediate_size", (double)exp_ffn);
+        cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
+        /* the layers without a router (llama.cpp's qwen3moe has one in every
+           layer; a file may still leave some dense) */
+        cJSON *only = cJSON_AddArrayToObject(c, "mlp_only_layers");
+        for (int64_t l = 0; l < layers; l++) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "model.layers.%" PRId64 ".mlp.gate.weight", l);
+            if (!gguf_model_find(m, nm)) cJSON_AddItemToArray(only, cJSON_CreateNumber((double)l));
+        }
+    }
     cJSON_AddNumberToObject(c, "vocab_size", (double)vocab);
     cJSON_AddNumberToObject(c, "hidden_size", (double)hidden);
     cJSON_AddNumberToObject(c, "intermediate_size", (double)ffn);
@@ -303,10 +350,11 @@ int gguf_model_open(gguf_model **out, const char *path, int read_into_memory, ch
         goto fail;
     }
     int ai = -1;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N_ARCHS; i++)
         if (strcmp(as.s, ARCHS[i].arch) == 0) ai = i;
     if (ai < 0) {
-        ds_err(err, errlen, "%s: unsupported architecture \"%.64s\" (supported: qwen3, qwen2, llama)", path, as.s);
+        ds_err(err, errlen, "%s: unsupported architecture \"%.64s\" (supported: qwen3, qwen2, llama, qwen3moe)", path,
+               as.s);
         goto fail;
     }
     const char *arch = ARCHS[ai].arch;
@@ -317,9 +365,52 @@ int gguf_model_open(gguf_model **out, const char *path, int read_into_memory, ch
         goto fail;
 
     int nt = gguf_tensor_count(g);
-    m->t = xcalloc(nt ? (size_t)nt : 1, sizeof *m->t);
+    size_t cap = (size_t)nt + 1;
+    for (int i = 0; i < nt; i++) { /* each stacked expert tensor becomes one per expert */
+        const gguf_tensor *gt = gguf_tensor_at(g, i);
+        int l;
+        if (ai == ARCH_I_QWEN3MOE && exps_of(gt->name, &l) >= 0 && gt->ndim == 3 && gt->ne[2] > 0 &&
+            gt->ne[2] <= 4096)
+            cap += (size_t)gt->ne[2];
+    }
+    m->t = xcalloc(cap, sizeof *m->t);
     for (int i = 0; i < nt; i++) {
         const gguf_tensor *gt = gguf_tensor_at(g, i);
+        int xl, xi = ai == ARCH_I_QWEN3MOE ? exps_of(gt->name, &xl) : -1;
+        if (xi >= 0) {
+            ds_dtype dt;
+            if (gt->ndim != 3 || gt->ne[2] < 1 || gt->ne[2] > 4096 || gt->ne[3] != 1 || gt->nbytes % gt->ne[2]) {
+                ds_err(err, errlen, "%s: tensor \"%s\" must be 3-D [in, out, experts]", path, gt->name);
+                goto fail;
+            }
+            if (xl >= layers) {
+                ds_err(err, errlen, "%s: tensor \"%s\": layer %d, but %s.block_count is %" PRId64, path, gt->name,
+                       xl, arch, layers);
+                goto fail;
+            }
+            if (dtype_of(gt->type, &dt) != 0) {
+                const char *tn = gguf_type_name(gt->type);
+                ds_err(err, errlen, "%s: tensor \"%s\": ggml type %s (%u) is not supported", path, gt->name,
+                       tn ? tn : "unknown", gt->type);
+                goto fail;
+            }
+            const size_t per = gt->nbytes / (size_t)gt->ne[2];
+            for (int64_t e = 0; e < gt->ne[2]; e++) {
+                tensor *t = &m->t[m->n];
+                char nm[160];
+                snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%" PRId64 ".%s.weight", xl, e, EXPS[xi].hf);
+                t->name = xstrdup(nm);
+                m->n++;
+                t->dtype = dt;
+                t->file = gt->file;
+                t->data = (const char *)gt->data + (size_t)e * per;
+                t->nbytes = per;
+                t->ndim = 2;
+                t->shape[0] = gt->ne[1];
+                t->shape[1] = gt->ne[0];
+            }
+            continue;
+        }
         if (strcmp(gt->name, "rope_freqs.weight") == 0) {
             if (gt->type != GGML_F32 || gt->ndim != 1) {
                 ds_err(err, errlen, "%s: tensor \"rope_freqs.weight\" must be 1-D F32", path);
@@ -367,7 +458,7 @@ int gguf_model_open(gguf_model **out, const char *path, int read_into_memory, ch
             t->shape[0] = gt->ne[1];
             t->shape[1] = gt->ne[0];
         }
-        if (ai == 2 && layer >= 0) {
+        if (ai == ARCH_I_LLAMA && layer >= 0) {
             /* llama: q and k (weights and biases) were permuted */
             int isq = strstr(nm, ".q_proj.") != NULL, isk = strstr(nm, ".k_proj.") != NULL;
             if ((isq || isk) && t->shape[0] > 0 &&
@@ -386,7 +477,7 @@ int gguf_model_open(gguf_model **out, const char *path, int read_into_memory, ch
             ds_err(err, errlen, "%s: two tensors map to \"%s\"", path, m->sorted[i]->name);
             goto fail;
         }
-    if (build_config(m, arch, ARCHS[ai].hf_class, err, errlen) != 0) goto fail;
+    if (build_config(m, ai, err, errlen) != 0) goto fail;
     if (m->rope_freqs) {
         if (m->n_rope_freqs * 2 != m->head_dim) {
             ds_err(err, errlen, "%s: rope_freqs.weight has %d factors, expected head_dim/2 = %d", path,
