@@ -9,7 +9,8 @@
  *     mlp_only_layers) every row's logits are the same bits whether the
  *     prompt runs as one batch, one token at a time or in chunks of 5.
  *   - a qwen3moe GGUF (stacked BF16 experts, as llama.cpp's converter
- *     writes them) of those weights gives the same logits bit for bit.
+ *     writes them) of those weights gives the same logits bit for bit; with
+ *     Q8_0 experts, logits within 5e-2 of the largest, batch-invariant.
  *   - mistral with a window over every position is the llama of the same
  *     weights, bit for bit; with a 5-position window (shorter than the
  *     prompt) the rows are batch-invariant the same way and differ from
@@ -24,6 +25,7 @@
 #include "base/gguf_write.h"
 #include "base/util.h"
 #include "engine/model.h"
+#include "engine/quant_encode.h"
 #include "engine/moe.h"
 #include "test.h"
 
@@ -188,7 +190,9 @@ typedef struct {
     int experts;
 } gdef;
 
-static int write_moe_gguf(const char *path, int E, int K, char *err, size_t errlen) {
+/* q8: the experts' gate and up matrices in Q8_0 (their rows are whole
+   32-element blocks), the rest BF16 */
+static int write_moe_gguf(const char *path, int E, int K, int q8, char *err, size_t errlen) {
     gdef d[64];
     int n = 0;
 #define G(g, h, r, c, e)                                                                                               do {                                                                                                                   snprintf(d[n].gguf, sizeof d[n].gguf, "%s", g);                                                                    snprintf(d[n].hf, sizeof d[n].hf, "%s", h);                                                                        d[n].rows = r, d[n].cols = c, d[n].experts = e, n++;                                                           } while (0)
@@ -239,7 +243,8 @@ static int write_moe_gguf(const char *path, int E, int K, char *err, size_t errl
     for (int i = 0; i < n; i++) {
         int64_t ne[3] = {d[i].cols, d[i].rows, d[i].experts};
         const int nd = d[i].experts ? 3 : d[i].rows == 1 ? 1 : 2;
-        if (gguf_w_add_tensor(w, d[i].gguf, nd == 1 ? GGML_F32 : GGML_BF16, nd, ne, err, errlen) != 0) goto done;
+        const uint32_t type = nd == 1 ? GGML_F32 : q8 && d[i].experts && d[i].cols == FH ? GGML_Q8_0 : GGML_BF16;
+        if (gguf_w_add_tensor(w, d[i].gguf, type, nd, ne, err, errlen) != 0) goto done;
     }
     if (gguf_w_begin(w, path, err, errlen) != 0) goto done;
     for (int i = 0; i < n; i++) {
@@ -253,6 +258,19 @@ static int write_moe_gguf(const char *path, int E, int K, char *err, size_t errl
                 for (size_t j = 0; j < cnt; j++) v[j] = ds_bf16_to_f32(ds_f32_to_bf16(weight_of(hf, j, 1)));
                 int r = gguf_w_data(w, v, sizeof(float) * cnt, err, errlen);
                 free(v);
+                if (r != 0) goto done;
+                continue;
+            }
+            if (q8 && d[i].experts && d[i].cols == FH) {
+                const size_t rb = qenc_row_bytes(DT_Q8_0, FH);
+                float row[FH];
+                char *q = xmalloc(rb * (size_t)d[i].rows);
+                for (int64_t r0 = 0; r0 < d[i].rows; r0++) {
+                    for (int c = 0; c < FH; c++) row[c] = weight_of(hf, (size_t)r0 * FH + (size_t)c, 0);
+                    qenc_row(DT_Q8_0, row, FH, q + (size_t)r0 * rb);
+                }
+                int r = gguf_w_data(w, q, rb * (size_t)d[i].rows, err, errlen);
+                free(q);
                 if (r != 0) goto done;
                 continue;
             }
@@ -331,10 +349,25 @@ TEST(families_moe_forward) {
     /* the same weights as a qwen3moe GGUF */
     char gg[760], err[512];
     snprintf(gg, sizeof gg, "%s/fam-moe8.gguf", test_tmp_dir());
-    CHECK_MSG(write_moe_gguf(gg, 8, 2, err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(write_moe_gguf(gg, 8, 2, 0, err, sizeof err) == 0, "%s", err);
     float *x = logits_of(moe, FT), *y = logits_of(gg, FT);
     if (x && y) CHECK_MSG(!memcmp(x, y, sizeof(float) * FT * FV), "the GGUF's logits differ from the safetensors'");
-    free(x), free(y);
+    /* Q8_0 experts (each expert's slice of the stacked blocks): near the
+       BF16 logits, every row batch-invariant */
+    char gq[760];
+    snprintf(gq, sizeof gq, "%s/fam-moe8-q8.gguf", test_tmp_dir());
+    CHECK_MSG(write_moe_gguf(gq, 8, 2, 1, err, sizeof err) == 0, "%s", err);
+    float *z = logits_of(gq, FT);
+    if (x && z) {
+        double mx = 0, dd = 0;
+        for (size_t i = 0; i < (size_t)FT * FV; i++) {
+            mx = fabs(x[i]) > mx ? fabs(x[i]) : mx;
+            dd = fabs(x[i] - z[i]) > dd ? fabs(x[i] - z[i]) : dd;
+        }
+        CHECK_MSG(dd > 0 && dd <= 5e-2 * mx, "Q8_0 experts: max |logit - BF16's| %.4g against max |logit| %.4g", dd, mx);
+    }
+    free(x), free(y), free(z);
+    check_invariant(gq, "qwen3moe GGUF, Q8_0 experts");
 }
 
 TEST(families_mistral_window) {
