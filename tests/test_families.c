@@ -366,7 +366,24 @@ TEST(families_moe_forward) {
         }
         CHECK_MSG(dd > 0 && dd <= 5e-2 * mx, "Q8_0 experts: max |logit - BF16's| %.4g against max |logit| %.4g", dd, mx);
     }
-    free(x), free(y), free(z);
+    /* dspark quantize writes the stacked layout (Q8_0 gate/up rows, F16 where
+       a row is not whole blocks) that the reader above splits again */
+    char gw[760], args[2400], *qerr = NULL;
+    snprintf(gw, sizeof gw, "%s/fam-moe8-written.gguf", test_tmp_dir());
+    snprintf(args, sizeof args, "quantize --model %s --out %s --type Q8_0", moe, gw);
+    CHECK_MSG(test_run_cli(args, NULL, &qerr) == 0, "quantize: %s", qerr ? qerr : "");
+    free(qerr);
+    float *wq = logits_of(gw, FT);
+    if (x && wq) {
+        double mx = 0, dd = 0;
+        for (size_t i = 0; i < (size_t)FT * FV; i++) {
+            mx = fabs(x[i]) > mx ? fabs(x[i]) : mx;
+            dd = fabs(x[i] - wq[i]) > dd ? fabs(x[i] - wq[i]) : dd;
+        }
+        CHECK_MSG(dd > 0 && dd <= 5e-2 * mx, "quantize's Q8_0 GGUF: max |logit - BF16's| %.4g against max |logit| %.4g",
+                  dd, mx);
+    }
+    free(x), free(y), free(z), free(wq);
     check_invariant(gq, "qwen3moe GGUF, Q8_0 experts");
 }
 

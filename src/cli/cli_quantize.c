@@ -175,7 +175,9 @@ static int64_t batch_rows(int64_t K, int64_t N) {
 
 typedef struct {
     char name[96];      /* GGUF name */
-    const tensor *src;  /* NULL: rope_freqs (generated) */
+    const tensor *src;  /* NULL: rope_freqs (generated); with experts, expert 0's */
+    const tensor **experts; /* n_experts per-expert matrices stacked into one 3-d tensor, else NULL */
+    int n_experts;
     role r;
     int layer;
     int permute_hd;
@@ -425,7 +427,10 @@ static const char *base_name(const char *p) {
 }
 
 static void add_hparams(gguf_writer *w, const model_config *c, const char *dir, uint32_t file_type) {
-    const char *a = c->arch == ARCH_LLAMA ? "llama" : c->arch == ARCH_QWEN2 ? "qwen2" : "qwen3";
+    const char *a = c->arch == ARCH_LLAMA      ? "llama"
+                    : c->arch == ARCH_QWEN2    ? "qwen2"
+                    : c->arch == ARCH_QWEN3_MOE ? "qwen3moe"
+                                               : "qwen3";
     char k[128], name[256];
     gguf_w_str(w, "general.architecture", a);
     snprintf(name, sizeof name, "%s", base_name(dir));
@@ -449,6 +454,11 @@ static void add_hparams(gguf_writer *w, const model_config *c, const char *dir, 
         gguf_w_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
         gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
     }
+    if (c->arch == ARCH_QWEN3_MOE) {
+        gguf_w_u32(w, KEY("expert_count"), (uint32_t)c->moe_experts);
+        gguf_w_u32(w, KEY("expert_used_count"), (uint32_t)c->moe_top_k);
+        gguf_w_u32(w, KEY("expert_feed_forward_length"), (uint32_t)c->moe_intermediate_size);
+    }
     if (c->rope_type == ROPE_LINEAR) {
         gguf_w_str(w, KEY("rope.scaling.type"), "linear");
         gguf_w_f32(w, KEY("rope.scaling.factor"), c->rope_factor);
@@ -471,14 +481,18 @@ static int write_gguf_tensor(gguf_writer *w, const out_tensor *o, const model_co
     int64_t B = batch_rows(o->K, o->N);
     uint8_t *buf = xmalloc(rb * (size_t)B);
     int rc = 0;
-    for (int64_t r0 = 0; r0 < o->N && !rc; r0 += B) {
-        rows_job j = {.src = o->src, .K = o->K, .r0 = r0, .nrows = o->N - r0 < B ? o->N - r0 : B,
-                      .permute_hd = o->permute_hd, .out = o->type, .row_bytes = rb, .buf = buf, .bad_row = -1};
-        tp_run(tp, rows_worker, &j);
-        if (j.bad_row >= 0)
-            rc = ds_err(err, errlen, "%s: tensor %s row %d holds a NaN or infinity", o->src->file, o->src->name,
-                        j.bad_row);
-        else rc = gguf_w_data(w, buf, rb * (size_t)j.nrows, err, errlen);
+    const int ne = o->experts ? o->n_experts : 1;
+    for (int e = 0; e < ne && !rc; e++) { /* a stacked tensor: each expert's rows in turn */
+        const tensor *src = o->experts ? o->experts[e] : o->src;
+        for (int64_t r0 = 0; r0 < o->N && !rc; r0 += B) {
+            rows_job j = {.src = src, .K = o->K, .r0 = r0, .nrows = o->N - r0 < B ? o->N - r0 : B,
+                          .permute_hd = o->permute_hd, .out = o->type, .row_bytes = rb, .buf = buf, .bad_row = -1};
+            tp_run(tp, rows_worker, &j);
+            if (j.bad_row >= 0)
+                rc = ds_err(err, errlen, "%s: tensor %s row %d holds a NaN or infinity", src->file, src->name,
+                            j.bad_row);
+            else rc = gguf_w_data(w, buf, rb * (size_t)j.nrows, err, errlen);
+        }
     }
     free(buf);
     return rc;
@@ -514,7 +528,7 @@ static int quantize_gguf(const char *dir, const char *out, qtype q, uint32_t fil
     if (c->arch == ARCH_LLAMA && c->rope_type == ROPE_LLAMA3 &&
         add_out(&v, &n, "rope_freqs.weight", NULL, ROLE_OTHER, 0, c, q, err, errlen))
         goto done;
-    for (int l = 0; l < c->n_layers; l++)
+    for (int l = 0; l < c->n_layers; l++) {
         for (int m = 0; m < N_LAYER_MAP; m++) {
             char hf[160], gg[96];
             snprintf(hf, sizeof hf, "model.layers.%d.%s", l, LAYER_MAP[m].hf);
@@ -525,6 +539,43 @@ static int quantize_gguf(const char *dir, const char *out, qtype q, uint32_t fil
             if (c->arch == ARCH_LLAMA && (strstr(hf, "q_proj") || strstr(hf, "k_proj")))
                 v[n - 1].permute_hd = c->head_dim;
         }
+        if (!c->moe[l]) continue;
+        /* a mixture of experts as llama.cpp's converter writes it: the router
+           in F32 (llama-quantize leaves ffn_gate_inp alone), each kind of
+           expert matrix stacked into one 3-d tensor [E][rows][K] */
+        char hf[160], gg[96];
+        snprintf(hf, sizeof hf, "model.layers.%d.mlp.gate.weight", l);
+        snprintf(gg, sizeof gg, "blk.%d.ffn_gate_inp.weight", l);
+        if (!FIND(hf)) {
+            ds_err(err, errlen, "%s: no %s", dir, hf);
+            goto done;
+        }
+        USE();
+        if (add_out(&v, &n, gg, t, ROLE_OTHER, l, c, q, err, errlen)) goto done;
+        v[n - 1].type = DT_F32;
+        static const struct { const char *hf, *gg; role r; } EXP[] = {
+            {"gate_proj", "ffn_gate_exps", ROLE_OTHER}, {"up_proj", "ffn_up_exps", ROLE_OTHER},
+            {"down_proj", "ffn_down_exps", ROLE_FFN_DOWN}};
+        for (int k = 0; k < 3; k++) {
+            const tensor **ex = xcalloc((size_t)c->moe_experts, sizeof *ex);
+            for (int e = 0; e < c->moe_experts; e++) {
+                snprintf(hf, sizeof hf, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, EXP[k].hf);
+                if (!FIND(hf) || t->ndim != 2 || (e && (t->shape[0] != ex[0]->shape[0] || t->shape[1] != ex[0]->shape[1]))) {
+                    ds_err(err, errlen, "%s: %s is missing or not shaped as expert 0's", dir, hf);
+                    free(ex);
+                    goto done;
+                }
+                USE();
+                ex[e] = t;
+            }
+            snprintf(gg, sizeof gg, "blk.%d.%s.weight", l, EXP[k].gg);
+            if (add_out(&v, &n, gg, ex[0], EXP[k].r, l, c, q, err, errlen)) {
+                free(ex);
+                goto done;
+            }
+            v[n - 1].experts = ex, v[n - 1].n_experts = c->moe_experts, v[n - 1].ndim = 3;
+        }
+    }
     if (!FIND("model.norm.weight")) {
         ds_err(err, errlen, "%s: no model.norm.weight", dir);
         goto done;
@@ -549,20 +600,21 @@ static int quantize_gguf(const char *dir, const char *out, qtype q, uint32_t fil
     add_hparams(w, c, dir, file_type);
     if (add_tokenizer(w, dir, c, log, err, errlen)) goto done;
     for (int i = 0; i < n; i++) {
-        int64_t ne[2] = {v[i].K, v[i].N};
+        int64_t ne[3] = {v[i].K, v[i].N, v[i].n_experts};
         if (gguf_w_add_tensor(w, v[i].name, ggml_of(v[i].type), v[i].ndim, ne, err, errlen)) goto done;
     }
     if (gguf_w_begin(w, out, err, errlen)) goto done;
     for (int i = 0; i < n; i++) {
-        if (log) fprintf(log, "[%3d/%3d] %-28s %-6s %lld x %lld\n", i + 1, n, v[i].name,
+        if (log) fprintf(log, "[%3d/%3d] %-28s %-6s %s%lld x %lld\n", i + 1, n, v[i].name,
                          v[i].type == DT_F32 ? "F32" : v[i].type == DT_F16 ? "F16" : dtype_name(v[i].type),
-                         (long long)v[i].N, (long long)v[i].K);
+                         v[i].experts ? "experts x " : "", (long long)v[i].N, (long long)v[i].K);
         if (write_gguf_tensor(w, &v[i], c, tp, err, errlen)) goto done;
     }
     rc = gguf_w_finish(w, err, errlen);
 done:
     gguf_w_free(w);
     free(used);
+    for (int i = 0; i < n; i++) free((void *)v[i].experts);
     free(v);
     return rc;
 }
@@ -816,11 +868,14 @@ int quantize_model(const char *dir, const char *out, const char *type, int group
     if (!out || !*out) return ds_err(err, errlen, "--out PATH is required");
     model_config c;
     if (config_load(&c, dir, err, errlen)) return -1;
-    if (c.moe_experts > 0)
-        /* mlx-lm stacks the experts into 3-d switch_mlp tensors and llama.cpp
-           into ffn_*_exps; neither layout is written here */
-        return ds_err(err, errlen, "%s: quantizing a mixture-of-experts checkpoint (%s) is not supported yet", dir,
-                      c.model_type);
+    if (c.moe_experts > 0 && mlx)
+        /* mlx-lm stacks the experts into 3-d switch_mlp tensors, which this
+           writer does not lay out */
+        return ds_err(err, errlen, "%s: an MLX build of a mixture of experts (%s) is not written yet; the GGUF types are",
+                      dir, c.model_type);
+    if (c.moe_experts > 0 && !c.moe_norm_topk)
+        /* llama.cpp's qwen3moe graph always renormalizes the chosen weights */
+        return ds_err(err, errlen, "%s: norm_topk_prob is false, which a qwen3moe GGUF cannot say", dir);
     st_set *st;
     if (st_set_open(&st, dir, err, errlen)) return -1;
     tpool *tp = tp_create(threads);
