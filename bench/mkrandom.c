@@ -3,7 +3,9 @@
  * exact Qwen3-0.6B, 1.7B, 4B or 8B shapes, for speed benchmarks only. Weights
  * ~ N(0, 0.02) (4B and 8B: uniform with the same deviation, drawn faster),
  * norms ~ 1 + the same noise, deterministic from the seed.
- *   mkrandom OUT_DIR [0.6b|1.7b|4b|8b] [seed]
+ *   mkrandom OUT_DIR [0.6b|1.7b|4b|8b|30b-a3b-4l] [seed]
+ * (30b-a3b-4l: Qwen3-30B-A3B's layer shape, 128 experts of which 8 a token,
+ * in 4 layers: a mixture of experts small enough for a CPU benchmark)
  * Or a drafter in the published layouts for such a target (5 layers of the
  * target's width, taps [1, 7, 13, 19, 25] by the published fallback):
  *   mkrandom OUT_DIR dspark-0.6b|dflash-0.6b|dspark-1.7b|dflash-1.7b [target seed]
@@ -63,6 +65,8 @@ int main(int argc, char **argv) {
     int dspark = !strncmp(shape, "dspark", 6), dflash = !strncmp(shape, "dflash", 6);
     int q4b = !strcmp(shape, "4b"), q8b = !strcmp(shape, "8b"); /* 8B: untied LM head */
     int d8b = (dspark || dflash) && strstr(shape, "8b") != NULL;  /* a drafter for Qwen3-8B */
+    int moe = !strcmp(shape, "30b-a3b-4l");
+    const long E = 128, EK = 8, EI = 768;
     uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 10) | 1 : 1234;
     rng = seed;
     long H = big ? 2048 : 1024, I = big ? 6144 : 3072, L = 28, NH = 16, NKV = 8, HD = 128, V = 151936;
@@ -72,6 +76,7 @@ int main(int argc, char **argv) {
         L = 36;
         NH = 32;
     }
+    if (moe) H = 2048, I = 6144, L = 4, NH = 32, NKV = 4;
     const char *pre = "model.";
     if (dspark || dflash) {
         L = 5;
@@ -98,15 +103,22 @@ int main(int argc, char **argv) {
                 "{\"architectures\":[\"DFlashDraftModel\"],\"block_size\":16,\"num_target_layers\":%d,"
                 "\"dflash_config\":{\"mask_token_id\":151669,\"target_layer_ids\":%s},",
                 d8b ? 36 : 28, taps);
+    else if (moe)
+        fprintf(f,
+                "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\",\"num_experts\":%ld,"
+                "\"num_experts_per_tok\":%ld,\"moe_intermediate_size\":%ld,\"norm_topk_prob\":true,"
+                "\"decoder_sparse_step\":1,\"mlp_only_layers\":[],",
+                E, EK, EI);
     else
         fprintf(f, "{\"architectures\":[\"Qwen3ForCausalLM\"],");
+    if (!moe) fprintf(f, "\"model_type\":\"qwen3\",");
     fprintf(f,
-            "\"model_type\":\"qwen3\",\"hidden_size\":%ld,"
+            "\"hidden_size\":%ld,"
             "\"intermediate_size\":%ld,\"num_hidden_layers\":%ld,\"num_attention_heads\":%ld,"
             "\"num_key_value_heads\":%ld,\"head_dim\":%ld,\"vocab_size\":%ld,\"max_position_embeddings\":40960,"
             "\"rms_norm_eps\":1e-06,\"rope_theta\":1000000,\"tie_word_embeddings\":%s,\"attention_bias\":false,"
             "\"hidden_act\":\"silu\",\"torch_dtype\":\"bfloat16\",\"bos_token_id\":151643,\"eos_token_id\":151645}\n",
-            H, I, L, NH, NKV, HD, V, q8b ? "false" : "true");
+            H, I, L, NH, NKV, HD, V, q8b || moe ? "false" : "true");
     fclose(f);
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     f = fopen(path, "w");
@@ -114,7 +126,7 @@ int main(int argc, char **argv) {
     fclose(f);
 
     int nt = 0;
-    tdesc *t = calloc((size_t)(17 + L * 11), sizeof *t);
+    tdesc *t = calloc((size_t)(17 + L * (12 + (moe ? 3 * E : 0))), sizeof *t);
 #define ADD(n0, a, b, nm) do { snprintf(t[nt].name, 96, "%s", n0); t[nt].d0 = a; t[nt].d1 = b; t[nt].norm = nm; nt++; } while (0)
     /* norm 2: drawn from the target's seed (the DSpark copies of its embedding) */
     if (!dflash) ADD(dspark ? "embed_tokens.weight" : "model.embed_tokens.weight", V, H, dspark ? 2 : 0);
@@ -131,7 +143,7 @@ int main(int argc, char **argv) {
         ADD("norm.weight", H, 0, 1);
     } else {
         ADD("model.norm.weight", H, 0, 1);
-        if (q8b) ADD("lm_head.weight", V, H, 0);
+        if (q8b || moe) ADD("lm_head.weight", V, H, 0);
     }
     char nm[96];
     for (long l = 0; l < L; l++) {
@@ -144,6 +156,19 @@ int main(int argc, char **argv) {
         LAY("self_attn.o_proj.weight", H, NH * HD, 0);
         LAY("self_attn.q_norm.weight", HD, 0, 1);
         LAY("self_attn.k_norm.weight", HD, 0, 1);
+        if (moe) {
+            LAY("mlp.gate.weight", E, H, 0);
+            for (long e = 0; e < E; e++) {
+                char en[64];
+                snprintf(en, sizeof en, "mlp.experts.%ld.gate_proj.weight", e);
+                LAY(en, EI, H, 0);
+                snprintf(en, sizeof en, "mlp.experts.%ld.up_proj.weight", e);
+                LAY(en, EI, H, 0);
+                snprintf(en, sizeof en, "mlp.experts.%ld.down_proj.weight", e);
+                LAY(en, H, EI, 0);
+            }
+            continue;
+        }
         LAY("mlp.gate_proj.weight", I, H, 0);
         LAY("mlp.up_proj.weight", I, H, 0);
         LAY("mlp.down_proj.weight", H, I, 0);
@@ -177,7 +202,7 @@ int main(int argc, char **argv) {
         if (dspark) rng = t[i].norm == 2 ? seed : own++; /* copies replay the target's first draws */
         while (cnt) {
             size_t k = cnt < (1u << 20) ? cnt : (1u << 20);
-            if (q4b || q8b || d8b) /* uniform in +-0.02*sqrt(3): the same deviation, several times faster */
+            if (q4b || q8b || d8b || moe) /* uniform in +-0.02*sqrt(3): the same deviation, several times faster */
                 for (size_t j = 0; j < k; j++)
                     buf[j] = bf16((t[i].norm == 1 ? 1.0f : 0.0f) + 0.0693f * ((float)unif() - 0.5f));
             else
