@@ -13,7 +13,10 @@ hidden.bin when taps are asked for; see that script):
                      rope scaling on the global layers, query_pre_attn_scalar
                      24, GELU-tanh MLP, final logit soft-capping
   qwen3moe-bf16      Qwen3MoeForCausalLM: 8 experts, top 2, norm_topk_prob,
-                     layer 1 a dense MLP (mlp_only_layers)
+                     layer 1 a dense MLP (mlp_only_layers); saved one matrix
+                     per expert as the published checkpoints are (the fused
+                     tensors transformers 5 writes are split; the reference
+                     then loads that layout)
 
 Run on a machine with torch + transformers (CPU is enough; seconds):
     python3 tools/gen_family_golden.py tests/data/models
@@ -56,6 +59,37 @@ def gemma3_config():
                                 rope_scaling={"rope_type": "linear", "factor": 2.0})
 
 
+def per_expert_layout(d, cfg):
+    """transformers 5 saves a mixture of experts as fused tensors
+    (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I]);
+    the published checkpoints (and dspark) have one matrix per expert
+    (mlp.experts.N.{gate,up,down}_proj.weight). Rewrites the former into the
+    latter; a checkpoint already per expert is left alone."""
+    from safetensors.torch import load_file, save_file
+    p = os.path.join(d, "model.safetensors")
+    sd = load_file(p)
+    if not any(k.endswith(".mlp.experts.gate_up_proj") for k in sd):
+        return
+    E, I, H = cfg.num_experts, cfg.moe_intermediate_size, cfg.hidden_size
+    out = {}
+    for k, v in sd.items():
+        if k.endswith(".mlp.experts.gate_up_proj"):
+            base = k[: -len("gate_up_proj")]
+            assert tuple(v.shape) == (E, 2 * I, H), (k, tuple(v.shape))
+            for e in range(E):
+                out[f"{base}{e}.gate_proj.weight"] = v[e, :I].contiguous()
+                out[f"{base}{e}.up_proj.weight"] = v[e, I:].contiguous()
+        elif k.endswith(".mlp.experts.down_proj"):
+            base = k[: -len("down_proj")]
+            assert tuple(v.shape) == (E, H, I), (k, tuple(v.shape))
+            for e in range(E):
+                out[f"{base}{e}.down_proj.weight"] = v[e].contiguous()
+        else:
+            out[k] = v
+    save_file(out, p, metadata={"format": "pt"})
+    print(f"{os.path.basename(d)}: fused experts rewritten one matrix per expert")
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/models"
     os.makedirs(out, exist_ok=True)
@@ -70,7 +104,8 @@ def main():
                num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True,
                decoder_sparse_step=1, mlp_only_layers=[1], bos_token_id=None, eos_token_id=[7, 9],
                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
-    build(out, "qwen3moe-bf16", Qwen3MoeConfig(**moe), torch.bfloat16, 61, taps=(0, 2))
+    build(out, "qwen3moe-bf16", Qwen3MoeConfig(**moe), torch.bfloat16, 61, taps=(0, 2),
+          post_save=per_expert_layout)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ N_GREEDY = 24
 PROMPT_LEN = 12
 
 
-def build(out, name, cfg, dtype, seed, shard=None, legacy_rope=False, taps=()):
+def build(out, name, cfg, dtype, seed, shard=None, legacy_rope=False, taps=(), post_save=None):
     d = os.path.join(out, name)
     shutil.rmtree(d, ignore_errors=True)
     torch.manual_seed(seed)
@@ -58,6 +58,8 @@ def build(out, name, cfg, dtype, seed, shard=None, legacy_rope=False, taps=()):
             c["torch_dtype"] = c.pop("dtype")
         json.dump(c, open(p, "w"), indent=2)
 
+    if post_save:
+        post_save(d, cfg)  # e.g. rewrite the saved layout into the published one
     ref = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
     g = torch.Generator().manual_seed(seed + 1)
     prompt = torch.randint(0, cfg.vocab_size, (PROMPT_LEN,), generator=g).tolist()
