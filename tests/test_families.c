@@ -169,6 +169,17 @@ static float *logits_of(const char *dir, int chunk) {
     return out;
 }
 
+/* max |a - b| over every logit, and max |a| into *amax */
+static double max_diff(const float *a, const float *b, double *amax) {
+    double mx = 0, dd = 0;
+    for (size_t i = 0; i < (size_t)FT * FV; i++) {
+        mx = fabs(a[i]) > mx ? fabs(a[i]) : mx;
+        dd = fabs(a[i] - b[i]) > dd ? fabs(a[i] - b[i]) : dd;
+    }
+    *amax = mx;
+    return dd;
+}
+
 static void check_invariant(const char *dir, const char *what) {
     float *a = logits_of(dir, FT), *b = logits_of(dir, 1), *c = logits_of(dir, 5);
     if (a && b && c) {
@@ -359,11 +370,7 @@ TEST(families_moe_forward) {
     CHECK_MSG(write_moe_gguf(gq, 8, 2, 1, err, sizeof err) == 0, "%s", err);
     float *z = logits_of(gq, FT);
     if (x && z) {
-        double mx = 0, dd = 0;
-        for (size_t i = 0; i < (size_t)FT * FV; i++) {
-            mx = fabs(x[i]) > mx ? fabs(x[i]) : mx;
-            dd = fabs(x[i] - z[i]) > dd ? fabs(x[i] - z[i]) : dd;
-        }
+        double mx, dd = max_diff(x, z, &mx);
         CHECK_MSG(dd > 0 && dd <= 5e-2 * mx, "Q8_0 experts: max |logit - BF16's| %.4g against max |logit| %.4g", dd, mx);
     }
     /* dspark quantize writes the stacked layout (Q8_0 gate/up rows, F16 where
@@ -375,11 +382,7 @@ TEST(families_moe_forward) {
     free(qerr);
     float *wq = logits_of(gw, FT);
     if (x && wq) {
-        double mx = 0, dd = 0;
-        for (size_t i = 0; i < (size_t)FT * FV; i++) {
-            mx = fabs(x[i]) > mx ? fabs(x[i]) : mx;
-            dd = fabs(x[i] - wq[i]) > dd ? fabs(x[i] - wq[i]) : dd;
-        }
+        double mx, dd = max_diff(x, wq, &mx);
         CHECK_MSG(dd > 0 && dd <= 5e-2 * mx, "quantize's Q8_0 GGUF: max |logit - BF16's| %.4g against max |logit| %.4g",
                   dd, mx);
     }

@@ -55,7 +55,7 @@ static const struct { const char *name; qtype t; uint32_t file_type; } QTYPES[] 
 };
 
 /* The role of a tensor in the Q4_K_M rule. */
-typedef enum { ROLE_OTHER, ROLE_TOKEN_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN, ROLE_QNORM } role;
+typedef enum { ROLE_OTHER, ROLE_TOKEN_EMBD, ROLE_OUTPUT, ROLE_ATTN_V, ROLE_FFN_DOWN, ROLE_QNORM, ROLE_ROUTER } role;
 
 /* llama.cpp's choice of the layers that get more bits in its _M mixes: the
  * first and last eighth of the layers, and every third layer between. */
@@ -74,9 +74,10 @@ static uint32_t ggml_of(ds_dtype t) {
 }
 
 /* The stored type of a tensor of row length K and ndim dims. 1-D tensors
- * (norms, biases, rope factors) are F32 as the converter writes them. */
+ * (norms, biases, rope factors) are F32 as the converter writes them, and
+ * so is an MoE router (llama-quantize leaves ffn_gate_inp alone). */
 static ds_dtype choose_type(qtype q, role r, int layer, int n_layer, int64_t K, int ndim) {
-    if (ndim < 2) return DT_F32;
+    if (ndim < 2 || r == ROLE_ROUTER) return DT_F32;
     ds_dtype t = q == QT_Q8_0 ? DT_Q8_0 : q == QT_Q4_0 ? DT_Q4_0 : q == QT_Q6_K ? DT_Q6_K : DT_Q4_K;
     if (q == QT_Q4_K_M) {
         if (r == ROLE_OUTPUT || r == ROLE_TOKEN_EMBD) /* ROLE_TOKEN_EMBD only when tied (no output) */
@@ -540,9 +541,8 @@ static int quantize_gguf(const char *dir, const char *out, qtype q, uint32_t fil
                 v[n - 1].permute_hd = c->head_dim;
         }
         if (!c->moe[l]) continue;
-        /* a mixture of experts as llama.cpp's converter writes it: the router
-           in F32 (llama-quantize leaves ffn_gate_inp alone), each kind of
-           expert matrix stacked into one 3-d tensor [E][rows][K] */
+        /* a mixture of experts as llama.cpp's converter writes it: the router,
+           each kind of expert matrix stacked into one 3-d tensor [E][rows][K] */
         char hf[160], gg[96];
         snprintf(hf, sizeof hf, "model.layers.%d.mlp.gate.weight", l);
         snprintf(gg, sizeof gg, "blk.%d.ffn_gate_inp.weight", l);
@@ -551,8 +551,7 @@ static int quantize_gguf(const char *dir, const char *out, qtype q, uint32_t fil
             goto done;
         }
         USE();
-        if (add_out(&v, &n, gg, t, ROLE_OTHER, l, c, q, err, errlen)) goto done;
-        v[n - 1].type = DT_F32;
+        if (add_out(&v, &n, gg, t, ROLE_ROUTER, l, c, q, err, errlen)) goto done;
         static const struct { const char *hf, *gg; role r; } EXP[] = {
             {"gate_proj", "ffn_gate_exps", ROLE_OTHER}, {"up_proj", "ffn_up_exps", ROLE_OTHER},
             {"down_proj", "ffn_down_exps", ROLE_FFN_DOWN}};

@@ -156,15 +156,10 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
     float *pool = m->owned;
     if (ok) m->final_norm = wbind_f32(&pool, tn[0]);
     m->layers = xcalloc((size_t)c->n_layers, sizeof(wlayer));
+    if (c->moe_experts > 0) m->moes = xcalloc((size_t)c->n_layers, sizeof(wmoe));
     for (int l = 0; ok && l < c->n_layers; l++) {
         snprintf(name, sizeof name, "model.layers.%d.", l);
-        ok = wbind_layer(&b, name, c, &pool, &m->layers[l]) == 0;
-        if (ok && c->sliding[l]) m->layers[l].window = c->sliding_window;
-        if (ok && m->layers[l].mlp == MLP_MOE) {
-            if (!m->moes) m->moes = xcalloc((size_t)c->n_layers, sizeof(wmoe));
-            ok = wbind_moe(&b, name, c, &m->moes[l]) == 0;
-            m->layers[l].moe = &m->moes[l];
-        }
+        ok = wbind_layer(&b, name, c, l, &pool, &m->layers[l], m->moes ? &m->moes[l] : NULL) == 0;
     }
     if (ok && wbind_check_leftovers(&b) != 0) ok = 0;
     wbind_done(&b);

@@ -183,14 +183,35 @@ size_t wbind_layer_floats(const model_config *c) {
     return 2 * H + (c->qk_norm ? 2 * hd : 0) + (c->attention_bias ? QD + 2 * KD : 0) + (c->o_bias ? H : 0);
 }
 
-int wbind_layer(wbind *b, const char *prefix, const model_config *c, float **pool, wlayer *L) {
-    L->attn = ATTN_CAUSAL; /* a drafter loader sets its own kind */
-    L->mlp = MLP_SWIGLU;
+static int wbind_moe(wbind *b, const char *prefix, const model_config *c, wmoe *moe) {
+    const int64_t H = c->hidden_size, Im = c->moe_intermediate_size;
+    const int E = c->moe_experts;
+    memset(moe, 0, sizeof *moe);
+    moe->n_experts = E, moe->top_k = c->moe_top_k, moe->norm_topk = c->moe_norm_topk, moe->inter = (int)Im;
+    moe->gate = xcalloc((size_t)E * 3, sizeof(tensor *));
+    moe->up = moe->gate + E, moe->down = moe->up + E;
+    char name[256];
+    snprintf(name, sizeof name, "%smlp.gate.weight", prefix);
+    if (!(moe->router = wbind_get(b, name, E, H))) return -1;
+    for (int e = 0; e < E; e++) {
+        snprintf(name, sizeof name, "%smlp.experts.%d.gate_proj.weight", prefix, e);
+        if (!(moe->gate[e] = wbind_get(b, name, Im, H))) return -1;
+        snprintf(name, sizeof name, "%smlp.experts.%d.up_proj.weight", prefix, e);
+        if (!(moe->up[e] = wbind_get(b, name, Im, H))) return -1;
+        snprintf(name, sizeof name, "%smlp.experts.%d.down_proj.weight", prefix, e);
+        if (!(moe->down[e] = wbind_get(b, name, H, Im))) return -1;
+    }
+    return 0;
+}
+
+int wbind_layer(wbind *b, const char *prefix, const model_config *c, int l, float **pool, wlayer *L, wmoe *moe) {
     int64_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
     int64_t QD = (int64_t)c->n_heads * hd, KD = (int64_t)c->n_kv_heads * hd;
     char name[256];
     memset(L, 0, sizeof *L);
+    L->attn = ATTN_CAUSAL; /* a drafter loader sets its own kind */
     L->mlp = MLP_SWIGLU;
+    L->window = c->sliding[l] ? c->sliding_window : 0;
 #define W(field, suffix, d0, d1)                                          \
     do {                                                                  \
         snprintf(name, sizeof name, "%s%s", prefix, suffix);              \
@@ -207,10 +228,10 @@ int wbind_layer(wbind *b, const char *prefix, const model_config *c, float **poo
     W(wk, "self_attn.k_proj.weight", KD, H);
     W(wv, "self_attn.v_proj.weight", KD, H);
     W(wo, "self_attn.o_proj.weight", H, QD);
-    int l = -1;
-    sscanf(prefix, "model.layers.%d.", &l);
-    if (l >= 0 && l < c->n_layers && c->moe[l]) {
-        L->mlp = MLP_MOE; /* (the experts: wbind_moe) */
+    if (c->moe[l]) {
+        L->mlp = MLP_MOE;
+        if (!moe || wbind_moe(b, prefix, c, moe) != 0) return -1;
+        L->moe = moe;
     } else {
         W(wg, "mlp.gate_proj.weight", I, H);
         W(wu, "mlp.up_proj.weight", I, H);
@@ -230,27 +251,6 @@ int wbind_layer(wbind *b, const char *prefix, const model_config *c, float **poo
     if (c->o_bias) F(bo, "self_attn.o_proj.bias", H);
 #undef W
 #undef F
-    return 0;
-}
-
-int wbind_moe(wbind *b, const char *prefix, const model_config *c, wmoe *moe) {
-    const int64_t H = c->hidden_size, Im = c->moe_intermediate_size;
-    const int E = c->moe_experts;
-    memset(moe, 0, sizeof *moe);
-    moe->n_experts = E, moe->top_k = c->moe_top_k, moe->norm_topk = c->moe_norm_topk, moe->inter = (int)Im;
-    moe->gate = xcalloc((size_t)E * 3, sizeof(tensor *));
-    moe->up = moe->gate + E, moe->down = moe->up + E;
-    char name[256];
-    snprintf(name, sizeof name, "%smlp.gate.weight", prefix);
-    if (!(moe->router = wbind_get(b, name, E, H))) return -1;
-    for (int e = 0; e < E; e++) {
-        snprintf(name, sizeof name, "%smlp.experts.%d.gate_proj.weight", prefix, e);
-        if (!(moe->gate[e] = wbind_get(b, name, Im, H))) return -1;
-        snprintf(name, sizeof name, "%smlp.experts.%d.up_proj.weight", prefix, e);
-        if (!(moe->up[e] = wbind_get(b, name, Im, H))) return -1;
-        snprintf(name, sizeof name, "%smlp.experts.%d.down_proj.weight", prefix, e);
-        if (!(moe->down[e] = wbind_get(b, name, H, Im))) return -1;
-    }
     return 0;
 }
 

@@ -44,15 +44,12 @@ float *wbind_f32(float **pool, const tensor *t);
 
 /* Floats of pool one layer of config c takes. */
 size_t wbind_layer_floats(const model_config *c);
-/* Binds the layer whose tensor names start with prefix (e.g.
- * "model.layers.3."), as config c describes it (q/k norms, biases).
- * 0, or -1 with the binder's error filled. */
-int wbind_layer(wbind *b, const char *prefix, const model_config *c, float **pool, wlayer *L);
-/* Binds the experts of MoE layer l (prefix as above: mlp.gate.weight, the
- * router, and mlp.experts.E.{gate,up,down}_proj.weight, the published
- * per-expert layout) into *moe, whose pointer arrays it allocates
- * (wbind_moe_free). 0, or -1 with the binder's error filled. */
-int wbind_moe(wbind *b, const char *prefix, const model_config *c, wmoe *moe);
+/* Binds layer l, whose tensor names start with prefix (e.g.
+ * "model.layers.3."), as config c describes it (q/k norms, biases; an MoE
+ * layer's router and experts, mlp.gate.weight and the published per-expert
+ * mlp.experts.E.{gate,up,down}_proj.weight, into *moe, whose pointer arrays
+ * it allocates: wbind_moe_free). 0, or -1 with the binder's error filled. */
+int wbind_layer(wbind *b, const char *prefix, const model_config *c, int l, float **pool, wlayer *L, wmoe *moe);
 void wbind_moe_free(wmoe *moe);
 
 #endif

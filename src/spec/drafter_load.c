@@ -261,7 +261,7 @@ int dmodel_load(dmodel **out, const char *dir, const model *target, const model_
     dm->layers = xcalloc((size_t)b->n_layers, sizeof(wlayer));
     for (int l = 0; ok && l < b->n_layers; l++) {
         snprintf(name, sizeof name, "layers.%d.", l);
-        ok = wbind_layer(&w, name, b, &pool, &dm->layers[l]) == 0;
+        ok = wbind_layer(&w, name, b, l, &pool, &dm->layers[l], NULL) == 0;
     }
     if (ok && wbind_check_leftovers(&w) != 0) ok = 0;
     wbind_done(&w);

@@ -495,10 +495,9 @@ extern "C" void cuda_ctx_truncate(cuda_ctx *x, int len) {
     if (len < x->len) x->len = len < 0 ? 0 : len;
 }
 
-/* The cache is [layer][2][nkv][cap][hd] (scales [layer][2][nkv][cap]): one
-   strided copy of each block's first n rows carries a prefix between two
-   contexts of any capacities. Both streams are drained first, so nothing
-   in flight reads or writes either cache while it moves. */
+/* The cache is [layer][2][nkv][cap][hd] (scales [layer][2][nkv][cap]): the
+   first n rows of each block carry a prefix between two contexts of any
+   capacities (cu_copy_prefix_rows). */
 extern "C" int cuda_ctx_copy(cuda_ctx *dst, cuda_ctx *src, int n, char *err, size_t errlen) {
     chain_drain(src);
     chain_drain(dst);
@@ -509,17 +508,10 @@ extern "C" int cuda_ctx_copy(cuda_ctx *dst, cuda_ctx *src, int n, char *err, siz
     const size_t blocks = (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads;
     const size_t row = (size_t)c->head_dim * (size_t)(src->m->kv_bits / 8);
     CK(cudaSetDevice(src->m->gpu));
-    CK(cudaStreamSynchronize(src->st));
-    CK(cudaStreamSynchronize(dst->st));
-    if (n > 0) {
-        CK(cudaMemcpy2DAsync(dst->kv, (size_t)dst->cap * row, src->kv, (size_t)src->cap * row, (size_t)n * row, blocks,
-                             cudaMemcpyDeviceToDevice, dst->st));
-        if (src->kv_sc)
-            CK(cudaMemcpy2DAsync(dst->kv_sc, (size_t)dst->cap * sizeof(float), src->kv_sc,
-                                 (size_t)src->cap * sizeof(float), (size_t)n * sizeof(float), blocks,
-                                 cudaMemcpyDeviceToDevice, dst->st));
-        CK(cudaStreamSynchronize(dst->st));
-    }
+    if (cu_copy_prefix_rows(dst->kv, dst->cap, dst->st, src->kv, src->cap, src->st, row, n, blocks, err, errlen) ||
+        (src->kv_sc && cu_copy_prefix_rows(dst->kv_sc, dst->cap, dst->st, src->kv_sc, src->cap, src->st,
+                                           sizeof(float), n, blocks, err, errlen)))
+        return -1;
     dst->len = n;
     return 0;
 }

@@ -276,8 +276,7 @@ extern "C" int cuda_dstate_capacity(const cuda_dstate *s) { return s->cap; }
 extern "C" void cuda_dstate_truncate(cuda_dstate *s, int len) {
     if (len < s->len) s->len = len < 0 ? 0 : len;
 }
-/* As cuda_ctx_copy: the f32 cache [layer][2][nkv][cap][hd], each block's
-   first n rows in one strided copy, both streams drained first. */
+/* As cuda_ctx_copy, for the f32 cache [layer][2][nkv][cap][hd]. */
 extern "C" int cuda_dstate_copy(cuda_dstate *dst, cuda_dstate *src, int n, char *err, size_t errlen) {
     if (dst == src || dst->m != src->m || n < 0 || n > src->len || n > dst->cap)
         return ds_err(err, errlen, "drafter cache copy: %d positions do not fit (source holds %d, destination takes %d)",
@@ -285,13 +284,8 @@ extern "C" int cuda_dstate_copy(cuda_dstate *dst, cuda_dstate *src, int n, char 
     const model_config *c = &src->m->cfg;
     const size_t blocks = (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads, row = sizeof(float) * (size_t)c->head_dim;
     CK(cudaSetDevice(src->m->gpu));
-    CK(cudaStreamSynchronize(src->st));
-    CK(cudaStreamSynchronize(dst->st));
-    if (n > 0) {
-        CK(cudaMemcpy2DAsync(dst->kv, (size_t)dst->cap * row, src->kv, (size_t)src->cap * row, (size_t)n * row, blocks,
-                             cudaMemcpyDeviceToDevice, dst->st));
-        CK(cudaStreamSynchronize(dst->st));
-    }
+    if (cu_copy_prefix_rows(dst->kv, dst->cap, dst->st, src->kv, src->cap, src->st, row, n, blocks, err, errlen))
+        return -1;
     dst->len = n;
     dst->n_ctx_last = 0;
     return 0;
