@@ -221,3 +221,14 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M
     if (!(omit & CU_OMIT_DOWN)) mm(st, r, MM_ADD, r->x, r->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL, NULL});
     mark(how, CU_LOP_DOWN);
 }
+
+int cu_copy_prefix_rows(void *dst, size_t dcap, cudaStream_t dst_st, const void *src, size_t scap,
+                        cudaStream_t src_st, size_t row, int n, size_t blocks, char *err,
+                        size_t errlen) {
+    CK(cudaStreamSynchronize(src_st));
+    CK(cudaStreamSynchronize(dst_st));
+    if (n <= 0) return 0;
+    CK(cudaMemcpy2DAsync(dst, dcap * row, src, scap * row, (size_t)n * row, blocks, cudaMemcpyDeviceToDevice, dst_st));
+    CK(cudaStreamSynchronize(dst_st));
+    return 0;
+}

@@ -98,4 +98,12 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M
 cu_cut cu_norm_apart(cu_go st, cu_gemm *g, uint32_t *norm_c, float *norm_r, int site, const float *in, int M,
                      const dmat *W, const float *gn, float eps);
 
+/* A cached prefix between two caches laid out as `blocks` blocks of
+   [capacity][row bytes] (a layer's K or V of one kv head, or their
+   scales): the first n rows of each block, in one strided copy on the
+   destination's stream, both streams drained before and the copy waited
+   for, so nothing in flight reads or writes either cache meanwhile. */
+int cu_copy_prefix_rows(void *dst, size_t dcap, cudaStream_t dst_st, const void *src, size_t scap,
+                        cudaStream_t src_st, size_t row, int n, size_t blocks, char *err, size_t errlen);
+
 #endif

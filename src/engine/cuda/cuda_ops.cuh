@@ -39,22 +39,6 @@ extern "C" {
         if (e_ != cudaSuccess) return ds_err(err, errlen, "CUDA kernel launch: %s", cudaGetErrorString(e_)); \
     } while (0)
 
-/* A cached prefix between two caches laid out as `blocks` blocks of
-   [capacity][row bytes] (a layer's K or V of one kv head, or their
-   scales): the first n rows of each block, in one strided copy on the
-   destination's stream, both streams drained before and the copy waited
-   for, so nothing in flight reads or writes either cache meanwhile. */
-static inline int cu_copy_prefix_rows(void *dst, size_t dcap, cudaStream_t dst_st, const void *src, size_t scap,
-                                      cudaStream_t src_st, size_t row, int n, size_t blocks, char *err,
-                                      size_t errlen) {
-    CK(cudaStreamSynchronize(src_st));
-    CK(cudaStreamSynchronize(dst_st));
-    if (n <= 0) return 0;
-    CK(cudaMemcpy2DAsync(dst, dcap * row, src, scap * row, (size_t)n * row, blocks, cudaMemcpyDeviceToDevice, dst_st));
-    CK(cudaStreamSynchronize(dst_st));
-    return 0;
-}
-
 #define CU_GEMM_MIN_ROWS CUDA_GEMM_MIN_ROWS
 #define ATT_MAX_HD 256 /* largest head_dim the attention kernels take */
 #define ATT_MAX_G 8    /* query heads per kv head */
