@@ -47,6 +47,7 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
     memset(o, 0, sizeof *o);
     o->n_predict = -1; /* command default */
     o->drain_timeout = -1;
+    o->cache_ram = -1;
     o->top_p = 1.0f;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -122,6 +123,7 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--port")) o->port = parse_int(a, v, 1, 65535);
         else if (!strcmp(a, "--cache-slots")) o->cache_slots = parse_int(a, v, 1, 16);
         else if (!strcmp(a, "--max-batch")) o->max_batch = parse_int(a, v, 1, 16);
+        else if (!strcmp(a, "--cache-ram")) o->cache_ram = parse_int(a, v, 0, 1 << 24);
         else if (!strcmp(a, "--drain-timeout")) {
             o->drain_timeout = parse_float(a, v);
             if (o->drain_timeout < 0 || o->drain_timeout > 86400)

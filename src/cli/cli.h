@@ -54,6 +54,7 @@ typedef struct {
     int port, print_env;
     int cache_slots; /* serve: --cache-slots N (0 = default) */
     int max_batch;   /* serve: --max-batch N, jobs generated together (0 = default) */
+    int cache_ram;   /* serve: --cache-ram MiB, the prefix block cache (< 0: not given, the default; 0: off) */
     double drain_timeout; /* serve: --drain-timeout SECONDS (< 0: not given, the default) */
     int kv_bits;     /* --kv-bits 32|16|8 (0 = 32): the KV cache's storage */
     int n_rest;   /* claude: the arguments after "--" */
@@ -142,6 +143,9 @@ drafter *cli_spec_drafter(cli_spec *sp); /* NULL for baseline (sp may be NULL) *
  * prefix (n, or fewer when src's state holds fewer), or -1 with err
  * filled. */
 int cli_spec_copy_prefix(cli_spec *dst, const cli_spec *src, int n, char *err, size_t errlen);
+/* The feature drafter's state (the prefix block cache saves and loads its
+ * rows), or NULL for lookup and baseline, which rebuild from the ids. */
+dstate *cli_spec_dstate(const cli_spec *sp);
 /* The positions of context the drafter state holds (a speculative run
  * reuses a cached prefix only as far as these reach), or -1 where there is
  * no such state (baseline, lookup: nothing limits the reuse). */

@@ -317,6 +317,8 @@ int cli_spec_copy_prefix(cli_spec *dst, const cli_spec *src, int n, char *err, s
     return dstate_copy_prefix(dst->ds, src->ds, m, err, errlen) != 0 ? -1 : m;
 }
 
+dstate *cli_spec_dstate(const cli_spec *sp) { return sp ? sp->ds : NULL; }
+
 /* The cap of the coming round: hy_cap (a whole block, or the pinned cap)
    when lookup has a copy run to draft (free, parked or not), else the
    adaptive controller's or the fixed cap; lookup's rounds say nothing

@@ -88,6 +88,16 @@ typedef struct backend {
        model; n at most src's length and dst's capacity) with src's stored
        bits; NULL where the backend has no copy */
     int (*ctx_copy)(void *dst, const void *src, int n, char *err, size_t errlen);
+    /* Cache rows to host memory and back (a prefix cache kept outside the
+       contexts): ctx_save writes positions [pos0, pos0+n) of the context
+       (below its length) to host, ctx_pos_bytes each, as kv_save_rows lays
+       them out; ctx_load puts such rows at [pos0, pos0+n) of a context of
+       the same model (pos0 at most its length; it is cut there first) and
+       sets its length to pos0+n. The stored bits travel as they are. NULL
+       where the backend has none. */
+    size_t (*ctx_pos_bytes)(const void *bm);
+    int (*ctx_save)(void *bc, int pos0, int n, void *host, char *err, size_t errlen);
+    int (*ctx_load)(void *bc, int pos0, int n, const void *host, char *err, size_t errlen);
     /* model_forward on this backend (b already validated by model.c) */
     int (*forward)(void *bc, const struct model_batch_s *b, char *err, size_t errlen);
     /* model_forward_multi on this backend (2 or more distinct contexts of
@@ -114,6 +124,11 @@ typedef struct backend {
     /* as ctx_copy for two drafter states of one drafter (context positions
        [0, n)); NULL where the backend has no copy */
     int (*dstate_copy)(void *dst, const void *src, int n, char *err, size_t errlen);
+    /* as ctx_pos_bytes / ctx_save / ctx_load for a drafter state's context
+       positions; NULL where the backend has none */
+    size_t (*dstate_pos_bytes)(const void *bdm);
+    int (*dstate_save)(void *bs, int pos0, int n, void *host, char *err, size_t errlen);
+    int (*dstate_load)(void *bs, int pos0, int n, const void *host, char *err, size_t errlen);
     /* context rows pos0 .. pos0+n-1 (the cache cut to pos0 first): row i's
        features taps[t][row0 + i][H] for each tap t of taps[n_taps][rows][H],
        in host memory, or (ingest_resident, NULL unless

@@ -363,6 +363,26 @@ static int cpu_ctx_copy(void *dst, const void *src, int n, char *err, size_t err
     return kv_copy_err(((cpu_ctx *)dst)->kv, ((const cpu_ctx *)src)->kv, n, "cache", err, errlen);
 }
 
+/* rows between a cache and host memory (backend.ctx_save / ctx_load) */
+static int kv_rows_err(kv_cache *kv, int pos0, int n, void *host, int save, const char *what, char *err,
+                       size_t errlen) {
+    if ((save ? kv_save_rows(kv, pos0, n, host) : kv_load_rows(kv, pos0, n, host)) != 0)
+        return ds_err(err, errlen, "%s %s: positions %d..%d do not fit (it holds %d, takes %d)", what,
+                      save ? "save" : "load", pos0, pos0 + n, kv_len(kv), kv_capacity(kv));
+    return 0;
+}
+static size_t cpu_ctx_pos_bytes(const void *bm) {
+    const cpu_model *m = bm;
+    const model_config *c = m->d.cfg;
+    return kv_bytes_per_pos(c->n_layers, c->n_kv_heads, c->head_dim, m->d.kv_bits ? m->d.kv_bits : 32);
+}
+static int cpu_ctx_save(void *bc, int pos0, int n, void *host, char *err, size_t errlen) {
+    return kv_rows_err(((cpu_ctx *)bc)->kv, pos0, n, host, 1, "cache", err, errlen);
+}
+static int cpu_ctx_load(void *bc, int pos0, int n, const void *host, char *err, size_t errlen) {
+    return kv_rows_err(((cpu_ctx *)bc)->kv, pos0, n, (void *)host, 0, "cache", err, errlen);
+}
+
 static void tap_copy(const model_batch *b, const float *x, int layer, int row0, int M, int H) {
     for (int t = 0; t < b->n_taps; t++) {
         if (b->tap_layers[t] != layer) continue;
@@ -694,6 +714,20 @@ static int cpu_dstate_copy(void *dst, const void *src, int n, char *err, size_t 
     return kv_copy_err(((cpu_dstate *)dst)->kv, ((const cpu_dstate *)src)->kv, n, "drafter cache", err, errlen);
 }
 
+static size_t cpu_dstate_pos_bytes(const void *bdm) {
+    const model_config *b = ((const cpu_dmodel *)bdm)->d.cfg;
+    return kv_bytes_per_pos(b->n_layers, b->n_kv_heads, b->head_dim, 32);
+}
+static int cpu_dstate_save(void *bs, int pos0, int n, void *host, char *err, size_t errlen) {
+    return kv_rows_err(((cpu_dstate *)bs)->kv, pos0, n, host, 1, "drafter cache", err, errlen);
+}
+static int cpu_dstate_load(void *bs, int pos0, int n, const void *host, char *err, size_t errlen) {
+    cpu_dstate *s = bs;
+    if (kv_rows_err(s->kv, pos0, n, (void *)host, 0, "drafter cache", err, errlen) != 0) return -1;
+    s->n_lastctx = 0; /* (no chunk was ingested) */
+    return 0;
+}
+
 /* Context K/V for m rows at positions pos0..: C = RMSNorm(fc . F,
    hidden_norm); per layer RoPE(k_norm(k_proj C)) and v_proj C. */
 static void ingest_chunk(cpu_dstate *s, int pos0, int m, const float *taps, int rows, int row0) {
@@ -849,6 +883,9 @@ const backend backend_cpu = {
     .ctx_truncate = cpu_ctx_truncate,
     .ctx_release = cpu_ctx_release,
     .ctx_copy = cpu_ctx_copy,
+    .ctx_pos_bytes = cpu_ctx_pos_bytes,
+    .ctx_save = cpu_ctx_save,
+    .ctx_load = cpu_ctx_load,
     .ctx_bytes = cpu_ctx_bytes,
     .forward = cpu_forward,
     .forward_multi = cpu_forward_multi,
@@ -860,6 +897,9 @@ const backend backend_cpu = {
     .dstate_capacity = cpu_dstate_capacity,
     .dstate_truncate = cpu_dstate_truncate,
     .dstate_copy = cpu_dstate_copy,
+    .dstate_pos_bytes = cpu_dstate_pos_bytes,
+    .dstate_save = cpu_dstate_save,
+    .dstate_load = cpu_dstate_load,
     .dstate_ingest = cpu_dstate_ingest,
     .dstate_propose = cpu_dstate_propose,
     .dstate_row = cpu_dstate_row,

@@ -113,6 +113,36 @@ int kv_copy_prefix(kv_cache *dst, const kv_cache *src, int n) {
     return 0;
 }
 
+/* The rows of [pos0, pos0+n) between a cache and a packed buffer (see
+   kv_save_rows); out: 1 cache -> buffer, 0 buffer -> cache. */
+static void rows_xfer(kv_cache *kv, int pos0, int n, unsigned char *buf, int out) {
+    const size_t row = (size_t)kv->hd * kv->esize, nb = (size_t)kv->n_layers * 2 * (size_t)kv->n_kv;
+    for (size_t b = 0; b < nb; b++) {
+        unsigned char *c = kv->mem + (b * (size_t)kv->cap + (size_t)pos0) * row, *p = buf + b * (size_t)n * row;
+        memcpy(out ? p : c, out ? c : p, (size_t)n * row);
+    }
+    if (kv->bits != 8) return;
+    float *sc = (float *)(void *)(buf + nb * (size_t)n * row);
+    for (size_t b = 0; b < nb; b++) {
+        float *c = kv->scales + b * (size_t)kv->cap + pos0, *p = sc + b * (size_t)n;
+        memcpy(out ? p : c, out ? c : p, sizeof(float) * (size_t)n);
+    }
+}
+
+int kv_save_rows(const kv_cache *kv, int pos0, int n, void *out) {
+    if (pos0 < 0 || n < 0 || pos0 + n > kv->len) return -1;
+    if (n) rows_xfer((kv_cache *)kv, pos0, n, out, 1);
+    return 0;
+}
+
+int kv_load_rows(kv_cache *kv, int pos0, int n, const void *in) {
+    if (pos0 < 0 || n < 0 || pos0 > kv->len || n > kv->cap - pos0) return -1;
+    if (n) rows_xfer(kv, pos0, n, (unsigned char *)in, 0);
+    kv->len = pos0 + n;
+    if (kv->hi < kv->len) kv->hi = kv->len;
+    return 0;
+}
+
 kv_view kv_layer(kv_cache *kv, int layer) {
     kv_view w = {.bits = kv->bits, .k = elems(kv, layer, 0), .v = elems(kv, layer, 1), .stride = kv->cap};
     if (kv->bits == 8) w.ks = scales(kv, layer, 0), w.vs = scales(kv, layer, 1);

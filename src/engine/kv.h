@@ -61,6 +61,17 @@ void kv_commit(kv_cache *kv, int M);
  * so dst then reads exactly as src did there. 0, or -1 when the two do not
  * match (nothing changed). */
 int kv_copy_prefix(kv_cache *dst, const kv_cache *src, int n);
+/* Rows out and back in: kv_save_rows writes positions [pos0, pos0+n)
+ * (all below kv_len) to out as [n_layers][2][n_kv_heads][n][row] stored
+ * elements, then (8 bits) their scales [n_layers][2][n_kv_heads][n] f32:
+ * n * kv_bytes_per_pos bytes, the stored bits as they are. kv_load_rows
+ * puts such rows back at positions [pos0, pos0+n) of a cache of the same
+ * geometry and storage (pos0 at most kv_len, the cache cut there first)
+ * and sets the length to pos0+n, so the cache then reads exactly as the
+ * saved one did there. 0, or -1 when the positions do not fit (nothing
+ * changed). */
+int kv_save_rows(const kv_cache *kv, int pos0, int n, void *out);
+int kv_load_rows(kv_cache *kv, int pos0, int n, const void *in);
 /* Bytes one position costs across all layers (K and V) at a storage. */
 size_t kv_bytes_per_pos(int n_layers, int n_kv_heads, int head_dim, int bits);
 

@@ -286,6 +286,26 @@ int mctx_copy_prefix(model_ctx *dst, const model_ctx *src, int n, char *err, siz
     return dst->m->be->ctx_copy(dst->bc, src->bc, n, err, errlen);
 }
 
+size_t mctx_pos_bytes(const model_ctx *x) {
+    const backend *be = x->m->be;
+    return be->ctx_pos_bytes && be->ctx_save && be->ctx_load ? be->ctx_pos_bytes(x->m->bm) : 0;
+}
+
+int mctx_save_rows(model_ctx *x, int pos0, int n, void *host, char *err, size_t errlen) {
+    if (!mctx_pos_bytes(x)) return ds_err(err, errlen, "the %s backend does not save cache rows", x->m->be->name);
+    if (pos0 < 0 || n < 0 || pos0 + n > mctx_len(x))
+        return ds_err(err, errlen, "cache save: positions %d..%d (the context holds %d)", pos0, pos0 + n, mctx_len(x));
+    return x->m->be->ctx_save(x->bc, pos0, n, host, err, errlen);
+}
+
+int mctx_load_rows(model_ctx *x, int pos0, int n, const void *host, char *err, size_t errlen) {
+    if (!mctx_pos_bytes(x)) return ds_err(err, errlen, "the %s backend does not load cache rows", x->m->be->name);
+    if (pos0 < 0 || n < 0 || pos0 > mctx_len(x) || n > mctx_capacity(x) - pos0)
+        return ds_err(err, errlen, "cache load: positions %d..%d (the context holds %d, takes %d)", pos0, pos0 + n,
+                      mctx_len(x), mctx_capacity(x));
+    return x->m->be->ctx_load(x->bc, pos0, n, host, err, errlen);
+}
+
 /* ---- forward ------------------------------------------------------------ */
 
 int mctx_chain_ok(const model_ctx *x) { return x->m->caps.chain && x->m->be->chain_ok(x->bc); }

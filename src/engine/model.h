@@ -115,6 +115,17 @@ size_t mctx_release(model_ctx *c);
  * again. 0, or -1 with err filled (dst unchanged): a backend without the
  * copy says so. */
 int mctx_copy_prefix(model_ctx *dst, const model_ctx *src, int n, char *err, size_t errlen);
+/* A prefix cache outside the contexts (the server's block cache): the
+ * bytes one position's cache rows take in host memory (0 where the
+ * backend cannot save them); mctx_save_rows writes positions
+ * [pos0, pos0+n) (below mctx_len) to host, n * mctx_pos_bytes bytes;
+ * mctx_load_rows puts such rows back at [pos0, pos0+n) of a context of
+ * the same model (pos0 at most its length, where it is cut first), which
+ * then reads exactly as the saved one did there. 0, or -1 with err
+ * filled. */
+size_t mctx_pos_bytes(const model_ctx *c);
+int mctx_save_rows(model_ctx *c, int pos0, int n, void *host, char *err, size_t errlen);
+int mctx_load_rows(model_ctx *c, int pos0, int n, const void *host, char *err, size_t errlen);
 
 /* Drafts' own distributions in the backend's memory, as its sampler left
  * them when it drew the drafts there (a GPU DSpark's sampled rows,

@@ -25,6 +25,7 @@ struct sched {
     int stop_ids[32], n_stop;
     sched_info info;
     gtok_trie *trie; /* the vocabulary trie, built for the first constrained job */
+    pcache *pc;      /* the prefix block cache (NULL: none; scheduler thread only) */
     pthread_t th;
     int step_rows;   /* rows the runs report during the step under way (scheduler thread) */
 
@@ -452,10 +453,40 @@ int sched_guard(const sched_slot *slots, int n, const int *busy, const double *u
     return shed;
 }
 
+/* the block cache's counters to the metrics */
+static void blocks_stats(sched *en, size_t shed) {
+    if (!en->pc) return;
+    pthread_mutex_lock(&en->mmu);
+    pcache_get_stats(en->pc, &en->m.blocks);
+    en->m.blocks_shed += shed;
+    pthread_mutex_unlock(&en->mmu);
+}
+
+/* Under memory pressure the block cache gives back half of what it holds
+   at a time, before any idle slot is emptied: a block is a copy of rows
+   the next prompt may never ask for, a slot a conversation in place. */
+static void guard_blocks(sched *en) {
+    memfit_sys sys;
+    char err[256], why[128];
+    size_t shed = 0;
+    while (en->pc && memfit_read_sys(&sys, err, sizeof err) == 0 && memfit_pressure(&sys, why, sizeof why)) {
+        pcache_stats st;
+        pcache_get_stats(en->pc, &st);
+        if (!st.bytes) break;
+        size_t b = pcache_shed(en->pc, st.bytes / 2);
+        if (!b) break;
+        shed += b;
+        fprintf(stderr, "dspark serve: memory guard: %s; the prefix cache gave back %.1f MiB\n", why,
+                (double)b / 1048576.0);
+    }
+    if (shed) blocks_stats(en, shed);
+}
+
 /* the guard from the scheduler thread (the slots of running jobs kept),
    its count and line to the metrics */
 static void guard(sched *en) {
     char line[192];
+    guard_blocks(en);
     int k = sched_guard(en->slots, en->n_slots, en->slot_busy, en->slot_used, line, sizeof line);
     if (!k) return;
     pthread_mutex_lock(&en->mmu);
@@ -525,6 +556,13 @@ static void end_job(sched *en, active *a, int rc) {
     }
     pthread_mutex_unlock(&en->mmu);
     finish_job(j, finish, rc != 0 ? a->err : finish == FINISH_SHUTDOWN ? why : NULL);
+    if (rc == 0 && en->pc) { /* the slot's whole blocks into the cache, once the answer is out */
+        sched_slot *sl = &en->slots[a->slot];
+        char err[256];
+        if (pcache_store(en->pc, sl->s, cli_spec_dstate(sl->sp), err, sizeof err) < 0)
+            fprintf(stderr, "dspark serve: prefix cache: %s\n", err);
+        blocks_stats(en, 0);
+    }
     en->slot_busy[a->slot] = 0;
     en->slot_used[a->slot] = ds_now();
     lproc_free(a->lpr);
@@ -590,6 +628,22 @@ static void share_prefix(sched *en, int a, const sched_job *j) {
     pthread_mutex_unlock(&en->mmu);
 }
 
+/* The prefix block cache's part of an admission: when it holds whole
+   blocks of the prompt past what slot a already has (its own cache or a
+   copy), they are loaded into the slot's sequence, and for a speculative
+   job into its drafter state too (only blocks that carry drafter rows then
+   count). A failed load leaves the slot holding the blocks loaded before
+   it (the run computes the rest). */
+static void load_blocks(sched *en, int a, const sched_job *j) {
+    if (!en->pc) return;
+    sched_slot *sl = &en->slots[a];
+    dstate *ds = j->plain ? NULL : cli_spec_dstate(sl->sp);
+    char err[256];
+    if (pcache_load(en->pc, sl->s, ds, j->ids, j->n_ids, slot_usable(en, a, j), j->n_ids - 1, err, sizeof err) < 0)
+        fprintf(stderr, "dspark serve: prefix cache: %s\n", err);
+    blocks_stats(en, 0);
+}
+
 /* Admits a job: its slot (see pick_slot), its sampler seeded for it, its
    run created (no forward yet). Returns the running job, or NULL when it
    ended at once (halted before it started, or an error). */
@@ -599,6 +653,7 @@ static active *start_job(sched *en, sched_job *j) {
     a->slot = pick_slot(en, j->ids, j->n_ids);
     en->slot_busy[a->slot] = 1;
     share_prefix(en, a->slot, j);
+    load_blocks(en, a->slot, j);
     guard(en);
     en->slot_used[a->slot] = ds_now();
     sched_slot *sl = &en->slots[a->slot];
@@ -763,6 +818,10 @@ sched *sched_start(const sched_slot *slots, int n_slots, const tokenizer *tok, c
     en->max_batch = info->max_batch < 1 ? 1 : info->max_batch > en->n_slots ? en->n_slots : info->max_batch;
     en->info.max_batch = en->max_batch;
     en->info.slots = en->n_slots;
+    /* a prefix block cache where the backend saves rows */
+    if (info->prefix_cache && seq_pos_bytes(en->slots[0].s)) en->pc = pcache_new(info->prefix_cache);
+    else en->info.prefix_cache = 0;
+    if (en->pc) pcache_get_stats(en->pc, &en->m.blocks);
     pthread_mutex_init(&en->qmu, NULL);
     pthread_cond_init(&en->qcv, NULL);
     pthread_mutex_init(&en->mmu, NULL);
@@ -820,6 +879,7 @@ void sched_free(sched *en) {
     if (!en) return;
     for (int i = 0; i < EVENT_RING; i++) free(en->ring[i]);
     gtok_trie_free(en->trie);
+    pcache_free(en->pc);
     pthread_mutex_destroy(&en->qmu);
     pthread_cond_destroy(&en->qcv);
     pthread_mutex_destroy(&en->mmu);

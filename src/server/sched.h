@@ -39,6 +39,7 @@
 
 #include "cli/cli.h"
 #include "engine/sampler.h"
+#include "spec/pcache.h"
 #include "spec/spec.h"
 #include "spec/spec_run.h"
 #include "base/strbuf.h"
@@ -119,6 +120,7 @@ typedef struct {
     int adaptive;
     int slots;            /* cache slots */
     int max_batch;        /* jobs generated at once (1..slots; sched_start bounds it) */
+    size_t prefix_cache;  /* bytes of the prefix block cache (spec/pcache.h; 0: none) */
 } sched_info;
 
 /* A cache slot: one sequence (KV cache) with its decoding state: drafter
@@ -204,6 +206,8 @@ typedef struct {
     uint64_t prefix_copies;  /* prompts given another slot's cached prefix (share_prefix) */
     uint64_t prefix_copied_tokens; /* the positions those copies brought */
     char last_shed[192];    /* the guard's last log line ("" before any) */
+    pcache_stats blocks;    /* the prefix block cache (zeros when there is none) */
+    uint64_t blocks_shed;   /* bytes of it the memory guard gave back */
 } sched_metrics;
 void sched_get_metrics(sched *en, sched_metrics *m);
 

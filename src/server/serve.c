@@ -48,6 +48,10 @@ const char SERVE_HELP[] =
     "      --max-batch N        requests generated at once, each in a cache slot of its own, their\n"
     "                           rows in one forward per step (at most --cache-slots; default 4\n"
     "                           when 4 slots of the window fit in memory, else fewer, at least 2)\n"
+    "      --cache-ram MiB      the prefix cache: host memory for KV blocks of 128 tokens that\n"
+    "                           finished requests leave and new prompts take back by their prefix,\n"
+    "                           across conversations, least recently used out first (default: a\n"
+    "                           quarter of the available memory, at most 8192; 0: off)\n"
     "      --mode M             auto, dspark, dflash, lookup or baseline (default auto:\n"
     "                           the model's drafter when one is installed and pays on\n"
     "                           this machine, else lookup)\n"
@@ -89,6 +93,19 @@ static double warm_up(seq **seqs, int n, char *err, size_t errlen) {
    else fewer, down to two (cli_window then cuts the window if even two do
    not fit). Returns the slots; *max_batch the batch. */
 #define SERVE_DEFAULT_BATCH 4
+/* --cache-ram in bytes; not given: a quarter of the memory available once
+   the model is loaded, at most SERVE_CACHE_RAM_MIB (the memory guard gives
+   it back first under pressure) */
+#define SERVE_CACHE_RAM_MIB 8192
+static size_t prefix_cache_bytes(const opts *o) {
+    if (o->cache_ram >= 0) return (size_t)o->cache_ram << 20;
+    memfit_sys sys;
+    char err[256];
+    size_t cap = (size_t)SERVE_CACHE_RAM_MIB << 20;
+    if (memfit_read_sys(&sys, err, sizeof err) != 0) return cap;
+    return sys.mem_avail / 4 < cap ? sys.mem_avail / 4 : cap;
+}
+
 static int serve_slots(const cli_engine *ce, const opts *o, int *max_batch) {
     int mb = o->max_batch;
     if (o->cache_slots) {
@@ -227,6 +244,18 @@ static void route_health(server *srv, const http_req *r) {
     cJSON_AddNumberToObject(pc, "cached_tokens", (double)m.cached_tokens);
     cJSON_AddNumberToObject(pc, "copies", (double)m.prefix_copies);
     cJSON_AddNumberToObject(pc, "copied_tokens", (double)m.prefix_copied_tokens);
+    cJSON *bl = cJSON_AddObjectToObject(pc, "blocks");
+    cJSON_AddNumberToObject(bl, "block_tokens", m.blocks.block_tokens);
+    cJSON_AddNumberToObject(bl, "cached", m.blocks.blocks);
+    cJSON_AddNumberToObject(bl, "bytes", (double)m.blocks.bytes);
+    cJSON_AddNumberToObject(bl, "budget_bytes", (double)m.blocks.budget);
+    cJSON_AddNumberToObject(bl, "free_bytes", (double)(m.blocks.budget - m.blocks.bytes));
+    cJSON_AddNumberToObject(bl, "lookups", (double)m.blocks.lookups);
+    cJSON_AddNumberToObject(bl, "hits", (double)m.blocks.hits);
+    cJSON_AddNumberToObject(bl, "loaded_tokens", (double)m.blocks.loaded_tokens);
+    cJSON_AddNumberToObject(bl, "stored", (double)m.blocks.stored_blocks);
+    cJSON_AddNumberToObject(bl, "evicted", (double)m.blocks.evicted_blocks);
+    cJSON_AddNumberToObject(bl, "shed_bytes", (double)m.blocks_shed);
     cJSON_AddNumberToObject(o, "uptime_seconds", ds_now() - srv->t_start);
     cJSON *mem = cJSON_AddObjectToObject(o, "memory");
     cJSON_AddNumberToObject(mem, "rss_bytes", (double)rss_bytes());
@@ -337,6 +366,23 @@ static void route_metrics(server *srv, const http_req *r) {
            " %llu", (unsigned long long)m.prefix_copies);
     METRIC("prefix_cache_copied_tokens_total", "counter", "Positions those copies brought.", " %llu",
            (unsigned long long)m.prefix_copied_tokens);
+    METRIC("prefix_blocks_cached", "gauge", "KV blocks held by the prefix cache.", " %d", m.blocks.blocks);
+    METRIC("prefix_blocks_bytes", "gauge", "Bytes the prefix cache's blocks take.", " %llu",
+           (unsigned long long)m.blocks.bytes);
+    METRIC("prefix_blocks_budget_bytes", "gauge", "The prefix cache's budget (--cache-ram).", " %llu",
+           (unsigned long long)m.blocks.budget);
+    METRIC("prefix_blocks_free_bytes", "gauge", "Budget the blocks leave free.", " %llu",
+           (unsigned long long)(m.blocks.budget - m.blocks.bytes));
+    METRIC("prefix_blocks_lookups_total", "counter", "Admissions that looked up the block cache.", " %llu",
+           (unsigned long long)m.blocks.lookups);
+    METRIC("prefix_blocks_hits_total", "counter", "Admissions that loaded at least one block.", " %llu",
+           (unsigned long long)m.blocks.hits);
+    METRIC("prefix_blocks_loaded_tokens_total", "counter", "Positions loaded from the block cache.", " %llu",
+           (unsigned long long)m.blocks.loaded_tokens);
+    METRIC("prefix_blocks_stored_total", "counter", "Blocks stored.", " %llu",
+           (unsigned long long)m.blocks.stored_blocks);
+    METRIC("prefix_blocks_evicted_total", "counter", "Blocks evicted (budget or memory guard).", " %llu",
+           (unsigned long long)m.blocks.evicted_blocks);
     METRIC("completion_tokens_total", "counter", "Generated tokens.", " %llu",
            (unsigned long long)m.completion_tokens);
     METRIC("rounds_total", "counter", "Verify rounds (target forwards while decoding).", " %llu",
@@ -768,7 +814,7 @@ int cmd_serve(const opts *o) {
                         .drafter = sp.mode == CLI_MODE_DSPARK || sp.mode == CLI_MODE_DFLASH ? sp.drafter_dir : "",
                         .context_window = srv.ctx_window,
                         .cap = sp.mode == CLI_MODE_BASELINE ? 0 : sp.max_draft, .adaptive = sp.adaptive,
-                        .slots = n_slots, .max_batch = max_batch};
+                        .slots = n_slots, .max_batch = max_batch, .prefix_cache = prefix_cache_bytes(o)};
     srv.mode = info.mode;
     if (!o->no_warmup) {
         double tw = warm_up(seqs, n_slots, err, sizeof err);
@@ -796,6 +842,11 @@ int cmd_serve(const opts *o) {
             sched_get_info(srv.en)->max_batch,
             tc_format_name(srv.tcf), srv.think_open ? (srv.no_thinking ? "off by default" : "on") : "none",
             uhost, port, uhost, port, o->api_key ? " --api-key KEY" : "", uhost, port);
+    const size_t pcb = sched_get_info(srv.en)->prefix_cache;
+    if (pcb) fprintf(stderr, "dspark serve: prefix cache: %.0f MiB of host memory for %d-token KV blocks\n",
+                     (double)pcb / 1048576.0, PCACHE_BLOCK);
+    else fprintf(stderr, "dspark serve: prefix cache: off (%s)\n", o->cache_ram == 0 ? "--cache-ram 0" :
+                 "this backend cannot save cache rows");
     fprintf(stderr, "dspark serve: listening on http://%s:%d\n", uhost, port);
     fflush(stderr);
 

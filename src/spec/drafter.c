@@ -62,6 +62,10 @@ static void ctx_truncate(dstate *s, int len) { s->be->dstate_truncate(s->bs, len
 
 void dstate_set_confidence_threshold(dstate *s, float c) { s->conf_th = c; }
 int dstate_ctx_len(const dstate *s) { return ctx_len(s); }
+const int *dstate_ids(const dstate *s, int *n) {
+    *n = s->n_ids;
+    return s->ids;
+}
 
 int dstate_last(const dstate *s, const float **base, const float **markov, const float **conf) {
     const dmodel *dm = s->dm;
@@ -112,6 +116,31 @@ int dstate_copy_prefix(dstate *dst, const dstate *src, int n, char *err, size_t 
     dst->n_ids = 0;
     ids_push(dst, src->ids, n);
     dst->broken = 0;
+    return 0;
+}
+
+size_t dstate_pos_bytes(const dstate *s) {
+    const backend *be = s->be;
+    return be->dstate_pos_bytes && be->dstate_save && be->dstate_load ? be->dstate_pos_bytes(s->dm->bdm) : 0;
+}
+
+int dstate_save_rows(dstate *s, int pos0, int n, void *host, char *err, size_t errlen) {
+    if (!dstate_pos_bytes(s)) return ds_err(err, errlen, "the %s backend does not save drafter rows", s->be->name);
+    if (pos0 < 0 || n < 0 || pos0 + n > ctx_len(s))
+        return ds_err(err, errlen, "drafter save: positions %d..%d (the context holds %d)", pos0, pos0 + n, ctx_len(s));
+    return s->be->dstate_save(s->bs, pos0, n, host, err, errlen);
+}
+
+int dstate_load_rows(dstate *s, const int *ids, int pos0, int n, const void *host, char *err, size_t errlen) {
+    if (!dstate_pos_bytes(s)) return ds_err(err, errlen, "the %s backend does not load drafter rows", s->be->name);
+    const int B = s->dm->cfg.block_size;
+    if (pos0 < 0 || n < 0 || pos0 > ctx_len(s) || pos0 > s->n_ids || pos0 + n + B > ctx_capacity(s))
+        return ds_err(err, errlen, "drafter load: positions %d..%d (the context holds %d, takes %d)", pos0, pos0 + n,
+                      ctx_len(s), ctx_capacity(s) - B);
+    if (s->be->dstate_load(s->bs, pos0, n, host, err, errlen) != 0) return -1;
+    s->n_ids = pos0;
+    ids_push(s, ids + pos0, n);
+    s->broken = 0;
     return 0;
 }
 

@@ -89,9 +89,22 @@ void dstate_set_confidence_threshold(dstate *ds, float c);
  * the target, so a prompt's shared prefix needs no features again. 0, or
  * -1 with err filled (dst unchanged). */
 int dstate_copy_prefix(dstate *dst, const dstate *src, int n, char *err, size_t errlen);
+/* Context rows to host memory and back (mctx_save_rows' companion):
+ * dstate_pos_bytes per position (0 where the backend cannot);
+ * dstate_save_rows writes context positions [pos0, pos0+n) (below the
+ * context length); dstate_load_rows puts such rows at [pos0, pos0+n)
+ * (pos0 at most the context length, cut there first) with ids[0 ..
+ * pos0+n) the ids of the whole context then held (ids[0 .. pos0) must be
+ * those it holds). 0, or -1 with err filled. */
+size_t dstate_pos_bytes(const dstate *ds);
+int dstate_save_rows(dstate *ds, int pos0, int n, void *host, char *err, size_t errlen);
+int dstate_load_rows(dstate *ds, const int *ids, int pos0, int n, const void *host, char *err, size_t errlen);
 /* The spec-loop interface over ds. */
 drafter dstate_drafter(dstate *ds);
 /* Positions whose context features are cached. */
 int dstate_ctx_len(const dstate *ds);
+/* The ids of its context (prompt and emitted ids: *n of them, the first
+ * dstate_ctx_len of which have cached rows). */
+const int *dstate_ids(const dstate *ds, int *n);
 
 #endif

@@ -257,6 +257,29 @@ int seq_copy_prefix(seq *dst, const seq *src, int n, char *err, size_t errlen) {
     return 0;
 }
 
+size_t seq_pos_bytes(const seq *s) { return mctx_pos_bytes(s->ctx); }
+
+int seq_save_rows(seq *s, int pos0, int n, void *host, char *err, size_t errlen) {
+    if (pos0 < 0 || n < 0 || pos0 + n > s->n)
+        return ds_err(err, errlen, "sequence save: positions %d..%d, it holds %d", pos0, pos0 + n, s->n);
+    seq_chain_end(s);
+    return mctx_save_rows(s->ctx, pos0, n, host, err, errlen);
+}
+
+int seq_load_rows(seq *s, const int *ids, int pos0, int n, const void *host, char *err, size_t errlen) {
+    if (pos0 < 0 || n < 0 || pos0 > s->n || n > seq_capacity(s) - pos0)
+        return ds_err(err, errlen, "sequence load: positions %d..%d, it holds %d and takes %d", pos0, pos0 + n, s->n,
+                      seq_capacity(s));
+    seq_truncate(s, pos0);
+    if (mctx_load_rows(s->ctx, pos0, n, host, err, errlen) != 0) {
+        mctx_truncate(s->ctx, pos0);
+        return -1;
+    }
+    memcpy(s->toks + pos0, ids + pos0, sizeof(int) * (size_t)n);
+    s->n = pos0 + n;
+    return 0;
+}
+
 void seq_truncate(seq *s, int len) {
     seq_chain_end(s);
     if (len < 0) len = 0;

@@ -114,6 +114,17 @@ void seq_chain_end(seq *s);
  * the rest. 0, or -1 with err filled (dst unchanged). */
 int seq_copy_prefix(seq *dst, const seq *src, int n, char *err, size_t errlen);
 
+/* The block cache's side (mctx_save_rows): seq_pos_bytes per position (0
+ * where the backend cannot save rows); seq_save_rows writes the cache
+ * rows of positions [pos0, pos0+n) (below seq_len) to host; seq_load_rows
+ * makes the sequence ids[0 .. pos0+n) with the rows of [pos0, pos0+n)
+ * from host (ids[0 .. pos0) must be what it holds; it is cut to pos0
+ * first). 0, or -1 with err filled (after a failed load the sequence holds
+ * ids[0 .. pos0)). */
+size_t seq_pos_bytes(const seq *s);
+int seq_save_rows(seq *s, int pos0, int n, void *host, char *err, size_t errlen);
+int seq_load_rows(seq *s, const int *ids, int pos0, int n, const void *host, char *err, size_t errlen);
+
 /* Rolls back to the first len ids (len <= seq_len). */
 void seq_truncate(seq *s, int len);
 

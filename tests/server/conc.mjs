@@ -10,7 +10,9 @@
 //       is refused and n within it equals the single requests of its seeds;
 //       a request arriving while another with the same long system prompt
 //       runs takes that prefix by copy (cached_tokens, the copy counters)
-//       and answers as alone; /health and /metrics show the batch; last, SIGTERM (to
+//       and answers as alone; a prompt whose slot was reused since comes
+//       back from the prefix block cache and answers as it did cold;
+//       /health and /metrics show the batch; last, SIGTERM (to
 //       $DSPARK_SERVER_PID) with a full batch and a queue: every answer
 //       finishes whole, equal to its answer alone.
 //   DSPARK_CONC_PHASE=scripted  the scripted model (tests/scripted.c):
@@ -231,6 +233,36 @@ if (PHASE === "bundled") {
             assert.ok(cached >= 400 && cached < rb.json.usage.prompt_tokens, `cached_tokens ${cached}`);
             assert.ok(copied >= cached - 32 && copied <= cached, `${copied} positions copied, ${cached} cached`);
             same(got, outcome(await postJSON(b.path, b.body)), "the request given a copied prefix");
+        }, 60000);
+
+    test("a prompt whose slot was reused since comes back from the prefix block cache, and answers as cold",
+        async () => {
+            await idle();
+            let sys = "You review pull requests. Say what breaks, what is slow and what is unclear.\n";
+            for (let i = 0; (await postJSON("/tokenize", { content: sys })).json.tokens.length < 300; i++)
+                sys += `Check ${i}: the error path of step ${i} and its cleanup.\n`;
+            const ask = (q) => ({ path: "/v1/chat/completions", body: { model, max_tokens: 20, temperature: 0,
+                messages: [{ role: "system", content: sys }, { role: "user", content: q }] } });
+            const y = ask("Review: def f(x): return x / 0");
+            const cold = await postJSON(y.path, y.body);
+            const ref = outcome(cold);
+            // four unrelated conversations take the four slots
+            for (let i = 0; i < 4; i++)
+                outcome(await postJSON("/v1/chat/completions", { model, max_tokens: 4, temperature: 0,
+                    messages: [{ role: "user", content: `Filler ${i}: name ${i + 2} colours of the ${["sea", "sky", "sand", "moss"][i]}.` }] }));
+            const h0 = await health(), m0 = await metrics();
+            assert.ok(h0.prefix_cache.blocks.cached >= 2, JSON.stringify(h0.prefix_cache));
+            assert.ok(h0.prefix_cache.blocks.bytes <= h0.prefix_cache.blocks.budget_bytes, JSON.stringify(h0.prefix_cache));
+            const warm = await postJSON(y.path, y.body);
+            same(outcome(warm), ref, "the answer from cached blocks");
+            const cached = warm.json.usage.prompt_tokens_details.cached_tokens;
+            const m1 = await metrics(), h1 = await health();
+            assert.ok(cached >= 256 && cached % 128 === 0, `cached_tokens ${cached}`);
+            assert.equal(m1.get("prefix_cache_copies_total"), m0.get("prefix_cache_copies_total"), "no slot held it");
+            assert.equal(m1.get("prefix_blocks_hits_total"), m0.get("prefix_blocks_hits_total") + 1);
+            assert.equal(m1.get("prefix_blocks_loaded_tokens_total") - m0.get("prefix_blocks_loaded_tokens_total"), cached);
+            assert.equal(h1.prefix_cache.blocks.loaded_tokens, m1.get("prefix_blocks_loaded_tokens_total"));
+            assert.equal(h1.prefix_cache.blocks.block_tokens, 128);
         }, 60000);
 
     test("/health and /metrics show the batch", async () => {

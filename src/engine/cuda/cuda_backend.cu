@@ -516,6 +516,40 @@ extern "C" int cuda_ctx_copy(cuda_ctx *dst, cuda_ctx *src, int n, char *err, siz
     return 0;
 }
 
+extern "C" size_t cuda_ctx_pos_bytes(const cuda_model *m) { return kv_pos_bytes(m); }
+
+/* rows [pos0, pos0+n) of the cache and host memory as kv_save_rows lays
+   them out: the elements of every block, then (8 bits) the scales */
+static int ctx_rows_host(cuda_ctx *x, int pos0, int n, void *host, int to_host, char *err, size_t errlen) {
+    const model_config *c = &x->m->cfg;
+    const size_t blocks = (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads;
+    const size_t row = (size_t)c->head_dim * (size_t)(x->m->kv_bits / 8);
+    CK(cudaSetDevice(x->m->gpu));
+    if (cu_rows_host(x->kv, x->cap, x->st, host, row, pos0, n, blocks, to_host, err, errlen)) return -1;
+    if (x->kv_sc && cu_rows_host(x->kv_sc, x->cap, x->st, (char *)host + blocks * (size_t)n * row, sizeof(float), pos0,
+                                 n, blocks, to_host, err, errlen))
+        return -1;
+    return 0;
+}
+
+extern "C" int cuda_ctx_save(cuda_ctx *x, int pos0, int n, void *host, char *err, size_t errlen) {
+    chain_drain(x);
+    if (pos0 < 0 || n < 0 || pos0 + n > x->len)
+        return ds_err(err, errlen, "cache save: positions %d..%d (the context holds %d)", pos0, pos0 + n, x->len);
+    return ctx_rows_host(x, pos0, n, host, 1, err, errlen);
+}
+
+extern "C" int cuda_ctx_load(cuda_ctx *x, int pos0, int n, const void *host, char *err, size_t errlen) {
+    chain_drain(x);
+    if (pos0 < 0 || n < 0 || pos0 > x->len || n > x->cap - pos0)
+        return ds_err(err, errlen, "cache load: positions %d..%d (the context holds %d, takes %d)", pos0, pos0 + n,
+                      x->len, x->cap);
+    x->len = pos0;
+    if (ctx_rows_host(x, pos0, n, (void *)host, 0, err, errlen)) return -1;
+    x->len = pos0 + n;
+    return 0;
+}
+
 static int ensure_pinned(cuda_ctx *x, size_t floats, char *err, size_t errlen) {
     if (x->pinned_floats >= floats) return 0;
     if (x->h_pinned) cudaFreeHost(x->h_pinned);

@@ -88,6 +88,10 @@ int cuda_ctx_capacity(const cuda_ctx *c);
 void cuda_ctx_truncate(cuda_ctx *c, int len);
 /* backend.ctx_copy */
 int cuda_ctx_copy(cuda_ctx *dst, cuda_ctx *src, int n, char *err, size_t errlen);
+/* backend.ctx_pos_bytes / ctx_save / ctx_load */
+size_t cuda_ctx_pos_bytes(const cuda_model *m);
+int cuda_ctx_save(cuda_ctx *c, int pos0, int n, void *host, char *err, size_t errlen);
+int cuda_ctx_load(cuda_ctx *c, int pos0, int n, const void *host, char *err, size_t errlen);
 
 /* mctx_resident_taps (model.h) on the device: up to GRAPH_ROWS rows in the
  * verify graphs' buffer, more in one allocated (or grown) here; NULL when

@@ -290,6 +290,31 @@ extern "C" int cuda_dstate_copy(cuda_dstate *dst, cuda_dstate *src, int n, char 
     dst->n_ctx_last = 0;
     return 0;
 }
+extern "C" size_t cuda_dstate_pos_bytes(const cuda_dmodel *m) {
+    return (size_t)2 * (size_t)m->cfg.n_layers * (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim * sizeof(float);
+}
+/* As cuda_ctx_save / cuda_ctx_load, for the f32 context cache. */
+static int dstate_rows_host(cuda_dstate *s, int pos0, int n, void *host, int to_host, char *err, size_t errlen) {
+    const model_config *c = &s->m->cfg;
+    const size_t blocks = (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads, row = sizeof(float) * (size_t)c->head_dim;
+    CK(cudaSetDevice(s->m->gpu));
+    return cu_rows_host(s->kv, s->cap, s->st, host, row, pos0, n, blocks, to_host, err, errlen);
+}
+extern "C" int cuda_dstate_save(cuda_dstate *s, int pos0, int n, void *host, char *err, size_t errlen) {
+    if (pos0 < 0 || n < 0 || pos0 + n > s->len)
+        return ds_err(err, errlen, "drafter cache save: positions %d..%d (the context holds %d)", pos0, pos0 + n, s->len);
+    return dstate_rows_host(s, pos0, n, host, 1, err, errlen);
+}
+extern "C" int cuda_dstate_load(cuda_dstate *s, int pos0, int n, const void *host, char *err, size_t errlen) {
+    if (pos0 < 0 || n < 0 || pos0 > s->len || n > s->cap - pos0)
+        return ds_err(err, errlen, "drafter cache load: positions %d..%d (the context holds %d, takes %d)", pos0,
+                      pos0 + n, s->len, s->cap);
+    s->len = pos0;
+    if (dstate_rows_host(s, pos0, n, (void *)host, 0, err, errlen)) return -1;
+    s->len = pos0 + n;
+    s->n_ctx_last = 0;
+    return 0;
+}
 extern "C" int cuda_dstate_ctx_chunk(void) { return CTX_ROWS; }
 
 /* ---- enqueued passes (also captured as graphs: every input is read from

@@ -59,6 +59,10 @@ int cuda_dstate_capacity(const cuda_dstate *s);
 void cuda_dstate_truncate(cuda_dstate *s, int len);
 /* backend.dstate_copy */
 int cuda_dstate_copy(cuda_dstate *dst, cuda_dstate *src, int n, char *err, size_t errlen);
+/* backend.dstate_pos_bytes / dstate_save / dstate_load */
+size_t cuda_dstate_pos_bytes(const cuda_dmodel *m);
+int cuda_dstate_save(cuda_dstate *s, int pos0, int n, void *host, char *err, size_t errlen);
+int cuda_dstate_load(cuda_dstate *s, int pos0, int n, const void *host, char *err, size_t errlen);
 
 /* Context rows at positions pos0 .. pos0+n-1 (the cache is cut to pos0
    first; pos0 <= len and pos0 + n <= capacity): row i's features are

@@ -52,6 +52,13 @@ static void g_ctx_truncate(void *bc, int len) { cuda_ctx_truncate(bc, len); }
 static int g_ctx_copy(void *dst, const void *src, int n, char *err, size_t errlen) {
     return cuda_ctx_copy(dst, (cuda_ctx *)src, n, err, errlen); /* (drains src's stream: not const there) */
 }
+static size_t g_ctx_pos_bytes(const void *bm) { return cuda_ctx_pos_bytes(bm); }
+static int g_ctx_save(void *bc, int pos0, int n, void *host, char *err, size_t errlen) {
+    return cuda_ctx_save(bc, pos0, n, host, err, errlen);
+}
+static int g_ctx_load(void *bc, int pos0, int n, const void *host, char *err, size_t errlen) {
+    return cuda_ctx_load(bc, pos0, n, host, err, errlen);
+}
 static size_t g_ctx_bytes(const void *bm, int n_ctx, int max_batch) { return cuda_ctx_bytes(bm, n_ctx, max_batch); }
 static int g_mem_avail(const void *bm, size_t *free_b, size_t *total_b) { return cuda_mem_info(bm, free_b, total_b); }
 static int g_forward(void *bc, const model_batch *b, char *err, size_t errlen) { return cuda_forward(bc, b, err, errlen); }
@@ -80,6 +87,13 @@ static int g_dstate_capacity(const void *bs) { return cuda_dstate_capacity(bs); 
 static void g_dstate_truncate(void *bs, int len) { cuda_dstate_truncate(bs, len); }
 static int g_dstate_copy(void *dst, const void *src, int n, char *err, size_t errlen) {
     return cuda_dstate_copy(dst, (cuda_dstate *)src, n, err, errlen);
+}
+static size_t g_dstate_pos_bytes(const void *bdm) { return cuda_dstate_pos_bytes(bdm); }
+static int g_dstate_save(void *bs, int pos0, int n, void *host, char *err, size_t errlen) {
+    return cuda_dstate_save(bs, pos0, n, host, err, errlen);
+}
+static int g_dstate_load(void *bs, int pos0, int n, const void *host, char *err, size_t errlen) {
+    return cuda_dstate_load(bs, pos0, n, host, err, errlen);
 }
 static int g_dstate_ingest(void *bs, int pos0, int n, const float *taps, int rows, int row0, char *err,
                            size_t errlen) {
@@ -127,6 +141,9 @@ static backend g_table = {
     .ctx_capacity = g_ctx_capacity,
     .ctx_truncate = g_ctx_truncate,
     .ctx_copy = g_ctx_copy,
+    .ctx_pos_bytes = g_ctx_pos_bytes,
+    .ctx_save = g_ctx_save,
+    .ctx_load = g_ctx_load,
     .forward = g_forward,
     .resident_taps = g_resident_taps,
     .chain_ok = g_chain_ok,
@@ -141,6 +158,9 @@ static backend g_table = {
     .dstate_capacity = g_dstate_capacity,
     .dstate_truncate = g_dstate_truncate,
     .dstate_copy = g_dstate_copy,
+    .dstate_pos_bytes = g_dstate_pos_bytes,
+    .dstate_save = g_dstate_save,
+    .dstate_load = g_dstate_load,
     .dstate_ingest = g_dstate_ingest,
     .dstate_ingest_resident = g_dstate_ingest_resident,
     .dstate_propose = g_dstate_propose,

@@ -232,3 +232,16 @@ int cu_copy_prefix_rows(void *dst, size_t dcap, cudaStream_t dst_st, const void 
     CK(cudaStreamSynchronize(dst_st));
     return 0;
 }
+
+int cu_rows_host(void *dev, size_t cap, cudaStream_t st, void *host, size_t row, int pos0, int n, size_t blocks,
+                 int to_host, char *err, size_t errlen) {
+    CK(cudaStreamSynchronize(st));
+    if (n <= 0) return 0;
+    char *d = (char *)dev + (size_t)pos0 * row;
+    if (to_host)
+        CK(cudaMemcpy2DAsync(host, (size_t)n * row, d, cap * row, (size_t)n * row, blocks, cudaMemcpyDeviceToHost, st));
+    else
+        CK(cudaMemcpy2DAsync(d, cap * row, host, (size_t)n * row, (size_t)n * row, blocks, cudaMemcpyHostToDevice, st));
+    CK(cudaStreamSynchronize(st));
+    return 0;
+}

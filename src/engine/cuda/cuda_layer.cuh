@@ -105,5 +105,10 @@ cu_cut cu_norm_apart(cu_go st, cu_gemm *g, uint32_t *norm_c, float *norm_r, int 
    for, so nothing in flight reads or writes either cache meanwhile. */
 int cu_copy_prefix_rows(void *dst, size_t dcap, cudaStream_t dst_st, const void *src, size_t scap,
                         cudaStream_t src_st, size_t row, int n, size_t blocks, char *err, size_t errlen);
+/* Rows [pos0, pos0+n) of each of such a cache's `blocks` blocks and host
+   memory laid out [blocks][n][row] (to_host 1: cache -> host, 0: back), in
+   one strided copy on the cache's stream, drained before and waited for. */
+int cu_rows_host(void *dev, size_t cap, cudaStream_t st, void *host, size_t row, int pos0, int n, size_t blocks,
+                 int to_host, char *err, size_t errlen);
 
 #endif

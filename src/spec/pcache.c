@@ -1,0 +1,253 @@
+/* pcache: see pcache.h. */
+#include "spec/pcache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+typedef struct pblock pblock;
+struct pblock {
+    uint64_t h;           /* chained hash of the prefix up to and with this block */
+    pblock *parent;       /* the block before (NULL: the first) */
+    pblock *next;         /* the bucket's chain */
+    int ids[PCACHE_BLOCK];
+    void *rows, *drows;   /* target rows; drafter rows (NULL: none) */
+    size_t bytes;
+    uint64_t used;        /* the touch counter when last used */
+    int children;         /* cached blocks that continue it (never evicted while > 0) */
+};
+
+struct pcache {
+    size_t budget, bytes;
+    pblock **tab;
+    size_t tab_n; /* power of two */
+    int n;
+    uint64_t clock;
+    pcache_stats st;
+};
+
+pcache *pcache_new(size_t budget) {
+    pcache *pc = xcalloc(1, sizeof *pc);
+    pc->budget = budget;
+    pc->tab_n = 256;
+    pc->tab = xcalloc(pc->tab_n, sizeof *pc->tab);
+    return pc;
+}
+
+static void block_free(pblock *b) {
+    free(b->rows);
+    free(b->drows);
+    free(b);
+}
+
+void pcache_free(pcache *pc) {
+    if (!pc) return;
+    for (size_t i = 0; i < pc->tab_n; i++)
+        for (pblock *b = pc->tab[i], *nx; b; b = nx) nx = b->next, block_free(b);
+    free(pc->tab);
+    free(pc);
+}
+
+void pcache_get_stats(const pcache *pc, pcache_stats *st) {
+    *st = pc->st;
+    st->budget = pc->budget;
+    st->bytes = pc->bytes;
+    st->blocks = pc->n;
+    st->block_tokens = PCACHE_BLOCK;
+}
+
+static uint64_t mix(uint64_t h, uint64_t x) {
+    h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    return h ^ (h >> 29);
+}
+
+static uint64_t block_hash(uint64_t parent_h, const int *ids) {
+    uint64_t h = mix(parent_h, 0x51ed270b27cf5a1fULL);
+    for (int i = 0; i < PCACHE_BLOCK; i++) h = mix(h, (uint32_t)ids[i]);
+    return h;
+}
+
+/* the cached block continuing parent with ids, or NULL */
+static pblock *find(const pcache *pc, const pblock *parent, const int *ids, uint64_t h) {
+    for (pblock *b = pc->tab[h & (pc->tab_n - 1)]; b; b = b->next)
+        if (b->h == h && b->parent == parent && memcmp(b->ids, ids, sizeof b->ids) == 0) return b;
+    return NULL;
+}
+
+static void grow(pcache *pc) {
+    size_t n2 = pc->tab_n * 2;
+    pblock **t = xcalloc(n2, sizeof *t);
+    for (size_t i = 0; i < pc->tab_n; i++)
+        for (pblock *b = pc->tab[i], *nx; b; b = nx) {
+            nx = b->next;
+            b->next = t[b->h & (n2 - 1)];
+            t[b->h & (n2 - 1)] = b;
+        }
+    free(pc->tab);
+    pc->tab = t;
+    pc->tab_n = n2;
+}
+
+static void unlink_block(pcache *pc, pblock *v) {
+    for (pblock **p = &pc->tab[v->h & (pc->tab_n - 1)]; *p; p = &(*p)->next)
+        if (*p == v) {
+            *p = v->next;
+            break;
+        }
+    if (v->parent) v->parent->children--;
+    pc->bytes -= v->bytes;
+    pc->n--;
+    pc->st.evicted_blocks++;
+    block_free(v);
+}
+
+/* Evicts the least recently used block that nothing continues, other than
+   keep; 0 when there is none. */
+static int evict_one(pcache *pc, const pblock *keep) {
+    pblock *v = NULL;
+    for (size_t i = 0; i < pc->tab_n; i++)
+        for (pblock *b = pc->tab[i]; b; b = b->next)
+            if (!b->children && b != keep && (!v || b->used < v->used)) v = b;
+    if (!v) return 0;
+    unlink_block(pc, v);
+    return 1;
+}
+
+/* room for `need` more bytes within the budget (keep stays) */
+static int make_room(pcache *pc, size_t need, const pblock *keep) {
+    if (need > pc->budget) return 0;
+    while (pc->bytes + need > pc->budget)
+        if (!evict_one(pc, keep)) return 0;
+    return 1;
+}
+
+size_t pcache_shed(pcache *pc, size_t keep) {
+    size_t before = pc->bytes;
+    while (pc->bytes > keep && evict_one(pc, NULL)) {
+    }
+    return before - pc->bytes;
+}
+
+int pcache_store(pcache *pc, seq *s, dstate *ds, char *err, size_t errlen) {
+    const size_t tb = seq_pos_bytes(s), db = ds ? dstate_pos_bytes(ds) : 0;
+    if (!tb) return ds_err(err, errlen, "the prefix cache: this backend cannot save cache rows");
+    const int *ids = seq_tokens(s), nb = seq_len(s) / PCACHE_BLOCK;
+    /* the drafter's rows go with a block only where its context holds the
+       same ids as the sequence there */
+    int dn = 0;
+    if (ds && db) {
+        int n_ids;
+        const int *dids = dstate_ids(ds, &n_ids);
+        dn = dstate_ctx_len(ds);
+        if (dn > n_ids) dn = n_ids;
+        if (dn > seq_len(s)) dn = seq_len(s);
+        int k = 0;
+        while (k < dn && dids[k] == ids[k]) k++;
+        dn = k;
+    }
+    pblock *prev = NULL;
+    uint64_t h = 0;
+    int added = 0;
+    for (int bi = 0; bi < nb; bi++) {
+        const int *bid = ids + (size_t)bi * PCACHE_BLOCK, pos0 = bi * PCACHE_BLOCK;
+        const int with_d = dn >= pos0 + PCACHE_BLOCK;
+        h = block_hash(h, bid);
+        pblock *b = find(pc, prev, bid, h);
+        if (!b) {
+            const size_t bytes = sizeof(pblock) + PCACHE_BLOCK * (tb + (with_d ? db : 0));
+            if (!make_room(pc, bytes, prev)) break;
+            b = xcalloc(1, sizeof *b);
+            b->h = h;
+            b->parent = prev;
+            memcpy(b->ids, bid, sizeof b->ids);
+            b->rows = xmalloc(PCACHE_BLOCK * tb);
+            if (seq_save_rows(s, pos0, PCACHE_BLOCK, b->rows, err, errlen) != 0 ||
+                (with_d && (b->drows = xmalloc(PCACHE_BLOCK * db),
+                            dstate_save_rows(ds, pos0, PCACHE_BLOCK, b->drows, err, errlen) != 0))) {
+                block_free(b);
+                return -1;
+            }
+            b->bytes = bytes;
+            if (pc->n >= (int)pc->tab_n) grow(pc);
+            b->next = pc->tab[h & (pc->tab_n - 1)];
+            pc->tab[h & (pc->tab_n - 1)] = b;
+            if (prev) prev->children++;
+            pc->bytes += bytes;
+            pc->n++;
+            pc->st.stored_blocks++;
+            added++;
+        } else if (with_d && !b->drows) {
+            const size_t more = PCACHE_BLOCK * db;
+            b->used = ++pc->clock; /* (not the one evicted for its own rows) */
+            if (make_room(pc, more, prev)) {
+                void *d = xmalloc(more);
+                if (dstate_save_rows(ds, pos0, PCACHE_BLOCK, d, err, errlen) != 0) {
+                    free(d);
+                    return -1;
+                }
+                b->drows = d;
+                b->bytes += more;
+                pc->bytes += more;
+            }
+        }
+        b->used = ++pc->clock;
+        prev = b;
+    }
+    return added;
+}
+
+/* the chain of cached blocks of ids[0 .. n): chain[0 .. return) */
+static int walk(const pcache *pc, const int *ids, int n, int need_ds, pblock **chain, int max) {
+    pblock *prev = NULL;
+    uint64_t h = 0;
+    int k = 0;
+    for (; k < max && (k + 1) * PCACHE_BLOCK <= n; k++) {
+        const int *bid = ids + (size_t)k * PCACHE_BLOCK;
+        h = block_hash(h, bid);
+        pblock *b = find(pc, prev, bid, h);
+        if (!b || (need_ds && !b->drows)) break;
+        if (chain) chain[k] = b;
+        prev = b;
+    }
+    return k;
+}
+
+int pcache_match(pcache *pc, const int *ids, int n, int need_ds) {
+    return walk(pc, ids, n, need_ds, NULL, n / PCACHE_BLOCK) * PCACHE_BLOCK;
+}
+
+int pcache_load(pcache *pc, seq *s, dstate *ds, const int *ids, int n, int have, int limit, char *err,
+                size_t errlen) {
+    pc->st.lookups++;
+    if (limit > n) limit = n;
+    const int max = limit / PCACHE_BLOCK;
+    if (max <= 0 || pc->n == 0) return have;
+    pblock **chain = xmalloc(sizeof *chain * (size_t)max);
+    const int k = walk(pc, ids, n, ds != NULL, chain, max);
+    const int b0 = have / PCACHE_BLOCK;
+    if (k * PCACHE_BLOCK <= have) { /* nothing past what they hold */
+        free(chain);
+        return have;
+    }
+    for (int i = 0; i < k; i++) chain[i]->used = ++pc->clock;
+    const int pos0 = b0 * PCACHE_BLOCK;
+    seq_truncate(s, pos0);
+    int held = pos0;
+    for (int i = b0; i < k; i++) {
+        const int p = i * PCACHE_BLOCK;
+        if (seq_load_rows(s, ids, p, PCACHE_BLOCK, chain[i]->rows, err, errlen) != 0 ||
+            (ds && dstate_load_rows(ds, ids, p, PCACHE_BLOCK, chain[i]->drows, err, errlen) != 0)) {
+            seq_truncate(s, held);
+            free(chain);
+            return -1;
+        }
+        held = p + PCACHE_BLOCK;
+    }
+    free(chain);
+    pc->st.hits++;
+    pc->st.loaded_tokens += (uint64_t)(held - pos0);
+    return held;
+}

@@ -1,0 +1,238 @@
+/* The prefix cache in blocks (spec/pcache.h): a sequence given cached
+ * blocks continues bit for bit as one that computed its whole prompt, at
+ * every --kv-bits, and a drafter state given the blocks' context rows
+ * drafts as one that ingested them; blocks are shared between prompts
+ * with a common prefix; the budget holds, and the least recently used
+ * block that nothing continues goes first. On the bundled model. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "engine/model.h"
+#include "engine/ops.h"
+#include "engine/sampler.h"
+#include "spec/drafter.h"
+#include "spec/pcache.h"
+#include "spec/registry.h"
+#include "spec/seq.h"
+#include "spec/spec.h"
+#include "test.h"
+
+#define PK_CTX 1024
+#define PK_NEW 40
+#define BK PCACHE_BLOCK
+
+static void pk_path(char *dir, size_t n, const char *suffix) {
+    snprintf(dir, n, "%s/../../models/%s%s", test_data_dir(), DSPARK_DEFAULT_MODEL, suffix);
+}
+
+static uint32_t pk_rnd(uint32_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return *s;
+}
+
+/* n ids: the first `shared` from seed 1, the rest from seed */
+static void pk_prompt(int *p, int n, int shared, uint32_t seed, int V) {
+    uint32_t a = 1, b = seed;
+    for (int i = 0; i < n; i++) p[i] = (int)(pk_rnd(i < shared ? &a : &b) % (uint32_t)(V - 200));
+}
+
+TEST(pcache_target_bits) {
+    const int bits[] = {32, 16, 8};
+    for (int k = 0; k < 3; k++) {
+        char dir[700], err[512];
+        pk_path(dir, sizeof dir, "");
+        model *m;
+        model_load_opts lo = {.kv_bits = bits[k]};
+        if (model_load(&m, dir, &lo, err, sizeof err) != 0) {
+            test_fail(__FILE__, __LINE__, "%s", err);
+            return;
+        }
+        const int V = model_cfg(m)->vocab_size;
+        tpool *tp = tp_create(2);
+        seq *a, *b, *c;
+        CHECK(seq_create(&a, m, PK_CTX, 256, tp, err, sizeof err) == 0);
+        CHECK(seq_create(&b, m, PK_CTX, 64, tp, err, sizeof err) == 0);
+        CHECK(seq_create(&c, m, PK_CTX, 256, tp, err, sizeof err) == 0);
+        int pa[3 * BK + 20], pb[3 * BK + 50];
+        const int na = 3 * BK + 20, nb = 3 * BK + 50, shared = 2 * BK + 40;
+        pk_prompt(pa, na, shared, 7, V);
+        pk_prompt(pb, nb, shared, 9, V);
+        float *la = xmalloc(sizeof(float) * (size_t)V), *lb = xmalloc(sizeof(float) * (size_t)V),
+              *lc = xmalloc(sizeof(float) * (size_t)V);
+        pcache *pc = pcache_new((size_t)1 << 30);
+        CHECK(seq_prefill(a, pa, na, la, err, sizeof err) == na);
+        CHECK_MSG(pcache_store(pc, a, NULL, err, sizeof err) == 3, "%s", err);
+        CHECK_EQ_INT(pcache_store(pc, a, NULL, err, sizeof err), 0); /* all there already */
+        CHECK_EQ_INT(pcache_match(pc, pa, na, 0), 3 * BK);
+        CHECK_EQ_INT(pcache_match(pc, pb, nb, 0), 2 * BK); /* the third block differs */
+        CHECK_EQ_INT(pcache_match(pc, pa, na, 1), 0);      /* no drafter rows */
+        /* b takes the two shared blocks, then computes only the rest */
+        CHECK_EQ_INT(pcache_load(pc, b, NULL, pb, nb, 0, nb - 1, err, sizeof err), 2 * BK);
+        CHECK_EQ_INT(seq_len(b), 2 * BK);
+        CHECK(memcmp(seq_tokens(b), pb, sizeof(int) * 2 * BK) == 0);
+        CHECK_EQ_INT(seq_prefill(b, pb, nb, lb, err, sizeof err), nb - 2 * BK);
+        CHECK_EQ_INT(seq_prefill(c, pb, nb, lc, err, sizeof err), nb);
+        CHECK_MSG(memcmp(lb, lc, sizeof(float) * (size_t)V) == 0, "kv %d: the last row's logits differ", bits[k]);
+        int id = op_argmax(lb, V);
+        for (int t = 0; t < PK_NEW; t++) {
+            CHECK(seq_step(b, id, lb, err, sizeof err) == 0);
+            CHECK(seq_step(c, id, lc, err, sizeof err) == 0);
+            CHECK_MSG(memcmp(lb, lc, sizeof(float) * (size_t)V) == 0, "kv %d: step %d differs", bits[k], t);
+            id = op_argmax(lb, V);
+        }
+        /* a sequence holding part of a block reloads from that block's start;
+           the limit keeps the prompt's last row (and its block) computed */
+        seq_truncate(b, BK + 10);
+        CHECK_EQ_INT(pcache_load(pc, b, NULL, pa, na, BK + 10, na - 1, err, sizeof err), 3 * BK);
+        CHECK_EQ_INT(pcache_load(pc, b, NULL, pa, 3 * BK, 0, 3 * BK - 1, err, sizeof err), 2 * BK);
+        CHECK_EQ_INT(pcache_load(pc, b, NULL, pa, na, 3 * BK, na - 1, err, sizeof err), 3 * BK); /* nothing past */
+        pcache_stats st;
+        pcache_get_stats(pc, &st);
+        CHECK_EQ_INT(st.blocks, 3);
+        CHECK(st.bytes <= st.budget);
+        CHECK_EQ_INT((int)st.lookups, 4);
+        CHECK_EQ_INT((int)st.hits, 3);
+        free(la), free(lb), free(lc);
+        pcache_free(pc);
+        seq_free(a), seq_free(b), seq_free(c);
+        tp_free(tp);
+        model_free(m);
+    }
+}
+
+/* Drafter rows travel with the blocks: the speculative run on a sequence
+   and state given the cached blocks equals the run on ones that computed
+   the whole prompt, and computes only the rest. */
+TEST(pcache_drafter) {
+    char dir[700], err[512];
+    pk_path(dir, sizeof dir, "");
+    model *m;
+    if (model_load(&m, dir, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return;
+    }
+    const int V = model_cfg(m)->vocab_size;
+    pk_path(dir, sizeof dir, "-dspark");
+    dmodel *dm;
+    if (dmodel_load(&dm, dir, m, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        model_free(m);
+        return;
+    }
+    tpool *tp = tp_create(2);
+    sampler *smp;
+    sampler_params sp = {.temperature = 0.0f};
+    CHECK(sampler_create(&smp, &sp, V, err, sizeof err) == 0);
+    seq *s[3];
+    dstate *ds[3];
+    for (int i = 0; i < 3; i++) {
+        CHECK(seq_create(&s[i], m, PK_CTX, 256, tp, err, sizeof err) == 0);
+        CHECK(dstate_create(&ds[i], dm, PK_CTX, tp, smp, err, sizeof err) == 0);
+    }
+    const int na = 2 * BK + 60, nb = 2 * BK + 90;
+    int pa[2 * BK + 60], pb[2 * BK + 90];
+    pk_prompt(pa, na, 2 * BK + 5, 3, V);
+    pk_prompt(pb, nb, 2 * BK + 5, 5, V);
+    int out[3][PK_NEW];
+    spec_stats st[3];
+    spec_opts o = {.max_new = PK_NEW, .max_draft = 6, .ignore_eos = 1};
+    drafter d0 = dstate_drafter(ds[0]);
+    CHECK(spec_generate(s[0], smp, &d0, pa, na, &o, out[0], NULL, &st[0], err, sizeof err) == 0);
+    pcache *pc = pcache_new((size_t)1 << 30);
+    CHECK_MSG(pcache_store(pc, s[0], ds[0], err, sizeof err) >= 2, "%s", err);
+    CHECK_EQ_INT(pcache_match(pc, pb, nb, 1), 2 * BK);
+    CHECK_EQ_INT(pcache_load(pc, s[1], ds[1], pb, nb, 0, nb - 1, err, sizeof err), 2 * BK);
+    CHECK_EQ_INT(dstate_ctx_len(ds[1]), 2 * BK);
+    drafter d1 = dstate_drafter(ds[1]), d2 = dstate_drafter(ds[2]);
+    CHECK(spec_generate(s[1], smp, &d1, pb, nb, &o, out[1], NULL, &st[1], err, sizeof err) == 0);
+    CHECK(spec_generate(s[2], smp, &d2, pb, nb, &o, out[2], NULL, &st[2], err, sizeof err) == 0);
+    CHECK_MSG(memcmp(out[1], out[2], sizeof out[1]) == 0, "the cached run's ids differ from the whole prompt's");
+    CHECK_EQ_INT(st[1].n_accepted, st[2].n_accepted);
+    CHECK_MSG(st[1].n_prefilled == nb - 2 * BK && st[2].n_prefilled == nb, "rows computed: %d and %d",
+              st[1].n_prefilled, st[2].n_prefilled);
+    /* blocks stored by a plain sequence carry no drafter rows, and take them
+       when a state that holds them stores the same ids */
+    pcache *p2 = pcache_new((size_t)1 << 30);
+    CHECK(pcache_store(p2, s[2], NULL, err, sizeof err) >= 2);
+    CHECK_EQ_INT(pcache_match(p2, pb, nb, 1), 0);
+    pcache_stats a, b;
+    pcache_get_stats(p2, &a);
+    CHECK_EQ_INT(pcache_store(p2, s[2], ds[2], err, sizeof err), 0);
+    pcache_get_stats(p2, &b);
+    CHECK_EQ_INT(pcache_match(p2, pb, nb, 1), 2 * BK);
+    CHECK(b.bytes > a.bytes && b.blocks == a.blocks);
+    pcache_free(p2);
+    pcache_free(pc);
+    for (int i = 0; i < 3; i++) dstate_free(ds[i]), seq_free(s[i]);
+    sampler_free(smp);
+    tp_free(tp);
+    dmodel_free(dm);
+    model_free(m);
+}
+
+/* Shared prefixes take one copy of their blocks; the budget holds; the
+   least recently used leaf goes first; shedding empties it. */
+TEST(pcache_budget_lru) {
+    char dir[700], err[512];
+    pk_path(dir, sizeof dir, "");
+    model *m;
+    if (model_load(&m, dir, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return;
+    }
+    const int V = model_cfg(m)->vocab_size;
+    tpool *tp = tp_create(2);
+    seq *s;
+    CHECK(seq_create(&s, m, PK_CTX, 256, tp, err, sizeof err) == 0);
+    const int n = 3 * BK;
+    int pa[3 * BK], pb[3 * BK], pc_[3 * BK];
+    pk_prompt(pa, n, BK, 11, V);  /* a and b share their first block */
+    pk_prompt(pb, n, BK, 12, V);
+    pk_prompt(pc_, n, 0, 13, V);
+    const size_t blk = seq_pos_bytes(s) * BK;
+    float *lg = xmalloc(sizeof(float) * (size_t)V);
+    /* room for five blocks (and their bookkeeping), not six */
+    pcache *pc = pcache_new(5 * blk + 5 * 1024 + 512);
+    CHECK(seq_prefill(s, pa, n, lg, err, sizeof err) == n);
+    CHECK_EQ_INT(pcache_store(pc, s, NULL, err, sizeof err), 3);
+    CHECK(seq_prefill(s, pb, n, lg, err, sizeof err) > 0);
+    CHECK_EQ_INT(pcache_store(pc, s, NULL, err, sizeof err), 2); /* the first block is a's */
+    pcache_stats st;
+    pcache_get_stats(pc, &st);
+    CHECK_EQ_INT(st.blocks, 5);
+    CHECK_EQ_INT(pcache_match(pc, pa, n, 0), n);
+    CHECK_EQ_INT(pcache_match(pc, pb, n, 0), n);
+    /* a used again, after b */
+    seq *t;
+    CHECK(seq_create(&t, m, PK_CTX, 256, tp, err, sizeof err) == 0);
+    CHECK_EQ_INT(pcache_load(pc, t, NULL, pa, n, 0, n, err, sizeof err), n);
+    CHECK(seq_prefill(s, pc_, n, lg, err, sizeof err) == n);
+    CHECK_EQ_INT(pcache_store(pc, s, NULL, err, sizeof err), 3);
+    pcache_get_stats(pc, &st);
+    CHECK(st.bytes <= st.budget);
+    CHECK_EQ_INT(st.blocks, 5);
+    CHECK_EQ_INT((int)st.evicted_blocks, 3);
+    /* c's three blocks evicted b's two (older than a's, which was used last)
+       and then a's last block, the oldest leaf left */
+    CHECK_EQ_INT(pcache_match(pc, pc_, n, 0), n);
+    CHECK_EQ_INT(pcache_match(pc, pa, n, 0), 2 * BK);
+    CHECK_EQ_INT(pcache_match(pc, pb, n, 0), BK); /* the block shared with a stays */
+    CHECK(pcache_shed(pc, 0) == st.bytes);
+    pcache_get_stats(pc, &st);
+    CHECK_EQ_INT(st.blocks, 0);
+    CHECK_EQ_INT(pcache_match(pc, pa, n, 0), 0);
+    /* a budget below one block keeps nothing */
+    pcache *tiny = pcache_new(blk / 2);
+    CHECK_EQ_INT(pcache_store(tiny, s, NULL, err, sizeof err), 0);
+    pcache_free(tiny);
+    pcache_free(pc);
+    free(lg);
+    seq_free(s), seq_free(t);
+    tp_free(tp);
+    model_free(m);
+}
