@@ -10,6 +10,9 @@
 #          question 3 runs in the slot that holds the prefix: another slot
 #          takes a copy of the prefix (share_prefix) and prefills only the
 #          rest (the script checks that a copy was made)
+#   block  the system prompt + question 5, after four unrelated
+#          conversations have taken every slot: the prefix comes back from
+#          the prefix block cache (--cache-ram; whole 128-token blocks)
 # Reported: the median time to the first token of each, and the cached
 # tokens the server reported (usage.prompt_tokens_details.cached_tokens).
 # MODEL (default the bundled model), THREADS (2), DSPARK (a binary: no make),
@@ -75,10 +78,17 @@ while health()["requests_running"] < 1: time.sleep(0.002)
 time.sleep(0.05)
 copy = ttft("Write a YAML reader.")
 bg.join()
+for k in range(4):
+    post("/v1/chat/completions", {"messages": [{"role": "user", "content": f"Other chat {k}: list {k + 3} fruits."}],
+                                  "max_tokens": 4, "temperature": 0}).read()
+block = ttft("Write a TOML writer.")
 m = urllib.request.urlopen(url + "/metrics").read().decode()
 copies = [float(l.split()[-1]) for l in m.splitlines() if l.startswith("dspark_prefix_cache_copies_total")][0]
 assert copies >= 1, "no prefix copy was made: the long answer ended before the copy request"
-print(json.dumps({"cold": cold, "slot": slot, "copy": copy, "n_sys": n_sys}))
+m = urllib.request.urlopen(url + "/metrics").read().decode()
+hits = [float(l.split()[-1]) for l in m.splitlines() if l.startswith("dspark_prefix_blocks_hits_total")][0]
+assert hits >= 1, "the block cache was not hit"
+print(json.dumps({"cold": cold, "slot": slot, "copy": copy, "block": block, "n_sys": n_sys}))
 PY
     kill $PID 2>/dev/null; wait $PID 2>/dev/null || true; PID=
     t=$((t + 1))
@@ -88,6 +98,6 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print(f"model {sys.argv[2]}, system prompt of {rows[0]['n_sys']} tokens, median of {sys.argv[4]}")
 print(f"{'request':<8} {'first token ms':>15} {'cached tokens':>14}")
-for k in ("cold", "slot", "copy"):
+for k in ("cold", "slot", "copy", "block"):
     print(f"{k:<8} {statistics.median(r[k][0] for r in rows):15.1f} {statistics.median(r[k][1] for r in rows):14.0f}")
 PY
