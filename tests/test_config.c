@@ -585,9 +585,86 @@ TEST(config_qwen3_moe) {
     CHECK(c.moe_experts == 0 && !c.moe[0]);
 }
 
+/* Gemma 3 as published: the 1B text model (transformers 4 keys: a
+   sliding_window_pattern, rope_local_base_freq) and the 4B multimodal
+   checkpoint, whose text_config names only what differs from
+   Gemma3TextConfig's defaults; then transformers 5's per-layer-type
+   rope_parameters and layer_types, and the refusals. */
+static const char GEMMA3_1B[] =
+    "{\"architectures\":[\"Gemma3ForCausalLM\"],\"attention_bias\":false,\"attn_logit_softcapping\":null,"
+    "\"bos_token_id\":2,\"eos_token_id\":[1,106],\"final_logit_softcapping\":null,\"head_dim\":256,"
+    "\"hidden_activation\":\"gelu_pytorch_tanh\",\"hidden_size\":1152,\"intermediate_size\":6912,"
+    "\"max_position_embeddings\":32768,\"model_type\":\"gemma3_text\",\"num_attention_heads\":4,"
+    "\"num_hidden_layers\":26,\"num_key_value_heads\":1,\"pad_token_id\":0,\"query_pre_attn_scalar\":256,"
+    "\"rms_norm_eps\":1e-06,\"rope_local_base_freq\":10000,\"rope_scaling\":null,\"rope_theta\":1000000,"
+    "\"sliding_window\":512,\"sliding_window_pattern\":6,\"torch_dtype\":\"bfloat16\",\"vocab_size\":262144}";
+static const char GEMMA3_4B[] =
+    "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"boi_token_index\":255999,\"eos_token_id\":[1,106],"
+    "\"image_token_index\":262144,\"mm_tokens_per_image\":256,\"model_type\":\"gemma3\",\"text_config\":{"
+    "\"hidden_size\":2560,\"intermediate_size\":10240,\"model_type\":\"gemma3_text\",\"num_hidden_layers\":34,"
+    "\"rope_scaling\":{\"factor\":8.0,\"rope_type\":\"linear\"},\"sliding_window\":1024},\"torch_dtype\":\"bfloat16\","
+    "\"vision_config\":{\"hidden_size\":1152,\"image_size\":896,\"model_type\":\"siglip_vision_model\","
+    "\"num_hidden_layers\":27,\"patch_size\":14}}";
+static const char GEMMA3_T5[] =
+    "{\"model_type\":\"gemma3_text\",\"vocab_size\":512,\"hidden_size\":64,\"intermediate_size\":160,"
+    "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,"
+    "\"query_pre_attn_scalar\":24,\"sliding_window\":16,\"final_logit_softcapping\":5.0,"
+    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\",\"sliding_attention\"],"
+    "\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"linear\",\"rope_theta\":1000000.0,\"factor\":2.0},"
+    "\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":10000.0}}}";
+
+TEST(config_gemma3) {
+    model_config c;
+    char err[512];
+    CHECK_MSG(parse(&c, GEMMA3_1B, err, sizeof err) == 0, "%s", err);
+    CHECK(c.arch == ARCH_GEMMA3 && !strcmp(config_arch_name(c.arch), "gemma3"));
+    CHECK(c.qk_norm && c.norm_plus_one && c.post_norms && c.mlp_gelu && c.tie_word_embeddings && !c.vision_skipped);
+    CHECK_EQ_INT(c.head_dim, 256);
+    CHECK_EQ_INT(c.sliding_window, 512);
+    for (int l = 0; l < c.n_layers; l++) CHECK_EQ_INT(c.sliding[l], (l + 1) % 6 != 0);
+    CHECK(c.attn_scale == (float)pow(256.0, -0.5) && c.attn_scale == 0.0625f);
+    CHECK(c.embed_scale == (float)sqrt(1152.0));
+    CHECK(c.final_softcap == 0 && c.rope_theta == 1e6 && c.rope_local_theta == 1e4 && c.rope_type == ROPE_DEFAULT);
+    CHECK(c.n_eos == 2 && c.eos_token_ids[1] == 106 && c.bos_token_id == 2);
+    /* the sliding layers' frequencies: default RoPE at the local base */
+    float g[128], lo[128];
+    config_rope_inv_freq(&c, g);
+    CHECK_EQ_INT(config_rope_inv_freq_local(&c, lo), 1);
+    CHECK(g[0] == 1.0f && lo[0] == 1.0f && g[1] != lo[1]);
+    CHECK(lo[1] == 1.0f / (float)pow(10000.0, (double)(2.0f / 256.0f)));
+
+    CHECK_MSG(parse(&c, GEMMA3_4B, err, sizeof err) == 0, "%s", err);
+    CHECK(c.arch == ARCH_GEMMA3 && c.vision_skipped);
+    CHECK(c.hidden_size == 2560 && c.n_layers == 34 && c.vocab_size == 262208 && c.n_heads == 8 && c.n_kv_heads == 4);
+    CHECK(c.head_dim == 256 && c.sliding_window == 1024 && c.max_position_embeddings == 131072);
+    CHECK(c.rope_type == ROPE_LINEAR && c.rope_factor == 8.0f && c.rope_theta == 1e6);
+    CHECK(c.n_eos == 2 && c.torch_dtype == DT_BF16 && c.tie_word_embeddings);
+    CHECK(c.sliding[4] && !c.sliding[5] && !c.sliding[11] && c.sliding[12]);
+
+    CHECK_MSG(parse(&c, GEMMA3_T5, err, sizeof err) == 0, "%s", err);
+    CHECK(c.sliding[0] && c.sliding[1] && !c.sliding[2] && c.sliding[3] && c.sliding_window == 16);
+    CHECK(c.rope_type == ROPE_LINEAR && c.rope_factor == 2.0f && c.rope_theta == 1e6 && c.rope_local_theta == 1e4);
+    CHECK(c.final_softcap == 5.0f && c.attn_scale == (float)pow(24.0, -0.5));
+    /* other families keep one set of frequencies */
+    CHECK_MSG(parse(&c, MISTRAL_V01, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ_INT(config_rope_inv_freq_local(&c, lo), 0);
+    CHECK(c.embed_scale == 0 && c.attn_scale == 0 && !c.norm_plus_one);
+
+    EDIT_FAIL(GEMMA3_1B, "\"attn_logit_softcapping\":null", "\"attn_logit_softcapping\":50.0", "attn_logit_softcapping");
+    EDIT_FAIL(GEMMA3_1B, "\"hidden_activation\":\"gelu_pytorch_tanh\"", "\"hidden_activation\":\"gelu\"",
+              "\"hidden_activation\" \"gelu\" is not supported for gemma3");
+    EDIT_FAIL(GEMMA3_1B, "\"pad_token_id\":0", "\"use_bidirectional_attention\":true", "use_bidirectional_attention");
+    EDIT_FAIL(GEMMA3_1B, "\"query_pre_attn_scalar\":256", "\"query_pre_attn_scalar\":0", "query_pre_attn_scalar");
+    EDIT_FAIL(GEMMA3_1B, "\"final_logit_softcapping\":null", "\"final_logit_softcapping\":-1", "final_logit_softcapping");
+    EDIT_FAIL(GEMMA3_4B, "\"text_config\":{", "\"text_config\":3,\"x\":{", "needs a \"text_config\" object");
+    EDIT_FAIL(GEMMA3_T5, "\"rope_type\":\"default\",", "\"rope_type\":\"linear\",\"factor\":2,",
+              "only the default rope type");
+}
+
 TEST(config_refusals) {
-    EDIT_FAIL(QWEN3_4B, "\"model_type\":\"qwen3\"", "\"model_type\":\"gemma3_text\"",
-              "config.json: unsupported model_type \"gemma3_text\" (supported: qwen3, qwen2, llama, mistral, qwen3_moe)");
+    EDIT_FAIL(QWEN3_4B, "\"model_type\":\"qwen3\"", "\"model_type\":\"phi3\"",
+              "config.json: unsupported model_type \"phi3\" (supported: qwen3, qwen2, llama, mistral, qwen3_moe, gemma3, "
+              "gemma3_text)");
     EDIT_FAIL(QWEN3_4B, "\"model_type\":\"qwen3\",", "", "\"model_type\"");
     EDIT_FAIL(QWEN3_4B, "\"model_type\":\"qwen3\"", "\"model_type\":3", "\"model_type\"");
     EDIT_FAIL(QWEN3_4B, "\"Qwen3ForCausalLM\"", "\"MistralForCausalLM\"", "does not match model_type");

@@ -32,6 +32,7 @@ const char *config_arch_name(ds_arch a) {
     case ARCH_LLAMA: return "llama";
     case ARCH_MISTRAL: return "mistral";
     case ARCH_QWEN3_MOE: return "qwen3_moe";
+    case ARCH_GEMMA3: return "gemma3";
     }
     return "?";
 }
@@ -149,6 +150,8 @@ static const struct {
     {"LlamaForCausalLM", ARCH_LLAMA},
     {"MistralForCausalLM", ARCH_MISTRAL},
     {"Qwen3MoeForCausalLM", ARCH_QWEN3_MOE},
+    {"Gemma3ForCausalLM", ARCH_GEMMA3},
+    {"Gemma3ForConditionalGeneration", ARCH_GEMMA3}, /* its text part (the vision tower is skipped) */
     /* drafter checkpoints keep the target's model_type (reference/drafters.md) */
     {"Qwen3DSparkModel", ARCH_QWEN3},
     {"DFlashDraftModel", -1},
@@ -167,7 +170,8 @@ static int check_architectures(const cJSON *root, ds_arch arch, const char *mt, 
         if (found == -2)
             return ds_err(err, errlen,
                           "%s: unsupported architecture \"%.64s\" (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, "
-                          "LlamaForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM)",
+                          "LlamaForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Gemma3ForCausalLM, "
+                          "Gemma3ForConditionalGeneration)",
                           ctx, e->valuestring);
         if (found >= 0 && found != (int)arch)
             return ds_err(err, errlen, "%s: architecture \"%.64s\" does not match model_type \"%s\"", ctx,
@@ -187,12 +191,23 @@ static int parse_sliding(model_config *c, const cJSON *root, const char *ctx, ch
     if (c->n_layers > CONFIG_MAX_LAYERS)
         return ds_err(err, errlen, "%s: \"num_hidden_layers\" (%d) is above %d", ctx, c->n_layers, CONFIG_MAX_LAYERS);
     int64_t w = 0;
-    if (c->arch == ARCH_MISTRAL) {
+    if (c->arch == ARCH_MISTRAL || c->arch == ARCH_GEMMA3) {
         const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
         if (sw && !cJSON_IsNull(sw) && json_opt_int(root, "sliding_window", 1, 1 << 26, &w, ctx, err, errlen) < 0)
             return -1;
     }
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if ((!lt || cJSON_IsNull(lt)) && c->arch == ARCH_GEMMA3) {
+        /* transformers 4's Gemma3TextConfig: every sliding_window_pattern-th
+           layer is global, the others slide */
+        int pat = 6;
+        if (get_int(root, "sliding_window_pattern", 0, 1, 1 << 20, 6, &pat, ctx, err, errlen)) return -1;
+        if (w <= 0) return ds_err(err, errlen, "%s: gemma3 needs \"sliding_window\"", ctx);
+        int any = 0;
+        for (int l = 0; l < c->n_layers; l++) any |= c->sliding[l] = (l + 1) % pat != 0;
+        c->sliding_window = any ? (int)w : 0;
+        return 0;
+    }
     if (!lt || cJSON_IsNull(lt)) {
         c->sliding_window = (int)w;
         for (int l = 0; l < c->n_layers; l++) c->sliding[l] = w > 0;
@@ -206,7 +221,7 @@ static int parse_sliding(model_config *c, const cJSON *root, const char *ctx, ch
         if (!slide && strcmp(e->valuestring, "full_attention") != 0)
             return ds_err(err, errlen, "%s: \"layer_types\": layer type \"%.64s\" is not supported", ctx,
                           e->valuestring);
-        if (slide && c->arch != ARCH_MISTRAL)
+        if (slide && c->arch != ARCH_MISTRAL && c->arch != ARCH_GEMMA3)
             return ds_err(err, errlen, "%s: sliding window attention is not supported for %s (\"layer_types\")", ctx,
                           c->model_type);
         if (slide && w <= 0)
@@ -256,6 +271,81 @@ static int parse_moe(model_config *c, const cJSON *root, const char *ctx, char *
     return 0;
 }
 
+/* Gemma 3's own keys (config.h), on a config already merged over
+   Gemma3TextConfig's defaults (gemma3_merged). */
+static int parse_gemma3(model_config *c, const cJSON *root, const char *ctx, char *err, size_t errlen) {
+    const char *keys[] = {"hidden_activation", "hidden_act"};
+    for (int i = 0; i < 2; i++) {
+        const char *act = NULL;
+        if (json_opt_str(root, keys[i], &act, ctx, err, errlen) < 0) return -1;
+        if (act && strcmp(act, "gelu_pytorch_tanh") != 0)
+            return ds_err(err, errlen, "%s: \"%s\" \"%.64s\" is not supported for gemma3 (only gelu_pytorch_tanh)", ctx,
+                          keys[i], act);
+    }
+    c->mlp_gelu = 1;
+    c->norm_plus_one = 1;
+    c->post_norms = 1;
+    int bidir = 0;
+    if (get_bool(root, "use_bidirectional_attention", 0, &bidir, ctx, err, errlen)) return -1;
+    if (bidir) return ds_err(err, errlen, "%s: \"use_bidirectional_attention\" (an embedding model) is not supported", ctx);
+    const cJSON *ac = cJSON_GetObjectItemCaseSensitive(root, "attn_logit_softcapping");
+    if (ac && !cJSON_IsNull(ac))
+        return ds_err(err, errlen, "%s: \"attn_logit_softcapping\" is not supported (the attention kernels do not cap)",
+                      ctx);
+    double q = 256, cap = 0;
+    if (json_opt_num(root, "query_pre_attn_scalar", &q, ctx, err, errlen) < 0) return -1;
+    if (!(q > 0 && q <= 1e9)) return ds_err(err, errlen, "%s: \"query_pre_attn_scalar\" must be in (0, 1e9]", ctx);
+    c->attn_scale = (float)pow(q, -0.5);
+    const cJSON *fc = cJSON_GetObjectItemCaseSensitive(root, "final_logit_softcapping");
+    if (fc && !cJSON_IsNull(fc)) {
+        if (json_opt_num(root, "final_logit_softcapping", &cap, ctx, err, errlen) < 0) return -1;
+        if (!(cap > 0 && cap <= 1e6))
+            return ds_err(err, errlen, "%s: \"final_logit_softcapping\" must be in (0, 1e6] or null", ctx);
+    }
+    c->final_softcap = (float)cap;
+    c->embed_scale = (float)sqrt((double)c->hidden_size);
+    /* RoPE: transformers 5 keeps a dict per layer type in rope_parameters;
+       transformers 4 has rope_theta / rope_scaling (read by the caller) and
+       rope_local_base_freq */
+    double local = 10000.0;
+    if (json_opt_num(root, "rope_local_base_freq", &local, ctx, err, errlen) < 0) return -1;
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *full = rp ? cJSON_GetObjectItemCaseSensitive(rp, "full_attention") : NULL;
+    const cJSON *slid = rp ? cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention") : NULL;
+    if (full && cJSON_IsObject(full)) {
+        rope_block rb;
+        char sub[600];
+        snprintf(sub, sizeof sub, "%s: rope_parameters", ctx);
+        if (parse_rope_block(rp, "full_attention", 0, &rb, sub, err, errlen) < 0) return -1;
+        double th = c->rope_theta;
+        snprintf(sub, sizeof sub, "%s: rope_parameters.full_attention", ctx);
+        if (json_opt_num(full, "rope_theta", &th, sub, err, errlen) < 0) return -1;
+        if (!(th > 1 && th <= 1e12)) return ds_err(err, errlen, "%s: \"rope_theta\" must be in (1, 1e12]", sub);
+        c->rope_theta = th;
+        c->rope_type = rb.has_type ? rb.kind : ROPE_DEFAULT;
+        c->rope_factor = rb.has_type && rb.kind != ROPE_DEFAULT ? (float)rb.factor : 1.0f;
+        if (rb.kind == ROPE_LLAMA3) {
+            c->rope_low_freq_factor = (float)rb.low;
+            c->rope_high_freq_factor = (float)rb.high;
+            c->rope_original_max_pos = rb.orig_max;
+        }
+    }
+    if (slid && cJSON_IsObject(slid)) {
+        rope_block rb;
+        char sub[600];
+        snprintf(sub, sizeof sub, "%s: rope_parameters", ctx);
+        if (parse_rope_block(rp, "sliding_attention", 0, &rb, sub, err, errlen) < 0) return -1;
+        if (rb.has_type && rb.kind != ROPE_DEFAULT)
+            return ds_err(err, errlen, "%s.sliding_attention: only the default rope type is supported there", sub);
+        snprintf(sub, sizeof sub, "%s: rope_parameters.sliding_attention", ctx);
+        if (json_opt_num(slid, "rope_theta", &local, sub, err, errlen) < 0) return -1;
+    }
+    if (!(local > 1 && local <= 1e12))
+        return ds_err(err, errlen, "%s: the sliding layers' rope theta must be in (1, 1e12]", ctx);
+    c->rope_local_theta = local;
+    return 0;
+}
+
 static int parse_root(model_config *c, const cJSON *root, const char *ctx, char *err, size_t errlen) {
     if (!cJSON_IsObject(root)) return ds_err(err, errlen, "%s: not a JSON object", ctx);
 
@@ -266,10 +356,12 @@ static int parse_root(model_config *c, const cJSON *root, const char *ctx, char 
     else if (strcmp(mt, "llama") == 0) c->arch = ARCH_LLAMA;
     else if (strcmp(mt, "mistral") == 0) c->arch = ARCH_MISTRAL;
     else if (strcmp(mt, "qwen3_moe") == 0) c->arch = ARCH_QWEN3_MOE;
+    else if (strcmp(mt, "gemma3_text") == 0) c->arch = ARCH_GEMMA3;
     else
         return ds_err(err, errlen,
-                      "%s: unsupported model_type \"%.64s\" (supported: qwen3, qwen2, llama, mistral, qwen3_moe)", ctx,
-                      mt);
+                      "%s: unsupported model_type \"%.64s\" (supported: qwen3, qwen2, llama, mistral, qwen3_moe, "
+                      "gemma3, gemma3_text)",
+                      ctx, mt);
     snprintf(c->model_type, sizeof c->model_type, "%s", mt);
     if (check_architectures(root, c->arch, mt, ctx, err, errlen) < 0) return -1;
 
@@ -304,7 +396,8 @@ static int parse_root(model_config *c, const cJSON *root, const char *ctx, char 
     /* transformers: Qwen2/Qwen3 configs always carry it; LlamaConfig
      * defaults to 2048, MistralConfig to 4096 * 32 */
     if (get_int(root, "max_position_embeddings",
-                c->arch == ARCH_QWEN2 || c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3_MOE, 1, 1 << 26,
+                c->arch == ARCH_QWEN2 || c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3_MOE || c->arch == ARCH_GEMMA3, 1,
+                1 << 26,
                 c->arch == ARCH_MISTRAL ? 4096 * 32 : 2048, &c->max_position_embeddings, ctx, err, errlen))
         return -1;
 
@@ -364,9 +457,10 @@ static int parse_root(model_config *c, const cJSON *root, const char *ctx, char 
     if (parse_sliding(c, root, ctx, err, errlen) < 0) return -1;
     const char *act = NULL;
     if (json_opt_str(root, "hidden_act", &act, ctx, err, errlen) < 0) return -1;
-    if (act && strcmp(act, "silu") != 0)
+    if (act && strcmp(act, "silu") != 0 && c->arch != ARCH_GEMMA3)
         return ds_err(err, errlen, "%s: \"hidden_act\" \"%.64s\" is not supported (only silu)", ctx, act);
-    c->qk_norm = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3_MOE;
+    c->qk_norm = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3_MOE || c->arch == ARCH_GEMMA3;
+    if (c->arch == ARCH_GEMMA3 && parse_gemma3(c, root, ctx, err, errlen) < 0) return -1;
     if (parse_moe(c, root, ctx, err, errlen) < 0) return -1;
 
     /* transformers 5 writes "dtype", older versions "torch_dtype" */
@@ -394,12 +488,74 @@ static int parse_root(model_config *c, const cJSON *root, const char *ctx, char 
     return 0;
 }
 
+/* Gemma3TextConfig's defaults: checkpoints (a gemma3 text_config above
+   all) leave out what they do not change */
+static const char GEMMA3_DEFAULTS[] =
+    "{\"vocab_size\":262208,\"hidden_size\":2304,\"intermediate_size\":9216,\"num_hidden_layers\":26,"
+    "\"num_attention_heads\":8,\"num_key_value_heads\":4,\"head_dim\":256,\"max_position_embeddings\":131072,"
+    "\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"query_pre_attn_scalar\":256,\"sliding_window\":4096,"
+    "\"rope_local_base_freq\":10000.0,\"tie_word_embeddings\":true,\"bos_token_id\":2,\"eos_token_id\":1,"
+    "\"hidden_activation\":\"gelu_pytorch_tanh\"}";
+
+/* m[k] = a copy of v, replacing what m had there */
+static void put_item(cJSON *m, const char *k, const cJSON *v) {
+    cJSON *d = cJSON_Duplicate(v, 1);
+    if (cJSON_GetObjectItemCaseSensitive(m, k)) cJSON_ReplaceItemInObjectCaseSensitive(m, k, d);
+    else cJSON_AddItemToObject(m, k, d);
+}
+
+/* A gemma3_text config, or a gemma3 checkpoint's text_config (with the
+   top level's token ids, dtype and architectures where the text part has
+   none), over GEMMA3_DEFAULTS; NULL with err filled when a gemma3 config
+   has no text_config object. */
+static cJSON *gemma3_merged(const cJSON *root, int multimodal, int *vision, const char *ctx, char *err,
+                            size_t errlen) {
+    const cJSON *src = root;
+    *vision = 0;
+    if (multimodal) {
+        src = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+        if (!cJSON_IsObject(src)) {
+            ds_err(err, errlen, "%s: a gemma3 config needs a \"text_config\" object", ctx);
+            return NULL;
+        }
+        *vision = cJSON_GetObjectItemCaseSensitive(root, "vision_config") != NULL;
+    }
+    cJSON *m = cJSON_Parse(GEMMA3_DEFAULTS);
+    if (!m) {
+        ds_err(err, errlen, "%s: out of memory", ctx);
+        return NULL;
+    }
+    for (const cJSON *e = src->child; e; e = e->next)
+        if (e->string && strcmp(e->string, "model_type") != 0)
+            put_item(m, e->string, e);
+    if (multimodal) {
+        const char *top[] = {"bos_token_id", "eos_token_id", "torch_dtype", "dtype", "architectures"};
+        for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, top[i]);
+            if (v && !cJSON_GetObjectItemCaseSensitive(src, top[i]))
+                put_item(m, top[i], v);
+        }
+    }
+    cJSON_AddStringToObject(m, "model_type", "gemma3_text");
+    return m;
+}
+
 int config_parse(model_config *c, const char *text, size_t n, const char *ctx, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     if (!ctx) ctx = "config.json";
     cJSON *root = json_parse(text, n, ctx, err, errlen);
     if (!root) return -1;
-    int rc = parse_root(c, root, ctx, err, errlen);
+    const cJSON *mt = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "model_type") : NULL;
+    int g = cJSON_IsString(mt) ? !strcmp(mt->valuestring, "gemma3") ? 2 : !strcmp(mt->valuestring, "gemma3_text") : 0;
+    int rc = -1, vision = 0;
+    if (g) {
+        cJSON *m = gemma3_merged(root, g == 2, &vision, ctx, err, errlen);
+        if (m) rc = parse_root(c, m, ctx, err, errlen);
+        cJSON_Delete(m);
+        c->vision_skipped = vision;
+    } else {
+        rc = parse_root(c, root, ctx, err, errlen);
+    }
     cJSON_Delete(root);
     return rc;
 }
@@ -490,4 +646,14 @@ void config_rope_inv_freq(const model_config *c, float *inv_freq) {
         }
         inv_freq[i] = inv;
     }
+}
+
+int config_rope_inv_freq_local(const model_config *c, float *inv_freq) {
+    if (c->arch != ARCH_GEMMA3 || !c->sliding_window) return 0;
+    model_config l = *c;
+    l.rope_theta = c->rope_local_theta;
+    l.rope_type = ROPE_DEFAULT;
+    l.rope_factor = 1.0f;
+    config_rope_inv_freq(&l, inv_freq);
+    return 1;
 }

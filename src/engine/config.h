@@ -9,7 +9,7 @@
 
 #include "engine/tensor.h"
 
-typedef enum { ARCH_QWEN3 = 0, ARCH_QWEN2, ARCH_LLAMA, ARCH_MISTRAL, ARCH_QWEN3_MOE } ds_arch;
+typedef enum { ARCH_QWEN3 = 0, ARCH_QWEN2, ARCH_LLAMA, ARCH_MISTRAL, ARCH_QWEN3_MOE, ARCH_GEMMA3 } ds_arch;
 
 #define CONFIG_MAX_EOS 16
 #define CONFIG_MAX_LAYERS 1024
@@ -48,6 +48,19 @@ typedef struct {
        the rest have the dense MLP (intermediate_size); 0 experts: none */
     int moe_experts, moe_top_k, moe_intermediate_size, moe_norm_topk;
     unsigned char moe[CONFIG_MAX_LAYERS];
+    /* Gemma 3 (gemma3_text, or a gemma3 checkpoint's text_config): RMSNorm
+       weights applied as (1 + w) (folded at load); a norm on the attention
+       output and on the MLP output before each residual add (post_norms);
+       GELU (tanh) gating (mlp_gelu); the embedding times embed_scale
+       (sqrt(hidden_size), 0 elsewhere); scores times attn_scale
+       (query_pre_attn_scalar^-0.5; 0: head_dim^-0.5); logits soft-capped
+       at final_softcap (0: none); sliding layers' RoPE at
+       rope_local_theta (default rope) while the others take rope_theta
+       and its scaling */
+    int norm_plus_one, post_norms, mlp_gelu;
+    float embed_scale, attn_scale, final_softcap;
+    double rope_local_theta;
+    int vision_skipped;       /* a gemma3 checkpoint whose vision tower is not loaded */
     ds_dtype torch_dtype;     /* the checkpoint's declared dtype (informational) */
     int bos_token_id;         /* -1 when none */
     int n_eos;
@@ -66,5 +79,9 @@ const char *config_arch_name(ds_arch a);
 /* RoPE inverse frequencies for the config (head_dim/2 entries), with the
  * configured scaling applied exactly as transformers does. */
 void config_rope_inv_freq(const model_config *c, float *inv_freq);
+/* The sliding layers' inverse frequencies where they differ (Gemma 3:
+ * default RoPE at rope_local_theta); returns 0 and writes nothing when
+ * every layer takes config_rope_inv_freq's. */
+int config_rope_inv_freq_local(const model_config *c, float *inv_freq);
 
 #endif
