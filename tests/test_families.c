@@ -14,7 +14,12 @@
  *   - mistral with a window over every position is the llama of the same
  *     weights, bit for bit; with a 5-position window (shorter than the
  *     prompt) the rows are batch-invariant the same way and differ from
- *     the unwindowed model. */
+ *     the unwindowed model.
+ *   - gemma3 against a double-precision transcription of transformers'
+ *     Gemma3ForCausalLM (sliding and global layers, their RoPE bases, the
+ *     (1 + w) and post norms, GELU gating, scaled embedding and scores,
+ *     soft-capped logits), batch-invariant, and the same in the gemma3
+ *     (multimodal) checkpoint layout. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,9 +43,12 @@ static uint32_t name_hash(const char *s) {
 }
 
 /* the weight of element j of the tensor named name ("experts.0." left out,
-   so a one-expert checkpoint shares its expert with the dense MLP) */
+   so a one-expert checkpoint shares its expert with the dense MLP; a
+   leading "language_model." too, so a gemma3 checkpoint's text model has
+   the gemma3_text one's weights) */
 static float weight_of(const char *name, size_t j, int norm) {
     char canon[160];
+    if (!strncmp(name, "language_model.", 15)) name += 15;
     const char *e = strstr(name, "experts.0.");
     if (e) snprintf(canon, sizeof canon, "%.*s%s", (int)(e - name), name, e + 10);
     else snprintf(canon, sizeof canon, "%s", name);
@@ -416,4 +424,225 @@ TEST(families_mistral_window) {
     }
     free(a), free(b), free(c);
     check_invariant(win, "mistral, window 5");
+}
+
+/* ---- gemma3 ---- */
+
+enum { GL = 3, GWIN = 5 };
+static const char *G_TYPES[GL] = {"sliding_attention", "full_attention", "sliding_attention"};
+
+/* a gemma3_text checkpoint's tensors (tied embedding) under prefix pfx */
+static int gemma_tensors(tdef *t, const char *pfx) {
+    int nt = 0;
+#define ADD(a, b, ...)                                                                                             \
+    do {                                                                                                           \
+        int k_ = snprintf(t[nt].name, sizeof t[nt].name, "%s", pfx);                                               \
+        snprintf(t[nt].name + k_, sizeof t[nt].name - (size_t)k_, __VA_ARGS__);                                    \
+        t[nt].d0 = a, t[nt].d1 = b, nt++;                                                                          \
+    } while (0)
+    ADD(FV, FH, "embed_tokens.weight");
+    ADD(FH, 0, "norm.weight");
+    for (int l = 0; l < GL; l++) {
+        const char *nn[] = {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                            "post_feedforward_layernorm"};
+        for (int i = 0; i < 4; i++) ADD(FH, 0, "layers.%d.%s.weight", l, nn[i]);
+        ADD(FNH * FHD, FH, "layers.%d.self_attn.q_proj.weight", l);
+        ADD(FNKV * FHD, FH, "layers.%d.self_attn.k_proj.weight", l);
+        ADD(FNKV * FHD, FH, "layers.%d.self_attn.v_proj.weight", l);
+        ADD(FH, FNH * FHD, "layers.%d.self_attn.o_proj.weight", l);
+        ADD(FHD, 0, "layers.%d.self_attn.q_norm.weight", l);
+        ADD(FHD, 0, "layers.%d.self_attn.k_norm.weight", l);
+        ADD(FI, FH, "layers.%d.mlp.gate_proj.weight", l);
+        ADD(FI, FH, "layers.%d.mlp.up_proj.weight", l);
+        ADD(FH, FI, "layers.%d.mlp.down_proj.weight", l);
+    }
+#undef ADD
+    return nt;
+}
+
+/* element j of the tensor "model.<suffix>" as the checkpoint stores it (bf16) */
+static double gw(const char *suffix, size_t j, int norm) {
+    char name[160];
+    snprintf(name, sizeof name, "model.%s", suffix);
+    return (double)ds_bf16_to_f32(ds_f32_to_bf16(weight_of(name, j, norm)));
+}
+
+/* Gemma's RMSNorm over n values: x / sqrt(mean(x^2) + eps) * (1 + w) */
+static void g_norm(double *x, int n, const char *wname) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + 1e-6);
+    for (int i = 0; i < n; i++) x[i] = x[i] * r * (1.0 + gw(wname, (size_t)i, 1));
+}
+
+/* y[rows] = W x, W [rows][cols] named "model.<w>" */
+static void g_mat(double *y, const double *x, int rows, int cols, const char *w) {
+    for (int r = 0; r < rows; r++) {
+        double a = 0;
+        for (int c = 0; c < cols; c++) a += gw(w, (size_t)r * (size_t)cols + (size_t)c, 0) * x[c];
+        y[r] = a;
+    }
+}
+
+/* RoPE (rotate-half pairs) of one head at position p with base theta and
+   linear factor */
+static void g_rope(double *v, int p, double theta, double factor) {
+    const int half = FHD / 2;
+    for (int i = 0; i < half; i++) {
+        double f = 1.0 / pow(theta, (double)(2 * i) / FHD) / factor, a = p * f;
+        double x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * cos(a) - x1 * sin(a);
+        v[i + half] = x1 * cos(a) + x0 * sin(a);
+    }
+}
+
+/* The whole prompt through the model as transformers' Gemma3ForCausalLM
+   computes it, in double: out[FT][FV] */
+static void gemma_reference(const int *ids, double *out) {
+    const int QD = FNH * FHD, KD = FNKV * FHD;
+    double *x = xcalloc((size_t)FT * FH, sizeof(double)), *K = xmalloc(sizeof(double) * GL * FT * KD),
+           *Vv = xmalloc(sizeof(double) * GL * FT * KD), *q = xmalloc(sizeof(double) * FT * QD);
+    char w[128];
+    for (int t = 0; t < FT; t++)
+        for (int h = 0; h < FH; h++) x[t * FH + h] = gw("embed_tokens.weight", (size_t)ids[t] * FH + h, 0) * sqrt((double)FH);
+    for (int l = 0; l < GL; l++) {
+        const int slide = l != 1;
+        const double theta = slide ? 1e4 : 1e6, factor = slide ? 1.0 : 2.0;
+        double *k = K + (size_t)l * FT * KD, *v = Vv + (size_t)l * FT * KD;
+        for (int t = 0; t < FT; t++) {
+            double h[FH];
+            memcpy(h, x + t * FH, sizeof h);
+            snprintf(w, sizeof w, "layers.%d.input_layernorm.weight", l);
+            g_norm(h, FH, w);
+            snprintf(w, sizeof w, "layers.%d.self_attn.q_proj.weight", l);
+            g_mat(q + t * QD, h, QD, FH, w);
+            snprintf(w, sizeof w, "layers.%d.self_attn.k_proj.weight", l);
+            g_mat(k + t * KD, h, KD, FH, w);
+            snprintf(w, sizeof w, "layers.%d.self_attn.v_proj.weight", l);
+            g_mat(v + t * KD, h, KD, FH, w);
+            for (int hh = 0; hh < FNH; hh++) {
+                snprintf(w, sizeof w, "layers.%d.self_attn.q_norm.weight", l);
+                g_norm(q + t * QD + hh * FHD, FHD, w);
+                g_rope(q + t * QD + hh * FHD, t, theta, factor);
+            }
+            for (int hh = 0; hh < FNKV; hh++) {
+                snprintf(w, sizeof w, "layers.%d.self_attn.k_norm.weight", l);
+                g_norm(k + t * KD + hh * FHD, FHD, w);
+                g_rope(k + t * KD + hh * FHD, t, theta, factor);
+            }
+        }
+        for (int t = 0; t < FT; t++) {
+            double att[FNH * FHD], o[FH];
+            for (int hh = 0; hh < FNH; hh++) {
+                const int kh = hh / (FNH / FNKV);
+                double sc[FT], mx = -1e300, den = 0;
+                for (int s = 0; s <= t; s++) {
+                    sc[s] = -1e300;
+                    if (slide && !(s > t - GWIN)) continue;
+                    double d = 0;
+                    for (int i = 0; i < FHD; i++) d += q[t * QD + hh * FHD + i] * k[s * KD + kh * FHD + i];
+                    sc[s] = d * pow(24.0, -0.5);
+                    mx = sc[s] > mx ? sc[s] : mx;
+                }
+                for (int s = 0; s <= t; s++) den += sc[s] > -1e299 ? exp(sc[s] - mx) : 0;
+                for (int i = 0; i < FHD; i++) {
+                    double a = 0;
+                    for (int s = 0; s <= t; s++)
+                        if (sc[s] > -1e299) a += exp(sc[s] - mx) / den * v[s * KD + kh * FHD + i];
+                    att[hh * FHD + i] = a;
+                }
+            }
+            snprintf(w, sizeof w, "layers.%d.self_attn.o_proj.weight", l);
+            g_mat(o, att, FH, QD, w);
+            snprintf(w, sizeof w, "layers.%d.post_attention_layernorm.weight", l);
+            g_norm(o, FH, w);
+            double *xr = x + t * FH, hm[FH], g[FI], u[FI], dn[FH];
+            for (int i = 0; i < FH; i++) xr[i] += o[i];
+            memcpy(hm, xr, sizeof hm);
+            snprintf(w, sizeof w, "layers.%d.pre_feedforward_layernorm.weight", l);
+            g_norm(hm, FH, w);
+            snprintf(w, sizeof w, "layers.%d.mlp.gate_proj.weight", l);
+            g_mat(g, hm, FI, FH, w);
+            snprintf(w, sizeof w, "layers.%d.mlp.up_proj.weight", l);
+            g_mat(u, hm, FI, FH, w);
+            for (int i = 0; i < FI; i++)
+                g[i] = 0.5 * g[i] * (1 + tanh(sqrt(2 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i];
+            snprintf(w, sizeof w, "layers.%d.mlp.down_proj.weight", l);
+            g_mat(dn, g, FH, FI, w);
+            snprintf(w, sizeof w, "layers.%d.post_feedforward_layernorm.weight", l);
+            g_norm(dn, FH, w);
+            for (int i = 0; i < FH; i++) xr[i] += dn[i];
+        }
+        /* (the next layer reads x, whose rows all went through this one) */
+    }
+    for (int t = 0; t < FT; t++) {
+        double h[FH];
+        memcpy(h, x + t * FH, sizeof h);
+        g_norm(h, FH, "norm.weight");
+        g_mat(out + (size_t)t * FV, h, FV, FH, "embed_tokens.weight");
+        for (int i = 0; i < FV; i++) out[(size_t)t * FV + i] = tanh(out[(size_t)t * FV + i] / 5.0) * 5.0;
+    }
+    free(x), free(K), free(Vv), free(q);
+}
+
+/* Gemma 3 by construction: a random 3-layer gemma3_text checkpoint (two
+   sliding layers with a 5-position window on a 24-token prompt, their own
+   RoPE base; a global layer with linear scaling; soft-capped logits)
+   against a double-precision transcription of transformers' forward; its
+   rows batch-invariant; the same weights as a gemma3 checkpoint (text
+   under language_model.model., a vision tower beside) give the same bits. */
+TEST(families_gemma3) {
+    char dir[700], mm[700], cfg[2048], types[256] = "";
+    snprintf(dir, sizeof dir, "%s/fam-gemma3", test_tmp_dir());
+    snprintf(mm, sizeof mm, "%s/fam-gemma3-mm", test_tmp_dir());
+    for (int l = 0; l < GL; l++)
+        snprintf(types + strlen(types), sizeof types - strlen(types), "%s\"%s\"", l ? "," : "", G_TYPES[l]);
+    const char *body =
+        "\"vocab_size\":512,\"hidden_size\":32,\"intermediate_size\":48,\"num_hidden_layers\":3,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16,\"max_position_embeddings\":256,"
+        "\"rms_norm_eps\":1e-06,\"query_pre_attn_scalar\":24,\"sliding_window\":5,\"final_logit_softcapping\":5.0,"
+        "\"rope_theta\":1000000.0,\"rope_local_base_freq\":10000.0,\"rope_scaling\":{\"rope_type\":\"linear\","
+        "\"factor\":2.0},\"hidden_activation\":\"gelu_pytorch_tanh\",\"tie_word_embeddings\":true";
+    snprintf(cfg, sizeof cfg, "{\"architectures\":[\"Gemma3ForCausalLM\"],\"model_type\":\"gemma3_text\",%s,"
+             "\"layer_types\":[%s],\"eos_token_id\":1}", body, types);
+    tdef *t = xmalloc(sizeof(tdef) * 80);
+    int nt = gemma_tensors(t, "model.");
+    CHECK(write_ckpt(dir, cfg, t, nt) == 0);
+    float *a = logits_of(dir, FT);
+    double *ref = xmalloc(sizeof(double) * FT * FV);
+    int ids[FT];
+    for (int i = 0; i < FT; i++) ids[i] = (i * 37 + 11) % FV;
+    gemma_reference(ids, ref);
+    if (a) {
+        double mx = 0, dd = 0;
+        for (size_t i = 0; i < (size_t)FT * FV; i++) {
+            mx = fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
+            dd = fabs(a[i] - ref[i]) > dd ? fabs(a[i] - ref[i]) : dd;
+        }
+        CHECK_MSG(mx > 1.0 && dd <= 1e-4 * mx, "gemma3: logits differ from the reference by %g (largest %g)", dd, mx);
+        int greedy_same = 1;
+        for (int r = 0; r < FT; r++) {
+            int ia = 0, ir = 0;
+            for (int i = 1; i < FV; i++) {
+                if (a[r * FV + i] > a[r * FV + ia]) ia = i;
+                if (ref[(size_t)r * FV + i] > ref[(size_t)r * FV + ir]) ir = i;
+            }
+            greedy_same &= ia == ir;
+        }
+        CHECK_MSG(greedy_same, "gemma3: a row's greedy token differs from the reference");
+    }
+    check_invariant(dir, "gemma3");
+    /* the multimodal layout: the text model under language_model.model., a
+       vision tower that is not read */
+    snprintf(cfg, sizeof cfg, "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"model_type\":\"gemma3\","
+             "\"eos_token_id\":[1,106],\"text_config\":{\"model_type\":\"gemma3_text\",%s,\"layer_types\":[%s]},"
+             "\"vision_config\":{\"model_type\":\"siglip_vision_model\"}}", body, types);
+    nt = gemma_tensors(t, "language_model.model.");
+    snprintf(t[nt].name, sizeof t[nt].name, "vision_tower.vision_model.post_layernorm.weight");
+    t[nt].d0 = FH, t[nt].d1 = 0, nt++;
+    CHECK(write_ckpt(mm, cfg, t, nt) == 0);
+    float *b = logits_of(mm, FT);
+    if (a && b) CHECK_MSG(!memcmp(a, b, sizeof(float) * FT * FV), "gemma3: the multimodal layout's logits differ");
+    free(t);
+    free(a), free(b), free(ref);
 }

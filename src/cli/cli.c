@@ -202,6 +202,9 @@ void cli_engine_open(cli_engine *e, const opts *o) {
     model_load_opts lo = {.use_mmap = o->use_mmap, .device = o->device, .kv_bits = o->kv_bits};
     if (model_load(&e->m, o->model, &lo, err, sizeof err) != 0) cli_die("%s", err);
     if (strcmp(model_device(e->m), "cpu")) fprintf(stderr, "dspark: device %s\n", model_device(e->m));
+    if (model_cfg(e->m)->vision_skipped)
+        fprintf(stderr, "dspark: note: %s is a gemma3 checkpoint with a vision tower; only its text model is loaded "
+                        "(images are not read)\n", o->model);
     e->tp = tp_create(o->threads);
 }
 

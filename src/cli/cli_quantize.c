@@ -501,6 +501,13 @@ static int write_gguf_tensor(gguf_writer *w, const out_tensor *o, const model_co
 
 static int quantize_gguf(const char *dir, const char *out, qtype q, uint32_t file_type, const model_config *c,
                          const st_set *st, tpool *tp, FILE *log, char *err, size_t errlen) {
+    if (c->arch == ARCH_GEMMA3)
+        /* llama.cpp's gemma3 GGUF stores the norms with their +1 and a
+           SentencePiece vocabulary; neither is written here */
+        return ds_err(err, errlen,
+                      "%s: a GGUF of a gemma3 checkpoint is not written yet (its SentencePiece vocabulary and norms); "
+                      "--type mlx4 or mlx8 writes an MLX folder",
+                      dir);
     if (c->arch == ARCH_MISTRAL)
         /* llama.cpp writes these as arch llama with a SentencePiece vocabulary
            (tokenizer.ggml.model "llama"); this writer has the byte-level BPE one */
@@ -867,6 +874,8 @@ int quantize_model(const char *dir, const char *out, const char *type, int group
     if (!out || !*out) return ds_err(err, errlen, "--out PATH is required");
     model_config c;
     if (config_load(&c, dir, err, errlen)) return -1;
+    if (c.vision_skipped && mlx)
+        return ds_err(err, errlen, "%s: an MLX build of a gemma3 checkpoint with a vision tower is not written yet", dir);
     if (c.moe_experts > 0 && mlx)
         /* mlx-lm stacks the experts into 3-d switch_mlp tensors, which this
            writer does not lay out */

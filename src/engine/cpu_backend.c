@@ -101,6 +101,7 @@ static void layer_qkv(tpool *tp, scratch *s, const wlayer *L, const model_config
         op_rmsnorm(s->q, s->q, L->q_norm, M * nh, hd, eps);
         op_rmsnorm(s->k, s->k, L->k_norm, M * nkv, hd, eps);
     }
+    if (L->inv_freq) inv_freq = L->inv_freq; /* the layer's own RoPE (Gemma's sliding layers) */
     op_rope(s->q, M, nh, hd, s->pos, inv_freq);
     op_rope(s->k, M, nkv, hd, s->pos, inv_freq);
 }
@@ -116,7 +117,7 @@ static void layer_attn(tpool *tp, scratch *s, const wlayer *L, const model_confi
     kv_store(kv, l, s->k + (size_t)off * KD, s->v + (size_t)off * KD, M);
     kv_view w = kv_layer(kv, l);
     op_attention_kv(tp, s->att + (size_t)off * QD, s->q + (size_t)off * QD, M, nh, nkv, hd, &w, n_past,
-                    1.0f / sqrtf((float)hd), L->attn == ATTN_BLOCK, L->window);
+                    c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)hd), L->attn == ATTN_BLOCK, L->window);
 }
 
 /* MLP_MOE over the M rows of s->xb into s->xb (desc.h wmoe's rule). Each
@@ -161,18 +162,21 @@ static void moe_mlp(tpool *tp, scratch *s, const wmoe *e, int M, int H) {
    MLP_MOE) and its residual over the M rows */
 static void layer_out(tpool *tp, scratch *s, const wlayer *L, const model_config *c, int M, int Mpre) {
     const int H = c->hidden_size, I = c->intermediate_size;
+    const float eps = c->rms_norm_eps;
     mm(tp, s->xb, s->att, M, Mpre, L->wo, L->bo);
+    if (L->post_attn_norm) op_rmsnorm(s->xb, s->xb, L->post_attn_norm, M, H, eps);
     op_add(s->x, s->xb, M * H);
-    op_rmsnorm(s->xb, s->x, L->mlp_norm, M, H, c->rms_norm_eps);
+    op_rmsnorm(s->xb, s->x, L->mlp_norm, M, H, eps);
     if (L->mlp == MLP_MOE) {
         moe_mlp(tp, s, L->moe, M, H);
-        op_add(s->x, s->xb, M * H);
-        return;
+    } else {
+        mm(tp, s->gate, s->xb, M, Mpre, L->wg, NULL);
+        mm(tp, s->up, s->xb, M, Mpre, L->wu, NULL);
+        if (L->mlp == MLP_GEGLU) op_geglu(s->gate, s->gate, s->up, M * I);
+        else op_swiglu(s->gate, s->gate, s->up, M * I);
+        mm(tp, s->xb, s->gate, M, Mpre, L->wd, NULL);
     }
-    mm(tp, s->gate, s->xb, M, Mpre, L->wg, NULL);
-    mm(tp, s->up, s->xb, M, Mpre, L->wu, NULL);
-    op_swiglu(s->gate, s->gate, s->up, M * I);
-    mm(tp, s->xb, s->gate, M, Mpre, L->wd, NULL);
+    if (L->post_mlp_norm) op_rmsnorm(s->xb, s->xb, L->post_mlp_norm, M, H, eps);
     op_add(s->x, s->xb, M * H);
 }
 
@@ -189,7 +193,7 @@ static void cpu_layer(tpool *tp, scratch *s, const wlayer *L, const model_config
 /* Layers and kinds this backend runs. */
 static int check_layers(const model_config *c, const wlayer *layers, char *err, size_t errlen) {
     for (int l = 0; l < c->n_layers; l++)
-        if ((layers[l].mlp != MLP_SWIGLU && !(layers[l].mlp == MLP_MOE && layers[l].moe)) ||
+        if ((layers[l].mlp != MLP_SWIGLU && layers[l].mlp != MLP_GEGLU && !(layers[l].mlp == MLP_MOE && layers[l].moe)) ||
             (layers[l].attn != ATTN_CAUSAL && layers[l].attn != ATTN_BLOCK))
             return ds_err(err, errlen, "CPU backend: layer %d has a kind it does not run", l);
     return 0;
@@ -403,6 +407,7 @@ static void forward_chunk(cpu_ctx *x, const model_batch *b, int row0, int M, int
 
     for (int i = 0; i < M; i++) s->pos[i] = b->pos ? b->pos[row0 + i] : n_past + i;
     op_embed(s->x, d->embed, b->tokens + row0, M);
+    if (c->embed_scale > 0) op_scale(s->x, c->embed_scale, M * H);
     tap_copy(b, s->x, -1, row0, M, H);
     const int Mpre = pre_end <= row0 ? 0 : pre_end - row0 < M ? pre_end - row0 : M;
     for (int l = 0; l < c->n_layers; l++) {
@@ -422,7 +427,9 @@ static void forward_chunk(cpu_ctx *x, const model_batch *b, int row0, int M, int
     }
     if (n_sel) {
         op_rmsnorm(s->xb, s->xb, d->final_norm, n_sel, H, c->rms_norm_eps);
-        op_matmul(x->tp, b->logits + (size_t)first * (size_t)c->vocab_size, s->xb, n_sel, d->lm_head, NULL);
+        float *lg = b->logits + (size_t)first * (size_t)c->vocab_size;
+        op_matmul(x->tp, lg, s->xb, n_sel, d->lm_head, NULL);
+        if (c->final_softcap > 0) op_softcap(lg, c->final_softcap, n_sel * c->vocab_size);
     }
 }
 
@@ -535,6 +542,7 @@ static void multi_step(cpu_multi *mu, tpool *tp, const cpu_model *m, mseg *sg, i
         const mseg *g = &sg[k];
         for (int i = 0; i < g->M; i++) s->pos[g->off + i] = g->b->pos ? g->b->pos[g->row0 + i] : g->n_past + i;
         op_embed(s->x + (size_t)g->off * H, d->embed, g->b->tokens + g->row0, g->M);
+        if (c->embed_scale > 0) op_scale(s->x + (size_t)g->off * H, c->embed_scale, g->M * H);
         tap_copy(g->b, s->x + (size_t)g->off * H, -1, g->row0, g->M, H);
     }
     for (int l = 0; l < c->n_layers; l++) {
@@ -563,6 +571,7 @@ static void multi_step(cpu_multi *mu, tpool *tp, const cpu_model *m, mseg *sg, i
     for (int r0 = 0; r0 < n_sel; r0 += MULTI_HEAD_ROWS) {
         int n = n_sel - r0 < MULTI_HEAD_ROWS ? n_sel - r0 : MULTI_HEAD_ROWS;
         op_matmul(tp, mu->logits, s->xb + (size_t)r0 * H, n, d->lm_head, NULL);
+        if (c->final_softcap > 0) op_softcap(mu->logits, c->final_softcap, n * V);
         for (int i = 0; i < n; i++) memcpy(mu->dst[r0 + i], mu->logits + (size_t)i * V, sizeof(float) * (size_t)V);
     }
 }

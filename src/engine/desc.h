@@ -7,10 +7,15 @@
  * layer loop.
  *
  * A layer is: RMSNorm -> q/k/v projections (optional biases; optional
- * per-head q/k RMSNorms before RoPE) -> attention over the KV cache under
- * its mask kind (and its sliding window, if any) -> o projection -> residual add; RMSNorm -> MLP of its kind
- * -> residual add. Norm weights and biases are f32 copies owned by the
- * loader; matmul weights stay in their file format. */
+ * per-head q/k RMSNorms before RoPE, the layer's own RoPE frequencies or
+ * the network's) -> attention over the KV cache under its mask kind (and
+ * its sliding window, if any) -> o projection -> (optional RMSNorm) ->
+ * residual add; RMSNorm -> MLP of its kind -> (optional RMSNorm) ->
+ * residual add. The network may scale its embedding (config embed_scale),
+ * its attention scores (attn_scale) and soft-cap its logits
+ * (final_softcap). Norm weights and biases are f32 copies owned by the
+ * loader, with Gemma's (1 + w) already added; matmul weights stay in their
+ * file format. */
 #ifndef DS_DESC_H
 #define DS_DESC_H
 
@@ -26,6 +31,7 @@ typedef enum {
 typedef enum {
     MLP_SWIGLU = 0, /* down(silu(gate(x)) * up(x)) */
     MLP_MOE,        /* a router picks top_k experts per row, each a SwiGLU MLP; their outputs weighted and summed */
+    MLP_GEGLU,      /* down(gelu_tanh(gate(x)) * up(x)) (Gemma) */
 } mlp_kind;
 
 /* MLP_MOE's experts (qwen3_moe). A row's router logits r = router . x go
@@ -49,6 +55,10 @@ typedef struct {
     const tensor *wg, *wu, *wd;      /* [I][H], [I][H], [H][I] (MLP_SWIGLU; NULL under MLP_MOE) */
     const wmoe *moe;                 /* MLP_MOE's experts, else NULL */
     float *attn_norm, *mlp_norm;     /* [H] */
+    float *post_attn_norm, *post_mlp_norm; /* [H]: RMSNorms of the attention's and the MLP's outputs before
+                                              their residual adds (Gemma), or NULL */
+    const float *inv_freq;           /* [hd/2]: this layer's RoPE when it has its own (Gemma's sliding
+                                        layers), else NULL (the network's) */
     float *q_norm, *k_norm;          /* [hd] (qk_norm) or NULL */
     float *bq, *bk, *bv, *bo;        /* [nh*hd], [nkv*hd] x2, [H] or NULL */
 } wlayer;

@@ -138,27 +138,46 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
     int ok = 1;
     const tensor *tn[4] = {0};
 
-    m->embed = wbind_get(&b, "model.embed_tokens.weight", V, H);
+    /* the text model's tensors: model.* (a gemma3 checkpoint: under
+       language_model.model.* as transformers 4 saved them, or
+       model.language_model.*; its vision tower is not read) */
+    const char *pfx = "model.", *head = "lm_head.weight";
+    if (c->arch == ARCH_GEMMA3 && !st_set_find(m->st, "model.embed_tokens.weight")) {
+        if (st_set_find(m->st, "language_model.model.embed_tokens.weight"))
+            pfx = "language_model.model.", head = "language_model.lm_head.weight";
+        else if (st_set_find(m->st, "model.language_model.embed_tokens.weight"))
+            pfx = "model.language_model.";
+        b.skip[b.n_skip++] = "vision_tower.";
+        b.skip[b.n_skip++] = "multi_modal_projector.";
+        b.skip[b.n_skip++] = "model.vision_tower.";
+        b.skip[b.n_skip++] = "model.multi_modal_projector.";
+    }
+    snprintf(name, sizeof name, "%sembed_tokens.weight", pfx);
+    m->embed = wbind_get(&b, name, V, H);
     ok = ok && m->embed;
-    tn[0] = ok ? wbind_get(&b, "model.norm.weight", H, 0) : NULL;
+    snprintf(name, sizeof name, "%snorm.weight", pfx);
+    tn[0] = ok ? wbind_get(&b, name, H, 0) : NULL;
     ok = ok && tn[0];
     if (ok && !c->tie_word_embeddings) {
-        m->lm_head = wbind_get(&b, "lm_head.weight", V, H);
+        m->lm_head = wbind_get(&b, head, V, H);
         ok = m->lm_head != NULL;
     } else if (ok) {
         /* Tied: some exports still include a copy; accept it, use embed. */
-        if (st_set_find(m->st, "lm_head.weight")) wbind_get(&b, "lm_head.weight", V, H);
+        if (st_set_find(m->st, head)) wbind_get(&b, head, V, H);
         m->lm_head = m->embed;
     }
-    /* f32 copies of norms and biases live in one block */
+    /* f32 copies of norms and biases live in one block (and the RoPE
+       frequencies: the network's, and the sliding layers' own) */
     m->owned = xaligned(sizeof(float) *
-                        (wbind_layer_floats(c) * (size_t)c->n_layers + (size_t)H + (size_t)hd));
+                        (wbind_layer_floats(c) * (size_t)c->n_layers + (size_t)H + 2 * (size_t)hd));
     float *pool = m->owned;
     if (ok) m->final_norm = wbind_f32(&pool, tn[0]);
+    if (ok && c->norm_plus_one)
+        for (int64_t i = 0; i < H; i++) m->final_norm[i] = 1.0f + m->final_norm[i];
     m->layers = xcalloc((size_t)c->n_layers, sizeof(wlayer));
     if (c->moe_experts > 0) m->moes = xcalloc((size_t)c->n_layers, sizeof(wmoe));
     for (int l = 0; ok && l < c->n_layers; l++) {
-        snprintf(name, sizeof name, "model.layers.%d.", l);
+        snprintf(name, sizeof name, "%slayers.%d.", pfx, l);
         ok = wbind_layer(&b, name, c, l, &pool, &m->layers[l], m->moes ? &m->moes[l] : NULL) == 0;
     }
     if (ok && wbind_check_leftovers(&b) != 0) ok = 0;
@@ -169,6 +188,10 @@ int model_load(model **out, const char *dir, const model_load_opts *opt, char *e
     config_rope_inv_freq(c, m->inv_freq);
     if (rope_freqs)
         for (int i = 0; i < c->head_dim / 2; i++) m->inv_freq[i] /= rope_freqs[i];
+    float *local = pool + hd;
+    if (config_rope_inv_freq_local(c, local))
+        for (int l = 0; l < c->n_layers; l++)
+            if (c->sliding[l]) m->layers[l].inv_freq = local;
     /* the bytes a decode step streams: every layer matrix and the LM head
        (the embedding is only gathered) */
     for (int l = 0; l < c->n_layers; l++) {

@@ -514,6 +514,28 @@ void op_swiglu(float *y, const float *gate, const float *up, int n) {
     }
 }
 
+void op_geglu(float *y, const float *gate, const float *up, int n) {
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    for (int i = 0; i < n; i++) {
+        const float g = gate[i];
+        const float cube = g * g * g;
+        const float inner = beta * (g + kappa * cube);
+        const float t = 0.5f * g * (1.0f + tanhf(inner));
+        y[i] = t * up[i];
+    }
+}
+
+void op_scale(float *x, float s, int n) {
+    for (int i = 0; i < n; i++) x[i] *= s;
+}
+
+void op_softcap(float *x, float cap, int n) {
+    for (int i = 0; i < n; i++) {
+        const float d = x[i] / cap;
+        x[i] = tanhf(d) * cap;
+    }
+}
+
 void op_add(float *y, const float *x, int n) {
 #ifdef DS_HAVE_AVX2_PATH
     if (ops_simd_active()) {

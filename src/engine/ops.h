@@ -62,6 +62,14 @@ void op_attention_kv(tpool *tp, float *out, const float *q, int M, int n_heads, 
 
 /* y[i] = silu(gate[i]) * up[i]; y may alias gate. */
 void op_swiglu(float *y, const float *gate, const float *up, int n);
+/* y = gelu_tanh(gate) * up, gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g +
+ * 0.044715 g^3))) in f32 (torch's approximate="tanh"; scalar on every
+ * path, so a row's bits never depend on the vector width) */
+void op_geglu(float *y, const float *gate, const float *up, int n);
+/* x *= s over n values */
+void op_scale(float *x, float s, int n);
+/* x = tanh(x / cap) * cap over n values (a logit soft-cap) */
+void op_softcap(float *x, float cap, int n);
 
 /* y[i] += x[i]. */
 void op_add(float *y, const float *x, int n);

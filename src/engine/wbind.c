@@ -162,6 +162,9 @@ int wbind_check_leftovers(wbind *b) {
         const tensor *t = st_set_get(b->st, i);
         const char *key = t->name;
         if (ignorable(key)) continue;
+        int skip = 0;
+        for (int k = 0; k < b->n_skip; k++) skip |= strncmp(key, b->skip[k], strlen(b->skip[k])) == 0;
+        if (skip) continue;
         if (!bsearch(&key, b->names, (size_t)b->n_names, sizeof(char *), cmp_str))
             return ds_err(b->err, b->errlen, "%s: unexpected tensor \"%s\" (not part of a %s with this config)",
                           t->file, t->name, b->what);
@@ -180,7 +183,8 @@ float *wbind_f32(float **pool, const tensor *t) {
 size_t wbind_layer_floats(const model_config *c) {
     size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
     size_t QD = (size_t)c->n_heads * hd, KD = (size_t)c->n_kv_heads * hd;
-    return 2 * H + (c->qk_norm ? 2 * hd : 0) + (c->attention_bias ? QD + 2 * KD : 0) + (c->o_bias ? H : 0);
+    return (c->post_norms ? 4 : 2) * H + (c->qk_norm ? 2 * hd : 0) + (c->attention_bias ? QD + 2 * KD : 0) +
+           (c->o_bias ? H : 0);
 }
 
 static int wbind_moe(wbind *b, const char *prefix, const model_config *c, wmoe *moe) {
@@ -230,18 +234,32 @@ int wbind_layer(wbind *b, const char *prefix, const model_config *c, int l, floa
     W(wo, "self_attn.o_proj.weight", H, QD);
     if (c->moe[l]) {
         L->mlp = MLP_MOE;
+        if (c->mlp_gelu) return ds_err(b->err, b->errlen, "%s: a GELU-gated MoE layer is not supported", b->what);
         if (!moe || wbind_moe(b, prefix, c, moe) != 0) return -1;
         L->moe = moe;
     } else {
         W(wg, "mlp.gate_proj.weight", I, H);
         W(wu, "mlp.up_proj.weight", I, H);
         W(wd, "mlp.down_proj.weight", H, I);
+        if (c->mlp_gelu) L->mlp = MLP_GEGLU;
     }
     F(attn_norm, "input_layernorm.weight", H);
-    F(mlp_norm, "post_attention_layernorm.weight", H);
+    if (c->post_norms) { /* Gemma: post_attention_layernorm is the attention output's */
+        F(post_attn_norm, "post_attention_layernorm.weight", H);
+        F(mlp_norm, "pre_feedforward_layernorm.weight", H);
+        F(post_mlp_norm, "post_feedforward_layernorm.weight", H);
+    } else {
+        F(mlp_norm, "post_attention_layernorm.weight", H);
+    }
     if (c->qk_norm) {
         F(q_norm, "self_attn.q_norm.weight", hd);
         F(k_norm, "self_attn.k_norm.weight", hd);
+    }
+    if (c->norm_plus_one) { /* Gemma's RMSNorm scales by (1 + w), in f32 as transformers does */
+        float *nw[] = {L->attn_norm, L->mlp_norm, L->post_attn_norm, L->post_mlp_norm, L->q_norm, L->k_norm};
+        const int64_t nn[] = {H, H, H, H, hd, hd};
+        for (int i = 0; i < 6; i++)
+            for (int64_t j = 0; nw[i] && j < nn[i]; j++) nw[i][j] = 1.0f + nw[i][j];
     }
     if (c->attention_bias) {
         F(bq, "self_attn.q_proj.bias", QD);

@@ -22,6 +22,8 @@ typedef struct {
     int n_names, cap_names;
     char *err;
     size_t errlen;
+    const char *skip[4]; /* name prefixes of tensors that belong to another network (a vision tower) */
+    int n_skip;
 } wbind;
 
 /* q: config.json's declared quantization (qspec.h), or NULL for none. */
@@ -36,7 +38,8 @@ void wbind_done(wbind *b); /* frees the claimed-name list */
  * config declares for that module. */
 const tensor *wbind_get(wbind *b, const char *name, int64_t d0, int64_t d1);
 /* 0 when every tensor in the set was claimed (rotary_emb.inv_freq buffers
- * are ignored), else -1 naming the first stray tensor. */
+ * and names under b->skip are ignored), else -1 naming the first stray
+ * tensor. */
 int wbind_check_leftovers(wbind *b);
 /* Widens a claimed tensor into f32 at *pool and advances the pool. */
 float *wbind_f32(float **pool, const tensor *t);

@@ -15,6 +15,12 @@ _Static_assert(CUDA_GEMM_MIN_ROWS == BACKEND_GROUP_ROWS, "the cuBLAS groups are 
 _Static_assert(CUDA_PREFILL_ROWS == BACKEND_PREFILL_ROWS, "the GPU's prefill chunk is the backends' chunk");
 
 static int g_model_create(void **out, const model_desc *d, int device, char *err, size_t errlen) {
+    const model_config *c = d->cfg;
+    if (c->post_norms || c->mlp_gelu || c->embed_scale > 0 || c->attn_scale > 0 || c->final_softcap > 0)
+        return ds_err(err, errlen,
+                      "CUDA backend: %s's layers (GELU gating, post-norms, scaled embedding and scores, soft-capped "
+                      "logits) are not run by the CUDA kernels yet; use --device cpu",
+                      config_arch_name(c->arch));
     for (int l = 0; l < d->cfg->n_layers; l++)
         if (d->layers[l].attn != ATTN_CAUSAL || d->layers[l].mlp != MLP_SWIGLU)
             return ds_err(err, errlen, "CUDA backend: layer %d of the target has a kind it does not run", l);
