@@ -388,45 +388,6 @@ TEST(calib_best_cap) {
     cpu.draft_tok_s = 0.25 * 0.08;
     CHECK_EQ_INT(calib_best_cap(&cpu, alpha, 15, NULL), 1);
     cpu.draft_tok_s = 0;
-}
-
-/* In a batch of n sequences verifying together, a sequence's share of the
-   step is t(n (k+1)) / n. The CPU curve at the default prior:
-     n=1: cap 2 (as alone)
-     n=2: k=0 2 / 1.03 = 1.9417, k=1 1.6 / (1.50 / 2) = 2.1333, k=2 1.942 / (1.84 / 2) = 2.1109: cap 1
-     n=4: k=0 4 / 1.50 = 2.6667, k=1 1.6 / (2.33 / 4) = 2.7468: cap 1
-     n=8: k=0 8 / 2.33 = 3.4335, k=1 1.6 / (4.23 / 8) = 3.0260 (and past 16 rows the
-          extrapolation only grows): cap 0
-   A flat curve keeps drafting in any batch; a linear one never drafts. */
-TEST(calib_best_cap_in_batch) {
-    double alpha[CALIB_MAX_K], tps, tps1;
-    calib_costs cpu = cpu_curve(0.08, 0), flat = {.n_w = 16}, lin = {.n_w = 16};
-    for (int w = 1; w <= 16; w++) {
-        flat.verify_s[w] = 0.05;
-        lin.verify_s[w] = 0.05 * w;
-    }
-    calib_prior(alpha, CALIB_MAX_K, CALIB_PRIOR_A1, CALIB_PRIOR_DECAY);
-    CHECK_EQ_INT(calib_best_cap_in(&cpu, alpha, 15, 1, &tps), calib_best_cap(&cpu, alpha, 15, &tps1));
-    CHECK(tps == tps1);
-    CHECK_EQ_INT(calib_best_cap_in(&cpu, alpha, 15, 0, NULL), 2);
-    CHECK_EQ_INT(calib_best_cap_in(&cpu, alpha, 15, 2, &tps), 1);
-    CHECK_NEAR(tps, 1.6 / (1.50 * 0.08 / 2), 1e-9);
-    CHECK_EQ_INT(calib_best_cap_in(&cpu, alpha, 15, 4, NULL), 1);
-    CHECK_EQ_INT(calib_best_cap_in(&cpu, alpha, 15, 8, &tps), 0);
-    CHECK_NEAR(tps, 8 / (2.33 * 0.08), 1e-9);
-    calib_prior(alpha, CALIB_MAX_K, 0.9, 1.0);
-    CHECK_EQ_INT(calib_best_cap_in(&flat, alpha, 8, 8, NULL), 8);
-    CHECK_EQ_INT(calib_best_cap_in(&lin, alpha, 15, 4, NULL), 0);
-    /* the adaptive controller follows its batch */
-    calib_ctl c;
-    calib_ctl_init(&c, &cpu, 15);
-    CHECK_EQ_INT(calib_ctl_next(&c), 2);
-    calib_ctl_set_batch(&c, 4);
-    CHECK_EQ_INT(calib_ctl_next(&c), 1);
-    calib_ctl_set_batch(&c, 8);
-    CHECK_EQ_INT(calib_ctl_next(&c), 0); /* parks */
-    calib_ctl_set_batch(&c, 1);
-    CHECK_EQ_INT(calib_ctl_next(&c), 0); /* still parked: its rounds count down first */
     cpu.draft_s = 10.0;
     calib_prior(alpha, CALIB_MAX_K, 1.0, 1.0);
     CHECK_EQ_INT(calib_best_cap(&cpu, alpha, 15, NULL), 0);

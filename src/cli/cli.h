@@ -104,7 +104,6 @@ struct cJSON *cli_template_vars(const opts *o);
 
 /* Speculative decoding as the command line asked for it (cli_spec.c). */
 enum { CLI_MODE_BASELINE, CLI_MODE_LOOKUP, CLI_MODE_DSPARK, CLI_MODE_DFLASH, CLI_MODE_AUTO };
-#define CLI_BATCH_MAX 16 /* the widest batch a cap is chosen for (serve --max-batch) */
 const char *cli_mode_name(int mode);
 
 typedef struct {
@@ -123,11 +122,6 @@ typedef struct {
     int adaptive;
     lookup_hybrid *hy; /* DSpark / DFlash: lookup's copy runs as drafts (d wraps the drafter) */
     int hy_cap;        /* the cap of a round lookup drafts: the block, or the pinned cap */
-    /* the calibrated cap in a batch of n sequences verifying together
-       (calib_best_cap_in at the prior; [1] is max_draft); all 0 unless the
-       cap is calibrated and fixed */
-    int batch_cap[CLI_BATCH_MAX + 1];
-    int batch;         /* sequences in the step under way (cli_spec_set_batch; 0 or 1: alone) */
     int borrowed_dm; /* a clone: dm belongs to the cli_spec it was cloned from */
 } cli_spec;
 
@@ -156,10 +150,6 @@ dstate *cli_spec_dstate(const cli_spec *sp);
  * reuses a cached prefix only as far as these reach), or -1 where there is
  * no such state (baseline, lookup: nothing limits the reuse). */
 int cli_spec_ctx_len(const cli_spec *sp);
-/* The number of sequences whose rows verify together in the coming rounds
- * (the server's batch; 1 alone): a calibrated or adaptive cap is chosen for
- * that width (calib_best_cap_in); a pinned cap stays as given. */
-void cli_spec_set_batch(cli_spec *sp, int n);
 /* Sets so's cap (and the adaptive controller) from sp. */
 void cli_spec_apply(cli_spec *sp, spec_opts *so);
 /* ", mode M, cap C (source), tokens/round T, accepted drafts per round a:n ..." */

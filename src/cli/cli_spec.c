@@ -170,7 +170,6 @@ static void lookup_costs(cli_spec *sp) {
 static void calibrated_cap(cli_spec *sp, const opts *o, const cli_engine *e, seq *s) {
     sp->max_draft = sp->mode == CLI_MODE_LOOKUP ? 6 : sp->mode == CLI_MODE_DSPARK ? 2 : sp->block_cap;
     sp->cap_source = "fallback";
-    memset(sp->batch_cap, 0, sizeof sp->batch_cap);
     calibrate(sp, o, e, s);
     if (!sp->have_costs) return;
     if (sp->lk) {
@@ -182,10 +181,6 @@ static void calibrated_cap(cli_spec *sp, const opts *o, const cli_engine *e, seq
     double alpha[CALIB_MAX_K];
     calib_prior(alpha, sp->block_cap, CALIB_PRIOR_A1, CALIB_PRIOR_DECAY);
     sp->max_draft = calib_best_cap(&sp->costs, alpha, sp->block_cap, NULL);
-    for (int n = 1; n <= CLI_BATCH_MAX; n++) {
-        const int k = calib_best_cap_in(&sp->costs, alpha, sp->block_cap, n, NULL);
-        sp->batch_cap[n] = k < sp->max_draft ? k : sp->max_draft;
-    }
     sp->cap_source = "calibrated";
 }
 
@@ -279,7 +274,6 @@ void cli_spec_open(cli_spec *sp, const opts *o, const char *mode, const cli_engi
     if (o->max_draft_auto || losing) {
         calib_ctl_init(&sp->ctl, sp->have_costs ? &sp->costs : NULL, sp->block_cap);
         sp->adaptive = 1;
-        memset(sp->batch_cap, 0, sizeof sp->batch_cap);
         sp->max_draft = sp->block_cap;
         sp->cap_source = o->max_draft_auto ? "auto" : "calibrated 0: auto";
     }
@@ -332,15 +326,7 @@ dstate *cli_spec_dstate(const cli_spec *sp) { return sp ? sp->ds : NULL; }
 static int ctl_next(void *p) {
     cli_spec *sp = p;
     if (sp->hy && lookup_hybrid_ready(sp->hy)) return sp->hy_cap;
-    if (sp->adaptive) return calib_ctl_next(&sp->ctl);
-    return sp->batch > 1 && sp->batch_cap[1] ? sp->batch_cap[sp->batch < CLI_BATCH_MAX ? sp->batch : CLI_BATCH_MAX]
-                                             : sp->max_draft;
-}
-
-void cli_spec_set_batch(cli_spec *sp, int n) {
-    if (!sp) return;
-    sp->batch = n;
-    if (sp->adaptive) calib_ctl_set_batch(&sp->ctl, n);
+    return sp->adaptive ? calib_ctl_next(&sp->ctl) : sp->max_draft;
 }
 static void ctl_observe(void *p, int proposed, int accepted) {
     cli_spec *sp = p;
@@ -351,7 +337,7 @@ static void ctl_observe(void *p, int proposed, int accepted) {
 void cli_spec_apply(cli_spec *sp, spec_opts *so) {
     if (!sp || sp->mode == CLI_MODE_BASELINE) return;
     so->max_draft = sp->hy ? sp->hy_cap : sp->max_draft; /* hy_cap >= max_draft */
-    if (sp->adaptive || sp->hy || sp->batch_cap[1]) {
+    if (sp->adaptive || sp->hy) {
         so->next_cap = ctl_next;
         so->observe = ctl_observe;
         so->ctl = sp;

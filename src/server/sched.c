@@ -731,9 +731,6 @@ static void step(sched *en, active **act, int na) {
     for (int i = 0; i < na; i++)
         if (!spec_run_done(act[i]->run)) runs[n++] = act[i]->run;
     if (!n) return;
-    /* each job's cap is chosen for the batch it verifies in (cli_spec_set_batch) */
-    for (int i = 0; i < na; i++)
-        if (!spec_run_done(act[i]->run)) cli_spec_set_batch(en->slots[act[i]->slot].sp, n);
     en->step_rows = 0;
     char err[512];
     double t0 = ds_now();

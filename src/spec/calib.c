@@ -517,20 +517,19 @@ void calib_prior(double *alpha, int n, double a1, double decay) {
     }
 }
 
-int calib_best_cap_in(const calib_costs *c, const double *alpha, int max_k, int batch, double *tok_per_s) {
+int calib_best_cap(const calib_costs *c, const double *alpha, int max_k, double *tok_per_s) {
     if (!calib_costs_valid(c)) {
         if (tok_per_s) *tok_per_s = 0;
         return 0;
     }
-    const int n = batch < 1 ? 1 : batch;
-    double best = n / calib_verify_time(c, n), e = 1, prod = 1;
+    double best = 1.0 / calib_verify_time(c, 1), e = 1, prod = 1;
     int best_k = 0;
     for (int k = 1; k <= max_k; k++) {
         double a = alpha[k - 1];
         a = a != a ? 0 : a < 0 ? 0 : a > 1 ? 1 : a;
         prod *= a;
         e += prod;
-        double r = e / (c->draft_s + c->draft_tok_s * k + calib_verify_time(c, n * (k + 1)) / n);
+        double r = e / (c->draft_s + c->draft_tok_s * k + calib_verify_time(c, k + 1));
         if (r > best * (1 + 1e-12)) { /* a tie within rounding goes to the smaller cap */
             best = r;
             best_k = k;
@@ -538,10 +537,6 @@ int calib_best_cap_in(const calib_costs *c, const double *alpha, int max_k, int 
     }
     if (tok_per_s) *tok_per_s = best;
     return best_k;
-}
-
-int calib_best_cap(const calib_costs *c, const double *alpha, int max_k, double *tok_per_s) {
-    return calib_best_cap_in(c, alpha, max_k, 1, tok_per_s);
 }
 
 /* ---- controller ---- */
@@ -581,10 +576,8 @@ static void age_parked(calib_ctl *c) {
 static int best_now(const calib_ctl *c) {
     double alpha[CALIB_MAX_K];
     calib_ctl_estimates(c, alpha, c->max_k);
-    return calib_best_cap_in(&c->costs, alpha, c->max_k, c->batch, NULL);
+    return calib_best_cap(&c->costs, alpha, c->max_k, NULL);
 }
-
-void calib_ctl_set_batch(calib_ctl *c, int batch) { c->batch = batch < 1 ? 1 : batch; }
 
 /* starts (or restarts) a park of park_len rounds; this call is its first */
 static int park(calib_ctl *c) {

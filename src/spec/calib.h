@@ -146,17 +146,6 @@ int calib_costs_valid(const calib_costs *c);
  * costs give 0 and a speed of 0. */
 int calib_best_cap(const calib_costs *c, const double *alpha, int max_k, double *tok_per_s);
 
-/* The same choice for a sequence in a batch of `batch` sequences that
- * verify together (the server's continuous batching): the step's forward
- * carries every sequence's rows, and each sequence's share of it is
- * t(batch * (k + 1)) / batch, assuming the others carry as many rows; its
- * drafter round is its own (drafters run one after another). So a round
- * with cap k takes draft(k) + t(batch (k+1)) / batch and plain decoding
- * t(batch) / batch: where t(w) is flat (a GPU) drafting keeps paying in a
- * batch; where it grows with the rows (a CPU past a few rows) a wide batch
- * drafts less or not at all. batch <= 1 is calib_best_cap. */
-int calib_best_cap_in(const calib_costs *c, const double *alpha, int max_k, int batch, double *tok_per_s);
-
 /* ---- adaptive controller (--max-draft auto) ----
  *
  * Per-position acceptance estimates. For draft position i the controller
@@ -209,13 +198,10 @@ typedef struct {
     int park_len;                  /* length of the next park */
     int probe_seen;                /* a probe round with proposed > 0 was observed */
     int cap;                       /* the last cap returned */
-    int batch;                     /* sequences verifying together (calib_best_cap_in; 0 or 1: alone) */
 } calib_ctl;
 
 /* costs is copied (may be NULL); max_k is clamped to 0..CALIB_MAX_K. */
 void calib_ctl_init(calib_ctl *c, const calib_costs *costs, int max_k);
-/* The batch the next rounds run in (calib_best_cap_in), 1 when alone. */
-void calib_ctl_set_batch(calib_ctl *c, int batch);
 /* The cap for the next round; 0 = parked (plain decoding this round). */
 int calib_ctl_next(calib_ctl *c);
 /* After a round: drafts verified (proposed), drafts accepted. */
