@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/gguf_write.h"
 #include "base/util.h"
@@ -432,7 +433,7 @@ enum { GL = 3, GWIN = 5 };
 static const char *G_TYPES[GL] = {"sliding_attention", "full_attention", "sliding_attention"};
 
 /* a gemma3_text checkpoint's tensors (tied embedding) under prefix pfx */
-static int gemma_tensors(tdef *t, const char *pfx) {
+static int gemma_tensors(tdef *t, const char *pfx, long V) {
     int nt = 0;
 #define ADD(a, b, ...)                                                                                             \
     do {                                                                                                           \
@@ -440,7 +441,7 @@ static int gemma_tensors(tdef *t, const char *pfx) {
         snprintf(t[nt].name + k_, sizeof t[nt].name - (size_t)k_, __VA_ARGS__);                                    \
         t[nt].d0 = a, t[nt].d1 = b, nt++;                                                                          \
     } while (0)
-    ADD(FV, FH, "embed_tokens.weight");
+    ADD(V, FH, "embed_tokens.weight");
     ADD(FH, 0, "norm.weight");
     for (int l = 0; l < GL; l++) {
         const char *nn[] = {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
@@ -606,7 +607,7 @@ TEST(families_gemma3) {
     snprintf(cfg, sizeof cfg, "{\"architectures\":[\"Gemma3ForCausalLM\"],\"model_type\":\"gemma3_text\",%s,"
              "\"layer_types\":[%s],\"eos_token_id\":1}", body, types);
     tdef *t = xmalloc(sizeof(tdef) * 80);
-    int nt = gemma_tensors(t, "model.");
+    int nt = gemma_tensors(t, "model.", FV);
     CHECK(write_ckpt(dir, cfg, t, nt) == 0);
     float *a = logits_of(dir, FT);
     double *ref = xmalloc(sizeof(double) * FT * FV);
@@ -637,7 +638,7 @@ TEST(families_gemma3) {
     snprintf(cfg, sizeof cfg, "{\"architectures\":[\"Gemma3ForConditionalGeneration\"],\"model_type\":\"gemma3\","
              "\"eos_token_id\":[1,106],\"text_config\":{\"model_type\":\"gemma3_text\",%s,\"layer_types\":[%s]},"
              "\"vision_config\":{\"model_type\":\"siglip_vision_model\"}}", body, types);
-    nt = gemma_tensors(t, "language_model.model.");
+    nt = gemma_tensors(t, "language_model.model.", FV);
     snprintf(t[nt].name, sizeof t[nt].name, "vision_tower.vision_model.post_layernorm.weight");
     t[nt].d0 = FH, t[nt].d1 = 0, nt++;
     CHECK(write_ckpt(mm, cfg, t, nt) == 0);
@@ -645,4 +646,55 @@ TEST(families_gemma3) {
     if (a && b) CHECK_MSG(!memcmp(a, b, sizeof(float) * FT * FV), "gemma3: the multimodal layout's logits differ");
     free(t);
     free(a), free(b), free(ref);
+}
+
+/* End to end with Gemma 3's own tokenizer and chat template (the test
+   assets' gemma3 folder): a random gemma3 of the real vocabulary renders
+   its template, tokenizes, generates and decodes through `dspark template`
+   and `dspark run --chat`. */
+TEST(families_gemma3_cli) {
+    char dir[700], cfg[2048], cmd[2048], src[800], dst[800];
+    const char *tk = test_tokenizer_dir();
+    snprintf(src, sizeof src, "%s/gemma3/tokenizer.json", tk ? tk : "");
+    struct stat st;
+    if (!tk || stat(src, &st) != 0) {
+        test_fail(__FILE__, __LINE__, "the gemma3 tokenizer is missing from the test assets (%s)", src);
+        return;
+    }
+    snprintf(dir, sizeof dir, "%s/fam-gemma3-tok", test_tmp_dir());
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\":[\"Gemma3ForCausalLM\"],\"model_type\":\"gemma3_text\",\"vocab_size\":262144,"
+             "\"hidden_size\":32,\"intermediate_size\":48,\"num_hidden_layers\":3,\"num_attention_heads\":4,"
+             "\"num_key_value_heads\":2,\"head_dim\":16,\"max_position_embeddings\":512,\"query_pre_attn_scalar\":16,"
+             "\"sliding_window\":8,\"sliding_window_pattern\":2,\"bos_token_id\":2,\"eos_token_id\":[1,106]}");
+    tdef *t = xmalloc(sizeof(tdef) * 80);
+    int nt = gemma_tensors(t, "model.", 262144);
+    CHECK(write_ckpt(dir, cfg, t, nt) == 0);
+    free(t);
+    for (int i = 0; i < 2; i++) {
+        const char *f = i ? "tokenizer_config.json" : "tokenizer.json";
+        snprintf(src, sizeof src, "%s/gemma3/%s", tk, f);
+        snprintf(dst, sizeof dst, "%s/%s", dir, f);
+        unlink(dst);
+        CHECK(symlink(src, dst) == 0);
+    }
+    char *out = NULL, *err = NULL;
+    char msgs[800];
+    snprintf(msgs, sizeof msgs, "%s/msgs.json", dir);
+    FILE *mf = fopen(msgs, "w");
+    CHECK(mf != NULL);
+    if (!mf) return;
+    fputs("[{\"role\":\"user\",\"content\":\"Hi there\"}]", mf);
+    fclose(mf);
+    snprintf(cmd, sizeof cmd, "template --model %s --messages %s", dir, msgs);
+    CHECK_MSG(test_run_cli(cmd, &out, &err) == 0, "%s", err ? err : "");
+    CHECK_MSG(out && strstr(out, "<bos><start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n"),
+              "the rendered prompt: %s", out ? out : "");
+    free(out), free(err);
+    out = err = NULL;
+    snprintf(cmd, sizeof cmd, "run --model %s --chat -p 'Hi there' -n 6 --mode baseline -t 2", dir);
+    CHECK_MSG(test_run_cli(cmd, &out, &err) == 0, "%s", err ? err : "");
+    /* <bos> <start_of_turn> user \n Hi ▁there <end_of_turn> \n <start_of_turn> model \n */
+    CHECK_MSG(err && strstr(err, "prompt 11 tok,") && strstr(err, "generated 6 tok"), "stderr: %s", err ? err : "");
+    free(out), free(err);
 }
