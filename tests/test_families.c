@@ -698,3 +698,106 @@ TEST(families_gemma3_cli) {
     CHECK_MSG(err && strstr(err, "prompt 11 tok,") && strstr(err, "generated 6 tok"), "stderr: %s", err ? err : "");
     free(out), free(err);
 }
+
+/* The same gemma3 as llama.cpp's converter writes it (arch gemma3, its norm
+   names, the norms stored with their + 1, the layer pattern as a period,
+   the score scale implied by the head size) gives the safetensors
+   checkpoint's logits bit for bit. */
+static int write_gemma_gguf(const char *path, char *err, size_t errlen) {
+    gguf_writer *w = gguf_w_new();
+    gguf_w_str(w, "general.architecture", "gemma3");
+    gguf_w_u32(w, "gemma3.block_count", GL);
+    gguf_w_u32(w, "gemma3.context_length", 256);
+    gguf_w_u32(w, "gemma3.embedding_length", FH);
+    gguf_w_u32(w, "gemma3.feed_forward_length", FI);
+    gguf_w_u32(w, "gemma3.attention.head_count", FNH);
+    gguf_w_u32(w, "gemma3.attention.head_count_kv", FNKV);
+    gguf_w_u32(w, "gemma3.attention.key_length", FHD);
+    gguf_w_u32(w, "gemma3.attention.value_length", FHD);
+    gguf_w_f32(w, "gemma3.attention.layer_norm_rms_epsilon", 1e-6f);
+    gguf_w_f32(w, "gemma3.rope.freq_base", 1e6f);
+    gguf_w_str(w, "gemma3.rope.scaling.type", "linear");
+    gguf_w_f32(w, "gemma3.rope.scaling.factor", 2.0f);
+    gguf_w_u32(w, "gemma3.attention.sliding_window", GWIN);
+    gguf_w_u32(w, "gemma3.attention.sliding_window_pattern", 2);
+    gguf_w_f32(w, "gemma3.final_logit_softcapping", 5.0f);
+    gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 1);
+    static const struct {
+        const char *g, *h;
+        int rows, cols;
+    } L[] = {{"attn_norm", "input_layernorm", 1, FH},
+             {"post_attention_norm", "post_attention_layernorm", 1, FH},
+             {"ffn_norm", "pre_feedforward_layernorm", 1, FH},
+             {"post_ffw_norm", "post_feedforward_layernorm", 1, FH},
+             {"attn_q", "self_attn.q_proj", FNH * FHD, FH},
+             {"attn_k", "self_attn.k_proj", FNKV * FHD, FH},
+             {"attn_v", "self_attn.v_proj", FNKV * FHD, FH},
+             {"attn_output", "self_attn.o_proj", FH, FNH * FHD},
+             {"attn_q_norm", "self_attn.q_norm", 1, FHD},
+             {"attn_k_norm", "self_attn.k_norm", 1, FHD},
+             {"ffn_gate", "mlp.gate_proj", FI, FH},
+             {"ffn_up", "mlp.up_proj", FI, FH},
+             {"ffn_down", "mlp.down_proj", FH, FI}};
+    char g[128][64], h[128][96];
+    int rows[128], cols[128], n = 0;
+    snprintf(g[n], 64, "token_embd.weight"), snprintf(h[n], 96, "model.embed_tokens.weight"), rows[n] = FV, cols[n++] = FH;
+    snprintf(g[n], 64, "output_norm.weight"), snprintf(h[n], 96, "model.norm.weight"), rows[n] = 1, cols[n++] = FH;
+    for (int l = 0; l < GL; l++)
+        for (size_t i = 0; i < sizeof L / sizeof L[0]; i++) {
+            snprintf(g[n], 64, "blk.%d.%s.weight", l, L[i].g);
+            snprintf(h[n], 96, "model.layers.%d.%s.weight", l, L[i].h);
+            rows[n] = L[i].rows, cols[n++] = L[i].cols;
+        }
+    int rc = -1;
+    for (int i = 0; i < n; i++) {
+        int64_t ne[2] = {cols[i], rows[i]};
+        if (gguf_w_add_tensor(w, g[i], rows[i] == 1 ? GGML_F32 : GGML_BF16, rows[i] == 1 ? 1 : 2, ne, err, errlen))
+            goto done;
+    }
+    if (gguf_w_begin(w, path, err, errlen) != 0) goto done;
+    for (int i = 0; i < n; i++) {
+        const size_t cnt = (size_t)rows[i] * (size_t)cols[i];
+        int r;
+        if (rows[i] == 1) { /* the norm with its + 1, in f32 */
+            float *v = xmalloc(sizeof(float) * cnt);
+            for (size_t j = 0; j < cnt; j++) v[j] = 1.0f + ds_bf16_to_f32(ds_f32_to_bf16(weight_of(h[i], j, 1)));
+            r = gguf_w_data(w, v, sizeof(float) * cnt, err, errlen);
+            free(v);
+        } else {
+            uint16_t *v = xmalloc(2 * cnt);
+            for (size_t j = 0; j < cnt; j++) v[j] = ds_f32_to_bf16(weight_of(h[i], j, 0));
+            r = gguf_w_data(w, v, 2 * cnt, err, errlen);
+            free(v);
+        }
+        if (r != 0) goto done;
+    }
+    rc = gguf_w_finish(w, err, errlen);
+done:
+    gguf_w_free(w);
+    return rc;
+}
+
+TEST(families_gemma3_gguf) {
+    char dir[700], path[700], cfg[2048], err[512], types[256] = "";
+    snprintf(dir, sizeof dir, "%s/fam-gemma3-q16", test_tmp_dir());
+    snprintf(path, sizeof path, "%s/fam-gemma3.gguf", test_tmp_dir());
+    for (int l = 0; l < GL; l++)
+        snprintf(types + strlen(types), sizeof types - strlen(types), "%s\"%s\"", l ? "," : "", G_TYPES[l]);
+    /* (a GGUF carries no query_pre_attn_scalar: llama.cpp scales by the head size) */
+    snprintf(cfg, sizeof cfg,
+             "{\"model_type\":\"gemma3_text\",\"vocab_size\":512,\"hidden_size\":32,\"intermediate_size\":48,"
+             "\"num_hidden_layers\":3,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16,"
+             "\"max_position_embeddings\":256,\"rms_norm_eps\":1e-06,\"query_pre_attn_scalar\":16,\"sliding_window\":5,"
+             "\"final_logit_softcapping\":5.0,\"rope_theta\":1000000.0,\"rope_local_base_freq\":10000.0,"
+             "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0},\"layer_types\":[%s],\"eos_token_id\":1}",
+             types);
+    tdef *t = xmalloc(sizeof(tdef) * 80);
+    int nt = gemma_tensors(t, "model.", FV);
+    CHECK(write_ckpt(dir, cfg, t, nt) == 0);
+    free(t);
+    CHECK_MSG(write_gemma_gguf(path, err, sizeof err) == 0, "%s", err);
+    float *a = logits_of(dir, FT), *b = logits_of(path, FT);
+    if (a && b) CHECK_MSG(!memcmp(a, b, sizeof(float) * FT * FV), "gemma3: the GGUF's logits differ from the safetensors'");
+    free(a), free(b);
+    check_invariant(path, "gemma3 GGUF");
+}

@@ -35,10 +35,12 @@ static const struct {
 } ARCHS[] = {{"qwen3", "Qwen3ForCausalLM", "qwen3"},
              {"qwen2", "Qwen2ForCausalLM", "qwen2"},
              {"llama", "LlamaForCausalLM", "llama"},
-             {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"}};
+             {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
+             {"gemma3", "Gemma3ForCausalLM", "gemma3_text"}};
 #define N_ARCHS (int)(sizeof ARCHS / sizeof ARCHS[0])
 #define ARCH_I_LLAMA 2
 #define ARCH_I_QWEN3MOE 3
+#define ARCH_I_GEMMA3 4
 
 /* blk.N.<gguf> -> model.layers.N.<hf>; bias: whether .bias may follow */
 static const struct {
@@ -52,6 +54,13 @@ static const struct {
     {"ffn_gate", "mlp.gate_proj", 0},        {"ffn_up", "mlp.up_proj", 0},
     {"ffn_down", "mlp.down_proj", 0},        {"ffn_gate_inp", "mlp.gate", 0},
 };
+/* gemma3's norms around its attention and MLP: ffn_norm is the MLP's input
+   norm there, and two more follow the attention and the MLP */
+static const struct {
+    const char *gguf, *hf;
+} BLK_GEMMA[] = {{"ffn_norm", "pre_feedforward_layernorm"},
+                 {"post_attention_norm", "post_attention_layernorm"},
+                 {"post_ffw_norm", "post_feedforward_layernorm"}};
 
 /* a mixture of experts' stacked tensors (ggml [H or Im, Im or H, E]: each
    expert's matrix one contiguous slice), split into the published
@@ -94,7 +103,7 @@ static int dtype_of(uint32_t ggml, ds_dtype *dt) {
 
 /* The HF name of a GGUF tensor into out, or -1 (unknown name). *layer
  * gets N for blk.N tensors, else -1. */
-static int hf_name(const char *g, char *out, size_t n, int *layer) {
+static int hf_name(const char *g, char *out, size_t n, int *layer, int ai) {
     *layer = -1;
     if (strcmp(g, "token_embd.weight") == 0) return snprintf(out, n, "model.embed_tokens.weight") < 0 ? -1 : 0;
     if (strcmp(g, "output_norm.weight") == 0) return snprintf(out, n, "model.norm.weight") < 0 ? -1 : 0;
@@ -111,6 +120,12 @@ static int hf_name(const char *g, char *out, size_t n, int *layer) {
     size_t base = (size_t)(dot - p);
     int is_bias = strcmp(dot, ".bias") == 0;
     if (!is_bias && strcmp(dot, ".weight") != 0) return -1;
+    for (size_t i = 0; ai == ARCH_I_GEMMA3 && !is_bias && i < sizeof BLK_GEMMA / sizeof BLK_GEMMA[0]; i++)
+        if (strlen(BLK_GEMMA[i].gguf) == base && strncmp(p, BLK_GEMMA[i].gguf, base) == 0) {
+            *layer = (int)l;
+            snprintf(out, n, "model.layers.%ld.%s.weight", l, BLK_GEMMA[i].hf);
+            return 0;
+        }
     for (size_t i = 0; i < sizeof BLK / sizeof BLK[0]; i++) {
         if (strlen(BLK[i].gguf) != base || strncmp(p, BLK[i].gguf, base) != 0) continue;
         if (is_bias && !BLK[i].bias) return -1;
@@ -189,6 +204,45 @@ static int unpermute(gguf_model *m, tensor *t, int heads, char *err, size_t errl
     return 0;
 }
 
+/* gemma3's keys as llama.cpp reads them (its gemma3 loader): the sliding
+   window and its layer pattern (a period, default 6, or one flag a
+   layer), the sliding layers' RoPE base (default 10000), the score scale
+   (1/sqrt(head size), for the 62-layer 27B 1/sqrt(hidden / heads)), an
+   optional final soft-cap; GELU-tanh gating. The norms it stores already
+   carry Gemma's + 1 (model.c reads them as they are). */
+static int gemma3_config(const gguf_model *m, cJSON *c, int64_t layers, int64_t hidden, int64_t heads, int64_t kl,
+                         char *err, size_t errlen) {
+    const char *arch = "gemma3";
+    cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
+    cJSON_AddNumberToObject(c, "query_pre_attn_scalar", layers == 62 ? (double)(hidden / heads) : (double)kl);
+    int64_t swa = 0, period = 6;
+    if (meta_int(m, arch, "attention.sliding_window", 0, 1 << 26, 0, &swa, err, errlen)) return -1;
+    cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+    const gguf_kv *pat = gguf_find(m->g, "gemma3.attention.sliding_window_pattern");
+    if (swa > 0 && pat && pat->type == GGUF_ARRAY) {
+        if (pat->n != (uint64_t)layers || (pat->elt != GGUF_BOOL && pat->elt != GGUF_U8))
+            return ds_err(err, errlen, "%s: \"gemma3.attention.sliding_window_pattern\" must be %" PRId64 " flags",
+                          m->path, layers);
+        for (int64_t l = 0; l < layers; l++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString(((const uint8_t *)pat->arr)[l] ? "sliding_attention"
+                                                                                        : "full_attention"));
+    } else {
+        if (swa > 0 && meta_int(m, arch, "attention.sliding_window_pattern", 1, 1 << 20, 6, &period, err, errlen))
+            return -1;
+        for (int64_t l = 0; l < layers; l++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString(swa > 0 && l % period < period - 1 ? "sliding_attention"
+                                                                                           : "full_attention"));
+    }
+    if (swa > 0) cJSON_AddNumberToObject(c, "sliding_window", (double)swa);
+    double base_swa, cap;
+    if (meta_float(m, "gemma3.rope.freq_base_swa", 10000.0, &base_swa, err, errlen) ||
+        meta_float(m, "gemma3.final_logit_softcapping", 0, &cap, err, errlen))
+        return -1;
+    cJSON_AddNumberToObject(c, "rope_local_base_freq", base_swa);
+    if (cap > 0) cJSON_AddNumberToObject(c, "final_logit_softcapping", cap);
+    return 0;
+}
+
 static int build_config(gguf_model *m, int ai, char *err, size_t errlen) {
     const char *arch = ARCHS[ai].arch, *hf_class = ARCHS[ai].hf_class;
     int64_t layers, hidden, ffn, heads, kvh, ctx, kl, vl, rd, vocab, n_exp = 0, n_used = 0, exp_ffn = -1;
@@ -253,7 +307,14 @@ static int build_config(gguf_model *m, int ai, char *err, size_t errlen) {
     cJSON_AddNumberToObject(c, "max_position_embeddings", (double)ctx);
     cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
     cJSON_AddNumberToObject(c, "rope_theta", theta);
-    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    if (ai == ARCH_I_GEMMA3) {
+        if (gemma3_config(m, c, layers, hidden, heads, kl, err, errlen) != 0) {
+            cJSON_Delete(c);
+            return -1;
+        }
+    } else {
+        cJSON_AddStringToObject(c, "hidden_act", "silu");
+    }
     cJSON_AddBoolToObject(c, "tie_word_embeddings", gguf_model_find(m, "lm_head.weight") == NULL);
     /* qwen2 always has q/k/v biases; the others say so by their tensors */
     int bias = strcmp(arch, "qwen2") == 0 || gguf_model_find(m, "model.layers.0.self_attn.q_proj.bias");
@@ -353,7 +414,8 @@ int gguf_model_open(gguf_model **out, const char *path, int read_into_memory, ch
     for (int i = 0; i < N_ARCHS; i++)
         if (strcmp(as.s, ARCHS[i].arch) == 0) ai = i;
     if (ai < 0) {
-        ds_err(err, errlen, "%s: unsupported architecture \"%.64s\" (supported: qwen3, qwen2, llama, qwen3moe)", path,
+        ds_err(err, errlen, "%s: unsupported architecture \"%.64s\" (supported: qwen3, qwen2, llama, qwen3moe, gemma3)",
+               path,
                as.s);
         goto fail;
     }
@@ -423,7 +485,7 @@ int gguf_model_open(gguf_model **out, const char *path, int read_into_memory, ch
         }
         char nm[160];
         int layer;
-        if (hf_name(gt->name, nm, sizeof nm, &layer) != 0) {
+        if (hf_name(gt->name, nm, sizeof nm, &layer, ai) != 0) {
             ds_err(err, errlen, "%s: tensor \"%s\" is not one of a %s model's", path, gt->name, arch);
             goto fail;
         }

@@ -100,6 +100,8 @@ static int open_gguf(model *m, const char *path, st_load mode, const float **rop
         gguf_model_close(g);
         return -1;
     }
+    /* llama.cpp's converter stores Gemma's norms with their + 1 added */
+    if (m->cfg.arch == ARCH_GEMMA3) m->cfg.norm_plus_one = 0;
     int nf = 0;
     *rope_freqs = gguf_model_rope_freqs(g, &nf);
     if (*rope_freqs && nf != m->cfg.head_dim / 2) {
