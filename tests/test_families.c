@@ -30,6 +30,7 @@
 
 #include "base/gguf_write.h"
 #include "base/util.h"
+#include "engine/kv.h"
 #include "engine/model.h"
 #include "engine/quant_encode.h"
 #include "engine/moe.h"
@@ -800,4 +801,91 @@ TEST(families_gemma3_gguf) {
     if (a && b) CHECK_MSG(!memcmp(a, b, sizeof(float) * FT * FV), "gemma3: the GGUF's logits differ from the safetensors'");
     free(a), free(b);
     check_invariant(path, "gemma3 GGUF");
+}
+
+/* The sliding layers give back the rows that fell behind their window
+   (kv.h kv_set_windows): a 700-token prompt on the gemma3 above (window 5)
+   gives the same logits in one batch, in chunks of 37 and a row at a time,
+   the cache then keeps every layer's rows only from kv_kept_from on; a
+   rollback within KV_SLACK continues as before, one past the kept rows
+   empties the cache (and the sequence recomputes), and rows below the
+   kept ones cannot be saved. */
+enum { GT = 700 };
+static float *gemma_long(model *m, int chunk, int *kept) {
+    char err[512];
+    model_ctx *c;
+    if (mctx_create(&c, m, 1024, 64, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return NULL;
+    }
+    float *out = xmalloc(sizeof(float) * GT * FV);
+    int ids[GT];
+    for (int i = 0; i < GT; i++) ids[i] = (i * 131 + 7) % FV;
+    for (int i0 = 0; i0 < GT; i0 += chunk) {
+        int n = GT - i0 < chunk ? GT - i0 : chunk;
+        model_batch b = {.n = n, .tokens = ids + i0, .n_logits = n, .logits = out + (size_t)i0 * FV};
+        if (model_forward(c, &b, err, sizeof err) != 0) {
+            test_fail(__FILE__, __LINE__, "%s", err);
+            break;
+        }
+    }
+    *kept = mctx_kept_from(c);
+    if (chunk == 37) {
+        /* a rollback of 10 positions (within KV_SLACK) and the same rows again */
+        float *again = xmalloc(sizeof(float) * 10 * FV);
+        mctx_truncate(c, GT - 10);
+        CHECK_EQ_INT(mctx_len(c), GT - 10);
+        model_batch b = {.n = 10, .tokens = ids + GT - 10, .n_logits = 10, .logits = again};
+        CHECK(model_forward(c, &b, err, sizeof err) == 0);
+        CHECK_MSG(!memcmp(again, out + (size_t)(GT - 10) * FV, sizeof(float) * 10 * FV), "rows after a rollback differ");
+        free(again);
+        /* rows below the kept ones are not saved; a cut below them empties the cache */
+        char *buf = xmalloc(mctx_pos_bytes(c) * 8);
+        CHECK(mctx_save_rows(c, 0, 8, buf, err, sizeof err) != 0);
+        CHECK(mctx_save_rows(c, GT - 8, 8, buf, err, sizeof err) == 0);
+        free(buf);
+        mctx_truncate(c, 100);
+        CHECK_EQ_INT(mctx_len(c), 0);
+        CHECK_EQ_INT(mctx_kept_from(c), 0);
+    }
+    mctx_free(c);
+    return out;
+}
+
+TEST(families_gemma3_window_memory) {
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/fam-gemma3", test_tmp_dir());
+    struct stat st;
+    if (stat(dir, &st) != 0) { /* (families_gemma3 writes it) */
+        char cfg[2048], types[256] = "";
+        for (int l = 0; l < GL; l++)
+            snprintf(types + strlen(types), sizeof types - strlen(types), "%s\"%s\"", l ? "," : "", G_TYPES[l]);
+        snprintf(cfg, sizeof cfg,
+                 "{\"model_type\":\"gemma3_text\",\"vocab_size\":512,\"hidden_size\":32,\"intermediate_size\":48,"
+                 "\"num_hidden_layers\":3,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16,"
+                 "\"max_position_embeddings\":2048,\"query_pre_attn_scalar\":24,\"sliding_window\":5,"
+                 "\"layer_types\":[%s],\"eos_token_id\":1}", types);
+        tdef *t = xmalloc(sizeof(tdef) * 80);
+        int nt = gemma_tensors(t, "model.", FV);
+        CHECK(write_ckpt(dir, cfg, t, nt) == 0);
+        free(t);
+    }
+    model *m;
+    char err[512];
+    if (model_load(&m, dir, NULL, err, sizeof err) != 0) {
+        test_fail(__FILE__, __LINE__, "%s", err);
+        return;
+    }
+    int k1 = 0, k2 = 0, k3 = 0;
+    float *a = gemma_long(m, GT, &k1), *b = gemma_long(m, 37, &k2), *c = gemma_long(m, 1, &k3);
+    if (a && b && c) {
+        CHECK_MSG(!memcmp(a, b, sizeof(float) * GT * FV), "chunks of 37 differ from one batch");
+        CHECK_MSG(!memcmp(a, c, sizeof(float) * GT * FV), "a row at a time differs from one batch");
+    }
+    /* rows more than 5 + KV_SLACK behind go, KV_SLACK at least at a time */
+    const int kk[3] = {k1, k2, k3};
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(kk[i] >= GT - 5 - 2 * KV_SLACK && kk[i] <= GT - 5 - KV_SLACK, "kept from %d", kk[i]);
+    free(a), free(b), free(c);
+    model_free(m);
 }

@@ -96,6 +96,9 @@ typedef struct backend {
        sets its length to pos0+n. The stored bits travel as they are. NULL
        where the backend has none. */
     size_t (*ctx_pos_bytes)(const void *bm);
+    /* the first position whose rows the context still holds in every layer
+       (sliding layers give older rows back); NULL: always 0 */
+    int (*ctx_kept_from)(const void *bc);
     int (*ctx_save)(void *bc, int pos0, int n, void *host, char *err, size_t errlen);
     int (*ctx_load)(void *bc, int pos0, int n, const void *host, char *err, size_t errlen);
     /* model_forward on this backend (b already validated by model.c) */

@@ -325,6 +325,11 @@ static int cpu_ctx_create(void **out, void *bm, int n_ctx, int max_batch, tpool 
         free(x);
         return -1;
     }
+    /* sliding layers keep their window (kv.h kv_set_windows) */
+    int *win = xcalloc((size_t)c->n_layers, sizeof(int));
+    for (int l = 0; l < c->n_layers; l++) win[l] = m->d.layers[l].attn == ATTN_CAUSAL ? m->d.layers[l].window : 0;
+    kv_set_windows(x->kv, win);
+    free(win);
     x->m = m;
     x->tp = tp;
     x->max_batch = max_batch;
@@ -353,8 +358,12 @@ static size_t cpu_ctx_bytes(const void *bm, int n_ctx, int max_batch) {
     size_t B = (size_t)(max_batch > 0 ? max_batch : 64), H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     size_t QD = (size_t)c->n_heads * (size_t)c->head_dim, KD = (size_t)c->n_kv_heads * (size_t)c->head_dim;
     size_t scr = sizeof(float) * B * (2 * H + 2 * QD + 2 * KD + 2 * I) + sizeof(int) * B;
-    return kv_bytes_per_pos(c->n_layers, c->n_kv_heads, c->head_dim, m->d.kv_bits ? m->d.kv_bits : 32) *
-               (size_t)n_ctx + scr + sizeof(float) * (size_t)MODEL_SAMPLE_ROWS * (size_t)c->vocab_size;
+    int *win = xcalloc((size_t)c->n_layers, sizeof(int));
+    for (int l = 0; l < c->n_layers; l++) win[l] = m->d.layers[l].attn == ATTN_CAUSAL ? m->d.layers[l].window : 0;
+    const size_t kvb =
+        kv_bytes_resident(c->n_layers, c->n_kv_heads, c->head_dim, m->d.kv_bits ? m->d.kv_bits : 32, win, n_ctx);
+    free(win);
+    return kvb + scr + sizeof(float) * (size_t)MODEL_SAMPLE_ROWS * (size_t)c->vocab_size;
 }
 static size_t cpu_ctx_release(void *bc) { return kv_release(((cpu_ctx *)bc)->kv); }
 static int kv_copy_err(kv_cache *dst, const kv_cache *src, int n, const char *what, char *err, size_t errlen) {
@@ -380,6 +389,7 @@ static size_t cpu_ctx_pos_bytes(const void *bm) {
     const model_config *c = m->d.cfg;
     return kv_bytes_per_pos(c->n_layers, c->n_kv_heads, c->head_dim, m->d.kv_bits ? m->d.kv_bits : 32);
 }
+static int cpu_ctx_kept_from(const void *bc) { return kv_kept_from(((const cpu_ctx *)bc)->kv); }
 static int cpu_ctx_save(void *bc, int pos0, int n, void *host, char *err, size_t errlen) {
     return kv_rows_err(((cpu_ctx *)bc)->kv, pos0, n, host, 1, "cache", err, errlen);
 }
@@ -893,6 +903,7 @@ const backend backend_cpu = {
     .ctx_release = cpu_ctx_release,
     .ctx_copy = cpu_ctx_copy,
     .ctx_pos_bytes = cpu_ctx_pos_bytes,
+    .ctx_kept_from = cpu_ctx_kept_from,
     .ctx_save = cpu_ctx_save,
     .ctx_load = cpu_ctx_load,
     .ctx_bytes = cpu_ctx_bytes,

@@ -4,12 +4,16 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/mman.h>
 
 #include "base/util.h"
 
 struct kv_cache {
     int n_layers, n_kv, hd, cap, len, bits, hi; /* hi: positions ever stored (for kv_release) */
+    int *window;        /* [n_layers]: sliding layers' windows (0: full), or NULL (none slides) */
+    int max_window;     /* the largest of them */
+    int released;       /* sliding layers' rows below it gave their pages back */
     size_t esize;       /* bytes per element: 4, 2 or 1 */
     size_t layer_elems; /* n_kv * cap * hd */
     unsigned char *mem; /* [n_layers][2][n_kv][cap][hd] elements, then (bits 8)
@@ -62,7 +66,30 @@ int kv_create(kv_cache **out, int n_layers, int n_kv_heads, int head_dim, int ca
 void kv_free(kv_cache *kv) {
     if (!kv) return;
     munmap(kv->mem, kv->mem_bytes);
+    free(kv->window);
     free(kv);
+}
+
+void kv_set_windows(kv_cache *kv, const int *window) {
+    int any = 0;
+    for (int l = 0; l < kv->n_layers; l++) any |= window[l] > 0;
+    if (!any) return;
+    kv->window = xcalloc((size_t)kv->n_layers, sizeof(int));
+    for (int l = 0; l < kv->n_layers; l++) {
+        kv->window[l] = window[l] > 0 ? window[l] : 0;
+        if (kv->window[l] > kv->max_window) kv->max_window = kv->window[l];
+    }
+}
+
+int kv_kept_from(const kv_cache *kv) { return kv->released; }
+
+size_t kv_bytes_resident(int n_layers, int n_kv_heads, int head_dim, int bits, const int *window, int n) {
+    size_t per_layer = kv_bytes_per_pos(1, n_kv_heads, head_dim, bits), b = 0;
+    for (int l = 0; l < n_layers; l++) {
+        const int keep = window && window[l] > 0 && window[l] + 2 * KV_SLACK < n ? window[l] + 2 * KV_SLACK : n;
+        b += per_layer * (size_t)(keep > 0 ? keep : 0);
+    }
+    return b;
 }
 
 int kv_len(const kv_cache *kv) { return kv->len; }
@@ -71,13 +98,17 @@ int kv_bits(const kv_cache *kv) { return kv->bits; }
 
 void kv_truncate(kv_cache *kv, int len) {
     if (len < 0) len = 0;
-    if (len < kv->len) kv->len = len;
+    if (len >= kv->len) return;
+    if (kv->released && len < kv->released + kv->max_window) len = 0; /* the rows it would attend to are gone */
+    kv->len = len;
+    if (!len) kv->released = 0;
 }
 
 size_t kv_release(kv_cache *kv) {
     size_t touched = kv_bytes_per_pos(kv->n_layers, kv->n_kv, kv->hd, kv->bits) * (size_t)kv->hi;
     kv->len = 0;
     kv->hi = 0;
+    kv->released = 0;
     /* the pages read back as zeros when touched again */
     madvise(kv->mem, kv->mem_bytes, MADV_DONTNEED);
     return touched;
@@ -90,10 +121,37 @@ static float *scales(kv_cache *kv, int layer, int which) {
     return kv->scales + ((size_t)layer * 2 + (size_t)which) * (size_t)kv->n_kv * (size_t)kv->cap;
 }
 
+/* The sliding layers' rows of positions that fell behind their windows
+   give their pages back (whole pages inside each head's run of rows). */
+static void drop_range(kv_cache *kv, int from, int target) {
+    const size_t row = (size_t)kv->hd * kv->esize, pg = 4096;
+    for (int l = 0; l < kv->n_layers; l++) {
+        if (!kv->window[l]) continue;
+        for (int w = 0; w < 2; w++)
+            for (int h = 0; h < kv->n_kv; h++) {
+                unsigned char *base = kv->mem + (((size_t)l * 2 + (size_t)w) * (size_t)kv->n_kv + (size_t)h) *
+                                                    (size_t)kv->cap * row;
+                uintptr_t a = (uintptr_t)(base + (size_t)from * row), b = (uintptr_t)(base + (size_t)target * row);
+                a = (a + pg - 1) & ~(uintptr_t)(pg - 1);
+                b &= ~(uintptr_t)(pg - 1);
+                if (b > a) madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
+            }
+    }
+}
+
+static void drop_old(kv_cache *kv) {
+    if (!kv->window) return;
+    const int target = kv->len - kv->max_window - KV_SLACK;
+    if (target - kv->released < KV_SLACK) return; /* (a few pages at a time) */
+    drop_range(kv, kv->released, target);
+    kv->released = target;
+}
+
 int kv_copy_prefix(kv_cache *dst, const kv_cache *src, int n) {
     if (dst == src || dst->n_layers != src->n_layers || dst->n_kv != src->n_kv || dst->hd != src->hd ||
         dst->bits != src->bits || n < 0 || n > src->len || n > dst->cap)
         return -1;
+    if (src->released && n < src->released + src->max_window) return -1; /* rows position n attends to are gone */
     const size_t row = (size_t)src->hd * src->esize;
     for (int l = 0; l < src->n_layers; l++)
         for (int w = 0; w < 2; w++) {
@@ -110,6 +168,11 @@ int kv_copy_prefix(kv_cache *dst, const kv_cache *src, int n) {
         }
     dst->len = n;
     if (dst->hi < n) dst->hi = n;
+    /* src's given-back rows came over as zeros: dst gives them back too */
+    dst->released = 0;
+    if (src->released && dst->window) drop_range(dst, 0, src->released);
+    dst->released = src->released;
+    drop_old(dst);
     return 0;
 }
 
@@ -130,16 +193,19 @@ static void rows_xfer(kv_cache *kv, int pos0, int n, unsigned char *buf, int out
 }
 
 int kv_save_rows(const kv_cache *kv, int pos0, int n, void *out) {
-    if (pos0 < 0 || n < 0 || pos0 + n > kv->len) return -1;
+    if (pos0 < 0 || n < 0 || pos0 + n > kv->len || pos0 < kv->released) return -1;
     if (n) rows_xfer((kv_cache *)kv, pos0, n, out, 1);
     return 0;
 }
 
 int kv_load_rows(kv_cache *kv, int pos0, int n, const void *in) {
     if (pos0 < 0 || n < 0 || pos0 > kv->len || n > kv->cap - pos0) return -1;
+    if (pos0 && kv->released && pos0 < kv->released + kv->max_window) return -1;
+    if (!pos0) kv->released = 0;
     if (n) rows_xfer(kv, pos0, n, (unsigned char *)in, 0);
     kv->len = pos0 + n;
     if (kv->hi < kv->len) kv->hi = kv->len;
+    drop_old(kv);
     return 0;
 }
 
@@ -205,4 +271,7 @@ void kv_store(kv_cache *kv, int layer, const float *k, const float *v, int M) {
     if (kv->len + M > kv->hi) kv->hi = kv->len + M;
 }
 
-void kv_commit(kv_cache *kv, int M) { kv->len += M; }
+void kv_commit(kv_cache *kv, int M) {
+    kv->len += M;
+    drop_old(kv);
+}

@@ -38,8 +38,26 @@ void kv_free(kv_cache *kv);
 int kv_len(const kv_cache *kv);      /* positions filled */
 int kv_capacity(const kv_cache *kv);
 int kv_bits(const kv_cache *kv);
-/* Drops positions >= len (no-op when len >= kv_len). */
+/* Drops positions >= len (no-op when len >= kv_len). Where sliding layers
+ * have given rows back (kv_set_windows) and position len would attend to
+ * one of them, the cache is emptied instead: kv_len says what is kept. */
 void kv_truncate(kv_cache *kv, int len);
+/* Sliding-window layers keep only their recent rows: window[l] > 0 for a
+ * layer whose row at position p attends to p - window[l] + 1 .. p. Once
+ * positions fall more than the largest such window plus KV_SLACK behind
+ * the length, their rows in those layers give their pages back to the
+ * system (the rows read as zeros, which the window masks), so a long
+ * context costs those layers about window + KV_SLACK positions each.
+ * KV_SLACK bounds how far a truncation may go back and keep the cache (a
+ * speculative rollback is far shorter). Set once, before any store. */
+#define KV_SLACK 256
+void kv_set_windows(kv_cache *kv, const int *window);
+/* The first position whose rows every layer still holds (0 until a
+ * sliding layer gave rows back): rows below it cannot be saved or copied. */
+int kv_kept_from(const kv_cache *kv);
+/* Bytes a cache of n positions keeps resident at most, with the windows
+ * (NULL: none) of its layers. */
+size_t kv_bytes_resident(int n_layers, int n_kv_heads, int head_dim, int bits, const int *window, int n);
 /* Empties the cache and gives its pages back to the system (the mapping
  * stays; positions fill again on demand). Returns the bytes released at
  * most (the touched part of the mapping). */
@@ -59,7 +77,8 @@ void kv_commit(kv_cache *kv, int M);
 /* Makes dst hold src's positions [0, n): the same geometry and storage,
  * n at most src's length and dst's capacity; the stored bits are copied,
  * so dst then reads exactly as src did there. 0, or -1 when the two do not
- * match (nothing changed). */
+ * match or src's sliding layers no longer hold what position n attends to
+ * (nothing changed). */
 int kv_copy_prefix(kv_cache *dst, const kv_cache *src, int n);
 /* Rows out and back in: kv_save_rows writes positions [pos0, pos0+n)
  * (all below kv_len) to out as [n_layers][2][n_kv_heads][n][row] stored
@@ -68,8 +87,9 @@ int kv_copy_prefix(kv_cache *dst, const kv_cache *src, int n);
  * puts such rows back at positions [pos0, pos0+n) of a cache of the same
  * geometry and storage (pos0 at most kv_len, the cache cut there first)
  * and sets the length to pos0+n, so the cache then reads exactly as the
- * saved one did there. 0, or -1 when the positions do not fit (nothing
- * changed). */
+ * saved one did there. 0, or -1 when the positions do not fit, or (save)
+ * start below kv_kept_from, or (load) would leave a sliding layer without
+ * the rows position pos0 attends to (nothing changed). */
 int kv_save_rows(const kv_cache *kv, int pos0, int n, void *out);
 int kv_load_rows(kv_cache *kv, int pos0, int n, const void *in);
 /* Bytes one position costs across all layers (K and V) at a storage. */

@@ -104,9 +104,13 @@ void memfit_config_bytes(const model_config *c, int kv_bits, int max_batch, size
 static void model_in(const model *m, int kv_bits, int slots, int max_batch, int window, size_t avail, memfit_in *in) {
     /* a context's bytes are linear in its window on both backends (the KV
        cache; the GPU's attention partials): two points give the line */
+    /* (sliding layers keep about their window's rows whatever the length:
+       the line through two long lengths counts them in the fixed part, an
+       upper bound below the window) */
     const int n1 = 1 << 16;
-    size_t b0 = model_ctx_bytes(m, 0, max_batch, kv_bits), b1 = model_ctx_bytes(m, n1, max_batch, kv_bits);
-    *in = (memfit_in){.avail = avail, .fixed = b0, .per_pos = (b1 - b0 + n1 - 1) / n1, .slots = slots,
+    size_t b1 = model_ctx_bytes(m, n1, max_batch, kv_bits), b2 = model_ctx_bytes(m, 2 * n1, max_batch, kv_bits);
+    const size_t per = (b2 - b1 + n1 - 1) / n1, b0 = b1 > per * (size_t)n1 ? b1 - per * (size_t)n1 : 0;
+    *in = (memfit_in){.avail = avail, .fixed = b0, .per_pos = per, .slots = slots,
                       .window = window, .max_window = model_cfg(m)->max_position_embeddings};
 }
 

@@ -316,6 +316,8 @@ size_t mctx_pos_bytes(const model_ctx *x) {
     return be->ctx_pos_bytes && be->ctx_save && be->ctx_load ? be->ctx_pos_bytes(x->m->bm) : 0;
 }
 
+int mctx_kept_from(const model_ctx *x) { return x->m->be->ctx_kept_from ? x->m->be->ctx_kept_from(x->bc) : 0; }
+
 int mctx_save_rows(model_ctx *x, int pos0, int n, void *host, char *err, size_t errlen) {
     if (!mctx_pos_bytes(x)) return ds_err(err, errlen, "the %s backend does not save cache rows", x->m->be->name);
     if (pos0 < 0 || n < 0 || pos0 + n > mctx_len(x))

@@ -124,6 +124,10 @@ int mctx_copy_prefix(model_ctx *dst, const model_ctx *src, int n, char *err, siz
  * then reads exactly as the saved one did there. 0, or -1 with err
  * filled. */
 size_t mctx_pos_bytes(const model_ctx *c);
+/* The first position whose rows c holds in every layer (a model with
+ * sliding layers gives older rows back, kv.h): rows below it cannot be
+ * saved or copied. */
+int mctx_kept_from(const model_ctx *c);
 int mctx_save_rows(model_ctx *c, int pos0, int n, void *host, char *err, size_t errlen);
 int mctx_load_rows(model_ctx *c, int pos0, int n, const void *host, char *err, size_t errlen);
 

@@ -135,6 +135,7 @@ int pcache_store(pcache *pc, seq *s, dstate *ds, char *err, size_t errlen) {
     const size_t tb = seq_pos_bytes(s), db = ds ? dstate_pos_bytes(ds) : 0;
     if (!tb) return ds_err(err, errlen, "the prefix cache: this backend cannot save cache rows");
     const int *ids = seq_tokens(s), nb = seq_len(s) / PCACHE_BLOCK;
+    if (seq_kept_from(s) > 0) return 0; /* sliding layers gave rows back: no chain from position 0 */
     /* the drafter's rows go with a block only where its context holds the
        same ids as the sequence there */
     int dn = 0;

@@ -40,6 +40,14 @@ int seq_len(const seq *s) { return s->n; }
 int seq_capacity(const seq *s) { return mctx_capacity(s->ctx); }
 const int *seq_tokens(const seq *s) { return s->toks; }
 
+/* the cache cut to len, and the ids to what it then holds (a model with
+   sliding layers empties it when the rows len attends to are gone) */
+static void cut(seq *s, int len) {
+    mctx_truncate(s->ctx, len);
+    const int have = mctx_len(s->ctx);
+    s->n = have < len ? have : len;
+}
+
 void seq_reset(seq *s) {
     seq_chain_end(s);
     s->n = 0;
@@ -80,8 +88,8 @@ int seq_prefill(seq *s, const int *prompt, int n, float *logits, char *err, size
                       mctx_capacity(s->ctx));
     int keep = 0;
     while (keep < s->n && keep < n - 1 && s->toks[keep] == prompt[keep]) keep++;
-    mctx_truncate(s->ctx, keep);
-    s->n = keep;
+    cut(s, keep);
+    keep = s->n;
     model_batch b = {.n = n - keep, .tokens = prompt + keep, .n_logits = 1, .logits = logits};
     if (model_forward(s->ctx, &b, err, errlen) != 0) {
         seq_reset(s);
@@ -114,7 +122,7 @@ static int append(seq *s, const model_batch *b, char *err, size_t errlen) {
     model_batch bb = *b;
     bb.taps_resident = s->taps_resident && b->n_taps > 0;
     if (model_forward(s->ctx, &bb, err, errlen) != 0) {
-        mctx_truncate(s->ctx, s->n);
+        cut(s, s->n);
         return -1;
     }
     memcpy(s->toks + s->n, ids, sizeof(int) * (size_t)n);
@@ -187,7 +195,7 @@ int seq_append_multi(seq_job *jobs, int n, char *err, size_t errlen) {
     if (m == 1) { /* (a failure is this job's own) */
         seq_job *j = &jobs[idx[0]];
         if (model_forward(cs[0], &bs[0], j->err, sizeof j->err) != 0) {
-            mctx_truncate(cs[0], j->s->n);
+            cut(j->s, j->s->n);
             j->rc = -1;
         } else {
             job_done(j);
@@ -201,11 +209,11 @@ int seq_append_multi(seq_job *jobs, int n, char *err, size_t errlen) {
     }
     /* nothing ran (a batch was refused) or the forward broke part-way: put
        every cache back to its sequence and run each job alone */
-    for (int t = 0; t < m; t++) mctx_truncate(cs[t], jobs[idx[t]].s->n);
+    for (int t = 0; t < m; t++) cut(jobs[idx[t]].s, jobs[idx[t]].s->n);
     for (int t = 0; t < m; t++) {
         seq_job *j = &jobs[idx[t]];
         if (model_forward(cs[t], &bs[t], j->err, sizeof j->err) != 0) {
-            mctx_truncate(cs[t], j->s->n);
+            cut(j->s, j->s->n);
             j->rc = -1;
         } else {
             job_done(j);
@@ -258,6 +266,7 @@ int seq_copy_prefix(seq *dst, const seq *src, int n, char *err, size_t errlen) {
 }
 
 size_t seq_pos_bytes(const seq *s) { return mctx_pos_bytes(s->ctx); }
+int seq_kept_from(const seq *s) { return mctx_kept_from(s->ctx); }
 
 int seq_save_rows(seq *s, int pos0, int n, void *host, char *err, size_t errlen) {
     if (pos0 < 0 || n < 0 || pos0 + n > s->n)
@@ -284,6 +293,5 @@ void seq_truncate(seq *s, int len) {
     seq_chain_end(s);
     if (len < 0) len = 0;
     if (len >= s->n) return;
-    s->n = len;
-    mctx_truncate(s->ctx, len);
+    cut(s, len);
 }

@@ -122,6 +122,7 @@ int seq_copy_prefix(seq *dst, const seq *src, int n, char *err, size_t errlen);
  * first). 0, or -1 with err filled (after a failed load the sequence holds
  * ids[0 .. pos0)). */
 size_t seq_pos_bytes(const seq *s);
+int seq_kept_from(const seq *s); /* mctx_kept_from */
 int seq_save_rows(seq *s, int pos0, int n, void *host, char *err, size_t errlen);
 int seq_load_rows(seq *s, const int *ids, int pos0, int n, const void *host, char *err, size_t errlen);
 

@@ -176,6 +176,7 @@ static int prefill_begin(spec_run *r) {
         if (dk < keep) keep = dk < 0 ? 0 : dk;
     }
     seq_truncate(r->s, keep);
+    keep = seq_len(r->s); /* (a sliding layer may have given back the rows keep attends to) */
     r->pf_pos = keep;
     r->st->n_prefilled = n - keep;
     return 0;
