@@ -9,7 +9,11 @@
 # checkpoint to GGUF; needs Debian's python3-numpy). Without LLAMA_BENCH the
 # script measures dspark alone and says so. Options (environment):
 #   THREADS="2 1"   thread counts to measure      REPS=3   repetitions
-#   SHAPE=0.6b|1.7b checkpoint shape              OUT=bench/out  scratch dir
+#   SHAPE=0.6b|1.7b|30b-a3b-4l|gemma3-1b  checkpoint shape (mkrandom)
+#                   OUT=bench/out  scratch dir
+#                   gemma3-1b: its GGUFs (BF16, and Q8_0 as the one QUANTS
+#                   it takes) come from bench/gemma3-gguf.c, without a
+#                   vocabulary (llama-bench needs none; LLAMA_CPP unused)
 #   LOADS="read mmap" weight loading: read into memory (dspark's default,
 #                   llama-bench --load-mode none) and/or file mapping (dspark
 #                   --mmap, llama-bench --load-mode mmap). On some VMs
@@ -31,26 +35,36 @@ SHAPE=${SHAPE:-0.6b}
 OUT=${OUT:-bench/out}
 PY=${PYTHON:-/usr/bin/python3}
 mkdir -p "$OUT"
-MODEL="$OUT/qwen3-$SHAPE-random"
+NAME=qwen3-$SHAPE
+GEMMA=0
+case $SHAPE in gemma3*) NAME=$SHAPE; GEMMA=1 ;; esac
+MODEL="$OUT/$NAME-random"
 TOKDIR=${TOKDIR:-}
 
 make -s dspark
 cc -O2 -o "$OUT/mkrandom" bench/mkrandom.c -lm
 [ -f "$MODEL/model.safetensors" ] || "$OUT/mkrandom" "$MODEL" "$SHAPE" 1234
 
-if [ -z "$TOKDIR" ]; then
+if [ $GEMMA = 1 ]; then
+  sh bench/build-tool.sh gemma3-gguf "$OUT/gemma3-gguf"
+  TOKDIR=none
+elif [ -z "$TOKDIR" ]; then
   scripts/fetch-test-assets >/dev/null
   TOKDIR="$HOME/.cache/dspark/tokenizers/qwen3"
 fi
 
 have_llama=0
 if [ -n "${LLAMA_BENCH:-}" ] && [ -x "$LLAMA_BENCH" ]; then
-  if [ -z "${LLAMA_CPP:-}" ] || [ ! -d "$LLAMA_CPP/gguf-py" ]; then
-    echo "cpu-bench: LLAMA_CPP must point at a llama.cpp source tree (for gguf-py) to convert the weights" >&2
-    exit 1
+  GGUF="$OUT/$NAME-random-bf16.gguf"
+  if [ $GEMMA = 1 ]; then
+    [ -f "$GGUF" ] || "$OUT/gemma3-gguf" "$MODEL" "$GGUF" bf16
+  else
+    if [ -z "${LLAMA_CPP:-}" ] || [ ! -d "$LLAMA_CPP/gguf-py" ]; then
+      echo "cpu-bench: LLAMA_CPP must point at a llama.cpp source tree (for gguf-py) to convert the weights" >&2
+      exit 1
+    fi
+    [ -f "$GGUF" ] || PYTHONPATH="$LLAMA_CPP/gguf-py" "$PY" bench/hf_to_gguf.py "$MODEL" "$TOKDIR" "$GGUF"
   fi
-  GGUF="$OUT/qwen3-$SHAPE-random-bf16.gguf"
-  [ -f "$GGUF" ] || PYTHONPATH="$LLAMA_CPP/gguf-py" "$PY" bench/hf_to_gguf.py "$MODEL" "$TOKDIR" "$GGUF"
   have_llama=1
 else
   echo "cpu-bench: LLAMA_BENCH not set or not executable: measuring dspark alone (no llama.cpp anchor)" >&2
@@ -59,10 +73,16 @@ fi
 QUANTS=${QUANTS:-}
 if [ -n "$QUANTS" ]; then
   # the tokenizer beside the weights, so that the GGUFs carry it
-  cp "$TOKDIR/tokenizer.json" "$TOKDIR/tokenizer_config.json" "$MODEL/"
+  [ $GEMMA = 1 ] || cp "$TOKDIR/tokenizer.json" "$TOKDIR/tokenizer_config.json" "$MODEL/"
   for q in $QUANTS; do
-    [ -f "$OUT/qwen3-$SHAPE-$q.gguf" ] || ./dspark quantize --model "$MODEL" --out "$OUT/qwen3-$SHAPE-$q.gguf" \
-      --type "$q" > "$OUT/quantize-$q.log" 2>&1 || { cat "$OUT/quantize-$q.log" >&2; exit 1; }
+    [ -f "$OUT/$NAME-$q.gguf" ] && continue
+    if [ $GEMMA = 1 ]; then
+      [ "$q" = Q8_0 ] || { echo "cpu-bench: gemma3's GGUFs here are BF16 and Q8_0 only" >&2; exit 1; }
+      "$OUT/gemma3-gguf" "$MODEL" "$OUT/$NAME-$q.gguf" q8_0
+    else
+      ./dspark quantize --model "$MODEL" --out "$OUT/$NAME-$q.gguf" \
+        --type "$q" > "$OUT/quantize-$q.log" 2>&1 || { cat "$OUT/quantize-$q.log" >&2; exit 1; }
+    fi
   done
 fi
 
@@ -112,7 +132,7 @@ done
 
 # quantized builds: the same GGUF for both engines, read into memory
 for q in $QUANTS; do
-  QG="$OUT/qwen3-$SHAPE-$q.gguf"
+  QG="$OUT/$NAME-$q.gguf"
   for t in $THREADS; do
     pp=(); tg=(); bpp=(); btg=()
     for r in $(seq "$REPS"); do

@@ -3,9 +3,11 @@
  * exact Qwen3-0.6B, 1.7B, 4B or 8B shapes, for speed benchmarks only. Weights
  * ~ N(0, 0.02) (4B and 8B: uniform with the same deviation, drawn faster),
  * norms ~ 1 + the same noise, deterministic from the seed.
- *   mkrandom OUT_DIR [0.6b|1.7b|4b|8b|30b-a3b-4l] [seed]
+ *   mkrandom OUT_DIR [0.6b|1.7b|4b|8b|30b-a3b-4l|gemma3-1b] [seed]
  * (30b-a3b-4l: Qwen3-30B-A3B's layer shape, 128 experts of which 8 a token,
- * in 4 layers: a mixture of experts small enough for a CPU benchmark)
+ * in 4 layers: a mixture of experts small enough for a CPU benchmark;
+ * gemma3-1b: Gemma-3-1B's shape, gemma3_text, its norms drawn around 0 as
+ * Gemma's (1 + w) norms are stored)
  * Or a drafter in the published layouts for such a target (5 layers of the
  * target's width, taps [1, 7, 13, 19, 25] by the published fallback):
  *   mkrandom OUT_DIR dspark-0.6b|dflash-0.6b|dspark-1.7b|dflash-1.7b [target seed]
@@ -65,7 +67,7 @@ int main(int argc, char **argv) {
     int dspark = !strncmp(shape, "dspark", 6), dflash = !strncmp(shape, "dflash", 6);
     int q4b = !strcmp(shape, "4b"), q8b = !strcmp(shape, "8b"); /* 8B: untied LM head */
     int d8b = (dspark || dflash) && strstr(shape, "8b") != NULL;  /* a drafter for Qwen3-8B */
-    int moe = !strcmp(shape, "30b-a3b-4l");
+    int moe = !strcmp(shape, "30b-a3b-4l"), gem = !strcmp(shape, "gemma3-1b");
     const long E = 128, EK = 8, EI = 768;
     uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 10) | 1 : 1234;
     rng = seed;
@@ -77,6 +79,7 @@ int main(int argc, char **argv) {
         NH = 32;
     }
     if (moe) H = 2048, I = 6144, L = 4, NH = 32, NKV = 4;
+    if (gem) H = 1152, I = 6912, L = 26, NH = 4, NKV = 1, HD = 256, V = 262144;
     const char *pre = "model.";
     if (dspark || dflash) {
         L = 5;
@@ -109,24 +112,30 @@ int main(int argc, char **argv) {
                 "\"num_experts_per_tok\":%ld,\"moe_intermediate_size\":%ld,\"norm_topk_prob\":true,"
                 "\"decoder_sparse_step\":1,\"mlp_only_layers\":[],",
                 E, EK, EI);
+    else if (gem)
+        fprintf(f, "{\"architectures\":[\"Gemma3ForCausalLM\"],\"model_type\":\"gemma3_text\","
+                   "\"hidden_activation\":\"gelu_pytorch_tanh\",\"query_pre_attn_scalar\":256,\"sliding_window\":512,"
+                   "\"sliding_window_pattern\":6,\"rope_local_base_freq\":10000,");
     else
         fprintf(f, "{\"architectures\":[\"Qwen3ForCausalLM\"],");
-    if (!moe) fprintf(f, "\"model_type\":\"qwen3\",");
+    if (!moe && !gem) fprintf(f, "\"model_type\":\"qwen3\",");
     fprintf(f,
             "\"hidden_size\":%ld,"
             "\"intermediate_size\":%ld,\"num_hidden_layers\":%ld,\"num_attention_heads\":%ld,"
             "\"num_key_value_heads\":%ld,\"head_dim\":%ld,\"vocab_size\":%ld,\"max_position_embeddings\":40960,"
             "\"rms_norm_eps\":1e-06,\"rope_theta\":1000000,\"tie_word_embeddings\":%s,\"attention_bias\":false,"
-            "\"hidden_act\":\"silu\",\"torch_dtype\":\"bfloat16\",\"bos_token_id\":151643,\"eos_token_id\":151645}\n",
-            H, I, L, NH, NKV, HD, V, q8b || moe ? "false" : "true");
+            "%s\"torch_dtype\":\"bfloat16\",\"bos_token_id\":%s,\"eos_token_id\":%s}\n",
+            H, I, L, NH, NKV, HD, V, q8b || moe ? "false" : "true", gem ? "" : "\"hidden_act\":\"silu\",",
+            gem ? "2" : "151643", gem ? "[1,106]" : "151645");
     fclose(f);
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     f = fopen(path, "w");
-    fprintf(f, "{\"bos_token_id\":151643,\"eos_token_id\":[151645,151643]}\n");
+    fprintf(f, gem ? "{\"bos_token_id\":2,\"eos_token_id\":[1,106]}\n"
+                   : "{\"bos_token_id\":151643,\"eos_token_id\":[151645,151643]}\n");
     fclose(f);
 
     int nt = 0;
-    tdesc *t = calloc((size_t)(17 + L * (12 + (moe ? 3 * E : 0))), sizeof *t);
+    tdesc *t = calloc((size_t)(17 + L * (14 + (moe ? 3 * E : 0))), sizeof *t);
 #define ADD(n0, a, b, nm) do { snprintf(t[nt].name, 96, "%s", n0); t[nt].d0 = a; t[nt].d1 = b; t[nt].norm = nm; nt++; } while (0)
     /* norm 2: drawn from the target's seed (the DSpark copies of its embedding) */
     if (!dflash) ADD(dspark ? "embed_tokens.weight" : "model.embed_tokens.weight", V, H, dspark ? 2 : 0);
@@ -142,20 +151,25 @@ int main(int argc, char **argv) {
         ADD("hidden_norm.weight", H, 0, 1);
         ADD("norm.weight", H, 0, 1);
     } else {
-        ADD("model.norm.weight", H, 0, 1);
+        ADD("model.norm.weight", H, 0, gem ? 3 : 1);
         if (q8b || moe) ADD("lm_head.weight", V, H, 0);
     }
     char nm[96];
     for (long l = 0; l < L; l++) {
 #define LAY(s, a, b, n) do { snprintf(nm, 96, "%slayers.%ld.%s", pre, l, s); ADD(nm, a, b, n); } while (0)
-        LAY("input_layernorm.weight", H, 0, 1);
-        LAY("post_attention_layernorm.weight", H, 0, 1);
+        const int nw = gem ? 3 : 1; /* Gemma stores w of its (1 + w) norms */
+        LAY("input_layernorm.weight", H, 0, nw);
+        LAY("post_attention_layernorm.weight", H, 0, nw);
+        if (gem) {
+            LAY("pre_feedforward_layernorm.weight", H, 0, nw);
+            LAY("post_feedforward_layernorm.weight", H, 0, nw);
+        }
         LAY("self_attn.q_proj.weight", NH * HD, H, 0);
         LAY("self_attn.k_proj.weight", NKV * HD, H, 0);
         LAY("self_attn.v_proj.weight", NKV * HD, H, 0);
         LAY("self_attn.o_proj.weight", H, NH * HD, 0);
-        LAY("self_attn.q_norm.weight", HD, 0, 1);
-        LAY("self_attn.k_norm.weight", HD, 0, 1);
+        LAY("self_attn.q_norm.weight", HD, 0, nw);
+        LAY("self_attn.k_norm.weight", HD, 0, nw);
         if (moe) {
             LAY("mlp.gate.weight", E, H, 0);
             for (long e = 0; e < E; e++) {
@@ -202,7 +216,7 @@ int main(int argc, char **argv) {
         if (dspark) rng = t[i].norm == 2 ? seed : own++; /* copies replay the target's first draws */
         while (cnt) {
             size_t k = cnt < (1u << 20) ? cnt : (1u << 20);
-            if (q4b || q8b || d8b || moe) /* uniform in +-0.02*sqrt(3): the same deviation, several times faster */
+            if (q4b || q8b || d8b || moe || gem) /* uniform in +-0.02*sqrt(3): the same deviation, several times faster */
                 for (size_t j = 0; j < k; j++)
                     buf[j] = bf16((t[i].norm == 1 ? 1.0f : 0.0f) + 0.0693f * ((float)unif() - 0.5f));
             else
