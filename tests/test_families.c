@@ -889,3 +889,168 @@ TEST(families_gemma3_window_memory) {
     free(a), free(b), free(c);
     model_free(m);
 }
+
+/* ---- mlx-lm's switch_mlp ---- */
+
+/* one tensor of a safetensors file being written: dtype "BF16" or "U32",
+   up to 3 dims, its bytes */
+typedef struct {
+    char name[128];
+    const char *dtype;
+    long shape[3];
+    int nd;
+    void *data;
+    size_t bytes;
+} stw;
+
+static int write_st(const char *dir, const char *config, stw *t, int nt) {
+    mkdir(dir, 0755);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(config, f);
+    fclose(f);
+    char *hdr = xmalloc(1 << 18);
+    size_t n = (size_t)snprintf(hdr, 1 << 18, "{"), off = 0;
+    for (int i = 0; i < nt; i++) {
+        char shape[96];
+        int k = 0;
+        for (int d = 0; d < t[i].nd; d++) k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%ld", d ? "," : "", t[i].shape[d]);
+        n += (size_t)snprintf(hdr + n, (1 << 18) - n, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                              i ? "," : "", t[i].name, t[i].dtype, shape, off, off + t[i].bytes);
+        off += t[i].bytes;
+    }
+    hdr[n++] = '}';
+    while (n % 8) hdr[n++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    if (!f) return free(hdr), -1;
+    uint64_t hl = n;
+    fwrite(&hl, 8, 1, f);
+    fwrite(hdr, 1, n, f);
+    free(hdr);
+    for (int i = 0; i < nt; i++) fwrite(t[i].data, 1, t[i].bytes, f);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* tensor i of tdef as a BF16 stw (weight_of's values) */
+static void stw_bf16(stw *o, const char *name, long d0, long d1, int norm) {
+    snprintf(o->name, sizeof o->name, "%s", name);
+    o->dtype = "BF16";
+    o->nd = d1 ? 2 : 1;
+    o->shape[0] = d0, o->shape[1] = d1;
+    const size_t cnt = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    uint16_t *v = xmalloc(2 * cnt);
+    for (size_t j = 0; j < cnt; j++) v[j] = ds_f32_to_bf16(weight_of(name, j, norm));
+    o->data = v;
+    o->bytes = 2 * cnt;
+}
+
+/* The qwen3_moe above (8 experts, top 2, layer 1 dense) with its experts
+   as one matrix an expert each and as mlx-lm stacks them
+   (mlp.switch_mlp.{gate,up,down}_proj [E][rows][cols]): in BF16 and with
+   gate and up MLX-quantized (4 bits, groups of 32, BF16 scales and
+   biases), the two layouts give the same logits bit for bit. */
+TEST(families_moe_switch_mlp) {
+    const int E = 8;
+    const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    const long prow[3] = {FI, FI, FH}, pcol[3] = {FH, FH, FI};
+    for (int q = 0; q < 2; q++) {
+        char per[700], sw[700], cfg[2048];
+        snprintf(per, sizeof per, "%s/fam-moe-per%d", test_tmp_dir(), q);
+        snprintf(sw, sizeof sw, "%s/fam-moe-switch%d", test_tmp_dir(), q);
+        snprintf(cfg, sizeof cfg,
+                 "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\",%s,\"num_experts\":8,"
+                 "\"num_experts_per_tok\":2,\"moe_intermediate_size\":48,\"norm_topk_prob\":true,"
+                 "\"mlp_only_layers\":[1]%s}",
+                 COMMON, q ? ",\"quantization\":{\"group_size\":32,\"bits\":4}" : "");
+        tdef *t = xmalloc(sizeof(tdef) * 256);
+        const int second_dense[FL] = {0, 1};
+        const int nt = make_tensors(t, 1, 8, second_dense);
+        stw *a = xcalloc(512, sizeof *a), *b = xcalloc(512, sizeof *b);
+        int na = 0, nb = 0;
+        for (int i = 0; i < nt; i++) {
+            const char *ex = strstr(t[i].name, "mlp.experts.");
+            if (!ex) { /* everything but the experts: the same in both */
+                stw_bf16(&a[na++], t[i].name, t[i].d0, t[i].d1, t[i].d1 == 0);
+                stw_bf16(&b[nb++], t[i].name, t[i].d0, t[i].d1, t[i].d1 == 0);
+                continue;
+            }
+        }
+        for (int p = 0; p < 3; p++) {
+            /* (down_proj's rows of 48 are not whole groups of 32: it stays BF16) */
+            const int qp = q && p < 2;
+            const long R = prow[p], K = pcol[p], G = 32, W = K * 4 / 32, NG = K / G;
+            /* stacked buffers */
+            uint16_t *sf = xmalloc(2 * (size_t)E * R * K), *ss = xmalloc(2 * (size_t)E * R * NG),
+                     *sb = xmalloc(2 * (size_t)E * R * NG);
+            uint32_t *sq = xmalloc(4 * (size_t)E * R * W);
+            for (int e = 0; e < E; e++) {
+                char nm[128];
+                snprintf(nm, sizeof nm, "model.layers.0.mlp.experts.%d.%s.weight", e, proj[p]);
+                float *x = xmalloc(sizeof(float) * (size_t)R * K);
+                for (long j = 0; j < R * K; j++) x[j] = ds_bf16_to_f32(ds_f32_to_bf16(weight_of(nm, (size_t)j, 0)));
+                for (long j = 0; j < R * K; j++) sf[(size_t)e * R * K + j] = ds_f32_to_bf16(x[j]);
+                if (qp)
+                    for (long r = 0; r < R; r++) {
+                        float scs[64], bis[64];
+                        qenc_mlx_row(x + r * K, K, 4, (int)G, sq + ((size_t)e * R + r) * W, scs, bis);
+                        for (long g = 0; g < NG; g++) {
+                            ss[((size_t)e * R + r) * NG + g] = ds_f32_to_bf16(scs[g]);
+                            sb[((size_t)e * R + r) * NG + g] = ds_f32_to_bf16(bis[g]);
+                        }
+                    }
+                free(x);
+                /* the per-expert layout: views of the same bytes, copied */
+                stw *o = &a[na++];
+                snprintf(o->name, sizeof o->name, "%s", nm);
+                o->nd = 2, o->shape[0] = R;
+                if (!qp) {
+                    o->dtype = "BF16", o->shape[1] = K, o->bytes = 2 * (size_t)R * K;
+                    o->data = xmalloc(o->bytes);
+                    memcpy(o->data, sf + (size_t)e * R * K, o->bytes);
+                    continue;
+                }
+                o->dtype = "U32", o->shape[1] = W, o->bytes = 4 * (size_t)R * W;
+                o->data = xmalloc(o->bytes);
+                memcpy(o->data, sq + (size_t)e * R * W, o->bytes);
+                for (int k = 0; k < 2; k++) {
+                    stw *s2 = &a[na++];
+                    snprintf(s2->name, sizeof s2->name, "model.layers.0.mlp.experts.%d.%s.%s", e, proj[p],
+                             k ? "biases" : "scales");
+                    s2->dtype = "BF16", s2->nd = 2, s2->shape[0] = R, s2->shape[1] = NG, s2->bytes = 2 * (size_t)R * NG;
+                    s2->data = xmalloc(s2->bytes);
+                    memcpy(s2->data, (k ? sb : ss) + (size_t)e * R * NG, s2->bytes);
+                }
+            }
+            stw *o = &b[nb++];
+            snprintf(o->name, sizeof o->name, "model.layers.0.mlp.switch_mlp.%s.weight", proj[p]);
+            o->nd = 3, o->shape[0] = E, o->shape[1] = R;
+            if (!qp) {
+                o->dtype = "BF16", o->shape[2] = K, o->data = sf, o->bytes = 2 * (size_t)E * R * K;
+                free(sq), free(ss), free(sb);
+                continue;
+            }
+            o->dtype = "U32", o->shape[2] = W, o->data = sq, o->bytes = 4 * (size_t)E * R * W;
+            free(sf);
+            for (int k = 0; k < 2; k++) {
+                stw *s2 = &b[nb++];
+                snprintf(s2->name, sizeof s2->name, "model.layers.0.mlp.switch_mlp.%s.%s", proj[p], k ? "biases" : "scales");
+                s2->dtype = "BF16", s2->nd = 3, s2->shape[0] = E, s2->shape[1] = R, s2->shape[2] = NG;
+                s2->data = k ? sb : ss, s2->bytes = 2 * (size_t)E * R * NG;
+            }
+        }
+        CHECK(write_st(per, cfg, a, na) == 0);
+        CHECK(write_st(sw, cfg, b, nb) == 0);
+        for (int i = 0; i < na; i++) free(a[i].data);
+        for (int i = 0; i < nb; i++) free(b[i].data);
+        free(a), free(b), free(t);
+        float *x = logits_of(per, FT), *y = logits_of(sw, FT);
+        if (x && y)
+            CHECK_MSG(!memcmp(x, y, sizeof(float) * FT * FV), "%s: switch_mlp's logits differ from the per-expert layout's",
+                      q ? "MLX 4-bit" : "BF16");
+        free(x), free(y);
+        if (q) check_invariant(sw, "qwen3_moe, MLX 4-bit switch_mlp");
+    }
+}

@@ -187,6 +187,77 @@ size_t wbind_layer_floats(const model_config *c) {
            (c->o_bias ? H : 0);
 }
 
+/* mlx-lm's layout of a mixture of experts: each of gate_proj, up_proj and
+   down_proj stacked over the experts, module PREFIXmlp.switch_mlp.NAME
+   ([E][rows][cols] floats, or [E][rows][words] U32 with [E][rows][groups]
+   scales and biases under the module's declared bits and group size),
+   sliced into one matrix an expert (views of the stacked data) */
+static int switch_mlp(wbind *b, const char *prefix, const char *proj, int E, int64_t rows, int64_t cols,
+                      const tensor **out) {
+    char module[256], wn[300], sn[300], bn[300], got[128];
+    snprintf(module, sizeof module, "%smlp.switch_mlp.%s", prefix, proj);
+    snprintf(wn, sizeof wn, "%s.weight", module);
+    claim(b, wn);
+    const tensor *w = st_set_find(b->st, wn);
+    if (!w) return ds_err(b->err, b->errlen, "missing tensor \"%s\" (required by %s config)", wn, b->what);
+    shape_str(got, sizeof got, w);
+    const int quant = w->dtype == DT_U32;
+    if (w->ndim != 3 || w->shape[0] != E || w->shape[1] != rows || (!quant && w->shape[2] != cols) ||
+        (quant && (w->shape[2] * 32) % cols != 0))
+        return ds_err(b->err, b->errlen, "%s: tensor \"%s\" has shape [%s]; expected [%d, %lld, %lld%s]", w->file, wn,
+                      got, E, (long long)rows, (long long)cols, quant ? " * bits / 32" : "");
+    if (!quant && w->dtype != DT_F32 && w->dtype != DT_F16 && w->dtype != DT_BF16)
+        return ds_err(b->err, b->errlen, "%s: tensor \"%s\" has dtype %s; expected BF16, F16, F32 or U32", w->file, wn,
+                      dtype_name(w->dtype));
+    const tensor *sc = NULL, *bi = NULL;
+    int bits = 0, group = 0;
+    if (quant) {
+        snprintf(sn, sizeof sn, "%s.scales", module);
+        snprintf(bn, sizeof bn, "%s.biases", module);
+        claim(b, sn);
+        claim(b, bn);
+        sc = st_set_find(b->st, sn), bi = st_set_find(b->st, bn);
+        if (!sc || !bi)
+            return ds_err(b->err, b->errlen, "%s: tensor \"%s\" is U32 (MLX-quantized) but \"%s\" is missing", w->file,
+                          wn, sc ? bn : sn);
+        if (sc->ndim != 3 || sc->shape[0] != E || sc->shape[1] != rows || sc->shape[2] <= 0 || cols % sc->shape[2] ||
+            bi->ndim != 3 || bi->shape[0] != E || bi->shape[1] != rows || bi->shape[2] != sc->shape[2] ||
+            bi->dtype != sc->dtype)
+            return ds_err(b->err, b->errlen, "%s: \"%s\" and \"%s\" must be [%d, %lld, %lld / group_size] alike", sc->file,
+                          sn, bn, E, (long long)rows, (long long)cols);
+        bits = (int)(w->shape[2] * 32 / cols), group = (int)(cols / sc->shape[2]);
+        int eb, eg;
+        if (!b->q || !b->q->bits || !qspec_for(b->q, module, &eb, &eg))
+            return ds_err(b->err, b->errlen, "%s: tensor \"%s\" is quantized but config.json declares \"%s\" unquantized",
+                          w->file, wn, module);
+        if (eb != bits || eg != group)
+            return ds_err(b->err, b->errlen,
+                          "%s: tensor \"%s\" holds %d-bit values in groups of %d; config.json declares %d bits, "
+                          "group_size %d",
+                          w->file, wn, bits, group, eb, eg);
+    }
+    const size_t wb = w->nbytes / (size_t)E, sb = sc ? sc->nbytes / (size_t)E : 0;
+    for (int e = 0; e < E; e++) {
+        tensor t = *w;
+        t.ndim = 2;
+        t.shape[0] = rows;
+        t.shape[1] = cols;
+        t.data = (const char *)w->data + (size_t)e * wb;
+        t.nbytes = wb;
+        if (quant) {
+            t.dtype = DT_MLX;
+            t.q.bits = bits;
+            t.q.group = group;
+            t.q.sdtype = sc->dtype;
+            t.q.scales = (const char *)sc->data + (size_t)e * sb;
+            t.q.biases = (const char *)bi->data + (size_t)e * sb;
+            if (quant_check(&t, b->err, b->errlen) != 0) return -1;
+        }
+        if (!(out[e] = st_set_derive(b->st, &t))) return ds_err(b->err, b->errlen, "out of memory");
+    }
+    return 0;
+}
+
 static int wbind_moe(wbind *b, const char *prefix, const model_config *c, wmoe *moe) {
     const int64_t H = c->hidden_size, Im = c->moe_intermediate_size;
     const int E = c->moe_experts;
@@ -197,6 +268,12 @@ static int wbind_moe(wbind *b, const char *prefix, const model_config *c, wmoe *
     char name[256];
     snprintf(name, sizeof name, "%smlp.gate.weight", prefix);
     if (!(moe->router = wbind_get(b, name, E, H))) return -1;
+    snprintf(name, sizeof name, "%smlp.switch_mlp.gate_proj.weight", prefix);
+    if (st_set_find(b->st, name))
+        return switch_mlp(b, prefix, "gate_proj", E, Im, H, moe->gate) || switch_mlp(b, prefix, "up_proj", E, Im, H, moe->up) ||
+                       switch_mlp(b, prefix, "down_proj", E, H, Im, moe->down)
+                   ? -1
+                   : 0;
     for (int e = 0; e < E; e++) {
         snprintf(name, sizeof name, "%smlp.experts.%d.gate_proj.weight", prefix, e);
         if (!(moe->gate[e] = wbind_get(b, name, Im, H))) return -1;
