@@ -630,10 +630,35 @@ done:
 typedef struct {
     char name[256];
     ds_dtype dtype;
-    int64_t shape[2];
+    int64_t shape[3];
     int ndim;
     size_t nbytes;
 } st_entry;
+
+/* An expert's matrix PREFIXmlp.experts.E.PROJ.weight: E, and the module
+   mlx-lm stacks the experts into, PREFIXmlp.switch_mlp.PROJ; -1 otherwise */
+static int expert_of(const char *name, char *stack, size_t n) {
+    const char *m = strstr(name, "mlp.experts.");
+    if (!m) return -1;
+    const char *p = m + 12;
+    int e = 0, digits = 0;
+    while (*p >= '0' && *p <= '9' && digits < 6) e = e * 10 + (*p++ - '0'), digits++;
+    if (!digits || *p != '.') return -1;
+    p++;
+    size_t pl = strlen(p);
+    if (pl <= 7 || strcmp(p + pl - 7, ".weight") != 0) return -1;
+    if (snprintf(stack, n, "%.*smlp.switch_mlp.%.*s", (int)(m - name), name, (int)(pl - 7), p) >= (int)n) return -1;
+    return e;
+}
+
+/* expert e's matrix of the stack (the name of expert 0's with e in its place) */
+static const tensor *expert_tensor(const st_set *st, const char *name0, int e) {
+    char nm[300];
+    const char *m = strstr(name0, "mlp.experts.0.");
+    if (!m) return NULL;
+    snprintf(nm, sizeof nm, "%.*smlp.experts.%d.%s", (int)(m - name0), name0, e, m + 14);
+    return st_set_find(st, nm);
+}
 
 /* The safetensors header for entries laid end to end in order, padded
  * with spaces to a multiple of 8 bytes (the format's alignment). */
@@ -676,6 +701,15 @@ static int mlx_quantizable(const tensor *t, int group) {
            (t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16);
 }
 
+/* An MoE layer's router (PREFIXmlp.gate.weight): kept as stored in an MLX
+   build, as in a GGUF (a rounded router changes which experts a row
+   takes); its module is declared unquantized in config.json */
+static int mlx_router(const tensor *t, int E) {
+    static const char suf[] = ".mlp.gate.weight";
+    size_t n = strlen(t->name), k = sizeof suf - 1;
+    return E > 0 && n >= k && !strcmp(t->name + n - k, suf);
+}
+
 static void put_float_as(uint8_t *dst, float v, ds_dtype t) {
     if (t == DT_F32) memcpy(dst, &v, 4);
     else {
@@ -684,16 +718,85 @@ static void put_float_as(uint8_t *dst, float v, ds_dtype t) {
     }
 }
 
-static int write_mlx_weights(const char *path, const st_set *st, int bits, int group, tpool *tp, FILE *log, char *err,
-                             size_t errlen) {
+/* The data of one switch_mlp stack: experts 0..E-1 of t's projection,
+   their words one after another, then their scales, then their biases (or
+   their floats, where the rows do not split into groups) */
+static int write_mlx_stack(FILE *f, const char *path, const st_set *st, const tensor *t0, int E, int bits, int group,
+                           tpool *tp, FILE *log, char *err, size_t errlen) {
+    if (!mlx_quantizable(t0, group)) {
+        for (int x = 0; x < E; x++) {
+            const tensor *t = expert_tensor(st, t0->name, x);
+            if (fwrite_all(f, t->data, t->nbytes, path, err, errlen)) return -1;
+        }
+        return 0;
+    }
+    const int64_t N = t0->shape[0], K = t0->shape[1], wpr = K * bits / 32, gpr = K / group;
+    const size_t es = dtype_size(t0->dtype), per = (size_t)(N * gpr);
+    uint8_t *sb = xmalloc(es * per * 2 * (size_t)E); /* scales [E][N][gpr], then biases */
+    if (log) fprintf(log, "%-48s mlx%d g%d %d x %lld x %lld (stacked)\n", t0->name, bits, group, E, (long long)N,
+                     (long long)K);
+    int rc = 0;
+    for (int x = 0; x < E && !rc; x++) {
+        const tensor *t = expert_tensor(st, t0->name, x);
+        rows_job j = {.src = t, .K = K, .r0 = 0, .nrows = N, .mlx_bits = bits, .group = group, .bad_row = -1};
+        j.q = xmalloc(sizeof(uint32_t) * (size_t)(N * wpr));
+        j.sc = xmalloc(sizeof(float) * per);
+        j.bi = xmalloc(sizeof(float) * per);
+        tp_run(tp, rows_worker, &j);
+        for (size_t k = 0; k < per; k++) {
+            put_float_as(sb + ((size_t)x * per + k) * es, j.sc[k], t0->dtype);
+            put_float_as(sb + ((size_t)(E + x) * per + k) * es, j.bi[k], t0->dtype);
+        }
+        if (j.bad_row >= 0) rc = ds_err(err, errlen, "%s: tensor %s row %d holds a NaN or infinity", t->file, t->name,
+                                        j.bad_row);
+        if (!rc) rc = fwrite_all(f, j.q, sizeof(uint32_t) * (size_t)(N * wpr), path, err, errlen);
+        free(j.q);
+        free(j.sc);
+        free(j.bi);
+    }
+    if (!rc) rc = fwrite_all(f, sb, es * per * 2 * (size_t)E, path, err, errlen);
+    free(sb);
+    return rc;
+}
+
+/* E > 0 (a mixture of experts): every mlp.experts.*.PROJ.weight is
+   written as mlx-lm lays the experts out, stacked in PROJ's switch_mlp
+   module ([E][rows][cols] words, scales and biases; or floats) */
+static int write_mlx_weights(const char *path, const st_set *st, int bits, int group, int E, tpool *tp, FILE *log,
+                             char *err, size_t errlen) {
     int ns = st_set_count(st), n = 0, rc = -1;
     st_entry *e = xcalloc((size_t)ns * 3 + 1, sizeof(st_entry));
+    char stack[200];
     for (int i = 0; i < ns; i++) {
         const tensor *t = st_set_get(st, i);
         if (strstr(t->name, "rotary_emb.inv_freq")) continue;
         if (strlen(t->name) >= sizeof e[0].name - 8)
             return free(e), ds_err(err, errlen, "%s: tensor name %s too long", t->file, t->name);
-        if (!mlx_quantizable(t, group)) {
+        const int ex = E > 0 ? expert_of(t->name, stack, sizeof stack) : -1;
+        if (ex > 0) continue; /* (stacked with expert 0) */
+        if (ex == 0) {
+            for (int k = 1; k < E; k++) {
+                const tensor *o = expert_tensor(st, t->name, k);
+                if (!o || o->ndim != 2 || o->shape[0] != t->shape[0] || o->shape[1] != t->shape[1] || o->dtype != t->dtype)
+                    return free(e), ds_err(err, errlen, "%s: expert %d of %s is missing or differs in shape or dtype",
+                                           t->file, k, stack);
+            }
+            const int qz = mlx_quantizable(t, group);
+            for (int s2 = 0; s2 < (qz ? 3 : 1); s2++) {
+                static const char *SUF[3] = {"weight", "scales", "biases"};
+                snprintf(e[n].name, sizeof e[n].name, "%s.%s", stack, SUF[s2]);
+                e[n].ndim = 3;
+                e[n].shape[0] = E;
+                e[n].shape[1] = t->shape[0];
+                e[n].shape[2] = !qz ? t->shape[1] : s2 == 0 ? t->shape[1] * bits / 32 : t->shape[1] / group;
+                e[n].dtype = qz && s2 == 0 ? DT_U32 : t->dtype;
+                e[n].nbytes = (size_t)E * (size_t)e[n].shape[1] * (size_t)e[n].shape[2] *
+                              (qz && s2 == 0 ? 4 : dtype_size(t->dtype));
+                n++;
+            }
+            continue;
+        }
+        if (!mlx_quantizable(t, group) || mlx_router(t, E)) {
             snprintf(e[n].name, sizeof e[n].name, "%s", t->name);
             e[n].dtype = t->dtype;
             e[n].ndim = t->ndim > 2 ? 2 : t->ndim;
@@ -728,7 +831,13 @@ static int write_mlx_weights(const char *path, const st_set *st, int bits, int g
     for (int i = 0; i < ns; i++) {
         const tensor *t = st_set_get(st, i);
         if (strstr(t->name, "rotary_emb.inv_freq")) continue;
-        if (!mlx_quantizable(t, group)) {
+        const int ex = E > 0 ? expert_of(t->name, stack, sizeof stack) : -1;
+        if (ex > 0) continue;
+        if (ex == 0) {
+            if (write_mlx_stack(f, path, st, t, E, bits, group, tp, log, err, errlen)) goto done;
+            continue;
+        }
+        if (!mlx_quantizable(t, group) || mlx_router(t, E)) {
             if (fwrite_all(f, t->data, t->nbytes, path, err, errlen)) goto done;
             continue;
         }
@@ -792,7 +901,8 @@ static void remove_tree_files(const char *d) {
     rmdir(d);
 }
 
-static int quantize_mlx(const char *dir, const char *out, int bits, int group, const st_set *st, tpool *tp, FILE *log,
+static int quantize_mlx(const char *dir, const char *out, int bits, int group, int E, const st_set *st, tpool *tp,
+                        FILE *log,
                         char *err, size_t errlen) {
     struct stat sb;
     if (stat(out, &sb) == 0 && !S_ISDIR(sb.st_mode))
@@ -808,7 +918,7 @@ static int quantize_mlx(const char *dir, const char *out, int bits, int group, c
         ds_err(err, errlen, "path too long");
         goto done;
     }
-    if (write_mlx_weights(p, st, bits, group, tp, log, err, errlen)) goto done;
+    if (write_mlx_weights(p, st, bits, group, E, tp, log, err, errlen)) goto done;
     /* config.json: the checkpoint's, plus mlx-lm's "quantization" (and the
        "quantization_config" copy transformers reads) */
     ds_path_join(p, sizeof p, dir, "config.json");
@@ -823,6 +933,13 @@ static int quantize_mlx(const char *dir, const char *out, int bits, int group, c
         cJSON *qo = cJSON_AddObjectToObject(cfg, key);
         cJSON_AddNumberToObject(qo, "group_size", group);
         cJSON_AddNumberToObject(qo, "bits", bits);
+        for (int i = 0; i < st_set_count(st); i++) { /* the routers stay as stored */
+            const tensor *t = st_set_get(st, i);
+            if (!mlx_router(t, E)) continue;
+            char mod[256];
+            snprintf(mod, sizeof mod, "%.*s", (int)(strlen(t->name) - 7), t->name);
+            cJSON_AddBoolToObject(qo, mod, 0);
+        }
     }
     js = cJSON_Print(cfg);
     ds_path_join(p, sizeof p, tmp, "config.json");
@@ -876,18 +993,13 @@ int quantize_model(const char *dir, const char *out, const char *type, int group
     if (config_load(&c, dir, err, errlen)) return -1;
     if (c.vision_skipped && mlx)
         return ds_err(err, errlen, "%s: an MLX build of a gemma3 checkpoint with a vision tower is not written yet", dir);
-    if (c.moe_experts > 0 && mlx)
-        /* mlx-lm stacks the experts into 3-d switch_mlp tensors, which this
-           writer does not lay out */
-        return ds_err(err, errlen, "%s: an MLX build of a mixture of experts (%s) is not written yet; the GGUF types are",
-                      dir, c.model_type);
-    if (c.moe_experts > 0 && !c.moe_norm_topk)
+    if (c.moe_experts > 0 && !c.moe_norm_topk && !mlx)
         /* llama.cpp's qwen3moe graph always renormalizes the chosen weights */
         return ds_err(err, errlen, "%s: norm_topk_prob is false, which a qwen3moe GGUF cannot say", dir);
     st_set *st;
     if (st_set_open(&st, dir, err, errlen)) return -1;
     tpool *tp = tp_create(threads);
-    int rc = mlx ? quantize_mlx(dir, out, q == QT_MLX4 ? 4 : 8, group, st, tp, log, err, errlen)
+    int rc = mlx ? quantize_mlx(dir, out, q == QT_MLX4 ? 4 : 8, group, c.moe_experts, st, tp, log, err, errlen)
                  : quantize_gguf(dir, out, q, QTYPES[qi].file_type, &c, st, tp, log, err, errlen);
     tp_free(tp);
     st_set_close(st);
