@@ -1102,3 +1102,58 @@ TEST(families_moe_switch_mlp) {
         if (q) check_invariant(sw, "qwen3_moe, MLX 4-bit switch_mlp");
     }
 }
+
+/* Malformed switch_mlp stacks are refused with the tensor named. */
+TEST(families_moe_switch_mlp_refusals) {
+    char dir[700], cfg[2048], err[512];
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\",%s,\"num_experts\":8,"
+             "\"num_experts_per_tok\":2,\"moe_intermediate_size\":48,\"norm_topk_prob\":true,\"mlp_only_layers\":[1],"
+             "\"quantization\":{\"group_size\":32,\"bits\":4}}",
+             COMMON);
+    static const struct {
+        long e;         /* experts in the stack */
+        int scales;     /* write the scales */
+        const char *want;
+    } C[] = {{7, 1, "switch_mlp.gate_proj.weight\" has shape [7, 48, 4]"},
+             {8, 0, "\"model.layers.0.mlp.switch_mlp.gate_proj.scales\" is missing"}};
+    for (size_t k = 0; k < sizeof C / sizeof C[0]; k++) {
+        snprintf(dir, sizeof dir, "%s/fam-moe-bad%zu", test_tmp_dir(), k);
+        tdef *t = xmalloc(sizeof(tdef) * 256);
+        const int second_dense[FL] = {0, 1};
+        const int nt = make_tensors(t, 1, 8, second_dense);
+        stw *a = xcalloc(256, sizeof *a);
+        int na = 0;
+        for (int i = 0; i < nt; i++)
+            if (!strstr(t[i].name, "mlp.experts.")) stw_bf16(&a[na++], t[i].name, t[i].d0, t[i].d1, t[i].d1 == 0);
+        const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
+        for (int p = 0; p < 3; p++) {
+            const long R = p < 2 ? FI : FH, K = p < 2 ? FH : FI, E = p == 0 ? C[k].e : 8;
+            stw *o = &a[na++];
+            snprintf(o->name, sizeof o->name, "model.layers.0.mlp.switch_mlp.%s.weight", proj[p]);
+            o->nd = 3, o->shape[0] = E, o->shape[1] = R;
+            if (p == 2) {
+                o->dtype = "BF16", o->shape[2] = K, o->bytes = 2 * (size_t)E * R * K;
+                o->data = xcalloc(1, o->bytes);
+                continue;
+            }
+            o->dtype = "U32", o->shape[2] = K / 8, o->bytes = 4 * (size_t)E * R * (K / 8);
+            o->data = xcalloc(1, o->bytes);
+            for (int s2 = 0; s2 < 2; s2++) {
+                if (!C[k].scales && p == 0 && s2 == 0) continue;
+                stw *q = &a[na++];
+                snprintf(q->name, sizeof q->name, "model.layers.0.mlp.switch_mlp.%s.%s", proj[p], s2 ? "biases" : "scales");
+                q->dtype = "BF16", q->nd = 3, q->shape[0] = E, q->shape[1] = R, q->shape[2] = 1;
+                q->bytes = 2 * (size_t)E * R;
+                q->data = xcalloc(1, q->bytes);
+            }
+        }
+        CHECK(write_st(dir, cfg, a, na) == 0);
+        for (int i = 0; i < na; i++) free(a[i].data);
+        free(a), free(t);
+        model *m = NULL;
+        CHECK(model_load(&m, dir, NULL, err, sizeof err) != 0);
+        CHECK_MSG(strstr(err, C[k].want), "case %zu: %s", k, err);
+        model_free(m);
+    }
+}
