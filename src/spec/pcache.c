@@ -234,10 +234,11 @@ int pcache_load(pcache *pc, seq *s, dstate *ds, const int *ids, int n, int have,
         return have;
     }
     for (int i = 0; i < k; i++) chain[i]->used = ++pc->clock;
-    const int pos0 = b0 * PCACHE_BLOCK;
+    int first = b0, pos0 = b0 * PCACHE_BLOCK;
     seq_truncate(s, pos0);
+    if (seq_len(s) < pos0) first = 0, pos0 = 0; /* (sliding layers had given back what pos0 attends to) */
     int held = pos0;
-    for (int i = b0; i < k; i++) {
+    for (int i = first; i < k; i++) {
         const int p = i * PCACHE_BLOCK;
         if (seq_load_rows(s, ids, p, PCACHE_BLOCK, chain[i]->rows, err, errlen) != 0 ||
             (ds && dstate_load_rows(ds, ids, p, PCACHE_BLOCK, chain[i]->drows, err, errlen) != 0)) {
