@@ -239,3 +239,27 @@ TEST(memfit_health_warnings) {
     CHECK_EQ_INT(cJSON_GetArraySize(w), 2);
     cJSON_Delete(w);
 }
+
+/* Sliding-window layers keep about their window (kv.h): the config-only
+   estimate counts them as a fixed cost and only the other layers per
+   position; with no window, every layer per position. */
+TEST(memfit_config_windows) {
+    model_config c;
+    memset(&c, 0, sizeof c);
+    c.hidden_size = 64, c.intermediate_size = 128, c.n_layers = 6, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
+    c.vocab_size = 1000;
+    size_t f0, p0, f1, p1;
+    memfit_config_bytes(&c, 32, 8, &f0, &p0);
+    const size_t layer = kv_bytes_per_pos(1, 2, 16, 32);
+    CHECK(p0 == 6 * layer);
+    c.sliding_window = 512;
+    for (int l = 0; l < 6; l++) c.sliding[l] = (l + 1) % 6 != 0; /* five slide */
+    memfit_config_bytes(&c, 32, 8, &f1, &p1);
+    CHECK(p1 == 1 * layer);
+    CHECK(f1 == f0 + 5 * layer * (size_t)(512 + 2 * KV_SLACK));
+    /* what a cache of n positions keeps, by the same rule */
+    int win[6] = {512, 512, 512, 512, 512, 0};
+    CHECK(kv_bytes_resident(6, 2, 16, 32, win, 100000) == (5 * (size_t)(512 + 2 * KV_SLACK) + 100000) * layer);
+    CHECK(kv_bytes_resident(6, 2, 16, 32, win, 600) == 6 * (size_t)600 * layer);
+    CHECK(kv_bytes_resident(6, 2, 16, 32, NULL, 600) == 6 * (size_t)600 * layer);
+}
