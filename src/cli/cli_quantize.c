@@ -40,8 +40,10 @@ const char QUANTIZE_HELP[] =
     "                               embedding) and for attn_v / ffn_down in the layers llama.cpp picks\n"
     "  --type mlx4|mlx8             an MLX folder at PATH (mlx-lm layout), 4- or 8-bit affine\n"
     "  --group-size N               MLX group: 32, 64 (default) or 128\n"
-    "Norms and biases stay F32 (GGUF) or as stored (MLX). The GGUF carries the architecture's\n"
-    "hyper-parameters, the tokenizer (byte-level BPE tokenizer.json) and the chat template.\n";
+    "Norms and biases stay F32 (GGUF) or as stored (MLX); a mixture of experts keeps its routers\n"
+    "unquantized and, in an MLX folder, has its experts stacked as mlx-lm's switch_mlp. The GGUF\n"
+    "carries the architecture's hyper-parameters, the tokenizer (byte-level BPE tokenizer.json) and\n"
+    "the chat template.\n";
 
 /* ---- the choice of types (GGUF) ---- */
 
