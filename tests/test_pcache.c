@@ -56,7 +56,7 @@ TEST(pcache_target_bits) {
         tpool *tp = tp_create(2);
         seq *a, *b, *c;
         CHECK(seq_create(&a, m, PK_CTX, 256, tp, err, sizeof err) == 0);
-        CHECK(seq_create(&b, m, PK_CTX, 64, tp, err, sizeof err) == 0);
+        CHECK(seq_create(&b, m, PK_CTX, 256, tp, err, sizeof err) == 0); /* (chunked as c: see test_prefix_copy.c) */
         CHECK(seq_create(&c, m, PK_CTX, 256, tp, err, sizeof err) == 0);
         int pa[3 * BK + 20], pb[3 * BK + 50];
         const int na = 3 * BK + 20, nb = 3 * BK + 50, shared = 2 * BK + 40;

@@ -56,7 +56,7 @@ TEST(prefix_copy_target) {
         tpool *tp = tp_create(2);
         seq *a, *b, *c;
         CHECK(seq_create(&a, m, PC_CTX, 256, tp, err, sizeof err) == 0);
-        CHECK(seq_create(&b, m, PC_CTX, 64, tp, err, sizeof err) == 0);
+        CHECK(seq_create(&b, m, PC_CTX, 256, tp, err, sizeof err) == 0);
         CHECK(seq_create(&c, m, PC_CTX, 256, tp, err, sizeof err) == 0);
         int pa[400], pb[420];
         prompt_make(pa, 400, 300, 7, V);
@@ -64,11 +64,13 @@ TEST(prefix_copy_target) {
         float *la = xmalloc(sizeof(float) * (size_t)V), *lb = xmalloc(sizeof(float) * (size_t)V),
               *lc = xmalloc(sizeof(float) * (size_t)V);
         CHECK(seq_prefill(a, pa, 400, la, err, sizeof err) == 400);
-        CHECK_MSG(seq_copy_prefix(b, a, 300, err, sizeof err) == 0, "%s", err);
-        CHECK_EQ_INT(seq_len(b), 300);
-        CHECK(memcmp(seq_tokens(b), pa, sizeof(int) * 300) == 0);
-        /* b computes only the 120 new rows; c the whole prompt */
-        CHECK_EQ_INT(seq_prefill(b, pb, 420, lb, err, sizeof err), 120);
+        /* (a copy of whole prefill groups, and b and c chunk alike: on a
+           backend with a prefill family, a row's bits are its group's) */
+        CHECK_MSG(seq_copy_prefix(b, a, 256, err, sizeof err) == 0, "%s", err);
+        CHECK_EQ_INT(seq_len(b), 256);
+        CHECK(memcmp(seq_tokens(b), pa, sizeof(int) * 256) == 0);
+        /* b computes only the 164 new rows; c the whole prompt */
+        CHECK_EQ_INT(seq_prefill(b, pb, 420, lb, err, sizeof err), 164);
         CHECK_EQ_INT(seq_prefill(c, pb, 420, lc, err, sizeof err), 420);
         CHECK_MSG(memcmp(lb, lc, sizeof(float) * (size_t)V) == 0, "kv %d: the last row's logits differ", bits[k]);
         /* and the caches agree past the prompt: the same greedy steps */

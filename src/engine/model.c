@@ -399,6 +399,7 @@ int model_forward(model_ctx *x, const model_batch *b, char *err, size_t errlen) 
 
 int model_forward_multi(model_ctx *const *cs, const model_batch *bs, int n, char *err, size_t errlen) {
     if (n <= 0) return ds_err(err, errlen, "forward: no sequences");
+    if (n > MODEL_MULTI_MAX) return ds_err(err, errlen, "forward: %d sequences, at most %d", n, MODEL_MULTI_MAX);
     for (int i = 0; i < n; i++) {
         if (cs[i]->m != cs[0]->m) return ds_err(err, errlen, "forward: sequence %d belongs to another model", i);
         for (int j = 0; j < i; j++)
@@ -414,7 +415,6 @@ int model_forward_multi(model_ctx *const *cs, const model_batch *bs, int n, char
         return 0;
     }
     void *bcs[MODEL_MULTI_MAX];
-    if (n > MODEL_MULTI_MAX) return ds_err(err, errlen, "forward: %d sequences, at most %d", n, MODEL_MULTI_MAX);
     for (int i = 0; i < n; i++) bcs[i] = cs[i]->bc;
     return be->forward_multi(bcs, bs, n, err, errlen);
 }
