@@ -50,8 +50,9 @@ const char SERVE_HELP[] =
     "                           when 4 slots of the window fit in memory, else fewer, at least 2)\n"
     "      --cache-ram MiB      the prefix cache: host memory for KV blocks of 128 tokens that\n"
     "                           finished requests leave and new prompts take back by their prefix,\n"
-    "                           across conversations, least recently used out first (default: a\n"
-    "                           quarter of the available memory, at most 8192; 0: off)\n"
+    "                           across conversations, least recently used out first (default on\n"
+    "                           the CPU: a quarter of the available memory, at most 8192; on a GPU\n"
+    "                           off, as the blocks cross PCIe on the scheduler thread; 0: off)\n"
     "      --mode M             auto, dspark, dflash, lookup or baseline (default auto:\n"
     "                           the model's drafter when one is installed and pays on\n"
     "                           this machine, else lookup)\n"
@@ -95,10 +96,14 @@ static double warm_up(seq **seqs, int n, char *err, size_t errlen) {
 #define SERVE_DEFAULT_BATCH 4
 /* --cache-ram in bytes; not given: a quarter of the memory available once
    the model is loaded, at most SERVE_CACHE_RAM_MIB (the memory guard gives
-   it back first under pressure) */
+   it back first under pressure), on the CPU; off on a GPU, where a finished
+   request's blocks cross PCIe from pageable memory on the scheduler thread
+   (a 20,000-token prompt of a 4B model stalls the next request for seconds:
+   docs/BENCHMARKS.md) */
 #define SERVE_CACHE_RAM_MIB 8192
-static size_t prefix_cache_bytes(const opts *o) {
+static size_t prefix_cache_bytes(const opts *o, const model *m) {
     if (o->cache_ram >= 0) return (size_t)o->cache_ram << 20;
+    if (strcmp(model_device(m), "cpu") != 0) return 0;
     memfit_sys sys;
     char err[256];
     size_t cap = (size_t)SERVE_CACHE_RAM_MIB << 20;
@@ -814,7 +819,7 @@ int cmd_serve(const opts *o) {
                         .drafter = sp.mode == CLI_MODE_DSPARK || sp.mode == CLI_MODE_DFLASH ? sp.drafter_dir : "",
                         .context_window = srv.ctx_window,
                         .cap = sp.mode == CLI_MODE_BASELINE ? 0 : sp.max_draft, .adaptive = sp.adaptive,
-                        .slots = n_slots, .max_batch = max_batch, .prefix_cache = prefix_cache_bytes(o)};
+                        .slots = n_slots, .max_batch = max_batch, .prefix_cache = prefix_cache_bytes(o, ce.m)};
     srv.mode = info.mode;
     if (!o->no_warmup) {
         double tw = warm_up(seqs, n_slots, err, sizeof err);
@@ -845,8 +850,11 @@ int cmd_serve(const opts *o) {
     const size_t pcb = sched_get_info(srv.en)->prefix_cache;
     if (pcb) fprintf(stderr, "dspark serve: prefix cache: %.0f MiB of host memory for %d-token KV blocks\n",
                      (double)pcb / 1048576.0, PCACHE_BLOCK);
-    else fprintf(stderr, "dspark serve: prefix cache: off (%s)\n", o->cache_ram == 0 ? "--cache-ram 0" :
-                 "this backend cannot save cache rows");
+    else fprintf(stderr, "dspark serve: prefix cache: off (%s)\n",
+                 o->cache_ram == 0 ? "--cache-ram 0"
+                 : o->cache_ram < 0 && strcmp(model_device(ce.m), "cpu") != 0
+                     ? "the default on a GPU; --cache-ram MiB turns it on"
+                     : "this backend cannot save cache rows");
     fprintf(stderr, "dspark serve: listening on http://%s:%d\n", uhost, port);
     fflush(stderr);
 
