@@ -16,7 +16,8 @@
 #include "base/util.h"
 
 static const char *MODELS[] = {"qwen3-bf16",  "qwen3-f16-sharded", "qwen3-f32-untied", "qwen2-bf16-legacy",
-                               "llama3-bf16", "llama3-f16-legacy", "bundled"};
+                               "llama3-bf16", "llama3-f16-legacy", "mistral-bf16", "mistral-swa-bf16",
+                               "gemma3-bf16", "qwen3moe-bf16", "bundled"};
 #define N_MODELS (int)(sizeof MODELS / sizeof MODELS[0])
 
 typedef struct {

@@ -245,7 +245,12 @@ static int parse_moe(model_config *c, const cJSON *root, const char *ctx, char *
     memset(c->moe, 0, sizeof c->moe);
     if (c->arch != ARCH_QWEN3_MOE) return 0;
     int step = 1;
-    if (get_int(root, "num_experts", 1, 0, 4096, 0, &c->moe_experts, ctx, err, errlen) ||
+    /* (transformers 5 writes the count as num_local_experts) */
+    const char *ek = cJSON_GetObjectItemCaseSensitive(root, "num_experts") ||
+                             !cJSON_GetObjectItemCaseSensitive(root, "num_local_experts")
+                         ? "num_experts"
+                         : "num_local_experts";
+    if (get_int(root, ek, 1, 0, 4096, 0, &c->moe_experts, ctx, err, errlen) ||
         get_int(root, "num_experts_per_tok", 1, 1, c->moe_experts > 0 ? c->moe_experts : 1, 1, &c->moe_top_k, ctx,
                 err, errlen) ||
         get_int(root, "moe_intermediate_size", 1, 1, 1 << 20, 0, &c->moe_intermediate_size, ctx, err, errlen) ||
