@@ -115,7 +115,10 @@ static void check_model(const char *name, int max_batch, tpool *tp) {
     char err[1024];
     model *m;
     if (model_load(&m, g.dir, NULL, err, sizeof err) != 0) {
-        test_fail(__FILE__, __LINE__, "%s: %s", name, err);
+        /* a family the device's backend refuses by name (the CUDA backend's
+           windows, experts and gemma3 layers) is said, not failed */
+        if (strstr(err, "use --device cpu")) fprintf(stderr, "  %s: not on this device: %s\n", name, err);
+        else test_fail(__FILE__, __LINE__, "%s: %s", name, err);
         free_golden(&g);
         return;
     }
