@@ -239,6 +239,22 @@ static void golden_bundled(const char *kind) {
     golden_dirs(kind, "../../models/" DSPARK_DEFAULT_MODEL, ddir, gdir);
 }
 
+/* The bundled DSpark drafter leaves out the copies of the target's
+   embedding and LM head: it takes the target's (its golden forward above
+   is unchanged) */
+TEST(drafter_bundled_takes_target_tables) {
+    target t;
+    if (open_target(&t, "../../models/" DSPARK_DEFAULT_MODEL) != 0) return;
+    char dir[600], err[1024];
+    snprintf(dir, sizeof dir, "%s/../../models/%s-dspark", test_data_dir(), DSPARK_DEFAULT_MODEL);
+    dmodel *dm = NULL;
+    CHECK_MSG(dmodel_load(&dm, dir, t.m, NULL, err, sizeof err) == 0, "%s", err);
+    int ae = 0, ah = 0;
+    if (dm) CHECK(dmodel_aliased(dm, &ae, &ah) == 1 && ae && ah);
+    dmodel_free(dm);
+    close_target(&t);
+}
+
 TEST(drafter_golden_dflash) { golden("dflash"); }
 TEST(drafter_golden_dspark) { golden("dspark"); }
 TEST(drafter_golden_dspark_markov_rank0) { golden("dspark-r0"); }
@@ -337,7 +353,8 @@ TEST(drafter_load_errors) {
         const char *src, *weights, *from, *to, *want;
         int other_target;
     } cases[] = {
-        {"dspark", "dflash", NULL, NULL, "missing tensor \"embed_tokens.weight\"", 0},
+        /* (no embedding / LM head of its own is allowed: the target's are taken) */
+        {"dspark", "dflash", NULL, NULL, "missing tensor \"markov_head.markov_w1.weight\"", 0},
         {"dflash", "dspark", NULL, NULL, "unexpected tensor", 0},
         {"dspark", NULL, "\"markov_rank\": 16", "\"markov_rank\": 8", "markov_head.markov_w1.weight", 0},
         {"dspark", NULL, "\"markov_head_type\": \"vanilla\"", "\"markov_head_type\": \"rnn\"", "rnn", 0},

@@ -241,8 +241,15 @@ int dmodel_load(dmodel **out, const char *dir, const model *target, const model_
     const tensor *hn = NULL, *fn = NULL, *cb = NULL;
     dm->fc = wbind_get(&w, "fc.weight", H, (int64_t)c->n_taps * H);
     ok = dm->fc && (hn = wbind_get(&w, "hidden_norm.weight", H, 0)) && (fn = wbind_get(&w, "norm.weight", H, 0));
+    /* DSpark ships its own copies of the target's embedding and LM head, or
+       (a checkpoint that leaves both out, as the bundled one does) takes the
+       target's, as DFlash always does */
+    const int own_tables = c->kind == DRAFTER_DSPARK && (st_set_find(dm->st, "embed_tokens.weight") ||
+                                                         st_set_find(dm->st, "lm_head.weight"));
     if (ok && c->kind == DRAFTER_DSPARK) {
-        ok = (dm->embed = wbind_get(&w, "embed_tokens.weight", V, H)) && (dm->lm_head = wbind_get(&w, "lm_head.weight", V, H));
+        if (own_tables)
+            ok = (dm->embed = wbind_get(&w, "embed_tokens.weight", V, H)) &&
+                 (dm->lm_head = wbind_get(&w, "lm_head.weight", V, H));
         if (ok && R > 0)
             ok = (dm->w1 = wbind_get(&w, "markov_head.markov_w1.weight", V, R)) &&
                  (dm->w2 = wbind_get(&w, "markov_head.markov_w2.weight", V, R));
@@ -268,7 +275,7 @@ int dmodel_load(dmodel **out, const char *dir, const model *target, const model_
     if (!ok) goto fail;
     dm->inv_freq = pool;
     config_rope_inv_freq(b, dm->inv_freq);
-    if (c->kind == DRAFTER_DFLASH) {
+    if (c->kind == DRAFTER_DFLASH || !own_tables) {
         dm->embed = model_embed(target);
         dm->lm_head = model_lm_head(target);
         dm->alias_embed = dm->alias_head = 1;
