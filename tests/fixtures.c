@@ -14,10 +14,26 @@
 #include "spec/registry.h"
 #include "text/tokenizer.h"
 
+void test_bundled_path(char *dir, size_t n, const char *suffix) {
+    snprintf(dir, n, "%s/../../models/%s%s", test_data_dir(), DSPARK_DEFAULT_MODEL, suffix);
+}
+
+static unsigned xorshift(unsigned *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return *s;
+}
+
+void test_prompt_ids(int *p, int n, int shared, unsigned seed, int V) {
+    unsigned a = 1, b = seed;
+    for (int i = 0; i < n; i++) p[i] = (int)(xorshift(i < shared ? &a : &b) % (unsigned)(V - 200));
+}
+
 int test_bundled_open(test_bundled_set *b) {
     char dir[700], err[512];
     memset(b, 0, sizeof *b);
-    snprintf(dir, sizeof dir, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
+    test_bundled_path(dir, sizeof dir, "");
     if (model_load(&b->m, dir, NULL, err, sizeof err) != 0 || tok_load(&b->tok, dir, err, sizeof err) != 0) {
         test_fail(__FILE__, __LINE__, "%s", err);
         return -1;
@@ -26,7 +42,9 @@ int test_bundled_open(test_bundled_set *b) {
     const char *kinds[2] = {"dflash", "dspark"};
     dmodel **dm[2] = {&b->dflash, &b->dspark};
     for (int k = 0; k < 2; k++) {
-        snprintf(dir, sizeof dir, "%s/../../models/%s-%s", test_data_dir(), DSPARK_DEFAULT_MODEL, kinds[k]);
+        char suffix[16];
+        snprintf(suffix, sizeof suffix, "-%s", kinds[k]);
+        test_bundled_path(dir, sizeof dir, suffix);
         if (dmodel_load(dm[k], dir, b->m, NULL, err, sizeof err) != 0) {
             test_fail(__FILE__, __LINE__, "%s", err);
             return -1;

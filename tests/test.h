@@ -36,6 +36,13 @@ typedef struct {
     struct tpool *tp;
 } test_bundled_set;
 int test_bundled_open(test_bundled_set *b);
+/* The bundled model's folder (suffix "" ) or one of its drafters' ("-dspark",
+ * "-dflash"), into dir. */
+void test_bundled_path(char *dir, size_t n, const char *suffix);
+/* n prompt ids below V - 200: the first `shared` the same for every seed
+ * (from seed 1), the rest from seed, so two prompts share exactly that
+ * prefix. */
+void test_prompt_ids(int *p, int n, int shared, unsigned seed, int V);
 void test_bundled_close(test_bundled_set *b);
 /* Copies the real Qwen3 tokenizer.json and tokenizer_config.json into dir
  * (created). 0, or -1 when they are unavailable. */

@@ -212,6 +212,44 @@ typedef struct {
     int experts;
 } gdef;
 
+/* the keys both test GGUFs share: ARCH.* shape, norm eps, rope base */
+static void gguf_w_shape(gguf_writer *w, const char *arch, int layers, float theta) {
+    char k[96];
+#define KU(name, v) (snprintf(k, sizeof k, "%s." name, arch), gguf_w_u32(w, k, (uint32_t)(v)))
+    gguf_w_str(w, "general.architecture", arch);
+    KU("block_count", layers);
+    KU("context_length", 256);
+    KU("embedding_length", FH);
+    KU("feed_forward_length", FI);
+    KU("attention.head_count", FNH);
+    KU("attention.head_count_kv", FNKV);
+    KU("attention.key_length", FHD);
+    KU("attention.value_length", FHD);
+#undef KU
+    snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", arch);
+    gguf_w_f32(w, k, 1e-6f);
+    snprintf(k, sizeof k, "%s.rope.freq_base", arch);
+    gguf_w_f32(w, k, theta);
+}
+
+/* the data of HF tensor hf (cnt values of weight_of) as a test GGUF holds
+   it: a norm in F32 (the BF16 value's, plus add), else BF16 */
+static int gguf_w_float(gguf_writer *w, const char *hf, size_t cnt, int norm, float add, char *err, size_t errlen) {
+    int r;
+    if (norm) {
+        float *v = xmalloc(sizeof(float) * cnt);
+        for (size_t j = 0; j < cnt; j++) v[j] = add + ds_bf16_to_f32(ds_f32_to_bf16(weight_of(hf, j, 1)));
+        r = gguf_w_data(w, v, sizeof(float) * cnt, err, errlen);
+        free(v);
+    } else {
+        uint16_t *v = xmalloc(2 * cnt);
+        for (size_t j = 0; j < cnt; j++) v[j] = ds_f32_to_bf16(weight_of(hf, j, 0));
+        r = gguf_w_data(w, v, 2 * cnt, err, errlen);
+        free(v);
+    }
+    return r;
+}
+
 /* q8: the experts' gate and up matrices in Q8_0 (their rows are whole
    32-element blocks), the rest BF16 */
 static int write_moe_gguf(const char *path, int E, int K, int q8, char *err, size_t errlen) {
@@ -246,17 +284,7 @@ static int write_moe_gguf(const char *path, int E, int K, int q8, char *err, siz
     }
 #undef G
     gguf_writer *w = gguf_w_new();
-    gguf_w_str(w, "general.architecture", "qwen3moe");
-    gguf_w_u32(w, "qwen3moe.block_count", FL);
-    gguf_w_u32(w, "qwen3moe.context_length", 256);
-    gguf_w_u32(w, "qwen3moe.embedding_length", FH);
-    gguf_w_u32(w, "qwen3moe.feed_forward_length", FI);
-    gguf_w_u32(w, "qwen3moe.attention.head_count", FNH);
-    gguf_w_u32(w, "qwen3moe.attention.head_count_kv", FNKV);
-    gguf_w_u32(w, "qwen3moe.attention.key_length", FHD);
-    gguf_w_u32(w, "qwen3moe.attention.value_length", FHD);
-    gguf_w_f32(w, "qwen3moe.attention.layer_norm_rms_epsilon", 1e-6f);
-    gguf_w_f32(w, "qwen3moe.rope.freq_base", 10000.0f);
+    gguf_w_shape(w, "qwen3moe", FL, 10000.0f);
     gguf_w_u32(w, "qwen3moe.expert_count", (uint32_t)E);
     gguf_w_u32(w, "qwen3moe.expert_used_count", (uint32_t)K);
     gguf_w_u32(w, "qwen3moe.expert_feed_forward_length", FI);
@@ -275,14 +303,6 @@ static int write_moe_gguf(const char *path, int E, int K, int q8, char *err, siz
         for (int e = 0; e < E1; e++) {
             char hf[128];
             snprintf(hf, sizeof hf, d[i].hf, e);
-            if (d[i].rows == 1) { /* a norm: F32 (what llama.cpp writes), the BF16 value's */
-                float *v = xmalloc(sizeof(float) * cnt);
-                for (size_t j = 0; j < cnt; j++) v[j] = ds_bf16_to_f32(ds_f32_to_bf16(weight_of(hf, j, 1)));
-                int r = gguf_w_data(w, v, sizeof(float) * cnt, err, errlen);
-                free(v);
-                if (r != 0) goto done;
-                continue;
-            }
             if (q8 && d[i].experts && d[i].cols == FH) {
                 const size_t rb = qenc_row_bytes(DT_Q8_0, FH);
                 float row[FH];
@@ -296,11 +316,8 @@ static int write_moe_gguf(const char *path, int E, int K, int q8, char *err, siz
                 if (r != 0) goto done;
                 continue;
             }
-            uint16_t *v = xmalloc(2 * cnt);
-            for (size_t j = 0; j < cnt; j++) v[j] = ds_f32_to_bf16(weight_of(hf, j, 0));
-            int r = gguf_w_data(w, v, 2 * cnt, err, errlen);
-            free(v);
-            if (r != 0) goto done;
+            /* a norm in F32 (what llama.cpp writes), the rest BF16 */
+            if (gguf_w_float(w, hf, cnt, d[i].rows == 1, 0.0f, err, errlen) != 0) goto done;
         }
     }
     rc = gguf_w_finish(w, err, errlen);
@@ -754,17 +771,7 @@ TEST(families_gemma3_cli) {
    checkpoint's logits bit for bit. */
 static int write_gemma_gguf(const char *path, char *err, size_t errlen) {
     gguf_writer *w = gguf_w_new();
-    gguf_w_str(w, "general.architecture", "gemma3");
-    gguf_w_u32(w, "gemma3.block_count", GL);
-    gguf_w_u32(w, "gemma3.context_length", 256);
-    gguf_w_u32(w, "gemma3.embedding_length", FH);
-    gguf_w_u32(w, "gemma3.feed_forward_length", FI);
-    gguf_w_u32(w, "gemma3.attention.head_count", FNH);
-    gguf_w_u32(w, "gemma3.attention.head_count_kv", FNKV);
-    gguf_w_u32(w, "gemma3.attention.key_length", FHD);
-    gguf_w_u32(w, "gemma3.attention.value_length", FHD);
-    gguf_w_f32(w, "gemma3.attention.layer_norm_rms_epsilon", 1e-6f);
-    gguf_w_f32(w, "gemma3.rope.freq_base", 1e6f);
+    gguf_w_shape(w, "gemma3", GL, 1e6f);
     gguf_w_str(w, "gemma3.rope.scaling.type", "linear");
     gguf_w_f32(w, "gemma3.rope.scaling.factor", 2.0f);
     gguf_w_u32(w, "gemma3.attention.sliding_window", GWIN);
@@ -804,22 +811,8 @@ static int write_gemma_gguf(const char *path, char *err, size_t errlen) {
             goto done;
     }
     if (gguf_w_begin(w, path, err, errlen) != 0) goto done;
-    for (int i = 0; i < n; i++) {
-        const size_t cnt = (size_t)rows[i] * (size_t)cols[i];
-        int r;
-        if (rows[i] == 1) { /* the norm with its + 1, in f32 */
-            float *v = xmalloc(sizeof(float) * cnt);
-            for (size_t j = 0; j < cnt; j++) v[j] = 1.0f + ds_bf16_to_f32(ds_f32_to_bf16(weight_of(h[i], j, 1)));
-            r = gguf_w_data(w, v, sizeof(float) * cnt, err, errlen);
-            free(v);
-        } else {
-            uint16_t *v = xmalloc(2 * cnt);
-            for (size_t j = 0; j < cnt; j++) v[j] = ds_f32_to_bf16(weight_of(h[i], j, 0));
-            r = gguf_w_data(w, v, 2 * cnt, err, errlen);
-            free(v);
-        }
-        if (r != 0) goto done;
-    }
+    for (int i = 0; i < n; i++) /* the norms with their + 1 */
+        if (gguf_w_float(w, h[i], (size_t)rows[i] * (size_t)cols[i], rows[i] == 1, 1.0f, err, errlen) != 0) goto done;
     rc = gguf_w_finish(w, err, errlen);
 done:
     gguf_w_free(w);

@@ -24,28 +24,11 @@
 #define PK_NEW 40
 #define BK PCACHE_BLOCK
 
-static void pk_path(char *dir, size_t n, const char *suffix) {
-    snprintf(dir, n, "%s/../../models/%s%s", test_data_dir(), DSPARK_DEFAULT_MODEL, suffix);
-}
-
-static uint32_t pk_rnd(uint32_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 17;
-    *s ^= *s << 5;
-    return *s;
-}
-
-/* n ids: the first `shared` from seed 1, the rest from seed */
-static void pk_prompt(int *p, int n, int shared, uint32_t seed, int V) {
-    uint32_t a = 1, b = seed;
-    for (int i = 0; i < n; i++) p[i] = (int)(pk_rnd(i < shared ? &a : &b) % (uint32_t)(V - 200));
-}
-
 TEST(pcache_target_bits) {
     const int bits[] = {32, 16, 8};
     for (int k = 0; k < 3; k++) {
         char dir[700], err[512];
-        pk_path(dir, sizeof dir, "");
+        test_bundled_path(dir, sizeof dir, "");
         model *m;
         model_load_opts lo = {.kv_bits = bits[k]};
         if (model_load(&m, dir, &lo, err, sizeof err) != 0) {
@@ -60,8 +43,8 @@ TEST(pcache_target_bits) {
         CHECK(seq_create(&c, m, PK_CTX, 256, tp, err, sizeof err) == 0);
         int pa[3 * BK + 20], pb[3 * BK + 50];
         const int na = 3 * BK + 20, nb = 3 * BK + 50, shared = 2 * BK + 40;
-        pk_prompt(pa, na, shared, 7, V);
-        pk_prompt(pb, nb, shared, 9, V);
+        test_prompt_ids(pa, na, shared, 7, V);
+        test_prompt_ids(pb, nb, shared, 9, V);
         float *la = xmalloc(sizeof(float) * (size_t)V), *lb = xmalloc(sizeof(float) * (size_t)V),
               *lc = xmalloc(sizeof(float) * (size_t)V);
         pcache *pc = pcache_new((size_t)1 << 30);
@@ -109,22 +92,16 @@ TEST(pcache_target_bits) {
    and state given the cached blocks equals the run on ones that computed
    the whole prompt, and computes only the rest. */
 TEST(pcache_drafter) {
-    char dir[700], err[512];
-    pk_path(dir, sizeof dir, "");
-    model *m;
-    if (model_load(&m, dir, NULL, err, sizeof err) != 0) {
-        test_fail(__FILE__, __LINE__, "%s", err);
+    char err[512];
+    test_bundled_set bs;
+    if (test_bundled_open(&bs) != 0) {
+        test_bundled_close(&bs);
         return;
     }
+    model *m = bs.m;
+    dmodel *dm = bs.dspark;
+    tpool *tp = bs.tp;
     const int V = model_cfg(m)->vocab_size;
-    pk_path(dir, sizeof dir, "-dspark");
-    dmodel *dm;
-    if (dmodel_load(&dm, dir, m, NULL, err, sizeof err) != 0) {
-        test_fail(__FILE__, __LINE__, "%s", err);
-        model_free(m);
-        return;
-    }
-    tpool *tp = tp_create(2);
     sampler *smp;
     sampler_params sp = {.temperature = 0.0f};
     CHECK(sampler_create(&smp, &sp, V, err, sizeof err) == 0);
@@ -136,8 +113,8 @@ TEST(pcache_drafter) {
     }
     const int na = 2 * BK + 60, nb = 2 * BK + 90;
     int pa[2 * BK + 60], pb[2 * BK + 90];
-    pk_prompt(pa, na, 2 * BK + 5, 3, V);
-    pk_prompt(pb, nb, 2 * BK + 5, 5, V);
+    test_prompt_ids(pa, na, 2 * BK + 5, 3, V);
+    test_prompt_ids(pb, nb, 2 * BK + 5, 5, V);
     int out[3][PK_NEW];
     spec_stats st[3];
     spec_opts o = {.max_new = PK_NEW, .max_draft = 6, .ignore_eos = 1};
@@ -170,30 +147,28 @@ TEST(pcache_drafter) {
     pcache_free(pc);
     for (int i = 0; i < 3; i++) dstate_free(ds[i]), seq_free(s[i]);
     sampler_free(smp);
-    tp_free(tp);
-    dmodel_free(dm);
-    model_free(m);
+    test_bundled_close(&bs);
 }
 
 /* Shared prefixes take one copy of their blocks; the budget holds; the
    least recently used leaf goes first; shedding empties it. */
 TEST(pcache_budget_lru) {
-    char dir[700], err[512];
-    pk_path(dir, sizeof dir, "");
-    model *m;
-    if (model_load(&m, dir, NULL, err, sizeof err) != 0) {
-        test_fail(__FILE__, __LINE__, "%s", err);
+    char err[512];
+    test_bundled_set bs;
+    if (test_bundled_open(&bs) != 0) {
+        test_bundled_close(&bs);
         return;
     }
+    model *m = bs.m;
+    tpool *tp = bs.tp;
     const int V = model_cfg(m)->vocab_size;
-    tpool *tp = tp_create(2);
     seq *s;
     CHECK(seq_create(&s, m, PK_CTX, 256, tp, err, sizeof err) == 0);
     const int n = 3 * BK;
     int pa[3 * BK], pb[3 * BK], pc_[3 * BK];
-    pk_prompt(pa, n, BK, 11, V);  /* a and b share their first block */
-    pk_prompt(pb, n, BK, 12, V);
-    pk_prompt(pc_, n, 0, 13, V);
+    test_prompt_ids(pa, n, BK, 11, V);  /* a and b share their first block */
+    test_prompt_ids(pb, n, BK, 12, V);
+    test_prompt_ids(pc_, n, 0, 13, V);
     const size_t blk = seq_pos_bytes(s) * BK;
     float *lg = xmalloc(sizeof(float) * (size_t)V);
     /* room for five blocks (and their bookkeeping), not six */
@@ -233,6 +208,5 @@ TEST(pcache_budget_lru) {
     pcache_free(pc);
     free(lg);
     seq_free(s), seq_free(t);
-    tp_free(tp);
-    model_free(m);
+    test_bundled_close(&bs);
 }

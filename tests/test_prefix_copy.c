@@ -24,28 +24,11 @@
 #define PC_CTX 1024
 #define PC_NEW 48
 
-static void bundled_path(char *dir, size_t n, const char *suffix) {
-    snprintf(dir, n, "%s/../../models/%s%s", test_data_dir(), DSPARK_DEFAULT_MODEL, suffix);
-}
-
-static uint32_t pc_rnd(uint32_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 17;
-    *s ^= *s << 5;
-    return *s;
-}
-
-/* a prompt of n ids: the first `shared` from seed 1, the rest from seed */
-static void prompt_make(int *p, int n, int shared, uint32_t seed, int V) {
-    uint32_t a = 1, b = seed;
-    for (int i = 0; i < n; i++) p[i] = (int)(pc_rnd(i < shared ? &a : &b) % (uint32_t)(V - 200));
-}
-
 TEST(prefix_copy_target) {
     const int bits[] = {32, 16, 8};
     for (int k = 0; k < 3; k++) {
         char dir[700], err[512];
-        bundled_path(dir, sizeof dir, "");
+        test_bundled_path(dir, sizeof dir, "");
         model *m;
         model_load_opts lo = {.kv_bits = bits[k]};
         if (model_load(&m, dir, &lo, err, sizeof err) != 0) {
@@ -59,8 +42,8 @@ TEST(prefix_copy_target) {
         CHECK(seq_create(&b, m, PC_CTX, 256, tp, err, sizeof err) == 0);
         CHECK(seq_create(&c, m, PC_CTX, 256, tp, err, sizeof err) == 0);
         int pa[400], pb[420];
-        prompt_make(pa, 400, 300, 7, V);
-        prompt_make(pb, 420, 300, 9, V);
+        test_prompt_ids(pa, 400, 300, 7, V);
+        test_prompt_ids(pb, 420, 300, 9, V);
         float *la = xmalloc(sizeof(float) * (size_t)V), *lb = xmalloc(sizeof(float) * (size_t)V),
               *lc = xmalloc(sizeof(float) * (size_t)V);
         CHECK(seq_prefill(a, pa, 400, la, err, sizeof err) == 400);
@@ -103,14 +86,14 @@ TEST(prefix_copy_target) {
    reuses what was copied. */
 TEST(prefix_copy_drafter) {
     char dir[700], err[512];
-    bundled_path(dir, sizeof dir, "");
+    test_bundled_path(dir, sizeof dir, "");
     model *m;
     if (model_load(&m, dir, NULL, err, sizeof err) != 0) {
         test_fail(__FILE__, __LINE__, "%s", err);
         return;
     }
     const int V = model_cfg(m)->vocab_size;
-    bundled_path(dir, sizeof dir, "-dspark");
+    test_bundled_path(dir, sizeof dir, "-dspark");
     dmodel *dm;
     if (dmodel_load(&dm, dir, m, NULL, err, sizeof err) != 0) {
         test_fail(__FILE__, __LINE__, "%s", err);
@@ -128,8 +111,8 @@ TEST(prefix_copy_drafter) {
         CHECK(dstate_create(&ds[i], dm, PC_CTX, tp, smp, err, sizeof err) == 0);
     }
     int pa[300], pb[330];
-    prompt_make(pa, 300, 256, 3, V);
-    prompt_make(pb, 330, 256, 5, V);
+    test_prompt_ids(pa, 300, 256, 3, V);
+    test_prompt_ids(pb, 330, 256, 5, V);
     int out[3][PC_NEW];
     spec_stats st[3];
     spec_opts o = {.max_new = PC_NEW, .max_draft = 6, .ignore_eos = 1};

@@ -217,6 +217,7 @@ typedef struct {
 typedef struct {
     model_desc d;
     int quant; /* a layer matmul is quantized: the prefill family runs */
+    int *window; /* [n_layers]: each layer's sliding window, 0 for none (kv.h kv_set_windows) */
     cpu_multi *multi;
 } cpu_model;
 
@@ -282,6 +283,8 @@ static int cpu_model_create(void **out, const model_desc *d, int device, char *e
     m->d = *d;
     m->multi = xcalloc(1, sizeof *m->multi);
     pthread_mutex_init(&m->multi->mu, NULL);
+    m->window = xcalloc((size_t)d->cfg->n_layers, sizeof(int));
+    for (int l = 0; l < d->cfg->n_layers; l++) m->window[l] = d->layers[l].attn == ATTN_CAUSAL ? d->layers[l].window : 0;
     for (int l = 0; l < d->cfg->n_layers; l++) {
         const tensor **lw = xmalloc(sizeof *lw * (size_t)layer_mat_count(&d->layers[l]));
         const int n = layer_mats(&d->layers[l], lw);
@@ -300,6 +303,7 @@ static void cpu_model_free(void *bm) {
     free(m->multi->dst);
     free(m->multi->logits);
     free(m->multi);
+    free(m->window);
     free(m);
 }
 
@@ -325,11 +329,7 @@ static int cpu_ctx_create(void **out, void *bm, int n_ctx, int max_batch, tpool 
         free(x);
         return -1;
     }
-    /* sliding layers keep their window (kv.h kv_set_windows) */
-    int *win = xcalloc((size_t)c->n_layers, sizeof(int));
-    for (int l = 0; l < c->n_layers; l++) win[l] = m->d.layers[l].attn == ATTN_CAUSAL ? m->d.layers[l].window : 0;
-    kv_set_windows(x->kv, win);
-    free(win);
+    kv_set_windows(x->kv, m->window); /* sliding layers keep their window */
     x->m = m;
     x->tp = tp;
     x->max_batch = max_batch;
@@ -358,12 +358,9 @@ static size_t cpu_ctx_bytes(const void *bm, int n_ctx, int max_batch) {
     size_t B = (size_t)(max_batch > 0 ? max_batch : 64), H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     size_t QD = (size_t)c->n_heads * (size_t)c->head_dim, KD = (size_t)c->n_kv_heads * (size_t)c->head_dim;
     size_t scr = sizeof(float) * B * (2 * H + 2 * QD + 2 * KD + 2 * I) + sizeof(int) * B;
-    int *win = xcalloc((size_t)c->n_layers, sizeof(int));
-    for (int l = 0; l < c->n_layers; l++) win[l] = m->d.layers[l].attn == ATTN_CAUSAL ? m->d.layers[l].window : 0;
-    const size_t kvb =
-        kv_bytes_resident(c->n_layers, c->n_kv_heads, c->head_dim, m->d.kv_bits ? m->d.kv_bits : 32, win, n_ctx);
-    free(win);
-    return kvb + scr + sizeof(float) * (size_t)MODEL_SAMPLE_ROWS * (size_t)c->vocab_size;
+    return kv_bytes_resident(c->n_layers, c->n_kv_heads, c->head_dim, m->d.kv_bits ? m->d.kv_bits : 32, m->window,
+                             n_ctx) +
+           scr + sizeof(float) * (size_t)MODEL_SAMPLE_ROWS * (size_t)c->vocab_size;
 }
 static size_t cpu_ctx_release(void *bc) { return kv_release(((cpu_ctx *)bc)->kv); }
 static int kv_copy_err(kv_cache *dst, const kv_cache *src, int n, const char *what, char *err, size_t errlen) {
