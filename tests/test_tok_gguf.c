@@ -13,7 +13,9 @@
 #include <string.h>
 
 #include "base/gguf.h"
+#include "base/gguf_write.h"
 #include "base/util.h"
+#include "cli/cli_quantize.h"
 #include "test.h"
 #include "text/chat_template.h"
 #include "text/tok_gguf.h"
@@ -47,9 +49,10 @@ static int same_ids(const int *a, int na, const int *b, int nb) {
 
 /* Where a GGUF cannot say what the HF files say, by how the converter
  * writes it:
- *   - it marks every added token that looks like "<|...|>" CONTROL, so
- *     Qwen3's non-special <|fim_prefix|>.. come back special (same ids;
- *     only skip_special decodes differ, and only over those tokens);
+ *   - it marks CONTROL every added token that looks special to it
+ *     ("<|...|>", Gemma's <unusedN> and <mask>, ...), so Qwen3's
+ *     non-special <|fim_prefix|>.. come back special (same ids; only
+ *     skip_special decodes differ, and only over those tokens);
  *   - it records add_bos_token only from tokenizer_config.json or a
  *     TemplateProcessing post-processor; this Llama-3 file has neither (its
  *     post-processor is ByteLevel alone), so the GGUF gets llama.cpp's
@@ -92,14 +95,20 @@ static int same_text(const tokenizer *j, const tokenizer *g, const known_diffs *
     return ok;
 }
 
-static void check_same_tokenizer(const char *name, int extra_bos) {
-    const char *dir = test_tokenizer_dir(), *gpath = fixture(name);
-    if (!dir || !gpath) {
-        test_fail(__FILE__, __LINE__, "%s: fixtures unavailable (run scripts/fetch-test-assets)", name);
-        return;
-    }
-    char jdir[600], err[512];
-    snprintf(jdir, sizeof jdir, "%s/%s", dir, name);
+/* The converter's does_token_look_special (the added tokens it makes
+   CONTROL whatever the file says). */
+static int looks_special(const char *a, size_t la) {
+    static const char *const WHOLE[] = {"<pad>", "<mask>", "<2mass>", "[@BOS@]"};
+    for (size_t i = 0; i < sizeof WHOLE / sizeof *WHOLE; i++)
+        if (la == strlen(WHOLE[i]) && !memcmp(a, WHOLE[i], la)) return 1;
+    if (la > 4 && !memcmp(a, "<|", 2) && !memcmp(a + la - 2, "|>", 2)) return 1;
+    return la > 7 && !memcmp(a, "<unused", 7) && a[la - 1] == '>';
+}
+
+/* The tokenizer in the HF files of jdir and the one rebuilt from the GGUF
+   at gpath agree on every token and on the corpus (name labels failures). */
+static void check_same_tokenizer_at(const char *name, const char *jdir, const char *gpath, int extra_bos) {
+    char err[512];
     tokenizer *j = NULL, *g = NULL;
     uint8_t *flag = NULL;
     CHECK_MSG(tok_load(&j, jdir, err, sizeof err) == 0, "%s", err);
@@ -117,9 +126,9 @@ static void check_same_tokenizer(const char *name, int extra_bos) {
         if (!a != !b || (a && (la != lb || memcmp(a, b, la))))
             if (bad_tok++ < 5) test_fail(__FILE__, __LINE__, "%s: token %d's bytes differ", name, id);
         if (tok_is_special(j, id) != tok_is_special(g, id)) {
-            /* only the converter's "<|...|>" rule may differ, one way */
-            int looks = a && la > 4 && !memcmp(a, "<|", 2) && !memcmp(a + la - 2, "|>", 2);
-            CHECK_MSG(looks && tok_is_special(g, id), "%s: token %d's special flag differs", name, id);
+            /* only the converter's rule may differ, one way */
+            CHECK_MSG(a && looks_special(a, la) && tok_is_special(g, id), "%s: token %d's special flag differs", name,
+                      id);
             flag[id] = 1;
             nflag++;
         }
@@ -143,7 +152,9 @@ static void check_same_tokenizer(const char *name, int extra_bos) {
     CHECK_MSG(same_text(j, g, &kd, text, len), "%s: the whole corpus differs", name);
     const char *specials = "<|im_start|>user\nHi<think>x</think><|im_end|><|begin_of_text|><|eot_id|> x";
     CHECK(same_text(j, g, &kd, specials, strlen(specials)));
-    CHECK(nflag <= 16); /* Qwen3: the 12 FIM/repo tokens; Llama-3: none */
+    /* Qwen3: the 12 FIM/repo tokens; Llama-3: none; Gemma 3: <mask> and
+       its 6242 <unusedN> */
+    CHECK(nflag <= 6300);
     free(text);
 done:
     free(flag);
@@ -151,8 +162,62 @@ done:
     tok_free(g);
 }
 
+static void check_same_tokenizer(const char *name, int extra_bos) {
+    const char *dir = test_tokenizer_dir(), *gpath = fixture(name);
+    if (!dir || !gpath) {
+        test_fail(__FILE__, __LINE__, "%s: fixtures unavailable (run scripts/fetch-test-assets)", name);
+        return;
+    }
+    char jdir[600];
+    snprintf(jdir, sizeof jdir, "%s/%s", dir, name);
+    check_same_tokenizer_at(name, jdir, gpath, extra_bos);
+}
+
 TEST(tok_gguf_qwen3_equals_json) { check_same_tokenizer("qwen3", 0); }
 TEST(tok_gguf_llama3_equals_json) { check_same_tokenizer("llama3", 1); }
+
+/* The tokenizer `dspark quantize` writes into a GGUF (cli_quantize_vocab.c)
+   from a SentencePiece-style tokenizer.json: a "llama" vocabulary whose
+   scores order the merges. Read back, it is the tokenizer of the HF files:
+   Gemma 3's (no prefix space; the merges of each piece split from the
+   longest left part) and Llama 2's (a prefix space; the splits by their
+   parts' ids), the real ones of the test assets. vocab: the model's size
+   (Gemma 3's config says 262208, 63 ids past its tokenizer's). */
+static void check_written_tokenizer(const char *name, int vocab, int extra_bos) {
+    const char *dir = test_tokenizer_dir();
+    if (!dir) {
+        test_fail(__FILE__, __LINE__, "%s: fixtures unavailable (run scripts/fetch-test-assets)", name);
+        return;
+    }
+    char jdir[600], gpath[700], err[512];
+    snprintf(jdir, sizeof jdir, "%s/%s", dir, name);
+    snprintf(gpath, sizeof gpath, "%s/written-%s.gguf", test_tmp_dir(), name);
+    model_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = vocab;
+    c.bos_token_id = -1;
+    gguf_writer *w = gguf_w_new();
+    int rc = quantize_add_tokenizer(w, jdir, &c, NULL, err, sizeof err);
+    if (!rc) rc = gguf_w_begin(w, gpath, err, sizeof err);
+    if (!rc) rc = gguf_w_finish(w, err, sizeof err);
+    gguf_w_free(w);
+    CHECK_MSG(rc == 0, "%s: %s", name, err);
+    if (rc) return;
+    gguf *g;
+    if (gguf_open(&g, gpath, 0, err, sizeof err) == 0) {
+        gguf_str s;
+        CHECK(gguf_get_str(g, "tokenizer.ggml.model", &s) == 0 && !strcmp(s.s, "llama"));
+        const gguf_kv *tk = gguf_find(g, "tokenizer.ggml.tokens"), *sc = gguf_find(g, "tokenizer.ggml.scores");
+        CHECK(tk && tk->n == (uint64_t)vocab && sc && sc->n == (uint64_t)vocab);
+        gguf_close(g);
+    } else {
+        CHECK_MSG(0, "%s", err);
+    }
+    check_same_tokenizer_at(name, jdir, gpath, extra_bos);
+}
+
+TEST(tok_gguf_written_gemma3_equals_json) { check_written_tokenizer("gemma3", 262208, 0); }
+TEST(tok_gguf_written_llama2_equals_json) { check_written_tokenizer("llama2", 32000, 0); }
 
 static void check_same_template(const char *name) {
     const char *dir = test_tokenizer_dir(), *gpath = fixture(name);

@@ -1,8 +1,10 @@
 /* cli_quantize: `dspark quantize`: a HF checkpoint dspark reads (Qwen3,
- * Qwen2, Llama; F32/F16/BF16 safetensors) written as
+ * Qwen2, Llama, Qwen3-MoE, Mistral, Gemma 3; F32/F16/BF16 safetensors)
+ * written as
  *   - one GGUF file that llama.cpp runs on its own: the metadata and tensor
  *     names its converter (convert_hf_to_gguf.py) writes, the tokenizer
- *     embedded, weights in one of ggml's block types or the Q4_K_M mix; or
+ *     embedded (cli_quantize_vocab.c), weights in one of ggml's block
+ *     types, the Q4_K_M mix, or F32 / F16 / BF16; or
  *   - an MLX folder (mlx-lm's convert layout): config.json with
  *     "quantization", the tokenizer files, model.safetensors holding each
  *     2-D weight as NAME.weight (uint32), NAME.scales, NAME.biases.
@@ -24,11 +26,11 @@
 #include "base/gguf_write.h"
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/cli_quantize.h"
 #include "engine/config.h"
 #include "engine/quant_encode.h"
 #include "engine/safetensors.h"
 #include "engine/threadpool.h"
-#include "text/tokenizer.h"
 
 const char QUANTIZE_HELP[] =
     "usage: dspark quantize --model DIR --out PATH --type TYPE [--group-size N] [--threads N]\n"
@@ -38,22 +40,25 @@ const char QUANTIZE_HELP[] =
     "                               llama.cpp does (Q4_K -> Q5_0, Q6_K -> Q8_0, else F16)\n"
     "  --type Q4_K_M                llama.cpp's Q4_K_M mix: Q4_K, with Q6_K for the output (or tied\n"
     "                               embedding) and for attn_v / ffn_down in the layers llama.cpp picks\n"
+    "  --type F32|F16|BF16          a GGUF file, every 2-D weight in that float type\n"
     "  --type mlx4|mlx8             an MLX folder at PATH (mlx-lm layout), 4- or 8-bit affine\n"
     "  --group-size N               MLX group: 32, 64 (default) or 128\n"
     "Norms and biases stay F32 (GGUF) or as stored (MLX); a mixture of experts keeps its routers\n"
     "unquantized and, in an MLX folder, has its experts stacked as mlx-lm's switch_mlp. The GGUF\n"
-    "carries the architecture's hyper-parameters, the tokenizer (byte-level BPE tokenizer.json) and\n"
-    "the chat template.\n";
+    "carries the architecture's hyper-parameters (Mistral as llama.cpp's llama, Gemma 3 as gemma3 with\n"
+    "its norms' + 1 stored), the tokenizer (tokenizer.json: byte-level BPE, or SentencePiece-style\n"
+    "as a \"llama\" vocabulary) and the chat template.\n";
 
 /* ---- the choice of types (GGUF) ---- */
 
-typedef enum { QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K, QT_Q4_K_M, QT_MLX4, QT_MLX8 } qtype;
+typedef enum { QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K, QT_Q4_K_M, QT_F32, QT_F16, QT_BF16, QT_MLX4, QT_MLX8 } qtype;
 
 static const struct { const char *name; qtype t; uint32_t file_type; } QTYPES[] = {
     /* general.file_type: llama.cpp's llama_ftype numbers (pure Q4_K is
        reported as its nearest ftype, Q4_K_S) */
     {"Q8_0", QT_Q8_0, 7}, {"Q4_0", QT_Q4_0, 2}, {"Q4_K", QT_Q4_K, 14}, {"Q6_K", QT_Q6_K, 18},
-    {"Q4_K_M", QT_Q4_K_M, 15}, {"mlx4", QT_MLX4, 0}, {"mlx8", QT_MLX8, 0},
+    {"Q4_K_M", QT_Q4_K_M, 15}, {"F32", QT_F32, 0}, {"F16", QT_F16, 1}, {"BF16", QT_BF16, 32},
+    {"mlx4", QT_MLX4, 0}, {"mlx8", QT_MLX8, 0},
 };
 
 /* The role of a tensor in the Q4_K_M rule. */
@@ -71,6 +76,7 @@ static uint32_t ggml_of(ds_dtype t) {
     case DT_Q4_K: return GGML_Q4_K;
     case DT_Q6_K: return GGML_Q6_K;
     case DT_F16: return GGML_F16;
+    case DT_BF16: return GGML_BF16;
     default: return GGML_F32;
     }
 }
@@ -80,6 +86,7 @@ static uint32_t ggml_of(ds_dtype t) {
  * so is an MoE router (llama-quantize leaves ffn_gate_inp alone). */
 static ds_dtype choose_type(qtype q, role r, int layer, int n_layer, int64_t K, int ndim) {
     if (ndim < 2 || r == ROLE_ROUTER) return DT_F32;
+    if (q == QT_F32 || q == QT_F16 || q == QT_BF16) return q == QT_F32 ? DT_F32 : q == QT_F16 ? DT_F16 : DT_BF16;
     ds_dtype t = q == QT_Q8_0 ? DT_Q8_0 : q == QT_Q4_0 ? DT_Q4_0 : q == QT_Q6_K ? DT_Q6_K : DT_Q4_K;
     if (q == QT_Q4_K_M) {
         if (r == ROLE_OUTPUT || r == ROLE_TOKEN_EMBD) /* ROLE_TOKEN_EMBD only when tied (no output) */
@@ -129,6 +136,7 @@ typedef struct {
     const tensor *src;
     int64_t K, r0, nrows;
     int permute_hd;    /* 0: rows in order */
+    float add;         /* added to every value (Gemma's norms: 1, as its (1 + w) computes in f32) */
     ds_dtype out;      /* F32, F16 or an encoded type (GGUF) */
     size_t row_bytes;
     uint8_t *buf;      /* nrows * row_bytes */
@@ -150,6 +158,8 @@ static void rows_worker(void *ctx, int ith, int nth) {
             j->bad_row = (int)r; /* any one of the bad rows will do for the message */
             continue;
         }
+        if (j->add != 0)
+            for (int64_t k = 0; k < j->K; k++) x[k] = j->add + x[k];
         if (j->mlx_bits) {
             int64_t wpr = j->K * j->mlx_bits / 32, gpr = j->K / j->group;
             qenc_mlx_row(x, j->K, j->mlx_bits, j->group, j->q + i * wpr, j->sc + i * gpr, j->bi + i * gpr);
@@ -157,9 +167,9 @@ static void rows_worker(void *ctx, int ith, int nth) {
         }
         uint8_t *o = j->buf + (size_t)i * j->row_bytes;
         if (j->out == DT_F32) memcpy(o, x, sizeof(float) * (size_t)j->K);
-        else if (j->out == DT_F16)
+        else if (j->out == DT_F16 || j->out == DT_BF16)
             for (int64_t k = 0; k < j->K; k++) {
-                uint16_t h = ds_f32_to_f16(x[k]);
+                uint16_t h = j->out == DT_F16 ? ds_f32_to_f16(x[k]) : ds_f32_to_bf16(x[k]);
                 memcpy(o + 2 * k, &h, 2);
             }
         else qenc_row(j->out, x, j->K, o);
@@ -184,13 +194,18 @@ typedef struct {
     role r;
     int layer;
     int permute_hd;
+    float add;          /* rows_job.add */
     ds_dtype type;
     int64_t N, K;       /* rows and row length; N = 1 for 1-D */
     int ndim;
 } out_tensor;
 
 /* HF suffixes of one layer and their GGUF names (gguf-py's tensor map). */
-static const struct { const char *hf, *gg; role r; } LAYER_MAP[] = {
+typedef struct {
+    const char *hf, *gg;
+    role r;
+} layer_name;
+static const layer_name LAYER_MAP[] = {
     {"input_layernorm.weight", "attn_norm.weight", ROLE_OTHER},
     {"self_attn.q_proj.weight", "attn_q.weight", ROLE_OTHER},
     {"self_attn.q_proj.bias", "attn_q.bias", ROLE_OTHER},
@@ -208,6 +223,35 @@ static const struct { const char *hf, *gg; role r; } LAYER_MAP[] = {
     {"mlp.down_proj.weight", "ffn_down.weight", ROLE_FFN_DOWN},
 };
 #define N_LAYER_MAP ((int)(sizeof LAYER_MAP / sizeof LAYER_MAP[0]))
+
+/* Gemma 3's layer: norms before and after both the attention and the MLP
+   (ffn_norm is the MLP's input norm there), and q/k norms */
+static const layer_name GEMMA_MAP[] = {
+    {"input_layernorm.weight", "attn_norm.weight", ROLE_OTHER},
+    {"self_attn.q_proj.weight", "attn_q.weight", ROLE_OTHER},
+    {"self_attn.k_proj.weight", "attn_k.weight", ROLE_OTHER},
+    {"self_attn.v_proj.weight", "attn_v.weight", ROLE_ATTN_V},
+    {"self_attn.o_proj.weight", "attn_output.weight", ROLE_OTHER},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", ROLE_QNORM},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", ROLE_QNORM},
+    {"post_attention_layernorm.weight", "post_attention_norm.weight", ROLE_OTHER},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight", ROLE_OTHER},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight", ROLE_OTHER},
+    {"mlp.gate_proj.weight", "ffn_gate.weight", ROLE_OTHER},
+    {"mlp.up_proj.weight", "ffn_up.weight", ROLE_OTHER},
+    {"mlp.down_proj.weight", "ffn_down.weight", ROLE_FFN_DOWN},
+};
+#define N_GEMMA_MAP ((int)(sizeof GEMMA_MAP / sizeof GEMMA_MAP[0]))
+
+/* A gemma3 (multimodal) checkpoint's vision tower and projector: llama.cpp
+   keeps them in a separate projector file, which this does not write */
+static int vision_tensor(const char *name) {
+    static const char *const P[] = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                                    "model.multi_modal_projector."};
+    for (int i = 0; i < 4; i++)
+        if (!strncmp(name, P[i], strlen(P[i]))) return 1;
+    return 0;
+}
 
 static int add_out(out_tensor **v, int *n, const char *gg, const tensor *src, role r, int layer, const model_config *c,
                    qtype q, char *err, size_t errlen) {
@@ -254,173 +298,6 @@ static void llama3_rope_factors(const model_config *c, float *f) {
     }
 }
 
-/* A tokenizer_config.json special-token entry: a string or {"content": s}. */
-static const char *special_str(const cJSON *cfg, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
-    if (cJSON_IsString(v)) return v->valuestring;
-    if (cJSON_IsObject(v)) {
-        const cJSON *c = cJSON_GetObjectItemCaseSensitive(v, "content");
-        if (cJSON_IsString(c)) return c->valuestring;
-    }
-    return NULL;
-}
-
-static int looks_special(const char *s) {
-    size_t n = strlen(s);
-    return n >= 4 && !strncmp(s, "<|", 2) && !strcmp(s + n - 2, "|>");
-}
-
-/* Embeds dir's tokenizer as the converter's gpt2 vocabulary. A directory
- * without tokenizer.json, or a tokenizer that is not byte-level BPE, is
- * skipped with a note (the GGUF then needs its tokenizer from elsewhere). */
-static int add_tokenizer(gguf_writer *w, const char *dir, const model_config *c, FILE *log, char *err, size_t errlen) {
-    char path[4096];
-    if (ds_path_join(path, sizeof path, dir, "tokenizer.json") != 0 || !ds_file_exists(path)) {
-        if (log) fprintf(log, "dspark: note: %s has no tokenizer.json; the GGUF carries no tokenizer\n", dir);
-        return 0;
-    }
-    size_t len;
-    char *text = ds_read_file(path, &len, err, errlen);
-    if (!text) return -1;
-    cJSON *tj = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!tj) return ds_err(err, errlen, "%s: not valid JSON", path);
-    int rc = -1;
-    char **tokens = NULL;
-    int32_t *types = NULL;
-    char **merges = NULL;
-    int n_merges = 0, V = c->vocab_size;
-    cJSON *tc = NULL;
-    const cJSON *bpe = cJSON_GetObjectItemCaseSensitive(tj, "model");
-    const cJSON *mtype = cJSON_GetObjectItemCaseSensitive(bpe, "type");
-    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(tj, "decoder");
-    char *dec_s = dec ? cJSON_PrintUnformatted(dec) : NULL;
-    int byte_level = dec_s && strstr(dec_s, "\"ByteLevel\"");
-    free(dec_s);
-    if (!cJSON_IsString(mtype) || strcmp(mtype->valuestring, "BPE") || !byte_level) {
-        if (log)
-            fprintf(log, "dspark: note: %s is not a byte-level BPE tokenizer; the GGUF carries no tokenizer\n", path);
-        rc = 0;
-        goto done;
-    }
-    tokens = xcalloc((size_t)V, sizeof(char *));
-    types = xcalloc((size_t)V, sizeof(int32_t));
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(bpe, "vocab"), *e;
-    cJSON_ArrayForEach(e, vocab) {
-        int id = cJSON_IsNumber(e) ? e->valueint : -1;
-        if (id < 0 || id >= V) {
-            ds_err(err, errlen, "%s: token id %d outside the model's vocab_size %d", path, id, V);
-            goto done;
-        }
-        free(tokens[id]);
-        tokens[id] = xstrdup(e->string);
-        types[id] = 1; /* normal */
-    }
-    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id"), *ct = cJSON_GetObjectItemCaseSensitive(e, "content");
-        if (!cJSON_IsNumber(id) || !cJSON_IsString(ct)) continue;
-        if (id->valueint < 0 || id->valueint >= V) {
-            ds_err(err, errlen, "%s: added token id %d outside the model's vocab_size %d", path, id->valueint, V);
-            goto done;
-        }
-        free(tokens[id->valueint]);
-        tokens[id->valueint] = xstrdup(ct->valuestring);
-        /* control for special tokens (and <|...|> ones, as the converter
-           treats them), user-defined for the other added tokens */
-        types[id->valueint] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ||
-                                      looks_special(ct->valuestring) ? 3 : 4;
-    }
-    for (int i = 0; i < V; i++)
-        if (!tokens[i]) { /* ids the tokenizer leaves free up to vocab_size */
-            char b[32];
-            snprintf(b, sizeof b, "[PAD%d]", i);
-            tokens[i] = xstrdup(b);
-            types[i] = 5; /* unused */
-        }
-    const cJSON *mg = cJSON_GetObjectItemCaseSensitive(bpe, "merges");
-    merges = xcalloc((size_t)cJSON_GetArraySize(mg) + 1, sizeof(char *));
-    cJSON_ArrayForEach(e, mg) {
-        if (cJSON_IsString(e)) merges[n_merges++] = xstrdup(e->valuestring);
-        else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(cJSON_GetArrayItem(e, 0)) &&
-                 cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
-            const char *a = cJSON_GetArrayItem(e, 0)->valuestring, *b = cJSON_GetArrayItem(e, 1)->valuestring;
-            size_t n = strlen(a) + strlen(b) + 2;
-            merges[n_merges] = xmalloc(n);
-            snprintf(merges[n_merges++], n, "%s %s", a, b);
-        }
-    }
-    gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
-    /* the pre-tokenizer llama.cpp implements for each family's regex */
-    gguf_w_str(w, "tokenizer.ggml.pre", c->arch == ARCH_LLAMA ? "llama-bpe" : "qwen2");
-    gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens, NULL, (uint64_t)V);
-    gguf_w_arr(w, "tokenizer.ggml.token_type", GGUF_I32, types, (uint64_t)V);
-    gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges, NULL, (uint64_t)n_merges);
-
-    /* special ids: tokenizer_config.json's tokens, else config.json's ids */
-    char cpath[4096];
-    if (ds_path_join(cpath, sizeof cpath, dir, "tokenizer_config.json") == 0 && ds_file_exists(cpath)) {
-        char *ct = ds_read_file(cpath, &len, err, errlen);
-        if (!ct) goto done;
-        tc = cJSON_ParseWithLength(ct, len);
-        free(ct);
-        if (!tc) {
-            ds_err(err, errlen, "%s: not valid JSON", cpath);
-            goto done;
-        }
-    }
-    static const struct { const char *cfg, *key; } SPECIAL[] = {
-        {"bos_token", "tokenizer.ggml.bos_token_id"}, {"eos_token", "tokenizer.ggml.eos_token_id"},
-        {"unk_token", "tokenizer.ggml.unknown_token_id"}, {"pad_token", "tokenizer.ggml.padding_token_id"},
-    };
-    for (int s = 0; s < 4; s++) {
-        const char *str = tc ? special_str(tc, SPECIAL[s].cfg) : NULL;
-        int id = -1;
-        for (int i = 0; str && i < V && id < 0; i++)
-            if (types[i] != 5 && !strcmp(tokens[i], str)) id = i;
-        if (id < 0 && s == 0) id = c->bos_token_id;
-        if (id < 0 && s == 1 && c->n_eos) id = c->eos_token_ids[0];
-        if (id >= 0) gguf_w_u32(w, SPECIAL[s].key, (uint32_t)id);
-    }
-    /* add_bos_token: what dspark's tokenizer (HF's add_special_tokens rule)
-       puts in front of an empty text */
-    tokenizer *tok;
-    char terr[512];
-    if (tok_load(&tok, dir, terr, sizeof terr) == 0) {
-        int *ids = NULL;
-        int n = tok_encode(tok, "", 0, 1, &ids, terr, sizeof terr);
-        gguf_w_bool(w, "tokenizer.ggml.add_bos_token", n > 0 && tok_bos_id(tok) >= 0 && ids[0] == tok_bos_id(tok));
-        free(ids);
-        tok_free(tok);
-    } else if (log) {
-        fprintf(log, "dspark: note: tokenizer not loadable (%s); add_bos_token left unset\n", terr);
-    }
-    const cJSON *tmpl = tc ? cJSON_GetObjectItemCaseSensitive(tc, "chat_template") : NULL;
-    if (cJSON_IsArray(tmpl)) { /* named templates: the "default" one */
-        const cJSON *it, *found = NULL;
-        cJSON_ArrayForEach(it, tmpl) if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "name")) &&
-                                         !strcmp(cJSON_GetObjectItemCaseSensitive(it, "name")->valuestring, "default"))
-            found = cJSON_GetObjectItemCaseSensitive(it, "template");
-        tmpl = found;
-    }
-    if (cJSON_IsString(tmpl)) gguf_w_str(w, "tokenizer.chat_template", tmpl->valuestring);
-    else if (ds_path_join(cpath, sizeof cpath, dir, "chat_template.jinja") == 0 && ds_file_exists(cpath)) {
-        char *jt = ds_read_file(cpath, &len, err, errlen);
-        if (!jt) goto done;
-        gguf_w_str_n(w, "tokenizer.chat_template", jt, len);
-        free(jt);
-    }
-    rc = 0;
-done:
-    for (int i = 0; tokens && i < V; i++) free(tokens[i]);
-    for (int i = 0; i < n_merges; i++) free(merges[i]);
-    free(tokens);
-    free(types);
-    free(merges);
-    cJSON_Delete(tc);
-    cJSON_Delete(tj);
-    return rc;
-}
-
 static const char *base_name(const char *p) {
     size_t n = strlen(p);
     while (n > 1 && p[n - 1] == '/') n--;
@@ -429,11 +306,54 @@ static const char *base_name(const char *p) {
     return s;
 }
 
-static void add_hparams(gguf_writer *w, const model_config *c, const char *dir, uint32_t file_type) {
-    const char *a = c->arch == ARCH_LLAMA      ? "llama"
-                    : c->arch == ARCH_QWEN2    ? "qwen2"
+/* Mistral is llama.cpp's llama: the same tensors, q/k rows permuted alike */
+static int llama_layout(const model_config *c) { return c->arch == ARCH_LLAMA || c->arch == ARCH_MISTRAL; }
+
+/* The sliding layers as llama.cpp reads them: sliding_window, and where
+   the layers do not follow the default for the architecture (gemma3: a
+   period of 6, the last layer of each global; llama: every layer, as
+   dspark reads it), sliding_window_pattern as one flag a layer. */
+static void add_window(gguf_writer *w, const model_config *c, const char *a) {
+    char k[128];
+    if (!c->sliding_window) return;
+    snprintf(k, sizeof k, "%s.attention.sliding_window", a);
+    gguf_w_u32(w, k, (uint32_t)c->sliding_window);
+    uint8_t flags[CONFIG_MAX_LAYERS];
+    int usual = 1;
+    for (int l = 0; l < c->n_layers; l++) {
+        flags[l] = c->sliding[l] != 0;
+        usual &= flags[l] == (c->arch == ARCH_GEMMA3 ? l % 6 < 5 : 1);
+    }
+    snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", a);
+    if (!usual) gguf_w_arr(w, k, GGUF_BOOL, flags, (uint64_t)c->n_layers);
+}
+
+/* Gemma 3's keys beyond the common ones (llama.cpp's gemma3 loader): the
+   window, the sliding layers' RoPE base, the final soft-cap. llama.cpp
+   scales the scores by 1/sqrt(head size) (the 62-layer 27B: 1/sqrt(hidden
+   / heads)), which query_pre_attn_scalar matches in Google's checkpoints;
+   where it does not, gemma3.attention.scale carries the checkpoint's
+   factor for dspark, and llama.cpp, which does not read it, would compute
+   another model (said on log). */
+static void add_gemma3(gguf_writer *w, const model_config *c, FILE *log) {
+    add_window(w, c, "gemma3");
+    gguf_w_f32(w, "gemma3.rope.freq_base_swa", (float)c->rope_local_theta);
+    if (c->final_softcap > 0) gguf_w_f32(w, "gemma3.final_logit_softcapping", c->final_softcap);
+    double q = c->n_layers == 62 ? (double)(c->hidden_size / c->n_heads) : (double)c->head_dim;
+    if ((float)pow(q, -0.5) != c->attn_scale) {
+        gguf_w_f32(w, "gemma3.attention.scale", c->attn_scale);
+        if (log)
+            fprintf(log, "dspark: note: query_pre_attn_scalar is not llama.cpp's for this shape: dspark reads the "
+                         "scale from gemma3.attention.scale, llama.cpp ignores it\n");
+    }
+}
+
+static void add_hparams(gguf_writer *w, const model_config *c, const char *dir, uint32_t file_type, FILE *log) {
+    const char *a = llama_layout(c)              ? "llama"
+                    : c->arch == ARCH_QWEN2     ? "qwen2"
                     : c->arch == ARCH_QWEN3_MOE ? "qwen3moe"
-                                               : "qwen3";
+                    : c->arch == ARCH_GEMMA3    ? "gemma3"
+                                                : "qwen3";
     char k[128], name[256];
     gguf_w_str(w, "general.architecture", a);
     snprintf(name, sizeof name, "%s", base_name(dir));
@@ -453,10 +373,19 @@ static void add_hparams(gguf_writer *w, const model_config *c, const char *dir, 
     gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim);
     gguf_w_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->rms_norm_eps);
     gguf_w_f32(w, KEY("rope.freq_base"), (float)c->rope_theta);
-    if (c->arch == ARCH_LLAMA) {
+    if (llama_layout(c)) {
         gguf_w_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
         gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
     }
+    if (c->arch == ARCH_MISTRAL && c->sliding_window) {
+        /* llama.cpp's llama graph attends to every position: the same
+           logits while the context fits the window */
+        add_window(w, c, a);
+        if (log)
+            fprintf(log, "dspark: note: llama.cpp's llama architecture ignores the sliding window (%d); "
+                         "dspark applies it\n", c->sliding_window);
+    }
+    if (c->arch == ARCH_GEMMA3) add_gemma3(w, c, log);
     if (c->arch == ARCH_QWEN3_MOE) {
         gguf_w_u32(w, KEY("expert_count"), (uint32_t)c->moe_experts);
         gguf_w_u32(w, KEY("expert_used_count"), (uint32_t)c->moe_top_k);
@@ -479,8 +408,9 @@ static int write_gguf_tensor(gguf_writer *w, const out_tensor *o, const model_co
         free(f);
         return rc;
     }
-    size_t rb = o->type == DT_F32 ? 4 * (size_t)o->K : o->type == DT_F16 ? 2 * (size_t)o->K
-                                                                         : qenc_row_bytes(o->type, o->K);
+    size_t rb = o->type == DT_F32                        ? 4 * (size_t)o->K
+                : o->type == DT_F16 || o->type == DT_BF16 ? 2 * (size_t)o->K
+                                                          : qenc_row_bytes(o->type, o->K);
     int64_t B = batch_rows(o->K, o->N);
     uint8_t *buf = xmalloc(rb * (size_t)B);
     int rc = 0;
@@ -489,7 +419,7 @@ static int write_gguf_tensor(gguf_writer *w, const out_tensor *o, const model_co
         const tensor *src = o->experts ? o->experts[e] : o->src;
         for (int64_t r0 = 0; r0 < o->N && !rc; r0 += B) {
             rows_job j = {.src = src, .K = o->K, .r0 = r0, .nrows = o->N - r0 < B ? o->N - r0 : B,
-                          .permute_hd = o->permute_hd, .out = o->type, .row_bytes = rb, .buf = buf, .bad_row = -1};
+                          .permute_hd = o->permute_hd, .add = o->add, .out = o->type, .row_bytes = rb, .buf = buf, .bad_row = -1};
             tp_run(tp, rows_worker, &j);
             if (j.bad_row >= 0)
                 rc = ds_err(err, errlen, "%s: tensor %s row %d holds a NaN or infinity", src->file, src->name,
@@ -503,56 +433,60 @@ static int write_gguf_tensor(gguf_writer *w, const out_tensor *o, const model_co
 
 static int quantize_gguf(const char *dir, const char *out, qtype q, uint32_t file_type, const model_config *c,
                          const st_set *st, tpool *tp, FILE *log, char *err, size_t errlen) {
-    if (c->arch == ARCH_GEMMA3)
-        /* llama.cpp's gemma3 GGUF stores the norms with their +1 and a
-           SentencePiece vocabulary; neither is written here */
-        return ds_err(err, errlen,
-                      "%s: a GGUF of a gemma3 checkpoint is not written yet (its SentencePiece vocabulary and norms); "
-                      "--type mlx4 or mlx8 writes an MLX folder",
-                      dir);
-    if (c->arch == ARCH_MISTRAL)
-        /* llama.cpp writes these as arch llama with a SentencePiece vocabulary
-           (tokenizer.ggml.model "llama"); this writer has the byte-level BPE one */
-        return ds_err(err, errlen,
-                      "%s: a GGUF of a mistral checkpoint is not written yet (its SentencePiece vocabulary); "
-                      "--type mlx4 or mlx8 writes an MLX folder",
-                      dir);
     out_tensor *v = NULL;
-    int n = 0, rc = -1;
+    int n = 0, rc = -1, vision = 0;
     int *used = xcalloc((size_t)st_set_count(st), sizeof(int));
     gguf_writer *w = gguf_w_new();
     const tensor *t;
-#define FIND(hf) (t = st_set_find(st, hf))
-#define USE()                                                                                              do {                                                                                                       for (int u = 0; u < st_set_count(st); u++)                                                                 if (st_set_get(st, u) == t) used[u] = 1;                                                       } while (0)
-    const tensor *lm_head = st_set_find(st, "lm_head.weight");
+    /* a gemma3 checkpoint's text model under the prefix it was saved with
+       (as model.c binds it) */
+    const char *pfx = "model.", *head = "lm_head.weight";
+    if (c->arch == ARCH_GEMMA3 && !st_set_find(st, "model.embed_tokens.weight")) {
+        if (st_set_find(st, "language_model.model.embed_tokens.weight"))
+            pfx = "language_model.model.", head = "language_model.lm_head.weight";
+        else if (st_set_find(st, "model.language_model.embed_tokens.weight"))
+            pfx = "model.language_model.";
+    }
+    const layer_name *map = c->arch == ARCH_GEMMA3 ? GEMMA_MAP : LAYER_MAP;
+    const int n_map = c->arch == ARCH_GEMMA3 ? N_GEMMA_MAP : N_LAYER_MAP;
+    char hf[200];
+#define FIND(name) (t = st_set_find(st, name))
+#define USE()                                                                                              \
+    do {                                                                                                   \
+        for (int u = 0; u < st_set_count(st); u++)                                                         \
+            if (st_set_get(st, u) == t) used[u] = 1;                                                       \
+    } while (0)
+    const tensor *lm_head = st_set_find(st, head);
     /* tied: llama.cpp reads the embedding as the output; an lm_head the
        checkpoint also carries is then the same matrix, left out */
     int has_output = lm_head && !c->tie_word_embeddings;
-    if (!FIND("model.embed_tokens.weight")) {
-        ds_err(err, errlen, "%s: no model.embed_tokens.weight", dir);
+    snprintf(hf, sizeof hf, "%sembed_tokens.weight", pfx);
+    if (!FIND(hf)) {
+        ds_err(err, errlen, "%s: no %s", dir, hf);
         goto done;
     }
     USE();
     if (add_out(&v, &n, "token_embd.weight", t, has_output ? ROLE_OTHER : ROLE_TOKEN_EMBD, 0, c, q, err, errlen))
         goto done;
-    if (c->arch == ARCH_LLAMA && c->rope_type == ROPE_LLAMA3 &&
+    if (llama_layout(c) && c->rope_type == ROPE_LLAMA3 &&
         add_out(&v, &n, "rope_freqs.weight", NULL, ROLE_OTHER, 0, c, q, err, errlen))
         goto done;
     for (int l = 0; l < c->n_layers; l++) {
-        for (int m = 0; m < N_LAYER_MAP; m++) {
-            char hf[160], gg[96];
-            snprintf(hf, sizeof hf, "model.layers.%d.%s", l, LAYER_MAP[m].hf);
-            snprintf(gg, sizeof gg, "blk.%d.%s", l, LAYER_MAP[m].gg);
+        char gg[96];
+        for (int m = 0; m < n_map; m++) {
+            snprintf(hf, sizeof hf, "%slayers.%d.%s", pfx, l, map[m].hf);
+            snprintf(gg, sizeof gg, "blk.%d.%s", l, map[m].gg);
             if (!FIND(hf)) continue;
             USE();
-            if (add_out(&v, &n, gg, t, LAYER_MAP[m].r, l, c, q, err, errlen)) goto done;
-            if (c->arch == ARCH_LLAMA && (strstr(hf, "q_proj") || strstr(hf, "k_proj")))
+            if (add_out(&v, &n, gg, t, map[m].r, l, c, q, err, errlen)) goto done;
+            if (llama_layout(c) && (strstr(hf, "q_proj") || strstr(hf, "k_proj")))
                 v[n - 1].permute_hd = c->head_dim;
+            /* Gemma's norms scale by (1 + w): llama.cpp's files store the sum */
+            if (c->arch == ARCH_GEMMA3 && strstr(gg, "norm.weight")) v[n - 1].add = 1.0f;
         }
         if (!c->moe[l]) continue;
         /* a mixture of experts as llama.cpp's converter writes it: the router,
            each kind of expert matrix stacked into one 3-d tensor [E][rows][K] */
-        char hf[160], gg[96];
         snprintf(hf, sizeof hf, "model.layers.%d.mlp.gate.weight", l);
         snprintf(gg, sizeof gg, "blk.%d.ffn_gate_inp.weight", l);
         if (!FIND(hf)) {
@@ -584,12 +518,14 @@ static int quantize_gguf(const char *dir, const char *out, qtype q, uint32_t fil
             v[n - 1].experts = ex, v[n - 1].n_experts = c->moe_experts, v[n - 1].ndim = 3;
         }
     }
-    if (!FIND("model.norm.weight")) {
-        ds_err(err, errlen, "%s: no model.norm.weight", dir);
+    snprintf(hf, sizeof hf, "%snorm.weight", pfx);
+    if (!FIND(hf)) {
+        ds_err(err, errlen, "%s: no %s", dir, hf);
         goto done;
     }
     USE();
     if (add_out(&v, &n, "output_norm.weight", t, ROLE_OTHER, 0, c, q, err, errlen)) goto done;
+    if (c->arch == ARCH_GEMMA3) v[n - 1].add = 1.0f;
     if (lm_head) {
         t = lm_head;
         USE();
@@ -597,16 +533,22 @@ static int quantize_gguf(const char *dir, const char *out, qtype q, uint32_t fil
     }
     for (int u = 0; u < st_set_count(st); u++) {
         const tensor *x = st_set_get(st, u);
-        if (!used[u] && !strstr(x->name, "rotary_emb.inv_freq")) {
-            ds_err(err, errlen, "%s: tensor %s has no GGUF name here (quantize knows the Qwen3/Qwen2/Llama layouts)",
-                   x->file, x->name);
-            goto done;
+        if (used[u] || strstr(x->name, "rotary_emb.inv_freq")) continue;
+        if (c->arch == ARCH_GEMMA3 && vision_tensor(x->name)) {
+            vision++;
+            continue;
         }
+        ds_err(err, errlen, "%s: tensor %s has no GGUF name here (quantize knows the %s layout)", x->file, x->name,
+               config_arch_name(c->arch));
+        goto done;
     }
+    if (vision && log)
+        fprintf(log, "dspark: note: the vision tower's %d tensors are not written (llama.cpp keeps them in a "
+                     "projector file of their own); the GGUF is the text model\n", vision);
 #undef FIND
 #undef USE
-    add_hparams(w, c, dir, file_type);
-    if (add_tokenizer(w, dir, c, log, err, errlen)) goto done;
+    add_hparams(w, c, dir, file_type, log);
+    if (quantize_add_tokenizer(w, dir, c, log, err, errlen)) goto done;
     for (int i = 0; i < n; i++) {
         int64_t ne[3] = {v[i].K, v[i].N, v[i].n_experts};
         if (gguf_w_add_tensor(w, v[i].name, ggml_of(v[i].type), v[i].ndim, ne, err, errlen)) goto done;
@@ -614,7 +556,7 @@ static int quantize_gguf(const char *dir, const char *out, qtype q, uint32_t fil
     if (gguf_w_begin(w, out, err, errlen)) goto done;
     for (int i = 0; i < n; i++) {
         if (log) fprintf(log, "[%3d/%3d] %-28s %-6s %s%lld x %lld\n", i + 1, n, v[i].name,
-                         v[i].type == DT_F32 ? "F32" : v[i].type == DT_F16 ? "F16" : dtype_name(v[i].type),
+                         dtype_name(v[i].type),
                          v[i].experts ? "experts x " : "", (long long)v[i].N, (long long)v[i].K);
         if (write_gguf_tensor(w, &v[i], c, tp, err, errlen)) goto done;
     }
@@ -982,7 +924,7 @@ int quantize_model(const char *dir, const char *out, const char *type, int group
     for (int i = 0; i < (int)(sizeof QTYPES / sizeof QTYPES[0]); i++)
         if (type && !strcasecmp(type, QTYPES[i].name)) qi = i;
     if (qi < 0)
-        return ds_err(err, errlen, "unknown quantization type \"%s\" (expected Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M, mlx4 or mlx8)",
+        return ds_err(err, errlen, "unknown quantization type \"%s\" (expected Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M, F32, F16, BF16, mlx4 or mlx8)",
                       type ? type : "");
     qtype q = QTYPES[qi].t;
     int mlx = q == QT_MLX4 || q == QT_MLX8;
@@ -1010,7 +952,7 @@ int quantize_model(const char *dir, const char *out, const char *type, int group
 
 int cmd_quantize(const opts *o) {
     char err[1024];
-    if (!o->qtype) cli_die("quantize: --type is required (Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M, mlx4 or mlx8)");
+    if (!o->qtype) cli_die("quantize: --type is required (Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M, F32, F16, BF16, mlx4 or mlx8)");
     if (!o->out) cli_die("quantize: --out PATH is required");
     double t0 = ds_now();
     if (quantize_model(o->model, o->out, o->qtype, o->group_size, o->threads, stderr, err, sizeof err) != 0)

@@ -204,36 +204,58 @@ static int unpermute(gguf_model *m, tensor *t, int heads, char *err, size_t errl
     return 0;
 }
 
+/* {arch}.attention.sliding_window and the layers it applies to, as
+   layer_types: {arch}.attention.sliding_window_pattern as one flag a
+   layer, or a period (the last layer of each is global; default
+   def_period, 0: every layer slides). No window: every layer is global. */
+static int window_config(const gguf_model *m, cJSON *c, const char *arch, int64_t layers, int64_t def_period,
+                         char *err, size_t errlen) {
+    int64_t swa = 0, period = def_period;
+    char key[128];
+    if (meta_int(m, arch, "attention.sliding_window", 0, 1 << 26, 0, &swa, err, errlen)) return -1;
+    cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    const gguf_kv *pat = gguf_find(m->g, key);
+    if (swa > 0 && pat && pat->type == GGUF_ARRAY) {
+        if (pat->n != (uint64_t)layers || (pat->elt != GGUF_BOOL && pat->elt != GGUF_U8))
+            return ds_err(err, errlen, "%s: \"%s\" must be %" PRId64 " flags", m->path, key, layers);
+        for (int64_t l = 0; l < layers; l++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString(((const uint8_t *)pat->arr)[l] ? "sliding_attention"
+                                                                                        : "full_attention"));
+    } else {
+        if (swa > 0 && meta_int(m, arch, "attention.sliding_window_pattern", def_period ? 1 : 0, 1 << 20, def_period,
+                                &period, err, errlen))
+            return -1;
+        for (int64_t l = 0; l < layers; l++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString(swa > 0 && (!period || l % period < period - 1)
+                                                            ? "sliding_attention"
+                                                            : "full_attention"));
+    }
+    if (swa > 0) cJSON_AddNumberToObject(c, "sliding_window", (double)swa);
+    return 0;
+}
+
 /* gemma3's keys as llama.cpp reads them (its gemma3 loader): the sliding
    window and its layer pattern (a period, default 6, or one flag a
    layer), the sliding layers' RoPE base (default 10000), the score scale
    (1/sqrt(head size), for the 62-layer 27B 1/sqrt(hidden / heads)), an
    optional final soft-cap; GELU-tanh gating. The norms it stores already
-   carry Gemma's + 1 (model.c reads them as they are). */
+   carry Gemma's + 1 (model.c reads them as they are). A scale that rule
+   does not give (a checkpoint whose query_pre_attn_scalar is not llama.cpp's)
+   comes as gemma3.attention.scale, which dspark's quantize writes and
+   llama.cpp does not read. */
 static int gemma3_config(const gguf_model *m, cJSON *c, int64_t layers, int64_t hidden, int64_t heads, int64_t kl,
                          char *err, size_t errlen) {
-    const char *arch = "gemma3";
     cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
-    cJSON_AddNumberToObject(c, "query_pre_attn_scalar", layers == 62 ? (double)(hidden / heads) : (double)kl);
-    int64_t swa = 0, period = 6;
-    if (meta_int(m, arch, "attention.sliding_window", 0, 1 << 26, 0, &swa, err, errlen)) return -1;
-    cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
-    const gguf_kv *pat = gguf_find(m->g, "gemma3.attention.sliding_window_pattern");
-    if (swa > 0 && pat && pat->type == GGUF_ARRAY) {
-        if (pat->n != (uint64_t)layers || (pat->elt != GGUF_BOOL && pat->elt != GGUF_U8))
-            return ds_err(err, errlen, "%s: \"gemma3.attention.sliding_window_pattern\" must be %" PRId64 " flags",
-                          m->path, layers);
-        for (int64_t l = 0; l < layers; l++)
-            cJSON_AddItemToArray(lt, cJSON_CreateString(((const uint8_t *)pat->arr)[l] ? "sliding_attention"
-                                                                                        : "full_attention"));
-    } else {
-        if (swa > 0 && meta_int(m, arch, "attention.sliding_window_pattern", 1, 1 << 20, 6, &period, err, errlen))
-            return -1;
-        for (int64_t l = 0; l < layers; l++)
-            cJSON_AddItemToArray(lt, cJSON_CreateString(swa > 0 && l % period < period - 1 ? "sliding_attention"
-                                                                                           : "full_attention"));
-    }
-    if (swa > 0) cJSON_AddNumberToObject(c, "sliding_window", (double)swa);
+    double scale;
+    if (meta_float(m, "gemma3.attention.scale", 0, &scale, err, errlen)) return -1;
+    if (scale != 0 && !(scale > 1e-6 && scale <= 1e3))
+        return ds_err(err, errlen, "%s: \"gemma3.attention.scale\" is %g (expected a positive factor)", m->path, scale);
+    /* scale = q^-0.5 rounded to f32: q = 1 / scale^2 gives back that f32 */
+    cJSON_AddNumberToObject(c, "query_pre_attn_scalar", scale != 0 ? 1.0 / (scale * scale)
+                                                        : layers == 62 ? (double)(hidden / heads)
+                                                                       : (double)kl);
+    if (window_config(m, c, "gemma3", layers, 6, err, errlen)) return -1;
     double base_swa, cap;
     if (meta_float(m, "gemma3.rope.freq_base_swa", 10000.0, &base_swa, err, errlen) ||
         meta_float(m, "gemma3.final_logit_softcapping", 0, &cap, err, errlen))
@@ -278,10 +300,19 @@ static int build_config(gguf_model *m, int ai, char *err, size_t errlen) {
     snprintf(key, sizeof key, "%s.rope.freq_base", arch);
     if (meta_float(m, key, 10000.0, &theta, err, errlen)) return -1;
 
+    /* a llama file with a sliding window is a Mistral (dspark's quantize
+       writes the window; llama.cpp's llama graph does not read it) */
+    int64_t llama_swa = 0;
+    if (ai == ARCH_I_LLAMA && meta_int(m, arch, "attention.sliding_window", 0, 1 << 26, 0, &llama_swa, err, errlen))
+        return -1;
     cJSON *c = cJSON_CreateObject();
     cJSON *a = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(a, cJSON_CreateString(hf_class));
-    cJSON_AddStringToObject(c, "model_type", ARCHS[ai].model_type);
+    cJSON_AddItemToArray(a, cJSON_CreateString(llama_swa ? "MistralForCausalLM" : hf_class));
+    cJSON_AddStringToObject(c, "model_type", llama_swa ? "mistral" : ARCHS[ai].model_type);
+    if (llama_swa && window_config(m, c, arch, layers, 0, err, errlen)) {
+        cJSON_Delete(c);
+        return -1;
+    }
     if (ai == ARCH_I_QWEN3MOE) {
         /* llama.cpp's qwen3moe graph renormalizes the chosen experts' weights */
         cJSON_AddNumberToObject(c, "num_experts", (double)n_exp);

@@ -72,6 +72,13 @@ static const pre_entry *find_pre(const char *name) {
     return NULL;
 }
 
+const char *tok_gguf_pre_name(const char *regex) {
+    /* the first entry of each pattern is its canonical name */
+    for (size_t i = 0; regex && i < sizeof PRE / sizeof *PRE; i++)
+        if (PRE[i].regex && !strcmp(PRE[i].regex, regex)) return PRE[i].name;
+    return NULL;
+}
+
 int tok_gguf_is_file(const char *path) {
     size_t n = strlen(path);
     struct stat st;

@@ -30,6 +30,12 @@ int tok_gguf_is_file(const char *path);
  * cJSON_Delete. Returns 0, or -1 with err filled and nothing allocated. */
 int tok_gguf_json(const gguf *g, const char *name, cJSON **tok, cJSON **cfg, char *err, size_t errlen);
 
+/* The tokenizer.ggml.pre name this reader gives the byte-level
+ * pre-tokenizer whose Split pattern is regex ("qwen2", "llama-bpe"), or
+ * NULL for a pattern it has no name for: what a writer of "gpt2" files
+ * may name (a pre-tokenizer named wrongly would mis-tokenize silently). */
+const char *tok_gguf_pre_name(const char *regex);
+
 /* tok_load for a .gguf file: opens it (mapped, metadata only), builds the
  * two JSON trees and loads them. */
 int tok_load_gguf(tokenizer **out, const char *path, char *err, size_t errlen);
