@@ -273,6 +273,33 @@ int main(void) {
                name, g_worst);
         g_worst = 0;
     }
+    /* every GGUF type again over 17 steps of 256 elements: warps that take
+       several (the step kernels' loads ahead, and a SwiGLU's reloads) */
+    for (ds_dtype t : gg) {
+        qmat W(t, 5, 17 * 256), U(t, 5, 17 * 256);
+        fmt_name(W, name, sizeof name);
+        run_mm(W, NULL, 1, ST, true, name);
+        run_mm(W, &U, 9, GLU, false, name);
+        run_mm(W, NULL, 16, ADD, false, name);
+        printf("  %-24s K %d: matmul 1/9/16 rows within tolerance, rows batch-invariant (worst %.2f of the tolerance)\n",
+               name, 17 * 256, g_worst);
+        g_worst = 0;
+    }
+    /* MLX 4- and 8-bit over 17 steps of 128 elements and a half one (a
+       warp taking several; a last step of fewer units) */
+    const struct {
+        int bits, group, K;
+    } mlxk[] = {{4, 64, 2240}, {8, 32, 2240}, {4, 128, 2176}, {8, 128, 2176}, {4, 32, 2208}};
+    for (const auto &f : mlxk) {
+        qmat W(DT_MLX, 5, f.K, f.bits, f.group, DT_BF16), U(DT_MLX, 5, f.K, f.bits, f.group, DT_BF16);
+        fmt_name(W, name, sizeof name);
+        run_mm(W, NULL, 1, ST, true, name);
+        run_mm(W, &U, 9, GLU, false, name);
+        run_mm(W, NULL, 16, ADD, false, name);
+        printf("  %-24s K %d: matmul 1/9/16 rows within tolerance, rows batch-invariant (worst %.2f of the tolerance)\n",
+               name, f.K, g_worst);
+        g_worst = 0;
+    }
     const struct {
         int bits, group;
         ds_dtype sdt;

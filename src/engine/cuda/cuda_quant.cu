@@ -6,7 +6,11 @@
 // Three paths, by what the rows are:
 //
 // - Decode and verify rows, and every row outside the prefill groups:
-//   k_qmma, one tensor-core kernel family for every width. Each block's
+//   one tensor-core kernel family for every width (k_qmma; its step forms,
+//   whose loads are few and wide: k_qmma_sb for the K-quants' super-blocks
+//   and MLX 4/8-bit, k_qmma_st for the 32-element block types staged
+//   through shared memory; which one a matrix takes depends on its format
+//   and K alone, never on the rows). Each block's
 //   integers (exact in bf16) are mma.sync's weight operand, the f32
 //   activations are cut into bf16 heads and tails, and each sub-block's
 //   f32 sum is scaled by its f32 scale (and its min times the activations'
@@ -628,6 +632,122 @@ __device__ __forceinline__ qunit qunpack(const qraw &r, int u, int t) {
 
 #define QK_ONES 0x3f803f80u /* a bf16 pair of ones */
 
+/* One 32-element unit u of the MT activation tiles against the unpacked
+   units ra[v], rb[v] (weight rows g and g + 8 of each of the NW matrices),
+   into acc, in the order stated above k_qmma. The lane's activation
+   elements: e0 .. e0+3 (step 0) and e1 .. e1+3 (step 1) of each row, the
+   same elements its weight pairs hold. */
+template <int QT, int MT, int NW>
+__device__ __forceinline__ void qmma_unit(float (&acc)[NW][MT][4], const float *__restrict__ x, int M, int K,
+                                          int m0, int g, int e0, int e1, const qunit (&ra)[NW],
+                                          const qunit (&rb)[NW]) {
+    constexpr bool S16 = qfmt<QT>::sub16, MIN = qfmt<QT>::mins;
+    /* the activations: [tile][step][k pair] heads and tails */
+    uint32_t bh[MT][2][2], bl[MT][2][2];
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+        const int m = m0 + 8 * j + g;
+        float4 xa = make_float4(0, 0, 0, 0), xb = xa;
+        if (m < M) {
+            const float *xp = x + (size_t)m * K;
+            xa = *reinterpret_cast<const float4 *>(xp + e0);
+            xb = *reinterpret_cast<const float4 *>(xp + e1);
+        }
+        bf16x2_cut c = bf16_cut2(xa.x, xa.y);
+        bh[j][0][0] = c.h, bl[j][0][0] = c.l;
+        c = bf16_cut2(xa.z, xa.w);
+        bh[j][0][1] = c.h, bl[j][0][1] = c.l;
+        c = bf16_cut2(xb.x, xb.y);
+        bh[j][1][0] = c.h, bl[j][1][0] = c.l;
+        c = bf16_cut2(xb.z, xb.w);
+        bh[j][1][1] = c.h, bl[j][1][1] = c.l;
+    }
+    /* the activation sums a min multiplies: per step (16-element
+       sub-blocks) or over both */
+    float xs[MT][2][4];
+    if constexpr (MIN) {
+#pragma unroll
+        for (int j = 0; j < MT; j++)
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                float *z = xs[j][S16 ? s : 0];
+                if (S16 || s == 0) z[0] = z[1] = z[2] = z[3] = 0.0f;
+                mma_bf16(xs[j][S16 ? s : 0], QK_ONES, QK_ONES, QK_ONES, QK_ONES, bh[j][s][0], bh[j][s][1]);
+                mma_bf16(xs[j][S16 ? s : 0], QK_ONES, QK_ONES, QK_ONES, QK_ONES, bl[j][s][0], bl[j][s][1]);
+            }
+    }
+#pragma unroll
+    for (int v = 0; v < NW; v++) {
+        const qunit &A = ra[v], &B = rb[v];
+#pragma unroll
+        for (int j = 0; j < MT; j++) {
+            float *a = acc[v][j];
+            if constexpr (S16) {
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma_bf16(c, A.a[2 * s], B.a[2 * s], A.a[2 * s + 1], B.a[2 * s + 1], bh[j][s][0], bh[j][s][1]);
+                    mma_bf16(c, A.a[2 * s], B.a[2 * s], A.a[2 * s + 1], B.a[2 * s + 1], bl[j][s][0], bl[j][s][1]);
+                    a[0] = fmaf(A.d[s], c[0], a[0]), a[1] = fmaf(A.d[s], c[1], a[1]);
+                    a[2] = fmaf(B.d[s], c[2], a[2]), a[3] = fmaf(B.d[s], c[3], a[3]);
+                    if constexpr (MIN) {
+                        a[0] = fmaf(A.m[s], xs[j][s][0], a[0]), a[1] = fmaf(A.m[s], xs[j][s][1], a[1]);
+                        a[2] = fmaf(B.m[s], xs[j][s][2], a[2]), a[3] = fmaf(B.m[s], xs[j][s][3], a[3]);
+                    }
+                }
+            } else {
+                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    mma_bf16(c, A.a[2 * s], B.a[2 * s], A.a[2 * s + 1], B.a[2 * s + 1], bh[j][s][0], bh[j][s][1]);
+                    mma_bf16(c, A.a[2 * s], B.a[2 * s], A.a[2 * s + 1], B.a[2 * s + 1], bl[j][s][0], bl[j][s][1]);
+                }
+                a[0] = fmaf(A.d[0], c[0], a[0]), a[1] = fmaf(A.d[0], c[1], a[1]);
+                a[2] = fmaf(B.d[0], c[2], a[2]), a[3] = fmaf(B.d[0], c[3], a[3]);
+                if constexpr (MIN) {
+                    a[0] = fmaf(A.m[0], xs[j][0][0], a[0]), a[1] = fmaf(A.m[0], xs[j][0][1], a[1]);
+                    a[2] = fmaf(B.m[0], xs[j][0][2], a[2]), a[3] = fmaf(B.m[0], xs[j][0][3], a[3]);
+                }
+            }
+        }
+    }
+}
+
+/* The warps' accumulators summed in warp order, then the epilogue (the
+   bias, the residual add or the SwiGLU: k_matmul's formulas), for weight
+   rows n0 .. n0 + 15 and rows m0 .. m0 + 8 MT - 1. */
+template <int MT, int EPI, int NW>
+__device__ __forceinline__ void qmma_out(float (&acc)[NW][MT][4], float (&part)[QK_WARPS][NW][MT][4][32], float *y,
+                                         int ldy, int M, int N, int n0, int m0, const float *bias) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int v = 0; v < NW; v++)
+#pragma unroll
+        for (int j = 0; j < MT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) part[warp][v][j][e][lane] = acc[v][j][e];
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < MT * 128; idx += 32 * QK_WARPS) {
+        const int j = idx >> 7, e = idx >> 5 & 3, l = idx & 31;
+        const int n = n0 + (l >> 2) + 8 * (e >> 1), m = m0 + 8 * j + 2 * (l & 3) + (e & 1);
+        if (n >= N || m >= M) continue;
+        float s = part[0][0][j][e][l];
+#pragma unroll
+        for (int wi = 1; wi < QK_WARPS; wi++) s += part[wi][0][j][e][l];
+        float *dst = y + (size_t)m * ldy + n;
+        if constexpr (EPI == MM_SWIGLU) {
+            float uu = part[0][NW - 1][j][e][l];
+#pragma unroll
+            for (int wi = 1; wi < QK_WARPS; wi++) uu += part[wi][NW - 1][j][e][l];
+            *dst = s / (1.0f + expf(-s)) * uu;
+        } else {
+            const float v = bias ? s + bias[n] : s;
+            if constexpr (EPI == MM_ADD) *dst += v;
+            else *dst = v;
+        }
+    }
+}
+
 /* y[m][n] (ldy apart) for weight rows n0 .. n0 + 15 (blockIdx.x) and rows
    m0 .. m0 + 8 MT - 1 (blockIdx.y) of the launch's M; EPI as k_matmul's.
    UN: units a warp loads ahead. See above for the order of the sums. */
@@ -636,7 +756,6 @@ __global__ void __launch_bounds__(32 * QK_WARPS) k_qmma(float *__restrict__ y, i
                                                         int M, int N, int K, qw w, qw w2,
                                                         const float *__restrict__ bias) {
     constexpr int NW = EPI == MM_SWIGLU ? 2 : 1;
-    constexpr bool S16 = qfmt<QT>::sub16, MIN = qfmt<QT>::mins;
     __shared__ float part[QK_WARPS][NW][MT][4][32];
     pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -672,107 +791,367 @@ __global__ void __launch_bounds__(32 * QK_WARPS) k_qmma(float *__restrict__ y, i
         for (int i = 0; i < UN; i++) {
             const int u = ub + i * QK_WARPS;
             if (u >= U) break;
-            /* the activations: [tile][step][k pair] heads and tails */
-            uint32_t bh[MT][2][2], bl[MT][2][2];
+            qunit ra[NW], rb[NW];
 #pragma unroll
-            for (int j = 0; j < MT; j++) {
-                const int m = m0 + 8 * j + g;
-                float4 xa = make_float4(0, 0, 0, 0), xb = xa;
-                if (m < M) {
-                    const float *xp = x + (size_t)m * K + (size_t)u * 32 + 4 * t;
-                    xa = *reinterpret_cast<const float4 *>(xp);
-                    xb = *reinterpret_cast<const float4 *>(xp + 16);
-                }
-                bf16x2_cut c = bf16_cut2(xa.x, xa.y);
-                bh[j][0][0] = c.h, bl[j][0][0] = c.l;
-                c = bf16_cut2(xa.z, xa.w);
-                bh[j][0][1] = c.h, bl[j][0][1] = c.l;
-                c = bf16_cut2(xb.x, xb.y);
-                bh[j][1][0] = c.h, bl[j][1][0] = c.l;
-                c = bf16_cut2(xb.z, xb.w);
-                bh[j][1][1] = c.h, bl[j][1][1] = c.l;
-            }
-            /* the activation sums a min multiplies: per step (16-element
-               sub-blocks) or over both */
-            float xs[MT][2][4];
-            if constexpr (MIN) {
-#pragma unroll
-                for (int j = 0; j < MT; j++)
-#pragma unroll
-                    for (int s = 0; s < 2; s++) {
-                        float *z = xs[j][S16 ? s : 0];
-                        if (S16 || s == 0) z[0] = z[1] = z[2] = z[3] = 0.0f;
-                        mma_bf16(xs[j][S16 ? s : 0], QK_ONES, QK_ONES, QK_ONES, QK_ONES, bh[j][s][0], bh[j][s][1]);
-                        mma_bf16(xs[j][S16 ? s : 0], QK_ONES, QK_ONES, QK_ONES, QK_ONES, bl[j][s][0], bl[j][s][1]);
-                    }
-            }
-#pragma unroll
-            for (int v = 0; v < NW; v++) {
-                const qunit ra = qunpack<QT>(cur[i][v][0], u, t), rb = qunpack<QT>(cur[i][v][1], u, t);
-#pragma unroll
-                for (int j = 0; j < MT; j++) {
-                    float *a = acc[v][j];
-                    if constexpr (S16) {
-#pragma unroll
-                        for (int s = 0; s < 2; s++) {
-                            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                            mma_bf16(c, ra.a[2 * s], rb.a[2 * s], ra.a[2 * s + 1], rb.a[2 * s + 1], bh[j][s][0], bh[j][s][1]);
-                            mma_bf16(c, ra.a[2 * s], rb.a[2 * s], ra.a[2 * s + 1], rb.a[2 * s + 1], bl[j][s][0], bl[j][s][1]);
-                            a[0] = fmaf(ra.d[s], c[0], a[0]), a[1] = fmaf(ra.d[s], c[1], a[1]);
-                            a[2] = fmaf(rb.d[s], c[2], a[2]), a[3] = fmaf(rb.d[s], c[3], a[3]);
-                            if constexpr (MIN) {
-                                a[0] = fmaf(ra.m[s], xs[j][s][0], a[0]), a[1] = fmaf(ra.m[s], xs[j][s][1], a[1]);
-                                a[2] = fmaf(rb.m[s], xs[j][s][2], a[2]), a[3] = fmaf(rb.m[s], xs[j][s][3], a[3]);
-                            }
-                        }
-                    } else {
-                        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                        for (int s = 0; s < 2; s++) {
-                            mma_bf16(c, ra.a[2 * s], rb.a[2 * s], ra.a[2 * s + 1], rb.a[2 * s + 1], bh[j][s][0], bh[j][s][1]);
-                            mma_bf16(c, ra.a[2 * s], rb.a[2 * s], ra.a[2 * s + 1], rb.a[2 * s + 1], bl[j][s][0], bl[j][s][1]);
-                        }
-                        a[0] = fmaf(ra.d[0], c[0], a[0]), a[1] = fmaf(ra.d[0], c[1], a[1]);
-                        a[2] = fmaf(rb.d[0], c[2], a[2]), a[3] = fmaf(rb.d[0], c[3], a[3]);
-                        if constexpr (MIN) {
-                            a[0] = fmaf(ra.m[0], xs[j][0][0], a[0]), a[1] = fmaf(ra.m[0], xs[j][0][1], a[1]);
-                            a[2] = fmaf(rb.m[0], xs[j][0][2], a[2]), a[3] = fmaf(rb.m[0], xs[j][0][3], a[3]);
-                        }
-                    }
-                }
-            }
+            for (int v = 0; v < NW; v++) ra[v] = qunpack<QT>(cur[i][v][0], u, t), rb[v] = qunpack<QT>(cur[i][v][1], u, t);
+            qmma_unit<QT, MT, NW>(acc, x, M, K, m0, g, 32 * u + 4 * t, 32 * u + 16 + 4 * t, ra, rb);
         }
 #pragma unroll
         for (int i = 0; i < UN; i++)
 #pragma unroll
             for (int v = 0; v < NW; v++) cur[i][v][0] = nxt[i][v][0], cur[i][v][1] = nxt[i][v][1];
     }
+    qmma_out<MT, EPI, NW>(acc, part, y, ldy, M, N, n0, m0, bias);
+}
+
+/* ---- Q4_K and Q5_K: whole super-blocks a warp ------------------------------ */
+
+/* The same sums as k_qmma's over the same units, with two differences
+   that make the loads few and wide: warp w takes the 256-element
+   super-blocks w, w + QK_WARPS, ... (their 8 units in order), and lane t
+   holds elements 8t .. 8t+3 (step 0) and 8t+4 .. 8t+7 (step 1) of each
+   unit, so a super-block's row is one 16-byte load of its d, dmin and
+   scales, four 8-byte loads of the nibbles (units 2i and 2i + 1 share
+   qs[32 i ..]) and, for Q5_K, one 8-byte load of the fifth bits. A unit's
+   32 elements keep one scale and min, so its sums are k_qmma's rule with
+   the k positions permuted within the unit, alike for both operands; a
+   row's bits depend on K alone, as there. */
+struct qsbraw {
+    uint32_t h[4], q[8], qh[2];
+};
+
+template <int QT>
+__device__ __forceinline__ void qsbload(const qw &w, int n, int b, int t, qsbraw &r) {
+    constexpr int BB = QT == DT_Q4_K ? 144 : 176, QS = QT == DT_Q4_K ? 16 : 48;
+    const uint8_t *p = w.p + (size_t)n * w.rb + (size_t)b * BB; /* 16-byte aligned: 144 and 176 are multiples */
+    const uint4 h = __ldg(reinterpret_cast<const uint4 *>(p));
+    r.h[0] = h.x, r.h[1] = h.y, r.h[2] = h.z, r.h[3] = h.w;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2 *>(p + QS + 32 * i + 8 * t));
+        r.q[2 * i] = v.x, r.q[2 * i + 1] = v.y;
+    }
+    if constexpr (QT == DT_Q5_K) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2 *>(p + 16 + 8 * t));
+        r.qh[0] = v.x, r.qh[1] = v.y;
+    }
+}
+
+/* unit v (0 .. 7) of a loaded super-block: a[0], a[1] elements 8t .. 8t+3,
+   a[2], a[3] elements 8t+4 .. 8t+7, as bf16 integer pairs; its scale and
+   min (ggml's: d sc and -(dmin mn), one rounding each) */
+template <int QT>
+__device__ __forceinline__ qunit qsbunit(const qsbraw &r, int v) {
+    const int sh = 4 * (v & 1);
+    uint32_t u0 = r.q[2 * (v >> 1)] >> sh & 0x0f0f0f0fu, u1 = r.q[2 * (v >> 1) + 1] >> sh & 0x0f0f0f0fu;
+    if constexpr (QT == DT_Q5_K) {
+        u0 |= (r.qh[0] >> v & 0x01010101u) << 4;
+        u1 |= (r.qh[1] >> v & 0x01010101u) << 4;
+    }
+    /* the 12 scale bytes are bytes 4 .. 15 of the header */
+    auto sb = [&](int i) { return r.h[(4 + i) >> 2] >> 8 * ((4 + i) & 3) & 255u; };
+    int sc, mn;
+    if (v < 4) sc = (int)(sb(v) & 63), mn = (int)(sb(v + 4) & 63);
+    else sc = (int)((sb(v + 4) & 15) | (sb(v - 4) >> 6) << 4), mn = (int)((sb(v + 4) >> 4) | (sb(v) >> 6) << 4);
+    qunit o;
+    o.d[0] = o.d[1] = __fmul_rn(q_h(r.h[0]), (float)sc);
+    o.m[0] = o.m[1] = -__fmul_rn(q_h(r.h[0] >> 16), (float)mn);
+    q_pk4<0>(u0, o.a[0], o.a[1]);
+    q_pk4<0>(u1, o.a[2], o.a[3]);
+    return o;
+}
+
+/* Q6_K (210-byte super-blocks: 2-byte aligned, 4-byte aligned at even
+   ones where a row's bytes are a multiple of 4): 16-element sub-blocks,
+   so lane t keeps k_qmma's elements 4t .. 4t+3 and 16+4t .. 16+4t+3 of
+   each unit; a super-block's row is its lane's 8 bytes of each of the
+   four ql quarters (units v and v + 2 share one, nibble (v % 4) / 2), 8
+   bytes of each qh half (units 4h .. 4h+3, two bits each), the 16 scale
+   bytes and d: 33 two-byte loads, or 17 four-byte ones where aligned. */
+struct qsb6raw {
+    uint32_t ql[8], qh[4], sc[4], d;
+};
+
+__device__ __forceinline__ uint32_t q_w32(const uint8_t *p, bool a4) { return a4 ? q_u32(p) : q_u16p(p); }
+
+__device__ __forceinline__ void qsb6load(const qw &w, int n, int b, int t, qsb6raw &r) {
+    const uint8_t *p = w.p + (size_t)n * w.rb + (size_t)b * 210;
+    const bool a4 = !((uintptr_t)p & 3);
+#pragma unroll
+    for (int i = 0; i < 4; i++) { /* quarter i: bytes 32 i .. (h = i / 2, parity i % 2) */
+        r.ql[2 * i] = q_w32(p + 32 * i + 4 * t, a4);
+        r.ql[2 * i + 1] = q_w32(p + 32 * i + 16 + 4 * t, a4);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        r.qh[2 * h] = q_w32(p + 128 + 32 * h + 4 * t, a4);
+        r.qh[2 * h + 1] = q_w32(p + 128 + 32 * h + 16 + 4 * t, a4);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) r.sc[i] = q_w32(p + 192 + 4 * i, a4);
+    r.d = q_u16(p + 208);
+}
+
+__device__ __forceinline__ qunit qsb6unit(const qsb6raw &r, int v) {
+    const int h = v >> 2, i4 = v & 3, q = 2 * h + (i4 & 1), sl = 4 * (i4 >> 1), sh = 2 * i4;
+    const uint32_t u0 = (r.ql[2 * q] >> sl & 0x0f0f0f0fu) | (r.qh[2 * h] >> sh & 0x03030303u) << 4;
+    const uint32_t u1 = (r.ql[2 * q + 1] >> sl & 0x0f0f0f0fu) | (r.qh[2 * h + 1] >> sh & 0x03030303u) << 4;
+    const float d = q_h(r.d);
+    qunit o;
+    o.m[0] = o.m[1] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int s = 2 * v + j; /* the unit's sub-blocks: scales[2v], scales[2v + 1] */
+        o.d[j] = __fmul_rn(d, (float)(int8_t)(r.sc[s >> 2] >> 8 * (s & 3) & 255u));
+    }
+    q_pk4<32>(u0, o.a[0], o.a[1]);
+    q_pk4<32>(u1, o.a[2], o.a[3]);
+    return o;
+}
+
+/* MLX 4- and 8-bit: a step is 4 units (128 elements); within a group of
+   P = group / 32 units lane t holds the group's elements 8P t .. 8P t +
+   8P - 1 (P words at 4 bits, 2P at 8: one 4-, 8- or 16-byte load), unit
+   j of the group taking the lane's elements 8j .. 8j+7 of those: every
+   unit still lies inside one group (one scale and bias). */
+template <int B, int P> struct qsbm {
+    static constexpr int QT = QT_MLX + B, UPS = 4, WD = B / 4; /* WD: words a unit a lane */
+    struct raw {
+        uint32_t q[UPS * WD];
+        float s[UPS / P], b[UPS / P];
+    };
+    static __device__ __forceinline__ void load(const qw &w, int n, int st, int t, int K, raw &r) {
+        const uint8_t *row = w.p + (size_t)n * w.rb;
+#pragma unroll
+        for (int c = 0; c < UPS / P; c++) {
+            const int e = 128 * st + 32 * P * c; /* the group's first element */
+            if (e >= K) break;
+            const uint8_t *p = row + (size_t)e * B / 8 + (size_t)t * P * WD * 4;
+            constexpr int NWD = P * WD; /* words the lane holds of the group: 1, 2, 4 or 8 */
+            if constexpr (NWD == 1) {
+                r.q[c] = q_u32(p);
+            } else if constexpr (NWD == 2) {
+                const uint2 v = __ldg(reinterpret_cast<const uint2 *>(p));
+                r.q[2 * c] = v.x, r.q[2 * c + 1] = v.y;
+            } else {
+#pragma unroll
+                for (int h = 0; h < NWD / 4; h++) {
+                    const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p) + h);
+                    r.q[NWD * c + 4 * h] = v.x, r.q[NWD * c + 4 * h + 1] = v.y;
+                    r.q[NWD * c + 4 * h + 2] = v.z, r.q[NWD * c + 4 * h + 3] = v.w;
+                }
+            }
+            const size_t gi = (size_t)n * w.gpr + (size_t)e / (32 * P);
+            r.s[c] = q_sb(w.sc, w.sdt, gi);
+            r.b[c] = q_sb(w.bi, w.sdt, gi);
+        }
+    }
+    static __device__ __forceinline__ qunit unit(const raw &r, int v) {
+        const int c = v / P, j = v % P;
+        qunit o;
+        o.d[0] = o.d[1] = r.s[c];
+        o.m[0] = o.m[1] = r.b[c];
+        if constexpr (B == 4) { /* one word: elements 0..7 of the unit's eight, nibbles from the low bit */
+            const uint32_t x = r.q[P * c + j];
+            const uint32_t lo = x & 0x0f0f0f0fu, hi = x >> 4 & 0x0f0f0f0fu; /* even, odd elements */
+            q_pk4<0>(q_prmt(lo, hi, 0x5140), o.a[0], o.a[1]);
+            q_pk4<0>(q_prmt(lo, hi, 0x7362), o.a[2], o.a[3]);
+        } else { /* two words: bytes */
+            const uint32_t x0 = r.q[2 * (P * c + j)], x1 = r.q[2 * (P * c + j) + 1];
+            o.a[0] = q_pk((int)(x0 & 255), (int)(x0 >> 8 & 255)), o.a[1] = q_pk((int)(x0 >> 16 & 255), (int)(x0 >> 24));
+            o.a[2] = q_pk((int)(x1 & 255), (int)(x1 >> 8 & 255)), o.a[3] = q_pk((int)(x1 >> 16 & 255), (int)(x1 >> 24));
+        }
+        return o;
+    }
+    /* unit v's lane elements within the step: group v / P's 8P t + 8 (v % P) */
+    static __device__ __forceinline__ int e0(int t, int v) { return 32 * P * (v / P) + 8 * P * t + 8 * (v % P); }
+    static __device__ __forceinline__ int e1(int t, int v) { return e0(t, v) + 4; }
+};
+
+/* the super-block kernels' per-format words and units: UPS units a step
+   (a warp's share of K is steps w, w + QK_WARPS, ...), the lane's element
+   offsets of unit v within its step */
+template <int QT_> struct qsb {
+    static constexpr int QT = QT_, UPS = 8;
+    typedef qsbraw raw;
+    static __device__ __forceinline__ void load(const qw &w, int n, int b, int t, int, raw &r) { qsbload<QT>(w, n, b, t, r); }
+    static __device__ __forceinline__ qunit unit(const raw &r, int v) { return qsbunit<QT>(r, v); }
+    static __device__ __forceinline__ int e0(int t, int v) { return 32 * v + 8 * t; }
+    static __device__ __forceinline__ int e1(int t, int v) { return 32 * v + 8 * t + 4; }
+};
+template <> struct qsb<DT_Q6_K> {
+    static constexpr int QT = DT_Q6_K, UPS = 8;
+    typedef qsb6raw raw;
+    static __device__ __forceinline__ void load(const qw &w, int n, int b, int t, int, raw &r) { qsb6load(w, n, b, t, r); }
+    static __device__ __forceinline__ qunit unit(const raw &r, int v) { return qsb6unit(r, v); }
+    static __device__ __forceinline__ int e0(int t, int v) { return 32 * v + 4 * t; }
+    static __device__ __forceinline__ int e1(int t, int v) { return 32 * v + 16 + 4 * t; }
+};
+
+/* As k_qmma, a warp a step of F::UPS units at a time (a K-quant's
+   super-block); PF: the next step's words loaded while the current one
+   computes (one matrix: the registers of a SwiGLU's two would spill). */
+template <class F, int MT, int EPI>
+__global__ void __launch_bounds__(32 * QK_WARPS) k_qmma_sb(float *__restrict__ y, int ldy,
+                                                           const float *__restrict__ x, int M, int N, int K, qw w,
+                                                           qw w2, const float *__restrict__ bias) {
+    constexpr int NW = EPI == MM_SWIGLU ? 2 : 1, UPS = F::UPS;
+    constexpr bool PF = NW == 1;
+    __shared__ float part[QK_WARPS][NW][MT][4][32];
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16, m0 = blockIdx.y * 8 * MT, SB = (K + 32 * UPS - 1) / (32 * UPS);
+    const int na = n0 + g < N ? n0 + g : N - 1, nb = n0 + g + 8 < N ? n0 + g + 8 : N - 1;
+    float acc[NW][MT][4];
 #pragma unroll
     for (int v = 0; v < NW; v++)
 #pragma unroll
         for (int j = 0; j < MT; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) part[warp][v][j][e][lane] = acc[v][j][e];
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < MT * 128; idx += 32 * QK_WARPS) {
-        const int j = idx >> 7, e = idx >> 5 & 3, l = idx & 31;
-        const int n = n0 + (l >> 2) + 8 * (e >> 1), m = m0 + 8 * j + 2 * (l & 3) + (e & 1);
-        if (n >= N || m >= M) continue;
-        float s = part[0][0][j][e][l];
+            for (int e = 0; e < 4; e++) acc[v][j][e] = 0.0f;
+    typedef typename F::raw raw;
+    raw cur[NW][2];
+    auto load = [&](raw (&r)[NW][2], int b) {
 #pragma unroll
-        for (int wi = 1; wi < QK_WARPS; wi++) s += part[wi][0][j][e][l];
-        float *dst = y + (size_t)m * ldy + n;
-        if constexpr (EPI == MM_SWIGLU) {
-            float uu = part[0][NW - 1][j][e][l];
+        for (int v = 0; v < NW; v++) {
+            F::load(v ? w2 : w, na, b, t, K, r[v][0]);
+            F::load(v ? w2 : w, nb, b, t, K, r[v][1]);
+        }
+    };
+    if (warp < SB) load(cur, warp);
+    pdl_wait();
+    for (int b = warp; b < SB; b += QK_WARPS) {
+        raw nxt[NW][2];
+        if constexpr (PF) {
+            if (b + QK_WARPS < SB) load(nxt, b + QK_WARPS);
+        }
+        const int k0 = 32 * UPS * b;
 #pragma unroll
-            for (int wi = 1; wi < QK_WARPS; wi++) uu += part[wi][NW - 1][j][e][l];
-            *dst = s / (1.0f + expf(-s)) * uu;
-        } else {
-            const float v = bias ? s + bias[n] : s;
-            if constexpr (EPI == MM_ADD) *dst += v;
-            else *dst = v;
+        for (int v = 0; v < UPS; v++) {
+            if (k0 + 32 * v >= K) break; /* (a last step of fewer units: whole groups) */
+            qunit ra[NW], rb[NW];
+#pragma unroll
+            for (int i = 0; i < NW; i++) ra[i] = F::unit(cur[i][0], v), rb[i] = F::unit(cur[i][1], v);
+            qmma_unit<F::QT, MT, NW>(acc, x, M, K, m0, g, k0 + F::e0(t, v), k0 + F::e1(t, v), ra, rb);
+        }
+        if constexpr (PF) {
+#pragma unroll
+            for (int i = 0; i < NW; i++) cur[i][0] = nxt[i][0], cur[i][1] = nxt[i][1];
+        } else if (b + QK_WARPS < SB) {
+            load(cur, b + QK_WARPS);
         }
     }
+    qmma_out<MT, EPI, NW>(acc, part, y, ldy, M, N, n0, m0, bias);
+}
+
+/* ---- the 32-element block formats: a warp's step staged in shared memory --- */
+
+/* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 blocks are 34, 18, 20, 22 and 24 bytes, so
+   a lane's few bytes of a block sit at 2-byte alignment in rows that the
+   8 rows of one load instruction spread over 8 cache lines. Instead the
+   warp copies its step (8 blocks of each of its 16 rows, 16-byte aligned
+   when K is a multiple of 256) with 16-byte loads into its slice of shared
+   memory and every lane reads its words there (k_qmma's words, k_qmma's
+   lane mapping); the next step's copy is loaded into registers while the
+   current one computes. The sums are k_qmma's over the units in this
+   order: warp w takes the steps w, w + QK_WARPS, ... (their 8 units in
+   order), so a row's bits still depend on K alone. */
+template <int QT> struct qst {
+    static constexpr int BB = QT == DT_Q8_0 ? 34 : QT == DT_Q4_0 ? 18 : QT == DT_Q4_1 ? 20 : QT == DT_Q5_0 ? 22 : 24;
+    static constexpr int C = BB / 2;                            /* 16-byte chunks of a row's step (8 BB bytes) */
+    static constexpr int SW = (2 * BB) % 8 == 4 ? 2 * BB : 2 * BB + 4; /* its words in shared memory: 4 mod 8,
+                                                                  so rows g = 0..7 start 4g banks apart */
+    static constexpr int CPL = (16 * C + 31) / 32;             /* chunks a lane copies */
+};
+
+/* k_qmma's words of a block at b (shared memory, 2-byte aligned) */
+template <int QT>
+__device__ __forceinline__ void qload_sh(const uint8_t *b, int t, qraw &r) {
+    auto u16 = [](const uint8_t *p) { return (uint32_t) * reinterpret_cast<const unsigned short *>(p); };
+    auto u16p = [&](const uint8_t *p) { return u16(p) | u16(p + 2) << 16; };
+    auto u32 = [](const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); };
+    if constexpr (QT == DT_Q8_0) {
+        r.w[0] = u16p(b + 2 + 4 * t), r.w[1] = u16p(b + 18 + 4 * t), r.s[0] = u16(b);
+    } else if constexpr (QT == DT_Q4_0) {
+        r.w[0] = u16p(b + 2 + 4 * t), r.s[0] = u16(b);
+    } else if constexpr (QT == DT_Q4_1) {
+        r.w[0] = u32(b + 4 + 4 * t), r.s[0] = u32(b);
+    } else if constexpr (QT == DT_Q5_0) {
+        r.w[0] = u16p(b + 6 + 4 * t), r.w[1] = u16p(b + 2), r.s[0] = u16(b);
+    } else {
+        r.w[0] = u32(b + 8 + 4 * t), r.w[1] = u32(b + 4), r.s[0] = u32(b);
+    }
+}
+
+template <int QT, int MT, int EPI>
+__global__ void __launch_bounds__(32 * QK_WARPS) k_qmma_st(float *__restrict__ y, int ldy,
+                                                           const float *__restrict__ x, int M, int N, int K, qw w,
+                                                           qw w2, const float *__restrict__ bias) {
+    typedef qst<QT> S;
+    constexpr int NW = EPI == MM_SWIGLU ? 2 : 1;
+    __shared__ float part[QK_WARPS][NW][MT][4][32];
+    __shared__ uint4 stage[QK_WARPS][NW][16][S::SW / 4];
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16, m0 = blockIdx.y * 8 * MT, SB = K / 256;
+    float acc[NW][MT][4];
+#pragma unroll
+    for (int v = 0; v < NW; v++)
+#pragma unroll
+        for (int j = 0; j < MT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[v][j][e] = 0.0f;
+    uint4 cp[NW][S::CPL];
+    /* chunk i of the warp's copy: row i / C (past N: row N - 1), chunk i % C */
+    auto load = [&](int b) {
+#pragma unroll
+        for (int v = 0; v < NW; v++)
+#pragma unroll
+            for (int k = 0; k < S::CPL; k++) {
+                const int i = lane + 32 * k;
+                if (i < 16 * S::C) {
+                    const int r = i / S::C, c = i % S::C, n = n0 + r < N ? n0 + r : N - 1;
+                    const qw &q = v ? w2 : w;
+                    cp[v][k] = __ldg(reinterpret_cast<const uint4 *>(q.p + (size_t)n * q.rb + (size_t)b * 8 * S::BB) + c);
+                }
+            }
+    };
+    if (warp < SB) load(warp);
+    pdl_wait();
+    for (int b = warp; b < SB; b += QK_WARPS) {
+        __syncwarp();
+#pragma unroll
+        for (int v = 0; v < NW; v++)
+#pragma unroll
+            for (int k = 0; k < S::CPL; k++) {
+                const int i = lane + 32 * k;
+                if (i < 16 * S::C) stage[warp][v][i / S::C][i % S::C] = cp[v][k];
+            }
+        __syncwarp();
+        if (b + QK_WARPS < SB) load(b + QK_WARPS);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            qunit ra[NW], rb[NW];
+            const int u = 8 * b + i;
+#pragma unroll
+            for (int v = 0; v < NW; v++) {
+                qraw xa, xb;
+                qload_sh<QT>(reinterpret_cast<const uint8_t *>(stage[warp][v][g]) + i * S::BB, t, xa);
+                qload_sh<QT>(reinterpret_cast<const uint8_t *>(stage[warp][v][g + 8]) + i * S::BB, t, xb);
+                ra[v] = qunpack<QT>(xa, u, t), rb[v] = qunpack<QT>(xb, u, t);
+            }
+            qmma_unit<QT, MT, NW>(acc, x, M, K, m0, g, 32 * u + 4 * t, 32 * u + 16 + 4 * t, ra, rb);
+        }
+    }
+    qmma_out<MT, EPI, NW>(acc, part, y, ldy, M, N, n0, m0, bias);
+}
+
+template <class F, int EPI>
+static void qmm_launch_sb(cu_go st, float *y, int ldy, const float *x, int M, int N, int K, const qw &w, const qw &w2,
+                          const float *bias) {
+    const dim3 blk(32 * QK_WARPS);
+    if (M <= 8) launch(k_qmma_sb<F, 1, EPI>, dim3((N + 15) / 16, 1), blk, st, y, ldy, x, M, N, K, w, w2, bias);
+    else launch(k_qmma_sb<F, 2, EPI>, dim3((N + 15) / 16, (M + 15) / 16), blk, st, y, ldy, x, M, N, K, w, w2, bias);
 }
 
 /* one row tile of 8 up to 8 rows (a decode, a verify of up to 7 drafts),
@@ -784,6 +1163,21 @@ static void qmm_launch(cu_go st, float *y, int ldy, const float *x, int M, int N
                        const float *bias) {
     constexpr int UN = EPI == MM_SWIGLU ? 1 : 2;
     const dim3 blk(32 * QK_WARPS);
+    if constexpr (QT == DT_Q4_K || QT == DT_Q5_K || QT == DT_Q6_K)
+        return qmm_launch_sb<qsb<QT>, EPI>(st, y, ldy, x, M, N, K, w, w2, bias);
+    if constexpr (QT == DT_Q8_0 || QT == DT_Q4_0 || QT == DT_Q4_1 || QT == DT_Q5_0 || QT == DT_Q5_1) {
+        if (K % 256 == 0) { /* (whole steps, 16-byte aligned rows) */
+            if (M <= 8) launch(k_qmma_st<QT, 1, EPI>, dim3((N + 15) / 16, 1), blk, st, y, ldy, x, M, N, K, w, w2, bias);
+            else launch(k_qmma_st<QT, 2, EPI>, dim3((N + 15) / 16, (M + 15) / 16), blk, st, y, ldy, x, M, N, K, w, w2, bias);
+            return;
+        }
+    }
+    if constexpr (QT == QT_MLX + 4 || QT == QT_MLX + 8) {
+        constexpr int B = QT - QT_MLX;
+        if (w.group == 32) return qmm_launch_sb<qsbm<B, 1>, EPI>(st, y, ldy, x, M, N, K, w, w2, bias);
+        if (w.group == 64) return qmm_launch_sb<qsbm<B, 2>, EPI>(st, y, ldy, x, M, N, K, w, w2, bias);
+        return qmm_launch_sb<qsbm<B, 4>, EPI>(st, y, ldy, x, M, N, K, w, w2, bias);
+    }
     if (M <= 8) launch(k_qmma<QT, 1, EPI, UN>, dim3((N + 15) / 16, 1), blk, st, y, ldy, x, M, N, K, w, w2, bias);
     else launch(k_qmma<QT, 2, EPI, UN>, dim3((N + 15) / 16, (M + 15) / 16), blk, st, y, ldy, x, M, N, K, w, w2, bias);
 }
