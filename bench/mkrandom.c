@@ -3,9 +3,11 @@
  * exact Qwen3-0.6B, 1.7B, 4B or 8B shapes, for speed benchmarks only. Weights
  * ~ N(0, 0.02) (4B and 8B: uniform with the same deviation, drawn faster),
  * norms ~ 1 + the same noise, deterministic from the seed.
- *   mkrandom OUT_DIR [0.6b|1.7b|4b|8b|30b-a3b-4l|gemma3-1b] [seed]
- * (30b-a3b-4l: Qwen3-30B-A3B's layer shape, 128 experts of which 8 a token,
- * in 4 layers: a mixture of experts small enough for a CPU benchmark;
+ *   mkrandom OUT_DIR [0.6b|1.7b|4b|8b|30b-a3b|30b-a3b-4l|gemma3-1b] [seed]
+ * (30b-a3b: Qwen3-30B-A3B's shape, 48 layers of 128 experts of which 8 a
+ * token, 61 GB of bf16 (a GPU's benchmark: it needs that much disk and an
+ * 80 GB GPU); 30b-a3b-4l: the same layers, 4 of them, small enough for a
+ * CPU benchmark;
  * gemma3-1b: Gemma-3-1B's shape, gemma3_text, its norms drawn around 0 as
  * Gemma's (1 + w) norms are stored)
  * Or a drafter in the published layouts for such a target (5 layers of the
@@ -67,7 +69,7 @@ int main(int argc, char **argv) {
     int dspark = !strncmp(shape, "dspark", 6), dflash = !strncmp(shape, "dflash", 6);
     int q4b = !strcmp(shape, "4b"), q8b = !strcmp(shape, "8b"); /* 8B: untied LM head */
     int d8b = (dspark || dflash) && strstr(shape, "8b") != NULL;  /* a drafter for Qwen3-8B */
-    int moe = !strcmp(shape, "30b-a3b-4l"), gem = !strcmp(shape, "gemma3-1b");
+    int moe = !strcmp(shape, "30b-a3b-4l") || !strcmp(shape, "30b-a3b"), gem = !strcmp(shape, "gemma3-1b");
     const long E = 128, EK = 8, EI = 768;
     uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 10) | 1 : 1234;
     rng = seed;
@@ -78,7 +80,7 @@ int main(int argc, char **argv) {
         L = 36;
         NH = 32;
     }
-    if (moe) H = 2048, I = 6144, L = 4, NH = 32, NKV = 4;
+    if (moe) H = 2048, I = 6144, L = strcmp(shape, "30b-a3b") ? 4 : 48, NH = 32, NKV = 4;
     if (gem) H = 1152, I = 6912, L = 26, NH = 4, NKV = 1, HD = 256, V = 262144;
     const char *pre = "model.";
     if (dspark || dflash) {
@@ -188,7 +190,7 @@ int main(int argc, char **argv) {
         LAY("mlp.down_proj.weight", H, I, 0);
     }
     /* header */
-    size_t cap = 1 << 20, n = 0;
+    size_t cap = ((size_t)1 << 20) + 256 * (size_t)nt, n = 0; /* (an entry is under 256 bytes) */
     char *hdr = malloc(cap);
     n += (size_t)snprintf(hdr + n, cap - n, "{\"__metadata__\":{\"format\":\"pt\"}");
     size_t off = 0;

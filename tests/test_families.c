@@ -11,6 +11,9 @@
  *   - a qwen3moe GGUF (stacked BF16 experts, as llama.cpp's converter
  *     writes them) of those weights gives the same logits bit for bit; with
  *     Q8_0 experts, logits within 5e-2 of the largest, batch-invariant.
+ *   - the same invariance (and the GGUF's same bits) on the device
+ *     $DSPARK_DEVICE names (scripts/test-cuda: the GPU), there within 1e-3
+ *     of the CPU's largest logit (families_moe_invariant).
  *   - mistral with a window over every position is the llama of the same
  *     weights, bit for bit; with a 5-position window (shorter than the
  *     prompt) the rows are batch-invariant the same way and differ from
@@ -150,11 +153,13 @@ static const char *COMMON = "\"vocab_size\":512,\"hidden_size\":32,\"intermediat
                             "\"max_position_embeddings\":256,\"rms_norm_eps\":1e-06,\"rope_theta\":10000.0,"
                             "\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\",\"eos_token_id\":2";
 
-/* every row's logits of prompt ids[FT] run in chunks of `chunk` rows */
-static float *logits_of(const char *dir, int chunk) {
+/* every row's logits of prompt ids[FT] run in chunks of `chunk` rows, on
+   device (NULL: $DSPARK_DEVICE, else the CPU) */
+static float *logits_on(const char *dir, int chunk, const char *device) {
     model *m;
     char err[512];
-    if (model_load(&m, dir, NULL, err, sizeof err) != 0) {
+    model_load_opts lo = {.device = device};
+    if (model_load(&m, dir, &lo, err, sizeof err) != 0) {
         test_fail(__FILE__, __LINE__, "%s: %s", dir, err);
         return NULL;
     }
@@ -179,6 +184,8 @@ static float *logits_of(const char *dir, int chunk) {
     model_free(m);
     return out;
 }
+
+static float *logits_of(const char *dir, int chunk) { return logits_on(dir, chunk, NULL); }
 
 /* max |a - b| over every logit, and max |a| into *amax */
 static double max_diff(const float *a, const float *b, double *amax) {
@@ -360,13 +367,25 @@ TEST(families_moe_route) {
     }
 }
 
+/* the qwen3_moe of 8 experts, top 2, layer 1 dense (mlp_only_layers), in dir */
+static int write_moe8(const char *dir, tdef *t) {
+    char cfg[2048];
+    const int second_dense[FL] = {0, 1};
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\",%s,\"num_experts\":8,"
+             "\"num_experts_per_tok\":2,\"moe_intermediate_size\":48,\"norm_topk_prob\":true,"
+             "\"mlp_only_layers\":[1]}",
+             COMMON);
+    return write_ckpt(dir, cfg, t, make_tensors(t, 1, 8, second_dense));
+}
+
 TEST(families_moe_forward) {
     char dense[700], one[700], moe[700], cfg[2048];
     snprintf(dense, sizeof dense, "%s/fam-dense", test_tmp_dir());
     snprintf(one, sizeof one, "%s/fam-moe1", test_tmp_dir());
     snprintf(moe, sizeof moe, "%s/fam-moe8", test_tmp_dir());
     tdef *t = xmalloc(sizeof(tdef) * 256);
-    const int none[FL] = {0}, second_dense[FL] = {0, 1};
+    const int none[FL] = {0};
     snprintf(cfg, sizeof cfg, "{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3\",%s}", COMMON);
     CHECK(write_ckpt(dense, cfg, t, make_tensors(t, 1, 0, none)) == 0);
     snprintf(cfg, sizeof cfg,
@@ -374,12 +393,7 @@ TEST(families_moe_forward) {
              "\"num_experts_per_tok\":1,\"moe_intermediate_size\":48,\"norm_topk_prob\":true}",
              COMMON);
     CHECK(write_ckpt(one, cfg, t, make_tensors(t, 1, 1, none)) == 0);
-    snprintf(cfg, sizeof cfg,
-             "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\",%s,\"num_experts\":8,"
-             "\"num_experts_per_tok\":2,\"moe_intermediate_size\":48,\"norm_topk_prob\":true,"
-             "\"mlp_only_layers\":[1]}",
-             COMMON);
-    CHECK(write_ckpt(moe, cfg, t, make_tensors(t, 1, 8, second_dense)) == 0);
+    CHECK(write_moe8(moe, t) == 0);
     free(t);
     float *a = logits_of(dense, FT), *b = logits_of(one, FT);
     if (a && b) CHECK_MSG(!memcmp(a, b, sizeof(float) * FT * FV), "one expert of top 1 differs from the dense MLP");
@@ -463,6 +477,44 @@ TEST(families_moe_forward) {
     check_invariant(mw, "qwen3_moe, MLX 8-bit written by quantize");
     free(x), free(y), free(z), free(wq);
     check_invariant(gq, "qwen3moe GGUF, Q8_0 experts");
+}
+
+/* The 8-expert qwen3_moe above, as safetensors, its BF16 GGUF and with
+   Q8_0 experts, on whichever device $DSPARK_DEVICE names (scripts/test-cuda
+   runs it on the GPU): every row's logits the same bits as one batch, one
+   token at a time and in chunks of 5 (so speculative rows equal plain
+   decoding); the GGUF the safetensors' bits; away from the CPU, each
+   within 1e-3 of the largest logit of the CPU's forward. */
+TEST(families_moe_invariant) {
+    char moe[700], gg[760], gq[760], err[512];
+    snprintf(moe, sizeof moe, "%s/fam-moe8i", test_tmp_dir());
+    snprintf(gg, sizeof gg, "%s/fam-moe8i.gguf", test_tmp_dir());
+    snprintf(gq, sizeof gq, "%s/fam-moe8i-q8.gguf", test_tmp_dir());
+    tdef *t = xmalloc(sizeof(tdef) * 256);
+    CHECK(write_moe8(moe, t) == 0);
+    free(t);
+    CHECK_MSG(write_moe_gguf(gg, 8, 2, 0, err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(write_moe_gguf(gq, 8, 2, 1, err, sizeof err) == 0, "%s", err);
+    check_invariant(moe, "qwen3_moe, 8 experts, top 2");
+    check_invariant(gg, "qwen3moe GGUF, BF16 experts");
+    check_invariant(gq, "qwen3moe GGUF, Q8_0 experts");
+    float *x = logits_of(moe, FT), *y = logits_of(gg, FT);
+    if (x && y) CHECK_MSG(!memcmp(x, y, sizeof(float) * FT * FV), "the GGUF's logits differ from the safetensors'");
+    free(y);
+    const char *dev = getenv("DSPARK_DEVICE");
+    if (dev && strcmp(dev, "cpu")) {
+        const char *dirs[] = {moe, gq};
+        for (int i = 0; i < 2; i++) {
+            float *a = logits_of(dirs[i], 5), *c = logits_on(dirs[i], 5, "cpu");
+            if (a && c) {
+                double mx, dd = max_diff(c, a, &mx);
+                CHECK_MSG(dd <= 1e-3 * mx, "%s on %s: max |logit - the CPU's| %.3g against max |logit| %.3g", dirs[i],
+                          dev, dd, mx);
+            }
+            free(a), free(c);
+        }
+    }
+    free(x);
 }
 
 TEST(families_mistral_window) {

@@ -116,7 +116,7 @@ static void check_model(const char *name, int max_batch, tpool *tp) {
     model *m;
     if (model_load(&m, g.dir, NULL, err, sizeof err) != 0) {
         /* a family the device's backend refuses by name (the CUDA backend's
-           windows, experts and gemma3 layers) is said, not failed */
+           windows and gemma3 layers) is said, not failed */
         if (strstr(err, "use --device cpu")) fprintf(stderr, "  %s: not on this device: %s\n", name, err);
         else test_fail(__FILE__, __LINE__, "%s: %s", name, err);
         free_golden(&g);

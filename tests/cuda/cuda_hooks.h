@@ -4,7 +4,7 @@
  * arrays against the CPU ops, and the op timings. Defined in
  * tests/cuda/cuda_ops_test.cu, bench/cuda_mma_bench.cu and, where they
  * need the backend's own state, src/engine/cuda (cuda_backend.cu,
- * cuda_sample.cu). */
+ * cuda_sample.cu, cuda_moe.cu). */
 #ifndef DS_CUDA_HOOKS_H
 #define DS_CUDA_HOOKS_H
 
@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "engine/cuda/cuda_backend.h"
+#include "engine/desc.h"
 #include "engine/cuda/cuda_tuning.h"
 #include "engine/sampler.h"
 #include "engine/tensor.h"
@@ -148,6 +149,14 @@ int cuda_test_qmatmul(float *y, const float *x, int M, const tensor *W, const te
                       const float *gn, float eps, int mode, int group, char *err, size_t errlen);
 /* out[M][H] = rows tok[m] of the quantized E, dequantized on the device */
 int cuda_test_qembed(float *out, const tensor *E, const int *tok, int M, char *err, size_t errlen);
+/* the experts' MLP of an MoE layer (cuda_moe.cu: the router, the
+ * routing, each chosen expert's gate/up and down over its gathered rows,
+ * the combine) over M rows: x[M][H] += moe(RMSNorm(x, gn, eps)), the
+ * experts e's tensors in any format the kernels take; tiled: the experts
+ * from tile-major copies; sel (or NULL): each row's experts as the device
+ * chose them, ascending, [M][e->top_k] */
+int cuda_test_moe(float *x, int M, const wmoe *e, int H, const float *gn, float eps, int tiled, int *sel, char *err,
+                  size_t errlen);
 
 /* ---- op benchmark (bench/cuda-ops-bench.c) ---- */
 /* Mean microseconds of one M x N x K bf16 matmul launch over reps, weights

@@ -392,6 +392,18 @@ inline uint32_t shfl(uint32_t v, int src) {
 inline float tf32_of(uint32_t b) { return __uint_as_float(b & 0xffffe000u); }
 inline float bf16_of(uint32_t w, int hi) { return __uint_as_float(hi ? w & 0xffff0000u : w << 16); }
 
+/* a warp's vote: bit l set where lane l is live and its pred is not 0 */
+inline uint32_t ballot(int pred) {
+    my_slot()[1] = pred != 0;
+    syncwarp();
+    uint32_t b = 0;
+    const int first = me().blk * nthreads + warp() * 32; /* lane 0's fiber */
+    for (int l = 0; l < 32; l++)
+        if (warp() * 32 + l < nthreads && !fibers[first + l].done && my_slot(l)[1]) b |= 1u << l;
+    syncwarp();
+    return b;
+}
+
 /* an mma.sync m16n8kK with f32 accumulators: every lane's fragments
    gathered, each lane's four outputs D = C + A B from them, D (r, n) at
    lane 4 (r % 8) + n / 2, register 2 (r >= 8) + n % 2; a(r, k) and b(k, n)
@@ -455,6 +467,11 @@ static inline float __shfl_down_sync(unsigned mask, float v, int delta) {
     const float r = __uint_as_float(emu::shfl(__float_as_uint(v), src < 32 ? src : emu::lane()));
     return r;
 }
+static inline unsigned __ballot_sync(unsigned mask, int pred) {
+    if (mask != 0xffffffffu) emu::fail("a ballot with a partial mask (not modelled)");
+    return emu::ballot(pred);
+}
+static inline int __popc(unsigned v) { return __builtin_popcount(v); }
 static inline void __threadfence() {}
 static inline int atomicAdd(int *p, int v) {
     const int o = *p;
@@ -543,6 +560,25 @@ static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
     return cudaSuccess;
 }
 static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+/* (launches run at once: a stream holds nothing to wait for, nor captures) */
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+static inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t) {
+    memcpy(d, s, n);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMallocHost(void **p, size_t n) {
+    *p = malloc(n ? n : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static inline cudaError_t cudaFreeHost(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone, cudaStreamCaptureStatusActive };
+static inline cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus *s) {
+    *s = cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
 static inline cudaError_t cudaMemset(void *p, int v, size_t n) {
     memset(p, v, n);
     return cudaSuccess;

@@ -66,6 +66,7 @@ struct cuda_ctx {
        than the max_batch rows of the logits buffer */
     int chunk, small_chunk;
     cu_gemm *gemm; /* cuBLAS for the groups of prefill-sized chunks (NULL: chunks are narrower) */
+    cu_moe_buf *moe; /* the experts' routing scratch (cuda_moe.cuh; NULL: a model without experts) */
     /* CUDA graphs of whole forwards, keyed by (the attention's launch
        shape, spread for long caches or not; with taps or not; what comes
        back: logits, ids, both or samples; rows; logits rows), for batches
@@ -393,7 +394,14 @@ static int ctx_create(cuda_ctx **out, cuda_model *m, int n_ctx, int max_batch, i
         cudaGetLastError(); /* (not sticky) */
         x->wg_img = NULL;
     }
-    x->use_graphs = m->tune.graphs;
+    if (cu_moe_buf_create(&x->moe, c, m->layers, c->n_layers, (int)R, err, errlen) != 0) {
+        cuda_ctx_free(x);
+        return -1;
+    }
+    /* an MoE layer reads its experts' row counts back on the host
+       (cuda_moe.cuh), which no graph can hold: such a model's forwards run
+       kernel by kernel (and it has no chained decoding: cuda_chain_ok) */
+    x->use_graphs = m->tune.graphs && !x->moe;
     const char *tr = getenv("DSPARK_CUDA_TRACE");
     if (tr && *tr && strcmp(tr, "0") && strcmp(tr, "1"))
         fprintf(stderr, "dspark: DSPARK_CUDA_TRACE=%s: not 0 or 1; no trace\n", tr);
@@ -419,7 +427,7 @@ extern "C" size_t cuda_ctx_bytes(const cuda_model *m, int n_ctx, int max_batch) 
                (size_t)(B < MODEL_SAMPLE_ROWS ? B : MODEL_SAMPLE_ROWS) * cu_sample_stride(c->vocab_size);
     if (gemm && cu_attn_wg_ready(&m->tune, c->head_dim)) f += cu_attn_wg_floats(c->n_kv_heads, c->head_dim, n_ctx);
     return kv_pos_bytes(m) * (size_t)n_ctx /* the KV cache */ + sizeof(float) * f +
-           sizeof(uint32_t) * CU_CUT_ROWS * (QD + I + H);
+           sizeof(uint32_t) * CU_CUT_ROWS * (QD + I + H) + cu_moe_buf_bytes(c, m->layers, c->n_layers, rows);
 }
 
 extern "C" int cuda_mem_info(const cuda_model *m, size_t *free_b, size_t *total_b) {
@@ -469,6 +477,7 @@ extern "C" void cuda_ctx_free(cuda_ctx *x) {
     }
     if (x->h_ring) cudaFreeHost(x->h_ring);
     cu_gemm_free(x->gemm);
+    cu_moe_buf_free(x->moe);
     if (x->st) cudaStreamDestroy(x->st);
     if (x->h_pinned) cudaFreeHost(x->h_pinned);
     if (x->h_in) cudaFreeHost(x->h_in);
@@ -665,7 +674,7 @@ static cu_layer_rows layer_rows(cuda_ctx *x) {
     r.att_c = x->att_c, r.gate_c = x->gate_c, r.norm_c = x->norm_c, r.norm_r = x->norm_r;
     r.qkv_cnt = x->qkv_cnt;
     r.pos = x->pos, r.d_len = x->d_len, r.inv_freq = x->m->inv_freq, r.cap = x->cap;
-    r.gemm = x->gemm, r.wg_img = x->wg_img;
+    r.gemm = x->gemm, r.wg_img = x->wg_img, r.moe = x->moe;
     return r;
 }
 
@@ -802,7 +811,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
            then the head row by row (each row alone gives the same bits) */
         enqueue_chunk(x, M, 0, 0, b, row0, dev, spread);
         CK(cudaStreamSynchronize(x->st));
-        if (cu_gemm_check(x->gemm, err, errlen)) return -1;
+        if (cu_gemm_check(x->gemm, err, errlen) || cu_moe_check(x->moe, err, errlen)) return -1;
         for (int i = 0; i < n_sel; i++) {
             int r = b->logit_rows[*next_logit + i] - row0;
             lm_head(x, ctx_go(x), x->x + (size_t)r * H, 1);
@@ -847,7 +856,7 @@ static int forward_chunk(cuda_ctx *x, const model_batch *b, int row0, int M, int
     }
     CK_LAUNCH();
     CK(cudaStreamSynchronize(x->st));
-    if (cu_gemm_check(x->gemm, err, errlen)) return -1;
+    if (cu_gemm_check(x->gemm, err, errlen) || cu_moe_check(x->moe, err, errlen)) return -1;
     if (x->ev) trace_report(x, M);
     if (n_sel && b->logits)
         memcpy(b->logits + (size_t)*next_logit * V, x->h_pinned, sizeof(float) * (size_t)n_sel * V);
@@ -905,7 +914,9 @@ extern "C" int cuda_forward(cuda_ctx *x, const void *bv, char *err, size_t errle
 
 /* ---- chained decoding ---------------------------------------------------- */
 
-extern "C" int cuda_chain_ok(const cuda_ctx *x) { return !x->ev && x->m->tune.chain; }
+/* (not for a model with experts: each step would wait on the host for
+   every MoE layer's routing, cuda_moe.cuh) */
+extern "C" int cuda_chain_ok(const cuda_ctx *x) { return !x->ev && x->m->tune.chain && !x->moe; }
 
 /* Launches the next chained step (its input set by the previous step or
    cu_chain_set), its id's copy to h_ring and its event. */

@@ -21,15 +21,9 @@ static int g_model_create(void **out, const model_desc *d, int device, char *err
                       "CUDA backend: %s's layers (GELU gating, post-norms, scaled embedding and scores, soft-capped "
                       "logits) are not run by the CUDA kernels yet; use --device cpu",
                       config_arch_name(c->arch));
-    for (int l = 0; l < d->cfg->n_layers; l++) {
-        if (d->layers[l].mlp == MLP_MOE)
-            return ds_err(err, errlen,
-                          "CUDA backend: layer %d of the target is a mixture of experts, which the CUDA kernels do "
-                          "not run yet; use --device cpu",
-                          l);
-        if (d->layers[l].attn != ATTN_CAUSAL || d->layers[l].mlp != MLP_SWIGLU)
+    for (int l = 0; l < d->cfg->n_layers; l++)
+        if (d->layers[l].attn != ATTN_CAUSAL || (d->layers[l].mlp != MLP_SWIGLU && d->layers[l].mlp != MLP_MOE))
             return ds_err(err, errlen, "CUDA backend: layer %d of the target has a kind it does not run", l);
-    }
     for (int l = 0; l < d->cfg->n_layers; l++)
         if (d->layers[l].window)
             return ds_err(err, errlen,

@@ -95,9 +95,13 @@ int cu_up_layer(dev_pool *pl, dlayer *D, const wlayer *L, const model_config *c,
     const size_t H = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
     D->attn = L->attn;
     D->mlp = L->mlp;
+    /* (an MoE layer's experts in D->moe, its wg, wu, wd left empty) */
+    const int moe = L->mlp == MLP_MOE;
     int rc = up_qkv(pl, D, L, who, err, errlen) || cu_up_mat(pl, &D->wo, L->wo, err, errlen) ||
-             cu_up_mat(pl, &D->wg, L->wg, err, errlen) || cu_up_mat(pl, &D->wu, L->wu, err, errlen) ||
-             cu_up_mat(pl, &D->wd, L->wd, err, errlen) || cu_up_f32(pl, &D->attn_norm, L->attn_norm, H, err, errlen) ||
+             (moe ? cu_moe_up(pl, &D->moe, L->moe, c, l, who, err, errlen)
+                  : cu_up_mat(pl, &D->wg, L->wg, err, errlen) || cu_up_mat(pl, &D->wu, L->wu, err, errlen) ||
+                        cu_up_mat(pl, &D->wd, L->wd, err, errlen)) ||
+             cu_up_f32(pl, &D->attn_norm, L->attn_norm, H, err, errlen) ||
              cu_up_f32(pl, &D->mlp_norm, L->mlp_norm, H, err, errlen) ||
              cu_up_f32(pl, &D->q_norm, L->q_norm, hd, err, errlen) ||
              cu_up_f32(pl, &D->k_norm, L->k_norm, hd, err, errlen) || cu_up_f32(pl, &D->bo, L->bo, H, err, errlen);
@@ -117,7 +121,9 @@ size_t cu_layer_gate_floats(const dlayer *ls, int n, int I) {
 }
 
 void cu_layer_mats(dlayer *D, dmat **out) {
-    dmat *ls[CU_LAYER_MATS] = {&D->wqkv, &D->wo, &D->wg, &D->wu, &D->wd};
+    const int moe = D->mlp == MLP_MOE;
+    dmat *ls[CU_LAYER_MATS] = {&D->wqkv, &D->wo, moe ? &D->moe.gate : &D->wg, moe ? &D->moe.up : &D->wu,
+                               moe ? &D->moe.down : &D->wd};
     memcpy(out, ls, sizeof ls);
 }
 
@@ -151,7 +157,7 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M
     const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     const int omit = how->omit, spread = how->spread, causal = L->attn == ATTN_CAUSAL;
-    /* (MLP_SWIGLU, the one MLP kind: cuda_glue.c admits no other) */
+    /* (MLP_SWIGLU, or MLP_MOE below: cuda_glue.c admits no other) */
     /* decode and verify rows: the projection's matmul post-processes
        q, k and v itself (no kernel of its own between it and attention) */
     cu_qkv_tail tail = {cu_qkv_fused_args(r->q, r->qkv, kv, L->q_norm, L->k_norm, r->pos, r->inv_freq, nh, nkv, hd,
@@ -189,6 +195,13 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M
     if (!(omit & CU_OMIT_O))
         mm(cu_serial(st), r, MM_ADD, r->x, r->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL, NULL});
     mark(how, CU_LOP_O);
+    if (L->mlp == MLP_MOE) { /* the experts (cuda_moe.cuh): norm, routing, gate/up; down, the residual add */
+        cu_moe_gate_up(st, r->moe, &L->moe, r->x, r->xb, L->mlp_norm, c->hidden_size, eps, M, omit);
+        mark(how, CU_LOP_GU);
+        cu_moe_down(st, r->moe, &L->moe, r->x, 1, c->hidden_size, M, omit);
+        mark(how, CU_LOP_DOWN);
+        return;
+    }
     uint32_t *gate_c = cu_layer_takes_cut(st.t, r->gemm, &L->wd, M) ? r->gate_c : NULL;
     {
         cu_go gu = st;

@@ -7,6 +7,7 @@
 #ifndef DS_CUDA_LAYER_CUH
 #define DS_CUDA_LAYER_CUH
 
+#include "engine/cuda/cuda_moe.cuh"
 #include "engine/cuda/cuda_ops.cuh"
 
 /* A layer's weights on the device: q, k and v stacked into one matrix
@@ -23,6 +24,7 @@ struct dlayer {
     float *attn_norm, *mlp_norm, *q_norm, *k_norm, *bqkv, *bo;
     attn_kind attn;
     mlp_kind mlp;
+    dmoe moe; /* MLP_MOE's experts (cuda_moe.cuh; wg, wu, wd then empty) */
 };
 
 /* L's weights into D, allocated in pl; who names the backend in errors */
@@ -31,7 +33,8 @@ int cu_up_layer(dev_pool *pl, dlayer *D, const wlayer *L, const model_config *c,
 /* floats of gate scratch a row needs for layers ls[0..n): the
    intermediate size, twice where a layer runs gate and up apart */
 size_t cu_layer_gate_floats(const dlayer *ls, int n, int I);
-/* the matrices of D that take tile-major copies (cu_tile_once), in out[5] */
+/* the matrices of D that take tile-major copies (cu_tile_once), in out[5]
+   (an MoE layer's stacked experts in place of gate, up and down) */
 enum { CU_LAYER_MATS = 5 };
 void cu_layer_mats(dlayer *D, dmat **out);
 
@@ -47,7 +50,8 @@ void cu_layer_mats(dlayer *D, dmat **out);
    (cu_qkv_tail_cnt, zeroed at allocation); pos [rows] the positions, d_len
    the cache length before the rows, cap the cache's capacity; gemm the
    cuBLAS groups and wg_img the warpgroup-mma prefill attention's scratch
-   (NULL: none; then every row takes the kernels of decode rows). */
+   (NULL: none; then every row takes the kernels of decode rows); moe the
+   experts' routing scratch (NULL for a network without experts). */
 struct cu_layer_rows {
     const model_config *cfg;
     float *x, *xb, *q, *qkv, *att, *gate, *part;
@@ -59,6 +63,7 @@ struct cu_layer_rows {
     int cap;
     cu_gemm *gemm;
     float *wg_img;
+    cu_moe_buf *moe;
     /* 1: the attention and MLP norms run by their own kernel (cu_rmsnorm
        into xb) ahead of plain matmuls, the drafters' arithmetic, which
        their golden outputs hold to 2e-5; 0: folded into the matmuls or run
@@ -86,7 +91,8 @@ struct cu_layer_how {
    attention under L->attn (ATTN_CAUSAL: row m sees positions up to *d_len
    + m; ATTN_BLOCK: every row sees the cache and all M rows), the o
    projection and the residual add, the MLP norm and gate/up with SwiGLU,
-   the down projection and the residual add, into r->x. */
+   the down projection and the residual add, into r->x (MLP_MOE: the
+   experts' MLP of cuda_moe.cuh, which synchronises the stream). */
 void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M,
               const cu_layer_how *how);
 

@@ -29,14 +29,14 @@ typedef struct cu_tuning {
     int cut;          /* matmuls take pre-cut inputs where they can, the norm run apart included (1) */
     int gemm_rows;    /* rows a cuBLAS group (CUDA_GEMM_MIN_ROWS; 0 no cuBLAS; at or below a verify width: tests) */
     int argmax_split; /* the argmax split over slices of a row (1; 0 one block a row) */
-    int graphs;       /* forwards replayed from captured CUDA graphs (1) */
+    int graphs;       /* forwards replayed from captured CUDA graphs (1; never a model with experts: cuda_moe.cuh) */
     int att_wg;       /* the warpgroup-mma prefill attention where it can run (1) */
     int att_spread;   /* the decode attention's spread shape: -1 from ATT_SPREAD_FROM positions, 1 always, 0 never */
     int att_wide;     /* verify rows of the decode attention on twice the warps (1) */
     int att_early;    /* the decode attention's first chunk requested before its wait (1) */
     int sample;       /* sampled verifies on the device: -1 from CUDA_SAMPLE_MIN_VOCAB tokens, 1 always, 0 never */
     int prefill_rows; /* rows a prefill chunk where the context takes cuBLAS groups (CUDA_PREFILL_ROWS) */
-    int chain;        /* chained greedy decoding (1) */
+    int chain;        /* chained greedy decoding (1; never a model with experts: cuda_moe.cuh) */
     int omit;         /* CU_OMIT_* kernels left out (0; for timing a kernel's share only: the results are wrong) */
 } cu_tuning;
 
