@@ -45,12 +45,14 @@ int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t e
 /* y[M][N] = x[M][K] . W[N][K]^T (+ bias[N]); W in dtype dt. */
 int cuda_test_matmul(float *y, const float *x, int M, const void *w, ds_dtype dt, int N, int K, const float *bias,
                      char *err, size_t errlen);
-/* the fused epilogues: mode 1 y += x.W^T (+ bias); mode 2 y = silu(x.W^T) * (x.W2^T) */
+/* the fused epilogues: mode 1 y += x.W^T (+ bias); mode 2 y = silu(x.W^T) * (x.W2^T); mode 3
+ * y = gelu_tanh(x.W^T) * (x.W2^T) (op_geglu's) */
 int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
                            const float *bias, int mode, char *err, size_t errlen);
 /* the pre-cut paths (bf16 weights, 1-16 rows): mode 1 y += x.W^T (+ bias)
- * from x cut on the device, by cu_matmul_add_cut; mode 2 the SwiGLU of
- * RMSNorm(x, gn) into y and its pre-cut form into yc[M][N] (N a multiple
+ * from x cut on the device, by cu_matmul_add_cut; mode 0 y = x.W^T (+
+ * bias) from x cut, by cu_layer_matmul; mode 2 the SwiGLU (3 the GELU
+ * gating) of RMSNorm(x, gn) into y and its pre-cut form into yc[M][N] (N a multiple
  * of 8, as the K of the matmul that would take it; word 2p the
  * bf16 heads of values 2p and 2p + 1, low half first, word 2p + 1 their
  * tails) */
@@ -58,18 +60,18 @@ int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int M, const vo
                          const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
 /* the folded norm run apart (cu_norm_cut, then the matmul from its pre-cut
  * rows and scales; bf16 weights, 1-16 rows): mode 0 y = RMSNorm(x,
- * gn).W^T (+ bias), mode 2 the SwiGLU with its pre-cut form into yc[M][N]
+ * gn).W^T (+ bias), mode 2 the SwiGLU (3 the GELU gating) with its pre-cut form into yc[M][N]
  * (cuda_test_matmul_cut's layout); the folded norm's bits */
 int cuda_test_matmul_norm_apart(float *y, uint32_t *yc, const float *x, int M, const void *w, const void *w2, int N,
                                 int K, const float *bias, const float *gn, float eps, int mode, char *err,
                                 size_t errlen);
 /* RMSNorm folded into the matmul: mode 0 y = RMSNorm(x, gn).W^T (+ bias);
- * mode 2 the SwiGLU of the normed input (K a multiple of 8, bf16 / f16) */
+ * mode 2 the SwiGLU (3 the GELU gating) of the normed input (K a multiple of 8, bf16 / f16) */
 int cuda_test_matmul_norm(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt, int N, int K,
                           const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
 /* the prefill path of bf16 matmuls: cuBLAS for each whole group of
  * the tuning's gemm_rows rows (CUDA_GEMM_MIN_ROWS), the kernels for the
- * rest; mode 0 store, 1 residual add, 2 SwiGLU; gn (or NULL) an RMSNorm */
+ * rest; mode 0 store, 1 residual add, 2 SwiGLU, 3 GELU gating; gn (or NULL) an RMSNorm */
 int cuda_test_matmul_prefill(float *y, const float *x, int M, const void *w, const void *w2, int N, int K,
                              const float *bias, const float *gn, float eps, int mode, char *err, size_t errlen);
 /* RMSNorm(x, gn) . W^T + bias (W bf16 [(nh + 2 nkv) hd][K]) and the q/k/v
@@ -109,6 +111,11 @@ int cuda_test_bf16_cut(uint32_t *out, const float *x, int n, char *err, size_t e
 /* out[m] = op_argmax(x[m], n) */
 int cuda_test_argmax(int *out, const float *x, int M, int n, char *err, size_t errlen);
 int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps, char *err, size_t errlen);
+/* the steps around the matmuls some families add (cuda_elem.cu), in place
+ * on x[M][D]: op 0 x *= s (op_scale), 1 x = tanh(x / s) * s (op_softcap),
+ * 2 x = gelu_tanh(x) * y (op_geglu), 3 x[m] += RMSNorm(y[m], w[D]) with
+ * eps s (op_rmsnorm then op_add) */
+int cuda_test_elem(int op, float *x, const float *y, const float *w, int M, int D, float s, char *err, size_t errlen);
 int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const int *pos, const float *inv_freq, char *err,
                    size_t errlen);
 /* the virtual architecture of the kernels running on the current device
@@ -127,6 +134,10 @@ int cuda_test_attn_wg_ready(int hd);
  * output's pre-cut form (cuda_test_matmul_cut's layout, M x nh*hd words)
  * into dst; NULL stops it */
 void cuda_test_attention_cut(uint32_t *dst);
+/* makes the next cuda_test_attention calls attend over a sliding window of
+ * `window` positions (0: none; op_attention_kv's window), returning the
+ * previous setting */
+int cuda_test_attention_window(int window);
 /* op_attention's contract: q[M][nh*hd]; k/v caches [nkv][cap][hd] holding
  * n_past + M positions; row i sees positions 0 .. n_past + i. tiled: the
  * prefill kernel (head_dim <= 128) instead of decode and verify's. */

@@ -80,6 +80,26 @@ extern "C" int cuda_test_rmsnorm(float *y, const float *x, const float *w, int M
     return 0;
 }
 
+extern "C" int cuda_test_elem(int op, float *x, const float *y, const float *w, int M, int D, float s, char *err,
+                              size_t errlen) {
+    const size_t n = (size_t)M * D;
+    float *dx, *dy = NULL, *dw = NULL;
+    if (op < 0 || op > 3) return ds_err(err, errlen, "no elementwise step %d", op);
+    if (dup_to_dev(&dx, x, n, err, errlen) || (op >= 2 && dup_to_dev(&dy, y, n, err, errlen)) ||
+        (op == 3 && dup_to_dev(&dw, w, (size_t)D, err, errlen)))
+        return -1;
+    if (op == 0) cu_scale(go0(), dx, s, n);
+    else if (op == 1) cu_softcap(go0(), dx, s, n);
+    else if (op == 2) cu_geglu_apart(go0(), dx, dy, n);
+    else cu_rmsnorm_add(go0(), dx, dy, dw, M, D, s);
+    CK_LAUNCH();
+    CK(cudaMemcpy(x, dx, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dw);
+    return 0;
+}
+
 extern "C" int cuda_test_read(void *dst, const void *src, size_t bytes, char *err, size_t errlen) {
     CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
     return 0;
@@ -107,6 +127,12 @@ extern "C" int cuda_test_rope(float *x, int M, int n_heads, int head_dim, const 
 /* where cuda_test_attention's decode path also puts its pre-cut output (NULL: nowhere) */
 static uint32_t *g_att_cut;
 extern "C" void cuda_test_attention_cut(uint32_t *dst) { g_att_cut = dst; }
+static int g_att_window;
+extern "C" int cuda_test_attention_window(int window) {
+    const int prev = g_att_window;
+    g_att_window = window;
+    return prev;
+}
 extern "C" int cuda_test_code_arch(char *err, size_t errlen) { return cu_code_arch(err, errlen); }
 extern "C" int cuda_test_hopper_paths(void) { return cu_hopper_code() && pdl_enabled(go0()); }
 extern "C" int cuda_test_attn_spread_for(int len) { return cu_attn_spread_for(cu_tuning_hooked(), len); }
@@ -142,9 +168,10 @@ extern "C" int cuda_test_attention_kv(float *out, const float *q, int M, int nh,
         return -1;
     uint32_t *dc = NULL;
     if (!tiled && g_att_cut && dup_to_dev(&dc, (uint32_t *)NULL, (size_t)M * nh * hd, err, errlen)) return -1;
-    if (tiled) cu_attention_tiled(go0(), dout, dq, kv, part, img, M, nh, nkv, hd, cap, dlen, scale);
+    if (tiled) cu_attention_tiled(go0(), dout, dq, kv, part, img, M, nh, nkv, hd, cap, dlen, scale, g_att_window);
     else
-        cu_attention(go0(), dout, dq, kv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0, cu_attn_spread_for(cu_tuning_hooked(), n_past), dc);
+        cu_attention(go0(), dout, dq, kv, part, M, nh, nkv, hd, cap, dlen, scale, 1, 0,
+                     cu_attn_spread_for(cu_tuning_hooked(), n_past), g_att_window, dc);
     CK_LAUNCH();
     CK(cudaMemcpy(out, dout, sizeof(float) * (size_t)M * nh * hd, cudaMemcpyDeviceToHost));
     if (dc) {
@@ -241,10 +268,11 @@ static int test_matmul_dev(float *y, const float *x, int M, const void *w, const
     return rc;
 }
 
-/* mode 1: y[M][N] += x . W^T (+ bias); mode 2: y = silu(x . W^T) * (x . W2^T) */
+/* mode 1: y[M][N] += x . W^T (+ bias); mode 2: y = silu(x . W^T) * (x . W2^T); mode 3: gelu_tanh in place of
+   silu (MM_GEGLU) */
 extern "C" int cuda_test_matmul_fused(float *y, const float *x, int M, const void *w, const void *w2, ds_dtype dt,
                                       int N, int K, const float *bias, int mode, char *err, size_t errlen) {
-    return test_matmul_dev(y, x, M, w, mode == 2 ? w2 : NULL, dt, N, K, bias, NULL, 0, mode, 0, err, errlen);
+    return test_matmul_dev(y, x, M, w, mode >= 2 ? w2 : NULL, dt, N, K, bias, NULL, 0, mode, 0, err, errlen);
 }
 
 /* y = RMSNorm(x, gn).W^T (+ bias) (mode 0) or silu(RMSNorm(x).W^T) *
@@ -272,10 +300,10 @@ extern "C" int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int 
     void *dw, *dw2 = NULL;
     const size_t wb = (size_t)N * K * 2, xn = (size_t)M * K, yn = (size_t)M * N;
     dmat W = {NULL, DT_BF16, N, K};
-    if (!cu_takes_cut(cu_tuning_hooked(), &W, M) || (mode == 2 && (!gn || !w2 || N % 8)) || (mode != 1 && mode != 2))
+    if (!cu_takes_cut(cu_tuning_hooked(), &W, M) || (mode >= 2 && (!gn || !w2 || N % 8)) || mode < 0 || mode > 3)
         return ds_err(err, errlen, "no pre-cut path for mode %d, %d rows of %d x %d", mode, M, N, K);
     if (dup_to_dev(&dx, x, xn, err, errlen) || dup_to_dev(&dy, mode == 1 ? y : (float *)NULL, yn, err, errlen) ||
-        dup_to_dev(&dc, (uint32_t *)NULL, mode == 1 ? xn : yn, err, errlen) ||
+        dup_to_dev(&dc, (uint32_t *)NULL, mode <= 1 ? xn : yn, err, errlen) ||
         (gn && dup_to_dev(&dg, gn, (size_t)K, err, errlen)) || (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)))
         return -1;
     if (weights_to_dev(&dw, &dw2, w, w2, wb, err, errlen)) return -1;
@@ -286,12 +314,17 @@ extern "C" int cuda_test_matmul_cut(float *y, uint32_t *yc, const float *x, int 
         k_cut_rows<<<(unsigned)((xn + 255) / 256), 256>>>(dc, dx, xn, K);
         rc = cu_matmul_add_cut(go0(), dy, dc, M, &W, db);
         if (rc) ds_err(err, errlen, "cu_matmul_add_cut refused %d rows of %d x %d", M, N, K);
-    } else {
+    } else if (mode == 0) { /* the plain product from the pre-cut input (a post-normed sublayer's) */
+        k_cut_rows<<<(unsigned)((xn + 255) / 256), 256>>>(dc, dx, xn, K);
+        cu_layer_matmul(go0(), NULL, MM_STORE, dy, NULL, M, &W, NULL, db, NULL, 0.0f, NULL, cu_cut{dc, NULL, NULL});
+    } else if (mode == 2) {
         cu_matmul_swiglu_norm(go0(), dy, dx, M, &W, &W2, dg, eps, dc);
+    } else if (!cu_layer_matmul(go0(), NULL, MM_GEGLU, dy, dx, M, &W, &W2, NULL, dg, eps, NULL, cu_cut{NULL, dc, NULL})) {
+        rc = ds_err(err, errlen, "the GELU's pre-cut copy was not written");
     }
     CK_LAUNCH();
     CK(cudaMemcpy(y, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost));
-    if (mode == 2) CK(cudaMemcpy(yc, dc, sizeof(uint32_t) * yn, cudaMemcpyDeviceToHost));
+    if (mode >= 2) CK(cudaMemcpy(yc, dc, sizeof(uint32_t) * yn, cudaMemcpyDeviceToHost));
     cudaFree(dx);
     cudaFree(dy);
     cudaFree(dc);
@@ -314,24 +347,25 @@ extern "C" int cuda_test_matmul_norm_apart(float *y, uint32_t *yc, const float *
     void *dw, *dw2 = NULL;
     const size_t wb = (size_t)N * K * 2, yn = (size_t)M * N;
     dmat W = {NULL, DT_BF16, N, K};
-    if (!cu_takes_cut(cu_tuning_hooked(), &W, M) || !cu_norm_cut_ok(K) || (mode == 2 && (!w2 || N % 8)) || (mode != 0 && mode != 2))
+    if (!cu_takes_cut(cu_tuning_hooked(), &W, M) || !cu_norm_cut_ok(K) || (mode >= 2 && (!w2 || N % 8)) ||
+        (mode != 0 && mode != 2 && mode != 3))
         return ds_err(err, errlen, "no norm apart for mode %d, %d rows of %d x %d", mode, M, N, K);
     if (dup_to_dev(&dx, x, (size_t)M * K, err, errlen) || dup_to_dev(&dy, (float *)NULL, yn, err, errlen) ||
         dup_to_dev(&dg, gn, (size_t)K, err, errlen) || dup_to_dev(&dr, (float *)NULL, (size_t)M, err, errlen) ||
         dup_to_dev(&dxc, (uint32_t *)NULL, (size_t)M * K, err, errlen) ||
-        (mode == 2 && dup_to_dev(&dyc, (uint32_t *)NULL, yn, err, errlen)) ||
+        (mode >= 2 && dup_to_dev(&dyc, (uint32_t *)NULL, yn, err, errlen)) ||
         (bias && dup_to_dev(&db, bias, (size_t)N, err, errlen)))
         return -1;
-    if (weights_to_dev(&dw, &dw2, w, mode == 2 ? w2 : NULL, wb, err, errlen)) return -1;
+    if (weights_to_dev(&dw, &dw2, w, mode >= 2 ? w2 : NULL, wb, err, errlen)) return -1;
     W.p = dw;
     dmat W2 = {dw2, DT_BF16, N, K};
     cu_norm_cut(go0(), dxc, dr, dx, dg, M, K, eps);
-    const int wrote = cu_layer_matmul(go0(), NULL, mode == 2 ? MM_SWIGLU : MM_STORE, dy, NULL, M, &W, &W2, db, dg, eps, NULL,
-                                      cu_cut{dxc, dyc, dr});
-    int rc = mode == 2 && !wrote ? ds_err(err, errlen, "the SwiGLU's pre-cut copy was not written") : 0;
+    const int wrote = cu_layer_matmul(go0(), NULL, mode == 3 ? MM_GEGLU : mode == 2 ? MM_SWIGLU : MM_STORE, dy, NULL, M,
+                                      &W, &W2, db, dg, eps, NULL, cu_cut{dxc, dyc, dr});
+    int rc = mode >= 2 && !wrote ? ds_err(err, errlen, "the gated output's pre-cut copy was not written") : 0;
     CK_LAUNCH();
     CK(cudaMemcpy(y, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost));
-    if (mode == 2) CK(cudaMemcpy(yc, dyc, sizeof(uint32_t) * yn, cudaMemcpyDeviceToHost));
+    if (mode >= 2) CK(cudaMemcpy(yc, dyc, sizeof(uint32_t) * yn, cudaMemcpyDeviceToHost));
     void *bufs[] = {dx, dy, db, dg, dr, dxc, dyc, dw, dw2};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     return rc;
@@ -342,7 +376,7 @@ extern "C" int cuda_test_matmul_norm_apart(float *y, uint32_t *yc, const float *
 extern "C" int cuda_test_matmul_prefill(float *y, const float *x, int M, const void *w, const void *w2, int N, int K,
                                         const float *bias, const float *gn, float eps, int mode, char *err,
                                         size_t errlen) {
-    return test_matmul_dev(y, x, M, w, mode == 2 ? w2 : NULL, DT_BF16, N, K, bias, gn, eps, mode, 1, err, errlen);
+    return test_matmul_dev(y, x, M, w, mode >= 2 ? w2 : NULL, DT_BF16, N, K, bias, gn, eps, mode, 1, err, errlen);
 }
 
 /* the fused projection's q/k/v post-processing (cu_matmul_norm_qkv, run

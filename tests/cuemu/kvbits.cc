@@ -64,10 +64,10 @@ static std::vector<float> run(const acase &a, const std::vector<float> &q, cu_kv
     const float scale = 1.0f / sqrtf((float)a.hd);
     if (tiled)
         cu_attention_tiled(cu_go_on(nullptr, &tn), out.data(), qm, kv, part.data(), nullptr, M, a.nh, a.nkv, a.hd, cap,
-                           &n_past, scale);
+                           &n_past, scale, 0);
     else
         cu_attention(cu_go_on(nullptr, &tn), out.data(), qm, kv, part.data(), M, a.nh, a.nkv, a.hd, cap, &n_past,
-                     scale, 1, 0, cu_attn_spread_for(&tn, n_past));
+                     scale, 1, 0, cu_attn_spread_for(&tn, n_past), 0);
     return out;
 }
 

@@ -3,13 +3,15 @@
 // leave a row's bits alone. Shapes: 1-16 rows (one and two row groups),
 // widths off the 16-row tiles, K from one chunk a warp to several, one,
 // two and four tiles a block; the plain store with a bias, the residual
-// add, the SwiGLU, a folded RMSNorm; row-major and tile-major weights. And
-// the q/k/v projection's fused tail (run_qkv), the pre-cut add (run_cut),
-// the folded norm run apart (run_norm_split), the embedding (run_embed) and
-// RMSNorm.
+// add, the SwiGLU and GELU gating, a folded RMSNorm; row-major and
+// tile-major weights. And the q/k/v projection's fused tail (run_qkv), the
+// pre-cut add and store (run_cut), the folded norm run apart
+// (run_norm_split), the embedding (run_embed), RMSNorm, and the steps of
+// cuda_elem.cu against the CPU ops' f32 formulas (run_elem).
 #include "../../src/engine/cuda/cuda_mma.cu"
 #include "../../src/engine/cuda/cuda_ops.cu"
 #include "../../src/engine/cuda/cuda_quant.cu" /* (what cuda_ops.cu reaches for quantized matrices) */
+#include "../../src/engine/cuda/cuda_elem.cu"
 
 /* what the launchers reach in cuda_gemm.cu: no cuBLAS here, the matmuls all take k_mma */
 int cu_gemm_takes(const cu_gemm *, const dmat *, int) { return 0; }
@@ -47,7 +49,12 @@ struct mat {
     double at(int n, int k) const { return __bfloat162float(w[(size_t)n * d.K + k]); }
 };
 
-enum { ST, ADD, GLU };
+enum { ST, ADD, GLU, GEG };
+static bool gated(int epi) { return epi == GLU || epi == GEG; }
+/* gelu_tanh(g) * u in double */
+static double geglu_ref(double g, double u) {
+    return 0.5 * g * (1 + tanh(sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) * u;
+}
 struct mcase {
     int M, N, K, epi, norm, tiled;
 };
@@ -66,9 +73,9 @@ static std::vector<double> reference(const mcase &c, const std::vector<float> &x
         for (int n = 0; n < c.N; n++) {
             double s = 0, u = 0;
             for (int k = 0; k < c.K; k++) s += xr[k] * W.at(n, k);
-            if (c.epi == GLU) {
+            if (gated(c.epi)) {
                 for (int k = 0; k < c.K; k++) u += xr[k] * W2.at(n, k);
-                y[(size_t)m * c.N + n] = s / (1 + exp(-s)) * u;
+                y[(size_t)m * c.N + n] = c.epi == GEG ? geglu_ref(s, u) : s / (1 + exp(-s)) * u;
             } else {
                 s += bias.empty() ? 0.0 : bias[n];
                 y[(size_t)m * c.N + n] = c.epi == ADD ? y0[(size_t)m * c.N + n] + s : s;
@@ -82,7 +89,10 @@ static std::vector<float> run(const mcase &c, const std::vector<float> &x, const
                               const std::vector<float> &bias, const std::vector<float> &gn, const std::vector<float> &y0) {
     std::vector<float> y = y0;
     const float *b = bias.empty() ? NULL : bias.data();
-    if (c.epi == GLU && c.norm) cu_matmul_swiglu_norm(G, y.data(), x.data(), c.M, &W.d, &W2.d, gn.data(), 1e-6f, NULL);
+    if (c.epi == GEG) /* (the layer's entry point: the folded norm, or the plain kernel) */
+        cu_layer_matmul(G, (cu_gemm *)NULL, MM_GEGLU, y.data(), x.data(), c.M, &W.d, &W2.d, NULL,
+                        c.norm ? gn.data() : NULL, 1e-6f, NULL, cu_cut{});
+    else if (c.epi == GLU && c.norm) cu_matmul_swiglu_norm(G, y.data(), x.data(), c.M, &W.d, &W2.d, gn.data(), 1e-6f, NULL);
     else if (c.epi == GLU) cu_matmul_swiglu(G, y.data(), x.data(), c.M, &W.d, &W2.d);
     else if (c.epi == ADD) cu_matmul_add(G, y.data(), x.data(), c.M, &W.d, b);
     else if (c.norm) cu_matmul_norm(G, y.data(), x.data(), c.M, &W.d, b, gn.data(), 1e-6f);
@@ -91,7 +101,7 @@ static std::vector<float> run(const mcase &c, const std::vector<float> &x, const
 }
 
 static void run_case(const mcase &c) {
-    mat W(c.N, c.K, c.tiled), W2(c.epi == GLU ? c.N : 1, c.epi == GLU ? c.K : 32, c.tiled);
+    mat W(c.N, c.K, c.tiled), W2(gated(c.epi) ? c.N : 1, gated(c.epi) ? c.K : 32, c.tiled);
     std::vector<float> x((size_t)c.M * c.K), gn(c.K), y0((size_t)c.M * c.N), bias;
     for (float &v : x) v = frand();
     for (float &v : gn) v = 1.0f + 0.5f * frand();
@@ -102,7 +112,8 @@ static void run_case(const mcase &c) {
     }
     const std::vector<double> ref = reference(c, x, W, W2, bias, gn, y0);
     char what[160];
-    snprintf(what, sizeof what, "M=%d N=%d K=%d %s%s %s", c.M, c.N, c.K, c.epi == ST ? "store" : c.epi == ADD ? "add" : "swiglu",
+    snprintf(what, sizeof what, "M=%d N=%d K=%d %s%s %s", c.M, c.N, c.K,
+             c.epi == ST ? "store" : c.epi == ADD ? "add" : c.epi == GLU ? "swiglu" : "geglu",
              c.norm ? " +norm" : "", c.tiled ? "tile-major" : "row-major");
     /* one, two and four tiles a block (the SwiGLU: two and four, gate and
        up tiles in pairs; counts the launcher does not take itself are
@@ -110,7 +121,7 @@ static void run_case(const mcase &c) {
     double worst = 0;
     std::vector<float> first;
     for (int tiles : {1, 2, 4}) {
-        if (c.epi == GLU && tiles == 1) continue;
+        if (gated(c.epi) && tiles == 1) continue;
         cu_mma_tiles_force(tiles);
         const std::vector<float> yr = run(c, x, W, W2, bias, gn, y0);
         /* the tiles a block take do not enter a row's operations */
@@ -291,7 +302,14 @@ static void run_cut(int M, int N, int K) {
     cu_matmul_add(G, yf.data(), x.data(), M, &W.d, bias.data());
     EXPECT(cu_matmul_add_cut(G, yc.data(), xc.data(), M, &W.d, bias.data()) == 0, "%s: refused", what);
     EXPECT(!memcmp(yc.data(), yf.data(), sizeof(float) * yf.size()), "%s: not the f32 rows' bits", what);
-    printf("  %-44s the f32 rows' bits\n", what);
+    /* the plain product from the pre-cut input (a sublayer's output that a
+       norm takes before the residual add): cu_layer_matmul takes it too */
+    std::vector<float> sf((size_t)M * N, NAN), sc((size_t)M * N, NAN);
+    cu_matmul(G, sf.data(), x.data(), M, &W.d, bias.data());
+    cu_layer_matmul(G, (cu_gemm *)NULL, MM_STORE, sc.data(), NULL, M, &W.d, NULL, bias.data(), NULL, 0.0f, NULL,
+                    cu_cut{xc.data(), NULL, NULL});
+    EXPECT(!memcmp(sc.data(), sf.data(), sizeof(float) * sf.size()), "%s: the store from it not the f32 rows' bits", what);
+    printf("  %-44s the f32 rows' bits (add, store)\n", what);
 }
 
 /* The folded norm run apart (cu_norm_split's path: cu_norm_cut, then the
@@ -306,7 +324,8 @@ static void run_norm_split(int M, int N, int K, int epi) {
     for (float &v : gn) v = 1.0f + 0.5f * frand();
     for (float &v : bias) v = frand();
     char what[96];
-    snprintf(what, sizeof what, "norm apart M=%d N=%d K=%d %s", M, N, K, epi == GLU ? "swiglu" : "store");
+    snprintf(what, sizeof what, "norm apart M=%d N=%d K=%d %s", M, N, K,
+             epi == GLU ? "swiglu" : epi == GEG ? "geglu" : "store");
     EXPECT(cu_norm_cut_ok(K), "%s: refused", what);
     std::vector<uint32_t> xc((size_t)M * K, 0xdeadbeefu), want((size_t)M * K);
     cu_norm_cut(G, xc.data(), r.data(), x.data(), gn.data(), M, K, 1e-6f);
@@ -322,11 +341,25 @@ static void run_norm_split(int M, int N, int K, int epi) {
     }
     EXPECT(!memcmp(xc.data(), want.data(), 4 * want.size()), "%s: the pre-cut rows are not gn . x cut", what);
     for (int tiles : {1, 2, 4}) {
-        if (epi == GLU && tiles == 1) continue;
+        if (gated(epi) && tiles == 1) continue;
         cu_mma_tiles_force(tiles);
         std::vector<float> yf((size_t)M * N, NAN), ys((size_t)M * N, NAN);
         std::vector<uint32_t> cf((size_t)M * N, 1u), cs((size_t)M * N, 2u);
-        if (epi == GLU) {
+        if (epi == GEG) {
+            EXPECT(cu_layer_matmul(G, (cu_gemm *)NULL, MM_GEGLU, yf.data(), x.data(), M, &W.d, &W2.d, NULL, gn.data(),
+                                   1e-6f, NULL, cu_cut{NULL, cf.data(), NULL}) == 1,
+                   "%s: the folded GELU's pre-cut copy not written", what);
+            EXPECT(cu_layer_matmul(G, (cu_gemm *)NULL, MM_GEGLU, ys.data(), NULL, M, &W.d, &W2.d, NULL, gn.data(), 1e-6f,
+                                   NULL, cu_cut{xc.data(), cs.data(), r.data()}) == 1,
+                   "%s: the GELU's pre-cut copy not written", what);
+            EXPECT(!memcmp(cf.data(), cs.data(), 4 * cf.size()), "%s, %d tiles: the GELU's pre-cut copy differs", what,
+                   tiles);
+            std::vector<uint32_t> want((size_t)M * N);
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) bf16_cut_put(want.data() + (size_t)m * N, n, yf[(size_t)m * N + n]);
+            EXPECT(!memcmp(cf.data(), want.data(), 4 * cf.size()), "%s: the GELU's pre-cut copy is not its output cut",
+                   what);
+        } else if (epi == GLU) {
             cu_matmul_swiglu_norm(G, yf.data(), x.data(), M, &W.d, &W2.d, gn.data(), 1e-6f, cf.data());
             EXPECT(cu_layer_matmul(G, (cu_gemm *)NULL, MM_SWIGLU, ys.data(), NULL, M, &W.d, &W2.d, NULL, gn.data(), 1e-6f, NULL,
                                    cu_cut{xc.data(), cs.data(), r.data()}) == 1,
@@ -341,7 +374,7 @@ static void run_norm_split(int M, int N, int K, int epi) {
         }
         EXPECT(!memcmp(yf.data(), ys.data(), sizeof(float) * yf.size()), "%s, %d tiles: not the folded norm's bits",
                what, tiles);
-        if (epi != GLU) { /* the LM head's entry point: the same */
+        if (!gated(epi)) { /* the LM head's entry point: the same */
             std::vector<float> yl((size_t)M * N, NAN);
             cu_matmul_norm(G, yf.data(), x.data(), M, &W.d, NULL, gn.data(), 1e-6f);
             EXPECT(cu_matmul_cut(G, yl.data(), xc.data(), M, &W.d, r.data()) == 0, "%s: refused", what);
@@ -405,6 +438,72 @@ static void run_rmsnorm(int M, int D) {
     printf("  %-44s %.2g from the reference\n", "rmsnorm", err);
 }
 
+/* the CPU ops' f32 formulas as engine/ops.c writes them (op_geglu,
+   op_softcap), each operation rounded on its own (no contraction here) */
+static float cpu_geglu(float g, float u) {
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    const float cube = g * g * g;
+    const float inner = beta * (g + kappa * cube);
+    const float t = 0.5f * g * (1.0f + tanhf(inner));
+    return t * u;
+}
+static float cpu_softcap(float x, float cap) {
+    const float d = x / cap;
+    return tanhf(d) * cap;
+}
+
+/* cuda_elem.cu's steps: GELU gating apart, the soft-cap and the scale give
+   the CPU formulas' bits (the host's tanhf here; the device's is within 2
+   ulp of it), GELU within 1e-6 of a double reference; a norm then residual
+   add within 1e-6 of its double reference, each row its own */
+static void run_elem(int M, int D) {
+    const size_t n = (size_t)M * D;
+    std::vector<float> g(n), u(n), x(n), y(n), w(D);
+    for (size_t i = 0; i < n; i++) g[i] = 4.0f * frand(), u[i] = frand(), x[i] = 60.0f * frand(), y[i] = 3.0f * frand();
+    for (float &v : w) v = 1.0f + 0.5f * frand();
+    std::vector<float> gg = g;
+    cu_geglu_apart(G, gg.data(), u.data(), n);
+    std::vector<double> gref(n);
+    for (size_t i = 0; i < n; i++) {
+        const float want = cpu_geglu(g[i], u[i]);
+        EXPECT(!memcmp(&gg[i], &want, 4), "geglu apart: %.9g at %zu, the CPU's formula %.9g", gg[i], i, want);
+        gref[i] = geglu_ref(g[i], u[i]);
+    }
+    /* (relative to the largest value: 1 + tanh cancels for negative gates,
+       in the CPU's f32 formula as here) */
+    const double err = rel_off(gg, gref);
+    EXPECT(err < 1e-6, "geglu apart: %.3g from the double reference", err);
+    std::vector<float> xs = x, xc = x;
+    cu_softcap(G, xc.data(), 30.0f, n);
+    cu_scale(G, xs.data(), 8.0f, n);
+    for (size_t i = 0; i < n; i++) {
+        const float wc = cpu_softcap(x[i], 30.0f), ws = x[i] * 8.0f;
+        EXPECT(!memcmp(&xc[i], &wc, 4), "softcap: %.9g at %zu, the CPU's formula %.9g", xc[i], i, wc);
+        EXPECT(!memcmp(&xs[i], &ws, 4), "scale: %.9g at %zu, not x * s", xs[i], i);
+    }
+    std::vector<float> xa = x;
+    cu_rmsnorm_add(G, xa.data(), y.data(), w.data(), M, D, 1e-6f);
+    double ea = 0;
+    for (int m = 0; m < M; m++) {
+        double ss = 0;
+        for (int i = 0; i < D; i++) ss += (double)y[(size_t)m * D + i] * y[(size_t)m * D + i];
+        const double r = 1.0 / sqrt(ss / D + 1e-6);
+        for (int i = 0; i < D; i++) {
+            const size_t k = (size_t)m * D + i;
+            const double want = x[k] + w[i] * y[k] * r;
+            ea = xa[k] != xa[k] ? INFINITY : fmax(ea, fabs(xa[k] - want) / (fabs(want) + 1e-3));
+        }
+    }
+    EXPECT(ea < 1e-6, "rmsnorm add M=%d D=%d: %.3g from the reference", M, D, ea);
+    /* a row alone: the batch's bits */
+    std::vector<float> x1(x.begin() + (size_t)(M - 1) * D, x.end());
+    cu_rmsnorm_add(G, x1.data(), y.data() + (size_t)(M - 1) * D, w.data(), 1, D, 1e-6f);
+    EXPECT(!memcmp(x1.data(), xa.data() + (size_t)(M - 1) * D, 4 * (size_t)D), "rmsnorm add: the last row alone differs");
+    char what[64];
+    snprintf(what, sizeof what, "elementwise M=%d D=%d", M, D);
+    printf("  %-44s the CPU formulas' bits; geglu %.2g, norm add %.2g\n", what, err, ea);
+}
+
 int main(void) {
     emu::sms = 3;
     const mcase cases[] = {
@@ -420,6 +519,8 @@ int main(void) {
         {3, 160, 520, ADD, 0, 0}, /* ten tiles of 17 chunks */
         {1, 216, 776, ST, 1, 1},  /* fourteen one-tile blocks of 25 chunks (more than four an SM) */
         {1, 136, 776, ST, 1, 1},  /* nine one-tile blocks (three an SM): the register-capped kernel */
+        {2, 32, 264, GEG, 1, 1},  /* GELU gating with a folded norm, four tiles */
+        {12, 40, 136, GEG, 0, 0}, /* GELU gating at 9-16 rows, no norm, row-major */
     };
     for (const mcase &c : cases) run_case(c);
     run_qkv(1, 4, 2, 32, 64);
@@ -440,11 +541,15 @@ int main(void) {
     run_norm_split(3, 64, 264, GLU);
     run_norm_split(12, 32, 776, GLU);
     run_norm_split(16, 48, 136, GLU);
+    run_norm_split(2, 48, 264, GEG);
+    run_norm_split(16, 32, 136, GEG);
     run_norm_split_sites();
     run_embed(1, 50, 64);
     run_embed(9, 300, 320);
     run_rmsnorm(3, 200);
     run_rmsnorm(1, 1000);
+    run_elem(3, 200);
+    run_elem(1, 1000);
     if (failures) {
         fprintf(stderr, "cuemu matmul: %d checks failed\n", failures);
         return 1;

@@ -17,7 +17,11 @@
    its max score, sum of exponentials and unnormalised output, and a second
    kernel combines a row's chunks in chunk order. The chunking depends only
    on the row's own number of visible positions, so a row gives the same
-   bits in any batch. Each kv head has nb blocks (about one per SM over all
+   bits in any batch. Under a sliding window a row's chunks are those from
+   the one its window starts in (positions before the start masked there):
+   the chunks before are neither computed nor combined for it, and the
+   blocks start from the first chunk of the batch's first row, so a long
+   context costs a windowed layer about its window's chunks. Each kv head has nb blocks (about one per SM over all
    kv heads: attn_blocks) that take its chunks in turn (c, c + nb, ...) up
    to the last visible position, read from device memory, so a captured
    graph replays at any cache length without a grid sized for the whole
@@ -54,10 +58,12 @@ __device__ __forceinline__ void attn_stage_q(const float *q, float4 *qw, int m, 
    positions in order, then added: short dependency chains, the same
    operations for a head whatever else the item holds. */
 /* the scores half: each head's weights exp(s - max) into ew, its max and
-   sum into the partials */
-template <int GI>
+   sum into the partials; positions lo .. np - 1 of the chunk are the
+   row's (lo > 0: its sliding window starts inside the chunk; WIN false:
+   no window, lo not read), the others weigh exact zeros */
+template <int GI, bool WIN>
 __device__ __forceinline__ void attn_scores(const float4 *ks, const float4 *qw, float *ew, float *mpart, float *spart,
-                                            int m, int m0, int hq, int nh, int hd, int np, float scale, int c,
+                                            int m, int m0, int hq, int nh, int hd, int np, int lo, float scale, int c,
                                             int nchunk, int lane) {
     const int h4 = hd / 4, kst = h4 + 1;
     float4 sc0[GI], sc1[GI];
@@ -79,9 +85,10 @@ __device__ __forceinline__ void attn_scores(const float4 *ks, const float4 *qw, 
 #pragma unroll
     for (int g = 0; g < GI; g++) {
         float d0 = (sc0[g].x + sc0[g].y) + (sc0[g].z + sc0[g].w), d1 = (sc1[g].x + sc1[g].y) + (sc1[g].z + sc1[g].w);
-        float s0 = lane < np ? d0 * scale : -INFINITY, s1 = lane + 32 < np ? d1 * scale : -INFINITY;
+        const bool in0 = lane < np && (!WIN || lane >= lo), in1 = lane + 32 < np && (!WIN || lane + 32 >= lo);
+        float s0 = in0 ? d0 * scale : -INFINITY, s1 = in1 ? d1 * scale : -INFINITY;
         float mx = warp_max(fmaxf(s0, s1));
-        float e0 = lane < np ? expf(s0 - mx) : 0.0f, e1 = lane + 32 < np ? expf(s1 - mx) : 0.0f;
+        float e0 = in0 ? expf(s0 - mx) : 0.0f, e1 = in1 ? expf(s1 - mx) : 0.0f;
         float sum = warp_sum(e0 + e1);
         ew[g * ATT_CHUNK + lane] = e0;
         ew[g * ATT_CHUNK + lane + 32] = e1;
@@ -95,7 +102,8 @@ __device__ __forceinline__ void attn_scores(const float4 *ks, const float4 *qw, 
 }
 
 /* the output half: each head's unnormalised output over the chunk's
-   weights in ew */
+   weights in ew (positions before a window's start weigh +0 against the
+   finite values still cached there, adding exact zeros) */
 template <int GI>
 __device__ __forceinline__ void attn_pv(const float4 *vs, const float *ew, float *opart, int m, int m0, int hq, int nh,
                                         int hd, int np, int c, int nchunk, int lane) {
@@ -134,11 +142,11 @@ __device__ __forceinline__ void attn_pv(const float4 *vs, const float *ew, float
     __syncwarp();
 }
 
-template <int GI>
+template <int GI, bool WIN>
 __device__ __forceinline__ void attn_item(const float4 *ks, const float4 *vs, const float4 *qw, float *ew,
                                           float *opart, float *mpart, float *spart, int m, int m0, int hq, int nh,
-                                          int hd, int np, float scale, int c, int nchunk, int lane) {
-    attn_scores<GI>(ks, qw, ew, mpart, spart, m, m0, hq, nh, hd, np, scale, c, nchunk, lane);
+                                          int hd, int np, int lo, float scale, int c, int nchunk, int lane) {
+    attn_scores<GI, WIN>(ks, qw, ew, mpart, spart, m, m0, hq, nh, hd, np, lo, scale, c, nchunk, lane);
     attn_pv<GI>(vs, ew, opart, m, m0, hq, nh, hd, np, c, nchunk, lane);
 }
 
@@ -161,18 +169,19 @@ struct comb_smem {
     float w[COMB_W], red[COMB_THREADS / 32], bc[2];
     float4 ot[COMB_TF / 4];
 };
-/* row m (slots from m0), head h, L visible positions */
+/* row m (slots from m0), head h, L visible positions, its chunks from c0
+   on (those before its sliding window are not its own) */
 __device__ __forceinline__ void attn_combine_row(comb_smem &cs, float *out, const float *opart, const float *mpart,
                                                  const float *spart, int nh, int hd, int m, int h, int m0, int L,
-                                                 int nchunk, int span, uint32_t *outc) {
+                                                 int c0, int nchunk, int span, uint32_t *outc) {
     static_assert(ATT_MAX_HD <= 2 * COMB_THREADS, "two dims per thread");
     static_assert(COMB_TF >= ATT_MAX_HD, "a staged tile holds a chunk");
     static_assert(COMB_W >= COMB_THREADS, "a thread's first chunk has its weight in the first tile");
     float *const w = cs.w, *const red = cs.red, *const bc = cs.bc;
     float4 *const ot = cs.ot;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int nc = (L + span - 1) / span;
-    size_t base = ((size_t)(m - m0) * nh + h) * nchunk;
+    const int nc = (L + span - 1) / span - c0;
+    size_t base = ((size_t)(m - m0) * nh + h) * nchunk + c0;
     const int per = COMB_TF / hd; /* chunks per staged tile */
     /* the first tile (the first chunks of the first weights' tile), as one cp.async group */
     int n0 = nc < per ? nc : per;
@@ -251,17 +260,19 @@ __device__ __forceinline__ void attn_combine_row(comb_smem &cs, float *out, cons
     }
 }
 
-/* grid (rows x heads), COMB_THREADS threads: a (row, head) a block */
+/* grid (rows x heads), COMB_THREADS threads: a (row, head) a block;
+   window (causal only; 0: none) the rows' sliding window */
 __global__ void __launch_bounds__(COMB_THREADS) k_attn_combine(float *out, const float *opart, const float *mpart,
                                                                const float *spart, int nh, int hd, const int *d_len,
                                                                int nchunk, int m0, int M, int causal, int first,
-                                                               int span, uint32_t *outc) {
+                                                               int span, int window, uint32_t *outc) {
     __shared__ comb_smem cs;
     pdl_trigger();
     pdl_wait();
     const int m = m0 + (int)blockIdx.x / nh, h = blockIdx.x % nh;
     const int L = *d_len + first + (causal ? m + 1 : M);
-    attn_combine_row(cs, out, opart, mpart, spart, nh, hd, m, h, m0, L, nchunk, span, outc);
+    const int c0 = causal ? cu_win_lo(L - 1, window) / span : 0;
+    attn_combine_row(cs, out, opart, mpart, spart, nh, hd, m, h, m0, L, c0, nchunk, span, outc);
 }
 
 /* shared memory of k_attn_rows with ns stages of padded K and V, each
@@ -274,13 +285,16 @@ static size_t att_smem(int G, int h4, int ns, int nw = ATT_WARPS) {
 /* T: the cache's storage (kv_elem): f32 rows are copied to shared memory by
    cp.async as they stand; 16- and 8-bit rows are loaded, widened exactly
    (kv_load4) and stored there as f32, so everything after the staging is
-   the f32 kernel's arithmetic on the widened cache */
-template <typename T, int G, int NW>
+   the f32 kernel's arithmetic on the widened cache. WIN: the launch's rows
+   have a sliding window (window > 0, causal); without, the window's
+   bounds are compiled out, so a layer without one keeps the registers it
+   had before windows (with them, some group sizes spill a few words) */
+template <typename T, int G, int NW, bool WIN>
 __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const void *kc, const void *vc, float *opart,
                                                            float *mpart, float *spart, int nh, int nkv, int hd, int cap,
                                                            const int *d_len, int M, float scale, int nchunk, int m0,
                                                            int causal, int first, int two, int inter, int early,
-                                                           const float *ksc, const float *vsc) {
+                                                           const float *ksc, const float *vsc, int window) {
     static_assert(ATT_CHUNK == 64, "a lane scores positions lane and lane + 32");
     pdl_trigger();
     DYN_SMEM(float4, sm4);
@@ -297,6 +311,12 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const voi
     const int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
     const int len = *d_len + first;
     const int Lmax = len + (causal ? mr0 + R : M); /* positions the group's last row sees */
+    /* a sliding window (causal rows): the chunks wholly before the window
+       of the group's first row (the lowest) are no row's, and the blocks
+       take their chunks from the first one that is; a row's own first
+       position, lo, masks the chunk its window starts in */
+    const int cbase = WIN && causal ? cu_win_lo(len + mr0, window) / ATT_CHUNK : 0;
+    auto row_lo = [&](int m) { return WIN && causal ? cu_win_lo(len + m, window) : 0; };
     const int whole = R * G > NW, items = whole ? R : R * G;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float4 *qw = qs + warp * G * h4;
@@ -325,7 +345,7 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const voi
         }
         cp_async_commit(); /* (an empty group for the widened rows: the waits below stay as they are) */
     };
-    int c = jb, buf = 0;
+    int c = cbase + jb, buf = 0;
     auto valid = [&](int ch) { return ch < nchunk && ch * ATT_CHUNK < Lmax; };
     /* the first chunk into stage 0: K and V as two groups where they are
        waited for apart, else as one */
@@ -356,15 +376,16 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const voi
            H200 (docs/history/benchmarks-log.md, "The decode attention's K and V
            apart"): Qwen3-8B t(1) at 8192 positions 5.68 -> 5.39 ms; the
            same split with two stages at 512 gained nothing. */
-        const int r = warp / G, m = mr0 + r, L = len + (causal ? m + 1 : M);
+        const int r = warp / G, m = mr0 + r, L = len + (causal ? m + 1 : M), lo = row_lo(m);
         const float4 *ks = sm4, *vs = ks + ATT_CHUNK * kst;
         for (; valid(c); c += nb) {
-            const int p0 = c * ATT_CHUNK, np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK, mine = warp < items && p0 < L;
+            const int p0 = c * ATT_CHUNK, np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
+            const int mine = warp < items && p0 < L && (!WIN || p0 + ATT_CHUNK > lo);
             const int next = valid(c + nb);
             cp_async_wait_one(); /* K */
             __syncthreads();
-            if (mine) attn_scores<1>(ks, qw, ew, mpart, spart, m, m0, kvh * G + warp % G, nh, hd, np, scale, c, nchunk,
-                                     lane);
+            if (mine) attn_scores<1, WIN>(ks, qw, ew, mpart, spart, m, m0, kvh * G + warp % G, nh, hd, np, lo - p0,
+                                          scale, c, nchunk, lane);
             __syncthreads(); /* K's readers are done */
             if (next) {
                 issue(c + nb, 0, 1);
@@ -393,16 +414,16 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const voi
             const float4 *ks = sm4 + buf * stage, *vs = ks + ATT_CHUNK * kst;
             for (int it = warp; it < items; it += NW) {
                 int r = whole ? it : it / G, g0 = whole ? 0 : it % G;
-                int m = mr0 + r, L = len + (causal ? m + 1 : M);
-                if (p0 >= L) continue;
+                int m = mr0 + r, L = len + (causal ? m + 1 : M), lo = row_lo(m);
+                if (p0 >= L || (WIN && p0 + ATT_CHUNK <= lo)) continue; /* (past the row, or before its window) */
                 int np = L - p0 < ATT_CHUNK ? L - p0 : ATT_CHUNK;
                 if (whole) {
                     attn_stage_q<G>(q, qw, m, kvh * G, nh, hd, lane);
-                    attn_item<G>(ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G, nh, hd, np, scale, c, nchunk,
-                                 lane);
+                    attn_item<G, WIN>(ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G, nh, hd, np, lo - p0, scale,
+                                      c, nchunk, lane);
                 } else { /* the warp's one item: its q was staged before the loop */
-                    attn_item<1>(ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G + g0, nh, hd, np, scale, c, nchunk,
-                                 lane);
+                    attn_item<1, WIN>(ks, vs, qw, ew, opart, mpart, spart, m, m0, kvh * G + g0, nh, hd, np, lo - p0,
+                                      scale, c, nchunk, lane);
                 }
             }
             __syncthreads(); /* this stage's readers are done before it is refilled */
@@ -432,7 +453,10 @@ __global__ void __launch_bounds__(32 * NW) k_attn_rows(const float *q, const voi
    vector's masked positions add exact zeros (P = 0 against finite V: the
    staged rows past a chunk's end hold zeros or an earlier chunk's values),
    so the result does not depend on the batch; k_attn_combine merges a
-   row's spans. On an sm_90a build and a compute capability 9.0 device,
+   row's spans. Under a sliding window a vector's positions before its
+   window are masked the same way, and the spans and chunks wholly before
+   the window of the block's first row are skipped (they would add exact
+   nothing: tc_softmax). On an sm_90a build and a compute capability 9.0 device,
    cu_attention_tiled takes k_attn_wg (cuda_attn_wg.cu) instead for head
    dims 64 and 128. */
 #define TC_P 64
@@ -464,7 +488,7 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q,
                                                            const float *ksc, const float *vsc,
                                                            float *opart, float *mpart, float *spart, int nh, int G,
                                                            int hd, int cap, const int *d_len, int M, float scale,
-                                                           int nsplit, int first) {
+                                                           int nsplit, int first, int window) {
     constexpr int KT = HD / 8, ST = HD + 4; /* k steps (and output tiles) over the head dim; smem row stride */
     pdl_trigger();
     pdl_wait();
@@ -476,7 +500,10 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q,
     const int rows = M - m0 < R ? M - m0 : R, nv = rows * G;
     const int len = *d_len + first; /* row 0's position */
     const int p_begin = sp * AT_SPLIT, last = len + m0 + rows; /* positions the block's last row sees */
-    if (p_begin >= last) return;
+    /* a sliding window: the first row's is the lowest; a span wholly before
+       it is no row's (the combine never reads it) */
+    const int lo0 = cu_win_lo(len + m0, window);
+    if (p_begin >= last || p_begin + AT_SPLIT <= lo0) return;
     const int p_end = last - p_begin < AT_SPLIT ? last : p_begin + AT_SPLIT;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int va = warp * 16 + g, vb = va + 8;
@@ -490,17 +517,22 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q,
         else *reinterpret_cast<float4 *>(Qs + v * ST + d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     const int lima = va < nv ? len + m0 + va / G + 1 : 0, limb = vb < nv ? len + m0 + vb / G + 1 : 0;
+    const int lowa = cu_win_lo(len + m0 + va / G, window), lowb = cu_win_lo(len + m0 + vb / G, window);
     float mxa = -INFINITY, mxb = -INFINITY, sa = 0.0f, sb = 0.0f;
     float o[KT][4]; /* output tile j: (va, 8j+2t), (va, 8j+2t+1), (vb, 8j+2t), (vb, 8j+2t+1) */
 #pragma unroll
     for (int j = 0; j < KT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    /* the chunks (at multiples of TC_P, as without a window) from the one
+       holding the first row's window start: those before it are wholly
+       masked for every vector and would change no bit (tc_softmax) */
+    const int p_first = lo0 > p_begin ? p_begin + (lo0 - p_begin) / TC_P * TC_P : p_begin;
     const size_t hp = (size_t)kvh * cap; /* the head's first row */
     const T *kg = static_cast<const T *>(kc) + hp * hd, *vgp = static_cast<const T *>(vc) + hp * hd;
     const float *ksh = ksc ? ksc + hp : NULL, *vsh = vsc ? vsc + hp : NULL;
     const int h4 = hd / 4;
     /* scores in base-2 units (exp2f is cheaper than expf); the maxima go out in natural units */
     const float scale2 = scale * 1.44269504088896340736f;
-    for (int p0 = p_begin; p0 < p_end; p0 += TC_P) {
+    for (int p0 = p_first; p0 < p_end; p0 += TC_P) {
         const int np = p_end - p0 < TC_P ? p_end - p0 : TC_P;
         __syncthreads(); /* the previous chunk's readers (and the zeroing) are done */
         for (int i = threadIdx.x; i < np * h4; i += TC_THREADS) {
@@ -534,7 +566,7 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q,
             mma3_tf32(s, a, b);
         }
         float ca, cb;
-        tc_softmax(s, np, p0, lima, limb, scale2, t, mxa, mxb, sa, sb, ca, cb);
+        tc_softmax(s, np, p0, lima, limb, lowa, lowb, scale2, t, mxa, mxb, sa, sb, ca, cb);
         /* O = O corr + P V, the chunk's P V on the tensor cores from zero and
            the chunks added in f32 (the tensor cores' accumulation truncates;
            over a span's 2048 positions that came to 1.4e-5 of the output),
@@ -567,8 +599,8 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MINB) k_attn_tc(const float *q,
             }
         }
     }
-    tc_store_partials(opart, mpart, spart, o, va, vb, nv, lima, limb, p_begin, m0, G, nh, kvh, nsplit, sp, t, mxa, mxb, sa,
-                      sb, hd);
+    tc_store_partials(opart, mpart, spart, o, va, vb, nv, lima, limb, lowa, lowb, p_begin, p_begin + AT_SPLIT, m0, G, nh,
+                      kvh, nsplit, sp, t, mxa, mxb, sa, sb, hd);
 }
 
 /* ---- launchers ----------------------------------------------------------- */
@@ -602,11 +634,11 @@ static int attn_blocks(int nkv, int nchunk, int per_sm) {
     return nb < nchunk ? nb : nchunk;
 }
 
-/* the largest dynamic shared memory k_attn_rows<G, NW> may take: what the
+/* the largest dynamic shared memory k_attn_rows<T, G, NW, WIN> may take: what the
    device's opt-in limit leaves beside its static shared memory, the
    attribute raised to that once, or the default 48 KiB's share where the
    attribute cannot be raised */
-template <typename T, int G, int NW> static int attn_optin(void) {
+template <typename T, int G, int NW, bool WIN> static int attn_optin(void) {
     static int optin = 0;
     if (!optin) {
         int dev = 0, lim = 0;
@@ -614,8 +646,8 @@ template <typename T, int G, int NW> static int attn_optin(void) {
         if (cudaDeviceGetAttribute(&lim, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) lim = 48 << 10;
         cudaFuncAttributes fa;
         const int fixed =
-            cudaFuncGetAttributes(&fa, k_attn_rows<T, G, NW>) == cudaSuccess ? (int)fa.sharedSizeBytes : 0;
-        if (cudaFuncSetAttribute(k_attn_rows<T, G, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim - fixed) !=
+            cudaFuncGetAttributes(&fa, k_attn_rows<T, G, NW, WIN>) == cudaSuccess ? (int)fa.sharedSizeBytes : 0;
+        if (cudaFuncSetAttribute(k_attn_rows<T, G, NW, WIN>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim - fixed) !=
             cudaSuccess) {
             cudaGetLastError(); /* (not sticky) */
             lim = 48 << 10;
@@ -638,10 +670,10 @@ template <typename T, int G, int NW> static int attn_optin(void) {
 
 /* one launch of k_attn_rows for rows m0 .. (ATT_ROWS of them at most);
    k_attn_combine follows */
-template <typename T, int G>
+template <typename T, int G, bool WIN>
 static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, const float *q, const cu_kv &kv, int M, int nh, int nkv, int hd, int cap, const int *d_len,
-                       float scale, int nchunk, int m0, int causal, int first, int spread, int early) {
-    const int optin = attn_optin<T, G, ATT_WARPS>();
+                       float scale, int nchunk, int m0, int causal, int first, int spread, int early, int window) {
+    const int optin = attn_optin<T, G, ATT_WARPS, WIN>();
     int two = att_smem(G, hd / 4, 2) <= (size_t)optin, per_sm = 1, inter = 0;
     /* spread (long caches, cu_attn_spread_for): one K/V stage and as many
        blocks as fit the SMs that way (two per SM for the Qwen3 shapes), the
@@ -653,7 +685,7 @@ static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, cons
     static int fit_hd = -1, fit = 0;
     if (spread) {
         if (fit_hd != hd) {
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k_attn_rows<T, G, ATT_WARPS>, ATT_THREADS,
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k_attn_rows<T, G, ATT_WARPS, WIN>, ATT_THREADS,
                                                               att_smem(G, hd / 4, 1)) != cudaSuccess)
                 fit = 0;
             fit_hd = hd;
@@ -669,15 +701,15 @@ static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, cons
     /* (up to five heads a kv head: more would spill at 128 registers a thread) */
     const int wide = G <= 5 && two && !inter && R * G > ATT_WARPS && st.t->att_wide;
     if constexpr (G <= 5)
-        if (wide && att_smem(G, hd / 4, 2, ATT_WIDE) <= (size_t)attn_optin<T, G, ATT_WIDE>()) {
-            launch_smem(k_attn_rows<T, G, ATT_WIDE>, grid, 32 * ATT_WIDE, att_smem(G, hd / 4, 2, ATT_WIDE), st, q,
+        if (wide && att_smem(G, hd / 4, 2, ATT_WIDE) <= (size_t)attn_optin<T, G, ATT_WIDE, WIN>()) {
+            launch_smem(k_attn_rows<T, G, ATT_WIDE, WIN>, grid, 32 * ATT_WIDE, att_smem(G, hd / 4, 2, ATT_WIDE), st, q,
                         (const void *)kv.k, (const void *)kv.v, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale,
-                        nchunk, m0, causal, first, two, inter, early, (const float *)kv.ks, (const float *)kv.vs);
+                        nchunk, m0, causal, first, two, inter, early, (const float *)kv.ks, (const float *)kv.vs, window);
             return;
         }
-    launch_smem(k_attn_rows<T, G, ATT_WARPS>, grid, ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st, q,
+    launch_smem(k_attn_rows<T, G, ATT_WARPS, WIN>, grid, ATT_THREADS, att_smem(G, hd / 4, two ? 2 : 1), st, q,
                 (const void *)kv.k, (const void *)kv.v, opart, mpart, spart, nh, nkv, hd, cap, d_len, M, scale, nchunk,
-                m0, causal, first, two, inter, early, (const float *)kv.ks, (const float *)kv.vs);
+                m0, causal, first, two, inter, early, (const float *)kv.ks, (const float *)kv.vs, window);
 }
 
 /* k_attn_rows' early requests (unless the tuning's att_early is 0; the
@@ -687,20 +719,28 @@ static void attn_launch(cu_go st, float *opart, float *mpart, float *spart, cons
 
 void cu_attention(cu_go st, float *out, const float *q, cu_kv kv, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
-                  uint32_t *outc) {
+                  int window, uint32_t *outc) {
     int G = nh / nkv, nchunk = (cap + ATT_CHUNK - 1) / ATT_CHUNK;
+    if (!causal) window = 0; /* (a drafter's block sees its whole context) */
     size_t parts = (size_t)ATT_ROWS * nh * nchunk;
     float *opart = part, *mpart = part + parts * hd, *spart = mpart + parts;
     for (int m0 = 0; m0 < M; m0 += ATT_ROWS) {
         int R = M - m0 < ATT_ROWS ? M - m0 : ATT_ROWS;
         with_kv(kv.bits, [&](auto e) {
             with_g(G, [&](auto g) {
-                attn_launch<decltype(e), decltype(g)::value>(st, opart, mpart, spart, q, kv, M, nh, nkv, hd, cap, d_len,
-                                                             scale, nchunk, m0, causal, first, spread, st.t->att_early);
+                /* (a window has kernels of its own: see k_attn_rows' WIN) */
+                if (window > 0)
+                    attn_launch<decltype(e), decltype(g)::value, true>(st, opart, mpart, spart, q, kv, M, nh, nkv, hd,
+                                                                       cap, d_len, scale, nchunk, m0, causal, first,
+                                                                       spread, st.t->att_early, window);
+                else
+                    attn_launch<decltype(e), decltype(g)::value, false>(st, opart, mpart, spart, q, kv, M, nh, nkv, hd,
+                                                                        cap, d_len, scale, nchunk, m0, causal, first,
+                                                                        spread, st.t->att_early, 0);
             });
         });
         launch(k_attn_combine, R * nh, COMB_THREADS, cu_serial(st), /* (see cu_go's serial) */ out, opart, mpart, spart, nh, hd, d_len, nchunk, m0, M, causal, first,
-               ATT_CHUNK, outc);
+               ATT_CHUNK, window, outc);
     }
 }
 
@@ -710,7 +750,7 @@ int cu_attn_tiled_ok(int nh, int nkv, int hd) {
 
 template <typename T, int HD>
 static void tc_launch(cu_go st, float *opart, float *mpart, float *spart, const float *q, const cu_kv &kv, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
-                      int nsplit, int first) {
+                      int nsplit, int first, int window) {
     static int sized = 0;
     if (!sized) {
         cudaFuncSetAttribute(k_attn_tc<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tc_smem(HD));
@@ -719,11 +759,12 @@ static void tc_launch(cu_go st, float *opart, float *mpart, float *spart, const 
     const int G = nh / nkv, R = TC_QV / G;
     launch_smem(k_attn_tc<T, HD>, dim3((M + R - 1) / R, nkv, nsplit), TC_THREADS, tc_smem(HD), st, q,
                 (const void *)kv.k, (const void *)kv.v, (const float *)kv.ks, (const float *)kv.vs, opart,
-                mpart, spart, nh, G, hd, cap, d_len, M, scale, nsplit, first);
+                mpart, spart, nh, G, hd, cap, d_len, M, scale, nsplit, first, window);
 }
 
 void cu_attention_tiled(cu_go st, float *out, const float *q, cu_kv kv, float *part,
-                        float *wg_img, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale) {
+                        float *wg_img, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
+                        int window) {
     int G = nh / nkv, nsplit = (cap + AT_SPLIT - 1) / AT_SPLIT;
     /* the partials share cu_attention's scratch: at most its slot count of rows x spans per pass */
     size_t parts = (size_t)ATT_ROWS * nh * ((cap + ATT_CHUNK - 1) / ATT_CHUNK);
@@ -739,13 +780,13 @@ void cu_attention_tiled(cu_go st, float *out, const float *q, cu_kv kv, float *p
     };
     auto run = kv.bits == 16 ? pick(uint16_t{}) : kv.bits == 8 ? pick(int8_t{}) : pick(float{});
     const int wg = wg_img && cu_attn_wg_ready(st.t, hd);
-    if (wg) cu_attn_wg_prep(st, wg_img, kv, nkv, hd, cap, d_len, M);
+    if (wg) cu_attn_wg_prep(st, wg_img, kv, nkv, hd, cap, d_len, M, window);
     for (int m0 = 0; m0 < M; m0 += step) {
         int n = M - m0 < step ? M - m0 : step;
         const float *qm = q + (size_t)m0 * nh * hd;
-        if (wg) cu_attn_wg(st, wg_img, opart, mpart, spart, qm, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
-        else run(st, opart, mpart, spart, qm, kv, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0);
+        if (wg) cu_attn_wg(st, wg_img, opart, mpart, spart, qm, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0, window);
+        else run(st, opart, mpart, spart, qm, kv, n, nh, nkv, hd, cap, d_len, scale, nsplit, m0, window);
         launch(k_attn_combine, n * nh, COMB_THREADS, cu_serial(st), /* (see cu_go's serial) */ out + (size_t)m0 * nh * hd, opart, mpart, spart, nh, hd, d_len, nsplit, 0,
-               n, 1, m0, AT_SPLIT, (uint32_t *)NULL);
+               n, 1, m0, AT_SPLIT, window, (uint32_t *)NULL);
     }
 }

@@ -106,16 +106,18 @@ __device__ __forceinline__ float tf32_lo(float x) { return __uint_as_float(tf32_
 /* the images of chunk blockIdx.x of kv head blockIdx.y (of nch) from the
    cache's first *d_len + ntot positions (zeros past them); T: the cache's
    storage (kv_elem), 16- and 8-bit values widened exactly first, so the
-   images are those of the widened f32 cache */
+   images are those of the widened f32 cache. Under a sliding window
+   (window > 0) the chunks wholly before the first row's window (row 0 at
+   position *d_len) are left as they are: no block reads them. */
 template <typename T, int HD>
 __global__ void k_wg_prep(float *img, const void *kc, const void *vc, const float *ksc, const float *vsc, int cap,
-                          int nch, const int *d_len, int ntot) {
+                          int nch, const int *d_len, int ntot, int window) {
     using S = wg_shape<HD>;
     constexpr int IMG = S::IMG;
     pdl_trigger();
     pdl_wait();
     const int n_pos = *d_len + ntot, p0 = blockIdx.x * WG_P, h = blockIdx.y;
-    if (p0 >= n_pos) return;
+    if (p0 >= n_pos || p0 + WG_P <= cu_win_lo(*d_len, window)) return;
     float4 *dst = reinterpret_cast<float4 *>(img + ((size_t)h * nch + blockIdx.x) * 4 * IMG);
     const size_t hp = (size_t)h * cap; /* the head's first row */
     const void *kg = static_cast<const T *>(kc) + hp * HD, *vg = static_cast<const T *>(vc) + hp * HD;
@@ -146,7 +148,7 @@ __global__ void k_wg_prep(float *img, const void *kc, const void *vc, const floa
 template <int HD>
 __global__ void __launch_bounds__(128, 2) k_attn_wg(const float *q, const float *img, float *opart, float *mpart,
                                                     float *spart, int nh, int G, int nch, const int *d_len, int M,
-                                                    float scale, int first) {
+                                                    float scale, int first, int window) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using S = wg_shape<HD>;
     constexpr int KT = S::KT, SBK = S::SBK, SBV = S::SBV, IMG = S::IMG;
@@ -160,8 +162,12 @@ __global__ void __launch_bounds__(128, 2) k_attn_wg(const float *q, const float 
     const int rows = M - m0 < R ? M - m0 : R, nv = rows * G;
     const int len = *d_len + first; /* row 0's position */
     const int p_begin = sp * AT_SPLIT, last = len + m0 + rows;
-    if (p_begin >= last) return;
+    /* a sliding window: as k_attn_tc, the span and the chunks wholly before
+       the first row's window (the lowest) are skipped */
+    const int lo0 = cu_win_lo(len + m0, window);
+    if (p_begin >= last || p_begin + AT_SPLIT <= lo0) return;
     const int p_end = last - p_begin < AT_SPLIT ? last : p_begin + AT_SPLIT;
+    const int p_first = lo0 > p_begin ? p_begin + (lo0 - p_begin) / WG_P * WG_P : p_begin;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int va = warp * 16 + g, vb = va + 8;
     const float *ih = img + (size_t)kvh * nch * 4 * IMG; /* this kv head's chunks */
@@ -178,15 +184,16 @@ __global__ void __launch_bounds__(128, 2) k_attn_wg(const float *q, const float 
         if (v < nv) cp_async16(dst, q + ((size_t)(m0 + v / G) * nh + kvh * G + v % G) * HD + 4 * c4);
         else *reinterpret_cast<float4 *>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    stage(Ks, p_begin / WG_P, 0);
-    stage(Vs, p_begin / WG_P, 2);
+    stage(Ks, p_first / WG_P, 0);
+    stage(Vs, p_first / WG_P, 2);
     const int lima = va < nv ? len + m0 + va / G + 1 : 0, limb = vb < nv ? len + m0 + vb / G + 1 : 0;
+    const int lowa = cu_win_lo(len + m0 + va / G, window), lowb = cu_win_lo(len + m0 + vb / G, window);
     float mxa = -INFINITY, mxb = -INFINITY, sa = 0.0f, sb = 0.0f;
     float o[KT][4]; /* output tile j: (va, 8j+2t), (va, 8j+2t+1), (vb, 8j+2t), (vb, 8j+2t+1) */
 #pragma unroll
     for (int j = 0; j < KT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     const float scale2 = scale * 1.44269504088896340736f;
-    for (int p0 = p_begin; p0 < p_end; p0 += WG_P) {
+    for (int p0 = p_first; p0 < p_end; p0 += WG_P) {
         const int np = p_end - p0 < WG_P ? p_end - p0 : WG_P, more = p0 + WG_P < p_end;
         cp_async_wait_one(); /* this chunk's K (its V may still be in flight) */
         fence_proxy_async();
@@ -207,7 +214,7 @@ __global__ void __launch_bounds__(128, 2) k_attn_wg(const float *q, const float 
         __syncthreads(); /* every warp's scores read: Ks takes the next chunk */
         if (more) stage(Ks, p0 / WG_P + 1, 0);
         float ca, cb;
-        tc_softmax(s, np, p0, lima, limb, scale2, t, mxa, mxb, sa, sb, ca, cb);
+        tc_softmax(s, np, p0, lima, limb, lowa, lowb, scale2, t, mxa, mxb, sa, sb, ca, cb);
         /* this chunk's V (the next K may still be in flight) */
         if (more) cp_async_wait_one();
         else cp_async_wait_all();
@@ -241,8 +248,8 @@ __global__ void __launch_bounds__(128, 2) k_attn_wg(const float *q, const float 
         __syncthreads(); /* every warp's P V read: Vs takes the next chunk */
         if (more) stage(Vs, p0 / WG_P + 1, 2);
     }
-    tc_store_partials(opart, mpart, spart, o, va, vb, nv, lima, limb, p_begin, m0, G, nh, kvh, gridDim.z, sp, t, mxa, mxb,
-                      sa, sb, HD);
+    tc_store_partials(opart, mpart, spart, o, va, vb, nv, lima, limb, lowa, lowb, p_begin, p_begin + AT_SPLIT, m0, G, nh,
+                      kvh, gridDim.z, sp, t, mxa, mxb, sa, sb, HD);
 #else
     __trap(); /* the launcher takes this kernel only from an sm_90a build (cu_attn_wg_ready) */
 #endif
@@ -264,20 +271,21 @@ static int wg_chunks(int cap) { return (cap + WG_P - 1) / WG_P; }
 
 size_t cu_attn_wg_floats(int nkv, int hd, int cap) { return (size_t)nkv * wg_chunks(cap) * 4 * WG_P * hd; }
 
-void cu_attn_wg_prep(cu_go st, float *img, cu_kv kv, int nkv, int hd, int cap, const int *d_len, int ntot) {
+void cu_attn_wg_prep(cu_go st, float *img, cu_kv kv, int nkv, int hd, int cap, const int *d_len, int ntot,
+                     int window) {
     const int nch = wg_chunks(cap);
     const void *k = kv.k, *v = kv.v;
     const float *ks = kv.ks, *vs = kv.vs;
     with_kv(kv.bits, [&](auto e) {
         using T = decltype(e);
-        if (hd == 64) launch(k_wg_prep<T, 64>, dim3(nch, nkv), 256, st, img, k, v, ks, vs, cap, nch, d_len, ntot);
-        else launch(k_wg_prep<T, 128>, dim3(nch, nkv), 256, st, img, k, v, ks, vs, cap, nch, d_len, ntot);
+        if (hd == 64) launch(k_wg_prep<T, 64>, dim3(nch, nkv), 256, st, img, k, v, ks, vs, cap, nch, d_len, ntot, window);
+        else launch(k_wg_prep<T, 128>, dim3(nch, nkv), 256, st, img, k, v, ks, vs, cap, nch, d_len, ntot, window);
     });
 }
 
 template <int HD>
 static void wg_run(cu_go st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
-                   int nh, int nkv, int cap, const int *d_len, float scale, int nsplit, int first) {
+                   int nh, int nkv, int cap, const int *d_len, float scale, int nsplit, int first, int window) {
     using S = wg_shape<HD>;
     static int sized = 0;
     if (!sized) {
@@ -286,11 +294,11 @@ static void wg_run(cu_go st, const float *img, float *opart, float *mpart, float
     }
     const int G = nh / nkv, R = TC_QV / G;
     launch_smem(k_attn_wg<HD>, dim3((M + R - 1) / R, nkv, nsplit), 128, S::smem, st, q, img, opart, mpart, spart, nh,
-                G, wg_chunks(cap), d_len, M, scale, first);
+                G, wg_chunks(cap), d_len, M, scale, first, window);
 }
 
 void cu_attn_wg(cu_go st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
-                int nh, int nkv, int hd, int cap, const int *d_len, float scale, int nsplit, int first) {
+                int nh, int nkv, int hd, int cap, const int *d_len, float scale, int nsplit, int first, int window) {
     auto run = hd == 64 ? wg_run<64> : wg_run<128>;
-    run(st, img, opart, mpart, spart, q, M, nh, nkv, cap, d_len, scale, nsplit, first);
+    run(st, img, opart, mpart, spart, q, M, nh, nkv, cap, d_len, scale, nsplit, first, window);
 }

@@ -286,7 +286,13 @@ static size_t quant_scratch(const cuda_model *m) {
 
 /* bytes one position of a context's KV cache costs over all layers, K and
    V (kv_bytes_per_pos's figure: elements of kv_bits, and a scale a head
-   at 8 bits) */
+   at 8 bits). Every layer's cache holds the whole context, sliding-window
+   layers' too: the attention kernels skip the chunks before a row's
+   window (cuda_attn.cu), so the rows there are kept but never read. The
+   CPU instead gives such rows' pages back (kv_set_windows); on the GPU a
+   ring buffer a window layer would save that memory, at the price of
+   positions that wrap inside the kernels' chunks, the prefix copies and
+   the block cache's rows, so it is not done. */
 static size_t kv_pos_bytes(const cuda_model *m) {
     const model_config *c = &m->cfg;
     const size_t per_head = (size_t)c->head_dim * (size_t)(m->kv_bits / 8) + (m->kv_bits == 8 ? sizeof(float) : 0);
@@ -426,6 +432,9 @@ extern "C" size_t cuda_ctx_bytes(const cuda_model *m, int n_ctx, int max_batch) 
                (size_t)GRAPH_TAPS * GRAPH_ROWS * H +
                (size_t)(B < MODEL_SAMPLE_ROWS ? B : MODEL_SAMPLE_ROWS) * cu_sample_stride(c->vocab_size);
     if (gemm && cu_attn_wg_ready(&m->tune, c->head_dim)) f += cu_attn_wg_floats(c->n_kv_heads, c->head_dim, n_ctx);
+    /* (the KV cache whole at every layer: the GPU keeps a sliding-window
+       layer's positions before its window too, see kv_pos_bytes, so memfit
+       counts those layers at full length here) */
     return kv_pos_bytes(m) * (size_t)n_ctx /* the KV cache */ + sizeof(float) * f +
            sizeof(uint32_t) * CU_CUT_ROWS * (QD + I + H) + cu_moe_buf_bytes(c, m->layers, c->n_layers, rows);
 }
@@ -664,6 +673,11 @@ static void lm_head(cuda_ctx *x, cu_go st, const float *h, int n) {
         cu_rmsnorm(st, x->xb, h, m->final_norm, n, c->hidden_size, c->rms_norm_eps);
         cu_matmul(st, x->logits, x->xb, n, &m->lm_head, NULL);
     }
+    /* a soft-capped network (Gemma's final_logit_softcapping): the rows
+       capped in place before anything reads them, so the argmax, the
+       device sampler and the rows copied back all see the CPU's logits
+       (ties that the cap's rounding makes included) */
+    if (c->final_softcap > 0) cu_softcap(st, x->logits, c->final_softcap, (size_t)n * (size_t)c->vocab_size);
 }
 
 /* the layers' view of this context's scratch and inputs */
@@ -704,6 +718,7 @@ static void enqueue_chunk(cuda_ctx *x, int M, int n_sel, int out, const model_ba
     if (out == OUT_SAMPLE) cudaMemcpyAsync(x->d_samp, x->h_samp, sizeof(cu_sample_args), cudaMemcpyHostToDevice, st);
     mark(x, OP_IN);
     cu_embed(st, x->x, &m->embed, x->tok, M);
+    if (c->embed_scale > 0) cu_scale(st, x->x, c->embed_scale, (size_t)M * H); /* (Gemma's sqrt(H), in f32) */
     mark(x, OP_EMBED);
     if (b) copy_taps(x, b, -1, row0, M, dev);
     const cu_layer_rows rows = layer_rows(x);

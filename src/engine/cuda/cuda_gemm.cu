@@ -152,9 +152,9 @@ __global__ void k_gemm_epi(float *y, const float *c, const float *c2, const floa
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_all; i += (size_t)gridDim.x * blockDim.x) {
         size_t q = i / gn, o = q * 2 * gn + i % gn; /* row's head; its tail is G rows on */
         float s = c[o] + c[o + gn];
-        if (EPI == MM_SWIGLU) {
+        if (mm_gated(EPI)) {
             float u = c2[o] + c2[o + gn];
-            y[i] = s / (1.0f + expf(-s)) * u;
+            y[i] = EPI == MM_GEGLU ? cu_geglu(s, u) : s / (1.0f + expf(-s)) * u;
         } else {
             if (bias) s += bias[i % N];
             if (EPI == MM_ADD) y[i] += s;
@@ -193,11 +193,12 @@ void cu_gemm_matmul(cu_gemm *g, cu_go st, int epi, float *y, const float *x, int
     launch(k_split_bf16, M, SPLIT_THREADS, st, g->xs, x, gn, G, W->K, eps);
     float *c2 = g->c + 2 * (size_t)M * W->N;
     gemm(g, g->c, W, weights(g, st, W), M, G);
-    if (epi == MM_SWIGLU) gemm(g, c2, W2, weights(g, st, W2), M, G);
+    if (mm_gated(epi)) gemm(g, c2, W2, weights(g, st, W2), M, G);
     size_t n = (size_t)M * W->N;
     int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
     const float *c0 = g->c;
     if (epi == MM_SWIGLU) launch(k_gemm_epi<MM_SWIGLU>, blocks, 256, st, y, c0, (const float *)c2, bias, M, W->N, G);
+    else if (epi == MM_GEGLU) launch(k_gemm_epi<MM_GEGLU>, blocks, 256, st, y, c0, (const float *)c2, bias, M, W->N, G);
     else if (epi == MM_ADD) launch(k_gemm_epi<MM_ADD>, blocks, 256, st, y, c0, (const float *)NULL, bias, M, W->N, G);
     else launch(k_gemm_epi<MM_STORE>, blocks, 256, st, y, c0, (const float *)NULL, bias, M, W->N, G);
 }

@@ -104,13 +104,22 @@ int cu_up_layer(dev_pool *pl, dlayer *D, const wlayer *L, const model_config *c,
              cu_up_f32(pl, &D->attn_norm, L->attn_norm, H, err, errlen) ||
              cu_up_f32(pl, &D->mlp_norm, L->mlp_norm, H, err, errlen) ||
              cu_up_f32(pl, &D->q_norm, L->q_norm, hd, err, errlen) ||
-             cu_up_f32(pl, &D->k_norm, L->k_norm, hd, err, errlen) || cu_up_f32(pl, &D->bo, L->bo, H, err, errlen);
+             cu_up_f32(pl, &D->k_norm, L->k_norm, hd, err, errlen) || cu_up_f32(pl, &D->bo, L->bo, H, err, errlen) ||
+             cu_up_f32(pl, &D->post_attn_norm, L->post_attn_norm, H, err, errlen) ||
+             cu_up_f32(pl, &D->post_mlp_norm, L->post_mlp_norm, H, err, errlen) ||
+             cu_up_f32(pl, &D->inv_freq, L->inv_freq, hd / 2, err, errlen);
     if (rc) return -1;
+    /* (the kernels take a window on causal rows only; a drafter's block
+       layers have none) */
+    D->window = L->attn == ATTN_CAUSAL ? L->window : 0;
     /* (the fused SwiGLU kernels read gate and up rows alike: one format;
        two formats, e.g. an MLX override leaving one unquantized, run apart) */
     if (D->wg.N != D->wu.N || D->wg.K != D->wu.K)
         return ds_err(err, errlen, "%s: layer %d: gate and up projections differ in shape", who, l);
     D->gu_apart = D->wg.dt != D->wu.dt || (dtype_is_quant(D->wg.dt) && !cu_q_same_format(&D->wg, &D->wu));
+    /* (the quantized matmul's gated epilogue is SwiGLU's alone: a quantized
+       GELU MLP runs gate and up apart, then cu_geglu_apart) */
+    if (L->mlp == MLP_GEGLU && dtype_is_quant(D->wg.dt)) D->gu_apart = 1;
     return 0;
 }
 
@@ -155,13 +164,15 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M
               const cu_layer_how *how) {
     const model_config *c = r->cfg;
     const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-    const float eps = c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
-    const int omit = how->omit, spread = how->spread, causal = L->attn == ATTN_CAUSAL;
-    /* (MLP_SWIGLU, or MLP_MOE below: cuda_glue.c admits no other) */
+    /* the scores' scale: the config's (Gemma's query_pre_attn_scalar^-0.5) or 1/sqrt(hd) */
+    const float eps = c->rms_norm_eps, scale = c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)hd);
+    const int H = c->hidden_size, omit = how->omit, spread = how->spread, causal = L->attn == ATTN_CAUSAL;
+    const int window = causal ? L->window : 0;
+    /* (MLP_SWIGLU, MLP_GEGLU, or MLP_MOE below: cuda_glue.c admits no other) */
     /* decode and verify rows: the projection's matmul post-processes
        q, k and v itself (no kernel of its own between it and attention) */
-    cu_qkv_tail tail = {cu_qkv_fused_args(r->q, r->qkv, kv, L->q_norm, L->k_norm, r->pos, r->inv_freq, nh, nkv, hd,
-                                          r->cap, r->d_len, eps),
+    cu_qkv_tail tail = {cu_qkv_fused_args(r->q, r->qkv, kv, L->q_norm, L->k_norm, r->pos,
+                                          L->inv_freq ? L->inv_freq : r->inv_freq, nh, nkv, hd, r->cap, r->d_len, eps),
                         r->qkv_cnt};
     if (!(omit & CU_OMIT_QKV)) {
         const float *in = r->x, *an = L->attn_norm;
@@ -185,15 +196,23 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M
     if (!(omit & CU_OMIT_ATTN)) {
         if (Mt)
             cu_attention_tiled(st, r->att, r->q, kv, r->part, r->wg_img, Mt, nh, nkv, hd, r->cap, r->d_len,
-                               scale);
+                               scale, window);
         if (Mt < M)
             cu_attention(st, r->att + (size_t)Mt * nh * hd, r->q + (size_t)Mt * nh * hd, kv, r->part, M - Mt, nh,
-                         nkv, hd, r->cap, r->d_len, scale, causal, Mt, spread, att_c);
+                         nkv, hd, r->cap, r->d_len, scale, causal, Mt, spread, window, att_c);
         mark(how, CU_LOP_ATTN);
     }
-    /* the o projection right after attention: see cu_go's serial */
-    if (!(omit & CU_OMIT_O))
-        mm(cu_serial(st), r, MM_ADD, r->x, r->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL, NULL});
+    /* the o projection right after attention (see cu_go's serial), its
+       residual add fused, or (a norm of its output first) into xb, then
+       normed and added */
+    if (!(omit & CU_OMIT_O)) {
+        if (L->post_attn_norm) {
+            mm(cu_serial(st), r, MM_STORE, r->xb, r->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL, NULL});
+            cu_rmsnorm_add(st, r->x, r->xb, L->post_attn_norm, M, H, eps);
+        } else {
+            mm(cu_serial(st), r, MM_ADD, r->x, r->att, M, &L->wo, NULL, L->bo, NULL, cu_cut{att_c, NULL, NULL});
+        }
+    }
     mark(how, CU_LOP_O);
     if (L->mlp == MLP_MOE) { /* the experts (cuda_moe.cuh): norm, routing, gate/up; down, the residual add */
         cu_moe_gate_up(st, r->moe, &L->moe, r->x, r->xb, L->mlp_norm, c->hidden_size, eps, M, omit);
@@ -220,18 +239,27 @@ void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M
                 float *up = r->gate + (size_t)M * L->wg.N;
                 mm(gu, r, MM_STORE, r->gate, in, M, &L->wg, NULL, NULL, mn);
                 mm(gu, r, MM_STORE, up, in, M, &L->wu, NULL, NULL, mn);
-                cu_swiglu_apart(gu, r->gate, up, (size_t)M * L->wg.N);
+                if (L->mlp == MLP_GEGLU) cu_geglu_apart(gu, r->gate, up, (size_t)M * L->wg.N);
+                else cu_swiglu_apart(gu, r->gate, up, (size_t)M * L->wg.N);
                 gate_c = NULL;
             } else {
                 cu_cut gc = norm_apart(gu, r, CU_NS_GU, in, M, &L->wg, mn);
                 gc.out = gate_c;
-                if (!mm(gu, r, MM_SWIGLU, r->gate, in, M, &L->wg, &L->wu, NULL, mn, gc))
+                if (!mm(gu, r, L->mlp == MLP_GEGLU ? MM_GEGLU : MM_SWIGLU, r->gate, in, M, &L->wg, &L->wu, NULL, mn,
+                        gc))
                     gate_c = NULL; /* (not written) */
             }
         }
     }
     mark(how, CU_LOP_GU);
-    if (!(omit & CU_OMIT_DOWN)) mm(st, r, MM_ADD, r->x, r->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL, NULL});
+    if (!(omit & CU_OMIT_DOWN)) {
+        if (L->post_mlp_norm) { /* (as the o projection's) */
+            mm(st, r, MM_STORE, r->xb, r->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL, NULL});
+            cu_rmsnorm_add(st, r->x, r->xb, L->post_mlp_norm, M, H, eps);
+        } else {
+            mm(st, r, MM_ADD, r->x, r->gate, M, &L->wd, NULL, NULL, NULL, cu_cut{gate_c, NULL, NULL});
+        }
+    }
     mark(how, CU_LOP_DOWN);
 }
 

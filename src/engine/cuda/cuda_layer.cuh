@@ -22,7 +22,12 @@ struct dlayer {
        holds both (cu_layer_gate_floats) */
     int gu_apart;
     float *attn_norm, *mlp_norm, *q_norm, *k_norm, *bqkv, *bo;
+    /* [H] each: the norms of the attention's and the MLP's outputs before
+       their residual adds (Gemma), or NULL; [hd/2]: the layer's own RoPE
+       frequencies (Gemma's sliding layers), or NULL for the network's */
+    float *post_attn_norm, *post_mlp_norm, *inv_freq;
     attn_kind attn;
+    int window; /* ATTN_CAUSAL: the sliding window (desc.h wlayer.window), 0 = none */
     mlp_kind mlp;
     dmoe moe; /* MLP_MOE's experts (cuda_moe.cuh; wg, wu, wd then empty) */
 };
@@ -31,7 +36,9 @@ struct dlayer {
 int cu_up_layer(dev_pool *pl, dlayer *D, const wlayer *L, const model_config *c, int l, const char *who, char *err,
                 size_t errlen);
 /* floats of gate scratch a row needs for layers ls[0..n): the
-   intermediate size, twice where a layer runs gate and up apart */
+   intermediate size, twice where a layer runs gate and up apart (gu_apart:
+   their formats differ, or a quantized GELU MLP, whose kernels have the
+   SwiGLU epilogue only) */
 size_t cu_layer_gate_floats(const dlayer *ls, int n, int I);
 /* the matrices of D that take tile-major copies (cu_tile_once), in out[5]
    (an MoE layer's stacked experts in place of gate, up and down) */
@@ -89,9 +96,11 @@ struct cu_layer_how {
    norm and the q/k/v projection with its tail (q/k norms, RoPE, the keys
    and values stored in the cache kv at *d_len + row, in its storage), the
    attention under L->attn (ATTN_CAUSAL: row m sees positions up to *d_len
-   + m; ATTN_BLOCK: every row sees the cache and all M rows), the o
-   projection and the residual add, the MLP norm and gate/up with SwiGLU,
-   the down projection and the residual add, into r->x (MLP_MOE: the
+   + m, from its sliding window's start under L->window; ATTN_BLOCK: every
+   row sees the cache and all M rows), the o projection and the residual
+   add (through L->post_attn_norm when present), the MLP norm and gate/up
+   with SwiGLU or GEGLU (L->mlp), the down projection and the residual add
+   (through L->post_mlp_norm), into r->x (MLP_MOE: the
    experts' MLP of cuda_moe.cuh, which synchronises the stream). */
 void cu_layer(cu_go st, const cu_layer_rows *r, const dlayer *L, cu_kv kv, int M,
               const cu_layer_how *how);

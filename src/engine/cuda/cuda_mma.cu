@@ -66,7 +66,8 @@ __device__ __forceinline__ void mm_group(float (&acc)[MM_NPW][ROWS], const float
 /* EPI: MM_STORE y = x.W^T (+b); MM_ADD y += x.W^T (+b) (the residual add
    fused); MM_SWIGLU: W holds the gate rows and W2 the up rows, a block
    computes gate and up for MM_NPW/2 outputs (each exactly as the plain
-   kernel would) and writes silu(gate) * up (the enum is in cuda_ops.cuh). */
+   kernel would) and writes silu(gate) * up; MM_GEGLU the same with
+   gelu_tanh (cu_geglu) (the enum is in cuda_ops.cuh). */
 
 template <typename T, int ROWS, int EPI>
 __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y, const float *__restrict__ x,
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
     pdl_trigger();
     pdl_wait();
     __shared__ float part[MM_WARPS][MM_NPW][ROWS];
-    const int NB = EPI == MM_SWIGLU ? MM_NPW / 2 : MM_NPW; /* outputs per block */
+    const int NB = mm_gated(EPI) ? MM_NPW / 2 : MM_NPW; /* outputs per block */
     int n0 = blockIdx.x * NB;
     int m0 = blockIdx.y * ROWS;
     int lane = threadIdx.x, warp = threadIdx.y;
@@ -89,8 +90,8 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
     const T *wr[MM_NPW];
 #pragma unroll
     for (int j = 0; j < MM_NPW; j++) {
-        int jj = EPI == MM_SWIGLU ? j % NB : j;
-        const T *base = EPI == MM_SWIGLU && j >= NB ? W2 : W;
+        int jj = mm_gated(EPI) ? j % NB : j;
+        const T *base = mm_gated(EPI) && j >= NB ? W2 : W;
         wr[j] = base + (size_t)(n0 + jj < N ? n0 + jj : n0) * K;
     }
     int K8 = vec ? K / 8 : 0;
@@ -140,11 +141,11 @@ __global__ void __launch_bounds__(32 * MM_WARPS) k_matmul(float *__restrict__ y,
         for (int w = 1; w < MM_WARPS; w++) sum += part[w][j][r];
         if (n0 + j < N) {
             float *dst = y + (size_t)(m0 + r) * N + n0 + j;
-            if (EPI == MM_SWIGLU) {
+            if (mm_gated(EPI)) {
                 float u = part[0][j + NB][r];
 #pragma unroll
                 for (int w = 1; w < MM_WARPS; w++) u += part[w][j + NB][r];
-                *dst = sum / (1.0f + expf(-sum)) * u;
+                *dst = EPI == MM_GEGLU ? cu_geglu(sum, u) : sum / (1.0f + expf(-sum)) * u;
             } else {
                 float v = bias ? sum + bias[n0 + j] : sum;
                 if (EPI == MM_ADD) *dst += v;
@@ -513,8 +514,8 @@ __device__ void qkv_tail(const cu_qkv_tail &t, int M, int m0, int R, int n0, int
     for (int r = warp; r < rows; r += nw) qkv_post_item(t.a, m0 + r, head, threadIdx.x % 32);
 }
 
-/* EPI as k_matmul's; MM_SWIGLU: tiles 0..TILES/2-1 are gate rows, the
-   others the up rows of the same outputs. gn (or NULL): the input is
+/* EPI as k_matmul's; MM_SWIGLU and MM_GEGLU: tiles 0..TILES/2-1 are gate
+   rows, the others the up rows of the same outputs. gn (or NULL): the input is
    RMSNorm(x, gn) with eps, folded in as RMSNorm(x).W = r * ((gn . x).W)
    with r = 1/sqrt(mean(x^2) + eps): the warps square the raw values they
    load anyway, so the norm needs no kernel of its own, and every block
@@ -528,8 +529,8 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
                                                     const float *__restrict__ bias, int M, int N, int K,
                                                     const float *__restrict__ gn, float eps, cu_qkv_tail tail,
                                                     int tiled, cu_cut cut, int late) {
-    constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES; /* output tiles */
-    constexpr int NV = TILES * MT * 4;                         /* accumulators per lane */
+    constexpr int OT = mm_gated(EPI) ? TILES / 2 : TILES; /* output tiles */
+    constexpr int NV = TILES * MT * 4;                      /* accumulators per lane */
     __shared__ float red[MMA_KS][NV][32];
     __shared__ float ssw[MMA_KS][MT * 8], rr[MT * 8];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
@@ -544,7 +545,7 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
     const T *wa[TILES], *wb[TILES];
 #pragma unroll
     for (int i = 0; i < TILES; i++) {
-        const T *base = EPI == MM_SWIGLU && i >= OT ? W2 : W;
+        const T *base = mm_gated(EPI) && i >= OT ? W2 : W;
         if (tiled) {
             int R = n0 / 16 + i % OT, last = (N - 1) / 16;
             wa[i] = base + (size_t)(R < last ? R : last) * nc * 512 + g * 32 + 8 * t;
@@ -632,13 +633,13 @@ __global__ void __launch_bounds__(32 * MMA_KS, OCC) k_mma(float *__restrict__ y,
         if (n >= N || m >= M) continue;
         if (scaled()) s *= rr[m - m0];
         float *dst = y + (size_t)m * N + n;
-        if (EPI == MM_SWIGLU) {
+        if (mm_gated(EPI)) {
             int vu = ((i + OT) * MT + j) * 4 + q;
             float u = red[0][vu][l];
 #pragma unroll
             for (int w = 1; w < MMA_KS; w++) u += red[w][vu][l];
             if (scaled()) u *= rr[m - m0];
-            const float v = s / (1.0f + expf(-s)) * u;
+            const float v = EPI == MM_GEGLU ? cu_geglu(s, u) : s / (1.0f + expf(-s)) * u;
             *dst = v;
             if (cut.out) bf16_cut_put(cut.out + (size_t)m * N, n, v);
         } else {
@@ -727,7 +728,7 @@ cu_qkv_args cu_qkv_fused_args(float *q, const float *qkv, cu_kv kv, const float 
 template <int ROWS, int EPI>
 static void matmul_rows(cu_go st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                         const float *bias) {
-    int nb = EPI == MM_SWIGLU ? MM_NPW / 2 : MM_NPW;
+    int nb = mm_gated(EPI) ? MM_NPW / 2 : MM_NPW;
     dim3 blk(32, MM_WARPS), grd((W->N + nb - 1) / nb, (M + ROWS - 1) / ROWS);
     int vec = W->K % 8 == 0;
     const void *p2 = W2 ? W2->p : NULL;
@@ -787,13 +788,14 @@ template <typename T, int TILES, int MT, int EPI>
 static void mma_launch(cu_go st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                        const float *bias, const float *gn, float eps, const cu_qkv_tail *tail, cu_cut cut) {
     const cu_qkv_tail tl = tail ? *tail : cu_qkv_tail{};
-    constexpr int OT = EPI == MM_SWIGLU ? TILES / 2 : TILES;
+    constexpr int OT = mm_gated(EPI) ? TILES / 2 : TILES;
     dim3 grd((W->N + OT * 16 - 1) / (OT * 16), (M + MT * 8 - 1) / (MT * 8));
     int blocks = (int)(grd.x * grd.y), sms = sm_count();
     /* the tile-major copies when every matrix of the product has one */
     const int tiled = W->t && (!W2 || W2->t);
     const T *w = (const T *)(tiled ? W->t : W->p), *w2 = W2 ? (const T *)(tiled ? W2->t : W2->p) : NULL;
-    /* (see cu_go's two; f16 weights would spill there) */
+    /* (see cu_go's two; f16 weights would spill there; GELU's gating keeps
+       the one-block kernel, measured for SwiGLU alone) */
     if constexpr (TILES == 4 && MT == 1 && EPI == MM_SWIGLU && std::is_same<T, __nv_bfloat16>::value)
         if (st.two)
             return mma_go<T, TILES, MT, EPI, 2>(grd, st, y, x, w, w2, bias, M, W, gn, eps, tl, tiled, cut);
@@ -814,22 +816,22 @@ static void mma_rows(cu_go st, float *y, const float *x, int M, const dmat *W, c
 }
 
 /* the tile count mma_tiles takes for M rows of W */
-static int mma_tile_count(int M, const dmat *W, int swiglu) {
+static int mma_tile_count(int M, const dmat *W, int gated) {
     if (g_mma_tiles) return g_mma_tiles;
     /* 9-16 rows of a matrix whose 16-row tiles fit one wave at two blocks
        per SM (o and down of the Qwen3 shapes): one tile per block, the
        register-capped kernel, twice the blocks of two tiles in flight */
-    if (!swiglu && M > 8 && M <= 16 && (W->N + 15) / 16 <= 2 * sm_count()) return 1;
-    return swiglu ? (M <= 8 ? 4 : 2) : (M <= 8 ? 1 : 2);
+    if (!gated && M > 8 && M <= 16 && (W->N + 15) / 16 <= 2 * sm_count()) return 1;
+    return gated ? (M <= 8 ? 4 : 2) : (M <= 8 ? 1 : 2);
 }
 
 template <typename T, int EPI>
 static void mma_tiles(cu_go st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                       const float *bias, const float *gn, float eps, const cu_qkv_tail *tail = NULL,
                       cu_cut cut = cu_cut{}) {
-    int tiles = mma_tile_count(M, W, EPI == MM_SWIGLU);
+    int tiles = mma_tile_count(M, W, mm_gated(EPI));
     if (tiles >= 4) mma_rows<T, 4, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
-    else if constexpr (EPI != MM_SWIGLU) {
+    else if constexpr (!mm_gated(EPI)) {
         if (tiles == 1) mma_rows<T, 1, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
         else mma_rows<T, 2, EPI>(st, y, x, M, W, W2, bias, gn, eps, tail, cut);
     } else
@@ -854,6 +856,11 @@ static void fma_rows(cu_go st, float *y, const float *x, int M, const dmat *W, c
 template <int EPI>
 static void matmul_epi(cu_go st, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                        const float *bias) {
+    if constexpr (EPI == MM_GEGLU)
+        if (dtype_is_quant(W->dt)) { /* (cu_up_layer runs a quantized GELU MLP apart: never reached) */
+            fprintf(stderr, "dspark: CUDA: the quantized matmul has no GELU-gated epilogue (%s)\n", dtype_name(W->dt));
+            abort();
+        }
     if (dtype_is_quant(W->dt)) cu_qmatmul(st, EPI, y, x, M, W, W2, bias); /* (cuda_quant.cu) */
     else if (!fma_forced(st.t) && W->K % 8 == 0 && W->dt == DT_BF16) mma_tiles<__nv_bfloat16, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
     else if (!fma_forced(st.t) && W->K % 8 == 0 && W->dt == DT_F16) mma_tiles<__half, EPI>(st, y, x, M, W, W2, bias, NULL, 0);
@@ -865,10 +872,11 @@ int cu_fuses_norm(const cu_tuning *t, const dmat *W) {
 }
 
 /* bf16 weights from a pre-cut input c.in (c.r: the scales of a norm run
-   apart; c.out: a SwiGLU's pre-cut copy of its output) */
+   apart; c.out: a gated epilogue's pre-cut copy of its output) */
 static void mma_from_cut(cu_go st, int epi, float *y, int M, const dmat *W, const dmat *W2, const float *bias,
                          cu_cut c) {
     if (epi == MM_SWIGLU) mma_tiles<__nv_bfloat16, MM_SWIGLU>(st, y, NULL, M, W, W2, NULL, NULL, 0.0f, NULL, c);
+    else if (epi == MM_GEGLU) mma_tiles<__nv_bfloat16, MM_GEGLU>(st, y, NULL, M, W, W2, NULL, NULL, 0.0f, NULL, c);
     else if (epi == MM_ADD) mma_tiles<__nv_bfloat16, MM_ADD>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, c);
     else mma_tiles<__nv_bfloat16, MM_STORE>(st, y, NULL, M, W, NULL, bias, NULL, 0.0f, NULL, c);
 }
@@ -917,10 +925,10 @@ int cu_matmul_cut(cu_go st, float *y, const uint32_t *xc, int M, const dmat *W, 
 
 int cu_layer_matmul(cu_go st, cu_gemm *g, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps, float *xb, cu_cut cut) {
-    /* a pre-cut input: a residual add's (no norm), or a norm run apart by
-       cu_norm_cut (its scales in cut.r) */
-    if (cut.in && (gn ? cut.r != NULL : epi == MM_ADD) && cu_layer_takes_cut(st.t, g, W, M)) {
-        const cu_cut c = {cut.in, epi == MM_SWIGLU ? cut.out : NULL, gn ? cut.r : NULL};
+    /* a pre-cut input: a plain product's or a residual add's (no norm), or
+       a norm run apart by cu_norm_cut (its scales in cut.r) */
+    if (cut.in && (gn ? cut.r != NULL : !mm_gated(epi)) && cu_layer_takes_cut(st.t, g, W, M)) {
+        const cu_cut c = {cut.in, mm_gated(epi) ? cut.out : NULL, gn ? cut.r : NULL};
         mma_from_cut(st, epi, y, M, W, W2, bias, c);
         return c.out != NULL;
     }
@@ -931,8 +939,9 @@ int cu_layer_matmul(cu_go st, cu_gemm *g, int epi, float *y, const float *x, int
     x += (size_t)Mg * W->K;
     M -= Mg;
     if (gn && cu_fuses_norm(st.t, W)) {
-        uint32_t *yc = epi == MM_SWIGLU && !Mg ? cut.out : NULL; /* (its rows would start past the groups') */
+        uint32_t *yc = mm_gated(epi) && !Mg ? cut.out : NULL; /* (its rows would start past the groups') */
         if (epi == MM_SWIGLU) cu_matmul_swiglu_norm(st, y, x, M, W, W2, gn, eps, yc);
+        else if (epi == MM_GEGLU) matmul_norm<MM_GEGLU>(st, y, x, M, W, W2, NULL, gn, eps, cu_cut{NULL, yc});
         else cu_matmul_norm(st, y, x, M, W, bias, gn, eps);
         return yc != NULL;
     }
@@ -941,6 +950,7 @@ int cu_layer_matmul(cu_go st, cu_gemm *g, int epi, float *y, const float *x, int
         x = xb;
     }
     if (epi == MM_SWIGLU) cu_matmul_swiglu(st, y, x, M, W, W2);
+    else if (epi == MM_GEGLU) matmul_epi<MM_GEGLU>(st, y, x, M, W, W2, NULL);
     else if (epi == MM_ADD) cu_matmul_add(st, y, x, M, W, bias);
     else cu_matmul(st, y, x, M, W, bias);
     return 0;

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,12 @@ extern "C" {
 #define ATT_CHUNK 64   /* positions per split-attention partial */
 #define ATT_ROWS 32    /* rows per attention launch (bounds the partials scratch) */
 #define ATT_SPREAD_FROM 1024 /* cache length from which the decode attention takes the spread shape */
+
+/* the first position a causal row at position p sees under a sliding
+   window of `window` positions (0: none): p - window + 1, or 0 */
+__host__ __device__ inline int cu_win_lo(int p, int window) {
+    return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+}
 
 /* a kernel's dynamic shared memory, as an array of T named name (the CPU
    runs of tests/cuemu give it the block's buffer instead) */
@@ -271,21 +278,25 @@ __device__ __forceinline__ tf32x2 tf32_cut(float x) {
    (k_attn_tc, k_attn_wg), one vector per row of a lane quad (lanes 4g ..
    4g+3): s[n][e] is position 8n + 2t + e of vector a, s[n][2 + e] of vector
    b (the mma accumulator layout); positions at or past np in the chunk (at
-   p0) or at or past a vector's limit are masked. Scores are scaled into
+   p0), at or past a vector's limit, or before its window's first position
+   (lowa, lowb: 0 without a window) are masked. Scores are scaled into
    base-2 units by scale2; leaves exp2 of them less the new maxima in s and
    the factors that correct the vectors' earlier sums and outputs in ca,
-   cb. */
+   cb. A chunk wholly masked for a vector before any of its positions
+   leaves its maximum -inf, its sum and output +0 (the factor 1): exactly
+   as if the chunk were not run, so skipping such chunks changes no bit. */
 template <int NT>
-__device__ __forceinline__ void tc_softmax(float (&s)[NT][4], int np, int p0, int lima, int limb, float scale2, int t,
-                                           float &mxa, float &mxb, float &sa, float &sb, float &ca, float &cb) {
+__device__ __forceinline__ void tc_softmax(float (&s)[NT][4], int np, int p0, int lima, int limb, int lowa, int lowb,
+                                           float scale2, int t, float &mxa, float &mxb, float &sa, float &sb, float &ca,
+                                           float &cb) {
     float cma = -INFINITY, cmb = -INFINITY;
 #pragma unroll
     for (int n = 0; n < NT; n++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             int p = 8 * n + 2 * t + e;
-            s[n][e] = p < np && p0 + p < lima ? s[n][e] * scale2 : -INFINITY;
-            s[n][2 + e] = p < np && p0 + p < limb ? s[n][2 + e] * scale2 : -INFINITY;
+            s[n][e] = p < np && p0 + p < lima && p0 + p >= lowa ? s[n][e] * scale2 : -INFINITY;
+            s[n][2 + e] = p < np && p0 + p < limb && p0 + p >= lowb ? s[n][2 + e] * scale2 : -INFINITY;
             cma = fmaxf(cma, s[n][e]);
             cmb = fmaxf(cmb, s[n][2 + e]);
         }
@@ -322,16 +333,17 @@ __device__ __forceinline__ void tc_softmax(float (&s)[NT][4], int np, int p0, in
    for this lane's vectors a and b (of the block's nv; vector v is row m0 +
    v / G, head kvh G + v % G): the maximum in natural units, the sum, and
    the output tiles o[j] (dims 8j + 2t, + 1) below hd. The combine never
-   reads spans a row does not reach, so those are not written. */
+   reads spans a row does not reach, nor those that end before its window
+   (lowa, lowb; the span ends at p_stop), so those are not written. */
 template <int KT>
 __device__ __forceinline__ void tc_store_partials(float *opart, float *mpart, float *spart, const float (&o)[KT][4],
-                                                  int va, int vb, int nv, int lima, int limb, int p_begin, int m0,
-                                                  int G, int nh, int kvh, int nsplit, int sp, int t, float mxa,
-                                                  float mxb, float sa, float sb, int hd) {
+                                                  int va, int vb, int nv, int lima, int limb, int lowa, int lowb,
+                                                  int p_begin, int p_stop, int m0, int G, int nh, int kvh, int nsplit,
+                                                  int sp, int t, float mxa, float mxb, float sa, float sb, int hd) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const int v = h ? vb : va, lim = h ? limb : lima;
-        if (v >= nv || lim <= p_begin) continue;
+        const int v = h ? vb : va, lim = h ? limb : lima, low = h ? lowb : lowa;
+        if (v >= nv || lim <= p_begin || low >= p_stop) continue;
         size_t slot = ((size_t)(m0 + v / G) * nh + kvh * G + v % G) * nsplit + sp;
         if (t == 0) {
             mpart[slot] = (h ? mxb : mxa) * 0.69314718055994530942f;
@@ -502,8 +514,23 @@ static inline void launch(void (*k)(KA...), dim3 grid, dim3 block, cu_go st, A..
 }
 
 /* matmul epilogues: y = x.W^T (+ b); y += x.W^T (+ b), the residual add
-   fused; y = silu(x.W^T) * (x.W2^T) with W the gate and W2 the up rows */
-enum { MM_STORE, MM_ADD, MM_SWIGLU };
+   fused; y = silu(x.W^T) * (x.W2^T) with W the gate and W2 the up rows;
+   y = gelu_tanh(x.W^T) * (x.W2^T) (cu_geglu; Gemma's MLP), the same rows */
+enum { MM_STORE, MM_ADD, MM_SWIGLU, MM_GEGLU };
+/* whether epilogue e gates: W the gate rows, W2 the up rows */
+__host__ __device__ constexpr inline bool mm_gated(int e) { return e == MM_SWIGLU || e == MM_GEGLU; }
+
+/* gelu_tanh(g) * u as op_geglu (engine/ops.c) computes it in f32, one
+   IEEE-rounded operation at a time in its order (no FMA contraction):
+   0.5 g (1 + tanh(beta (g + kappa g^3))) times u, beta = sqrt(2/pi) as the
+   CPU rounds it to f32; tanhf is the device's (within 2 ulp of the CPU's) */
+__device__ __forceinline__ float cu_geglu(float g, float u) {
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    const float cube = __fmul_rn(__fmul_rn(g, g), g);
+    const float inner = __fmul_rn(beta, __fadd_rn(g, __fmul_rn(kappa, cube)));
+    const float t = __fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(inner)));
+    return __fmul_rn(t, u);
+}
 
 /* A device matrix [N][K] in row-major order (p), and, when t is not NULL,
    a tile-major copy for the tensor-core kernel: tiles of 16 rows x 32
@@ -542,7 +569,8 @@ dmat cu_qmat_rows(const dmat *W, int r0, int n);
 /* y = x . W^T (+ bias) for M rows with epilogue epi (MM_*; W2 the up rows
    of a SwiGLU, the same format as W), W quantized: tensor cores over each
    block's exact integers, its f32 scales and mins applied per sub-block,
-   each row's sum in an order fixed by K alone (cuda_quant.cu states it) */
+   each row's sum in an order fixed by K alone (cuda_quant.cu states it).
+   Not MM_GEGLU: a quantized GELU MLP runs gate and up apart (cu_up_layer) */
 void cu_qmatmul(cu_go st, int epi, float *y, const float *x, int M, const dmat *W, const dmat *W2,
                 const float *bias);
 /* g[i] = silu(g[i]) * u[i] for i < n (a layer whose gate and up run
@@ -700,6 +728,19 @@ void cu_matmul_swiglu_norm(cu_go st, float *y, const float *x, int M, const dmat
                            const float *gn, float eps, uint32_t *yc);
 /* y = RMSNorm(x, w) per row of D */
 void cu_rmsnorm(cu_go st, float *y, const float *x, const float *w, int M, int D, float eps);
+/* ---- the steps some families add around the matmuls (cuda_elem.cu; each
+   its CPU op's f32 operations, a value or a row from itself alone) ---- */
+/* x[i] *= s for i < n (op_scale: an embedding's scale) */
+void cu_scale(cu_go st, float *x, float s, size_t n);
+/* x[m] += RMSNorm(y[m], w) for M rows of D (op_rmsnorm then op_add: a
+   norm of a sublayer's output y before its residual add); x and y apart */
+void cu_rmsnorm_add(cu_go st, float *x, const float *y, const float *w, int M, int D, float eps);
+/* g[i] = gelu_tanh(g[i]) * u[i] for i < n (cu_geglu; op_geglu): a GELU
+   MLP whose gate and up ran apart */
+void cu_geglu_apart(cu_go st, float *g, const float *u, size_t n);
+/* x[i] = tanh(x[i] / cap) * cap for i < n (op_softcap: logits soft-capped
+   before anything reads them) */
+void cu_softcap(cu_go st, float *x, float cap, size_t n);
 /* out[M][H] = E[tok[m]] widened */
 void cu_embed(cu_go st, float *out, const dmat *E, const int *tok, int M);
 /* q[M][nh][hd], k/v[M][nkv][hd] of the rows at positions pos[]: q/k get
@@ -753,18 +794,28 @@ int cu_matmul_norm_qkv(cu_go st, float *y, const float *x, int M, const dmat *W,
    positions before *d_len, and *d_len itself, must have been written by
    stream work that ended before this forward's first kernel (the forward's
    upload of its inputs is such a barrier): the blocks read them before
-   waiting for the previous kernel (unless st.t->att_early is 0). outc (or NULL):
-   out's pre-cut form as well (bf16_cut_put), for cu_matmul_add_cut. */
+   waiting for the previous kernel (unless st.t->att_early is 0). window
+   (causal only; 0: none): a sliding window, the row at position p seeing
+   positions p - window + 1 .. p (transformers' kv_pos > q_pos - window);
+   the 64-position chunks wholly before a row's window are neither read
+   nor combined for it, and its positions before the window inside its
+   first chunk add exact zeros, so its bits are those it has alone. outc
+   (or NULL): out's pre-cut form as well (bf16_cut_put), for
+   cu_matmul_add_cut. */
 void cu_attention(cu_go st, float *out, const float *q, cu_kv kv, float *part, int M,
                   int nh, int nkv, int hd, int cap, const int *d_len, float scale, int causal, int first, int spread,
-                  uint32_t *outc = NULL);
+                  int window, uint32_t *outc = NULL);
 /* Causal attention of prefill rows, as cu_attention with first 0, by a
    tensor-core kernel that stages the cache once per 64 query vectors (a
    different summation order: the forward uses it for the cuBLAS groups
    only). wg_img: cu_attn_wg_floats of scratch for the warpgroup-mma
-   kernel, or NULL (k_attn_tc then, as where that kernel cannot run). */
+   kernel, or NULL (k_attn_tc then, as where that kernel cannot run).
+   window: cu_attention's (0: none); the spans and chunks wholly before
+   the window of a block's first row are skipped (and never combined), so
+   a row's bits do not depend on its neighbours. */
 void cu_attention_tiled(cu_go st, float *out, const float *q, cu_kv kv, float *part,
-                        float *wg_img, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale);
+                        float *wg_img, int M, int nh, int nkv, int hd, int cap, const int *d_len, float scale,
+                        int window);
 /* 1 when cu_attention_tiled takes these heads (head_dim <= 128) */
 int cu_attn_tiled_ok(int nh, int nkv, int hd);
 /* the prefill attention's block: TC_QV query vectors (TC_QV / G rows of G
@@ -779,12 +830,14 @@ int cu_attn_wg_ready(const cu_tuning *t, int hd);
    as cut and laid out for it: four times the layer's share of the cache) */
 size_t cu_attn_wg_floats(int nkv, int hd, int cap);
 /* the cache's first *d_len + ntot positions laid out in img for it (once
-   per cu_attention_tiled call, before its passes) */
+   per cu_attention_tiled call, before its passes); under a window (0:
+   none) only from the first row's window on (no block reads an image
+   before it) */
 void cu_attn_wg_prep(cu_go st, float *img, cu_kv kv, int nkv, int hd, int cap,
-                     const int *d_len, int ntot);
+                     const int *d_len, int ntot, int window);
 /* its launch: the partials of cu_attention_tiled's pass of M rows, from img */
 void cu_attn_wg(cu_go st, const float *img, float *opart, float *mpart, float *spart, const float *q, int M,
-                int nh, int nkv, int hd, int cap, const int *d_len, float scale, int nsplit, int first);
+                int nh, int nkv, int hd, int cap, const int *d_len, float scale, int nsplit, int first, int window);
 /* forces the tensor-core matmul's tiles a block (1, 2 or 4; 0: its own
    choice) and returns the previous setting; the FMA matmul alone (for the
    op benchmark, cuda_mma_bench.cu) */
@@ -889,8 +942,8 @@ void cu_gemm_free(cu_gemm *g);
    multiple of its group, 0 when M is below a group or W is neither bf16
    nor a quantized matrix that fits the bf16 weight scratch */
 int cu_gemm_takes(const cu_gemm *g, const dmat *W, int M);
-/* y (epilogue epi, MM_*) = [RMSNorm(x, gn)] . W^T (+ bias); SwiGLU with W2;
-   M a value cu_gemm_takes returned */
+/* y (epilogue epi, MM_*) = [RMSNorm(x, gn)] . W^T (+ bias); SwiGLU or
+   GELU gating with W2; M a value cu_gemm_takes returned */
 void cu_gemm_matmul(cu_gemm *g, cu_go st, int epi, float *y, const float *x, int M, const dmat *W,
                     const dmat *W2, const float *bias, const float *gn, float eps);
 /* the first cuBLAS failure since the last check, as an error */
@@ -900,12 +953,12 @@ int cu_gemm_check(cu_gemm *g, char *err, size_t errlen);
    of x when gn is not NULL: the whole cuBLAS groups g takes (g may be NULL)
    first, then the other rows by the kernels, the norm folded in where the
    tensor-core kernel takes W and otherwise written to xb ([M][K] scratch)
-   first. With gn, only MM_STORE and MM_SWIGLU occur in the forward.
-   cut.in (or NULL): x's pre-cut form as well, taken by a residual add
-   without a norm where cu_layer_takes_cut says so (the same bits as from
-   x); with gn, cut.in and cut.r: the norm already run by cu_norm_cut
+   first. With gn, only MM_STORE and the gated epilogues occur in the
+   forward. cut.in (or NULL): x's pre-cut form as well, taken by a store or
+   a residual add without a norm where cu_layer_takes_cut says so (the same
+   bits as from x); with gn, cut.in and cut.r: the norm already run by cu_norm_cut
    (any epilogue; where cu_layer_takes_cut says so, as the forward checks
-   before running it); cut.out (or NULL): where a SwiGLU writes y's pre-cut
+   before running it); cut.out (or NULL): where a gated epilogue writes y's pre-cut
    form when its kernel can (the tensor-core kernel with the norm folded
    in or run apart, no cuBLAS groups). Returns 1 when cut.out was written,
    else 0. */
