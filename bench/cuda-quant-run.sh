@@ -17,7 +17,7 @@
 #      Q4_0 MLX4) at 1..16 rows on Qwen3-8B's shapes: us, GB/s, t(k)/t(1),
 #      the 36-layer matmul total and the prefill path at 512 rows;
 #   3. a random Qwen3-8B (mkrandom, bf16) and `dspark quantize` copies of it
-#      (Q8_0, then Q4_K_M, then MLX 4-bit), then verify-cost on each at
+#      (Q4_K_M, then Q8_0, then MLX 4-bit), then verify-cost on each at
 #      context 512 (OUT/verify-*.txt: the prefill line of 512 tokens, then
 #      t(k) and t(k)/t(1) for k = 1..16), the bf16 checkpoint first as the
 #      baseline of the same card.
@@ -96,12 +96,12 @@ if [ ! -f "$M/model.safetensors" ]; then # (made aside, so a cut-off run leaves 
 fi
 if [ -f "$M/model.safetensors" ]; then
     step verify-bf16 60 env DSPARK_DEVICE=cuda "$P/verify-cost" "$M" 512 1 5
-    step quantize-q8_0 120 "$P/dspark" quantize --model "$M" --out "$W/m8q8.gguf" --type Q8_0 &&
-        step verify-q8_0 60 env DSPARK_DEVICE=cuda "$P/verify-cost" "$W/m8q8.gguf" 512 1 5
-    rm -f "$W/m8q8.gguf" # (disk: the next copies need the room)
     step quantize-q4_k_m 150 "$P/dspark" quantize --model "$M" --out "$W/m8q4km.gguf" --type Q4_K_M &&
         step verify-q4_k_m 60 env DSPARK_DEVICE=cuda "$P/verify-cost" "$W/m8q4km.gguf" 512 1 5
-    rm -f "$W/m8q4km.gguf"
+    rm -f "$W/m8q4km.gguf" # (disk: the next copies need the room)
+    step quantize-q8_0 120 "$P/dspark" quantize --model "$M" --out "$W/m8q8.gguf" --type Q8_0 &&
+        step verify-q8_0 60 env DSPARK_DEVICE=cuda "$P/verify-cost" "$W/m8q8.gguf" 512 1 5
+    rm -f "$W/m8q8.gguf"
     step quantize-mlx4 120 "$P/dspark" quantize --model "$M" --out "$W/m8mlx4" --type mlx4 &&
         step verify-mlx4 60 env DSPARK_DEVICE=cuda "$P/verify-cost" "$W/m8mlx4" 512 1 5
 fi
