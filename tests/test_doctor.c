@@ -105,6 +105,8 @@ static const field DOCTOR_FIELDS[] = {
     {"model_places[].drafters_only", 'b'},
     {"calibration.path", 'S'}, {"calibration.error", 'S'}, {"calibration.entries", 'a'},
     {"calibration.entries[].key", 's'}, {"calibration.entries[].valid", 'b'},
+    {"tensor_parallel.max_ranks", 'n'}, {"tensor_parallel.cpu", 's'}, {"tensor_parallel.cuda", 's'},
+    {"tensor_parallel.gpus", 'n'}, {"tensor_parallel.links", 'a'}, {"tensor_parallel.fits", 'a'},
     MODEL_FIELDS,
 };
 

@@ -13,6 +13,7 @@
 
 #include "engine/memfit.h"
 #include "engine/ops.h"
+#include "engine/tpar.h"
 #include "base/util.h"
 #include "spec/modelref.h"
 
@@ -134,6 +135,7 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
                 cli_die("--kv-bits expects 32 (f32), 16 (f16) or 8 (int8 with scales), got \"%s\"", v);
             o->kv_bits = atoi(v);
         }
+        else if (!strcmp(a, "--tensor-parallel")) o->tensor_parallel = parse_int(a, v, 1, TPAR_MAX_RANKS);
         else if (!strcmp(a, "--reasoning-effort")) {
             if (strcmp(v, "low") && strcmp(v, "medium") && strcmp(v, "high"))
                 cli_die("--reasoning-effort expects low, medium or high, got \"%s\"", v);
@@ -199,9 +201,13 @@ tokenizer *cli_tokenizer(const char *dir, int required) {
 
 void cli_engine_open(cli_engine *e, const opts *o) {
     char err[1024];
-    model_load_opts lo = {.use_mmap = o->use_mmap, .device = o->device, .kv_bits = o->kv_bits};
+    model_load_opts lo = {.use_mmap = o->use_mmap, .device = o->device, .kv_bits = o->kv_bits,
+                          .tensor_parallel = o->tensor_parallel};
     if (model_load(&e->m, o->model, &lo, err, sizeof err) != 0) cli_die("%s", err);
     if (strcmp(model_device(e->m), "cpu")) fprintf(stderr, "dspark: device %s\n", model_device(e->m));
+    else if (model_tensor_parallel(e->m) > 1)
+        fprintf(stderr, "dspark: tensor parallel: %d ranks emulated on the CPU in one process (a test of the split, "
+                        "not a speedup)\n", model_tensor_parallel(e->m));
     if (model_cfg(e->m)->vision_skipped)
         fprintf(stderr, "dspark: note: %s is a gemma3 checkpoint with a vision tower; only its text model is loaded "
                         "(images are not read)\n", o->model);

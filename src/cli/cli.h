@@ -27,6 +27,11 @@ struct cJSON;
 /* The doctor report (cli_doctor.c; docs/doctor-schema.md), with the
  * registered models when with_models is set. The caller frees it. */
 struct cJSON *doctor_report(int with_models);
+/* The registered build with the most weights whose one rank of a split
+ * over `ranks` GPUs (engine/tpar.h) fits `budget` bytes of one GPU at its
+ * full window (memfit's estimate): 1 with its name, build kind and whole
+ * weights' bytes, or 0 when none fits (or none splits over ranks). */
+int doctor_tp_largest(int ranks, double budget, const char **name, const char **kind, double *weights);
 
 typedef struct {
     const char *model_spec; /* --model (or DSPARK_MODEL) as given, before modelref resolved it into model */
@@ -57,6 +62,7 @@ typedef struct {
     int cache_ram;   /* serve: --cache-ram MiB, the prefix block cache (< 0: not given, the default; 0: off) */
     double drain_timeout; /* serve: --drain-timeout SECONDS (< 0: not given, the default) */
     int kv_bits;     /* --kv-bits 32|16|8 (0 = 32): the KV cache's storage */
+    int tensor_parallel; /* --tensor-parallel N (0 = 1): ranks the model splits over (engine/tpar.h) */
     int n_rest;   /* claude: the arguments after "--" */
     char **rest;
     float temp, top_p, min_p;

@@ -40,6 +40,8 @@ const char CHAT_HELP[] =
     "      --temp T --top-k K --top-p P --min-p P --seed S   sampling (default greedy)\n"
     "  -t, --threads N  -c, --context-window N  --mmap (map weights instead of reading them)\n"
     "  --kv-bits 32|16|8 (KV cache storage: f32 default, f16, int8 with scales)\n"
+    "  --tensor-parallel N (the model split over N ranks; on the CPU an emulation in one process,\n"
+    "                       a test of the split, not a speedup; refused on a GPU for N > 1)\n"
     "      --device cpu|cuda[:N]  where the model runs (default cpu; also $DSPARK_DEVICE)\n"
     "Commands at the prompt:\n"
     "  /reset          forget the conversation (keeps the system message)\n"

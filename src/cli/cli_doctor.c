@@ -27,6 +27,7 @@
 #include "engine/cpu.h"
 #include "engine/memfit.h"
 #include "engine/ops_internal.h" /* ops_level / ops_max_level: the kernel path in use */
+#include "engine/tpar.h"
 #include "spec/calib.h"
 #include "spec/modelref.h"
 #include "spec/registry.h"
@@ -91,6 +92,28 @@ static void estimate(const registry_entry *e, const char *kind, int kv_bits, dou
     memfit_in in = {.avail = budget > 0 ? (size_t)budget : 0, .weights = *weights, .fixed = *fixed,
                     .per_pos = *per_pos, .slots = 1, .window = 0, .max_window = e->max_pos};
     memfit_estimate(&in, out);
+}
+
+/* memfit's estimate for one rank of registered target e split over ranks
+ * GPUs (engine/tpar.h): its share of the weights, its KV heads (one when
+ * they are replicated) and its scratch, at the full window against one
+ * GPU's budget. 0, or -1 when the shapes do not split over ranks. */
+static int rank_estimate(const registry_entry *e, const char *kind, int ranks, double budget, memfit_out *out,
+                         size_t *weights) {
+    model_config c;
+    entry_config(e, &c);
+    tpar_plan p;
+    char err[256];
+    if (tpar_plan_make(&p, &c, ranks, err, sizeof err) != 0) return -1;
+    size_t w, fixed, per_pos;
+    estimate(e, kind, 32, 0, out, &w, &fixed, &per_pos);
+    c.n_heads = p.heads, c.n_kv_heads = p.kv_heads, c.intermediate_size = p.inter;
+    *weights = w / (size_t)ranks;
+    memfit_config_bytes(&c, 32, 0, &fixed, &per_pos);
+    memfit_in in = {.avail = budget > 0 ? (size_t)budget : 0, .weights = *weights, .fixed = fixed,
+                    .per_pos = per_pos, .slots = 1, .window = 0, .max_window = e->max_pos};
+    memfit_estimate(&in, out);
+    return 0;
 }
 
 /* ---- machine facts ---------------------------------------------------- */
@@ -228,6 +251,95 @@ static cJSON *gpus_json(cJSON *problems, double *budget_gpu) {
         }
         cJSON_AddItemToArray(devs, g);
     }
+    return o;
+}
+
+int doctor_tp_largest(int ranks, double budget, const char **name, const char **kind, double *weights) {
+    int ne, found = 0;
+    const registry_entry *es = registry_entries(&ne);
+    *name = *kind = NULL;
+    *weights = 0;
+    for (int i = 0; i < ne; i++) {
+        static const registry_build bundled = {"bf16", NULL};
+        int nb = es[i].bundled ? 1 : es[i].n_builds;
+        for (int j = 0; j < nb; j++) {
+            const char *k = es[i].bundled ? bundled.kind : es[i].builds[j].kind;
+            memfit_out fo;
+            size_t w;
+            if (rank_estimate(&es[i], k, ranks, budget, &fo, &w) == 0 && fo.fits &&
+                (double)w * ranks > *weights) {
+                *name = es[i].target, *kind = k, *weights = (double)w * ranks;
+                found = 1;
+            }
+        }
+    }
+    return found;
+}
+
+/* Tensor parallelism (--tensor-parallel N): what each device kind does,
+ * the links between this host's GPUs, and for each power-of-two count of
+ * GPUs the largest registered build whose rank fits each of them (the
+ * smallest free memory among the first N) at its full window. */
+static cJSON *tp_json(void) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "max_ranks", TPAR_MAX_RANKS);
+    cJSON_AddStringToObject(o, "cpu", "emulated: --tensor-parallel N with --device cpu runs N ranks in one process "
+                                      "(a test of the split, not a speedup)");
+    cJSON_AddStringToObject(o, "cuda", "not built: --tensor-parallel N > 1 with --device cuda is refused "
+                                       "(multi-GPU tensor parallelism is to come)");
+    int n = backend_built("cuda") ? backend_device_count("cuda") : 0;
+    double free_b[TPAR_MAX_RANKS];
+    int usable = 0;
+    for (int i = 0; i < n && i < TPAR_MAX_RANKS; i++) {
+        backend_device_info d;
+        char err[512];
+        if (backend_query_device("cuda", i, &d, err, sizeof err) != 0 || !d.has_kernels) break;
+        free_b[usable++] = (double)d.mem_free;
+    }
+    cJSON_AddNumberToObject(o, "gpus", usable);
+    cJSON *links = cJSON_AddArrayToObject(o, "links");
+    for (int a = 0; a < usable; a++)
+        for (int b = a + 1; b < usable; b++) {
+            backend_peer_info pi;
+            char err[512];
+            cJSON *l = cJSON_CreateObject();
+            cJSON_AddNumberToObject(l, "a", a);
+            cJSON_AddNumberToObject(l, "b", b);
+            if (backend_query_peer("cuda", a, b, &pi, err, sizeof err) != 0) {
+                cJSON_AddStringToObject(l, "error", err);
+            } else {
+                cJSON_AddBoolToObject(l, "peer_access", pi.peer_access);
+                cJSON_AddBoolToObject(l, "native_atomics", pi.native_atomics);
+                cJSON_AddNumberToObject(l, "performance_rank", pi.perf_rank);
+                cJSON_AddStringToObject(l, "link", !pi.peer_access ? "no peer access (through host memory)"
+                                                   : pi.native_atomics ? "peer, with native atomics (NVLink class)"
+                                                                       : "peer, without native atomics (PCIe class)");
+            }
+            cJSON_AddItemToArray(links, l);
+        }
+    cJSON *fits = cJSON_AddArrayToObject(o, "fits");
+    for (int ranks = 1; ranks <= usable; ranks *= 2) {
+        double budget = free_b[0];
+        for (int i = 1; i < ranks; i++) budget = free_b[i] < budget ? free_b[i] : budget;
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddNumberToObject(f, "ranks", ranks);
+        cJSON_AddNumberToObject(f, "device_bytes", budget);
+        const char *best_name, *best_kind;
+        double best_w;
+        const int found = doctor_tp_largest(ranks, budget, &best_name, &best_kind, &best_w);
+        if (found) {
+            cJSON *b = cJSON_AddObjectToObject(f, "largest");
+            cJSON_AddStringToObject(b, "name", best_name);
+            cJSON_AddStringToObject(b, "kind", best_kind);
+            cJSON_AddNumberToObject(b, "weights_bytes", best_w);
+        } else {
+            cJSON_AddNullToObject(f, "largest");
+        }
+        cJSON_AddItemToArray(fits, f);
+    }
+    if (!usable)
+        cJSON_AddStringToObject(o, "note", backend_built("cuda") ? "no CUDA device with this build's kernels is visible"
+                                                                 : "this dspark was built without CUDA: no GPUs to split over");
     return o;
 }
 
@@ -458,6 +570,7 @@ cJSON *doctor_report(int with_models) {
     cJSON_AddItemToObject(r, "calibration", calib_json());
     double budget;
     cJSON_AddItemToObject(r, "budget", budget_json(gpu_free, &budget));
+    cJSON_AddItemToObject(r, "tensor_parallel", tp_json());
     if (with_models) cJSON_AddItemToObject(r, "models", models_json(budget));
     /* first in the printed JSON: what a bug report's reader looks at first */
     cJSON_AddItemToObject(r, "problems", problems);
@@ -585,6 +698,27 @@ static void print_doctor(const cJSON *r) {
     if (str(cal, "error")) printf(" (%s)", str(cal, "error"));
     printf(", %d entries\n", cJSON_GetArraySize(obj(cal, "entries")));
     cJSON_ArrayForEach(x, obj(cal, "entries")) printf("  %s%s\n", str(x, "key"), cJSON_IsTrue(obj(x, "valid")) ? "" : " (invalid)");
+    const cJSON *tp = obj(r, "tensor_parallel");
+    printf("tensor parallel (--tensor-parallel N, at most %d): cpu %s; cuda %s\n", (int)num(tp, "max_ranks"),
+           str(tp, "cpu"), str(tp, "cuda"));
+    if (str(tp, "note")) printf("  %s\n", str(tp, "note"));
+    cJSON_ArrayForEach(x, obj(tp, "links")) {
+        if (str(x, "error")) printf("  GPUs %d-%d: %s\n", (int)num(x, "a"), (int)num(x, "b"), str(x, "error"));
+        else printf("  GPUs %d-%d: %s, performance rank %d\n", (int)num(x, "a"), (int)num(x, "b"), str(x, "link"),
+                    (int)num(x, "performance_rank"));
+    }
+    cJSON_ArrayForEach(x, obj(tp, "fits")) {
+        const cJSON *l = obj(x, "largest");
+        gib(a, sizeof a, num(x, "device_bytes"));
+        if (cJSON_IsObject(l)) {
+            gib(b, sizeof b, num(l, "weights_bytes"));
+            printf("  %d GPU%s (%s free each): the largest registered build that fits is %s %s (%s of weights)\n",
+                   (int)num(x, "ranks"), num(x, "ranks") > 1 ? "s" : "", a, str(l, "name"), str(l, "kind"), b);
+        } else {
+            printf("  %d GPU%s (%s free each): no registered build fits\n", (int)num(x, "ranks"),
+                   num(x, "ranks") > 1 ? "s" : "", a);
+        }
+    }
     const cJSON *bu = obj(r, "budget");
     gib(a, sizeof a, num(bu, "bytes"));
     if (obj(r, "models")) {

@@ -40,6 +40,10 @@ const char RUN_HELP[] =
     "                           memory, said on stderr; a window that cannot fit is refused)\n"
     "      --kv-bits 32|16|8    KV cache storage: 32 f32 (exact, default), 16 f16, 8 int8 with\n"
     "                           per-position scales (about 2x / 4x the window in the same memory)\n"
+    "      --tensor-parallel N  split the model's layers over N ranks (heads, MLP columns and\n"
+    "                           vocabulary; docs/ARCHITECTURE.md). On the CPU the N ranks are\n"
+    "                           emulated in one process: a test of the split, not a speedup;\n"
+    "                           on a GPU N > 1 is refused (multi-GPU is not built yet)\n"
     "      --mmap               map the weight files instead of reading them into memory\n"
     "                           (starts faster, uses less memory; decode can be slower)\n"
     "      --device D           cpu (default), cuda or cuda:N (a `make cuda` build; also $DSPARK_DEVICE)\n"
@@ -164,9 +168,9 @@ int cmd_run(const opts *o) {
 
 const char LOGITS_HELP[] =
     "usage: dspark logits --model DIR --prompt-ids 1,2,3 --out FILE [--threads N] [--mmap] [--device cpu|cuda[:N]]\n"
-    "                     [--kv-bits 32|16|8]\n"
+    "                     [--kv-bits 32|16|8] [--tensor-parallel N]\n"
     "Writes float32 little-endian logits for every prompt position, row-major\n"
-    "[positions x vocab]. Needs no tokenizer.\n";
+    "[positions x vocab]. Needs no tokenizer. --tensor-parallel N: as in dspark run.\n";
 
 int cmd_logits(const opts *o) {
     if (!o->prompt_ids || !o->out) cli_die("logits needs --prompt-ids and --out (see dspark logits --help)");

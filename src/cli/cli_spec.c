@@ -121,9 +121,10 @@ static void calibrate(cli_spec *sp, const opts *o, const cli_engine *e, seq *s) 
     /* the backend is where the model runs ("cpu", or the GPU with its name
        and driver): a GPU's costs are nothing like the CPU's; nor are the
        CPU's the same with the weights in the rows8 layout or row-major
-       (mapped) */
-    char dt[32];
-    snprintf(dt, sizeof dt, "%s%s", dtype_name(model_embed(e->m)->dtype), model_rows8(e->m) ? " rows8" : "");
+       (mapped), nor with the model split over emulated ranks */
+    char dt[48], tpn[16] = "";
+    if (model_tensor_parallel(e->m) > 1) snprintf(tpn, sizeof tpn, " tp%d", model_tensor_parallel(e->m));
+    snprintf(dt, sizeof dt, "%s%s%s", dtype_name(model_embed(e->m)->dtype), model_rows8(e->m) ? " rows8" : "", tpn);
     calib_key(key, sizeof key, model_device(e->m), mid, did, dt, tp_size(e->tp));
     int have_path = calib_default_path(path, sizeof path) == 0;
     int n_w = sp->block_cap + 1 < CALIB_MAX_W ? sp->block_cap + 1 : CALIB_MAX_W;

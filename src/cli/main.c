@@ -30,7 +30,7 @@ static const char MAIN_HELP[] =
     "(looked up in DSPARK_MODEL_DIRS, the Hugging Face cache and LM Studio's folders: dspark doctor\n"
     "lists them); every command that opens a model accepts --trust-remote-code.\n";
 
-#define SAMPLING " --mmap --device --kv-bits --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
+#define SAMPLING " --mmap --device --kv-bits --tensor-parallel --temp --top-k --top-p --min-p --seed --threads -t --context-window -c -n --n-predict "
 #define SPEC " --mode --drafter --max-draft --confidence-threshold --no-lookup-drafts "
 #define TEMPLATE_VARS " --var --no-thinking --system "
 #define PULL " --pull --no-drafters --revision --include "
@@ -49,16 +49,17 @@ static const command COMMANDS[] = {
      " --model -m --prompt -p --prompt-ids --print-ids --ignore-eos --chat --no-warmup" SPEC SAMPLING TEMPLATE_VARS PULL, 0},
     {"chat", cmd_chat, CHAT_HELP, " --model -m" SPEC SAMPLING TEMPLATE_VARS PULL, 0},
     {"logits", cmd_logits, LOGITS_HELP,
-     " --model -m --prompt-ids --out -o --threads -t --context-window -c --mmap --device --kv-bits ", 0},
+     " --model -m --prompt-ids --out -o --threads -t --context-window -c --mmap --device --kv-bits --tensor-parallel ", 0},
     {"tokenize", cmd_tokenize, TOKENIZE_HELP, " --model -m --file -f --jsonl --add-special ", 0},
     {"detokenize", cmd_detokenize, DETOKENIZE_HELP, " --model -m --skip-special ", 0},
     {"template", cmd_template, TEMPLATE_HELP,
      " --model -m --messages --tools --no-generation-prompt" TEMPLATE_VARS, 0},
     {"bench", cmd_bench, BENCH_HELP,
      " --model -m --drafter --modes --trials --json --prompt-ids --max-draft --confidence-threshold --no-lookup-drafts"
-     " --threads -t --context-window -c -n --n-predict --mmap --device --kv-bits ", 0},
+     " --threads -t --context-window -c -n --n-predict --mmap --device --kv-bits --tensor-parallel ", 0},
     {"serve", cmd_serve, SERVE_HELP,
-     " --model -m --host --port --api-key --context-window -c --threads -t --mmap --device --kv-bits --no-thinking"
+     " --model -m --host --port --api-key --context-window -c --threads -t --mmap --device --kv-bits --tensor-parallel"
+     " --no-thinking"
      " --cache-slots --max-batch --cache-ram --drain-timeout"
      " --reasoning-effort --no-warmup"
      SPEC PULL " --temp --top-k --top-p --min-p --seed -n --n-predict ", 0},

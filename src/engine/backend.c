@@ -9,6 +9,7 @@
 #ifdef DSPARK_CUDA
 const backend *cuda_backend_table(void);
 int cuda_device_count(void);
+int cuda_peer_info(int a, int b, int *access, int *atomics, int *rank, char *err, size_t errlen);
 #endif
 
 const backend *backend_for(const char *d, int *index, char *err, size_t errlen) {
@@ -62,6 +63,23 @@ int backend_query_device(const char *name, int device, backend_device_info *out,
     }
 #endif
     (void)device;
+    if (name && !strcmp(name, "cpu")) return ds_err(err, errlen, "the CPU backend has no devices of its own");
+    return ds_err(err, errlen, "this dspark was built without the %s backend", name ? name : "(null)");
+}
+
+int backend_query_peer(const char *name, int a, int b, backend_peer_info *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->perf_rank = -1;
+#ifdef DSPARK_CUDA
+    if (name && !strcmp(name, "cuda")) {
+        int n = cuda_device_count();
+        if (a < 0 || a >= n || b < 0 || b >= n || a == b)
+            return ds_err(err, errlen, "CUDA devices %d and %d: two distinct devices of %d visible", a, b, n);
+        return cuda_peer_info(a, b, &out->peer_access, &out->native_atomics, &out->perf_rank, err, errlen);
+    }
+#endif
+    (void)a;
+    (void)b;
     if (name && !strcmp(name, "cpu")) return ds_err(err, errlen, "the CPU backend has no devices of its own");
     return ds_err(err, errlen, "this dspark was built without the %s backend", name ? name : "(null)");
 }

@@ -167,6 +167,13 @@ typedef struct backend {
        chunk into g[rows][H]; returns rows (at most dstate_ctx_chunk) */
     int (*dstate_read_ctx)(const void *bs, float *g, char *err, size_t errlen);
     int dstate_ctx_chunk; /* context rows ingested per pass */
+
+    /* ---- tensor parallelism (engine/tpar.h) ---- */
+    /* the table that runs a model split over model_desc.tp_ranks > 1 ranks
+       of this backend (the CPU: an emulation of the ranks in one process);
+       NULL where the backend splits no model (model_load refuses such a
+       split by name, never runs it whole) */
+    const struct backend *(*tensor_parallel)(void);
 } backend;
 
 extern const backend backend_cpu;
@@ -184,5 +191,17 @@ int backend_built(const char *name);
  * with err filled (not built, no such device, a backend without devices,
  * or the query failed). */
 int backend_query_device(const char *name, int device, backend_device_info *out, char *err, size_t errlen);
+
+/* How device a of the named backend reaches device b (a tensor-parallel
+ * split's links, for `doctor`): peer_access, whether a reads and writes
+ * b's memory directly; native_atomics, whether atomics work across that
+ * link (NVLink gives them, PCIe peers do not); perf_rank, the driver's
+ * relative rank of the link (lower is faster; -1 without peer access). 0,
+ * or -1 with err (not built, no such devices, a backend without devices,
+ * or the query failed). */
+typedef struct {
+    int peer_access, native_atomics, perf_rank;
+} backend_peer_info;
+int backend_query_peer(const char *name, int a, int b, backend_peer_info *out, char *err, size_t errlen);
 
 #endif

@@ -22,25 +22,15 @@
 
 #include "base/util.h"
 #include "engine/backend.h"
+#include "engine/cpu_internal.h"
 #include "engine/kv.h"
 #include "engine/model.h"
 #include "engine/moe.h"
 #include "engine/ops.h"
 #include "engine/safetensors.h"
 
-/* Activation scratch for up to B rows of one network's layers. */
-typedef struct {
-    float *x, *xb;    /* [B][H] */
-    float *q, *att;   /* [B][nh*hd] */
-    float *k, *v;     /* [B][nkv*hd] */
-    float *gate, *up; /* [B][max(I, the experts' width)] */
-    int *pos;         /* [B] */
-    /* MLP_MOE (a model with experts; else NULL): router probabilities
-       [B][E], each row's experts and weights [B][top_k], gathered rows and
-       an expert's outputs [B][H], the sum [B][H], the gathered rows' index */
-    float *rp, *sw, *ex, *ey, *acc;
-    int *sel, *who;
-} scratch;
+/* the activation scratch (cpu_internal.h) */
+typedef cpu_scratch scratch;
 
 static void scratch_init(scratch *s, const model_config *c, size_t B) {
     size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
@@ -260,7 +250,7 @@ static int layer_mats(const wlayer *L, const tensor **w) {
 }
 static int layer_mat_count(const wlayer *L) { return 7 + (L->moe ? 1 + 3 * L->moe->n_experts : 0); }
 
-static void cpu_layout(const model_desc *d) {
+void cpu_layout(const model_desc *d) {
     if (!d->weights || d->row_major) return;
     size_t cap = 1;
     for (int l = 0; l < d->cfg->n_layers; l++) cap += (size_t)layer_mat_count(&d->layers[l]);
@@ -923,4 +913,34 @@ const backend backend_cpu = {
     .dstate_read_last = cpu_dstate_read_last,
     .dstate_read_ctx = cpu_dstate_read_ctx,
     .dstate_ctx_chunk = CTX_CHUNK,
+    .tensor_parallel = cpu_tpar_backend,
 };
+
+/* ---- the layer pieces the tensor-parallel emulation shares (cpu_internal.h) ---- */
+
+void cpu_scratch_init(cpu_scratch *s, const model_config *c, size_t B) { scratch_init(s, c, B); }
+void cpu_scratch_free(cpu_scratch *s) { scratch_free(s); }
+size_t cpu_scratch_bytes(const model_config *c, size_t B) {
+    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t QD = (size_t)c->n_heads * (size_t)c->head_dim, KD = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    return sizeof(float) * B * (2 * H + 2 * QD + 2 * KD + 2 * I) + sizeof(int) * B;
+}
+void cpu_mm(tpool *tp, float *y, const float *x, int M, int Mpre, const tensor *W, const float *b) {
+    mm(tp, y, x, M, Mpre, W, b);
+}
+void cpu_layer_qkv(tpool *tp, cpu_scratch *s, const wlayer *L, const model_config *c, const float *inv_freq, int M,
+                   int Mpre) {
+    layer_qkv(tp, s, L, c, inv_freq, M, Mpre);
+}
+void cpu_layer_attn(tpool *tp, cpu_scratch *s, const wlayer *L, const model_config *c, kv_cache *kv, int l, int off,
+                    int M, int n_past) {
+    layer_attn(tp, s, L, c, kv, l, off, M, n_past);
+}
+void cpu_moe_mlp(tpool *tp, cpu_scratch *s, const wmoe *e, int M, int H) { moe_mlp(tp, s, e, M, H); }
+int cpu_check_layers(const model_config *c, const wlayer *layers, char *err, size_t errlen) {
+    return check_layers(c, layers, err, errlen);
+}
+int cpu_group_rows(void) { return g_group_rows; }
+void cpu_tap_copy(const model_batch *b, const float *x, int layer, int row0, int M, int H) {
+    tap_copy(b, x, layer, row0, M, H);
+}

@@ -79,6 +79,9 @@ typedef struct {
        + scales; 0 = 32); a backend that lacks one refuses it at
        model_create */
     int kv_bits;
+    /* ranks the layers split over (tpar.h; 0 or 1: none), run by the
+       backend's tensor_parallel table */
+    int tp_ranks;
 } model_desc;
 
 /* A neural drafter (reference/drafters.md): its context rows are

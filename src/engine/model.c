@@ -15,6 +15,7 @@
 #include "engine/qspec.h"
 #include "engine/safetensors.h"
 #include "engine/sampler.h"
+#include "engine/tpar.h"
 #include "engine/wbind.h"
 #include "base/util.h"
 
@@ -57,6 +58,15 @@ static int open_backend(model *m, const model_load_opts *opt, char *err, size_t 
     const char *d = opt && opt->device ? opt->device : getenv("DSPARK_DEVICE");
     int index;
     if (!(m->be = backend_for(d, &index, err, errlen))) return -1;
+    const int ranks = opt && opt->tensor_parallel ? opt->tensor_parallel : 1;
+    if (ranks < 1 || ranks > TPAR_MAX_RANKS)
+        return ds_err(err, errlen, "--tensor-parallel %d: expected 1 to %d ranks", ranks, TPAR_MAX_RANKS);
+    if (ranks > 1 && !m->be->tensor_parallel)
+        return ds_err(err, errlen,
+                      "--tensor-parallel %d: the %s backend does not split a model over devices yet (multi-GPU "
+                      "tensor parallelism is not built); --device cpu runs the split as an emulation",
+                      ranks, m->be->name);
+    if (ranks > 1) m->be = m->be->tensor_parallel();
     m->desc = (model_desc){.cfg = &m->cfg,
                            .embed = m->embed,
                            .lm_head = m->lm_head,
@@ -65,10 +75,11 @@ static int open_backend(model *m, const model_load_opts *opt, char *err, size_t 
                            .layers = m->layers,
                            .weights = m->st,
                            .row_major = opt && opt->row_major,
-                           .kv_bits = opt && opt->kv_bits ? opt->kv_bits : 32};
+                           .kv_bits = opt && opt->kv_bits ? opt->kv_bits : 32,
+                           .tp_ranks = ranks};
     if (m->be->model_create(&m->bm, &m->desc, index, err, errlen) != 0) return -1;
     m->be->model_caps(m->bm, &m->caps);
-    if (m->be == &backend_cpu) {
+    if (!strcmp(m->be->name, "cpu")) {
         snprintf(m->device, sizeof m->device, "cpu");
     } else {
         char desc[200];
@@ -237,14 +248,17 @@ int model_rows8(const model *m) { return m->cfg.n_layers > 0 && m->layers[0].wq-
 size_t model_weight_bytes(const model *m) { return m->weight_bytes; }
 int model_kv_bits(const model *m) { return m->desc.kv_bits; }
 int model_kv_low_bits(const model *m) { return m->caps.kv_low_bits; }
-size_t model_mapped_bytes(const model *m) { return m->be == &backend_cpu ? m->mapped_bytes : 0; }
+size_t model_mapped_bytes(const model *m) { return !strcmp(m->be->name, "cpu") ? m->mapped_bytes : 0; }
+int model_tensor_parallel(const model *m) { return m->desc.tp_ranks > 1 ? m->desc.tp_ranks : 1; }
 
 size_t model_ctx_bytes(const model *m, int n_ctx, int max_batch, int kv_bits) {
     const model_config *c = &m->cfg;
     size_t b = m->be->ctx_bytes(m->bm, n_ctx, max_batch);
     if (kv_bits && kv_bits != m->desc.kv_bits) { /* the same context with the cache in another storage */
-        size_t have = kv_bytes_per_pos(c->n_layers, c->n_kv_heads, c->head_dim, m->desc.kv_bits) * (size_t)n_ctx;
-        size_t want = kv_bytes_per_pos(c->n_layers, c->n_kv_heads, c->head_dim, kv_bits) * (size_t)n_ctx;
+        /* the KV heads the contexts store: one a rank where a split replicates them (tpar.h) */
+        const int kvh = model_tensor_parallel(m) > c->n_kv_heads ? model_tensor_parallel(m) : c->n_kv_heads;
+        size_t have = kv_bytes_per_pos(c->n_layers, kvh, c->head_dim, m->desc.kv_bits) * (size_t)n_ctx;
+        size_t want = kv_bytes_per_pos(c->n_layers, kvh, c->head_dim, kv_bits) * (size_t)n_ctx;
         b = b - have + want;
     }
     return b;

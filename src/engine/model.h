@@ -44,6 +44,11 @@ typedef struct {
        f32, exact), 16 (f16) or 8 (int8 with per-position scales); a
        backend without it refuses the load */
     int kv_bits;
+    /* ranks the model's layers split over (engine/tpar.h; 0 or 1: none):
+       on the CPU an emulation of the ranks in one process (a test of the
+       sharding, not a speedup); a backend that splits no model refuses
+       the load by name */
+    int tensor_parallel;
 } model_load_opts;
 
 /* Whether path names a GGUF file (ends in .gguf): model_load reads it
@@ -77,6 +82,8 @@ const char *model_device(const model *m);
 int model_rows8(const model *m);
 /* Total bytes of weight data the forward pass streams per token. */
 size_t model_weight_bytes(const model *m);
+/* The ranks the model's layers split over (1: none). */
+int model_tensor_parallel(const model *m);
 /* The KV storage of the model's contexts (32, 16 or 8). */
 int model_kv_bits(const model *m);
 /* 1 when the model's backend stores the KV cache in 16 and 8 bits too. */
