@@ -713,6 +713,15 @@ __device__ __forceinline__ void qmma_unit(float (&acc)[NW][MT][4], const float *
     }
 }
 
+template <int NW, int MT> __device__ __forceinline__ void qacc_zero(float (&acc)[NW][MT][4]) {
+#pragma unroll
+    for (int v = 0; v < NW; v++)
+#pragma unroll
+        for (int j = 0; j < MT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[v][j][e] = 0.0f;
+}
+
 /* The warps' accumulators summed in warp order, then the epilogue (the
    bias, the residual add or the SwiGLU: k_matmul's formulas), for weight
    rows n0 .. n0 + 15 and rows m0 .. m0 + 8 MT - 1. */
@@ -763,12 +772,7 @@ __global__ void __launch_bounds__(32 * QK_WARPS) k_qmma(float *__restrict__ y, i
     /* (rows past N: computed from row N - 1, dropped) */
     const int na = n0 + g < N ? n0 + g : N - 1, nb = n0 + g + 8 < N ? n0 + g + 8 : N - 1;
     float acc[NW][MT][4];
-#pragma unroll
-    for (int v = 0; v < NW; v++)
-#pragma unroll
-        for (int j = 0; j < MT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[v][j][e] = 0.0f;
+    qacc_zero(acc);
     qraw cur[UN][NW][2];
     auto load = [&](qraw (&r)[UN][NW][2], int ub) {
 #pragma unroll
@@ -1003,12 +1007,7 @@ __global__ void __launch_bounds__(32 * QK_WARPS) k_qmma_sb(float *__restrict__ y
     const int n0 = blockIdx.x * 16, m0 = blockIdx.y * 8 * MT, SB = (K + 32 * UPS - 1) / (32 * UPS);
     const int na = n0 + g < N ? n0 + g : N - 1, nb = n0 + g + 8 < N ? n0 + g + 8 : N - 1;
     float acc[NW][MT][4];
-#pragma unroll
-    for (int v = 0; v < NW; v++)
-#pragma unroll
-        for (int j = 0; j < MT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[v][j][e] = 0.0f;
+    qacc_zero(acc);
     typedef typename F::raw raw;
     raw cur[NW][2];
     auto load = [&](raw (&r)[NW][2], int b) {
@@ -1095,12 +1094,7 @@ __global__ void __launch_bounds__(32 * QK_WARPS) k_qmma_st(float *__restrict__ y
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int n0 = blockIdx.x * 16, m0 = blockIdx.y * 8 * MT, SB = K / 256;
     float acc[NW][MT][4];
-#pragma unroll
-    for (int v = 0; v < NW; v++)
-#pragma unroll
-        for (int j = 0; j < MT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[v][j][e] = 0.0f;
+    qacc_zero(acc);
     uint4 cp[NW][S::CPL];
     /* chunk i of the warp's copy: row i / C (past N: row N - 1), chunk i % C */
     auto load = [&](int b) {
