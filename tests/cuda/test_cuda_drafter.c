@@ -23,17 +23,12 @@
 #include "spec/seq.h"
 #include "hooks.h"
 #include "test.h"
+#include "cuda/cuda_test.h"
 #include "base/util.h"
 
 /* head rows and confidences: relative to the row's largest logit */
 #define TOL_ROWS 1e-4
 #define TOL_CONF 1e-4
-
-static int have_gpu(void) {
-    if (cuda_device_count() > 0) return 1;
-    test_fail(__FILE__, __LINE__, "no CUDA device visible (make test-cuda needs a GPU)");
-    return 0;
-}
 
 /* max |a-b| over n, and max |b| */
 static double max_diff(const float *a, const float *b, size_t n, double *mb) {
@@ -46,11 +41,7 @@ static double max_diff(const float *a, const float *b, size_t n, double *mb) {
     if (mb) *mb = m;
     return md;
 }
-
-static double rel_err(const float *a, const float *b, size_t n) {
-    double mb, md = max_diff(a, b, n, &mb);
-    return mb > 0 ? md / mb : md;
-}
+#define rel_err cu_rel_err
 
 /* top-1 minus top-2 of x[n] */
 static double margin(const float *x, int n) {

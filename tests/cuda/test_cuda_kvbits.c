@@ -18,20 +18,10 @@
 #include "cuda/cuda_hooks.h"
 #include "engine/kv.h"
 #include "test.h"
+#include "cuda/cuda_test.h"
 
 static uint64_t rng = 0x51ed270b27bd3a5full;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-static int have_gpu(void) {
-    if (cuda_device_count() > 0) return 1;
-    test_fail(__FILE__, __LINE__, "no CUDA device visible (make test-cuda needs a GPU)");
-    return 0;
-}
+#define frand() cu_frand(&rng)
 
 TEST(cuda_kvbits_store) {
     if (!have_gpu()) return;

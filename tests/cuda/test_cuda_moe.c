@@ -27,6 +27,7 @@
 #include "engine/quant_encode.h"
 #include "engine/tensor.h"
 #include "test.h"
+#include "cuda/cuda_test.h"
 
 enum { MH = 256, MI = 256, MROWS = 160 };
 
@@ -211,10 +212,7 @@ static const moe_case cases[] = {
 };
 
 TEST(cuda_moe_vs_cpu) {
-    if (cuda_device_count() <= 0) {
-        test_fail(__FILE__, __LINE__, "no CUDA device visible (make test-cuda needs a GPU)");
-        return;
-    }
+    if (!have_gpu()) return;
     const float eps = 1e-6f;
     char err[512];
     float *x = xmalloc(sizeof(float) * MROWS * MH), *gn = xmalloc(sizeof(float) * MH);

@@ -11,35 +11,13 @@
 #include "engine/ops.h"
 #include "engine/tensor.h"
 #include "test.h"
+#include "cuda/cuda_test.h"
 #include "base/util.h"
 
 static uint64_t rng = 0x1234567ULL;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-static void fill(float *x, size_t n, float s) {
-    for (size_t i = 0; i < n; i++) x[i] = frand() * s;
-}
-
-/* max |a-b| / max |b| */
-static double rel_err(const float *a, const float *b, size_t n) {
-    double md = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= md)) md = d; /* NaN propagates */
-        if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
-    }
-    return mb > 0 ? md / mb : md;
-}
-
-static int have_gpu(void) {
-    if (cuda_device_count() > 0) return 1;
-    test_fail(__FILE__, __LINE__, "no CUDA device visible (make test-cuda needs a GPU)");
-    return 0;
-}
+#define frand() cu_frand(&rng)
+#define fill(x, n, s) cu_fill(&rng, (x), (n), (s))
+#define rel_err cu_rel_err
 
 static void *make_weights(ds_dtype dt, const float *w, size_t n) {
     void *p = xmalloc(n * dtype_size(dt));

@@ -18,6 +18,7 @@
 #include "engine/ops.h"
 #include "spec/registry.h"
 #include "test.h"
+#include "cuda/cuda_test.h"
 #include "base/util.h"
 
 #define N_PROMPT 300 /* two whole groups and 44 rows past them */
@@ -48,10 +49,7 @@ static int run(model *m, int chunk, const int *prompt, float *logits, int *ids, 
 /* the bundled model on device dev ("cuda" or "cpu"), or NULL and a failed
    test (no GPU, or the model does not load) */
 static model *load_bundled(const char *dev) {
-    if (cuda_device_count() <= 0) {
-        test_fail(__FILE__, __LINE__, "no CUDA device visible (make test-cuda needs a GPU)");
-        return NULL;
-    }
+    if (!have_gpu()) return NULL;
     char dir[1024], err[1024];
     snprintf(dir, sizeof dir, "%s/../../models/%s", test_data_dir(), DSPARK_DEFAULT_MODEL);
     model *m;

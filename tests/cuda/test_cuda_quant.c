@@ -33,6 +33,7 @@
 #include "engine/quant.h"
 #include "engine/tensor.h"
 #include "test.h"
+#include "cuda/cuda_test.h"
 
 static uint64_t qrng = 0x5eed1234ULL;
 static float qrand(void) { /* uniform in [-1, 1) */
@@ -177,10 +178,7 @@ static const qfmt fmts[] = {
 #define NFMT ((int)(sizeof fmts / sizeof fmts[0]))
 
 TEST(cuda_quant_matmul_vs_cpu) {
-    if (cuda_device_count() <= 0) {
-        test_fail(__FILE__, __LINE__, "no CUDA device visible (make test-cuda needs a GPU)");
-        return;
-    }
+    if (!have_gpu()) return;
     const int N = 300, K = 1024, Ms[] = {1, 3, 16, 64};
     char err[256], nm[48];
     float *x = xmalloc(sizeof(float) * 64 * K), *y = xmalloc(sizeof(float) * 64 * N), *y0 = xmalloc(sizeof(float) * 64 * N);
@@ -231,7 +229,7 @@ TEST(cuda_quant_matmul_vs_cpu) {
 /* each row of a 2-, 7-, 9-, 16- and 64-row launch bit-equal to the row
    alone, for the plain store and the SwiGLU */
 TEST(cuda_quant_batch_invariance) {
-    if (cuda_device_count() <= 0) return;
+    if (!have_gpu()) return;
     const int N = 200, K = 512;
     char err[256], nm[48];
     float *x = xmalloc(sizeof(float) * 64 * K), *y = xmalloc(sizeof(float) * 64 * N), *y1 = xmalloc(sizeof(float) * N);
@@ -264,7 +262,7 @@ TEST(cuda_quant_batch_invariance) {
 }
 
 TEST(cuda_quant_embed_exact) {
-    if (cuda_device_count() <= 0) return;
+    if (!have_gpu()) return;
     const int V = 97, H = 768, tok[5] = {0, 96, 48, 1, 48};
     char err[256], nm[48];
     float *o = xmalloc(sizeof(float) * 5 * H), *r = xmalloc(sizeof(float) * H);
@@ -291,7 +289,7 @@ TEST(cuda_quant_embed_exact) {
    from the matrix in bf16, rows 128 and 129 by the decode kernels (the
    same bits as alone) */
 TEST(cuda_quant_prefill_group) {
-    if (cuda_device_count() <= 0) return;
+    if (!have_gpu()) return;
     const int N = 160, K = 512, M = 130, G = 128;
     char err[256], nm[48];
     float *x = xmalloc(sizeof(float) * M * K), *y = xmalloc(sizeof(float) * M * N), *y1 = xmalloc(sizeof(float) * N);
@@ -386,7 +384,7 @@ static int fixture_run(const char *mpath, const cu_tuning *t, const int *tok, in
      reduced-precision prefill).
    Each fixture's figures and the worst are printed. */
 TEST(cuda_quant_prefill_fixtures) {
-    if (cuda_device_count() <= 0) return;
+    if (!have_gpu()) return;
     char root[600], err[1024];
     snprintf(root, sizeof root, "%s/quant_models", test_data_dir());
     DIR *d = opendir(root);

@@ -20,14 +20,9 @@
 #include "spec/seq.h"
 #include "spec/spec.h"
 #include "test.h"
+#include "cuda/cuda_test.h"
 #include "engine/threadpool.h"
 #include "base/util.h"
-
-static int have_gpu(void) {
-    if (cuda_device_count() > 0) return 1;
-    test_fail(__FILE__, __LINE__, "no CUDA device visible (make test-cuda needs a GPU)");
-    return 0;
-}
 
 static int device_rows(void *ctx, const float *rows, int n, int V, const sampler_params *p, const int *draft,
                        const double *u, int *got, char *err, size_t errlen) {
