@@ -169,6 +169,13 @@ int cuda_test_qembed(float *out, const tensor *E, const int *tok, int M, char *e
 int cuda_test_moe(float *x, int M, const wmoe *e, int H, const float *gn, float eps, int tiled, int *sel, char *err,
                   size_t errlen);
 
+/* Rows [pos0, pos0+n) of `blocks` device arrays of cap rows of `row` bytes
+ * (a cache's layout) out to host and back through cu_rows_host (the pinned
+ * staging): fills the device arrays with a pattern, saves the rows, checks
+ * them, loads other bytes into those rows and reads every array back to
+ * check that those rows, and no others, changed. 0, or -1 with err. */
+int cuda_test_rows_host(size_t row, size_t cap, size_t blocks, int pos0, int n, char *err, size_t errlen);
+
 /* ---- op benchmark (bench/cuda-ops-bench.c) ---- */
 /* Mean microseconds of one M x N x K bf16 matmul launch over reps, weights
  * cycled through enough copies to miss L2. mode 0 store, 1 residual add,

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cuda/cuda_layer.cuh"
 #include "engine/cuda/cuda_ops.cuh"
 #include "cuda/cuda_hooks.h"
 
@@ -581,4 +582,61 @@ extern "C" int cuda_test_qembed(float *out, const tensor *E, const int *tok, int
     }
     cu_pool_free(&pl);
     return rc ? -1 : 0;
+}
+
+static unsigned char rows_pattern(size_t blk, size_t pos, size_t byte, int gen) {
+    return (unsigned char)(blk * 131 + pos * 7 + byte * 3 + (size_t)gen * 101);
+}
+
+extern "C" int cuda_test_rows_host(size_t row, size_t cap, size_t blocks, int pos0, int n, char *err, size_t errlen) {
+    const size_t total = row * cap * blocks, w = (size_t)n * row;
+    unsigned char *h = (unsigned char *)malloc(total), *rows = (unsigned char *)malloc(w * blocks + 1);
+    void *d = NULL;
+    cudaStream_t st = NULL;
+    int rc = -1;
+    if (!h || !rows) {
+        ds_err(err, errlen, "out of host memory");
+        goto out;
+    }
+    for (size_t b = 0; b < blocks; b++)
+        for (size_t p = 0; p < cap; p++)
+            for (size_t i = 0; i < row; i++) h[(b * cap + p) * row + i] = rows_pattern(b, p, i, 0);
+    if (cudaMalloc(&d, total) != cudaSuccess || cudaStreamCreate(&st) != cudaSuccess ||
+        cudaMemcpy(d, h, total, cudaMemcpyHostToDevice) != cudaSuccess) {
+        ds_err(err, errlen, "CUDA setup: %s", cudaGetErrorString(cudaGetLastError()));
+        goto out;
+    }
+    if (cu_rows_host(d, cap, st, rows, row, pos0, n, blocks, 1, err, errlen)) goto out;
+    for (size_t b = 0; b < blocks; b++)
+        for (size_t p = 0; p < (size_t)n; p++)
+            for (size_t i = 0; i < row; i++)
+                if (rows[(b * n + p) * row + i] != rows_pattern(b, pos0 + p, i, 0)) {
+                    ds_err(err, errlen, "save: block %zu position %zu byte %zu differs", b, pos0 + p, i);
+                    goto out;
+                }
+    for (size_t b = 0; b < blocks; b++)
+        for (size_t p = 0; p < (size_t)n; p++)
+            for (size_t i = 0; i < row; i++) rows[(b * n + p) * row + i] = rows_pattern(b, pos0 + p, i, 1);
+    if (cu_rows_host(d, cap, st, rows, row, pos0, n, blocks, 0, err, errlen)) goto out;
+    if (cudaMemcpy(h, d, total, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        ds_err(err, errlen, "CUDA read back: %s", cudaGetErrorString(cudaGetLastError()));
+        goto out;
+    }
+    for (size_t b = 0; b < blocks; b++)
+        for (size_t p = 0; p < cap; p++)
+            for (size_t i = 0; i < row; i++) {
+                const int in = p >= (size_t)pos0 && p < (size_t)pos0 + (size_t)n;
+                if (h[(b * cap + p) * row + i] != rows_pattern(b, p, i, in)) {
+                    ds_err(err, errlen, "load: block %zu position %zu byte %zu %s", b, p, i,
+                           in ? "was not loaded" : "changed outside the rows");
+                    goto out;
+                }
+            }
+    rc = 0;
+out:
+    if (d) cudaFree(d);
+    if (st) cudaStreamDestroy(st);
+    free(h);
+    free(rows);
+    return rc;
 }

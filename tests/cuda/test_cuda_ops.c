@@ -894,3 +894,20 @@ TEST(cuda_matmul_prefill_vs_cpu) {
         free(p1), free(p2);
     }
 }
+
+/* Cache rows out to host and back (the prefix blocks' and the slots' copies):
+   one staging chunk, several (the two pinned buffers taking turns, a last
+   partial chunk), and rows wider than a buffer (the direct copy). */
+TEST(cuda_rows_host_staged) {
+    if (!have_gpu()) return;
+    const struct {
+        size_t row, cap, blocks;
+        int pos0, n;
+    } cs[] = {{256, 300, 4, 3, 128}, {256, 300, 700, 128, 128}, {512, 260, 1100, 0, 129}, {1024, 9100, 3, 17, 9000},
+              {256, 40, 5, 40, 0}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        char err[512] = "";
+        CHECK_MSG(cuda_test_rows_host(cs[i].row, cs[i].cap, cs[i].blocks, cs[i].pos0, cs[i].n, err, sizeof err) == 0,
+                  "case %zu: %s", i, err);
+    }
+}

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -274,15 +275,84 @@ int cu_copy_prefix_rows(void *dst, size_t dcap, cudaStream_t dst_st, const void 
     return 0;
 }
 
+/* Host copies of cache rows go through two pinned staging buffers shared
+   by the process: the copy engine moves pinned memory at the link's speed,
+   where a pageable 2-D copy (one segment of n rows per block) moves about a
+   GB/s, and with two buffers the DMA of one chunk of blocks overlaps the
+   host's memcpy of the other. One copy at a time holds them (stage_mu). A
+   copy whose n rows are wider than a buffer, or a process that cannot pin
+   memory, copies direct. */
+#define STAGE_BYTES ((size_t)8 << 20)
+static pthread_mutex_t stage_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *stage_buf[2];
+
+static int stage_ready(void) {
+    for (int i = 0; i < 2 && !stage_buf[i]; i++)
+        if (cudaHostAlloc((void **)&stage_buf[i], STAGE_BYTES, cudaHostAllocPortable) != cudaSuccess) {
+            cudaGetLastError();
+            if (stage_buf[0]) cudaFreeHost(stage_buf[0]);
+            stage_buf[0] = stage_buf[1] = NULL;
+            return 0;
+        }
+    return 1;
+}
+
+/* blocks rows of w bytes at pitch bytes apart on the device, packed in host */
+static int rows_staged(char *d, size_t pitch, cudaStream_t st, char *host, size_t w, size_t blocks, int to_host,
+                       cudaEvent_t ev[2], char *err, size_t errlen) {
+    const size_t per = STAGE_BYTES / w, chunks = (blocks + per - 1) / per;
+#define CHUNK(c) const size_t b0 = (c) * per, nb = blocks - b0 < per ? blocks - b0 : per
+    if (to_host) {
+        for (size_t i = 0; i <= chunks; i++) {
+            if (i < chunks) { /* chunk i's DMA, while chunk i-1 is copied on */
+                CHUNK(i);
+                CK(cudaMemcpy2DAsync(stage_buf[i & 1], w, d + b0 * pitch, pitch, w, nb, cudaMemcpyDeviceToHost, st));
+                CK(cudaEventRecord(ev[i & 1], st));
+            }
+            if (i > 0) {
+                CHUNK(i - 1);
+                CK(cudaEventSynchronize(ev[(i - 1) & 1]));
+                memcpy(host + b0 * w, stage_buf[(i - 1) & 1], nb * w);
+            }
+        }
+        return 0;
+    }
+    for (size_t i = 0; i < chunks; i++) {
+        CHUNK(i);
+        if (i >= 2) CK(cudaEventSynchronize(ev[i & 1])); /* chunk i-2's DMA has read the buffer */
+        memcpy(stage_buf[i & 1], host + b0 * w, nb * w);
+        CK(cudaMemcpy2DAsync(d + b0 * pitch, pitch, stage_buf[i & 1], w, w, nb, cudaMemcpyHostToDevice, st));
+        CK(cudaEventRecord(ev[i & 1], st));
+    }
+#undef CHUNK
+    CK(cudaStreamSynchronize(st));
+    return 0;
+}
+
 int cu_rows_host(void *dev, size_t cap, cudaStream_t st, void *host, size_t row, int pos0, int n, size_t blocks,
                  int to_host, char *err, size_t errlen) {
     CK(cudaStreamSynchronize(st));
     if (n <= 0) return 0;
     char *d = (char *)dev + (size_t)pos0 * row;
+    const size_t w = (size_t)n * row;
+    if (w <= STAGE_BYTES) {
+        pthread_mutex_lock(&stage_mu);
+        cudaEvent_t ev[2] = {NULL, NULL}; /* (made here: an event belongs to the current device) */
+        int rc = -2;
+        if (stage_ready() && cudaEventCreateWithFlags(&ev[0], cudaEventDisableTiming) == cudaSuccess &&
+            cudaEventCreateWithFlags(&ev[1], cudaEventDisableTiming) == cudaSuccess)
+            rc = rows_staged(d, cap * row, st, (char *)host, w, blocks, to_host, ev, err, errlen);
+        else
+            cudaGetLastError();
+        for (int i = 0; i < 2; i++)
+            if (ev[i]) cudaEventDestroy(ev[i]);
+        pthread_mutex_unlock(&stage_mu);
+        if (rc != -2) return rc;
+    }
     if (to_host)
-        CK(cudaMemcpy2DAsync(host, (size_t)n * row, d, cap * row, (size_t)n * row, blocks, cudaMemcpyDeviceToHost, st));
+        CK(cudaMemcpy2DAsync(host, w, d, cap * row, w, blocks, cudaMemcpyDeviceToHost, st));
     else
-        CK(cudaMemcpy2DAsync(d, cap * row, host, (size_t)n * row, (size_t)n * row, blocks, cudaMemcpyHostToDevice, st));
+        CK(cudaMemcpy2DAsync(d, cap * row, host, w, w, blocks, cudaMemcpyHostToDevice, st));
     CK(cudaStreamSynchronize(st));
     return 0;
 }
