@@ -4,6 +4,7 @@
  * drafts as one that ingested them; blocks are shared between prompts
  * with a common prefix; the budget holds, and the least recently used
  * block that nothing continues goes first. On the bundled model. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +50,8 @@ TEST(pcache_target_bits) {
               *lc = xmalloc(sizeof(float) * (size_t)V);
         pcache *pc = pcache_new((size_t)1 << 30);
         CHECK(seq_prefill(a, pa, na, la, err, sizeof err) == na);
-        CHECK_MSG(pcache_store(pc, a, NULL, err, sizeof err) == 3, "%s", err);
-        CHECK_EQ_INT(pcache_store(pc, a, NULL, err, sizeof err), 0); /* all there already */
+        CHECK_MSG(pcache_store(pc, a, NULL, NULL, err, sizeof err) == 3, "%s", err);
+        CHECK_EQ_INT(pcache_store(pc, a, NULL, NULL, err, sizeof err), 0); /* all there already */
         CHECK_EQ_INT(pcache_match(pc, pa, na, 0), 3 * BK);
         CHECK_EQ_INT(pcache_match(pc, pb, nb, 0), 2 * BK); /* the third block differs */
         CHECK_EQ_INT(pcache_match(pc, pa, na, 1), 0);      /* no drafter rows */
@@ -121,7 +122,7 @@ TEST(pcache_drafter) {
     drafter d0 = dstate_drafter(ds[0]);
     CHECK(spec_generate(s[0], smp, &d0, pa, na, &o, out[0], NULL, &st[0], err, sizeof err) == 0);
     pcache *pc = pcache_new((size_t)1 << 30);
-    CHECK_MSG(pcache_store(pc, s[0], ds[0], err, sizeof err) >= 2, "%s", err);
+    CHECK_MSG(pcache_store(pc, s[0], ds[0], NULL, err, sizeof err) >= 2, "%s", err);
     CHECK_EQ_INT(pcache_match(pc, pb, nb, 1), 2 * BK);
     CHECK_EQ_INT(pcache_load(pc, s[1], ds[1], pb, nb, 0, nb - 1, err, sizeof err), 2 * BK);
     CHECK_EQ_INT(dstate_ctx_len(ds[1]), 2 * BK);
@@ -135,11 +136,11 @@ TEST(pcache_drafter) {
     /* blocks stored by a plain sequence carry no drafter rows, and take them
        when a state that holds them stores the same ids */
     pcache *p2 = pcache_new((size_t)1 << 30);
-    CHECK(pcache_store(p2, s[2], NULL, err, sizeof err) >= 2);
+    CHECK(pcache_store(p2, s[2], NULL, NULL, err, sizeof err) >= 2);
     CHECK_EQ_INT(pcache_match(p2, pb, nb, 1), 0);
     pcache_stats a, b;
     pcache_get_stats(p2, &a);
-    CHECK_EQ_INT(pcache_store(p2, s[2], ds[2], err, sizeof err), 0);
+    CHECK_EQ_INT(pcache_store(p2, s[2], ds[2], NULL, err, sizeof err), 0);
     pcache_get_stats(p2, &b);
     CHECK_EQ_INT(pcache_match(p2, pb, nb, 1), 2 * BK);
     CHECK(b.bytes > a.bytes && b.blocks == a.blocks);
@@ -174,9 +175,9 @@ TEST(pcache_budget_lru) {
     /* room for five blocks (and their bookkeeping), not six */
     pcache *pc = pcache_new(5 * blk + 5 * 1024 + 512);
     CHECK(seq_prefill(s, pa, n, lg, err, sizeof err) == n);
-    CHECK_EQ_INT(pcache_store(pc, s, NULL, err, sizeof err), 3);
+    CHECK_EQ_INT(pcache_store(pc, s, NULL, NULL, err, sizeof err), 3);
     CHECK(seq_prefill(s, pb, n, lg, err, sizeof err) > 0);
-    CHECK_EQ_INT(pcache_store(pc, s, NULL, err, sizeof err), 2); /* the first block is a's */
+    CHECK_EQ_INT(pcache_store(pc, s, NULL, NULL, err, sizeof err), 2); /* the first block is a's */
     pcache_stats st;
     pcache_get_stats(pc, &st);
     CHECK_EQ_INT(st.blocks, 5);
@@ -187,7 +188,7 @@ TEST(pcache_budget_lru) {
     CHECK(seq_create(&t, m, PK_CTX, 256, tp, err, sizeof err) == 0);
     CHECK_EQ_INT(pcache_load(pc, t, NULL, pa, n, 0, n, err, sizeof err), n);
     CHECK(seq_prefill(s, pc_, n, lg, err, sizeof err) == n);
-    CHECK_EQ_INT(pcache_store(pc, s, NULL, err, sizeof err), 3);
+    CHECK_EQ_INT(pcache_store(pc, s, NULL, NULL, err, sizeof err), 3);
     pcache_get_stats(pc, &st);
     CHECK(st.bytes <= st.budget);
     CHECK_EQ_INT(st.blocks, 5);
@@ -203,10 +204,115 @@ TEST(pcache_budget_lru) {
     CHECK_EQ_INT(pcache_match(pc, pa, n, 0), 0);
     /* a budget below one block keeps nothing */
     pcache *tiny = pcache_new(blk / 2);
-    CHECK_EQ_INT(pcache_store(tiny, s, NULL, err, sizeof err), 0);
+    CHECK_EQ_INT(pcache_store(tiny, s, NULL, NULL, err, sizeof err), 0);
     pcache_free(tiny);
     pcache_free(pc);
     free(lg);
     seq_free(s), seq_free(t);
+    test_bundled_close(&bs);
+}
+
+/* A store stops before its next block once its stop flag is set (the
+   scheduler's claim of a slot whose blocks are being stored). */
+TEST(pcache_store_stop) {
+    char err[512];
+    test_bundled_set bs;
+    if (test_bundled_open(&bs) != 0) {
+        test_bundled_close(&bs);
+        return;
+    }
+    const int V = model_cfg(bs.m)->vocab_size, n = 3 * BK;
+    seq *s;
+    CHECK(seq_create(&s, bs.m, PK_CTX, 256, bs.tp, err, sizeof err) == 0);
+    int p[3 * BK];
+    test_prompt_ids(p, n, 0, 21, V);
+    float *lg = xmalloc(sizeof(float) * (size_t)V);
+    CHECK(seq_prefill(s, p, n, lg, err, sizeof err) == n);
+    pcache *pc = pcache_new((size_t)1 << 28);
+    int stop = 1;
+    CHECK_EQ_INT(pcache_store(pc, s, NULL, &stop, err, sizeof err), 0);
+    CHECK_EQ_INT(pcache_match(pc, p, n, 0), 0);
+    stop = 0;
+    CHECK_EQ_INT(pcache_store(pc, s, NULL, &stop, err, sizeof err), 3);
+    CHECK_EQ_INT(pcache_match(pc, p, n, 0), n);
+    pcache_free(pc);
+    free(lg);
+    seq_free(s);
+    test_bundled_close(&bs);
+}
+
+/* One thread stores while another loads and sheds (the server's storer
+   and scheduler): under a budget of a few blocks, so stores evict while
+   loads copy out, every load gives whole blocks of its prompt whose rows
+   are the bits the storing sequence holds, and the budget holds. */
+typedef struct {
+    pcache *pc;
+    seq **src;
+    int n_src, rounds, failed;
+    char err[256];
+} store_job;
+
+static void *store_loop(void *p) {
+    store_job *sj = p;
+    for (int r = 0; r < sj->rounds; r++)
+        if (pcache_store(sj->pc, sj->src[r % sj->n_src], NULL, NULL, sj->err, sizeof sj->err) < 0) {
+            __atomic_store_n(&sj->failed, 1, __ATOMIC_RELEASE);
+            break;
+        }
+    return NULL;
+}
+
+TEST(pcache_threads) {
+    char err[512];
+    test_bundled_set bs;
+    if (test_bundled_open(&bs) != 0) {
+        test_bundled_close(&bs);
+        return;
+    }
+    const int V = model_cfg(bs.m)->vocab_size, n = 4 * BK;
+    enum { NS = 3 };
+    seq *src[NS], *t;
+    int p[NS][4 * BK];
+    float *lg = xmalloc(sizeof(float) * (size_t)V);
+    for (int i = 0; i < NS; i++) {
+        CHECK(seq_create(&src[i], bs.m, PK_CTX, 256, bs.tp, err, sizeof err) == 0);
+        test_prompt_ids(p[i], n, BK, 31 + (unsigned)i, V); /* the first block shared */
+        CHECK(seq_prefill(src[i], p[i], n, lg, err, sizeof err) == n);
+    }
+    CHECK(seq_create(&t, bs.m, PK_CTX, 256, bs.tp, err, sizeof err) == 0);
+    const size_t blk = seq_pos_bytes(t) * BK;
+    unsigned char *want = xmalloc(blk * 4), *got = xmalloc(blk * 4);
+    pcache *pc = pcache_new(5 * blk + 5 * 1024 + 512);
+    store_job sj = {.pc = pc, .src = src, .n_src = NS, .rounds = 60};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, store_loop, &sj) == 0);
+    pcache_stats st;
+    do pcache_get_stats(pc, &st);
+    while (!st.stored_blocks && !__atomic_load_n(&sj.failed, __ATOMIC_ACQUIRE)); /* (the loads start once one is in) */
+    int loads = 0, hits = 0;
+    for (int r = 0; r < 200; r++) {
+        const int k = r % NS;
+        seq_reset(t);
+        int held = pcache_load(pc, t, NULL, p[k], n, 0, n, err, sizeof err);
+        CHECK_MSG(held >= 0 && held % BK == 0 && held <= n, "load %d: %d (%s)", r, held, err);
+        if (held <= 0) continue;
+        hits++;
+        CHECK(memcmp(seq_tokens(t), p[k], sizeof(int) * (size_t)held) == 0);
+        CHECK(seq_save_rows(t, 0, held, got, err, sizeof err) == 0);
+        CHECK(seq_save_rows(src[k], 0, held, want, err, sizeof err) == 0);
+        CHECK_MSG(memcmp(got, want, seq_pos_bytes(t) * (size_t)held) == 0, "load %d: rows differ", r);
+        if (r % 17 == 0) pcache_shed(pc, 2 * blk);
+        loads++;
+    }
+    pthread_join(th, NULL);
+    CHECK_MSG(!sj.failed, "%s", sj.err);
+    pcache_get_stats(pc, &st);
+    CHECK(st.bytes <= st.budget);
+    CHECK(st.blocks <= 5);
+    CHECK_MSG(hits > 0, "no load found a block (%d loads)", loads);
+    pcache_free(pc);
+    free(want), free(got), free(lg);
+    for (int i = 0; i < NS; i++) seq_free(src[i]);
+    seq_free(t);
     test_bundled_close(&bs);
 }

@@ -25,7 +25,7 @@ struct sched {
     int stop_ids[32], n_stop;
     sched_info info;
     gtok_trie *trie; /* the vocabulary trie, built for the first constrained job */
-    pcache *pc;      /* the prefix block cache (NULL: none; scheduler thread only) */
+    pcache *pc;      /* the prefix block cache (NULL: none) */
     pthread_t th;
     int step_rows;   /* rows the runs report during the step under way (scheduler thread) */
 
@@ -36,6 +36,19 @@ struct sched {
     sched_job *running[SCHED_MAX_SLOTS]; /* admitted and not yet finished */
     int n_running;
     char cut_why[256]; /* sched_cut's reason, the error of the jobs it halts */
+
+    /* The block store: a finished job's slot is queued for the storer
+       thread, which copies its whole blocks into the prefix cache while
+       the scheduler steps the other jobs; the slot takes no other job
+       meanwhile (store_state != 0), except its own conversation's next
+       request, which stops the store at the next block (store_claim). */
+    pthread_t store_th;
+    int store_on, store_quit;
+    pthread_mutex_t smu;
+    pthread_cond_t scv; /* a slot queued, or a store over */
+    int store_q[SCHED_MAX_SLOTS], store_qn;
+    int store_state[SCHED_MAX_SLOTS]; /* 0: none, 1: queued, 2: being stored */
+    int store_stop[SCHED_MAX_SLOTS];  /* pcache_store's stop for the slot's store */
 
     pthread_mutex_t mmu; /* metrics */
     sched_metrics m;
@@ -409,13 +422,39 @@ static int continue_after_budget(sched *en, active *a) {
     return 1;
 }
 
+static int store_busy(sched *en, int i) {
+    pthread_mutex_lock(&en->smu);
+    int b = en->store_state[i] != 0;
+    pthread_mutex_unlock(&en->smu);
+    return b;
+}
+
+/* Slot i for a job: a store of it still queued or under way either stops
+   at the next block (stop: the job continues the slot's own conversation,
+   whose rows stay in the slot) or is waited for (the job overwrites the
+   slot, so the blocks are kept first). */
+static void store_claim(sched *en, int i, int stop) {
+    pthread_mutex_lock(&en->smu);
+    if (stop && en->store_state[i] == 1) {
+        int k = 0;
+        for (int q = 0; q < en->store_qn; q++)
+            if (en->store_q[q] != i) en->store_q[k++] = en->store_q[q];
+        en->store_qn = k;
+        en->store_state[i] = 0;
+    }
+    if (stop && en->store_state[i] == 2) __atomic_store_n(&en->store_stop[i], 1, __ATOMIC_RELEASE);
+    while (en->store_state[i]) pthread_cond_wait(&en->scv, &en->smu);
+    pthread_mutex_unlock(&en->smu);
+}
+
 /* The free slot whose cached ids share the longest prefix with the prompt,
    when that prefix is at least half the prompt; else the least recently
-   used free slot (an empty one first). A new conversation shares only the
-   template's first few tokens with any cached one, and must not evict it
-   for them. */
+   used free slot (an empty one first) whose blocks are not being stored,
+   or failing one, the least recently used of those. A new conversation
+   shares only the template's first few tokens with any cached one, and
+   must not evict it for them. */
 static int pick_slot(sched *en, const int *ids, int n) {
-    int best = -1, best_len = 0, lru = -1;
+    int best = -1, best_len = 0, lru = -1, lru_idle = -1;
     for (int i = 0; i < en->n_slots; i++) {
         if (en->slot_busy[i]) continue;
         seq *s = en->slots[i].s;
@@ -427,8 +466,11 @@ static int pick_slot(sched *en, const int *ids, int n) {
             best_len = k;
         }
         if (lru < 0 || en->slot_used[i] < en->slot_used[lru]) lru = i;
+        if (!store_busy(en, i) && (lru_idle < 0 || en->slot_used[i] < en->slot_used[lru_idle])) lru_idle = i;
     }
-    return best >= 0 && 2 * best_len >= n ? best : lru;
+    const int own = best >= 0 && 2 * best_len >= n, pick = own ? best : lru_idle >= 0 ? lru_idle : lru;
+    store_claim(en, pick, own);
+    return pick;
 }
 
 int sched_guard(const sched_slot *slots, int n, const int *busy, const double *used, char *log, size_t logn) {
@@ -486,8 +528,10 @@ static void guard_blocks(sched *en) {
    its count and line to the metrics */
 static void guard(sched *en) {
     char line[192];
+    int held[SCHED_MAX_SLOTS];
     guard_blocks(en);
-    int k = sched_guard(en->slots, en->n_slots, en->slot_busy, en->slot_used, line, sizeof line);
+    for (int i = 0; i < en->n_slots; i++) held[i] = en->slot_busy[i] || store_busy(en, i);
+    int k = sched_guard(en->slots, en->n_slots, held, en->slot_used, line, sizeof line);
     if (!k) return;
     pthread_mutex_lock(&en->mmu);
     en->m.slots_shed += (uint64_t)k;
@@ -556,12 +600,14 @@ static void end_job(sched *en, active *a, int rc) {
     }
     pthread_mutex_unlock(&en->mmu);
     finish_job(j, finish, rc != 0 ? a->err : finish == FINISH_SHUTDOWN ? why : NULL);
-    if (rc == 0 && en->pc) { /* the slot's whole blocks into the cache, once the answer is out */
-        sched_slot *sl = &en->slots[a->slot];
-        char err[256];
-        if (pcache_store(en->pc, sl->s, cli_spec_dstate(sl->sp), err, sizeof err) < 0)
-            fprintf(stderr, "dspark serve: prefix cache: %s\n", err);
-        blocks_stats(en, 0);
+    if (rc == 0 && en->pc) { /* the slot's whole blocks into the cache, on the storer thread */
+        seq_chain_end(en->slots[a->slot].s); /* (the slot is only read from here on) */
+        pthread_mutex_lock(&en->smu);
+        en->store_state[a->slot] = 1;
+        en->store_stop[a->slot] = 0;
+        en->store_q[en->store_qn++] = a->slot;
+        pthread_cond_broadcast(&en->scv);
+        pthread_mutex_unlock(&en->smu);
     }
     en->slot_busy[a->slot] = 0;
     en->slot_used[a->slot] = ds_now();
@@ -805,6 +851,45 @@ static void *sched_main(void *arg) {
     return NULL;
 }
 
+/* The storer thread: each queued slot's whole blocks into the prefix
+   cache, in the order the jobs ended. */
+static void *store_main(void *arg) {
+    sched *en = arg;
+    pthread_mutex_lock(&en->smu);
+    for (;;) {
+        while (!en->store_qn && !en->store_quit) pthread_cond_wait(&en->scv, &en->smu);
+        if (en->store_quit) break;
+        const int i = en->store_q[0];
+        memmove(en->store_q, en->store_q + 1, sizeof *en->store_q * (size_t)--en->store_qn);
+        en->store_state[i] = 2;
+        pthread_mutex_unlock(&en->smu);
+        sched_slot *sl = &en->slots[i];
+        char err[256];
+        if (pcache_store(en->pc, sl->s, cli_spec_dstate(sl->sp), &en->store_stop[i], err, sizeof err) < 0)
+            fprintf(stderr, "dspark serve: prefix cache: %s\n", err);
+        blocks_stats(en, 0);
+        pthread_mutex_lock(&en->smu);
+        en->store_state[i] = 0;
+        pthread_cond_broadcast(&en->scv);
+    }
+    pthread_mutex_unlock(&en->smu);
+    return NULL;
+}
+
+/* Stops the storer thread: a store under way ends at its next block, the
+   queued ones are dropped (blocks not stored die with the process). */
+static void store_end(sched *en) {
+    if (!en->store_on) return;
+    pthread_mutex_lock(&en->smu);
+    en->store_quit = 1;
+    en->store_qn = 0;
+    for (int i = 0; i < en->n_slots; i++) __atomic_store_n(&en->store_stop[i], 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&en->scv);
+    pthread_mutex_unlock(&en->smu);
+    pthread_join(en->store_th, NULL);
+    en->store_on = 0;
+}
+
 sched *sched_start(const sched_slot *slots, int n_slots, const tokenizer *tok, const int *stop_ids, int n_stop,
                    const sched_info *info) {
     sched *en = xcalloc(1, sizeof *en);
@@ -827,6 +912,12 @@ sched *sched_start(const sched_slot *slots, int n_slots, const tokenizer *tok, c
     pthread_mutex_init(&en->mmu, NULL);
     pthread_mutex_init(&en->emu, NULL);
     pthread_cond_init(&en->ecv, NULL);
+    pthread_mutex_init(&en->smu, NULL);
+    pthread_cond_init(&en->scv, NULL);
+    if (en->pc) {
+        if (pthread_create(&en->store_th, NULL, store_main, en) != 0) cli_die("cannot start the block store thread");
+        en->store_on = 1;
+    }
     if (pthread_create(&en->th, NULL, sched_main, en) != 0) cli_die("cannot start the scheduler thread");
     return en;
 }
@@ -869,6 +960,7 @@ void sched_cut(sched *en, const char *why) {
 void sched_stop(sched *en) {
     sched_cut(en, "the server shut down before this request was finished");
     pthread_join(en->th, NULL);
+    store_end(en);
     pthread_mutex_lock(&en->emu);
     en->events_closed = 1;
     pthread_cond_broadcast(&en->ecv);
@@ -877,6 +969,7 @@ void sched_stop(sched *en) {
 
 void sched_free(sched *en) {
     if (!en) return;
+    store_end(en);
     for (int i = 0; i < EVENT_RING; i++) free(en->ring[i]);
     gtok_trie_free(en->trie);
     pcache_free(en->pc);
@@ -885,6 +978,8 @@ void sched_free(sched *en) {
     pthread_mutex_destroy(&en->mmu);
     pthread_mutex_destroy(&en->emu);
     pthread_cond_destroy(&en->ecv);
+    pthread_mutex_destroy(&en->smu);
+    pthread_cond_destroy(&en->scv);
     free(en);
 }
 

@@ -1,6 +1,7 @@
 /* pcache: see pcache.h. */
 #include "spec/pcache.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,10 +17,12 @@ struct pblock {
     size_t bytes;
     uint64_t used;        /* the touch counter when last used */
     int children;         /* cached blocks that continue it (never evicted while > 0) */
+    int pins;             /* copies under way that read it or extend it (never evicted while > 0) */
 };
 
 struct pcache {
-    size_t budget, bytes;
+    pthread_mutex_t mu; /* the index, the counters, pins and touches */
+    size_t budget, bytes; /* (bytes counts blocks being copied in too) */
     pblock **tab;
     size_t tab_n; /* power of two */
     int n;
@@ -32,6 +35,7 @@ pcache *pcache_new(size_t budget) {
     pc->budget = budget;
     pc->tab_n = 256;
     pc->tab = xcalloc(pc->tab_n, sizeof *pc->tab);
+    pthread_mutex_init(&pc->mu, NULL);
     return pc;
 }
 
@@ -46,15 +50,18 @@ void pcache_free(pcache *pc) {
     for (size_t i = 0; i < pc->tab_n; i++)
         for (pblock *b = pc->tab[i], *nx; b; b = nx) nx = b->next, block_free(b);
     free(pc->tab);
+    pthread_mutex_destroy(&pc->mu);
     free(pc);
 }
 
-void pcache_get_stats(const pcache *pc, pcache_stats *st) {
+void pcache_get_stats(pcache *pc, pcache_stats *st) {
+    pthread_mutex_lock(&pc->mu);
     *st = pc->st;
     st->budget = pc->budget;
     st->bytes = pc->bytes;
     st->blocks = pc->n;
     st->block_tokens = PCACHE_BLOCK;
+    pthread_mutex_unlock(&pc->mu);
 }
 
 static uint64_t mix(uint64_t h, uint64_t x) {
@@ -104,34 +111,41 @@ static void unlink_block(pcache *pc, pblock *v) {
     block_free(v);
 }
 
-/* Evicts the least recently used block that nothing continues, other than
-   keep; 0 when there is none. */
-static int evict_one(pcache *pc, const pblock *keep) {
+/* Evicts the least recently used block that nothing continues and no copy
+   holds; 0 when there is none. */
+static int evict_one(pcache *pc) {
     pblock *v = NULL;
     for (size_t i = 0; i < pc->tab_n; i++)
         for (pblock *b = pc->tab[i]; b; b = b->next)
-            if (!b->children && b != keep && (!v || b->used < v->used)) v = b;
+            if (!b->children && !b->pins && (!v || b->used < v->used)) v = b;
     if (!v) return 0;
     unlink_block(pc, v);
     return 1;
 }
 
-/* room for `need` more bytes within the budget (keep stays) */
-static int make_room(pcache *pc, size_t need, const pblock *keep) {
+/* room for `need` more bytes within the budget, which then count */
+static int reserve(pcache *pc, size_t need) {
     if (need > pc->budget) return 0;
     while (pc->bytes + need > pc->budget)
-        if (!evict_one(pc, keep)) return 0;
+        if (!evict_one(pc)) return 0;
+    pc->bytes += need;
     return 1;
 }
 
 size_t pcache_shed(pcache *pc, size_t keep) {
+    pthread_mutex_lock(&pc->mu);
     size_t before = pc->bytes;
-    while (pc->bytes > keep && evict_one(pc, NULL)) {
+    while (pc->bytes > keep && evict_one(pc)) {
     }
-    return before - pc->bytes;
+    size_t r = before - pc->bytes;
+    pthread_mutex_unlock(&pc->mu);
+    return r;
 }
 
-int pcache_store(pcache *pc, seq *s, dstate *ds, char *err, size_t errlen) {
+/* The lock is held for the index and never across a copy: a block being
+   filled is not in the index yet (no lookup finds half a block), and the
+   block it continues is pinned meanwhile, as it must stay its parent. */
+int pcache_store(pcache *pc, seq *s, dstate *ds, const int *stop, char *err, size_t errlen) {
     const size_t tb = seq_pos_bytes(s), db = ds ? dstate_pos_bytes(ds) : 0;
     if (!tb) return ds_err(err, errlen, "the prefix cache: this backend cannot save cache rows");
     const int *ids = seq_tokens(s), nb = seq_len(s) / PCACHE_BLOCK;
@@ -151,53 +165,86 @@ int pcache_store(pcache *pc, seq *s, dstate *ds, char *err, size_t errlen) {
     }
     pblock *prev = NULL;
     uint64_t h = 0;
-    int added = 0;
-    for (int bi = 0; bi < nb; bi++) {
+    int added = 0, rc = 0;
+    pthread_mutex_lock(&pc->mu);
+    for (int bi = 0; bi < nb && !(stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)); bi++) {
         const int *bid = ids + (size_t)bi * PCACHE_BLOCK, pos0 = bi * PCACHE_BLOCK;
         const int with_d = dn >= pos0 + PCACHE_BLOCK;
         h = block_hash(h, bid);
         pblock *b = find(pc, prev, bid, h);
+        if (prev) prev->pins++; /* (not evicted for this block's room) */
         if (!b) {
             const size_t bytes = sizeof(pblock) + PCACHE_BLOCK * (tb + (with_d ? db : 0));
-            if (!make_room(pc, bytes, prev)) break;
+            if (!reserve(pc, bytes)) {
+                if (prev) prev->pins--;
+                break;
+            }
+            pthread_mutex_unlock(&pc->mu);
             b = xcalloc(1, sizeof *b);
             b->h = h;
             b->parent = prev;
             memcpy(b->ids, bid, sizeof b->ids);
             b->rows = xmalloc(PCACHE_BLOCK * tb);
-            if (seq_save_rows(s, pos0, PCACHE_BLOCK, b->rows, err, errlen) != 0 ||
-                (with_d && (b->drows = xmalloc(PCACHE_BLOCK * db),
-                            dstate_save_rows(ds, pos0, PCACHE_BLOCK, b->drows, err, errlen) != 0))) {
-                block_free(b);
-                return -1;
-            }
             b->bytes = bytes;
+            rc = seq_save_rows(s, pos0, PCACHE_BLOCK, b->rows, err, errlen);
+            if (!rc && with_d) {
+                b->drows = xmalloc(PCACHE_BLOCK * db);
+                rc = dstate_save_rows(ds, pos0, PCACHE_BLOCK, b->drows, err, errlen);
+            }
+            pthread_mutex_lock(&pc->mu);
+            if (prev) prev->pins--;
+            if (rc) {
+                pc->bytes -= bytes;
+                block_free(b);
+                break;
+            }
+            pblock *dup = find(pc, prev, bid, h); /* (another store put it in meanwhile) */
+            if (dup) {
+                pc->bytes -= bytes;
+                block_free(b);
+                b = dup;
+                b->used = ++pc->clock;
+                prev = b;
+                continue;
+            }
             if (pc->n >= (int)pc->tab_n) grow(pc);
             b->next = pc->tab[h & (pc->tab_n - 1)];
             pc->tab[h & (pc->tab_n - 1)] = b;
             if (prev) prev->children++;
-            pc->bytes += bytes;
             pc->n++;
             pc->st.stored_blocks++;
             added++;
-        } else if (with_d && !b->drows) {
-            const size_t more = PCACHE_BLOCK * db;
+        } else {
             b->used = ++pc->clock; /* (not the one evicted for its own rows) */
-            if (make_room(pc, more, prev)) {
-                void *d = xmalloc(more);
-                if (dstate_save_rows(ds, pos0, PCACHE_BLOCK, d, err, errlen) != 0) {
-                    free(d);
-                    return -1;
+            if (with_d && !b->drows) {
+                const size_t more = PCACHE_BLOCK * db;
+                if (reserve(pc, more)) {
+                    b->pins++;
+                    pthread_mutex_unlock(&pc->mu);
+                    void *d = xmalloc(more);
+                    rc = dstate_save_rows(ds, pos0, PCACHE_BLOCK, d, err, errlen);
+                    pthread_mutex_lock(&pc->mu);
+                    b->pins--;
+                    if (rc) {
+                        free(d);
+                        pc->bytes -= more;
+                    } else if (b->drows) { /* (another store gave it its rows meanwhile) */
+                        free(d);
+                        pc->bytes -= more;
+                    } else {
+                        b->drows = d;
+                        b->bytes += more;
+                    }
                 }
-                b->drows = d;
-                b->bytes += more;
-                pc->bytes += more;
             }
+            if (prev) prev->pins--;
+            if (rc) break;
         }
         b->used = ++pc->clock;
         prev = b;
     }
-    return added;
+    pthread_mutex_unlock(&pc->mu);
+    return rc ? -1 : added;
 }
 
 /* the chain of cached blocks of ids[0 .. n): chain[0 .. return) */
@@ -217,39 +264,55 @@ static int walk(const pcache *pc, const int *ids, int n, int need_ds, pblock **c
 }
 
 int pcache_match(pcache *pc, const int *ids, int n, int need_ds) {
-    return walk(pc, ids, n, need_ds, NULL, n / PCACHE_BLOCK) * PCACHE_BLOCK;
+    pthread_mutex_lock(&pc->mu);
+    int k = walk(pc, ids, n, need_ds, NULL, n / PCACHE_BLOCK);
+    pthread_mutex_unlock(&pc->mu);
+    return k * PCACHE_BLOCK;
 }
 
+/* the chain's blocks are pinned while their rows are copied out (the
+   lock released), so a store on another thread cannot evict them */
 int pcache_load(pcache *pc, seq *s, dstate *ds, const int *ids, int n, int have, int limit, char *err,
                 size_t errlen) {
-    pc->st.lookups++;
     if (limit > n) limit = n;
     const int max = limit / PCACHE_BLOCK;
-    if (max <= 0 || pc->n == 0) return have;
+    pthread_mutex_lock(&pc->mu);
+    pc->st.lookups++;
+    if (max <= 0 || pc->n == 0) {
+        pthread_mutex_unlock(&pc->mu);
+        return have;
+    }
     pblock **chain = xmalloc(sizeof *chain * (size_t)max);
     const int k = walk(pc, ids, n, ds != NULL, chain, max);
     const int b0 = have / PCACHE_BLOCK;
     if (k * PCACHE_BLOCK <= have) { /* nothing past what they hold */
+        pthread_mutex_unlock(&pc->mu);
         free(chain);
         return have;
     }
-    for (int i = 0; i < k; i++) chain[i]->used = ++pc->clock;
+    for (int i = 0; i < k; i++) chain[i]->used = ++pc->clock, chain[i]->pins++;
+    pthread_mutex_unlock(&pc->mu);
     int first = b0, pos0 = b0 * PCACHE_BLOCK;
     seq_truncate(s, pos0);
     if (seq_len(s) < pos0) first = 0, pos0 = 0; /* (sliding layers had given back what pos0 attends to) */
-    int held = pos0;
+    int held = pos0, rc = 0;
     for (int i = first; i < k; i++) {
         const int p = i * PCACHE_BLOCK;
         if (seq_load_rows(s, ids, p, PCACHE_BLOCK, chain[i]->rows, err, errlen) != 0 ||
             (ds && dstate_load_rows(ds, ids, p, PCACHE_BLOCK, chain[i]->drows, err, errlen) != 0)) {
             seq_truncate(s, held);
-            free(chain);
-            return -1;
+            rc = -1;
+            break;
         }
         held = p + PCACHE_BLOCK;
     }
+    pthread_mutex_lock(&pc->mu);
+    for (int i = 0; i < k; i++) chain[i]->pins--;
+    if (!rc) {
+        pc->st.hits++;
+        pc->st.loaded_tokens += (uint64_t)(held - pos0);
+    }
+    pthread_mutex_unlock(&pc->mu);
     free(chain);
-    pc->st.hits++;
-    pc->st.loaded_tokens += (uint64_t)(held - pos0);
-    return held;
+    return rc ? -1 : held;
 }

@@ -17,7 +17,11 @@
  * prefill group (BACKEND_GROUP_ROWS divides PCACHE_BLOCK), so the rows
  * after a loaded prefix go through the kernels a cold prefill gives them.
  *
- * Single-threaded: the server calls it from its scheduler thread only. */
+ * Thread-safe: the server stores a finished request's blocks on a thread
+ * of their own while its scheduler loads, matches and sheds. One lock
+ * guards the index and is never held across a copy of rows: a block being
+ * filled enters the index only once whole, and the blocks a copy reads or
+ * continues are pinned for it, so no eviction frees them meanwhile. */
 #ifndef DS_PCACHE_H
 #define DS_PCACHE_H
 
@@ -42,14 +46,16 @@ typedef struct {
 /* budget: bytes (0: a cache that keeps nothing). */
 pcache *pcache_new(size_t budget);
 void pcache_free(pcache *pc);
-void pcache_get_stats(const pcache *pc, pcache_stats *st);
+void pcache_get_stats(pcache *pc, pcache_stats *st);
 
 /* Keeps the whole blocks of s's ids that are not cached yet, with ds's
  * context rows (ds may be NULL) for the blocks its context covers (the
  * blocks already cached without them take them now). Stops at the first
- * block the budget cannot take. Returns the blocks added, or -1 with err
- * filled (a backend that cannot save rows; what was kept stays). */
-int pcache_store(pcache *pc, seq *s, dstate *ds, char *err, size_t errlen);
+ * block the budget cannot take, or before the next block once *stop (may be
+ * NULL) is set. s and ds must not change meanwhile. Returns the blocks
+ * added, or -1 with err filled (a backend that cannot save rows; what was
+ * kept stays). */
+int pcache_store(pcache *pc, seq *s, dstate *ds, const int *stop, char *err, size_t errlen);
 
 /* Positions of ids[0 .. n) the cache holds (whole blocks from the first;
  * need_ds: only blocks that carry drafter rows count). */
