@@ -865,8 +865,12 @@ static void *store_main(void *arg) {
         pthread_mutex_unlock(&en->smu);
         sched_slot *sl = &en->slots[i];
         char err[256];
+        const double t0 = ds_now();
         if (pcache_store(en->pc, sl->s, cli_spec_dstate(sl->sp), &en->store_stop[i], err, sizeof err) < 0)
             fprintf(stderr, "dspark serve: prefix cache: %s\n", err);
+        pthread_mutex_lock(&en->mmu);
+        en->m.blocks_store_seconds += ds_now() - t0;
+        pthread_mutex_unlock(&en->mmu);
         blocks_stats(en, 0);
         pthread_mutex_lock(&en->smu);
         en->store_state[i] = 0;
@@ -993,4 +997,8 @@ void sched_get_metrics(sched *en, sched_metrics *m) {
     m->queue_depth = en->qn;
     m->busy = en->n_running;
     pthread_mutex_unlock(&en->qmu);
+    pthread_mutex_lock(&en->smu);
+    m->blocks_storing = 0;
+    for (int i = 0; i < en->n_slots; i++) m->blocks_storing += en->store_state[i] != 0;
+    pthread_mutex_unlock(&en->smu);
 }

@@ -208,6 +208,8 @@ typedef struct {
     char last_shed[192];    /* the guard's last log line ("" before any) */
     pcache_stats blocks;    /* the prefix block cache (zeros when there is none) */
     uint64_t blocks_shed;   /* bytes of it the memory guard gave back */
+    double blocks_store_seconds; /* time the storer thread spent storing blocks */
+    int blocks_storing;          /* slots whose blocks are queued or being stored */
 } sched_metrics;
 void sched_get_metrics(sched *en, sched_metrics *m);
 

@@ -265,6 +265,8 @@ static void route_health(server *srv, const http_req *r) {
     cJSON_AddNumberToObject(bl, "stored", (double)m.blocks.stored_blocks);
     cJSON_AddNumberToObject(bl, "evicted", (double)m.blocks.evicted_blocks);
     cJSON_AddNumberToObject(bl, "shed_bytes", (double)m.blocks_shed);
+    cJSON_AddNumberToObject(bl, "storing", m.blocks_storing);
+    cJSON_AddNumberToObject(bl, "store_seconds", m.blocks_store_seconds);
     cJSON_AddNumberToObject(o, "uptime_seconds", ds_now() - srv->t_start);
     cJSON *mem = cJSON_AddObjectToObject(o, "memory");
     cJSON_AddNumberToObject(mem, "rss_bytes", (double)rss_bytes());
@@ -392,6 +394,10 @@ static void route_metrics(server *srv, const http_req *r) {
            (unsigned long long)m.blocks.stored_blocks);
     METRIC("prefix_blocks_evicted_total", "counter", "Blocks evicted (budget or memory guard).", " %llu",
            (unsigned long long)m.blocks.evicted_blocks);
+    METRIC("prefix_blocks_storing", "gauge", "Slots whose blocks are queued or being stored.", " %d",
+           m.blocks_storing);
+    METRIC("prefix_blocks_store_seconds_total", "counter", "Time the storer thread spent storing blocks.", " %.6f",
+           m.blocks_store_seconds);
     METRIC("completion_tokens_total", "counter", "Generated tokens.", " %llu",
            (unsigned long long)m.completion_tokens);
     METRIC("rounds_total", "counter", "Verify rounds (target forwards while decoding).", " %llu",
