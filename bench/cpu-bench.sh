@@ -9,11 +9,15 @@
 # checkpoint to GGUF; needs Debian's python3-numpy). Without LLAMA_BENCH the
 # script measures dspark alone and says so. Options (environment):
 #   THREADS="2 1"   thread counts to measure      REPS=3   repetitions
-#   SHAPE=0.6b|1.7b|30b-a3b-4l|gemma3-1b  checkpoint shape (mkrandom)
+#   SHAPE=0.6b|1.7b|30b-a3b-4l|gemma3-1b|mistral-7b-4l  checkpoint shape (mkrandom)
 #                   OUT=bench/out  scratch dir
 #                   gemma3-1b: its GGUFs (BF16, and Q8_0 as the one QUANTS
 #                   it takes) come from bench/gemma3-gguf.c, without a
-#                   vocabulary (llama-bench needs none; LLAMA_CPP unused)
+#                   vocabulary (llama-bench needs none; LLAMA_CPP unused);
+#                   mistral-7b-4l: every GGUF, BF16 too, from `dspark
+#                   quantize` with the Llama 2 tokenizer (TOKDIR; the
+#                   SentencePiece kind of Mistral v0.1's, also 32,000
+#                   tokens), LLAMA_CPP unused
 #   LOADS="read mmap" weight loading: read into memory (dspark's default,
 #                   llama-bench --load-mode none) and/or file mapping (dspark
 #                   --mmap, llama-bench --load-mode mmap). On some VMs
@@ -36,8 +40,8 @@ OUT=${OUT:-bench/out}
 PY=${PYTHON:-/usr/bin/python3}
 mkdir -p "$OUT"
 NAME=qwen3-$SHAPE
-GEMMA=0
-case $SHAPE in gemma3*) NAME=$SHAPE; GEMMA=1 ;; esac
+GEMMA=0 MISTRAL=0
+case $SHAPE in gemma3*) NAME=$SHAPE; GEMMA=1 ;; mistral*) NAME=$SHAPE; MISTRAL=1 ;; esac
 MODEL="$OUT/$NAME-random"
 TOKDIR=${TOKDIR:-}
 
@@ -50,14 +54,20 @@ if [ $GEMMA = 1 ]; then
   TOKDIR=none
 elif [ -z "$TOKDIR" ]; then
   scripts/fetch-test-assets >/dev/null
-  TOKDIR="$HOME/.cache/dspark/tokenizers/qwen3"
+  TOKDIR="$HOME/.cache/dspark/tokenizers/$([ $MISTRAL = 1 ] && echo llama2 || echo qwen3)"
 fi
+# the tokenizer beside the weights, so that the GGUFs `dspark quantize`
+# writes carry it
+[ $GEMMA = 1 ] || cp "$TOKDIR/tokenizer.json" "$TOKDIR/tokenizer_config.json" "$MODEL/"
 
 have_llama=0
 if [ -n "${LLAMA_BENCH:-}" ] && [ -x "$LLAMA_BENCH" ]; then
   GGUF="$OUT/$NAME-random-bf16.gguf"
   if [ $GEMMA = 1 ]; then
     [ -f "$GGUF" ] || "$OUT/gemma3-gguf" "$MODEL" "$GGUF" bf16
+  elif [ $MISTRAL = 1 ]; then
+    [ -f "$GGUF" ] || ./dspark quantize --model "$MODEL" --out "$GGUF" --type BF16 > "$OUT/quantize-BF16.log" 2>&1 ||
+      { cat "$OUT/quantize-BF16.log" >&2; exit 1; }
   else
     if [ -z "${LLAMA_CPP:-}" ] || [ ! -d "$LLAMA_CPP/gguf-py" ]; then
       echo "cpu-bench: LLAMA_CPP must point at a llama.cpp source tree (for gguf-py) to convert the weights" >&2
@@ -72,8 +82,6 @@ fi
 
 QUANTS=${QUANTS:-}
 if [ -n "$QUANTS" ]; then
-  # the tokenizer beside the weights, so that the GGUFs carry it
-  [ $GEMMA = 1 ] || cp "$TOKDIR/tokenizer.json" "$TOKDIR/tokenizer_config.json" "$MODEL/"
   for q in $QUANTS; do
     [ -f "$OUT/$NAME-$q.gguf" ] && continue
     if [ $GEMMA = 1 ]; then
@@ -86,8 +94,11 @@ if [ -n "$QUANTS" ]; then
   done
 fi
 
-# 512 prompt ids for pp512 (fixed pseudo-random, inside the BPE vocabulary)
-PP_IDS=$(awk 'BEGIN{s=7; for(i=0;i<512;i++){s=(s*1103515245+12345)%2147483648; printf "%s%d", (i?",":""), 100+s%150000}}')
+# 512 prompt ids for pp512 (fixed pseudo-random, inside the vocabulary),
+# and the id decode starts from (the checkpoint's BOS)
+VOCAB=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$MODEL/config.json")
+PP_IDS=$(awk -v V="$VOCAB" 'BEGIN{m=V-100<150000?V-100:150000; s=7; for(i=0;i<512;i++){s=(s*1103515245+12345)%2147483648; printf "%s%d", (i?",":""), 100+s%m}}')
+BOS=$(sed -n 's/.*"bos_token_id": *\([0-9]*\).*/\1/p' "$MODEL/config.json")
 
 stamp_field() { sed -n "s/.*$1 \([0-9.]*\) tok\/s.*/\1/p"; }
 mean() { awk '{s+=$1; n++} END{printf "%.2f", s/n}'; }
@@ -107,7 +118,7 @@ for load in $LOADS; do
     for r in $(seq "$REPS"); do
       for bin in ./dspark ${BASE:-}; do
         p=$("$bin" run --model "$MODEL" --prompt-ids "$PP_IDS" -n 1 -t "$t" -c 1024 --print-ids $dflag 2>&1 >/dev/null | stamp_field prefill)
-        g=$("$bin" run --model "$MODEL" --prompt-ids 151643 -n 129 --ignore-eos -t "$t" -c 1024 --print-ids $dflag 2>&1 >/dev/null | stamp_field decode)
+        g=$("$bin" run --model "$MODEL" --prompt-ids "$BOS" -n 129 --ignore-eos -t "$t" -c 1024 --print-ids $dflag 2>&1 >/dev/null | stamp_field decode)
         if [ "$bin" = ./dspark ]; then pp+=("$p"); tg+=("$g"); else bpp+=("$p"); btg+=("$g"); fi
       done
     done
@@ -138,7 +149,7 @@ for q in $QUANTS; do
     for r in $(seq "$REPS"); do
       for bin in ./dspark ${BASE:-}; do
         p=$("$bin" run --model "$QG" --prompt-ids "$PP_IDS" -n 1 -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field prefill)
-        g=$("$bin" run --model "$QG" --prompt-ids 151643 -n 129 --ignore-eos -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field decode)
+        g=$("$bin" run --model "$QG" --prompt-ids "$BOS" -n 129 --ignore-eos -t "$t" -c 1024 --print-ids 2>&1 >/dev/null | stamp_field decode)
         if [ "$bin" = ./dspark ]; then pp+=("$p"); tg+=("$g"); else bpp+=("$p"); btg+=("$g"); fi
       done
     done

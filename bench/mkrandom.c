@@ -3,13 +3,16 @@
  * exact Qwen3-0.6B, 1.7B, 4B or 8B shapes, for speed benchmarks only. Weights
  * ~ N(0, 0.02) (4B and 8B: uniform with the same deviation, drawn faster),
  * norms ~ 1 + the same noise, deterministic from the seed.
- *   mkrandom OUT_DIR [0.6b|1.7b|4b|8b|30b-a3b|30b-a3b-4l|gemma3-1b] [seed]
+ *   mkrandom OUT_DIR [0.6b|1.7b|4b|8b|30b-a3b|30b-a3b-4l|gemma3-1b|mistral-7b|mistral-7b-4l] [seed]
  * (30b-a3b: Qwen3-30B-A3B's shape, 48 layers of 128 experts of which 8 a
  * token, 61 GB of bf16 (a GPU's benchmark: it needs that much disk and an
  * 80 GB GPU); 30b-a3b-4l: the same layers, 4 of them, small enough for a
  * CPU benchmark;
  * gemma3-1b: Gemma-3-1B's shape, gemma3_text, its norms drawn around 0 as
- * Gemma's (1 + w) norms are stored)
+ * Gemma's (1 + w) norms are stored; mistral-7b: Mistral-7B's layers, 32 of
+ * them, v0.1's 32,000-token vocabulary (a Llama 2 tokenizer fits it), no
+ * window, an untied head;
+ * mistral-7b-4l: 4 of those layers, for a CPU benchmark)
  * Or a drafter in the published layouts for such a target (5 layers of the
  * target's width, taps [1, 7, 13, 19, 25] by the published fallback):
  *   mkrandom OUT_DIR dspark-0.6b|dflash-0.6b|dspark-1.7b|dflash-1.7b [target seed]
@@ -70,6 +73,7 @@ int main(int argc, char **argv) {
     int q4b = !strcmp(shape, "4b"), q8b = !strcmp(shape, "8b"); /* 8B: untied LM head */
     int d8b = (dspark || dflash) && strstr(shape, "8b") != NULL;  /* a drafter for Qwen3-8B */
     int moe = !strcmp(shape, "30b-a3b-4l") || !strcmp(shape, "30b-a3b"), gem = !strcmp(shape, "gemma3-1b");
+    int mis = !strncmp(shape, "mistral-7b", 10);
     const long E = 128, EK = 8, EI = 768;
     uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 10) | 1 : 1234;
     rng = seed;
@@ -82,6 +86,7 @@ int main(int argc, char **argv) {
     }
     if (moe) H = 2048, I = 6144, L = strcmp(shape, "30b-a3b") ? 4 : 48, NH = 32, NKV = 4;
     if (gem) H = 1152, I = 6912, L = 26, NH = 4, NKV = 1, HD = 256, V = 262144;
+    if (mis) H = 4096, I = 14336, L = strcmp(shape, "mistral-7b") ? 4 : 32, NH = 32, NKV = 8, V = 32000;
     const char *pre = "model.";
     if (dspark || dflash) {
         L = 5;
@@ -118,22 +123,25 @@ int main(int argc, char **argv) {
         fprintf(f, "{\"architectures\":[\"Gemma3ForCausalLM\"],\"model_type\":\"gemma3_text\","
                    "\"hidden_activation\":\"gelu_pytorch_tanh\",\"query_pre_attn_scalar\":256,\"sliding_window\":512,"
                    "\"sliding_window_pattern\":6,\"rope_local_base_freq\":10000,");
+    else if (mis)
+        fprintf(f, "{\"architectures\":[\"MistralForCausalLM\"],\"model_type\":\"mistral\",\"sliding_window\":null,");
     else
         fprintf(f, "{\"architectures\":[\"Qwen3ForCausalLM\"],");
-    if (!moe && !gem) fprintf(f, "\"model_type\":\"qwen3\",");
+    if (!moe && !gem && !mis) fprintf(f, "\"model_type\":\"qwen3\",");
     fprintf(f,
             "\"hidden_size\":%ld,"
             "\"intermediate_size\":%ld,\"num_hidden_layers\":%ld,\"num_attention_heads\":%ld,"
             "\"num_key_value_heads\":%ld,\"head_dim\":%ld,\"vocab_size\":%ld,\"max_position_embeddings\":40960,"
             "\"rms_norm_eps\":1e-06,\"rope_theta\":1000000,\"tie_word_embeddings\":%s,\"attention_bias\":false,"
             "%s\"torch_dtype\":\"bfloat16\",\"bos_token_id\":%s,\"eos_token_id\":%s}\n",
-            H, I, L, NH, NKV, HD, V, q8b || moe ? "false" : "true", gem ? "" : "\"hidden_act\":\"silu\",",
-            gem ? "2" : "151643", gem ? "[1,106]" : "151645");
+            H, I, L, NH, NKV, HD, V, q8b || moe || mis ? "false" : "true", gem ? "" : "\"hidden_act\":\"silu\",",
+            gem ? "2" : mis ? "1" : "151643", gem ? "[1,106]" : mis ? "2" : "151645");
     fclose(f);
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     f = fopen(path, "w");
-    fprintf(f, gem ? "{\"bos_token_id\":2,\"eos_token_id\":[1,106]}\n"
-                   : "{\"bos_token_id\":151643,\"eos_token_id\":[151645,151643]}\n");
+    fprintf(f, gem   ? "{\"bos_token_id\":2,\"eos_token_id\":[1,106]}\n"
+               : mis ? "{\"bos_token_id\":1,\"eos_token_id\":2}\n"
+                     : "{\"bos_token_id\":151643,\"eos_token_id\":[151645,151643]}\n");
     fclose(f);
 
     int nt = 0;
@@ -154,7 +162,7 @@ int main(int argc, char **argv) {
         ADD("norm.weight", H, 0, 1);
     } else {
         ADD("model.norm.weight", H, 0, gem ? 3 : 1);
-        if (q8b || moe) ADD("lm_head.weight", V, H, 0);
+        if (q8b || moe || mis) ADD("lm_head.weight", V, H, 0);
     }
     char nm[96];
     for (long l = 0; l < L; l++) {
@@ -170,8 +178,10 @@ int main(int argc, char **argv) {
         LAY("self_attn.k_proj.weight", NKV * HD, H, 0);
         LAY("self_attn.v_proj.weight", NKV * HD, H, 0);
         LAY("self_attn.o_proj.weight", H, NH * HD, 0);
-        LAY("self_attn.q_norm.weight", HD, 0, nw);
-        LAY("self_attn.k_norm.weight", HD, 0, nw);
+        if (!mis) { /* (Mistral has no q/k norms) */
+            LAY("self_attn.q_norm.weight", HD, 0, nw);
+            LAY("self_attn.k_norm.weight", HD, 0, nw);
+        }
         if (moe) {
             LAY("mlp.gate.weight", E, H, 0);
             for (long e = 0; e < E; e++) {
@@ -218,7 +228,7 @@ int main(int argc, char **argv) {
         if (dspark) rng = t[i].norm == 2 ? seed : own++; /* copies replay the target's first draws */
         while (cnt) {
             size_t k = cnt < (1u << 20) ? cnt : (1u << 20);
-            if (q4b || q8b || d8b || moe || gem) /* uniform in +-0.02*sqrt(3): the same deviation, several times faster */
+            if (q4b || q8b || d8b || moe || gem || mis) /* uniform in +-0.02*sqrt(3): the same deviation, several times faster */
                 for (size_t j = 0; j < k; j++)
                     buf[j] = bf16((t[i].norm == 1 ? 1.0f : 0.0f) + 0.0693f * ((float)unif() - 0.5f));
             else
