@@ -141,7 +141,7 @@ void sched_job_release(sched_job *j) {
 void sched_job_cancel(sched_job *j) {
     pthread_mutex_lock(&j->mu);
     if (!j->done) j->cancelled = 1;
-    j->halt = 1;
+    __atomic_store_n(&j->halt, 1, __ATOMIC_RELAXED); /* (read by the run without the lock) */
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -215,7 +215,7 @@ static void track_think(gen_ctx *g, const char *s, size_t n) {
     } else if (g->tail.n > 64) sb_consume(&g->tail, g->tail.n - 64);
     if (g->think_state == 1 && g->think_tokens >= j->think_budget) {
         g->budget_hit = 1;
-        j->halt = 1;
+        __atomic_store_n(&j->halt, 1, __ATOMIC_RELAXED);
     }
 }
 
@@ -272,7 +272,7 @@ static void on_emit(void *ctx, int id) {
     size_t k = tok_stream_push(g->en->tok, &g->ts, id, g->piece, g->piece_cap);
     track_think(g, g->piece, k);
     if (stop_push(&g->sm, g->piece, k, &g->out)) {
-        g->j->halt = 1;
+        __atomic_store_n(&g->j->halt, 1, __ATOMIC_RELAXED);
         snprintf(g->j->stop_hit, sizeof g->j->stop_hit, "%s", stop_which(&g->sm));
     }
     deliver(g, 0);
@@ -409,7 +409,7 @@ static int continue_after_budget(sched *en, active *a) {
     /* generation goes on unless a cancel or a cut came meanwhile (their flags
        are set under mu before halt, so none is lost here) */
     pthread_mutex_lock(&j->mu);
-    j->halt = j->cancelled || j->cut;
+    __atomic_store_n(&j->halt, j->cancelled || j->cut, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&j->mu);
     a->so.max_new = left;
     g->prefill_done = -1;
@@ -728,7 +728,7 @@ static active *start_job(sched *en, sched_job *j) {
         a->lpi = lproc_iface(a->lpr);
         a->so.proc = &a->lpi;
     }
-    if (j->halt) { /* cancelled or cut while queued */
+    if (__atomic_load_n(&j->halt, __ATOMIC_RELAXED)) { /* cancelled or cut while queued */
         end_job(en, a, 0);
         return NULL;
     }
@@ -938,7 +938,7 @@ void sched_cut(sched *en, const char *why) {
         sched_job *j = en->running[i];
         pthread_mutex_lock(&j->mu);
         if (!j->done) j->cut = 1;
-        j->halt = 1;
+        __atomic_store_n(&j->halt, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&j->mu);
     }
     sched_job **q = en->q;

@@ -202,6 +202,10 @@ static int draining(const server *srv) { return __atomic_load_n(&srv->draining, 
    the scheduler's counts (0 before any) */
 static double prefix_hit_rate(const sched_metrics *m) { return m->prompts ? (double)m->slot_hits / m->prompts : 0.0; }
 
+/* HTTP requests in flight: the handle is stored once the server is
+   started, which its first requests may precede (none counted then) */
+static int in_flight(server *srv) { return http_in_flight(__atomic_load_n(&srv->hs, __ATOMIC_ACQUIRE)); }
+
 /* 200 with "status": "ok"; while draining 503 with "status": "draining",
    so that a load balancer's readiness check takes the server out at once */
 static void route_health(server *srv, const http_req *r) {
@@ -244,7 +248,7 @@ static void route_health(server *srv, const http_req *r) {
     cJSON_AddNumberToObject(bt, "step_seconds", m.step_seconds);
     cJSON_AddNumberToObject(bt, "tokens_per_second",
                             m.step_seconds > 0 ? (double)m.completion_tokens / m.step_seconds : 0.0);
-    cJSON_AddNumberToObject(o, "http_requests_in_flight", http_in_flight(srv->hs));
+    cJSON_AddNumberToObject(o, "http_requests_in_flight", in_flight(srv));
     cJSON *pc = cJSON_AddObjectToObject(o, "prefix_cache");
     cJSON_AddNumberToObject(pc, "lookups", (double)m.prompts);
     cJSON_AddNumberToObject(pc, "hits", (double)m.slot_hits);
@@ -442,7 +446,7 @@ static void route_metrics(server *srv, const http_req *r) {
     sb_printf(&b, "dspark_step_rows_bucket{le=\"+Inf\"} %llu\ndspark_step_rows_sum %llu\ndspark_step_rows_count %llu\n",
               (unsigned long long)cum, (unsigned long long)m.step_rows, (unsigned long long)m.steps);
     METRIC("http_requests_in_flight", "gauge", "HTTP requests being handled or answered (this scrape included).",
-           " %d", http_in_flight(srv->hs));
+           " %d", in_flight(srv));
     METRIC("draining", "gauge", "1 once a stop signal came: requests in flight finish, new ones get 503.", " %d",
            draining(srv));
     METRIC("resident_memory_bytes", "gauge", "Resident set size of the server.", " %ld", rss_bytes());
@@ -718,7 +722,7 @@ static size_t env_bytes(const char *name, size_t def) {
 static int wait_answered(server *srv, const sigset_t *sigs, double seconds) {
     double end = ds_now() + seconds;
     for (;;) {
-        if (http_in_flight(srv->hs) == 0) return 0;
+        if (in_flight(srv) == 0) return 0;
         double left = end - ds_now();
         if (left <= 0) return 1;
         if (left > 0.02) left = 0.02;
@@ -738,7 +742,7 @@ static void drain(server *srv, const sigset_t *sigs) {
     int sig = 0;
     sigwait(sigs, &sig);
     __atomic_store_n(&srv->draining, 1, __ATOMIC_SEQ_CST);
-    int n = http_in_flight(srv->hs);
+    int n = in_flight(srv);
     fprintf(stderr, "dspark serve: %s: draining, %d request%s in flight get %g s to finish (new ones get 503; "
                     "a second signal cuts them)\n",
             sig == SIGINT ? "interrupted" : "terminated", n, n == 1 ? "" : "s", srv->drain_timeout);
@@ -750,7 +754,7 @@ static void drain(server *srv, const sigset_t *sigs) {
                                                "signal cut the drain short)");
         else snprintf(why, sizeof why, "the server shut down before this answer was finished (its %g s drain "
                                        "timeout ran out)", srv->drain_timeout);
-        n = http_in_flight(srv->hs);
+        n = in_flight(srv);
         fprintf(stderr, "dspark serve: %s: cutting %d request%s\n", rc == 2 ? "second signal" : "drain timeout", n,
                 n == 1 ? "" : "s");
         sched_cut(srv->en, why);
@@ -844,7 +848,7 @@ int cmd_serve(const opts *o) {
     srv.drain_timeout = o->drain_timeout >= 0 ? o->drain_timeout : 30.0;
     http_server *hs = http_start(host, port, max_body, handle, &srv, err, sizeof err);
     if (!hs) cli_die("%s", err);
-    srv.hs = hs;
+    __atomic_store_n(&srv.hs, hs, __ATOMIC_RELEASE); /* (requests may come in before it is set: in_flight) */
     const char *uhost = strchr(host, ':') ? "[::1]" : host;
     fprintf(stderr,
             "dspark serve: model %s, mode %s%s%s, context window %d x %d cache slots, up to %d requests at once, "

@@ -145,7 +145,7 @@ static int push(spec_run *r, int id, const float *row) {
     return st->n_gen == o->max_new || r->n_prompt + st->n_gen >= r->cap;
 }
 
-static int cancelled(const spec_run *r) { return r->o.cancel && *r->o.cancel; }
+static int cancelled(const spec_run *r) { return r->o.cancel && __atomic_load_n(r->o.cancel, __ATOMIC_RELAXED); }
 
 /* ---- prefill ---- */
 
