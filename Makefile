@@ -3,6 +3,8 @@
 #   make demo       deps + build + the bundled model in baseline and speculative modes
 #   make test       build and run the unit + golden test suite
 #   make test SAN=1 the same suite under AddressSanitizer + UBSan (build/san/)
+#   make test SAN=thread  under ThreadSanitizer (build/tsan/; a race ends the
+#                   process that found it, so its test fails)
 #   make bench      CPU benchmark against llama.cpp (bench/cpu-bench.sh; docs/BENCHMARKS.md)
 #   make fuzz       build the libFuzzer targets (clang) and run each briefly
 #   make cuda       build build/cuda/dspark with the CUDA backend (nvcc, sm_90a)
@@ -44,6 +46,11 @@ else ifeq ($(SAN),1)
   OPT    = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
   LDSAN  = -fsanitize=address,undefined
   BIN    = build/san/dspark
+else ifeq ($(SAN),thread)
+  BUILD  = build/tsan
+  OPT    = -O1 -fno-omit-frame-pointer -fsanitize=thread
+  LDSAN  = -fsanitize=thread
+  BIN    = build/tsan/dspark
 else
   BUILD  = build/rel
   OPT    = -O2
@@ -139,8 +146,9 @@ test-clients:
 	@scripts/fetch-test-clients
 
 test: $(TEST_BIN) $(BIN) test-assets test-clients cuda-build-check $(CUEMU_BINS)
-	DSPARK_BIN=$(abspath $(BIN)) ASAN_OPTIONS=detect_leaks=1 $(TEST_BIN) $(T)
-	@if [ -z "$(T)" ]; then $(MAKE) -s cuemu; fi
+	DSPARK_BIN=$(abspath $(BIN)) ASAN_OPTIONS=detect_leaks=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66" $(TEST_BIN) $(T)
+	@# (the emulator's fibers switch stacks, which ThreadSanitizer does not follow)
+	@if [ -z "$(T)" ] && [ "$(SAN)" != thread ]; then $(MAKE) -s cuemu; fi
 	@if [ -z "$(T)" ]; then scripts/check-layers; fi
 
 # CUDA kernels whose logic the CPU checks too (tests/cuemu/emu.h: each
