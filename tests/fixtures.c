@@ -1,4 +1,5 @@
 /* Test fixtures written at run time (too large or too arbitrary to commit). */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,4 +175,14 @@ void test_env_restore(const char *const *vars, int n, char **saved) {
         free(saved[i]);
         saved[i] = NULL;
     }
+}
+
+double test_rel_err(const float *a, const float *ref, size_t n) {
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)ref[i]);
+        if (!(d <= md)) md = d;
+        if (fabs((double)ref[i]) > mr) mr = fabs((double)ref[i]);
+    }
+    return mr > 0 ? md / mr : md;
 }

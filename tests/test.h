@@ -44,6 +44,9 @@ void test_bundled_path(char *dir, size_t n, const char *suffix);
  * prefix. */
 void test_prompt_ids(int *p, int n, int shared, unsigned seed, int V);
 void test_bundled_close(test_bundled_set *b);
+/* max |a - ref| / max |ref| over n values, the relative error the logit
+ * bounds are stated in (a NaN in a: infinitely far) */
+double test_rel_err(const float *a, const float *ref, size_t n);
 /* Copies the real Qwen3 tokenizer.json and tokenizer_config.json into dir
  * (created). 0, or -1 when they are unavailable. */
 int test_copy_qwen3_tokenizer(const char *dir);

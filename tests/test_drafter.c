@@ -88,17 +88,6 @@ static int ints(const cJSON *a, int *out, int cap) {
     return n;
 }
 
-/* max |a - b| / max |b| over n values */
-static double rel_err(const float *a, const float *b, size_t n) {
-    double md = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > md) md = d;
-        if (fabs(b[i]) > mb) mb = fabs(b[i]);
-    }
-    return mb > 0 ? md / mb : md;
-}
-
 #define TOL_CPU 2e-5
 /* With the target and drafter on a GPU the f32 sums run in other orders (K
    split over 8 warps, tensor-core accumulation) and the bf16-weight
@@ -162,7 +151,7 @@ static void golden_dirs(const char *name, const char *tdir, const char *ddir, co
     int nc;
     const float *ctx = dstate_last_ctx(ds, &nc);
     CHECK_EQ_INT(nc, np);
-    if (gctx) CHECK_MSG(rel_err(ctx, gctx, (size_t)np * H) < TOL, "%s: context features differ", name);
+    if (gctx) CHECK_MSG(test_rel_err(ctx, gctx, (size_t)np * H) < TOL, "%s: context features differ", name);
     d.commit(d.self, &anchor, 1);
     for (int r = 0; r < R && gl; r++) {
         const cJSON *gr = cJSON_GetArrayItem(rounds, r);
@@ -192,10 +181,10 @@ static void golden_dirs(const char *name, const char *tdir, const char *ddir, co
         CHECK_MSG(!memcmp(draft, gd, sizeof(int) * (size_t)rows), "%s round %d: drafts differ", name, r);
         const float *base, *mk, *conf;
         CHECK_EQ_INT(dstate_last(ds, &base, &mk, &conf), rows);
-        double e = rel_err(base, gl + (size_t)r * rows * V, (size_t)rows * V);
+        double e = test_rel_err(base, gl + (size_t)r * rows * V, (size_t)rows * V);
         CHECK_MSG(e < TOL, "%s round %d: logits rel err %.3g", name, r, e);
         if (gz) {
-            e = rel_err(mk, gz + (size_t)r * rows * V, (size_t)rows * V);
+            e = test_rel_err(mk, gz + (size_t)r * rows * V, (size_t)rows * V);
             CHECK_MSG(e < TOL, "%s round %d: Markov logits rel err %.3g", name, r, e);
         }
         const cJSON *gc = cJSON_GetObjectItem(gr, "confidence");
@@ -561,7 +550,7 @@ TEST(drafter_cache_incremental_equals_fresh) {
         const float *la, *lb;
         int ra = dstate_last(a, &la, NULL, NULL), rb = dstate_last(b, &lb, NULL, NULL);
         CHECK_EQ_INT(ra, rb);
-        CHECK_MSG(rel_err(la, lb, (size_t)ra * t.V) < 1e-5, "%s: incremental and fresh drafter logits differ",
+        CHECK_MSG(test_rel_err(la, lb, (size_t)ra * t.V) < 1e-5, "%s: incremental and fresh drafter logits differ",
                   names[di]);
         seq_free(s);
         dstate_free(a);

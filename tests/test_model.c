@@ -96,17 +96,6 @@ static void free_golden(golden *g) {
     free(g->hidden_ref);
 }
 
-/* max |a-b| / max |ref| over one row */
-static double rel_err(const float *a, const float *ref, int n) {
-    double md = 0, mr = 0;
-    for (int i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        md = d > md ? d : md;
-        mr = fabs(ref[i]) > mr ? fabs(ref[i]) : mr;
-    }
-    return mr > 0 ? md / mr : md;
-}
-
 /* Prefill the prompt (chunked by max_batch), compare all prompt rows, then
  * greedy-decode with the KV cache and compare each step's logits and ids. */
 static void check_model(const char *name, int max_batch, tpool *tp) {
@@ -131,7 +120,7 @@ static void check_model(const char *name, int max_batch, tpool *tp) {
     CHECK(model_forward(c, &b, err, sizeof err) == 0);
     double worst = 0;
     for (int r = 0; r < g.n_prompt; r++) {
-        double e = rel_err(lg + (size_t)r * V, g.logits + (size_t)r * V, V);
+        double e = test_rel_err(lg + (size_t)r * V, g.logits + (size_t)r * V, V);
         worst = e > worst ? e : worst;
     }
     /* greedy with KV cache: the next id must be the golden one */
@@ -149,7 +138,7 @@ static void check_model(const char *name, int max_batch, tpool *tp) {
         model_batch d = {.n = 1, .tokens = &g.tokens[i], .n_logits = 1, .logits = next};
         if (i + 1 < g.n_tokens) {
             CHECK(model_forward(c, &d, err, sizeof err) == 0);
-            double e = rel_err(next, g.logits + (size_t)i * V, V);
+            double e = test_rel_err(next, g.logits + (size_t)i * V, V);
             worst = e > worst ? e : worst;
         }
         row = next;
@@ -354,11 +343,11 @@ TEST(model_taps_and_truncate) {
         CHECK(model_forward(c, &b, err, sizeof err) == 0);
         CHECK_EQ_INT(mctx_len(c), T);
         for (int r = 0; r < T; r++)
-            CHECK_MSG(rel_err(lg + (size_t)r * V, g.logits + (size_t)r * V, V) <= 1e-3, "%s row %d", names[k], r);
+            CHECK_MSG(test_rel_err(lg + (size_t)r * V, g.logits + (size_t)r * V, V) <= 1e-3, "%s row %d", names[k], r);
         for (int t = 0; t < g.n_taps; t++)
             for (int r = 0; r < T; r++) {
                 size_t o = ((size_t)t * T + r) * H;
-                CHECK_MSG(rel_err(taps + o, g.hidden_ref + o, H) <= 1e-3, "%s tap layer %d row %d", names[k],
+                CHECK_MSG(test_rel_err(taps + o, g.hidden_ref + o, H) <= 1e-3, "%s tap layer %d row %d", names[k],
                           g.taps[t], r);
             }
         /* the same batch through a context that runs it in forwards of 8
@@ -373,12 +362,12 @@ TEST(model_taps_and_truncate) {
             CHECK(T > 16);
             CHECK(mctx_create(&c8, m, 128, 8, NULL, err, sizeof err) == 0);
             CHECK(model_forward(c8, &b8, err, sizeof err) == 0);
-            CHECK_MSG(rel_err(lg8, g.logits + (size_t)lastrow * V, V) <= 1e-3, "%s: last row in 8-row forwards",
+            CHECK_MSG(test_rel_err(lg8, g.logits + (size_t)lastrow * V, V) <= 1e-3, "%s: last row in 8-row forwards",
                       names[k]);
             for (int t = 0; t < g.n_taps; t++)
                 for (int r = 0; r < T; r++) {
                     size_t o = ((size_t)t * T + r) * H;
-                    CHECK_MSG(rel_err(taps8 + o, g.hidden_ref + o, H) <= 1e-3,
+                    CHECK_MSG(test_rel_err(taps8 + o, g.hidden_ref + o, H) <= 1e-3,
                               "%s tap layer %d row %d in 8-row forwards", names[k], g.taps[t], r);
                 }
             mctx_free(c8);
@@ -393,7 +382,7 @@ TEST(model_taps_and_truncate) {
         model_batch r2 = {.n = T - 15, .tokens = g.tokens + 15, .n_logits = 3, .logit_rows = rows, .logits = lg2};
         CHECK(model_forward(c, &r2, err, sizeof err) == 0);
         for (int i = 0; i < 3; i++)
-            CHECK(rel_err(lg2 + (size_t)i * V, g.logits + (size_t)(15 + rows[i]) * V, V) <= 1e-3);
+            CHECK(test_rel_err(lg2 + (size_t)i * V, g.logits + (size_t)(15 + rows[i]) * V, V) <= 1e-3);
         check_device_taps(m, c, &b, taps, names[k]);
         /* context full is an error, not a crash */
         mctx_truncate(c, 0);

@@ -70,17 +70,6 @@ static int load_qgold(qgold *g, const char *dir) {
     return 0;
 }
 
-/* max |a - ref| / max |ref| over a row */
-static double row_err(const float *a, const float *ref, int n) {
-    double md = 0, mr = 0;
-    for (int i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        md = d > md ? d : md;
-        mr = fabs(ref[i]) > mr ? fabs(ref[i]) : mr;
-    }
-    return mr > 0 ? md / mr : md;
-}
-
 /* Runs the whole sequence: prompt in one batch, the rest in batches of
  * `step` rows; returns the worst row error, and checks greedy ids. */
 static double run_fixture(const char *name, const qgold *g, model *m, int step, tpool *tp) {
@@ -101,7 +90,7 @@ static double run_fixture(const char *name, const qgold *g, model *m, int step, 
     }
     double worst = 0;
     for (int r = 0; r < g->n_tokens; r++) {
-        double e = row_err(lg + (size_t)r * V, g->logits + (size_t)r * V, V);
+        double e = test_rel_err(lg + (size_t)r * V, g->logits + (size_t)r * V, V);
         worst = e > worst ? e : worst;
     }
     /* greedy ids: position p's argmax is token p+1 of the reference,

@@ -315,16 +315,6 @@ static int forward_all(model *m, tpool *tp, const int *ids, int n, int max_batch
     return rc;
 }
 
-static double rel(const float *a, const float *ref, size_t n) {
-    double md = 0, mr = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        md = d > md ? d : md;
-        mr = fabs(ref[i]) > mr ? fabs(ref[i]) : mr;
-    }
-    return mr > 0 ? md / mr : md;
-}
-
 /* the golden tokens (prompt + transformers' greedy continuation) and
    their logits; 0 or -1 */
 static int golden(const char *name, int *tok, int *n, int *n_prompt, float **ref, int V) {
@@ -375,7 +365,7 @@ static void split_vs_whole(const char *name, const int *ranks, int n_ranks) {
             if (forward_all(mr, tp, tok, n, 64, lr) == 0)
                 for (int i = 0; i < n; i++) {
                     const float *a = lr + (size_t)i * V, *b = l1 + (size_t)i * V;
-                    double e = rel(a, b, (size_t)V), eg = ref ? rel(a, ref + (size_t)i * V, (size_t)V) : 0;
+                    double e = test_rel_err(a, b, (size_t)V), eg = ref ? test_rel_err(a, ref + (size_t)i * V, (size_t)V) : 0;
                     CHECK_MSG(e <= 1e-4, "%s at %d ranks, row %d: %.3g of the largest logit from the whole model",
                               name, ranks[k], i, e);
                     CHECK_MSG(eg <= 1e-3, "%s at %d ranks, row %d: %.3g from transformers'", name, ranks[k], i, eg);
@@ -452,7 +442,7 @@ TEST(tpar_gguf_q8_0) {
             cpu_test_group_rows(g ? 1 : 0);
             if (forward_all(m1, tp, ids, 40, 64, a) || forward_all(m2, tp, ids, 40, 64, b)) break;
             for (int i = 0; i < 40; i++) {
-                double e = rel(b + (size_t)i * V, a + (size_t)i * V, (size_t)V);
+                double e = test_rel_err(b + (size_t)i * V, a + (size_t)i * V, (size_t)V);
                 CHECK_MSG(e <= 1e-4, "Q8_0 at 2 ranks, row %d (group rows %d): %.3g", i, g, e);
                 CHECK(op_argmax(b + (size_t)i * V, V) == op_argmax(a + (size_t)i * V, V));
             }

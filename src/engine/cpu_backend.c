@@ -265,9 +265,7 @@ void cpu_layout(const model_desc *d) {
 static int cpu_model_create(void **out, const model_desc *d, int device, char *err, size_t errlen) {
     (void)device;
     *out = NULL;
-    if (d->kv_bits && !kv_bits_ok(d->kv_bits))
-        return ds_err(err, errlen, "--kv-bits %d: the CPU's KV cache stores 32, 16 or 8 bits", d->kv_bits);
-    if (check_layers(d->cfg, d->layers, err, errlen) != 0) return -1;
+    if (cpu_check_desc(d, err, errlen) != 0) return -1;
     cpu_layout(d);
     cpu_model *m = xcalloc(1, sizeof *m);
     m->d = *d;
@@ -937,8 +935,10 @@ void cpu_layer_attn(tpool *tp, cpu_scratch *s, const wlayer *L, const model_conf
     layer_attn(tp, s, L, c, kv, l, off, M, n_past);
 }
 void cpu_moe_mlp(tpool *tp, cpu_scratch *s, const wmoe *e, int M, int H) { moe_mlp(tp, s, e, M, H); }
-int cpu_check_layers(const model_config *c, const wlayer *layers, char *err, size_t errlen) {
-    return check_layers(c, layers, err, errlen);
+int cpu_check_desc(const model_desc *d, char *err, size_t errlen) {
+    if (d->kv_bits && !kv_bits_ok(d->kv_bits))
+        return ds_err(err, errlen, "--kv-bits %d: the CPU's KV cache stores 32, 16 or 8 bits", d->kv_bits);
+    return check_layers(d->cfg, d->layers, err, errlen);
 }
 int cpu_group_rows(void) { return g_group_rows; }
 void cpu_tap_copy(const model_batch *b, const float *x, int layer, int row0, int M, int H) {

@@ -40,8 +40,9 @@ void cpu_layer_attn(tpool *tp, cpu_scratch *s, const wlayer *L, const model_conf
 void cpu_moe_mlp(tpool *tp, cpu_scratch *s, const wmoe *e, int M, int H);
 /* the rows8 layout for a model's matmul weights read into memory */
 void cpu_layout(const model_desc *d);
-/* the layers' kinds this backend runs: 0, or -1 with err */
-int cpu_check_layers(const model_config *c, const wlayer *layers, char *err, size_t errlen);
+/* a target this backend runs (its KV storage and its layers' kinds): 0, or
+   -1 with err */
+int cpu_check_desc(const model_desc *d, char *err, size_t errlen);
 /* rows of a prefill group (BACKEND_GROUP_ROWS, or the tests' setting) */
 int cpu_group_rows(void);
 /* the copy of the batch's rows x [M][H] (rows row0..) into its taps of layer `layer` */

@@ -76,9 +76,7 @@ static void tp_model_free(void *bm) {
 static int tp_model_create(void **out, const model_desc *d, int device, char *err, size_t errlen) {
     (void)device;
     *out = NULL;
-    if (d->kv_bits && !kv_bits_ok(d->kv_bits))
-        return ds_err(err, errlen, "--kv-bits %d: the CPU's KV cache stores 32, 16 or 8 bits", d->kv_bits);
-    if (cpu_check_layers(d->cfg, d->layers, err, errlen) != 0) return -1;
+    if (cpu_check_desc(d, err, errlen) != 0) return -1;
     tp_model *m = xcalloc(1, sizeof *m);
     m->d = *d;
     m->ranks = d->tp_ranks;

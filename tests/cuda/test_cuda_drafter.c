@@ -41,7 +41,7 @@ static double max_diff(const float *a, const float *b, size_t n, double *mb) {
     if (mb) *mb = m;
     return md;
 }
-#define rel_err cu_rel_err
+#define rel_err test_rel_err
 
 /* top-1 minus top-2 of x[n] */
 static double margin(const float *x, int n) {

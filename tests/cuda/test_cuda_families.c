@@ -26,36 +26,20 @@
 static uint64_t rng = 0x5eed5eedULL;
 #define frand() cu_frand(&rng)
 #define fill(x, n, s) cu_fill(&rng, (x), (n), (s))
-#define rel_err cu_rel_err
+#define rel_err test_rel_err
 
 /* ---- sliding-window attention ---------------------------------------- */
 
 /* a case: {M, nh, nkv, hd, n_past, window}, a cache of n_past + M + 7
    positions, random q, k and v */
-typedef struct {
-    int M, nh, nkv, hd, np, win, cap;
-    size_t qn, kn;
-    float *q, *k, *v, scale;
-} wcase;
-
-static wcase wcase_make(const int s[6]) {
-    wcase a = {.M = s[0], .nh = s[1], .nkv = s[2], .hd = s[3], .np = s[4], .win = s[5]};
-    a.cap = a.np + a.M + 7;
-    a.qn = (size_t)a.M * a.nh * a.hd;
-    a.kn = (size_t)a.nkv * a.cap * a.hd;
-    a.q = xmalloc(sizeof(float) * a.qn);
-    a.k = xmalloc(sizeof(float) * a.kn);
-    a.v = xmalloc(sizeof(float) * a.kn);
-    fill(a.q, a.qn, 1.0f);
-    fill(a.k, a.kn, 1.0f);
-    fill(a.v, a.kn, 1.0f);
-    a.scale = 1.0f / sqrtf((float)a.hd);
+static attn_case wcase_make(const int s[6]) {
+    attn_case a = attn_case_make(&rng, s, 7);
+    a.win = s[5];
     return a;
 }
-static void wcase_free(wcase *a) { free(a->q), free(a->k), free(a->v); }
 
 /* rows m0 .. m0 + M - 1 of case a on the GPU (tiled: the prefill kernel) */
-static int wgpu(const wcase *a, float *out, int m0, int M, int tiled, char *err, size_t errlen) {
+static int wgpu(const attn_case *a, float *out, int m0, int M, int tiled, char *err, size_t errlen) {
     const int prev = cuda_test_attention_window(a->win);
     int rc = cuda_test_attention(out, a->q + (size_t)m0 * a->nh * a->hd, M, a->nh, a->nkv, a->hd, a->k, a->v, a->cap,
                                  a->np + m0, a->scale, tiled, err, errlen);
@@ -64,7 +48,7 @@ static int wgpu(const wcase *a, float *out, int m0, int M, int tiled, char *err,
 }
 
 /* the CPU's attention of case a (op_attention_kv with its window) */
-static void wcpu(const wcase *a, float *out) {
+static void wcpu(const attn_case *a, float *out) {
     kv_view w = {.bits = 32, .k = a->k, .v = a->v, .stride = a->cap};
     op_attention_kv(NULL, out, a->q, a->M, a->nh, a->nkv, a->hd, &w, a->np, a->scale, 0, a->win);
 }
@@ -82,7 +66,7 @@ TEST(cuda_attention_window_vs_cpu) {
                              {12, 4, 1, 32, 80, 1},     {3, 16, 8, 128, 20, 1000},   {33, 4, 4, 32, 7, 5},
                              {2, 6, 3, 80, 2100, 2048}, {8, 8, 1, 256, 9000, 512},   {16, 4, 2, 32, 15, 16}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        wcase a = wcase_make(shapes[s]);
+        attn_case a = wcase_make(shapes[s]);
         float *oc = xmalloc(sizeof(float) * a.qn), *og = xmalloc(sizeof(float) * a.qn);
         const size_t row = (size_t)a.nh * a.hd;
         float *one = xmalloc(sizeof(float) * row);
@@ -97,7 +81,7 @@ TEST(cuda_attention_window_vs_cpu) {
                       "window attention M=%d n_past=%d window=%d: row %d alone differs", a.M, a.np, a.win, m);
         }
         free(oc), free(og), free(one);
-        wcase_free(&a);
+        attn_case_free(&a);
     }
 }
 
@@ -114,7 +98,7 @@ TEST(cuda_attention_window_same_bits) {
     for (size_t k = 0; k < 3; k++) {
         const int prev = sets[k](0);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-            wcase a = wcase_make(shapes[s]);
+            attn_case a = wcase_make(shapes[s]);
             float *o0 = xmalloc(sizeof(float) * a.qn), *o1 = xmalloc(sizeof(float) * a.qn);
             memset(o1, 0xff, sizeof(float) * a.qn);
             sets[k](0);
@@ -124,7 +108,7 @@ TEST(cuda_attention_window_same_bits) {
             CHECK_MSG(!memcmp(o0, o1, sizeof(float) * a.qn), "window attention, %s: M=%d n_past=%d window=%d differ",
                       names[k], a.M, a.np, a.win);
             free(o0), free(o1);
-            wcase_free(&a);
+            attn_case_free(&a);
         }
         sets[k](prev);
     }
@@ -145,7 +129,7 @@ TEST(cuda_attention_tiled_window_vs_cpu) {
     for (int pass = 0; pass < 2; pass++) {
         cuda_test_attention_wg(pass ? 0 : -1);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-            wcase a = wcase_make(shapes[s]);
+            attn_case a = wcase_make(shapes[s]);
             const size_t row = (size_t)a.nh * a.hd;
             const char *kind = cuda_test_attn_wg_ready(a.hd) ? "wgmma" : "mma.sync";
             float *oc = xmalloc(sizeof(float) * a.qn), *og = xmalloc(sizeof(float) * a.qn),
@@ -165,7 +149,7 @@ TEST(cuda_attention_tiled_window_vs_cpu) {
                           kind, a.M, a.win, m0);
             }
             free(oc), free(og), free(o2);
-            wcase_free(&a);
+            attn_case_free(&a);
         }
     }
     cuda_test_attention_wg(prev);

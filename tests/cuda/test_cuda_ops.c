@@ -17,7 +17,7 @@
 static uint64_t rng = 0x1234567ULL;
 #define frand() cu_frand(&rng)
 #define fill(x, n, s) cu_fill(&rng, (x), (n), (s))
-#define rel_err cu_rel_err
+#define rel_err test_rel_err
 
 static void *make_weights(ds_dtype dt, const float *w, size_t n) {
     void *p = xmalloc(n * dtype_size(dt));
@@ -136,31 +136,6 @@ TEST(cuda_rmsnorm_rope_embed_vs_cpu) {
     free(ef), free(yc), free(yg);
 }
 
-/* one attention test case: shape {M, nh, nkv, hd, n_past}, a cache of
-   n_past + M + slack positions, random q, k and v */
-typedef struct {
-    int M, nh, nkv, hd, np, cap;
-    size_t qn, kn;
-    float *q, *k, *v, scale;
-} attn_case;
-
-static attn_case attn_case_make(const int shape[5], int slack) {
-    attn_case a = {.M = shape[0], .nh = shape[1], .nkv = shape[2], .hd = shape[3], .np = shape[4]};
-    a.cap = a.np + a.M + slack;
-    a.qn = (size_t)a.M * a.nh * a.hd;
-    a.kn = (size_t)a.nkv * a.cap * a.hd;
-    a.q = xmalloc(sizeof(float) * a.qn);
-    a.k = xmalloc(sizeof(float) * a.kn);
-    a.v = xmalloc(sizeof(float) * a.kn);
-    fill(a.q, a.qn, 1.0f);
-    fill(a.k, a.kn, 1.0f);
-    fill(a.v, a.kn, 1.0f);
-    a.scale = 1.0f / sqrtf((float)a.hd);
-    return a;
-}
-
-static void attn_case_free(attn_case *a) { free(a->q), free(a->k), free(a->v); }
-
 /* cuda_test_attention on case a (tiled: the prefill kernel), into out */
 static int attn_case_gpu(const attn_case *a, float *out, int M, int np, int tiled, char *err, size_t errlen) {
     return cuda_test_attention(out, a->q + (size_t)(a->M - M) * a->nh * a->hd, M, a->nh, a->nkv, a->hd, a->k, a->v,
@@ -177,7 +152,7 @@ TEST(cuda_attention_vs_cpu) {
                              {33, 4, 4, 32, 7}, {2, 6, 3, 80, 1000},  {12, 32, 8, 128, 600}, {10, 16, 2, 64, 70},
                              {1, 8, 2, 256, 300}, {6, 8, 4, 256, 130}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        attn_case a = attn_case_make(shapes[s], 5);
+        attn_case a = attn_case_make(&rng, shapes[s], 5);
         int M = a.M, nh = a.nh, hd = a.hd;
         float *oc = xmalloc(sizeof(float) * a.qn), *og = xmalloc(sizeof(float) * a.qn);
         op_attention(NULL, oc, a.q, M, nh, a.nkv, hd, a.k, a.v, a.cap, a.np, a.scale);
@@ -232,7 +207,7 @@ static void attn_shapes_same_bits(int slack, int (*set)(int), const char *what) 
     char err[512];
     int prev_s = cuda_test_attention_spread(0);
     for (size_t s = 0; s < sizeof attn_switch_shapes / sizeof attn_switch_shapes[0]; s++) {
-        attn_case a = attn_case_make(attn_switch_shapes[s], slack);
+        attn_case a = attn_case_make(&rng, attn_switch_shapes[s], slack);
         CHECK_MSG(attn_case_same_bits(&a, set, err, sizeof err), "%s: %s", what, err);
         attn_case_free(&a);
     }
@@ -253,7 +228,7 @@ TEST(cuda_attention_spread_same_bits) {
                              {2, 16, 8, 128, 1500}};
     int prev = cuda_test_attention_spread(0);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        attn_case a = attn_case_make(shapes[s], 70);
+        attn_case a = attn_case_make(&rng, shapes[s], 70);
         CHECK_MSG(attn_case_same_bits(&a, cuda_test_attention_spread, err, sizeof err), "spread attention: %s", err);
         attn_case_free(&a);
     }
@@ -281,7 +256,7 @@ TEST(cuda_attention_early_same_bits) {
                              {1, 16, 2, 64, 8000}};
     int prev_e = cuda_test_attention_early(1), prev_s = cuda_test_attention_spread(0);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        attn_case a = attn_case_make(shapes[s], 70);
+        attn_case a = attn_case_make(&rng, shapes[s], 70);
         for (int spread = 0; spread < 2; spread++) {
             cuda_test_attention_spread(spread);
             CHECK_MSG(attn_case_same_bits(&a, cuda_test_attention_early, err, sizeof err),
@@ -324,7 +299,7 @@ TEST(cuda_attention_tiled_vs_cpu) {
     for (int pass = 0; pass < 2; pass++) {
         cuda_test_attention_wg(pass ? 0 : -1);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-            attn_case a = attn_case_make(shapes[s], 3);
+            attn_case a = attn_case_make(&rng, shapes[s], 3);
             int M = a.M, nh = a.nh, hd = a.hd;
             float *oc = xmalloc(sizeof(float) * a.qn), *og = xmalloc(sizeof(float) * a.qn);
             float *o2 = xmalloc(sizeof(float) * a.qn);
@@ -516,7 +491,7 @@ TEST(cuda_matmul_cut_same_bits) {
     /* the attention's combine: its pre-cut copy of every row */
     const int att[][5] = {{1, 32, 8, 128, 500}, {16, 32, 8, 128, 70}, {3, 8, 2, 64, 2000}, {9, 16, 4, 128, 5000}};
     for (size_t s = 0; s < sizeof att / sizeof att[0]; s++) {
-        attn_case a = attn_case_make(att[s], 20);
+        attn_case a = attn_case_make(&rng, att[s], 20);
         float *o = xmalloc(sizeof(float) * a.qn);
         uint32_t *oc = xmalloc(sizeof(uint32_t) * a.qn);
         memset(oc, 0xff, sizeof(uint32_t) * a.qn);

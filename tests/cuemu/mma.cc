@@ -418,6 +418,13 @@ static void run_embed(int M, int V, int H) {
     printf("  %-44s the tokens' rows\n", what);
 }
 
+/* 1 / rms of a row (eps 1e-6), in double: the norms' reference */
+static double rms_inv(const float *row, int D) {
+    double ss = 0;
+    for (int i = 0; i < D; i++) ss += (double)row[i] * row[i];
+    return 1.0 / sqrt(ss / D + 1e-6);
+}
+
 /* cu_rmsnorm (a block a row, a fixed tree) against a double reference */
 static void run_rmsnorm(int M, int D) {
     std::vector<float> x((size_t)M * D), w(D), y((size_t)M * D, NAN);
@@ -426,9 +433,7 @@ static void run_rmsnorm(int M, int D) {
     cu_rmsnorm(G, y.data(), x.data(), w.data(), M, D, 1e-6f);
     double err = 0;
     for (int m = 0; m < M; m++) {
-        double ss = 0;
-        for (int i = 0; i < D; i++) ss += (double)x[(size_t)m * D + i] * x[(size_t)m * D + i];
-        const double r = 1.0 / sqrt(ss / D + 1e-6);
+        const double r = rms_inv(&x[(size_t)m * D], D);
         for (int i = 0; i < D; i++) {
             const double want = w[i] * x[(size_t)m * D + i] * r, got = y[(size_t)m * D + i];
             err = got != got ? INFINITY : fmax(err, fabs(got - want) / (fabs(want) + 1e-3));
@@ -485,9 +490,7 @@ static void run_elem(int M, int D) {
     cu_rmsnorm_add(G, xa.data(), y.data(), w.data(), M, D, 1e-6f);
     double ea = 0;
     for (int m = 0; m < M; m++) {
-        double ss = 0;
-        for (int i = 0; i < D; i++) ss += (double)y[(size_t)m * D + i] * y[(size_t)m * D + i];
-        const double r = 1.0 / sqrt(ss / D + 1e-6);
+        const double r = rms_inv(&y[(size_t)m * D], D);
         for (int i = 0; i < D; i++) {
             const size_t k = (size_t)m * D + i;
             const double want = x[k] + w[i] * y[k] * r;
