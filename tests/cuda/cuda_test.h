@@ -13,6 +13,7 @@
 
 #include "base/util.h"
 #include "engine/cuda/cuda_backend.h"
+#include "engine/tensor.h"
 #include "test.h"
 
 /* uniform in [-1, 1) from a xorshift64 state */
@@ -33,6 +34,17 @@ static inline int cu_have_gpu(const char *file, int line) {
     return 0;
 }
 #define have_gpu() cu_have_gpu(__FILE__, __LINE__)
+
+/* w[0 .. n) as a weight matrix of type dt (bf16, f16 or f32; allocated) */
+static inline void *make_weights(ds_dtype dt, const float *w, size_t n) {
+    void *p = xmalloc(n * dtype_size(dt));
+    for (size_t i = 0; i < n; i++) {
+        if (dt == DT_BF16) ((uint16_t *)p)[i] = ds_f32_to_bf16(w[i]);
+        else if (dt == DT_F16) ((uint16_t *)p)[i] = ds_f32_to_f16(w[i]);
+        else ((float *)p)[i] = w[i];
+    }
+    return p;
+}
 
 /* one attention test case: shape {M, nh, nkv, hd, n_past}, a cache of
    n_past + M + slack positions, random q, k and v from *s; win: a sliding

@@ -157,16 +157,6 @@ TEST(cuda_attention_tiled_window_vs_cpu) {
 
 /* ---- GELU gating and the steps around the matmuls --------------------- */
 
-static void *make_weights(ds_dtype dt, const float *w, size_t n) {
-    void *p = xmalloc(n * dtype_size(dt));
-    for (size_t i = 0; i < n; i++) {
-        if (dt == DT_BF16) ((uint16_t *)p)[i] = ds_f32_to_bf16(w[i]);
-        else if (dt == DT_F16) ((uint16_t *)p)[i] = ds_f32_to_f16(w[i]);
-        else ((float *)p)[i] = w[i];
-    }
-    return p;
-}
-
 /* the CPU's GELU-gated MLP input of x (RMSNorm first with g when not NULL):
    y = gelu_tanh(x.W1^T) * (x.W2^T); c, xn scratch of y's and x's size */
 static void cpu_geglu(float *y, float *c, float *xn, const float *x, const float *g, int M, int N, int K,

@@ -19,16 +19,6 @@ static uint64_t rng = 0x1234567ULL;
 #define fill(x, n, s) cu_fill(&rng, (x), (n), (s))
 #define rel_err test_rel_err
 
-static void *make_weights(ds_dtype dt, const float *w, size_t n) {
-    void *p = xmalloc(n * dtype_size(dt));
-    for (size_t i = 0; i < n; i++) {
-        if (dt == DT_BF16) ((uint16_t *)p)[i] = ds_f32_to_bf16(w[i]);
-        else if (dt == DT_F16) ((uint16_t *)p)[i] = ds_f32_to_f16(w[i]);
-        else ((float *)p)[i] = w[i];
-    }
-    return p;
-}
-
 TEST(cuda_device) {
     if (!have_gpu()) return;
     char d[256];
