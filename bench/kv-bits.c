@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
         for (int b = 0; b < 3; b++) {
             char err[256];
             kv_cache *kv;
-            if (kv_create(&kv, L, nkv, hd, T + 16, bits[b], err, sizeof err) != 0) {
+            if (kv_create(&kv, NULL, L, nkv, hd, T + 16, bits[b], err, sizeof err) != 0) {
                 fprintf(stderr, "%s\n", err);
                 return 1;
             }

@@ -52,7 +52,7 @@ TEST(kvbits_row_rules) {
     CHECK(!kv_bits_ok(4) && kv_bits_ok(8) && kv_bits_ok(16) && kv_bits_ok(32));
     char err[256];
     kv_cache *kv;
-    CHECK(kv_create(&kv, 1, 1, 8, 4, 12, err, sizeof err) != 0);
+    CHECK(kv_create(&kv, NULL, 1, 1, 8, 4, 12, err, sizeof err) != 0);
     CHECK(kv_bytes_per_pos(28, 8, 128, 32) == 229376 && kv_bytes_per_pos(28, 8, 128, 16) == 114688 &&
           kv_bytes_per_pos(28, 8, 128, 8) == 59136);
 }
@@ -74,8 +74,8 @@ TEST(kvbits_store_and_attention) {
     char err[256];
     for (int b = 0; b < 2; b++) {
         kv_cache *a, *c;
-        CHECK(kv_create(&a, L, NKV, HD, CAP, bits[b], err, sizeof err) == 0);
-        CHECK(kv_create(&c, L, NKV, HD, CAP, bits[b], err, sizeof err) == 0);
+        CHECK(kv_create(&a, NULL, L, NKV, HD, CAP, bits[b], err, sizeof err) == 0);
+        CHECK(kv_create(&c, NULL, L, NKV, HD, CAP, bits[b], err, sizeof err) == 0);
         const int n = NP + M;
         for (int l = 0; l < L; l++) kv_store(a, l, k, v, n); /* one batch */
         kv_commit(a, n);
@@ -84,19 +84,22 @@ TEST(kvbits_store_and_attention) {
             kv_commit(c, 1);
         }
         kv_view wa = kv_layer(a, 1), wc = kv_layer(c, 1);
-        size_t eb = (size_t)NKV * CAP * HD * (size_t)(bits[b] / 8);
-        CHECK(!memcmp(wa.k, wc.k, eb) && !memcmp(wa.v, wc.v, eb));
-        if (bits[b] == 8) CHECK(!memcmp(wa.ks, wc.ks, sizeof(float) * NKV * CAP));
-        /* the widened copy */
+        /* the same stored bits, and the widened copy (positions past the
+           first page: the kernels read the rows page by page) */
+        const size_t rb = (size_t)HD * (size_t)(bits[b] / 8);
         for (int g = 0; g < NKV; g++)
             for (int t = 0; t < n; t++) {
                 size_t at = ((size_t)g * CAP + (size_t)t);
-                if (bits[b] == 16) {
-                    kv_dequant_f16((const uint16_t *)wa.k + at * HD, HD, kw + at * HD);
-                    kv_dequant_f16((const uint16_t *)wa.v + at * HD, HD, vw + at * HD);
-                } else {
-                    kv_dequant_i8((const int8_t *)wa.k + at * HD, wa.ks[at], HD, kw + at * HD);
-                    kv_dequant_i8((const int8_t *)wa.v + at * HD, wa.vs[at], HD, vw + at * HD);
+                for (int w = 0; w < 2; w++) {
+                    const void *ra = kv_view_row(&wa, w, g, t, HD), *rc = kv_view_row(&wc, w, g, t, HD);
+                    CHECK(!memcmp(ra, rc, rb));
+                    float *dst = (w ? vw : kw) + at * HD;
+                    if (bits[b] == 16) {
+                        kv_dequant_f16(ra, HD, dst);
+                    } else {
+                        CHECK(*kv_view_scale(&wa, w, g, t) == *kv_view_scale(&wc, w, g, t));
+                        kv_dequant_i8(ra, *kv_view_scale(&wa, w, g, t), HD, dst);
+                    }
                 }
             }
         for (int simd = 0; simd < 2; simd++) {

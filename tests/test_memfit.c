@@ -39,8 +39,10 @@ TEST(memfit_estimate_numbers) {
     CHECK_EQ_INT(per, 114688);
     memfit_config_bytes(&c, 8, 64, &fixed, &per);
     CHECK_EQ_INT(per, 59136); /* 2 x 28 x 8 x (128 + 4) */
-    /* fixed: 64 rows of activations and 65 logits rows */
-    CHECK_EQ_INT(fixed, 4 * 64 * (2 * 1024 + 2 * 2048 + 2 * 1024 + 2 * 3072) + 4 * 64 + 4 * 65 * 151936);
+    /* fixed: 64 rows of activations, 65 logits rows and a page of each
+       layer's cache (the one the length is in: 128 positions) */
+    CHECK_EQ_INT(fixed, 4 * 64 * (2 * 1024 + 2 * 2048 + 2 * 1024 + 2 * 3072) + 4 * 64 + 4 * 65 * 151936 +
+                            28 * 128 * (2 * 8 * (128 + 4)));
 
     /* 16 GiB free: budget = 16 GiB - 256 MiB - 16 GiB / 20 */
     memfit_in in = {.avail = 16 * GiB, .weights = 1 * GiB, .fixed = 0, .per_pos = 229376, .slots = 2,
@@ -99,8 +101,10 @@ TEST(memfit_model_window_cut) {
     const model_config *c = model_cfg(m);
     size_t per = kv_bytes_per_pos(c->n_layers, c->n_kv_heads, c->head_dim, 32);
     size_t b0 = model_ctx_bytes(m, 0, 256, 0);
-    CHECK_EQ_INT(model_ctx_bytes(m, 1000, 256, 0) - b0, per * 1000);
-    CHECK_EQ_INT(model_ctx_bytes(m, 1000, 256, 8) - b0, kv_bytes_per_pos(c->n_layers, c->n_kv_heads, c->head_dim, 8) * 1000);
+    /* whole pages: 1000 positions take 8 of 128 a layer */
+    CHECK_EQ_INT(model_ctx_bytes(m, 1000, 256, 0) - b0, per * 1024);
+    CHECK_EQ_INT(model_ctx_bytes(m, 1000, 256, 8) - b0,
+                 kv_page_bytes(c->n_kv_heads, c->head_dim, 8) * 8 * (size_t)c->n_layers);
     /* room for 1100 positions: avail = reserve + fixed + 1100 x per */
     size_t room = b0 + 1100 * per;
     size_t avail = (size_t)((double)(room + MEMFIT_RESERVE_MIN) / (1.0 - 1.0 / MEMFIT_RESERVE_DIV)) + 1;
@@ -250,16 +254,19 @@ TEST(memfit_config_windows) {
     c.vocab_size = 1000;
     size_t f0, p0, f1, p1;
     memfit_config_bytes(&c, 32, 8, &f0, &p0);
-    const size_t layer = kv_bytes_per_pos(1, 2, 16, 32);
-    CHECK(p0 == 6 * layer);
+    const size_t layer = kv_bytes_per_pos(1, 2, 16, 32), page = kv_page_bytes(2, 16, 32);
+    CHECK(page == KV_PAGE * layer); /* (32 KiB: whole system pages) */
+    CHECK(p0 == 6 * layer && f0 >= 6 * page);
     c.sliding_window = 512;
     for (int l = 0; l < 6; l++) c.sliding[l] = (l + 1) % 6 != 0; /* five slide */
     memfit_config_bytes(&c, 32, 8, &f1, &p1);
     CHECK(p1 == 1 * layer);
-    CHECK(f1 == f0 + 5 * layer * (size_t)(512 + 2 * KV_SLACK));
-    /* what a cache of n positions keeps, by the same rule */
+    /* a sliding layer: its window, the slack and two pages; a full one: a
+       page beside its share a position */
+    CHECK(f1 + 5 * page == f0 + 5 * layer * (size_t)(512 + 2 * KV_SLACK + 2 * KV_PAGE));
+    /* what a cache of n positions keeps, by the same rule, in whole pages */
     int win[6] = {512, 512, 512, 512, 512, 0};
-    CHECK(kv_bytes_resident(6, 2, 16, 32, win, 100000) == (5 * (size_t)(512 + 2 * KV_SLACK) + 100000) * layer);
-    CHECK(kv_bytes_resident(6, 2, 16, 32, win, 600) == 6 * (size_t)600 * layer);
-    CHECK(kv_bytes_resident(6, 2, 16, 32, NULL, 600) == 6 * (size_t)600 * layer);
+    CHECK(kv_bytes_resident(6, 2, 16, 32, win, 100000) == (5 * (size_t)(512 + 2 * KV_SLACK + 2 * KV_PAGE) + 100096) * layer);
+    CHECK(kv_bytes_resident(6, 2, 16, 32, win, 600) == 6 * (size_t)640 * layer);
+    CHECK(kv_bytes_resident(6, 2, 16, 32, NULL, 600) == 6 * (size_t)640 * layer);
 }

@@ -540,7 +540,8 @@ TEST(ops_attention_window) {
         double *ref = malloc(nq * sizeof(double));
         const float scale = 1.0f / sqrtf((float)hd);
         attn_ref_w(ref, q, M, nh, nkv, hd, k, v, stride, np, scale, W);
-        kv_view w = {.bits = 32, .k = k, .v = v, .stride = stride};
+        const void *kp[1] = {k}, *vp[1] = {v};
+        kv_view w = {.bits = 32, .k = kp, .v = vp, .plen = stride, .shift = KV_FLAT_SHIFT};
         for (int mode = 0; mode < n_modes(); mode++) {
             ops_use_simd(mode);
             op_attention_kv(tp, out, q, M, nh, nkv, hd, &w, np, scale, 0, W);

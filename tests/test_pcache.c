@@ -25,13 +25,15 @@
 #define PK_NEW 40
 #define BK PCACHE_BLOCK
 
+/* at every --kv-bits with blocks by reference (the CPU's pages), then
+   with copied rows (two tensor-parallel ranks, whose caches copy) */
 TEST(pcache_target_bits) {
-    const int bits[] = {32, 16, 8};
-    for (int k = 0; k < 3; k++) {
+    const int bits[] = {32, 16, 8, 32};
+    for (int k = 0; k < 4; k++) {
         char dir[700], err[512];
         test_bundled_path(dir, sizeof dir, "");
         model *m;
-        model_load_opts lo = {.kv_bits = bits[k]};
+        model_load_opts lo = {.kv_bits = bits[k], .tensor_parallel = k == 3 ? 2 : 0};
         if (model_load(&m, dir, &lo, err, sizeof err) != 0) {
             test_fail(__FILE__, __LINE__, "%s", err);
             return;
@@ -48,9 +50,13 @@ TEST(pcache_target_bits) {
         test_prompt_ids(pb, nb, shared, 9, V);
         float *la = xmalloc(sizeof(float) * (size_t)V), *lb = xmalloc(sizeof(float) * (size_t)V),
               *lc = xmalloc(sizeof(float) * (size_t)V);
+        CHECK_EQ_INT(seq_block_rows(a), k == 3 ? 0 : BK);
         pcache *pc = pcache_new((size_t)1 << 30);
         CHECK(seq_prefill(a, pa, na, la, err, sizeof err) == na);
         CHECK_MSG(pcache_store(pc, a, NULL, NULL, err, sizeof err) == 3, "%s", err);
+        const size_t rb = seq_pos_bytes(a) * 3 * BK;
+        unsigned char *want = xmalloc(rb), *got = xmalloc(rb);
+        CHECK(seq_save_rows(a, 0, 3 * BK, want, err, sizeof err) == 0);
         CHECK_EQ_INT(pcache_store(pc, a, NULL, NULL, err, sizeof err), 0); /* all there already */
         CHECK_EQ_INT(pcache_match(pc, pa, na, 0), 3 * BK);
         CHECK_EQ_INT(pcache_match(pc, pb, nb, 0), 2 * BK); /* the third block differs */
@@ -81,6 +87,20 @@ TEST(pcache_target_bits) {
         CHECK(st.bytes <= st.budget);
         CHECK_EQ_INT((int)st.lookups, 4);
         CHECK_EQ_INT((int)st.hits, 3);
+        /* a writes other ids over rows it stored (a shared page is copied
+           first): the blocks still read as stored */
+        int pd[3 * BK + 20];
+        memcpy(pd, pa, sizeof pd);
+        for (int i = BK + 10; i < na; i++) pd[i] = (pa[i] + 1) % (V - 200);
+        seq_truncate(a, BK + 10);
+        CHECK_EQ_INT(seq_prefill(a, pd, na, la, err, sizeof err), na - BK - 10);
+        CHECK(seq_save_rows(a, 0, 3 * BK, got, err, sizeof err) == 0);
+        CHECK(memcmp(got, want, rb) != 0); /* (a holds other rows now) */
+        seq_reset(b);
+        CHECK_EQ_INT(pcache_load(pc, b, NULL, pa, na, 0, na - 1, err, sizeof err), 3 * BK);
+        CHECK(seq_save_rows(b, 0, 3 * BK, got, err, sizeof err) == 0);
+        CHECK_MSG(memcmp(got, want, rb) == 0, "kv %d: a cached block changed under its source's writes", bits[k]);
+        free(want), free(got);
         free(la), free(lb), free(lc);
         pcache_free(pc);
         seq_free(a), seq_free(b), seq_free(c);

@@ -101,6 +101,23 @@ typedef struct backend {
     int (*ctx_kept_from)(const void *bc);
     int (*ctx_save)(void *bc, int pos0, int n, void *host, char *err, size_t errlen);
     int (*ctx_load)(void *bc, int pos0, int n, const void *host, char *err, size_t errlen);
+    /* Blocks by reference (the prefix cache without copies; NULL where the
+       backend copies rows instead): block_rows positions a block;
+       ctx_block_take returns a handle that holds the rows of block b
+       (positions [b * block_rows, (b+1) * block_rows), whole, below the
+       context's length and at or above its kept_from) by reference, NULL
+       when it cannot; ctx_block_put makes them block b of a context of the
+       same model (b * block_rows at most its length: it is cut there
+       first) and sets its length to the block's end, so it then reads as
+       the context they came from did; block_drop gives a handle back. A
+       context that writes into rows it shares copies them first. */
+    int block_rows;
+    /* the contexts' cache pages: bytes of one, how many are held and how
+       many of them more than one holder shares (NULL: none) */
+    void (*kv_pages)(const void *bm, size_t *page_bytes, int64_t *held, int64_t *shared);
+    void *(*ctx_block_take)(void *bc, int b);
+    int (*ctx_block_put)(void *bc, int b, const void *h, char *err, size_t errlen);
+    void (*block_drop)(void *h);
     /* model_forward on this backend (b already validated by model.c) */
     int (*forward)(void *bc, const struct model_batch_s *b, char *err, size_t errlen);
     /* model_forward_multi on this backend (2 or more distinct contexts of

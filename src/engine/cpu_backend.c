@@ -208,6 +208,7 @@ typedef struct {
     model_desc d;
     int quant; /* a layer matmul is quantized: the prefill family runs */
     int *window; /* [n_layers]: each layer's sliding window, 0 for none (kv.h kv_set_windows) */
+    kv_pool *pool; /* the contexts' KV pages: contexts share a prefix's pages */
     cpu_multi *multi;
 } cpu_model;
 
@@ -271,6 +272,7 @@ static int cpu_model_create(void **out, const model_desc *d, int device, char *e
     m->d = *d;
     m->multi = xcalloc(1, sizeof *m->multi);
     pthread_mutex_init(&m->multi->mu, NULL);
+    m->pool = kv_pool_new(d->cfg->n_kv_heads, d->cfg->head_dim, d->kv_bits ? d->kv_bits : 32);
     m->window = xcalloc((size_t)d->cfg->n_layers, sizeof(int));
     for (int l = 0; l < d->cfg->n_layers; l++) m->window[l] = d->layers[l].attn == ATTN_CAUSAL ? d->layers[l].window : 0;
     for (int l = 0; l < d->cfg->n_layers; l++) {
@@ -292,6 +294,7 @@ static void cpu_model_free(void *bm) {
     free(m->multi->logits);
     free(m->multi);
     free(m->window);
+    kv_pool_unref(m->pool);
     free(m);
 }
 
@@ -312,7 +315,7 @@ static int cpu_ctx_create(void **out, void *bm, int n_ctx, int max_batch, tpool 
     const cpu_model *m = bm;
     const model_config *c = m->d.cfg;
     cpu_ctx *x = xcalloc(1, sizeof *x);
-    if (kv_create(&x->kv, c->n_layers, c->n_kv_heads, c->head_dim, n_ctx, m->d.kv_bits ? m->d.kv_bits : 32, err,
+    if (kv_create(&x->kv, m->pool, c->n_layers, c->n_kv_heads, c->head_dim, n_ctx, m->d.kv_bits ? m->d.kv_bits : 32, err,
                   errlen) != 0) {
         free(x);
         return -1;
@@ -377,6 +380,39 @@ static size_t cpu_ctx_pos_bytes(const void *bm) {
 static int cpu_ctx_kept_from(const void *bc) { return kv_kept_from(((const cpu_ctx *)bc)->kv); }
 static int cpu_ctx_save(void *bc, int pos0, int n, void *host, char *err, size_t errlen) {
     return kv_rows_err(((cpu_ctx *)bc)->kv, pos0, n, host, 1, "cache", err, errlen);
+}
+/* a block by reference: one page a layer (kv.h kv_pages_take) */
+typedef struct {
+    int n;
+    kv_page *pages[];
+} cpu_block;
+static void *cpu_ctx_block_take(void *bc, int b) {
+    kv_cache *kv = ((cpu_ctx *)bc)->kv;
+    cpu_block *k = xmalloc(sizeof *k + sizeof(kv_page *) * (size_t)kv_layers(kv));
+    k->n = kv_layers(kv);
+    if (kv_pages_take(kv, b, k->pages) != 0) {
+        free(k);
+        return NULL;
+    }
+    return k;
+}
+static int cpu_ctx_block_put(void *bc, int b, const void *h, char *err, size_t errlen) {
+    kv_cache *kv = ((cpu_ctx *)bc)->kv;
+    const cpu_block *k = h;
+    if (k->n != kv_layers(kv) || kv_pages_put(kv, b, k->pages) != 0)
+        return ds_err(err, errlen, "cache block %d: its pages do not fit this context (it holds %d, takes %d)", b,
+                      kv_len(kv), kv_capacity(kv));
+    return 0;
+}
+static void cpu_kv_pages(const void *bm, size_t *page_bytes, int64_t *held, int64_t *shared) {
+    kv_pool_stats st;
+    kv_pool_get_stats(((const cpu_model *)bm)->pool, &st);
+    *page_bytes = st.page_bytes, *held = st.pages, *shared = st.shared;
+}
+static void cpu_block_drop(void *h) {
+    cpu_block *k = h;
+    kv_pages_drop(k->pages, k->n);
+    free(k);
 }
 static int cpu_ctx_load(void *bc, int pos0, int n, const void *host, char *err, size_t errlen) {
     return kv_rows_err(((cpu_ctx *)bc)->kv, pos0, n, (void *)host, 0, "cache", err, errlen);
@@ -679,7 +715,7 @@ static int cpu_dstate_create(void **out, void *bdm, int cap, tpool *tp, char *er
     cpu_dstate *s = xcalloc(1, sizeof *s);
     /* the drafter's cache stays f32 whatever the target's --kv-bits: it is
        a few layers deep, and its drafts never change what is emitted */
-    if (kv_create(&s->kv, b->n_layers, b->n_kv_heads, b->head_dim, cap, 32, err, errlen) != 0) {
+    if (kv_create(&s->kv, NULL, b->n_layers, b->n_kv_heads, b->head_dim, cap, 32, err, errlen) != 0) {
         free(s);
         return -1;
     }
@@ -891,6 +927,11 @@ const backend backend_cpu = {
     .ctx_kept_from = cpu_ctx_kept_from,
     .ctx_save = cpu_ctx_save,
     .ctx_load = cpu_ctx_load,
+    .block_rows = KV_PAGE,
+    .kv_pages = cpu_kv_pages,
+    .ctx_block_take = cpu_ctx_block_take,
+    .ctx_block_put = cpu_ctx_block_put,
+    .block_drop = cpu_block_drop,
     .ctx_bytes = cpu_ctx_bytes,
     .forward = cpu_forward,
     .forward_multi = cpu_forward_multi,

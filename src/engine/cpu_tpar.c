@@ -134,7 +134,7 @@ static int tp_ctx_create(void **out, void *bm, int n_ctx, int max_batch, tpool *
     x->s = xcalloc((size_t)R, sizeof *x->s);
     x->lg = xcalloc((size_t)R, sizeof *x->lg);
     for (int r = 0; r < R; r++) {
-        if (kv_create(&x->kv[r], c->n_layers, m->tm->plan.kv_heads, c->head_dim, n_ctx, kv_bits_of(m), err, errlen) !=
+        if (kv_create(&x->kv[r], NULL, c->n_layers, m->tm->plan.kv_heads, c->head_dim, n_ctx, kv_bits_of(m), err, errlen) !=
             0) {
             tp_ctx_free(x);
             return -1;
@@ -403,6 +403,12 @@ static void table_init(void) {
     g_table.ctx_kept_from = tp_ctx_kept_from;
     g_table.ctx_save = tp_ctx_save;
     g_table.ctx_load = tp_ctx_load;
+    /* each rank's cache in a pool of its own: blocks travel as copies */
+    g_table.block_rows = 0;
+    g_table.kv_pages = NULL;
+    g_table.ctx_block_take = NULL;
+    g_table.ctx_block_put = NULL;
+    g_table.block_drop = NULL;
     g_table.forward = tp_forward;
     g_table.forward_multi = NULL;   /* the sequences in turn */
     g_table.tensor_parallel = NULL; /* a split model splits no further */

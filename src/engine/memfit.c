@@ -97,16 +97,19 @@ void memfit_config_bytes(const model_config *c, int kv_bits, int max_batch, size
     size_t QD = (size_t)c->n_heads * (size_t)c->head_dim, KD = (size_t)c->n_kv_heads * (size_t)c->head_dim;
     *fixed = sizeof(float) * B * (2 * H + 2 * QD + 2 * KD + 2 * I) + sizeof(int) * B +
              sizeof(float) * (size_t)MODEL_SAMPLE_ROWS * (size_t)c->vocab_size;
-    /* sliding layers keep about their window (kv.h kv_bytes_resident): a
-       fixed cost, the others one row a position */
+    /* the cache in pages (kv.h kv_bytes_resident): sliding layers keep
+       about their window, a fixed cost; the others a page's share a
+       position and up to a page more (the one the length is in) */
     const int bits = kv_bits ? kv_bits : 32;
-    const size_t layer = kv_bytes_per_pos(1, c->n_kv_heads, c->head_dim, bits);
+    const size_t page = kv_page_bytes(c->n_kv_heads, c->head_dim, bits);
     int full = 0;
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->sliding_window > 0 && c->sliding[l]) *fixed += layer * (size_t)(c->sliding_window + 2 * KV_SLACK);
+        if (c->sliding_window > 0 && c->sliding[l])
+            *fixed += page * (size_t)((c->sliding_window + 2 * KV_SLACK) / KV_PAGE + 2);
         else full++;
     }
-    *per_pos = layer * (size_t)full;
+    *fixed += page * (size_t)full;
+    *per_pos = page / KV_PAGE * (size_t)full;
 }
 
 /* the estimate's inputs for model m at kv_bits */

@@ -257,8 +257,13 @@ size_t model_ctx_bytes(const model *m, int n_ctx, int max_batch, int kv_bits) {
     if (kv_bits && kv_bits != m->desc.kv_bits) { /* the same context with the cache in another storage */
         /* the KV heads the contexts store: one a rank where a split replicates them (tpar.h) */
         const int kvh = model_tensor_parallel(m) > c->n_kv_heads ? model_tensor_parallel(m) : c->n_kv_heads;
-        size_t have = kv_bytes_per_pos(c->n_layers, kvh, c->head_dim, m->desc.kv_bits) * (size_t)n_ctx;
-        size_t want = kv_bytes_per_pos(c->n_layers, kvh, c->head_dim, kv_bits) * (size_t)n_ctx;
+        int *win = xcalloc((size_t)c->n_layers, sizeof(int));
+        for (int l = 0; l < c->n_layers; l++)
+            win[l] = m->desc.layers[l].attn == ATTN_CAUSAL ? m->desc.layers[l].window : 0;
+        const int have_bits = m->desc.kv_bits ? m->desc.kv_bits : 32;
+        size_t have = kv_bytes_resident(c->n_layers, kvh, c->head_dim, have_bits, win, n_ctx);
+        size_t want = kv_bytes_resident(c->n_layers, kvh, c->head_dim, kv_bits, win, n_ctx);
+        free(win);
         b = b - have + want;
     }
     return b;
@@ -345,6 +350,62 @@ int mctx_load_rows(model_ctx *x, int pos0, int n, const void *host, char *err, s
         return ds_err(err, errlen, "cache load: positions %d..%d (the context holds %d, takes %d)", pos0, pos0 + n,
                       mctx_len(x), mctx_capacity(x));
     return x->m->be->ctx_load(x->bc, pos0, n, host, err, errlen);
+}
+
+int model_get_kv_pages(const model *m, model_kv_pages *st) {
+    memset(st, 0, sizeof *st);
+    if (!m->be->kv_pages) return -1;
+    st->page_tokens = m->be->block_rows;
+    m->be->kv_pages(m->bm, &st->page_bytes, &st->held, &st->shared);
+    return 0;
+}
+
+struct mblock {
+    const model *m; /* the model whose contexts take it */
+    void *h;        /* the backend's handle */
+};
+
+int mctx_block_rows(const model_ctx *x) {
+    const backend *be = x->m->be;
+    return be->ctx_block_take && be->ctx_block_put && be->block_drop ? be->block_rows : 0;
+}
+
+mblock *mctx_block_take(model_ctx *x, int b, char *err, size_t errlen) {
+    const int r = mctx_block_rows(x);
+    if (!r) {
+        ds_err(err, errlen, "the %s backend does not share cache blocks", x->m->be->name);
+        return NULL;
+    }
+    if (b < 0 || (size_t)(b + 1) * (size_t)r > (size_t)mctx_len(x) || b * r < mctx_kept_from(x)) {
+        ds_err(err, errlen, "cache block %d: positions %d..%d (the context holds %d..%d)", b, b * r, (b + 1) * r,
+               mctx_kept_from(x), mctx_len(x));
+        return NULL;
+    }
+    void *h = x->m->be->ctx_block_take(x->bc, b);
+    if (!h) {
+        ds_err(err, errlen, "cache block %d: the %s backend cannot share it", b, x->m->be->name);
+        return NULL;
+    }
+    mblock *k = xmalloc(sizeof *k);
+    k->m = x->m;
+    k->h = h;
+    return k;
+}
+
+int mctx_block_put(model_ctx *x, int b, const mblock *k, char *err, size_t errlen) {
+    const int r = mctx_block_rows(x);
+    if (!r) return ds_err(err, errlen, "the %s backend does not share cache blocks", x->m->be->name);
+    if (k->m != x->m) return ds_err(err, errlen, "cache block %d: a block of another model", b);
+    if (b < 0 || (size_t)b * (size_t)r > (size_t)mctx_len(x) || (size_t)(b + 1) * (size_t)r > (size_t)mctx_capacity(x))
+        return ds_err(err, errlen, "cache block %d: positions %d..%d (the context holds %d, takes %d)", b, b * r,
+                      (b + 1) * r, mctx_len(x), mctx_capacity(x));
+    return x->m->be->ctx_block_put(x->bc, b, k->h, err, errlen);
+}
+
+void mblock_free(mblock *k) {
+    if (!k) return;
+    k->m->be->block_drop(k->h);
+    free(k);
 }
 
 /* ---- forward ------------------------------------------------------------ */

@@ -137,6 +137,30 @@ size_t mctx_pos_bytes(const model_ctx *c);
 int mctx_kept_from(const model_ctx *c);
 int mctx_save_rows(model_ctx *c, int pos0, int n, void *host, char *err, size_t errlen);
 int mctx_load_rows(model_ctx *c, int pos0, int n, const void *host, char *err, size_t errlen);
+/* The same without copies, where the backend shares its cache's memory
+ * (the CPU's pages, kv.h): mctx_block_rows is the positions of a block (0:
+ * the backend has none); mctx_block_take returns block b's rows (positions
+ * [b * rows, (b+1) * rows), below mctx_len, at or above mctx_kept_from)
+ * held by reference, or NULL with err filled; mctx_block_put makes them
+ * block b of a context of the same model (b * rows at most its length,
+ * where it is cut first) and sets its length to the block's end, so it
+ * then reads as the context they came from did. A block stays valid
+ * whatever the context it came from does next; mblock_free gives it back. */
+typedef struct mblock mblock;
+int mctx_block_rows(const model_ctx *c);
+/* The contexts' cache in pages (the CPU's pool, kv.h): positions and bytes
+ * of a page, pages held (resident) and how many of them are shared (by
+ * several contexts, or a context and the prefix cache). 0, or -1 where the
+ * backend's caches are not paged. */
+typedef struct {
+    int page_tokens;
+    size_t page_bytes;
+    int64_t held, shared;
+} model_kv_pages;
+int model_get_kv_pages(const model *m, model_kv_pages *st);
+mblock *mctx_block_take(model_ctx *c, int b, char *err, size_t errlen);
+int mctx_block_put(model_ctx *c, int b, const mblock *blk, char *err, size_t errlen);
+void mblock_free(mblock *blk);
 
 /* Drafts' own distributions in the backend's memory, as its sampler left
  * them when it drew the drafts there (a GPU DSpark's sampled rows,

@@ -341,24 +341,23 @@ void op_matmul(tpool *tp, float *y, const float *x, int M, const tensor *W, cons
 /* ----------------------------------------------------------- attention */
 
 void ops_kv_rows(float *dst, const attn_args *a, int which, int g, int t0, int n) {
-    const size_t hd = (size_t)a->head_dim, at = (size_t)g * (size_t)a->kv_stride + (size_t)t0;
-    const void *base = which ? a->v : a->k;
-    if (a->bits == 32) {
-        memcpy(dst, (const float *)base + at * hd, (size_t)n * hd * sizeof(float));
-    } else if (a->bits == 16) {
-        kv_dequant_f16((const uint16_t *)base + at * hd, n * (int)hd, dst);
+    const int hd = a->head_dim;
+    const void *base = kv_view_row(&a->kv, which, g, t0, hd);
+    if (a->kv.bits == 32) {
+        memcpy(dst, base, (size_t)n * (size_t)hd * sizeof(float));
+    } else if (a->kv.bits == 16) {
+        kv_dequant_f16(base, n * hd, dst);
     } else {
-        const float *sc = (which ? a->vs : a->ks) + at;
+        const float *sc = kv_view_scale(&a->kv, which, g, t0);
         for (int i = 0; i < n; i++)
-            kv_dequant_i8((const int8_t *)base + (at + (size_t)i) * hd, sc[i], (int)hd, dst + (size_t)i * hd);
+            kv_dequant_i8((const int8_t *)base + (size_t)i * (size_t)hd, sc[i], hd, dst + (size_t)i * (size_t)hd);
     }
 }
 
 /* position t's K (which 0) or V row of head g as f32: in place for an f32
    cache, else widened into tmp[hd] */
 static const float *kv_row(const attn_args *a, int which, int g, int t, float *tmp) {
-    if (a->bits == 32)
-        return (const float *)(which ? a->v : a->k) + ((size_t)g * a->kv_stride + (size_t)t) * a->head_dim;
+    if (a->kv.bits == 32) return kv_view_row(&a->kv, which, g, t, a->head_dim);
     ops_kv_rows(tmp, a, which, g, t, 1);
     return tmp;
 }
@@ -427,9 +426,8 @@ static void attention(tpool *tp, float *out, const float *q, int M, int n_heads,
                       const kv_view *kv, int n_past, float scale, int full, int window) {
     if (M <= 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0) return;
     at_ctx c;
-    c.a = (attn_args){.out = out, .q = q, .k = kv->k, .v = kv->v, .ks = kv->ks, .vs = kv->vs, .bits = kv->bits,
-                      .M = M, .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
-                      .kv_stride = kv->stride, .n_past = n_past, .full = full, .scale = scale,
+    c.a = (attn_args){.out = out, .q = q, .kv = *kv, .M = M, .n_heads = n_heads, .n_kv_heads = n_kv_heads,
+                      .head_dim = head_dim, .n_past = n_past, .full = full, .scale = scale,
                       .window = full ? 0 : window};
     c.qb = ops_attn_qb(n_heads / n_kv_heads);
     c.n_kv = n_kv_heads;
@@ -445,16 +443,22 @@ void op_attention_kv(tpool *tp, float *out, const float *q, int M, int n_heads, 
     attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, kv, n_past, scale, full, window);
 }
 
+/* contiguous [n_kv][kv_stride][hd] f32 arrays as a view of one page */
+static void attention_f32(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
+                          const float *k, const float *v, int kv_stride, int n_past, float scale, int full) {
+    const void *kp[1] = {k}, *vp[1] = {v};
+    kv_view w = {.bits = 32, .k = kp, .v = vp, .plen = kv_stride, .shift = KV_FLAT_SHIFT};
+    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, &w, n_past, scale, full, 0);
+}
+
 void op_attention(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads,
                   int head_dim, const float *k, const float *v, int kv_stride, int n_past, float scale) {
-    kv_view w = {.bits = 32, .k = k, .v = v, .stride = kv_stride};
-    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, &w, n_past, scale, 0, 0);
+    attention_f32(tp, out, q, M, n_heads, n_kv_heads, head_dim, k, v, kv_stride, n_past, scale, 0);
 }
 
 void op_attention_block(tpool *tp, float *out, const float *q, int M, int n_heads, int n_kv_heads, int head_dim,
                         const float *k, const float *v, int kv_stride, int n_past, float scale) {
-    kv_view w = {.bits = 32, .k = k, .v = v, .stride = kv_stride};
-    attention(tp, out, q, M, n_heads, n_kv_heads, head_dim, &w, n_past, scale, 1, 0);
+    attention_f32(tp, out, q, M, n_heads, n_kv_heads, head_dim, k, v, kv_stride, n_past, scale, 1);
 }
 
 /* --------------------------------------------------------- elementwise */

@@ -461,17 +461,17 @@ static void pv_block(int mr, int dn, float *const *o, const float *const *p, con
    rows [t0, t0+n) of head g's K or V as f32 in dst, or, for an f32
    cache, the rows in place */
 static const float *kv_rows(float *dst, const attn_args *a, int which, int g, int t0, int n) {
-    const size_t hd = (size_t)a->head_dim, at = (size_t)g * (size_t)a->kv_stride + (size_t)t0;
-    const void *base = which ? a->v : a->k;
-    if (a->bits == 32) return (const float *)base + at * hd;
+    const size_t hd = (size_t)a->head_dim;
+    const void *base = kv_view_row(&a->kv, which, g, t0, a->head_dim);
+    if (a->kv.bits == 32) return base;
     const size_t nn = (size_t)n * hd;
-    if (a->bits == 16) {
-        const uint16_t *q = (const uint16_t *)base + at * hd;
+    if (a->kv.bits == 16) {
+        const uint16_t *q = base;
         for (size_t i = 0; i < nn; i += 8) _mm256_store_ps(dst + i, ld_f16(q + i));
         return dst;
     }
-    const int8_t *q = (const int8_t *)base + at * hd;
-    const float *sc = (which ? a->vs : a->ks) + at;
+    const int8_t *q = base;
+    const float *sc = kv_view_scale(&a->kv, which, g, t0);
     for (int r = 0; r < n; r++) {
         const __m256 s = _mm256_set1_ps(sc[r]);
         for (size_t i = (size_t)r * hd; i < (size_t)(r + 1) * hd; i += 8) {
@@ -490,7 +490,7 @@ void avx2_attn_task(const attn_args *a, int g, int m0, int qb) {
     const size_t Tp = ((size_t)T + 7) & ~(size_t)7;
     /* scratch: the widened rows KV [PV_TB][hd] (a cache stored in 16 or 8
        bits), S [nq][Tp], O [nq][hd], then pointer arrays */
-    const size_t kvb = a->bits == 32 ? 0 : (size_t)PV_TB * (size_t)hd;
+    const size_t kvb = a->kv.bits == 32 ? 0 : (size_t)PV_TB * (size_t)hd;
     size_t bytes = (kvb + (size_t)nq * (Tp + (size_t)hd)) * sizeof(float) + (size_t)nq * 3 * sizeof(void *) +
                    (size_t)nq * sizeof(float) + 64;
     float *KV = ops_scratch(bytes);

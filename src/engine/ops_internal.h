@@ -74,10 +74,8 @@ static inline int ops_attn_qb(int ratio) {
 typedef struct {
     float *out;
     const float *q;
-    const void *k, *v;     /* [n_kv][kv_stride][hd] in the cache's storage (kv.h) */
-    const float *ks, *vs;  /* bits 8: [n_kv][kv_stride] scales */
-    int bits;              /* 32, 16 (f16) or 8 (int8 + scale) */
-    int M, n_heads, n_kv_heads, head_dim, kv_stride, n_past;
+    kv_view kv; /* the cache's rows in its storage (kv.h), page by page */
+    int M, n_heads, n_kv_heads, head_dim, n_past;
     int full; /* 1: every row sees positions 0 .. n_past+M-1 (no causal mask) */
     int window; /* > 0 (causal only): row m sees positions from n_past + m - window + 1 on */
     float scale;
@@ -86,7 +84,8 @@ typedef struct {
 /* Cache rows [t0, t0+n) of KV head g, K (which 0) or V (1), widened to
    f32 in dst[n][hd] (exactly: f16 widens exactly, int8 is q * scale, one
    rounding): the kernels then run their f32 arithmetic on them, so a
-   stored row reads the same whichever kernel or task reads it. */
+   stored row reads the same whichever kernel or task reads it. The rows
+   lie in one page (t0 and n within a tile of 64 positions). */
 void ops_kv_rows(float *dst, const attn_args *a, int which, int g, int t0, int n);
 
 /* scalar kernels (ops.c) */

@@ -1001,4 +1001,5 @@ void sched_get_metrics(sched *en, sched_metrics *m) {
     m->blocks_storing = 0;
     for (int i = 0; i < en->n_slots; i++) m->blocks_storing += en->store_state[i] != 0;
     pthread_mutex_unlock(&en->smu);
+    m->kv_paged = model_get_kv_pages(seq_model(en->slots[0].s), &m->kv_pages) == 0;
 }

@@ -210,6 +210,8 @@ typedef struct {
     uint64_t blocks_shed;   /* bytes of it the memory guard gave back */
     double blocks_store_seconds; /* time the storer thread spent storing blocks */
     int blocks_storing;          /* slots whose blocks are queued or being stored */
+    int kv_paged;                /* the backend's caches are in pages: kv_pages holds them */
+    model_kv_pages kv_pages;
 } sched_metrics;
 void sched_get_metrics(sched *en, sched_metrics *m);
 

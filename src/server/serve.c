@@ -271,6 +271,14 @@ static void route_health(server *srv, const http_req *r) {
     cJSON_AddNumberToObject(bl, "shed_bytes", (double)m.blocks_shed);
     cJSON_AddNumberToObject(bl, "storing", m.blocks_storing);
     cJSON_AddNumberToObject(bl, "store_seconds", m.blocks_store_seconds);
+    if (m.kv_paged) { /* the running requests' and the blocks' cache pages (one pool) */
+        cJSON *kp = cJSON_AddObjectToObject(o, "kv_pages");
+        cJSON_AddNumberToObject(kp, "page_tokens", m.kv_pages.page_tokens);
+        cJSON_AddNumberToObject(kp, "page_bytes", (double)m.kv_pages.page_bytes);
+        cJSON_AddNumberToObject(kp, "held", (double)m.kv_pages.held);
+        cJSON_AddNumberToObject(kp, "shared", (double)m.kv_pages.shared);
+        cJSON_AddNumberToObject(kp, "bytes", (double)m.kv_pages.held * (double)m.kv_pages.page_bytes);
+    }
     cJSON_AddNumberToObject(o, "uptime_seconds", ds_now() - srv->t_start);
     cJSON *mem = cJSON_AddObjectToObject(o, "memory");
     cJSON_AddNumberToObject(mem, "rss_bytes", (double)rss_bytes());
@@ -382,6 +390,14 @@ static void route_metrics(server *srv, const http_req *r) {
     METRIC("prefix_cache_copied_tokens_total", "counter", "Positions those copies brought.", " %llu",
            (unsigned long long)m.prefix_copied_tokens);
     METRIC("prefix_blocks_cached", "gauge", "KV blocks held by the prefix cache.", " %d", m.blocks.blocks);
+    if (m.kv_paged) {
+        METRIC("kv_pages", "gauge", "KV cache pages held (running requests, cache slots and prefix blocks).",
+               " %lld", (long long)m.kv_pages.held);
+        METRIC("kv_pages_shared", "gauge", "Of them, pages more than one holder shares.", " %lld",
+               (long long)m.kv_pages.shared);
+        METRIC("kv_pages_bytes", "gauge", "Bytes the held pages take.", " %.0f",
+               (double)m.kv_pages.held * (double)m.kv_pages.page_bytes);
+    }
     METRIC("prefix_blocks_bytes", "gauge", "Bytes the prefix cache's blocks take.", " %llu",
            (unsigned long long)m.blocks.bytes);
     METRIC("prefix_blocks_budget_bytes", "gauge", "The prefix cache's budget (--cache-ram).", " %llu",

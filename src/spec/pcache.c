@@ -13,7 +13,8 @@ struct pblock {
     pblock *parent;       /* the block before (NULL: the first) */
     pblock *next;         /* the bucket's chain */
     int ids[PCACHE_BLOCK];
-    void *rows, *drows;   /* target rows; drafter rows (NULL: none) */
+    void *rows, *drows;   /* target rows (copied); drafter rows (NULL: none) */
+    mblock *blk;          /* or the target's rows by reference (a backend that shares them) */
     size_t bytes;
     uint64_t used;        /* the touch counter when last used */
     int children;         /* cached blocks that continue it (never evicted while > 0) */
@@ -41,6 +42,7 @@ pcache *pcache_new(size_t budget) {
 
 static void block_free(pblock *b) {
     free(b->rows);
+    mblock_free(b->blk);
     free(b->drows);
     free(b);
 }
@@ -149,6 +151,9 @@ int pcache_store(pcache *pc, seq *s, dstate *ds, const int *stop, char *err, siz
     const size_t tb = seq_pos_bytes(s), db = ds ? dstate_pos_bytes(ds) : 0;
     if (!tb) return ds_err(err, errlen, "the prefix cache: this backend cannot save cache rows");
     const int *ids = seq_tokens(s), nb = seq_len(s) / PCACHE_BLOCK;
+    /* by reference where the backend's blocks are these: no copy, and a
+       block costs memory only once no sequence holds its rows any more */
+    const int share = seq_block_rows(s) == PCACHE_BLOCK;
     if (seq_kept_from(s) > 0) return 0; /* sliding layers gave rows back: no chain from position 0 */
     /* the drafter's rows go with a block only where its context holds the
        same ids as the sequence there */
@@ -184,9 +189,14 @@ int pcache_store(pcache *pc, seq *s, dstate *ds, const int *stop, char *err, siz
             b->h = h;
             b->parent = prev;
             memcpy(b->ids, bid, sizeof b->ids);
-            b->rows = xmalloc(PCACHE_BLOCK * tb);
             b->bytes = bytes;
-            rc = seq_save_rows(s, pos0, PCACHE_BLOCK, b->rows, err, errlen);
+            if (share) {
+                b->blk = seq_block_take(s, bi, err, errlen);
+                rc = b->blk ? 0 : -1;
+            } else {
+                b->rows = xmalloc(PCACHE_BLOCK * tb);
+                rc = seq_save_rows(s, pos0, PCACHE_BLOCK, b->rows, err, errlen);
+            }
             if (!rc && with_d) {
                 b->drows = xmalloc(PCACHE_BLOCK * db);
                 rc = dstate_save_rows(ds, pos0, PCACHE_BLOCK, b->drows, err, errlen);
@@ -298,7 +308,8 @@ int pcache_load(pcache *pc, seq *s, dstate *ds, const int *ids, int n, int have,
     int held = pos0, rc = 0;
     for (int i = first; i < k; i++) {
         const int p = i * PCACHE_BLOCK;
-        if (seq_load_rows(s, ids, p, PCACHE_BLOCK, chain[i]->rows, err, errlen) != 0 ||
+        if ((chain[i]->blk ? seq_block_put(s, ids, i, chain[i]->blk, err, errlen)
+                           : seq_load_rows(s, ids, p, PCACHE_BLOCK, chain[i]->rows, err, errlen)) != 0 ||
             (ds && dstate_load_rows(ds, ids, p, PCACHE_BLOCK, chain[i]->drows, err, errlen) != 0)) {
             seq_truncate(s, held);
             rc = -1;

@@ -289,6 +289,27 @@ int seq_load_rows(seq *s, const int *ids, int pos0, int n, const void *host, cha
     return 0;
 }
 
+int seq_block_rows(const seq *s) { return mctx_block_rows(s->ctx); }
+
+mblock *seq_block_take(seq *s, int b, char *err, size_t errlen) {
+    seq_chain_end(s);
+    return mctx_block_take(s->ctx, b, err, errlen);
+}
+
+int seq_block_put(seq *s, const int *ids, int b, const mblock *blk, char *err, size_t errlen) {
+    const int r = seq_block_rows(s), pos0 = b * r;
+    if (!r || b < 0 || pos0 > s->n || r > seq_capacity(s) - pos0)
+        return ds_err(err, errlen, "sequence block %d: it holds %d positions and takes %d", b, s->n, seq_capacity(s));
+    seq_truncate(s, pos0);
+    if (mctx_block_put(s->ctx, b, blk, err, errlen) != 0) {
+        mctx_truncate(s->ctx, pos0);
+        return -1;
+    }
+    memcpy(s->toks + pos0, ids + pos0, sizeof(int) * (size_t)r);
+    s->n = pos0 + r;
+    return 0;
+}
+
 void seq_truncate(seq *s, int len) {
     seq_chain_end(s);
     if (len < 0) len = 0;

@@ -125,6 +125,13 @@ size_t seq_pos_bytes(const seq *s);
 int seq_kept_from(const seq *s); /* mctx_kept_from */
 int seq_save_rows(seq *s, int pos0, int n, void *host, char *err, size_t errlen);
 int seq_load_rows(seq *s, const int *ids, int pos0, int n, const void *host, char *err, size_t errlen);
+/* The same by reference (mctx_block_take / mctx_block_put): seq_block_rows
+ * positions a block (0: the backend copies rows); seq_block_put makes the
+ * sequence ids[0 .. (b+1) * rows) with blk as block b (ids[0 .. b * rows)
+ * must be what it holds; it is cut there first). */
+int seq_block_rows(const seq *s);
+mblock *seq_block_take(seq *s, int b, char *err, size_t errlen);
+int seq_block_put(seq *s, const int *ids, int b, const mblock *blk, char *err, size_t errlen);
 
 /* Rolls back to the first len ids (len <= seq_len). */
 void seq_truncate(seq *s, int len);

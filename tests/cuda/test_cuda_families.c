@@ -49,7 +49,8 @@ static int wgpu(const attn_case *a, float *out, int m0, int M, int tiled, char *
 
 /* the CPU's attention of case a (op_attention_kv with its window) */
 static void wcpu(const attn_case *a, float *out) {
-    kv_view w = {.bits = 32, .k = a->k, .v = a->v, .stride = a->cap};
+    const void *kp[1] = {a->k}, *vp[1] = {a->v};
+    kv_view w = {.bits = 32, .k = kp, .v = vp, .plen = a->cap, .shift = KV_FLAT_SHIFT};
     op_attention_kv(NULL, out, a->q, a->M, a->nh, a->nkv, a->hd, &w, a->np, a->scale, 0, a->win);
 }
 

@@ -263,6 +263,11 @@ if (PHASE === "bundled") {
             assert.equal(m1.get("prefix_blocks_loaded_tokens_total") - m0.get("prefix_blocks_loaded_tokens_total"), cached);
             assert.equal(h1.prefix_cache.blocks.loaded_tokens, m1.get("prefix_blocks_loaded_tokens_total"));
             assert.equal(h1.prefix_cache.blocks.block_tokens, 128);
+            // the blocks went in by reference: the slot shares their pages
+            assert.ok(h1.kv_pages && h1.kv_pages.page_tokens === 128, JSON.stringify(h1.kv_pages));
+            assert.ok(h1.kv_pages.shared >= cached / 128, `${h1.kv_pages.shared} pages shared, ${cached} positions from blocks`);
+            assert.equal(m1.get("kv_pages"), h1.kv_pages.held);
+            assert.equal(m1.get("kv_pages_bytes"), h1.kv_pages.bytes);
         }, 60000);
 
     test("/health and /metrics show the batch", async () => {
