@@ -22,7 +22,7 @@ PROMPT=${1:-2048} ANSWER=${2:-120} TRIALS=${3:-3} THREADS=${THREADS:-2}
 MODEL=${MODEL:-models/dspark-coder-6m}
 TMP=$(mktemp -d)
 PID= EPID=
-trap 'kill $PID $EPID 2>/dev/null; rm -rf "$TMP"' EXIT
+trap 'kill $PID $EPID 2>/dev/null || true; rm -rf "$TMP"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # a prompt of about PROMPT tokens: numbered lines of plain words
