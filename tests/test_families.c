@@ -38,6 +38,8 @@
 #include "engine/quant_encode.h"
 #include "engine/safetensors.h"
 #include "engine/moe.h"
+#include "engine/quant.h"
+#include "hooks.h"
 #include "test.h"
 
 enum { FV = 512, FH = 32, FI = 48, FNH = 4, FNKV = 2, FHD = 16, FL = 2, FT = 24 };
@@ -513,6 +515,21 @@ TEST(families_moe_invariant) {
             }
             free(a), free(c);
         }
+    } else {
+        /* every prompt row through the prefill family (whole groups of one
+           row): the Q8_0 experts' grouped matmuls give each row the bits it
+           has alone, and stay near the exact kernels' (f32 order alone) */
+        cpu_test_group_rows(1);
+        check_invariant(gq, "qwen3moe GGUF, Q8_0 experts, the prefill family");
+        float *p = logits_of(gq, FT);
+        cpu_test_group_rows(0);
+        float *e = logits_of(gq, FT);
+        if (p && e) {
+            double mx, dd = max_diff(e, p, &mx);
+            CHECK_MSG(dd <= 1e-3 * mx, "the prefill family's MoE logits: %.3g from the exact ones (max %.3g)", dd, mx);
+            if (quant_pre_fast()) CHECK_MSG(dd > 0, "the prefill family did not run on the experts");
+        }
+        free(p), free(e);
     }
     free(x);
 }

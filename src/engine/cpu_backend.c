@@ -111,29 +111,35 @@ static void layer_attn(tpool *tp, scratch *s, const wlayer *L, const model_confi
 }
 
 /* MLP_MOE over the M rows of s->xb into s->xb (desc.h wmoe's rule). Each
-   expert's rows are gathered and run through the exact matmuls (never the
-   prefill family: a row's bits are those it has in any batch), and each
-   row sums its experts in ascending order. */
-static void moe_mlp(tpool *tp, scratch *s, const wmoe *e, int M, int H) {
+   expert's rows are gathered in row order and run through its matmuls
+   (grouped: one matmul an expert over all its rows), those of rows
+   [0, Mpre) (whole prefill groups) through the prefill family as in the
+   dense layers, the others exact: the family's bits for a row depend on
+   that row alone (quant.h), so a row's bits are those it has in any batch
+   and with any other rows routed beside it. The router stays exact (the
+   same choice of experts in prefill and decode). Each row sums its experts
+   in ascending order. */
+static void moe_mlp(tpool *tp, scratch *s, const wmoe *e, int M, int Mpre, int H) {
     const int E = e->n_experts, K = e->top_k, Im = e->inter;
     op_matmul(tp, s->rp, s->xb, M, e->router, NULL);
     for (int i = 0; i < M; i++)
         moe_route(s->rp + (size_t)i * E, E, K, e->norm_topk, s->sel + (size_t)i * K, s->sw + (size_t)i * K);
     memset(s->acc, 0, sizeof(float) * (size_t)M * (size_t)H);
     for (int x = 0; x < E; x++) {
-        int n = 0;
+        int n = 0, npre = 0;
         for (int i = 0; i < M; i++)
             for (int k = 0; k < K; k++)
                 if (s->sel[(size_t)i * K + k] == x) {
                     s->who[n] = i * K + k; /* row and slot */
                     memcpy(s->ex + (size_t)n * H, s->xb + (size_t)i * H, sizeof(float) * (size_t)H);
                     n++;
+                    npre += i < Mpre; /* (the prefill rows come first: rows in order) */
                 }
         if (!n) continue;
-        op_matmul(tp, s->gate, s->ex, n, e->gate[x], NULL);
-        op_matmul(tp, s->up, s->ex, n, e->up[x], NULL);
+        mm(tp, s->gate, s->ex, n, npre, e->gate[x], NULL);
+        mm(tp, s->up, s->ex, n, npre, e->up[x], NULL);
         op_swiglu(s->gate, s->gate, s->up, n * Im);
-        op_matmul(tp, s->ey, s->gate, n, e->down[x], NULL);
+        mm(tp, s->ey, s->gate, n, npre, e->down[x], NULL);
         for (int j = 0; j < n; j++) {
             const int i = s->who[j] / K;
             const float wk = s->sw[s->who[j]];
@@ -158,7 +164,7 @@ static void layer_out(tpool *tp, scratch *s, const wlayer *L, const model_config
     op_add(s->x, s->xb, M * H);
     op_rmsnorm(s->xb, s->x, L->mlp_norm, M, H, eps);
     if (L->mlp == MLP_MOE) {
-        moe_mlp(tp, s, L->moe, M, H);
+        moe_mlp(tp, s, L->moe, M, Mpre, H);
     } else {
         mm(tp, s->gate, s->xb, M, Mpre, L->wg, NULL);
         mm(tp, s->up, s->xb, M, Mpre, L->wu, NULL);
@@ -975,7 +981,7 @@ void cpu_layer_attn(tpool *tp, cpu_scratch *s, const wlayer *L, const model_conf
                     int M, int n_past) {
     layer_attn(tp, s, L, c, kv, l, off, M, n_past);
 }
-void cpu_moe_mlp(tpool *tp, cpu_scratch *s, const wmoe *e, int M, int H) { moe_mlp(tp, s, e, M, H); }
+void cpu_moe_mlp(tpool *tp, cpu_scratch *s, const wmoe *e, int M, int Mpre, int H) { moe_mlp(tp, s, e, M, Mpre, H); }
 int cpu_check_desc(const model_desc *d, char *err, size_t errlen) {
     if (d->kv_bits && !kv_bits_ok(d->kv_bits))
         return ds_err(err, errlen, "--kv-bits %d: the CPU's KV cache stores 32, 16 or 8 bits", d->kv_bits);

@@ -37,7 +37,7 @@ void cpu_layer_qkv(tpool *tp, cpu_scratch *s, const wlayer *L, const model_confi
 void cpu_layer_attn(tpool *tp, cpu_scratch *s, const wlayer *L, const model_config *c, kv_cache *kv, int l, int off,
                     int M, int n_past);
 /* MLP_MOE over the M rows of s->xb into s->xb */
-void cpu_moe_mlp(tpool *tp, cpu_scratch *s, const wmoe *e, int M, int H);
+void cpu_moe_mlp(tpool *tp, cpu_scratch *s, const wmoe *e, int M, int Mpre, int H);
 /* the rows8 layout for a model's matmul weights read into memory */
 void cpu_layout(const model_desc *d);
 /* a target this backend runs (its KV storage and its layers' kinds): 0, or

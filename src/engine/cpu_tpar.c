@@ -262,7 +262,7 @@ static int tp_layer(tp_ctx *x, int l, int M, int Mpre, int n_past, char *err, si
         op_add(s->x, s->xb, M * H);
         op_rmsnorm(s->xb, s->x, F->mlp_norm, M, H, eps);
         if (L->mlp == MLP_MOE) {
-            cpu_moe_mlp(x->tp, s, L->moe, M, H); /* the rank's slices of each chosen expert */
+            cpu_moe_mlp(x->tp, s, L->moe, M, Mpre, H); /* the rank's slices of each chosen expert */
         } else {
             cpu_mm(x->tp, s->gate, s->xb, M, Mpre, L->wg, NULL);
             cpu_mm(x->tp, s->up, s->xb, M, Mpre, L->wu, NULL);
