@@ -63,7 +63,9 @@ fi
 have_llama=0
 if [ -n "${LLAMA_BENCH:-}" ] && [ -x "$LLAMA_BENCH" ]; then
   GGUF="$OUT/$NAME-random-bf16.gguf"
-  if [ $GEMMA = 1 ]; then
+  if [ -z "${LOADS// /}" ]; then
+    : # (no bf16 rows: their GGUF is not needed)
+  elif [ $GEMMA = 1 ]; then
     [ -f "$GGUF" ] || "$OUT/gemma3-gguf" "$MODEL" "$GGUF" bf16
   elif [ $MISTRAL = 1 ]; then
     [ -f "$GGUF" ] || ./dspark quantize --model "$MODEL" --out "$GGUF" --type BF16 > "$OUT/quantize-BF16.log" 2>&1 ||
