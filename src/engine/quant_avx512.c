@@ -41,18 +41,20 @@
 #define AI static inline __attribute__((always_inline))
 #define UNR _Pragma("GCC unroll 16")
 
+/* computed once and cached atomically (as cpu.c's), so any thread may ask */
 int avx512_quant_ok(void) {
     static int ok = -1;
-    if (ok < 0) {
+    int v = __atomic_load_n(&ok, __ATOMIC_RELAXED);
+    if (v < 0) {
         unsigned a, b, c, d;
-        int v = 0;
+        v = 0;
         if (cpu_has_avx512() && __get_cpuid_max(0, NULL) >= 7) {
             __cpuid_count(7, 0, a, b, c, d);
             v = ((c >> 1) & 1) && ((c >> 11) & 1); /* AVX512_VBMI, AVX512_VNNI */
         }
-        ok = v;
+        __atomic_store_n(&ok, v, __ATOMIC_RELAXED);
     }
-    return ok;
+    return v;
 }
 
 AI float hsum16(__m512 a) {
