@@ -505,8 +505,11 @@ static void blocks_stats(sched *en, size_t shed) {
 }
 
 /* Under memory pressure the block cache gives back half of what it holds
-   at a time, before any idle slot is emptied: a block is a copy of rows
-   the next prompt may never ask for, a slot a conversation in place. */
+   at a time, before any idle slot is emptied: a block is rows the next
+   prompt may never ask for, a slot a conversation in place. (On the CPU a
+   block shares its pages with any slot that holds the same prefix, so
+   letting it go frees only the pages no slot holds: under lasting pressure
+   the cache empties, then the idle slots go.) */
 static void guard_blocks(sched *en) {
     memfit_sys sys;
     char err[256], why[128];
@@ -518,7 +521,7 @@ static void guard_blocks(sched *en) {
         size_t b = pcache_shed(en->pc, st.bytes / 2);
         if (!b) break;
         shed += b;
-        fprintf(stderr, "dspark serve: memory guard: %s; the prefix cache gave back %.1f MiB\n", why,
+        fprintf(stderr, "dspark serve: memory guard: %s; the prefix cache let go of %.1f MiB of blocks\n", why,
                 (double)b / 1048576.0);
     }
     if (shed) blocks_stats(en, shed);
