@@ -15,7 +15,12 @@
 /* Pages come from arenas of ARENA_BYTES (an anonymous mapping each, whose
    memory becomes resident only when written); a page nothing references
    goes on the free list and gives its memory back (MADV_DONTNEED: it reads
-   as zeros when taken again). Arenas stay mapped until the pool goes. */
+   as zeros when taken again). Arenas stay mapped until the pool goes. The
+   arenas ask for transparent huge pages: a head's rows lie in a run a
+   page, spread over the arena, and with 4 KiB pages the address
+   translation of those scattered runs made the attention at 16k positions
+   up to 1.5x slower (docs/BENCHMARKS.md); freeing a page splits its huge
+   page, which is then the 4 KiB case again. */
 #define ARENA_BYTES ((size_t)64 << 20)
 
 struct kv_page {
@@ -134,6 +139,7 @@ static kv_page *page_new(kv_pool *p) {
         arena *a = xcalloc(1, sizeof *a);
         a->bytes = n * p->page_bytes;
         a->mem = map_or_die(a->bytes, PROT_READ | PROT_WRITE);
+        madvise(a->mem, a->bytes, MADV_HUGEPAGE);
         a->pages = xcalloc(n, sizeof *a->pages);
         a->next = p->arenas;
         p->arenas = a;
