@@ -280,7 +280,7 @@ static int cpu_model_create(void **out, const model_desc *d, int device, char *e
     pthread_mutex_init(&m->multi->mu, NULL);
     m->pool = kv_pool_new(d->cfg->n_kv_heads, d->cfg->head_dim, d->kv_bits ? d->kv_bits : 32);
     m->window = xcalloc((size_t)d->cfg->n_layers, sizeof(int));
-    for (int l = 0; l < d->cfg->n_layers; l++) m->window[l] = d->layers[l].attn == ATTN_CAUSAL ? d->layers[l].window : 0;
+    for (int l = 0; l < d->cfg->n_layers; l++) m->window[l] = wlayer_window(&d->layers[l]);
     for (int l = 0; l < d->cfg->n_layers; l++) {
         const tensor **lw = xmalloc(sizeof *lw * (size_t)layer_mat_count(&d->layers[l]));
         const int n = layer_mats(&d->layers[l], lw);

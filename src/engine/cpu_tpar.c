@@ -91,7 +91,7 @@ static int tp_model_create(void **out, const model_desc *d, int device, char *er
     const model_config *c = d->cfg;
     m->window = xcalloc((size_t)c->n_layers, sizeof(int));
     for (int l = 0; l < c->n_layers; l++) {
-        m->window[l] = d->layers[l].attn == ATTN_CAUSAL ? d->layers[l].window : 0;
+        m->window[l] = wlayer_window(&d->layers[l]);
         m->quant |= layer_quant(&d->layers[l]);
     }
     *out = m;

@@ -63,6 +63,10 @@ typedef struct {
     float *bq, *bk, *bv, *bo;        /* [nh*hd], [nkv*hd] x2, [H] or NULL */
 } wlayer;
 
+/* The window a layer's KV cache keeps (kv.h kv_set_windows): a causal
+ * layer's sliding window, 0 for none (a block layer sees its whole cache). */
+static inline int wlayer_window(const wlayer *L) { return L->attn == ATTN_CAUSAL ? L->window : 0; }
+
 /* A target model: embedding, layers, final norm, LM head. */
 typedef struct {
     const model_config *cfg;

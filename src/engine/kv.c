@@ -261,13 +261,13 @@ void kv_set_windows(kv_cache *kv, const int *window) {
 int kv_kept_from(const kv_cache *kv) { return kv->released; }
 
 size_t kv_bytes_resident(int n_layers, int n_kv_heads, int head_dim, int bits, const int *window, int n) {
-    /* whole pages: a sliding layer keeps its window, the slack and up to
-       two pages more (drop_old's rounding, the page the length is in) */
+    /* whole pages: a full layer those of n positions, a sliding one at
+       most kv_window_pages */
     const size_t pb = kv_page_bytes(n_kv_heads, head_dim, bits);
     const int np = n > 0 ? (n + KV_PAGE - 1) / KV_PAGE : 0;
     size_t b = 0;
     for (int l = 0; l < n_layers; l++) {
-        const int slide = window && window[l] > 0 ? (window[l] + 2 * KV_SLACK) / KV_PAGE + 2 : 0;
+        const int slide = window && window[l] > 0 ? kv_window_pages(window[l]) : 0;
         b += pb * (size_t)(slide && slide < np ? slide : np);
     }
     return b;

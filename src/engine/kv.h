@@ -108,6 +108,9 @@ int kv_kept_from(const kv_cache *kv);
 /* Bytes of one page (one layer's KV_PAGE positions, rounded up to whole
  * system pages). */
 size_t kv_page_bytes(int n_kv_heads, int head_dim, int bits);
+/* Pages a sliding layer of that window keeps at most: the window, the
+ * slack and two pages (drop_old's rounding, the page the length is in). */
+static inline int kv_window_pages(int window) { return (window + 2 * KV_SLACK) / KV_PAGE + 2; }
 /* Bytes a cache of n positions keeps resident at most, with the windows
  * (NULL: none) of its layers. */
 size_t kv_bytes_resident(int n_layers, int n_kv_heads, int head_dim, int bits, const int *window, int n);

@@ -105,7 +105,7 @@ void memfit_config_bytes(const model_config *c, int kv_bits, int max_batch, size
     int full = 0;
     for (int l = 0; l < c->n_layers; l++) {
         if (c->sliding_window > 0 && c->sliding[l])
-            *fixed += page * (size_t)((c->sliding_window + 2 * KV_SLACK) / KV_PAGE + 2);
+            *fixed += page * (size_t)kv_window_pages(c->sliding_window);
         else full++;
     }
     *fixed += page * (size_t)full;

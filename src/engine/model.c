@@ -258,8 +258,7 @@ size_t model_ctx_bytes(const model *m, int n_ctx, int max_batch, int kv_bits) {
         /* the KV heads the contexts store: one a rank where a split replicates them (tpar.h) */
         const int kvh = model_tensor_parallel(m) > c->n_kv_heads ? model_tensor_parallel(m) : c->n_kv_heads;
         int *win = xcalloc((size_t)c->n_layers, sizeof(int));
-        for (int l = 0; l < c->n_layers; l++)
-            win[l] = m->desc.layers[l].attn == ATTN_CAUSAL ? m->desc.layers[l].window : 0;
+        for (int l = 0; l < c->n_layers; l++) win[l] = wlayer_window(&m->desc.layers[l]);
         const int have_bits = m->desc.kv_bits ? m->desc.kv_bits : 32;
         size_t have = kv_bytes_resident(c->n_layers, kvh, c->head_dim, have_bits, win, n_ctx);
         size_t want = kv_bytes_resident(c->n_layers, kvh, c->head_dim, kv_bits, win, n_ctx);

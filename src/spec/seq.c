@@ -275,18 +275,25 @@ int seq_save_rows(seq *s, int pos0, int n, void *host, char *err, size_t errlen)
     return mctx_save_rows(s->ctx, pos0, n, host, err, errlen);
 }
 
-int seq_load_rows(seq *s, const int *ids, int pos0, int n, const void *host, char *err, size_t errlen) {
-    if (pos0 < 0 || n < 0 || pos0 > s->n || n > seq_capacity(s) - pos0)
-        return ds_err(err, errlen, "sequence load: positions %d..%d, it holds %d and takes %d", pos0, pos0 + n, s->n,
-                      seq_capacity(s));
-    seq_truncate(s, pos0);
-    if (mctx_load_rows(s->ctx, pos0, n, host, err, errlen) != 0) {
+/* after a load of positions [pos0, pos0+n) into the context (rc its
+   result; the sequence cut to pos0 before it): the ids, or on a failure
+   the context cut back to pos0 */
+static int loaded(seq *s, const int *ids, int pos0, int n, int rc) {
+    if (rc != 0) {
         mctx_truncate(s->ctx, pos0);
         return -1;
     }
     memcpy(s->toks + pos0, ids + pos0, sizeof(int) * (size_t)n);
     s->n = pos0 + n;
     return 0;
+}
+
+int seq_load_rows(seq *s, const int *ids, int pos0, int n, const void *host, char *err, size_t errlen) {
+    if (pos0 < 0 || n < 0 || pos0 > s->n || n > seq_capacity(s) - pos0)
+        return ds_err(err, errlen, "sequence load: positions %d..%d, it holds %d and takes %d", pos0, pos0 + n, s->n,
+                      seq_capacity(s));
+    seq_truncate(s, pos0);
+    return loaded(s, ids, pos0, n, mctx_load_rows(s->ctx, pos0, n, host, err, errlen));
 }
 
 int seq_block_rows(const seq *s) { return mctx_block_rows(s->ctx); }
@@ -301,13 +308,7 @@ int seq_block_put(seq *s, const int *ids, int b, const mblock *blk, char *err, s
     if (!r || b < 0 || pos0 > s->n || r > seq_capacity(s) - pos0)
         return ds_err(err, errlen, "sequence block %d: it holds %d positions and takes %d", b, s->n, seq_capacity(s));
     seq_truncate(s, pos0);
-    if (mctx_block_put(s->ctx, b, blk, err, errlen) != 0) {
-        mctx_truncate(s->ctx, pos0);
-        return -1;
-    }
-    memcpy(s->toks + pos0, ids + pos0, sizeof(int) * (size_t)r);
-    s->n = pos0 + r;
-    return 0;
+    return loaded(s, ids, pos0, r, mctx_block_put(s->ctx, b, blk, err, errlen));
 }
 
 void seq_truncate(seq *s, int len) {

@@ -112,7 +112,7 @@ int cu_up_layer(dev_pool *pl, dlayer *D, const wlayer *L, const model_config *c,
     if (rc) return -1;
     /* (the kernels take a window on causal rows only; a drafter's block
        layers have none) */
-    D->window = L->attn == ATTN_CAUSAL ? L->window : 0;
+    D->window = wlayer_window(L);
     /* (the fused SwiGLU kernels read gate and up rows alike: one format;
        two formats, e.g. an MLX override leaving one unquantized, run apart) */
     if (D->wg.N != D->wu.N || D->wg.K != D->wu.K)
