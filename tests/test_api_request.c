@@ -654,7 +654,7 @@ static const err_case ERRS[] = {
     {API_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"stream_options\":1}", "'stream_options' must be an object"},
     {API_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"stream_options\":{\"include_usage\":\"y\"}}",
      "'stream_options.include_usage' must be true or false"},
-    {API_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"n\":17}", "'n' must be at most 16"},
+    {API_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"n\":33}", "'n' must be at most 32"},
     {API_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"n\":0}", "'n' must be an integer >= 1"},
     {API_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"model\":5}", "'model' must be a string"},
     /* completions */

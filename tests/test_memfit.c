@@ -57,6 +57,23 @@ TEST(memfit_estimate_numbers) {
     CHECK_EQ_INT(o.max_fit, want);
     CHECK_EQ_INT(o.window, want);
     CHECK(want == 32512); /* the figure a user sees */
+    /* pooled pages (windows 1): 8 slots of 64 MiB scratch and one window */
+    in.slots = 8;
+    in.windows = 1;
+    in.fixed = 64 * MiB;
+    memfit_estimate(&in, &o);
+    CHECK_EQ_INT(o.need, 1 * GiB + 8 * 64 * MiB + (size_t)229376 * 40960);
+    CHECK(o.fits && o.window == 40960 && o.max_fit == 40960);
+    in.avail = 8 * GiB; /* budget 7.35 GiB: past 1.5 GiB, 27,136 positions */
+    memfit_estimate(&in, &o);
+    budget = 8 * GiB - 256 * MiB - 8 * GiB / 20;
+    CHECK_EQ_INT(o.max_fit, (int)((budget - GiB - 8 * 64 * MiB) / 229376) / MEMFIT_ROUND * MEMFIT_ROUND);
+    CHECK(!o.fits && o.max_fit == 27136);
+    in.windows = 0; /* every slot's window: 8 times the positions */
+    memfit_estimate(&in, &o);
+    CHECK(!o.fits && o.max_fit == (int)((budget - GiB - 8 * 64 * MiB) / 8 / 229376) / MEMFIT_ROUND * MEMFIT_ROUND);
+    in.avail = 16 * GiB;
+    in.fixed = 0;
     /* one slot fits the whole window */
     in.slots = 1;
     memfit_estimate(&in, &o);
@@ -125,11 +142,15 @@ TEST(memfit_model_window_cut) {
     CHECK_EQ_INT(cli_window(&e, &o, 1, 256, "run"), 1024);
     o.ctx = 512;
     CHECK_EQ_INT(cli_window(&e, &o, 1, 256, "run"), 512);
-    /* two slots share the room */
+    /* two slots: on the CPU their pages come from one pool the server
+       bounds, so the room holds two slots' scratch and one window (1200
+       positions here), and the pool gets what the scratch leaves */
     o.ctx = 0;
     room = 2 * (b0 + 600 * per);
     fake.mem_avail = (size_t)((double)(room + MEMFIT_RESERVE_MIN) / (1.0 - 1.0 / MEMFIT_RESERVE_DIV)) + 1;
-    CHECK_EQ_INT(cli_window(&e, &o, 2, 256, "serve"), 512);
+    CHECK_EQ_INT(cli_window(&e, &o, 2, 256, "serve"), 1024);
+    CHECK(memfit_model(m, 2, 256, 1024, NULL, &r, err, sizeof err) == 0);
+    CHECK(r.pooled && r.out.fits && r.pool >= 1200 * per && r.pool < 1201 * per + 64);
     memfit_test_sys(NULL);
     model_free(m);
 }

@@ -11,7 +11,8 @@
  *   server_errors     auth, error shapes, context and body limits, CORS
  *   server_bundled    the bundled model: dspark vs baseline outputs,
  *                     keep-alives, disconnects, /tokenize, /metrics, /events
- *   server_load       the bundled model under 32 requests in flight, RSS
+ *   server_load       the bundled model under 32 requests in flight (all
+ *                     32 at once, their KV pages bounded by --kv-ram), RSS
  *   server_drain      shutdown on the bundled model (drain.mjs, which sends
  *                     the signals): SIGTERM lets the running and queued
  *                     answers of every dialect finish whole; past a short
@@ -477,7 +478,11 @@ TEST(server_load) {
     snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%squarantine_size_mb=8", ao ? ao : "", ao && *ao ? ":" : "");
     const char *senv[] = {asan, NULL};
     server s;
-    if (start_server(&s, bundled_dir(), THREADS, senv) != 0) return;
+    /* 32 at once, in a pool of 128 pages (16 MiB): the bundled model's 6
+       layers, a page each and one each to spare for a request's reservation,
+       hold about ten of these requests (load.mjs) */
+    const char *args[] = {"-t", "2", "--max-batch", "32", "--kv-ram", "16", NULL};
+    if (start_server(&s, bundled_dir(), args, senv) != 0) return;
     const char *warm[] = {"DSPARK_MODEL_ID=" DSPARK_DEFAULT_MODEL, "DSPARK_LOAD_PHASE=warm", e_file, NULL};
     if (run_node(&s, "load.mjs", warm) == 0) {
         long long before = rss_bytes(s.pid);
@@ -538,7 +543,8 @@ TEST(server_drain) {
    rounds, /health and /metrics show the batch, and SIGTERM (sent by the
    script) with a full batch drains every answer whole; then the same for
    tool calls on the scripted model. --max-batch above --cache-slots is
-   refused. */
+   refused, and so are a --kv-ram below one window's pages and --kv-ram
+   where the caches are not one pool. */
 TEST(server_conc) {
     char *err = NULL;
     CHECK(test_run_cli("serve --max-batch 6 --cache-slots 4", NULL, &err) != 0);
@@ -546,7 +552,18 @@ TEST(server_conc) {
     free(err);
     err = NULL;
     CHECK(test_run_cli("serve --max-batch 0", NULL, &err) != 0);
-    CHECK_MSG(err && strstr(err, "--max-batch expects an integer in [1, 16]"), "%s", err ? err : "");
+    CHECK_MSG(err && strstr(err, "--max-batch expects an integer in [1, 32]"), "%s", err ? err : "");
+    free(err);
+    /* the KV pool holds at least one window; no pool, no --kv-ram */
+    err = NULL;
+    CHECK(test_run_cli("serve --kv-ram 1 --no-warmup", NULL, &err) != 0);
+    CHECK_MSG(err && strstr(err, "--kv-ram 1 MiB holds 8 KV pages") && strstr(err, "2048-position window needs 102"),
+              "%s", err ? err : "");
+    free(err);
+    err = NULL;
+    CHECK(test_run_cli("serve --kv-ram 64 --tensor-parallel 2 --no-warmup", NULL, &err) != 0);
+    CHECK_MSG(err && strstr(err, "--kv-ram: the caches here (cpu, tensor-parallel ranks) are not pages of one pool"),
+              "%s", err ? err : "");
     free(err);
     if (!clients_ready()) return;
     const char *args[] = {"-t", "2", "--mode", "dspark", "--max-draft", "7", "--max-batch", "4", "--no-warmup", NULL};

@@ -122,8 +122,9 @@ void cli_parse(opts *o, int argc, char **argv, const char *cmd, const char *allo
         else if (!strcmp(a, "--url")) o->url = v;
         else if (!strcmp(a, "--api-key")) o->api_key = v;
         else if (!strcmp(a, "--port")) o->port = parse_int(a, v, 1, 65535);
-        else if (!strcmp(a, "--cache-slots")) o->cache_slots = parse_int(a, v, 1, 16);
-        else if (!strcmp(a, "--max-batch")) o->max_batch = parse_int(a, v, 1, 16);
+        else if (!strcmp(a, "--cache-slots")) o->cache_slots = parse_int(a, v, 1, 32);
+        else if (!strcmp(a, "--max-batch")) o->max_batch = parse_int(a, v, 1, 32);
+        else if (!strcmp(a, "--kv-ram")) o->kv_ram = parse_int(a, v, 1, 1 << 24);
         else if (!strcmp(a, "--cache-ram")) o->cache_ram = parse_int(a, v, 0, 1 << 24);
         else if (!strcmp(a, "--drain-timeout")) {
             o->drain_timeout = parse_float(a, v);

@@ -60,6 +60,7 @@ typedef struct {
     int cache_slots; /* serve: --cache-slots N (0 = default) */
     int max_batch;   /* serve: --max-batch N, jobs generated together (0 = default) */
     int cache_ram;   /* serve: --cache-ram MiB, the prefix block cache (< 0: not given, the default; 0: off) */
+    int kv_ram;      /* serve: --kv-ram MiB, the KV pages of every slot together (0: not given, the default) */
     double drain_timeout; /* serve: --drain-timeout SECONDS (< 0: not given, the default) */
     int kv_bits;     /* --kv-bits 32|16|8 (0 = 32): the KV cache's storage */
     int tensor_parallel; /* --tensor-parallel N (0 = 1): ranks the model splits over (engine/tpar.h) */

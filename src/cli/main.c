@@ -60,7 +60,7 @@ static const command COMMANDS[] = {
     {"serve", cmd_serve, SERVE_HELP,
      " --model -m --host --port --api-key --context-window -c --threads -t --mmap --device --kv-bits --tensor-parallel"
      " --no-thinking"
-     " --cache-slots --max-batch --cache-ram --drain-timeout"
+     " --cache-slots --max-batch --cache-ram --kv-ram --drain-timeout"
      " --reasoning-effort --no-warmup"
      SPEC PULL " --temp --top-k --top-p --min-p --seed -n --n-predict ", 0},
     {"claude", cmd_claude, CLAUDE_HELP, " --url --api-key --print-env ", 1},

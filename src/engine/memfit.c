@@ -64,11 +64,16 @@ int memfit_pressure(const memfit_sys *s, char *why, size_t n) {
     return 0;
 }
 
-/* largest n (a multiple of MEMFIT_ROUND) with slots x (fixed + per_pos x n) <= room */
+static size_t in_slots(const memfit_in *in) { return (size_t)(in->slots > 0 ? in->slots : 1); }
+static size_t in_windows(const memfit_in *in) {
+    return in->windows > 0 && in->windows < in->slots ? (size_t)in->windows : in_slots(in);
+}
+
+/* largest n (a multiple of MEMFIT_ROUND) with slots x fixed + windows x per_pos x n <= room */
 static int max_window(const memfit_in *in, size_t room) {
-    size_t slots = (size_t)(in->slots > 0 ? in->slots : 1);
+    const size_t slots = in_slots(in), windows = in_windows(in);
     if (room / slots <= in->fixed || !in->per_pos) return 0;
-    size_t n = (room / slots - in->fixed) / in->per_pos;
+    size_t n = (room - slots * in->fixed) / windows / in->per_pos;
     /* at most the model's window, or the asked one when that is longer */
     size_t cap = (size_t)(in->window > in->max_window ? in->window : in->max_window);
     if (cap > 0 && n > cap) n = cap;
@@ -82,10 +87,9 @@ void memfit_estimate(const memfit_in *in, memfit_out *out) {
     size_t reserve = MEMFIT_RESERVE_MIN + in->avail / MEMFIT_RESERVE_DIV;
     out->budget = in->avail > reserve ? in->avail - reserve : 0;
     size_t room = out->budget > in->weights ? out->budget - in->weights : 0;
-    size_t slots = (size_t)(in->slots > 0 ? in->slots : 1);
     int want = in->window > 0 ? in->window : in->max_window;
     out->want = want;
-    out->need = in->weights + slots * (in->fixed + in->per_pos * (size_t)(want > 0 ? want : 0));
+    out->need = in->weights + in_slots(in) * in->fixed + in_windows(in) * in->per_pos * (size_t)(want > 0 ? want : 0);
     out->max_fit = max_window(in, room);
     out->fits = want > 0 && out->need <= out->budget;
     out->window = out->fits ? want : out->max_fit;
@@ -114,6 +118,7 @@ void memfit_config_bytes(const model_config *c, int kv_bits, int max_batch, size
 
 /* the estimate's inputs for model m at kv_bits */
 static void model_in(const model *m, int kv_bits, int slots, int max_batch, int window, size_t avail, memfit_in *in) {
+    model_kv_pages kp;
     /* a context's bytes are linear in its window on both backends (the KV
        cache; the GPU's attention partials): two points give the line */
     /* (sliding layers keep about their window's rows whatever the length:
@@ -123,6 +128,7 @@ static void model_in(const model *m, int kv_bits, int slots, int max_batch, int 
     size_t b1 = model_ctx_bytes(m, n1, max_batch, kv_bits), b2 = model_ctx_bytes(m, 2 * n1, max_batch, kv_bits);
     const size_t per = (b2 - b1 + n1 - 1) / n1, b0 = b1 > per * (size_t)n1 ? b1 - per * (size_t)n1 : 0;
     *in = (memfit_in){.avail = avail, .fixed = b0, .per_pos = per, .slots = slots,
+                      .windows = model_get_kv_pages(m, &kp) == 0 ? 1 : slots,
                       .window = window, .max_window = model_cfg(m)->max_position_embeddings};
 }
 
@@ -147,6 +153,11 @@ int memfit_model(const model *m, int slots, int max_batch, int window, const mem
     memfit_in in;
     model_in(m, r->kv_bits, slots, max_batch, window, avail, &in);
     memfit_estimate(&in, &r->out);
+    r->pooled = in.windows == 1 && slots > 1;
+    if (in.windows == 1) {
+        const size_t scr = in.weights + in_slots(&in) * in.fixed;
+        r->pool = r->out.budget > scr ? r->out.budget - scr : 0;
+    }
     if (model_kv_low_bits(m)) {
         const int lower[] = {16, 8};
         for (int i = 0; i < 2; i++) {
@@ -185,8 +196,9 @@ void memfit_describe(const memfit_report *r, int slots, char *out, size_t n) {
     else
         snprintf(tail, sizeof tail, "not even a %d-position window fits", MEMFIT_MIN_WINDOW);
     char h1[32], h2[32], h3[32];
-    snprintf(out, n, "the %d-position window needs %s for %d cache slot%s at --kv-bits %d; %s of %s is available (%s usable): %s",
-             o->want, human(o->need, h1, sizeof h1), slots, slots == 1 ? "" : "s", r->kv_bits,
+    snprintf(out, n, "the %d-position window needs %s for %d cache slot%s%s at --kv-bits %d; %s of %s is available (%s usable): %s",
+             o->want, human(o->need, h1, sizeof h1), slots, slots == 1 ? "" : "s",
+             r->pooled ? " (one window of pooled pages)" : "", r->kv_bits,
              human(r->avail, h2, sizeof h2), r->on_device ? "GPU memory" : "memory", human(o->budget, h3, sizeof h3),
              tail);
 }

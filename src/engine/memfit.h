@@ -3,8 +3,9 @@
  * uses (run, chat, bench, serve, doctor) and the server's memory guard
  * reads (memfit_read_sys).
  *
- * The estimate is: weights still to be placed + slots x (fixed + per_pos x
- * window) <= budget, with budget = available - reserve, where
+ * The estimate is: weights still to be placed + slots x fixed + windows x
+ * per_pos x window <= budget (windows: slots, or 1 for a paged pool, below),
+ * with budget = available - reserve, where
  *   available: the host's MemAvailable (/proc/meminfo) when the caches live
  *     in RAM (the CPU backend), else the GPU's free memory with the weights
  *     already on it (backend mem_avail);
@@ -60,6 +61,11 @@ typedef struct {
     size_t fixed;    /* per context, independent of the window */
     size_t per_pos;  /* per context, per position */
     int slots;       /* contexts: cache slots (1 for run / chat) */
+    int windows;     /* of them, those whose whole window is counted (0:
+                        slots): 1 where the contexts draw their KV from one
+                        pool of pages whose use the server bounds (the
+                        CPU's, engine/kv.h), so slots cost their scratch
+                        and one window's pages the pool must hold */
     int window;      /* asked for; 0: the model's maximum */
     int max_window;  /* the model's max_position_embeddings */
 } memfit_in;
@@ -85,7 +91,9 @@ void memfit_estimate(const memfit_in *in, memfit_out *out);
 void memfit_config_bytes(const model_config *c, int kv_bits, int max_batch, size_t *fixed, size_t *per_pos);
 
 /* The estimate for a loaded model at its --kv-bits, with slots contexts of
- * max_batch rows and window positions (0: the model's maximum), against
+ * max_batch rows and window positions (0: the model's maximum; where the
+ * backend pools its caches' pages, one window's pages beside every slot's
+ * scratch: the server bounds the pool, server/sched.h), against
  * sys (NULL: read now). With it, alt_bits/alt_window: the smallest
  * storage the backend has below the model's whose maximum fitting window
  * is larger (alt_window, 0 when none), for the suggestion. 0, or -1 (err
@@ -96,6 +104,9 @@ typedef struct {
     int kv_bits;    /* the model's storage */
     int alt_bits, alt_window;
     size_t avail;   /* the available bytes used */
+    int pooled;     /* the caches draw on one pool of pages (windows = 1) */
+    size_t pool;    /* pooled: the budget past the weights and every
+                       slot's scratch, the room the pool's pages may take */
 } memfit_report;
 int memfit_model(const model *m, int slots, int max_batch, int window, const memfit_sys *sys, memfit_report *r,
                  char *err, size_t errlen);

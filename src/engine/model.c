@@ -359,6 +359,14 @@ int model_get_kv_pages(const model *m, model_kv_pages *st) {
     return 0;
 }
 
+int64_t model_kv_pages_for(const model *m, int n) {
+    model_kv_pages st;
+    if (model_get_kv_pages(m, &st) != 0 || !st.page_bytes) return -1;
+    /* a context's bytes less its scratch (which does not grow with n) */
+    const size_t b = m->be->ctx_bytes(m->bm, n, 1) - m->be->ctx_bytes(m->bm, 0, 1);
+    return (int64_t)(b / st.page_bytes);
+}
+
 struct mblock {
     const model *m; /* the model whose contexts take it */
     void *h;        /* the backend's handle */

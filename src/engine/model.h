@@ -158,6 +158,10 @@ typedef struct {
     int64_t held, shared;
 } model_kv_pages;
 int model_get_kv_pages(const model *m, model_kv_pages *st);
+/* Pages a context of n positions holds at most (every layer's, sliding
+ * layers no more than their window's: kv.h kv_bytes_resident); -1 where
+ * the caches are not paged. */
+int64_t model_kv_pages_for(const model *m, int n);
 mblock *mctx_block_take(model_ctx *c, int b, char *err, size_t errlen);
 int mctx_block_put(model_ctx *c, int b, const mblock *blk, char *err, size_t errlen);
 void mblock_free(mblock *blk);

@@ -101,7 +101,7 @@
 
 #define API_MAX_STOP 16   /* stop strings per request */
 #define API_MAX_BIAS 1024 /* logit_bias entries */
-#define API_MAX_N 16      /* n: choices per request */
+#define API_MAX_N 32      /* n: choices per request (the most slots, sched.h) */
 
 typedef enum { API_CHAT, API_COMPLETIONS, API_RESPONSES, API_MESSAGES, API_COUNT_TOKENS } api_kind;
 enum { API_JSON_NONE, API_JSON_OBJECT, API_JSON_SCHEMA };

@@ -20,6 +20,7 @@ struct sched {
     sched_slot slots[SCHED_MAX_SLOTS];
     double slot_used[SCHED_MAX_SLOTS];
     int slot_busy[SCHED_MAX_SLOTS]; /* a running job holds it (scheduler thread only) */
+    int slot_empty[SCHED_MAX_SLOTS]; /* its pages given back (pool_evict) and no job since */
     int n_slots, max_batch;
     const tokenizer *tok;
     int stop_ids[32], n_stop;
@@ -36,6 +37,7 @@ struct sched {
     sched_job *running[SCHED_MAX_SLOTS]; /* admitted and not yet finished */
     int n_running;
     char cut_why[256]; /* sched_cut's reason, the error of the jobs it halts */
+    int64_t kv_reserved; /* pages the running jobs may still take (scheduler thread; pool_admit) */
 
     /* The block store: a finished job's slot is queued for the storer
        thread, which copies its whole blocks into the prefix cache while
@@ -693,16 +695,132 @@ static void load_blocks(sched *en, int a, const sched_job *j) {
     blocks_stats(en, 0);
 }
 
+/* ---- the KV pool's bound ----
+   Where the contexts draw their pages from one pool (the CPU, engine/kv.h),
+   info.kv_capacity bounds the pages held. A running job may still take up
+   to its reservation (job_pages): the pages of its whole run (prompt,
+   answer budget and one round's drafts, at most the window) less those of
+   the positions its slot holds now, plus one a layer for the copy of a
+   shared page the run first writes into (when its last page is partial). A job is admitted only when the
+   pages held, every running job's reservation and its own fit the
+   capacity; short of that, the least recently used blocks of the prefix
+   cache and then idle slots give their pages back, and failing that the
+   job waits at the head of the queue for a running one to end. So however
+   many requests run, their pages stay within the capacity (the second run
+   a reasoning budget starts, which may pass its reservation, is the memory
+   guard's, as is memory outside the pool). */
+static int64_t job_pages(const sched *en, const sched_job *j, const seq *s) {
+    const model *m = seq_model(s);
+    int64_t n = (int64_t)j->n_ids + (j->max_new > 0 ? j->max_new : en->info.context_window) + en->info.cap + 1;
+    if (n > en->info.context_window) n = en->info.context_window;
+    /* a partial last page may be another holder's too (share_prefix): its
+       first write copies it, a page a layer */
+    model_kv_pages kp;
+    const int len = seq_len(s);
+    const int cow = model_get_kv_pages(m, &kp) == 0 && len % kp.page_tokens ? model_cfg(m)->n_layers : 0;
+    const int64_t p = model_kv_pages_for(m, (int)n) - model_kv_pages_for(m, len) + cow;
+    return p > 0 ? p : 0;
+}
+
+/* One holder gives its pages back for pool_admit: half the prefix cache's
+   blocks (least recently used), else the least recently used idle slot
+   that holds positions (not `keep`, not being stored). 0 when none is left. */
+static int pool_evict(sched *en, int keep) {
+    if (en->pc) {
+        pcache_stats st;
+        pcache_get_stats(en->pc, &st);
+        if (st.bytes) {
+            const size_t b = pcache_shed(en->pc, st.bytes / 2);
+            blocks_stats(en, b);
+            if (b) return 1;
+        }
+    }
+    int pick = -1;
+    for (int i = 0; i < en->n_slots; i++)
+        if (i != keep && !en->slot_busy[i] && !en->slot_empty[i] && !store_busy(en, i) &&
+            (pick < 0 || en->slot_used[i] < en->slot_used[pick]))
+            pick = i;
+    if (pick < 0) return 0;
+    seq_release(en->slots[pick].s);
+    en->slot_empty[pick] = 1;
+    pthread_mutex_lock(&en->mmu);
+    en->m.kv_pool_shed++;
+    pthread_mutex_unlock(&en->mmu);
+    return 1;
+}
+
+/* Whether job j, in slot a, fits the pool beside the na running jobs: 1
+   (admit it), 0 (not now: it waits for a running job, or a store, to end),
+   -1 (never: nothing else holds pages and it still does not fit; err) */
+static int pool_admit(sched *en, active **act, int na, const sched_job *j, int a, char *err, size_t errlen) {
+    if (!en->info.kv_capacity) return 1;
+    const seq *s = en->slots[a].s;
+    int64_t res = 0;
+    for (int i = 0; i < na; i++) res += job_pages(en, act[i]->j, en->slots[act[i]->slot].s);
+    const int64_t mine = job_pages(en, j, s);
+    model_kv_pages kp;
+    for (;;) {
+        if (model_get_kv_pages(seq_model(s), &kp) != 0 || kp.held + res + mine <= en->info.kv_capacity) {
+            __atomic_store_n(&en->kv_reserved, res + mine, __ATOMIC_RELAXED);
+            return 1;
+        }
+        if (!pool_evict(en, a)) break;
+    }
+    int storing = 0;
+    for (int i = 0; i < en->n_slots; i++) storing |= store_busy(en, i);
+    if (na || storing) return 0;
+    ds_err(err, errlen, "the request needs %lld KV pages (%lld positions) beside the %lld its slot holds, and the "
+           "pool holds %lld (--kv-ram)", (long long)mine, (long long)mine * kp.page_tokens / model_cfg(seq_model(s))->n_layers,
+           (long long)kp.held, (long long)en->info.kv_capacity);
+    return -1;
+}
+
+/* Job j back at the head of the queue (pool_admit said not now) */
+static void requeue_front(sched *en, sched_job *j) {
+    pthread_mutex_lock(&en->qmu);
+    for (int i = 0; i < en->n_running; i++)
+        if (en->running[i] == j) {
+            memmove(en->running + i, en->running + i + 1, sizeof *en->running * (size_t)(en->n_running - i - 1));
+            en->n_running--;
+            break;
+        }
+    if (en->qn == en->qcap) {
+        en->qcap = en->qcap ? en->qcap * 2 : 16;
+        en->q = xrealloc(en->q, sizeof *en->q * (size_t)en->qcap);
+    }
+    memmove(en->q + 1, en->q, sizeof *en->q * (size_t)en->qn);
+    en->q[0] = j;
+    en->qn++;
+    pthread_mutex_unlock(&en->qmu);
+}
+
+static active deferred; /* start_job's "not now" */
+
 /* Admits a job: its slot (see pick_slot), its sampler seeded for it, its
-   run created (no forward yet). Returns the running job, or NULL when it
-   ended at once (halted before it started, or an error). */
-static active *start_job(sched *en, sched_job *j) {
+   run created (no forward yet). Returns the running job, NULL when it
+   ended at once (halted before it started, or an error), or &deferred
+   when the KV pool cannot take it beside the na running ones yet (it is
+   back at the head of the queue). */
+static active *start_job(sched *en, sched_job *j, active **act, int na) {
     active *a = xcalloc(1, sizeof *a);
     a->j = j;
     a->slot = pick_slot(en, j->ids, j->n_ids);
     en->slot_busy[a->slot] = 1;
+    en->slot_empty[a->slot] = 0;
     share_prefix(en, a->slot, j);
     load_blocks(en, a->slot, j);
+    const int fit = __atomic_load_n(&j->halt, __ATOMIC_RELAXED) ? 1 : pool_admit(en, act, na, j, a->slot, a->err,
+                                                                                 sizeof a->err);
+    if (fit == 0) {
+        en->slot_busy[a->slot] = 0;
+        free(a);
+        requeue_front(en, j);
+        pthread_mutex_lock(&en->mmu);
+        en->m.kv_deferred += !j->kv_waited;
+        pthread_mutex_unlock(&en->mmu);
+        j->kv_waited = 1;
+        return &deferred;
+    }
     guard(en);
     en->slot_used[a->slot] = ds_now();
     sched_slot *sl = &en->slots[a->slot];
@@ -716,7 +834,7 @@ static active *start_job(sched *en, sched_job *j) {
     g->think_state = j->think_prefilled ? 1 : 0;
     stop_init(&g->sm, (const char *const *)j->stops, j->n_stops);
     a->out_ids = xmalloc(sizeof(int) * (size_t)(j->max_new > 0 ? j->max_new : 1));
-    if (sampler_reset(sl->smp, &j->sp, a->err, sizeof a->err) != 0) {
+    if (fit < 0 || sampler_reset(sl->smp, &j->sp, a->err, sizeof a->err) != 0) {
         end_job(en, a, -1);
         return NULL;
     }
@@ -814,8 +932,6 @@ static void *sched_main(void *arg) {
     active *act[SCHED_MAX_SLOTS];
     int na = 0;
     for (;;) {
-        sched_job *adm[SCHED_MAX_SLOTS];
-        int nadm = 0;
         pthread_mutex_lock(&en->qmu);
         while (!na && !en->qn && !en->stopping) {
             struct timespec ts;
@@ -830,25 +946,42 @@ static void *sched_main(void *arg) {
             pthread_mutex_unlock(&en->qmu);
             break;
         }
-        /* admission between steps, in arrival order, while the batch has room */
-        while (en->qn && na + nadm < en->max_batch) {
-            adm[nadm++] = en->q[0];
-            en->running[en->n_running++] = en->q[0];
+        /* admission between steps, in arrival order, while the batch (and
+           the KV pool: pool_admit) has room */
+        int waiting = 0;
+        while (en->qn && na < en->max_batch) {
+            sched_job *j = en->q[0];
+            en->running[en->n_running++] = j;
             memmove(en->q, en->q + 1, sizeof *en->q * (size_t)(en->qn - 1));
             en->qn--;
-        }
-        pthread_mutex_unlock(&en->qmu);
-        for (int i = 0; i < nadm; i++) {
-            active *a = start_job(en, adm[i]);
+            pthread_mutex_unlock(&en->qmu);
+            active *a = start_job(en, j, act, na);
+            pthread_mutex_lock(&en->qmu);
+            if (a == &deferred) {
+                waiting = 1;
+                break;
+            }
             if (a) act[na++] = a;
         }
-        if (!na) continue;
+        pthread_mutex_unlock(&en->qmu);
+        if (!na) {
+            if (waiting) { /* a store holds the pages it needs: it ends soon */
+                struct timespec ts = {0, 5 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+            continue;
+        }
         step(en, act, na);
         for (int i = 0; i < na;) {
             if ((act[i]->failed || spec_run_done(act[i]->run)) && run_over(en, act[i])) {
                 memmove(act + i, act + i + 1, sizeof *act * (size_t)(na - i - 1));
                 na--;
             } else i++;
+        }
+        if (en->info.kv_capacity) { /* for /health: what the running jobs may still take */
+            int64_t res = 0;
+            for (int i = 0; i < na; i++) res += job_pages(en, act[i]->j, en->slots[act[i]->slot].s);
+            __atomic_store_n(&en->kv_reserved, res, __ATOMIC_RELAXED);
         }
     }
     return NULL;
@@ -1005,4 +1138,6 @@ void sched_get_metrics(sched *en, sched_metrics *m) {
     for (int i = 0; i < en->n_slots; i++) m->blocks_storing += en->store_state[i] != 0;
     pthread_mutex_unlock(&en->smu);
     m->kv_paged = model_get_kv_pages(seq_model(en->slots[0].s), &m->kv_pages) == 0;
+    m->kv_capacity = en->info.kv_capacity;
+    m->kv_reserved = __atomic_load_n(&en->kv_reserved, __ATOMIC_RELAXED);
 }

@@ -108,6 +108,7 @@ typedef struct sched_job {
     volatile sig_atomic_t halt; /* stop generating (cancel, cut, stop string or reasoning budget) */
     int cancelled;
     int cut;           /* sched_cut reached it before it was done */
+    int kv_waited;     /* its admission waited for KV pages (scheduler thread) */
     int refs;
 } sched_job;
 
@@ -121,6 +122,8 @@ typedef struct {
     int slots;            /* cache slots */
     int max_batch;        /* jobs generated at once (1..slots; sched_start bounds it) */
     size_t prefix_cache;  /* bytes of the prefix block cache (spec/pcache.h; 0: none) */
+    int64_t kv_capacity;  /* KV pages the pool may hold (sched.c pool_admit; 0: no bound, the
+                             backend's caches are not paged) */
 } sched_info;
 
 /* A cache slot: one sequence (KV cache) with its decoding state: drafter
@@ -136,7 +139,7 @@ typedef struct {
     cli_spec *sp;
     sampler *smp;
 } sched_slot;
-#define SCHED_MAX_SLOTS 16
+#define SCHED_MAX_SLOTS 32
 
 /* Takes ownership of nothing: the slots' sequences, specs and samplers, tok
  * and info's strings stay the caller's and must outlive the scheduler.
@@ -212,6 +215,10 @@ typedef struct {
     int blocks_storing;          /* slots whose blocks are queued or being stored */
     int kv_paged;                /* the backend's caches are in pages: kv_pages holds them */
     model_kv_pages kv_pages;
+    int64_t kv_capacity;         /* the pool's bound in pages (0: none) */
+    int64_t kv_reserved;         /* pages the running jobs may still take, at the last admission */
+    uint64_t kv_deferred;        /* admissions put off until the pool had room */
+    uint64_t kv_pool_shed;       /* idle slots emptied to make room in the pool */
 } sched_metrics;
 void sched_get_metrics(sched *en, sched_metrics *m);
 

@@ -46,12 +46,18 @@ const char SERVE_HELP[] =
     "                           emulated in one process: a test of the split, not a speedup;\n"
     "                           on a GPU N > 1 is refused (multi-GPU is not built yet)\n"
     "      --cache-slots N      conversations kept in KV caches, each with its own cache of\n"
-    "                           the context window (at most 16; default: --max-batch, at least 2);\n"
+    "                           the context window (at most 32; default: --max-batch, at least 2);\n"
     "                           a request runs in the free slot sharing the longest prefix with it\n"
     "                           (at least half of the prompt), else in the least recently used one\n"
     "      --max-batch N        requests generated at once, each in a cache slot of its own, their\n"
     "                           rows in one forward per step (at most --cache-slots; default 4\n"
     "                           when 4 slots of the window fit in memory, else fewer, at least 2)\n"
+    "      --kv-ram MiB         on the CPU, where the slots, the running requests and the prefix\n"
+    "                           cache draw KV pages from one pool: the pages they may hold\n"
+    "                           together (default: the memory left past the weights and every\n"
+    "                           slot's scratch; at least one window's pages). A request starts\n"
+    "                           once the pages its whole answer may take fit beside the running\n"
+    "                           ones' (idle slots and cached blocks give theirs back first)\n"
     "      --cache-ram MiB      the prefix cache: host memory for KV blocks of 128 tokens that\n"
     "                           finished requests leave and new prompts take back by their prefix,\n"
     "                           across conversations, least recently used out first (default on\n"
@@ -137,6 +143,39 @@ static int serve_slots(const cli_engine *ce, const opts *o, int *max_batch) {
     }
     *max_batch = n;
     return n;
+}
+
+/* The KV pool's bound in pages (sched.h info.kv_capacity) where the
+   backend's caches draw on one pool (the CPU): --kv-ram, else what the
+   memory estimate leaves past the weights and every slot's scratch
+   (memfit_report.pool), and at least one window's pages (the start rule
+   checked that much fits) with a page a layer to spare, so a request of
+   the whole window can always run once the others are done. 0 (no bound)
+   where the caches are not paged or the memory cannot be read. */
+static int64_t kv_pool_pages(const cli_engine *ce, const opts *o, int n_slots, int window) {
+    model_kv_pages kp;
+    if (model_get_kv_pages(ce->m, &kp) != 0) {
+        if (o->kv_ram)
+            cli_die("--kv-ram: the caches here (%s%s) are not pages of one pool, each slot holds its window: "
+                    "--cache-slots and --context-window size them", model_device(ce->m),
+                    o->tensor_parallel > 1 ? ", tensor-parallel ranks" : "");
+        return 0;
+    }
+    const int64_t one = model_kv_pages_for(ce->m, window) + model_cfg(ce->m)->n_layers;
+    if (o->kv_ram) {
+        const int64_t p = (int64_t)(((size_t)o->kv_ram << 20) / kp.page_bytes);
+        if (p < one)
+            cli_die("--kv-ram %d MiB holds %lld KV pages of %zu bytes; one %d-position window needs %lld "
+                    "(%.0f MiB): raise --kv-ram or lower --context-window",
+                    o->kv_ram, (long long)p, kp.page_bytes, window, (long long)one,
+                    (double)one * (double)kp.page_bytes / 1048576.0);
+        return p;
+    }
+    memfit_report r;
+    char err[256];
+    if (memfit_model(ce->m, n_slots, 512, window, NULL, &r, err, sizeof err) != 0) return 0;
+    const int64_t p = (int64_t)(r.pool / kp.page_bytes);
+    return p > one ? p : one;
 }
 
 /* ---- errors ---- */
@@ -278,6 +317,11 @@ static void route_health(server *srv, const http_req *r) {
         cJSON_AddNumberToObject(kp, "held", (double)m.kv_pages.held);
         cJSON_AddNumberToObject(kp, "shared", (double)m.kv_pages.shared);
         cJSON_AddNumberToObject(kp, "bytes", (double)m.kv_pages.held * (double)m.kv_pages.page_bytes);
+        cJSON_AddNumberToObject(kp, "capacity", (double)m.kv_capacity);
+        cJSON_AddNumberToObject(kp, "reserved", (double)m.kv_reserved);
+        cJSON_AddNumberToObject(kp, "free", (double)(m.kv_capacity > m.kv_pages.held ? m.kv_capacity - m.kv_pages.held : 0));
+        cJSON_AddNumberToObject(kp, "deferred", (double)m.kv_deferred);
+        cJSON_AddNumberToObject(kp, "slots_shed", (double)m.kv_pool_shed);
     }
     cJSON_AddNumberToObject(o, "uptime_seconds", ds_now() - srv->t_start);
     cJSON *mem = cJSON_AddObjectToObject(o, "memory");
@@ -397,6 +441,14 @@ static void route_metrics(server *srv, const http_req *r) {
                (long long)m.kv_pages.shared);
         METRIC("kv_pages_bytes", "gauge", "Bytes the held pages take.", " %.0f",
                (double)m.kv_pages.held * (double)m.kv_pages.page_bytes);
+        METRIC("kv_pages_capacity", "gauge", "The pages the pool may hold (--kv-ram; 0: no bound).", " %lld",
+               (long long)m.kv_capacity);
+        METRIC("kv_pages_reserved", "gauge", "Pages the running requests may still take.", " %lld",
+               (long long)m.kv_reserved);
+        METRIC("kv_deferred_total", "counter", "Admissions put off until the pool had room.", " %llu",
+               (unsigned long long)m.kv_deferred);
+        METRIC("kv_slots_shed_total", "counter", "Idle cache slots emptied to make room in the pool.", " %llu",
+               (unsigned long long)m.kv_pool_shed);
     }
     METRIC("prefix_blocks_bytes", "gauge", "Bytes the prefix cache's blocks take.", " %llu",
            (unsigned long long)m.blocks.bytes);
@@ -818,6 +870,7 @@ int cmd_serve(const opts *o) {
                     i + 1, n_slots, err);
     seq *s = seqs[0];
     srv.ctx_window = seq_capacity(s);
+    const int64_t kv_capacity = kv_pool_pages(&ce, o, n_slots, srv.ctx_window);
     srv.max_output = srv.ctx_window;
     srv.default_max = o->n_predict > 0 ? o->n_predict : 0;
     srv.sdef = (sampler_params){.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p, .min_p = o->min_p,
@@ -849,7 +902,8 @@ int cmd_serve(const opts *o) {
                         .drafter = sp.mode == CLI_MODE_DSPARK || sp.mode == CLI_MODE_DFLASH ? sp.drafter_dir : "",
                         .context_window = srv.ctx_window,
                         .cap = sp.mode == CLI_MODE_BASELINE ? 0 : sp.max_draft, .adaptive = sp.adaptive,
-                        .slots = n_slots, .max_batch = max_batch, .prefix_cache = prefix_cache_bytes(o, ce.m)};
+                        .slots = n_slots, .max_batch = max_batch, .prefix_cache = prefix_cache_bytes(o, ce.m),
+                        .kv_capacity = kv_capacity};
     srv.mode = info.mode;
     if (!o->no_warmup) {
         double tw = warm_up(seqs, n_slots, err, sizeof err);
@@ -885,6 +939,14 @@ int cmd_serve(const opts *o) {
                  : o->cache_ram < 0 && strcmp(model_device(ce.m), "cpu") != 0
                      ? "the default on a GPU; --cache-ram MiB turns it on"
                      : "this backend cannot save cache rows");
+    if (kv_capacity) {
+        model_kv_pages kp;
+        model_get_kv_pages(ce.m, &kp);
+        fprintf(stderr, "dspark serve: KV pool: %lld pages of %d positions a layer (%.0f MiB%s) for the slots, the "
+                        "running requests and the prefix cache\n",
+                (long long)kv_capacity, kp.page_tokens, (double)kv_capacity * (double)kp.page_bytes / 1048576.0,
+                o->kv_ram ? ", --kv-ram" : "");
+    }
     fprintf(stderr, "dspark serve: listening on http://%s:%d\n", uhost, port);
     fflush(stderr);
 

@@ -75,7 +75,7 @@ double seq_warm_up(seq *s, char *err, size_t errlen) {
     if (!rc && seq_chain_ok(s) && rows + 4 <= seq_capacity(s))
         rc = seq_chain_start(s, next, err, errlen) != 0 || seq_chain_next(s, 1, &am, err, errlen) != 0 ||
              seq_chain_next(s, 0, &am, err, errlen) != 0;
-    seq_reset(s);
+    seq_release(s); /* (its KV pages back to the pool: a slot holds none until a request) */
     free(ids);
     free(logits);
     return rc ? -1 : ds_now() - t0;

@@ -25,7 +25,8 @@ void seq_reset(seq *s);
  * whose cache is not host memory). */
 size_t seq_release(seq *s);
 
-/* One short forward, then the sequence emptied, so that what a model's
+/* One short forward, then the sequence emptied (seq_release: no KV pages
+ * kept), so that what a model's
  * first forward pays once does not fall on the first prompt: on a GPU the
  * tile-major weight copies, cuBLAS's set-up (a prefill group plus one row),
  * the kernels' first loads and the decode graph; on the CPU the weights'

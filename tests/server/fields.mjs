@@ -186,9 +186,9 @@ if (PHASE === "scripted") {
         }
         assert.deepEqual(texts, a.choices.map((c) => c.message.content));
         assert.equal(usage.completion_tokens, gen);
-        const big = await postJSON("/v1/chat/completions", { ...body, n: 17 });
+        const big = await postJSON("/v1/chat/completions", { ...body, n: 33 });
         assert.equal(big.status, 400);
-        assert.match(big.json.error.message, /'n' must be at most 16/);
+        assert.match(big.json.error.message, /'n' must be at most 32/);
     });
 
     test("logit_bias forces and bans tokens; out-of-vocabulary ids are refused", async () => {

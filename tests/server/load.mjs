@@ -5,7 +5,11 @@
 //       time, then runs a short concurrent warm-up; writes $DSPARK_LOAD_FILE
 //   DSPARK_LOAD_PHASE=load  reads it and runs $DSPARK_LOAD_N requests (200)
 // The C side (tests/test_server.c) reads the server's RSS between the phases
-// and after the load.
+// and after the load. It starts the server with --max-batch 32 and a KV pool
+// (--kv-ram) that holds the pages of about ten of these requests at once:
+// the load phase watches /health meanwhile, and the pages held never pass
+// the pool's capacity, more than four requests run at once, and admissions
+// wait for pages (kv_pages.deferred) rather than pass the bound.
 import fs from "node:fs";
 import { assert, openai, run, test, request, checkXDspark, MODEL_ID } from "./common.mjs";
 
@@ -93,10 +97,33 @@ if (PHASE === "warm") {
     test(`${N} requests, ${INFLIGHT} in flight, all answers as expected`, async () => {
         const expected = JSON.parse(fs.readFileSync(FILE, "utf8"));
         const t0 = Date.now();
+        // /health while the load runs: the pool's pages and the batch
+        let polling = true, maxHeld = 0, maxRunning = 0, cap = 0, polls = 0;
+        const poller = (async () => {
+            while (polling) {
+                const h = (await request("GET", "/health")).json;
+                const kp = h.kv_pages;
+                assert.ok(kp && kp.capacity > 0, `/health kv_pages.capacity: ${JSON.stringify(kp)}`);
+                cap = kp.capacity;
+                maxHeld = Math.max(maxHeld, kp.held);
+                maxRunning = Math.max(maxRunning, h.requests_running);
+                assert.ok(kp.held <= kp.capacity, `KV pages held ${kp.held} > the pool's ${kp.capacity}`);
+                polls++;
+                await new Promise((r) => setTimeout(r, 20));
+            }
+        })();
         const bad = await hammer(mixed(N, 0), expected);
+        polling = false;
+        await poller;
         assert.deepEqual(bad, [], `${bad.length} of ${N} answers differ:\n${bad.slice(0, 5).join("\n")}`);
         console.log(`     ${N} requests in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
         const h = await request("GET", "/health");
+        const kp = h.json.kv_pages;
+        console.log(`     up to ${maxRunning} requests running, ${maxHeld} of ${cap} KV pages held (${polls} polls), ` +
+            `${kp.deferred} admissions deferred, ${kp.slots_shed} idle slots emptied for pages`);
+        assert.ok(maxRunning > 4, `at most ${maxRunning} requests ran at once (--max-batch 32)`);
+        assert.ok(kp.deferred > 0, "no admission waited for pages: the pool did not bound the batch");
+        assert.ok(kp.held <= kp.capacity);
         assert.equal(h.json.status, "ok");
         assert.ok(h.json.memory?.rss_bytes > 0, "health memory.rss_bytes");
         const m = await request("GET", "/metrics");
