@@ -89,7 +89,7 @@ for mode in $MODES; do
             port=$(free_port)
             # shellcheck disable=SC2086
             start_server "listening on" "$DSPARK" serve --model "$MODEL" --mode "$mode" --max-batch $mb \
-                --cache-slots 16 -t "$THREADS" --port "$port" ${DSPARK_ARGS:-}
+                --cache-slots $((mb > 16 ? mb : 16)) -t "$THREADS" --port "$port" ${DSPARK_ARGS:-}
             load "$port" "$c" "dspark $mode --max-batch $mb"
             stop_server
         done
@@ -105,7 +105,7 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
     for c in $CONC; do
         port=$(free_port)
         # shellcheck disable=SC2086
-        start_server "listening on" "$DSPARK" serve --model "$GGUF" --mode baseline --max-batch $mb --cache-slots 16 \
+        start_server "listening on" "$DSPARK" serve --model "$GGUF" --mode baseline --max-batch $mb --cache-slots $((mb > 16 ? mb : 16)) \
             -t "$THREADS" --port "$port" ${DSPARK_ARGS:-}
         load "$port" "$c" "dspark $(basename "$GGUF") baseline --max-batch $mb"
         stop_server
