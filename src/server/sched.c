@@ -701,9 +701,9 @@ static void load_blocks(sched *en, int a, const sched_job *j) {
    to its reservation (job_pages): the pages of its whole run (prompt,
    answer budget and one round's drafts, at most the window) less those of
    the positions its slot holds now, plus one a layer for the copy of a
-   shared page the run first writes into (when its last page is partial). A job is admitted only when the
-   pages held, every running job's reservation and its own fit the
-   capacity; short of that, the least recently used blocks of the prefix
+   shared page the run first writes into (when its last page is partial).
+   A job is admitted only when the pages held, every running job's
+   reservation and its own fit the capacity; short of that, the least recently used blocks of the prefix
    cache and then idle slots give their pages back, and failing that the
    job waits at the head of the queue for a running one to end. So however
    many requests run, their pages stay within the capacity (the second run
@@ -724,7 +724,8 @@ static int64_t job_pages(const sched *en, const sched_job *j, const seq *s) {
 
 /* One holder gives its pages back for pool_admit: half the prefix cache's
    blocks (least recently used), else the least recently used idle slot
-   that holds positions (not `keep`, not being stored). 0 when none is left. */
+   that has not given its pages back since its last job (not `keep`, not
+   being stored). 0 when none is left. */
 static int pool_evict(sched *en, int keep) {
     if (en->pc) {
         pcache_stats st;
@@ -769,9 +770,8 @@ static int pool_admit(sched *en, active **act, int na, const sched_job *j, int a
     int storing = 0;
     for (int i = 0; i < en->n_slots; i++) storing |= store_busy(en, i);
     if (na || storing) return 0;
-    ds_err(err, errlen, "the request needs %lld KV pages (%lld positions) beside the %lld its slot holds, and the "
-           "pool holds %lld (--kv-ram)", (long long)mine, (long long)mine * kp.page_tokens / model_cfg(seq_model(s))->n_layers,
-           (long long)kp.held, (long long)en->info.kv_capacity);
+    ds_err(err, errlen, "the request may take %lld more KV pages, %lld are held that nothing can give back, and "
+           "the pool holds %lld (--kv-ram)", (long long)mine, (long long)kp.held, (long long)en->info.kv_capacity);
     return -1;
 }
 
