@@ -690,6 +690,10 @@ static void load_blocks(sched *en, int a, const sched_job *j) {
     sched_slot *sl = &en->slots[a];
     dstate *ds = j->plain ? NULL : cli_spec_dstate(sl->sp);
     char err[256];
+    /* a job that waited for KV pages (pool_admit) looked up the cache at
+       its first try: a retry looks again only when the cache has more for
+       it than its slot now holds, so the lookups count admissions */
+    if (j->kv_waited && pcache_match(en->pc, j->ids, j->n_ids - 1, ds != NULL) <= slot_usable(en, a, j)) return;
     if (pcache_load(en->pc, sl->s, ds, j->ids, j->n_ids, slot_usable(en, a, j), j->n_ids - 1, err, sizeof err) < 0)
         fprintf(stderr, "dspark serve: prefix cache: %s\n", err);
     blocks_stats(en, 0);
