@@ -144,6 +144,20 @@ TEST(pcache_drafter) {
     pcache *pc = pcache_new((size_t)1 << 30);
     CHECK_MSG(pcache_store(pc, s[0], ds[0], NULL, err, sizeof err) >= 2, "%s", err);
     CHECK_EQ_INT(pcache_match(pc, pb, nb, 1), 2 * BK);
+    /* on the CPU the blocks hold the drafter's context pages, not copies:
+       the source now writes over positions of block 1, and the blocks must
+       still read as stored (the copy on write) */
+    CHECK_EQ_INT(dstate_block_rows(ds[0]), BK);
+    int pc2[BK + 80];
+    test_prompt_ids(pc2, BK + 80, BK + 10, 7, V);
+    CHECK(spec_generate(s[0], smp, &d0, pc2, BK + 80, &o, out[0], NULL, &st[0], err, sizeof err) == 0);
+    /* a block past the context, or put where the context does not reach */
+    dblock *k = dstate_block_take(ds[0], 5, err, sizeof err);
+    CHECK_MSG(!k && strstr(err, "drafter block 5"), "%s", err);
+    k = dstate_block_take(ds[0], 0, err, sizeof err);
+    CHECK_MSG(k != NULL, "%s", err);
+    CHECK(dstate_block_put(ds[2], pb, 1, k, err, sizeof err) == -1 && strstr(err, "drafter block 1"));
+    dblock_free(k);
     CHECK_EQ_INT(pcache_load(pc, s[1], ds[1], pb, nb, 0, nb - 1, err, sizeof err), 2 * BK);
     CHECK_EQ_INT(dstate_ctx_len(ds[1]), 2 * BK);
     drafter d1 = dstate_drafter(ds[1]), d2 = dstate_drafter(ds[2]);

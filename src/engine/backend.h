@@ -149,6 +149,11 @@ typedef struct backend {
     size_t (*dstate_pos_bytes)(const void *bdm);
     int (*dstate_save)(void *bs, int pos0, int n, void *host, char *err, size_t errlen);
     int (*dstate_load)(void *bs, int pos0, int n, const void *host, char *err, size_t errlen);
+    /* as ctx_block_take / ctx_block_put for a drafter state's context
+       (block_rows positions; its handle goes with block_drop); NULL where
+       the backend has none */
+    void *(*dstate_block_take)(void *bs, int b);
+    int (*dstate_block_put)(void *bs, int b, const void *h, char *err, size_t errlen);
     /* context rows pos0 .. pos0+n-1 (the cache cut to pos0 first): row i's
        features taps[t][row0 + i][H] for each tap t of taps[n_taps][rows][H],
        in host memory, or (ingest_resident, NULL unless

@@ -392,8 +392,7 @@ typedef struct {
     int n;
     kv_page *pages[];
 } cpu_block;
-static void *cpu_ctx_block_take(void *bc, int b) {
-    kv_cache *kv = ((cpu_ctx *)bc)->kv;
+static void *kv_block_take(kv_cache *kv, int b) {
     cpu_block *k = xmalloc(sizeof *k + sizeof(kv_page *) * (size_t)kv_layers(kv));
     k->n = kv_layers(kv);
     if (kv_pages_take(kv, b, k->pages) != 0) {
@@ -402,13 +401,16 @@ static void *cpu_ctx_block_take(void *bc, int b) {
     }
     return k;
 }
-static int cpu_ctx_block_put(void *bc, int b, const void *h, char *err, size_t errlen) {
-    kv_cache *kv = ((cpu_ctx *)bc)->kv;
+static int kv_block_put(kv_cache *kv, int b, const void *h, const char *what, char *err, size_t errlen) {
     const cpu_block *k = h;
     if (k->n != kv_layers(kv) || kv_pages_put(kv, b, k->pages) != 0)
-        return ds_err(err, errlen, "cache block %d: its pages do not fit this context (it holds %d, takes %d)", b,
+        return ds_err(err, errlen, "%s block %d: its pages do not fit this context (it holds %d, takes %d)", what, b,
                       kv_len(kv), kv_capacity(kv));
     return 0;
+}
+static void *cpu_ctx_block_take(void *bc, int b) { return kv_block_take(((cpu_ctx *)bc)->kv, b); }
+static int cpu_ctx_block_put(void *bc, int b, const void *h, char *err, size_t errlen) {
+    return kv_block_put(((cpu_ctx *)bc)->kv, b, h, "cache", err, errlen);
 }
 static void cpu_kv_pages(const void *bm, size_t *page_bytes, int64_t *held, int64_t *shared) {
     kv_pool_stats st;
@@ -689,6 +691,7 @@ static int cpu_forward_multi(void *const *bcs, const model_batch *bs, int n, cha
 
 typedef struct {
     drafter_desc d;
+    kv_pool *pool; /* its states' context pages: states share a prefix's pages, blocks keep them */
 } cpu_dmodel;
 
 typedef struct {
@@ -707,11 +710,17 @@ static int cpu_dmodel_create(void **out, const drafter_desc *d, void *target_bm,
     if (check_layers(d->cfg, d->layers, err, errlen) != 0) return -1;
     cpu_dmodel *m = xcalloc(1, sizeof *m);
     m->d = *d;
+    /* f32, as each state's cache (cpu_dstate_create) */
+    m->pool = kv_pool_new(d->cfg->n_kv_heads, d->cfg->head_dim, 32);
     *out = m;
     return 0;
 }
 
-static void cpu_dmodel_free(void *bdm) { free(bdm); }
+static void cpu_dmodel_free(void *bdm) {
+    cpu_dmodel *m = bdm;
+    if (m) kv_pool_unref(m->pool);
+    free(m);
+}
 
 static int cpu_dstate_create(void **out, void *bdm, int cap, tpool *tp, char *err, size_t errlen) {
     *out = NULL;
@@ -721,7 +730,7 @@ static int cpu_dstate_create(void **out, void *bdm, int cap, tpool *tp, char *er
     cpu_dstate *s = xcalloc(1, sizeof *s);
     /* the drafter's cache stays f32 whatever the target's --kv-bits: it is
        a few layers deep, and its drafts never change what is emitted */
-    if (kv_create(&s->kv, NULL, b->n_layers, b->n_kv_heads, b->head_dim, cap, 32, err, errlen) != 0) {
+    if (kv_create(&s->kv, dm->pool, b->n_layers, b->n_kv_heads, b->head_dim, cap, 32, err, errlen) != 0) {
         free(s);
         return -1;
     }
@@ -770,6 +779,13 @@ static int cpu_dstate_save(void *bs, int pos0, int n, void *host, char *err, siz
 static int cpu_dstate_load(void *bs, int pos0, int n, const void *host, char *err, size_t errlen) {
     cpu_dstate *s = bs;
     if (kv_rows_err(s->kv, pos0, n, (void *)host, 0, "drafter cache", err, errlen) != 0) return -1;
+    s->n_lastctx = 0; /* (no chunk was ingested) */
+    return 0;
+}
+static void *cpu_dstate_block_take(void *bs, int b) { return kv_block_take(((cpu_dstate *)bs)->kv, b); }
+static int cpu_dstate_block_put(void *bs, int b, const void *h, char *err, size_t errlen) {
+    cpu_dstate *s = bs;
+    if (kv_block_put(s->kv, b, h, "drafter cache", err, errlen) != 0) return -1;
     s->n_lastctx = 0; /* (no chunk was ingested) */
     return 0;
 }
@@ -952,6 +968,8 @@ const backend backend_cpu = {
     .dstate_pos_bytes = cpu_dstate_pos_bytes,
     .dstate_save = cpu_dstate_save,
     .dstate_load = cpu_dstate_load,
+    .dstate_block_take = cpu_dstate_block_take,
+    .dstate_block_put = cpu_dstate_block_put,
     .dstate_ingest = cpu_dstate_ingest,
     .dstate_propose = cpu_dstate_propose,
     .dstate_row = cpu_dstate_row,

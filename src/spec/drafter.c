@@ -144,6 +144,52 @@ int dstate_load_rows(dstate *s, const int *ids, int pos0, int n, const void *hos
     return 0;
 }
 
+struct dblock {
+    const backend *be;
+    void *h; /* the backend's handle (its block_drop frees it) */
+};
+
+int dstate_block_rows(const dstate *s) {
+    const backend *be = s->be;
+    return be->dstate_block_take && be->dstate_block_put && be->block_drop ? be->block_rows : 0;
+}
+
+dblock *dstate_block_take(dstate *s, int b, char *err, size_t errlen) {
+    const int r = dstate_block_rows(s);
+    if (!r || b < 0 || (b + 1) * r > ctx_len(s)) {
+        ds_err(err, errlen, "drafter block %d: the context holds %d positions (blocks of %d)", b, ctx_len(s), r);
+        return NULL;
+    }
+    void *h = s->be->dstate_block_take(s->bs, b);
+    if (!h) {
+        ds_err(err, errlen, "drafter block %d: its rows cannot be taken (the context holds %d)", b, ctx_len(s));
+        return NULL;
+    }
+    dblock *k = xmalloc(sizeof *k);
+    k->be = s->be;
+    k->h = h;
+    return k;
+}
+
+int dstate_block_put(dstate *s, const int *ids, int b, const dblock *blk, char *err, size_t errlen) {
+    const int r = dstate_block_rows(s), pos0 = b * r, B = s->dm->cfg.block_size;
+    if (!r || !blk || blk->be != s->be || b < 0 || pos0 > ctx_len(s) || pos0 > s->n_ids ||
+        pos0 + r + B > ctx_capacity(s))
+        return ds_err(err, errlen, "drafter block %d: the context holds %d positions and takes %d", b, ctx_len(s),
+                      ctx_capacity(s) - B);
+    if (s->be->dstate_block_put(s->bs, b, blk->h, err, errlen) != 0) return -1;
+    s->n_ids = pos0;
+    ids_push(s, ids + pos0, r);
+    s->broken = 0;
+    return 0;
+}
+
+void dblock_free(dblock *blk) {
+    if (!blk) return;
+    blk->be->block_drop(blk->h);
+    free(blk);
+}
+
 static void d_commit(void *self, const int *ids, int n) { ids_push(self, ids, n); }
 
 /* 1 when context rows pos0.. (n of them) can be taken: the context must stay

@@ -99,6 +99,21 @@ int dstate_copy_prefix(dstate *dst, const dstate *src, int n, char *err, size_t 
 size_t dstate_pos_bytes(const dstate *ds);
 int dstate_save_rows(dstate *ds, int pos0, int n, void *host, char *err, size_t errlen);
 int dstate_load_rows(dstate *ds, const int *ids, int pos0, int n, const void *host, char *err, size_t errlen);
+/* Context blocks by reference (seq.h's seq_block_* for a drafter state):
+ * dstate_block_rows is the positions of a block (0 where the backend
+ * copies rows instead: dstate_save_rows); dstate_block_take holds block b
+ * (positions [b * rows, (b+1) * rows), below the context length) without
+ * a copy; dstate_block_put makes such a block this state's block b (b *
+ * rows at most its context length and its ids' count: cut there first)
+ * with ids[0 .. (b+1) * rows) the ids of the whole context then held, as
+ * dstate_load_rows does; a state that then writes into a position of a
+ * block it shares copies that block's rows first, so what a block holds
+ * never changes. dblock_free lets go. NULL / -1 with err filled. */
+typedef struct dblock dblock;
+int dstate_block_rows(const dstate *ds);
+dblock *dstate_block_take(dstate *ds, int b, char *err, size_t errlen);
+int dstate_block_put(dstate *ds, const int *ids, int b, const dblock *blk, char *err, size_t errlen);
+void dblock_free(dblock *blk);
 /* The spec-loop interface over ds. */
 drafter dstate_drafter(dstate *ds);
 /* Positions whose context features are cached. */

@@ -7,13 +7,36 @@
 
 #include "base/util.h"
 
+/* a block's drafter rows: copied, or by reference where the drafter's
+   backend shares its context pages (dstate_block_rows) */
+typedef struct {
+    void *rows;
+    dblock *blk;
+} dpart;
+static int dpart_has(const dpart *p) { return p->rows || p->blk; }
+static void dpart_free(dpart *p) {
+    free(p->rows);
+    dblock_free(p->blk);
+    p->rows = NULL, p->blk = NULL;
+}
+/* block bi of ds's context into p */
+static int dpart_take(dpart *p, dstate *ds, int bi, size_t db, char *err, size_t errlen) {
+    if (dstate_block_rows(ds) == PCACHE_BLOCK) {
+        p->blk = dstate_block_take(ds, bi, err, errlen);
+        return p->blk ? 0 : -1;
+    }
+    p->rows = xmalloc(PCACHE_BLOCK * db);
+    return dstate_save_rows(ds, bi * PCACHE_BLOCK, PCACHE_BLOCK, p->rows, err, errlen);
+}
+
 typedef struct pblock pblock;
 struct pblock {
     uint64_t h;           /* chained hash of the prefix up to and with this block */
     pblock *parent;       /* the block before (NULL: the first) */
     pblock *next;         /* the bucket's chain */
     int ids[PCACHE_BLOCK];
-    void *rows, *drows;   /* target rows (copied); drafter rows (NULL: none) */
+    void *rows;           /* target rows (copied) */
+    dpart d;              /* the drafter's rows (none: both NULL) */
     mblock *blk;          /* or the target's rows by reference (a backend that shares them) */
     size_t bytes;
     uint64_t used;        /* the touch counter when last used */
@@ -43,7 +66,7 @@ pcache *pcache_new(size_t budget) {
 static void block_free(pblock *b) {
     free(b->rows);
     mblock_free(b->blk);
-    free(b->drows);
+    dpart_free(&b->d);
     free(b);
 }
 
@@ -197,10 +220,7 @@ int pcache_store(pcache *pc, seq *s, dstate *ds, const int *stop, char *err, siz
                 b->rows = xmalloc(PCACHE_BLOCK * tb);
                 rc = seq_save_rows(s, pos0, PCACHE_BLOCK, b->rows, err, errlen);
             }
-            if (!rc && with_d) {
-                b->drows = xmalloc(PCACHE_BLOCK * db);
-                rc = dstate_save_rows(ds, pos0, PCACHE_BLOCK, b->drows, err, errlen);
-            }
+            if (!rc && with_d) rc = dpart_take(&b->d, ds, bi, db, err, errlen);
             pthread_mutex_lock(&pc->mu);
             if (prev) prev->pins--;
             if (rc) {
@@ -226,23 +246,20 @@ int pcache_store(pcache *pc, seq *s, dstate *ds, const int *stop, char *err, siz
             added++;
         } else {
             b->used = ++pc->clock; /* (not the one evicted for its own rows) */
-            if (with_d && !b->drows) {
+            if (with_d && !dpart_has(&b->d)) {
                 const size_t more = PCACHE_BLOCK * db;
                 if (reserve(pc, more)) {
                     b->pins++;
                     pthread_mutex_unlock(&pc->mu);
-                    void *d = xmalloc(more);
-                    rc = dstate_save_rows(ds, pos0, PCACHE_BLOCK, d, err, errlen);
+                    dpart d = {0};
+                    rc = dpart_take(&d, ds, bi, db, err, errlen);
                     pthread_mutex_lock(&pc->mu);
                     b->pins--;
-                    if (rc) {
-                        free(d);
-                        pc->bytes -= more;
-                    } else if (b->drows) { /* (another store gave it its rows meanwhile) */
-                        free(d);
+                    if (rc || dpart_has(&b->d)) { /* (or another store gave it its rows meanwhile) */
+                        dpart_free(&d);
                         pc->bytes -= more;
                     } else {
-                        b->drows = d;
+                        b->d = d;
                         b->bytes += more;
                     }
                 }
@@ -266,7 +283,7 @@ static int walk(const pcache *pc, const int *ids, int n, int need_ds, pblock **c
         const int *bid = ids + (size_t)k * PCACHE_BLOCK;
         h = block_hash(h, bid);
         pblock *b = find(pc, prev, bid, h);
-        if (!b || (need_ds && !b->drows)) break;
+        if (!b || (need_ds && !dpart_has(&b->d))) break;
         if (chain) chain[k] = b;
         prev = b;
     }
@@ -310,7 +327,8 @@ int pcache_load(pcache *pc, seq *s, dstate *ds, const int *ids, int n, int have,
         const int p = i * PCACHE_BLOCK;
         if ((chain[i]->blk ? seq_block_put(s, ids, i, chain[i]->blk, err, errlen)
                            : seq_load_rows(s, ids, p, PCACHE_BLOCK, chain[i]->rows, err, errlen)) != 0 ||
-            (ds && dstate_load_rows(ds, ids, p, PCACHE_BLOCK, chain[i]->drows, err, errlen) != 0)) {
+            (ds && (chain[i]->d.blk ? dstate_block_put(ds, ids, i, chain[i]->d.blk, err, errlen)
+                                    : dstate_load_rows(ds, ids, p, PCACHE_BLOCK, chain[i]->d.rows, err, errlen)) != 0)) {
             seq_truncate(s, held);
             rc = -1;
             break;

@@ -11,8 +11,10 @@
  * chained hash, the ids compared on a hit, so a block stands for its whole
  * prefix); one budget of bytes bounds them all; past it, the least
  * recently used block that no cached block continues goes first. A block
- * is bytes copied out of a context and back (mctx_save_rows), so a prompt
- * served from the cache reads the bits its first request stored: the
+ * holds the stored bits of a context's rows: its pages by reference where
+ * the backend shares them (seq_block_take, dstate_block_take: the CPU),
+ * else bytes copied out and back (mctx_save_rows, dstate_save_rows), so a
+ * prompt served from the cache reads the bits its first request stored: the
  * lossless rule holds, and a block boundary is a multiple of the backends'
  * prefill group (BACKEND_GROUP_ROWS divides PCACHE_BLOCK), so the rows
  * after a loaded prefix go through the kernels a cold prefill gives them.
