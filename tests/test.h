@@ -43,6 +43,11 @@ void test_bundled_path(char *dir, size_t n, const char *suffix);
  * (from seed 1), the rest from seed, so two prompts share exactly that
  * prefix. */
 void test_prompt_ids(int *p, int n, int shared, unsigned seed, int V);
+/* A random gemma3 (3 layers, a sliding window of 8 on every other one, 512
+ * positions) of Gemma 3's vocabulary, with the test assets' Gemma 3
+ * tokenizer and chat template, written into dir (tests/test_families.c).
+ * 0, or -1 after a test failure. */
+int test_gemma3_tok_model(char *dir, size_t n);
 void test_bundled_close(test_bundled_set *b);
 /* max |a - ref| / max |ref| over n values, the relative error the logit
  * bounds are stated in (a NaN in a: infinitely far) */

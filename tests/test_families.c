@@ -783,20 +783,20 @@ TEST(families_gemma3) {
     free(a), free(b), free(ref);
 }
 
-/* End to end with Gemma 3's own tokenizer and chat template (the test
-   assets' gemma3 folder): a random gemma3 of the real vocabulary renders
-   its template, tokenizes, generates and decodes through `dspark template`
-   and `dspark run --chat`. */
-TEST(families_gemma3_cli) {
-    char dir[700], cfg[2048], cmd[2048], src[800], dst[800];
+/* A random gemma3 of the real vocabulary with Gemma 3's own tokenizer and
+   chat template (the test assets' gemma3 folder) in dir: 3 layers, a
+   sliding window of 8 every other layer, 512 positions. 0, or -1 (a test
+   failure said why). */
+int test_gemma3_tok_model(char *dir, size_t n) {
+    char cfg[2048], src[800], dst[800];
     const char *tk = test_tokenizer_dir();
     snprintf(src, sizeof src, "%s/gemma3/tokenizer.json", tk ? tk : "");
     struct stat st;
     if (!tk || stat(src, &st) != 0) {
         test_fail(__FILE__, __LINE__, "the gemma3 tokenizer is missing from the test assets (%s)", src);
-        return;
+        return -1;
     }
-    snprintf(dir, sizeof dir, "%s/fam-gemma3-tok", test_tmp_dir());
+    snprintf(dir, n, "%s/fam-gemma3-tok", test_tmp_dir());
     snprintf(cfg, sizeof cfg,
              "{\"architectures\":[\"Gemma3ForCausalLM\"],\"model_type\":\"gemma3_text\",\"vocab_size\":262144,"
              "\"hidden_size\":32,\"intermediate_size\":48,\"num_hidden_layers\":3,\"num_attention_heads\":4,"
@@ -804,15 +804,27 @@ TEST(families_gemma3_cli) {
              "\"sliding_window\":8,\"sliding_window_pattern\":2,\"bos_token_id\":2,\"eos_token_id\":[1,106]}");
     tdef *t = xmalloc(sizeof(tdef) * 80);
     int nt = gemma_tensors(t, "model.", 262144);
-    CHECK(write_ckpt(dir, cfg, t, nt) == 0);
+    int rc = write_ckpt(dir, cfg, t, nt);
+    CHECK(rc == 0);
     free(t);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && rc == 0; i++) {
         const char *f = i ? "tokenizer_config.json" : "tokenizer.json";
         snprintf(src, sizeof src, "%s/gemma3/%s", tk, f);
         snprintf(dst, sizeof dst, "%s/%s", dir, f);
         unlink(dst);
-        CHECK(symlink(src, dst) == 0);
+        rc = symlink(src, dst);
+        CHECK(rc == 0);
     }
+    return rc ? -1 : 0;
+}
+
+/* End to end with Gemma 3's own tokenizer and chat template: the random
+   gemma3 above renders its template, tokenizes, generates and decodes
+   through `dspark template` and `dspark run --chat` (and `dspark serve`:
+   tests/test_server.c server_gemma3). */
+TEST(families_gemma3_cli) {
+    char dir[700], cmd[2048];
+    if (test_gemma3_tok_model(dir, sizeof dir) != 0) return;
     char *out = NULL, *err = NULL;
     char msgs[800];
     snprintf(msgs, sizeof msgs, "%s/msgs.json", dir);

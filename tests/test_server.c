@@ -18,6 +18,8 @@
  *                     answers of every dialect finish whole; past a short
  *                     --drain-timeout, or on a second signal, each ends with
  *                     its dialect's error; new requests get 503; exit 0
+ *   server_gemma3     another family served (family.mjs): a random gemma3
+ *                     with Gemma 3's tokenizer and template, every route alike
  *   server_conc       concurrent requests (conc.mjs): each equal to its
  *                     answer alone, a long prefill between the others'
  *                     rounds, the batch in /health and /metrics, a drain
@@ -434,6 +436,21 @@ TEST(server_fields) {
     if (start_server(&s, bundled_dir(), THREADS, NULL) != 0) return;
     const char *env[] = {"DSPARK_MODEL_ID=" DSPARK_DEFAULT_MODEL, "DSPARK_FIELDS_PHASE=bundled", NULL};
     run_node(&s, "fields.mjs", env);
+    stop_server(&s);
+}
+
+/* Another family served (tests/server/family.mjs): a random gemma3 with
+   Gemma 3's tokenizer and chat template answers alike through every route,
+   and a prompt far past its sliding window alike cold and cached. */
+TEST(server_gemma3) {
+    if (!clients_ready()) return;
+    char dir[700];
+    if (test_gemma3_tok_model(dir, sizeof dir) != 0) return;
+    const char *args[] = {"-t", "2", "--mode", "baseline", "--no-warmup", NULL};
+    server s;
+    if (start_server(&s, dir, args, NULL) != 0) return;
+    const char *env[] = {"DSPARK_MODEL_ID=fam-gemma3-tok", NULL};
+    run_node(&s, "family.mjs", env);
     stop_server(&s);
 }
 
