@@ -48,6 +48,11 @@ void test_prompt_ids(int *p, int n, int shared, unsigned seed, int V);
  * tokenizer and chat template, written into dir (tests/test_families.c).
  * 0, or -1 after a test failure. */
 int test_gemma3_tok_model(char *dir, size_t n);
+/* A random qwen3_moe (8 experts, top 2, a dense second layer, 1024
+ * positions) of Qwen3's vocabulary with Qwen3's tokenizer and chat
+ * template, written into dir (tests/test_families.c). 0, or -1 after a
+ * test failure. */
+int test_moe_tok_model(char *dir, size_t n);
 void test_bundled_close(test_bundled_set *b);
 /* max |a - ref| / max |ref| over n values, the relative error the logit
  * bounds are stated in (a NaN in a: infinitely far) */

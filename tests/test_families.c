@@ -381,6 +381,34 @@ static int write_moe8(const char *dir, tdef *t) {
     return write_ckpt(dir, cfg, t, make_tensors(t, 1, 8, second_dense));
 }
 
+/* The qwen3_moe of write_moe8 (8 experts, top 2, layer 1 dense) at Qwen3's
+   vocabulary with Qwen3's own tokenizer and chat template, in dir
+   (test_server.c server_qwen3_moe). 0, or -1 after a test failure. */
+int test_moe_tok_model(char *dir, size_t n) {
+    snprintf(dir, n, "%s/fam-moe-tok", test_tmp_dir());
+    if (test_copy_qwen3_tokenizer(dir) != 0) {
+        test_fail(__FILE__, __LINE__, "the Qwen3 tokenizer is missing from the test assets");
+        return -1;
+    }
+    char cfg[2048];
+    const int second_dense[FL] = {0, 1};
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\",\"vocab_size\":151936,"
+             "\"hidden_size\":%d,\"intermediate_size\":%d,\"num_hidden_layers\":%d,\"num_attention_heads\":%d,"
+             "\"num_key_value_heads\":%d,\"head_dim\":%d,\"max_position_embeddings\":1024,\"rms_norm_eps\":1e-06,"
+             "\"rope_theta\":10000.0,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\","
+             "\"bos_token_id\":151643,\"eos_token_id\":151645,\"num_experts\":8,\"num_experts_per_tok\":2,"
+             "\"moe_intermediate_size\":48,\"norm_topk_prob\":true,\"mlp_only_layers\":[1]}",
+             FH, FI, FL, FNH, FNKV, FHD);
+    tdef *t = xmalloc(sizeof(tdef) * 128);
+    const int nt = make_tensors(t, 1, 8, second_dense);
+    t[0].d0 = t[1].d0 = 151936; /* the embedding and the head at the real vocabulary */
+    const int rc = write_ckpt(dir, cfg, t, nt);
+    free(t);
+    CHECK(rc == 0);
+    return rc;
+}
+
 TEST(families_moe_forward) {
     char dense[700], one[700], moe[700], cfg[2048];
     snprintf(dense, sizeof dense, "%s/fam-dense", test_tmp_dir());

@@ -18,8 +18,9 @@
  *                     answers of every dialect finish whole; past a short
  *                     --drain-timeout, or on a second signal, each ends with
  *                     its dialect's error; new requests get 503; exit 0
- *   server_gemma3     another family served (family.mjs): a random gemma3
- *                     with Gemma 3's tokenizer and template, every route alike
+ *   server_gemma3     other families served (family.mjs): a random gemma3
+ *   server_qwen3_moe  and a random qwen3_moe with their real tokenizers and
+ *                     templates, every route alike
  *   server_conc       concurrent requests (conc.mjs): each equal to its
  *                     answer alone, a long prefill between the others'
  *                     rounds, the batch in /health and /metrics, a drain
@@ -449,7 +450,21 @@ TEST(server_gemma3) {
     const char *args[] = {"-t", "2", "--mode", "baseline", "--no-warmup", NULL};
     server s;
     if (start_server(&s, dir, args, NULL) != 0) return;
-    const char *env[] = {"DSPARK_MODEL_ID=fam-gemma3-tok", NULL};
+    const char *env[] = {"DSPARK_MODEL_ID=fam-gemma3-tok", "DSPARK_FAMILY_PROMPT_TOKENS=11", NULL};
+    run_node(&s, "family.mjs", env);
+    stop_server(&s);
+}
+
+/* The same for a mixture of experts: a random qwen3_moe with Qwen3's
+   tokenizer and chat template, two requests at once among them. */
+TEST(server_qwen3_moe) {
+    if (!clients_ready()) return;
+    char dir[700];
+    if (test_moe_tok_model(dir, sizeof dir) != 0) return;
+    const char *args[] = {"-t", "2", "--mode", "baseline", "--no-warmup", NULL};
+    server s;
+    if (start_server(&s, dir, args, NULL) != 0) return;
+    const char *env[] = {"DSPARK_MODEL_ID=fam-moe-tok", "DSPARK_FAMILY_PROMPT_TOKENS=10", NULL};
     run_node(&s, "family.mjs", env);
     stop_server(&s);
 }
