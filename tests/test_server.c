@@ -440,34 +440,30 @@ TEST(server_fields) {
     stop_server(&s);
 }
 
-/* Another family served (tests/server/family.mjs): a random gemma3 with
-   Gemma 3's tokenizer and chat template answers alike through every route,
-   and a prompt far past its sliding window alike cold and cached. */
-TEST(server_gemma3) {
+/* Other families served (tests/server/family.mjs): a random checkpoint
+   written by make (tests/test_families.c) with its family's real tokenizer
+   and chat template answers alike through every route, alone or beside
+   another request, cold or cached; the template renders "Hi there" into
+   prompt_tokens tokens. */
+static void family_case(int (*make)(char *, size_t), const char *id, int prompt_tokens) {
     if (!clients_ready()) return;
-    char dir[700];
-    if (test_gemma3_tok_model(dir, sizeof dir) != 0) return;
+    char dir[700], e_id[128], e_pt[64];
+    if (make(dir, sizeof dir) != 0) return;
     const char *args[] = {"-t", "2", "--mode", "baseline", "--no-warmup", NULL};
     server s;
     if (start_server(&s, dir, args, NULL) != 0) return;
-    const char *env[] = {"DSPARK_MODEL_ID=fam-gemma3-tok", "DSPARK_FAMILY_PROMPT_TOKENS=11", NULL};
+    snprintf(e_id, sizeof e_id, "DSPARK_MODEL_ID=%s", id);
+    snprintf(e_pt, sizeof e_pt, "DSPARK_FAMILY_PROMPT_TOKENS=%d", prompt_tokens);
+    const char *env[] = {e_id, e_pt, NULL};
     run_node(&s, "family.mjs", env);
     stop_server(&s);
 }
 
-/* The same for a mixture of experts: a random qwen3_moe with Qwen3's
-   tokenizer and chat template, two requests at once among them. */
-TEST(server_qwen3_moe) {
-    if (!clients_ready()) return;
-    char dir[700];
-    if (test_moe_tok_model(dir, sizeof dir) != 0) return;
-    const char *args[] = {"-t", "2", "--mode", "baseline", "--no-warmup", NULL};
-    server s;
-    if (start_server(&s, dir, args, NULL) != 0) return;
-    const char *env[] = {"DSPARK_MODEL_ID=fam-moe-tok", "DSPARK_FAMILY_PROMPT_TOKENS=10", NULL};
-    run_node(&s, "family.mjs", env);
-    stop_server(&s);
-}
+/* gemma3: a prompt far past its sliding window, too */
+TEST(server_gemma3) { family_case(test_gemma3_tok_model, "fam-gemma3-tok", 11); }
+
+/* a mixture of experts */
+TEST(server_qwen3_moe) { family_case(test_moe_tok_model, "fam-moe-tok", 10); }
 
 /* The bundled model with its DSpark drafter (cap pinned so drafts are made)
    and then plain decoding: both must give the same greedy answers. */

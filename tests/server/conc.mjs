@@ -296,8 +296,17 @@ if (PHASE === "bundled") {
         async () => {
             assert.ok(PID > 0, "DSPARK_SERVER_PID is not set");
             await idle();
+            const done0 = (await metrics()).get("requests_total");
             const pending = CASES.map(send);
-            await until((h) => h.requests_running === 4 && h.requests_waiting >= 1, "a full batch and a queue");
+            // every request in the scheduler (running, queued or done) before the
+            // signal: one still on its way would meet the drain's 503
+            for (const t0 = Date.now(); ;) {
+                const h = await health(), done = (await metrics()).get("requests_total") - done0;
+                if (h.requests_running === 4 && h.requests_waiting >= 1 &&
+                    h.requests_running + h.requests_waiting + done === CASES.length) break;
+                assert.ok(Date.now() - t0 < 20000, `a full batch, a queue and every request in: ${JSON.stringify(h)}`);
+                await sleep(10);
+            }
             process.kill(PID, "SIGTERM");
             const outs = await Promise.all(pending);
             for (const [i, c] of CASES.entries()) same(outs[i], refs[i], c.what);
