@@ -726,6 +726,13 @@ static int64_t job_pages(const sched *en, const sched_job *j, const seq *s) {
     return p > 0 ? p : 0;
 }
 
+/* the pages the na running jobs may still take */
+static int64_t reserved_pages(const sched *en, active *const *act, int na) {
+    int64_t res = 0;
+    for (int i = 0; i < na; i++) res += job_pages(en, act[i]->j, en->slots[act[i]->slot].s);
+    return res;
+}
+
 /* One holder gives its pages back for pool_admit: half the prefix cache's
    blocks (least recently used), else the least recently used idle slot
    that has not given its pages back since its last job (not `keep`, not
@@ -760,8 +767,7 @@ static int pool_evict(sched *en, int keep) {
 static int pool_admit(sched *en, active **act, int na, const sched_job *j, int a, char *err, size_t errlen) {
     if (!en->info.kv_capacity) return 1;
     const seq *s = en->slots[a].s;
-    int64_t res = 0;
-    for (int i = 0; i < na; i++) res += job_pages(en, act[i]->j, en->slots[act[i]->slot].s);
+    const int64_t res = reserved_pages(en, act, na);
     const int64_t mine = job_pages(en, j, s);
     model_kv_pages kp;
     for (;;) {
@@ -982,11 +988,8 @@ static void *sched_main(void *arg) {
                 na--;
             } else i++;
         }
-        if (en->info.kv_capacity) { /* for /health: what the running jobs may still take */
-            int64_t res = 0;
-            for (int i = 0; i < na; i++) res += job_pages(en, act[i]->j, en->slots[act[i]->slot].s);
-            __atomic_store_n(&en->kv_reserved, res, __ATOMIC_RELAXED);
-        }
+        if (en->info.kv_capacity) /* for /health: what the running jobs may still take */
+            __atomic_store_n(&en->kv_reserved, reserved_pages(en, act, na), __ATOMIC_RELAXED);
     }
     return NULL;
 }

@@ -2,6 +2,7 @@
  * what to ingest, the confidence cut, sampling) around the forward pass,
  * which the target's backend runs (backend.h: dstate_*). See drafter.h
  * (and drafter_load.c for loading). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,16 +132,28 @@ int dstate_save_rows(dstate *s, int pos0, int n, void *host, char *err, size_t e
     return s->be->dstate_save(s->bs, pos0, n, host, err, errlen);
 }
 
-int dstate_load_rows(dstate *s, const int *ids, int pos0, int n, const void *host, char *err, size_t errlen) {
-    if (!dstate_pos_bytes(s)) return ds_err(err, errlen, "the %s backend does not load drafter rows", s->be->name);
+/* the rule and the bookkeeping of rows put back at [pos0, pos0+n) (a load
+   by copy or by reference): load_fits before, loaded once the backend
+   took them */
+static int load_fits(const dstate *s, int pos0, int n, const char *what, char *err, size_t errlen) {
     const int B = s->dm->cfg.block_size;
     if (pos0 < 0 || n < 0 || pos0 > ctx_len(s) || pos0 > s->n_ids || pos0 + n + B > ctx_capacity(s))
-        return ds_err(err, errlen, "drafter load: positions %d..%d (the context holds %d, takes %d)", pos0, pos0 + n,
+        return ds_err(err, errlen, "%s: positions %d..%d (the context holds %d, takes %d)", what, pos0, pos0 + n,
                       ctx_len(s), ctx_capacity(s) - B);
-    if (s->be->dstate_load(s->bs, pos0, n, host, err, errlen) != 0) return -1;
+    return 0;
+}
+static void loaded(dstate *s, const int *ids, int pos0, int n) {
     s->n_ids = pos0;
     ids_push(s, ids + pos0, n);
     s->broken = 0;
+}
+
+int dstate_load_rows(dstate *s, const int *ids, int pos0, int n, const void *host, char *err, size_t errlen) {
+    if (!dstate_pos_bytes(s)) return ds_err(err, errlen, "the %s backend does not load drafter rows", s->be->name);
+    if (load_fits(s, pos0, n, "drafter load", err, errlen) != 0 ||
+        s->be->dstate_load(s->bs, pos0, n, host, err, errlen) != 0)
+        return -1;
+    loaded(s, ids, pos0, n);
     return 0;
 }
 
@@ -172,15 +185,13 @@ dblock *dstate_block_take(dstate *s, int b, char *err, size_t errlen) {
 }
 
 int dstate_block_put(dstate *s, const int *ids, int b, const dblock *blk, char *err, size_t errlen) {
-    const int r = dstate_block_rows(s), pos0 = b * r, B = s->dm->cfg.block_size;
-    if (!r || !blk || blk->be != s->be || b < 0 || pos0 > ctx_len(s) || pos0 > s->n_ids ||
-        pos0 + r + B > ctx_capacity(s))
-        return ds_err(err, errlen, "drafter block %d: the context holds %d positions and takes %d", b, ctx_len(s),
-                      ctx_capacity(s) - B);
-    if (s->be->dstate_block_put(s->bs, b, blk->h, err, errlen) != 0) return -1;
-    s->n_ids = pos0;
-    ids_push(s, ids + pos0, r);
-    s->broken = 0;
+    const int r = dstate_block_rows(s);
+    char what[48];
+    snprintf(what, sizeof what, "drafter block %d", b);
+    if (!r || !blk || blk->be != s->be) return ds_err(err, errlen, "%s: not a block of this drafter's pages", what);
+    if (load_fits(s, b * r, r, what, err, errlen) != 0 || s->be->dstate_block_put(s->bs, b, blk->h, err, errlen) != 0)
+        return -1;
+    loaded(s, ids, b * r, r);
     return 0;
 }
 
